@@ -1,0 +1,97 @@
+"""The in-process holder of folded states (incremental folds from a high-water mark).
+
+Each entry is an immutable :class:`Folded` value: the cursor (seq of the last folded
+event), the id of the event at the cursor, and the state. A reader advances it by
+folding only the events after the cursor, after proving the entry is a prefix of its
+own view of the log (the same event id at the cursor). The log stays the only fact:
+the holder is a cache that any reader can rebuild, and a self-check every
+``check_every`` reads compares it with the whole-log fold.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Hashable
+
+log = logging.getLogger("aaa_django.events")
+
+
+@dataclass(frozen=True, slots=True)
+class Folded:
+    """A projection state folded up to ``cursor`` (an immutable value)."""
+
+    cursor: int
+    event_id: str
+    state: Any
+    #: events folded into ``state`` since it was last saved as a snapshot
+    unsaved: int = 0
+
+
+class FoldCache:
+    """One shared holder per process: the latest :class:`Folded` per key.
+
+    Keys are ``(store.cache_key, stream, projection name, version)``. Publishing swaps
+    one reference under a lock and never moves an entry backwards, so a slow reader
+    cannot replace a newer state with its older one. Least recently used entries are
+    dropped past ``max_entries``.
+    """
+
+    def __init__(self, *, max_entries: int = 10_000, check_every: int = 100) -> None:
+        self.max_entries = max_entries
+        self.check_every = check_every
+        self._entries: OrderedDict[Hashable, Folded] = OrderedDict()
+        self._lock = threading.Lock()
+        self._reads = 0
+        # Counters for tests, benchmarks and the admin.
+        self.hits = 0
+        self.misses = 0
+        self.rejected = 0  # a prior that was not a prefix of the reader's view
+        self.checks = 0
+        self.resets = 0
+
+    def get(self, key: Hashable) -> Folded | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def publish(self, key: Hashable, entry: Folded) -> None:
+        with self._lock:
+            old = self._entries.get(key)
+            if old is not None and old.cursor > entry.cursor:
+                return
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def reset(self, key: Hashable | None = None) -> None:
+        """Forget one entry (or all): the next read folds from a snapshot or the log."""
+        with self._lock:
+            if key is None:
+                self._entries.clear()
+            else:
+                self._entries.pop(key, None)
+
+    def forget_stream(self, cache_key: str, stream: str) -> None:
+        """Drop every entry of a stream (after it was erased)."""
+        with self._lock:
+            for key in [k for k in self._entries if k[:2] == (cache_key, stream)]:
+                del self._entries[key]
+
+    def check_due(self) -> bool:
+        """Count a read; True on every ``check_every``-th one."""
+        with self._lock:
+            self._reads += 1
+            return bool(self.check_every) and self._reads % self.check_every == 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+#: The process's shared holder, used by the engine unless it is given another.
+default_cache = FoldCache()

@@ -1,0 +1,180 @@
+"""The event: one immutable fact appended to a stream."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping
+
+from .errors import InvalidEventError
+from .ids import derive_id, new_id
+
+_TYPE_RE = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)+$")
+MAX_NAME = 200
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One immutable fact in a stream.
+
+    ``seq`` is assigned by the store (dense from 1 within a stream); an event built in
+    memory has ``seq=None`` until it is appended. ``blobs`` holds the
+    :class:`~aaa_django.data.BlobRef` of a claim-checked payload. ``data`` is shared
+    by reference between readers: never mutate an event's data.
+    """
+
+    id: str
+    stream: str
+    type: str
+    data: dict[str, Any] = field(default_factory=dict)
+    seq: int | None = None
+    causation: str | None = None
+    time: datetime = field(default_factory=utcnow)
+    blobs: tuple[Any, ...] = ()
+    tenant: str | None = None
+
+    @classmethod
+    def new(
+        cls,
+        stream: str,
+        type: str,
+        data: Mapping[str, Any] | None = None,
+        *,
+        id: str | None = None,
+        causation: str | None = None,
+        tenant: str | None = None,
+        blobs: Iterable[Any] = (),
+    ) -> "Event":
+        """A root event with a fresh random id (or the given one)."""
+        return cls(
+            id=id or new_id(),
+            stream=stream,
+            type=type,
+            data=dict(data or {}),
+            causation=causation,
+            tenant=tenant,
+            blobs=tuple(blobs),
+        )
+
+    def derive(
+        self,
+        type: str,
+        data: Mapping[str, Any] | None = None,
+        *,
+        key: object = "",
+        stream: str | None = None,
+    ) -> "Event":
+        """An event caused by this one, with a deterministic id.
+
+        Deriving the same ``type`` and ``key`` from the same event twice gives the same
+        id, so the second append is absorbed by the store.
+        """
+        return Event(
+            id=derive_id(self.id, type, key),
+            stream=stream or self.stream,
+            type=type,
+            data=dict(data or {}),
+            causation=self.id,
+            tenant=self.tenant,
+        )
+
+    def with_seq(self, seq: int) -> "Event":
+        return replace(self, seq=seq)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (golden logs, the REST API)."""
+        return {
+            "id": self.id,
+            "stream": self.stream,
+            "seq": self.seq,
+            "type": self.type,
+            "data": self.data,
+            "causation": self.causation,
+            "time": self.time.isoformat(),
+            "blobs": [b.to_dict() if hasattr(b, "to_dict") else b for b in self.blobs],
+            "tenant": self.tenant,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Event":
+        return cls(
+            id=d["id"],
+            stream=d["stream"],
+            seq=d.get("seq"),
+            type=d["type"],
+            data=dict(d.get("data") or {}),
+            causation=d.get("causation"),
+            time=datetime.fromisoformat(d["time"]) if d.get("time") else utcnow(),
+            blobs=decode_blobs(d.get("blobs") or ()),
+            tenant=d.get("tenant"),
+        )
+
+
+def encode_json(value: Any) -> str:
+    """Canonical JSON text of ``value``; raises ``InvalidEventError`` if it is not JSON."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidEventError(f"event data is not JSON-serialisable: {exc}") from None
+
+
+def decode_blobs(raw: Iterable[Any]) -> tuple[Any, ...]:
+    """Blob refs from their JSON form (the blob layer owns the type)."""
+    from aaa_django.data.refs import BlobRef
+
+    return tuple(r if isinstance(r, BlobRef) else BlobRef.from_dict(r) for r in raw)
+
+
+def encode_blobs(blobs: Iterable[Any]) -> list[dict[str, Any]]:
+    return [b.to_dict() if hasattr(b, "to_dict") else dict(b) for b in blobs]
+
+
+def check_event(event: Any) -> str:
+    """Validate an event before it is stored; return its data encoded as JSON text.
+
+    Every store calls this for every event of a batch before writing any of them, so
+    bad input raises :class:`InvalidEventError` and writes nothing.
+    """
+    if not isinstance(event, Event):
+        raise InvalidEventError(f"expected an Event, got {type(event).__name__}")
+    for name in ("id", "stream", "type"):
+        value = getattr(event, name)
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidEventError(f"event {name} must be a non-empty string, got {value!r}")
+        if len(value) > MAX_NAME:
+            raise InvalidEventError(f"event {name} is longer than {MAX_NAME} characters")
+    if not _TYPE_RE.match(event.type):
+        raise InvalidEventError(
+            f"event type {event.type!r} must be dotted words such as 'aaa.run.started'"
+        )
+    if not isinstance(event.data, dict):
+        raise InvalidEventError(f"event data must be a JSON object, got {type(event.data).__name__}")
+    if event.seq is not None and (not isinstance(event.seq, int) or event.seq < 1):
+        raise InvalidEventError(f"event seq must be a positive integer, got {event.seq!r}")
+    if event.causation is not None and not isinstance(event.causation, str):
+        raise InvalidEventError("event causation must be an event id (a string)")
+    if not isinstance(event.time, datetime) or event.time.tzinfo is None:
+        raise InvalidEventError("event time must be a timezone-aware datetime")
+    if event.tenant is not None and not isinstance(event.tenant, str):
+        raise InvalidEventError("event tenant must be a string or None")
+    _check_keys(event.data)
+    return encode_json(event.data)
+
+
+def _check_keys(value: Any) -> None:
+    # json.dumps silently turns a key 1 into "1": the stored event would differ from
+    # the one the caller built, so reject it instead.
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidEventError(f"event data keys must be strings, got {k!r}")
+            _check_keys(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_keys(v)

@@ -1,0 +1,314 @@
+"""Projections: state as a fold of the log, with snapshots and incremental reads."""
+
+from __future__ import annotations
+
+import copy as _copy
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Generic, Iterable, TypeVar
+
+from pydantic import TypeAdapter
+
+from .cache import FoldCache, Folded
+from .event import Event
+from .store import EventStore, Snapshot
+
+log = logging.getLogger("aaa_django.events")
+
+S = TypeVar("S")
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded(Generic[S]):
+    """A projection's state and where it came from."""
+
+    state: S
+    #: seq of the last event folded into the state (0 for an empty stream)
+    seq: int
+    #: "cache" (the warm holder), "snapshot" or "replay" (folded from the first event)
+    source: str
+    #: the seq the fold started after (holder cursor, snapshot seq, or 0)
+    base_seq: int
+    #: events folded by this read
+    folded: int
+
+
+class Projection(Generic[S]):
+    """Initial state + deterministic fold (+ name, version and state type for snapshots).
+
+    ``Projection(Translations, apply, name="acme.translations", version=1,
+    state_type=Translations, every=64)``. ``initial`` is called for a fresh state;
+    ``apply(state, event)`` returns the next state (mutating and returning ``state`` is
+    fine: the state object is private to the fold). ``finalize(state)`` optionally
+    runs once after folding, on a copy, and is not part of snapshots.
+
+    States handed out by :meth:`load` may be shared with the in-process holder: treat
+    them as read-only.
+    """
+
+    def __init__(
+        self,
+        initial: Callable[[], S] | S,
+        apply: Callable[[S, Event], S],
+        *,
+        name: str | None = None,
+        version: int = 1,
+        state_type: Any = None,
+        every: int = 64,
+        finalize: Callable[[S], S] | None = None,
+    ) -> None:
+        if not callable(apply):
+            raise TypeError("apply must be a function (state, event) -> state")
+        if not isinstance(version, int):
+            raise TypeError("version must be an int")
+        if not isinstance(every, int) or every < 1:
+            raise ValueError("every must be a positive int")
+        if state_type is not None and not name:
+            raise ValueError("a projection with a state_type needs a name (its snapshot key)")
+        self.initial = initial
+        self.apply = apply
+        self.name = name
+        self.version = version
+        self.state_type = state_type
+        self.every = every
+        self.finalize = finalize
+        self._adapter = TypeAdapter(state_type) if state_type is not None else None
+        self.key = name or f"anonymous:{id(self)}"
+        #: events folded by this projection in this process (tests count these)
+        self.folds = 0
+
+    def __repr__(self) -> str:
+        return f"Projection({self.key!r}, version={self.version})"
+
+    # -- pure parts ---------------------------------------------------------------
+
+    @property
+    def snapshots(self) -> bool:
+        """Snapshots need a name and a state type to (de)serialise the state."""
+        return self._adapter is not None
+
+    def new_state(self) -> S:
+        return self.initial() if callable(self.initial) else _copy.deepcopy(self.initial)
+
+    def fold(self, events: Iterable[Event], state: S | None = None) -> S:
+        """Fold ``events`` into ``state`` (a fresh initial state by default). Pure."""
+        if state is None:
+            state = self.new_state()
+        apply = self.apply
+        n = 0
+        for e in events:
+            state = apply(state, e)
+            n += 1
+        self.folds += n
+        return state
+
+    def result(self, state: S) -> S:
+        """The state a reader sees: ``finalize`` applied to a copy, if there is one."""
+        return self.finalize(self.copy(state)) if self.finalize else state
+
+    def copy(self, state: S) -> S:
+        return _copy.deepcopy(state)
+
+    def dump(self, state: S) -> str:
+        assert self._adapter is not None
+        return self._adapter.dump_json(state).decode()
+
+    def parse(self, text: str) -> S:
+        assert self._adapter is not None
+        return self._adapter.validate_json(text)
+
+    def same(self, a: S, b: S) -> bool:
+        return self.dump(a) == self.dump(b) if self._adapter is not None else a == b
+
+    # -- reading from a store -----------------------------------------------------
+
+    async def load(
+        self,
+        store: EventStore,
+        stream: str,
+        *,
+        cache: FoldCache | None = None,
+        at: int | None = None,
+    ) -> S:
+        """The state of ``stream`` now (or as of event ``at``)."""
+        return (await self.load_info(store, stream, cache=cache, at=at)).state
+
+    async def load_info(
+        self,
+        store: EventStore,
+        stream: str,
+        *,
+        cache: FoldCache | None = None,
+        at: int | None = None,
+    ) -> Loaded[S]:
+        """Like :meth:`load`, and say where the state came from.
+
+        1. the warm holder, if its entry is a prefix of this reader's view;
+        2. else the latest snapshot, if its version matches and the event at its seq
+           is in this log (so it is not ahead of the log, nor from another log);
+        3. else a replay from the first event.
+        Then fold the tail, and save a snapshot once ``every`` events were folded
+        since the last one. Every failure of a snapshot degrades to a replay.
+        """
+        if at is not None:
+            return await self._load_at(store, stream, at)
+        key = (store.cache_key, stream, self.key, self.version)
+        if cache is not None:
+            prior = cache.get(key)
+            if prior is not None:
+                events = await store.read(stream, after=prior.cursor - 1)
+                if events and events[0].seq == prior.cursor and events[0].id == prior.event_id:
+                    cache.hits += 1
+                    return await self._advance(store, stream, key, cache, prior, events[1:])
+                # The reader's view does not reach the prior's cursor (an older view),
+                # or holds another event there (another log): never use it.
+                cache.rejected += 1
+            else:
+                cache.misses += 1
+        state, base = await self._from_snapshot(store, stream)
+        if base is None:
+            tail = await store.read(stream)
+            state, base_seq, base_id, source = self.new_state(), 0, "", "replay"
+        else:
+            base_seq, base_id, tail = base
+            source = "snapshot"
+        state = self.fold(tail, state)
+        last_seq, last_id = (tail[-1].seq, tail[-1].id) if tail else (base_seq, base_id)
+        unsaved = len(tail)
+        if tail and unsaved >= self.every and self.snapshots:
+            await self._save(store, stream, last_seq, last_id, state)
+            unsaved = 0
+        if cache is not None and last_seq and _publishable(store):
+            cache.publish(key, Folded(last_seq, last_id, state, unsaved))
+        return Loaded(self.result(state), last_seq or 0, source, base_seq, len(tail))
+
+    async def _advance(self, store, stream, key, cache: FoldCache, prior: Folded, tail):
+        state = self.fold(tail, self.copy(prior.state)) if tail else prior.state
+        if tail:
+            unsaved = prior.unsaved + len(tail)
+            if unsaved >= self.every and self.snapshots:
+                await self._save(store, stream, tail[-1].seq, tail[-1].id, state)
+                unsaved = 0
+            entry = Folded(tail[-1].seq, tail[-1].id, state, unsaved)
+            if _publishable(store):
+                cache.publish(key, entry)
+        else:
+            entry = prior
+        if cache.check_due():
+            state = await self._self_check(store, stream, key, cache, entry)
+        return Loaded(self.result(state), entry.cursor, "cache", prior.cursor, len(tail))
+
+    async def _self_check(self, store, stream, key, cache: FoldCache, entry: Folded) -> S:
+        """Compare the holder's state with a whole-log fold of the same view."""
+        cache.checks += 1
+        events = await store.read(stream, limit=entry.cursor)
+        reference = self.new_state()
+        for e in events:  # not counted in self.folds: this is the check, not the read
+            reference = self.apply(reference, e)
+        if self.same(entry.state, reference):
+            return entry.state
+        log.warning(
+            "projection %s on %s: the incremental state differs from the whole-log fold "
+            "at seq %s; resetting the holder",
+            self.key,
+            stream,
+            entry.cursor,
+        )
+        cache.resets += 1
+        cache.reset(key)
+        return reference
+
+    async def _from_snapshot(self, store, stream):
+        """(state, (seq, event id, tail)) from a usable snapshot, else (None, None)."""
+        if not self.snapshots:
+            return None, None
+        try:
+            snap = await store.load_snapshot(stream, self.name, self.version)
+        except Exception:  # derived data: a broken snapshot read is a replay
+            log.warning("projection %s: loading the snapshot of %s failed", self.key, stream,
+                        exc_info=True)
+            return None, None
+        if snap is None:
+            return None, None
+        if snap.version != self.version:
+            log.info("projection %s: snapshot version %s != %s, replaying", self.key,
+                     snap.version, self.version)
+            return None, None
+        try:
+            state = self.parse(snap.state)
+        except Exception as exc:
+            log.warning("projection %s: snapshot of %s at seq %s is corrupt (%s), replaying",
+                        self.key, stream, snap.seq, str(exc).splitlines()[0])
+            return None, None
+        events = await store.read(stream, after=snap.seq - 1)
+        if not events or events[0].seq != snap.seq or events[0].id != snap.event_id:
+            log.info("projection %s: snapshot of %s at seq %s is not in this view of the "
+                     "log, replaying", self.key, stream, snap.seq)
+            return None, None
+        return state, (snap.seq, snap.event_id, events[1:])
+
+    async def _save(self, store, stream, seq: int, event_id: str, state: S) -> None:
+        try:
+            await store.save_snapshot(
+                Snapshot(stream, self.name, self.version, seq, event_id, self.dump(state))
+            )
+        except Exception:  # a failed save costs a longer fold later, nothing else
+            log.warning("projection %s: saving a snapshot of %s failed", self.key, stream,
+                        exc_info=True)
+
+    async def _load_at(self, store, stream, at: int) -> Loaded[S]:
+        """Time travel: the state as of event ``at`` (from a snapshot at or before it)."""
+        if at < 0:
+            raise ValueError("at must be a seq >= 0")
+        state, base = await self._from_snapshot(store, stream)
+        if base is not None and base[0] <= at:
+            base_seq = base[0]
+            tail = [e for e in base[2] if e.seq <= at]
+            source = "snapshot"
+        else:
+            state, base_seq, source = self.new_state(), 0, "replay"
+            tail = await store.read(stream, limit=at) if at else []
+        state = self.fold(tail, state)
+        last = tail[-1].seq if tail else base_seq
+        return Loaded(self.result(state), last, source, base_seq, len(tail))
+
+
+def _publishable(store: Any) -> bool:
+    # A store that may be reading a caller's uncommitted rows says so: a state built
+    # on them must not outlive a rollback.
+    check = getattr(store, "publishable", None)
+    return check() if callable(check) else True
+
+
+async def iterate(
+    store: EventStore,
+    stream: str,
+    *,
+    after: int = 0,
+    tenant: str | None = None,
+    page_size: int = 1000,
+) -> AsyncIterator[Event]:
+    """The events of ``stream`` after seq ``after`` (of one tenant), page by page."""
+    while True:
+        page = await store.read(stream, after=after, limit=page_size, tenant=tenant)
+        for e in page:
+            yield e
+        if len(page) < page_size:
+            return
+        after = page[-1].seq
+
+
+async def fold(
+    projection: Projection[S],
+    store: EventStore,
+    stream: str,
+    *,
+    after: int = 0,
+    tenant: str | None = None,
+) -> S:
+    """Fold ``projection`` over the stream from ``after`` (of one tenant): no snapshot,
+    no cache. This whole-log fold is the reference every faster path is tested against."""
+    state = projection.new_state()
+    async for e in iterate(store, stream, after=after, tenant=tenant):
+        state = projection.fold((e,), state)
+    return projection.result(state)

@@ -1,0 +1,182 @@
+"""The EventStore protocol, snapshots, and the in-memory store."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, replace
+from typing import Iterable, Protocol, Sequence, runtime_checkable
+
+from .errors import ConcurrencyError, InvalidEventError
+from .event import Event, check_event
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A projection's folded state at ``seq``, serialised as JSON text.
+
+    ``event_id`` is the id of the event at ``seq``: a reader uses the snapshot only if
+    its own view of the log holds that same event there, so a snapshot from another
+    log, or from the future of an older view, is never folded on.
+    """
+
+    stream: str
+    name: str
+    version: int
+    seq: int
+    event_id: str
+    state: str
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """Where streams of events live. Every backend passes one contract suite.
+
+    - ``append`` assigns dense ``seq`` numbers, absorbs an event whose id is already
+      stored (returning only the newly stored events), and raises
+      :class:`ConcurrencyError` for a write that would break ``seq``. A batch is
+      atomic: all of it is stored or none.
+    - ``read`` returns events with ``seq > after`` in order, at most ``limit``.
+    - snapshots are keyed by (stream, name, version); ``save_snapshot`` is monotonic:
+      it stores nothing (and returns False) unless its seq is newer than the stored one.
+    """
+
+    #: Identifies the underlying log for in-process caches (two store objects over the
+    #: same database share it).
+    cache_key: str
+
+    async def append(
+        self, events: Sequence[Event], *, expected_seq: int | None = None
+    ) -> list[Event]: ...
+
+    async def read(
+        self,
+        stream: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        tenant: str | None = None,
+    ) -> list[Event]: ...
+
+    async def head(self, stream: str) -> tuple[int, str] | None: ...
+
+    async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None: ...
+
+    async def save_snapshot(self, snapshot: Snapshot) -> bool: ...
+
+    async def erase(self, stream: str) -> int: ...
+
+    async def streams(self) -> list[str]: ...
+
+
+def prepare_batch(events: Iterable[Event]) -> tuple[str, list[Event], list[str]]:
+    """Validate a batch for ``append``: one stream, every event valid.
+
+    Returns the stream, the events (duplicates within the batch dropped) and their
+    data as JSON text. Raises before anything is written.
+    """
+    events = list(events)
+    if not events:
+        return "", [], []
+    stream = events[0].stream
+    texts: list[str] = []
+    seen: set[str] = set()
+    kept: list[Event] = []
+    for e in events:
+        text = check_event(e)
+        if e.stream != stream:
+            raise InvalidEventError("one append writes to one stream")
+        if e.id in seen:
+            continue
+        seen.add(e.id)
+        kept.append(e)
+        texts.append(text)
+    return stream, kept, texts
+
+
+def assign_seqs(events: list[Event], head: int, expected_seq: int | None) -> list[Event]:
+    """Number new events after ``head``; refuse any write that would break ``seq``."""
+    if expected_seq is not None and expected_seq != head:
+        raise ConcurrencyError(f"stream head is {head}, expected {expected_seq}")
+    out = []
+    for i, e in enumerate(events, start=head + 1):
+        if e.seq is not None and e.seq != i:
+            raise ConcurrencyError(f"event {e.id} claims seq {e.seq} but the next seq is {i}")
+        out.append(replace(e, seq=i))
+    return out
+
+
+class InMemoryEventStore:
+    """A complete EventStore in a dict: for tests and single-process, non-durable use.
+
+    Stored events hold a decoded copy of their data, as a database would, so a caller
+    that mutates its dict after appending changes nothing in the log.
+    """
+
+    def __init__(self) -> None:
+        self._streams: dict[str, list[Event]] = {}
+        self._ids: set[str] = set()
+        self._snapshots: dict[tuple[str, str, int], Snapshot] = {}
+        self._lock = threading.Lock()
+        self.cache_key = f"memory:{id(self)}"
+
+    async def append(
+        self, events: Sequence[Event], *, expected_seq: int | None = None
+    ) -> list[Event]:
+        stream, batch, texts = prepare_batch(events)
+        if not batch:
+            return []
+        with self._lock:
+            log = self._streams.get(stream, [])
+            fresh = [
+                replace(e, data=json.loads(t))
+                for e, t in zip(batch, texts)
+                if e.id not in self._ids
+            ]
+            stored = assign_seqs(fresh, len(log), expected_seq)
+            if stored:
+                log.extend(stored)
+                self._streams[stream] = log
+                self._ids.update(e.id for e in stored)
+            return stored
+
+    async def read(
+        self,
+        stream: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        tenant: str | None = None,
+    ) -> list[Event]:
+        log = self._streams.get(stream, [])
+        out = log[max(after, 0) :]
+        if tenant is not None:
+            out = [e for e in out if e.tenant == tenant]
+        return out[:limit] if limit is not None else list(out)
+
+    async def head(self, stream: str) -> tuple[int, str] | None:
+        log = self._streams.get(stream)
+        return (log[-1].seq, log[-1].id) if log else None
+
+    async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
+        return self._snapshots.get((stream, name, version))
+
+    async def save_snapshot(self, snapshot: Snapshot) -> bool:
+        key = (snapshot.stream, snapshot.name, snapshot.version)
+        with self._lock:
+            old = self._snapshots.get(key)
+            if old is not None and old.seq >= snapshot.seq:
+                return False
+            self._snapshots[key] = snapshot
+            return True
+
+    async def erase(self, stream: str) -> int:
+        with self._lock:
+            log = self._streams.pop(stream, [])
+            self._ids.difference_update(e.id for e in log)
+            for key in [k for k in self._snapshots if k[0] == stream]:
+                del self._snapshots[key]
+            return len(log)
+
+    async def streams(self) -> list[str]:
+        return sorted(self._streams)
