@@ -1,0 +1,199 @@
+"""The EventStore over the Django ORM (SQLite and PostgreSQL; any backend Django has).
+
+The database enforces the invariants (see ``migrations/0002``); this module adds what
+SQL alone does not say: absorbing an already stored event id, numbering a batch, and
+serialising appenders of one stream.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from datetime import timezone
+from typing import Sequence
+
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, OperationalError, connections, transaction
+from django.utils.timezone import now
+
+from .events import ConcurrencyError, Event, Snapshot
+from .events.event import decode_blobs, encode_blobs
+from .events.store import assign_seqs, prepare_batch
+from .models import EventRecord, SnapshotRecord
+
+_FIELDS = ("id", "stream", "seq", "type", "data", "causation", "time", "blobs", "tenant")
+# Appenders that lose a race (SQLite's single writer, or a concurrent insert of the same
+# id) re-read and try again; past this many tries the error is real.
+_RETRIES = 20
+
+
+def _to_event(row) -> Event:
+    id_, stream, seq, type_, data, causation, time_, blobs, tenant = row
+    if time_.tzinfo is None:  # a site with USE_TZ = False stores naive UTC
+        time_ = time_.replace(tzinfo=timezone.utc)
+    return Event(
+        id=id_,
+        stream=stream,
+        seq=seq,
+        type=type_,
+        data=data,
+        causation=causation,
+        time=time_,
+        blobs=decode_blobs(blobs) if blobs else (),
+        tenant=tenant,
+    )
+
+
+class DjangoEventStore:
+    """An :class:`~aaa_django.events.EventStore` on the database alias ``using``.
+
+    Async methods (the protocol the engine uses) run the ORM in Django's
+    thread-sensitive executor; the ``*_sync`` methods are for sync callers (Celery
+    tasks, the admin, the API). Appends join the caller's transaction when there is
+    one, so events commit (or roll back) with the caller's own writes.
+    """
+
+    def __init__(self, using: str = "default") -> None:
+        self.using = using
+        self.cache_key = f"django:{using}"
+        self.append = sync_to_async(self.append_sync, thread_sensitive=True)
+        self.read = sync_to_async(self.read_sync, thread_sensitive=True)
+        self.head = sync_to_async(self.head_sync, thread_sensitive=True)
+        self.load_snapshot = sync_to_async(self.load_snapshot_sync, thread_sensitive=True)
+        self.save_snapshot = sync_to_async(self.save_snapshot_sync, thread_sensitive=True)
+        self.erase = sync_to_async(self.erase_sync, thread_sensitive=True)
+        self.streams = sync_to_async(self.streams_sync, thread_sensitive=True)
+
+    def __repr__(self) -> str:
+        return f"DjangoEventStore(using={self.using!r})"
+
+    @property
+    def _events(self):
+        return EventRecord.objects.using(self.using)
+
+    # -- events -------------------------------------------------------------------
+
+    def append_sync(
+        self, events: Sequence[Event], *, expected_seq: int | None = None
+    ) -> list[Event]:
+        stream, batch, _ = prepare_batch(events)  # raises before any write
+        if not batch:
+            return []
+        for attempt in range(_RETRIES):
+            try:
+                return self._append_once(stream, batch, expected_seq)
+            except (IntegrityError, OperationalError) as exc:
+                # Lost a race with another appender (SQLite: "database is locked";
+                # both: the same seq or id inserted first by someone else). Re-read
+                # and decide again; inside a caller's transaction our atomic block was
+                # a savepoint, rolled back, so the caller's transaction is still usable.
+                if attempt == _RETRIES - 1:
+                    raise ConcurrencyError(f"append to {stream} lost a race: {exc}") from exc
+                time.sleep(0.001 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _append_once(self, stream: str, batch: list[Event], expected_seq: int | None):
+        conn = connections[self.using]
+        with transaction.atomic(using=self.using):
+            if conn.vendor == "postgresql":
+                # One appender per stream at a time; released at commit.
+                with conn.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(stream)])
+            head = self._head_seq(stream)
+            known = set(
+                self._events.filter(id__in=[e.id for e in batch]).values_list("id", flat=True)
+            )
+            stored = assign_seqs([e for e in batch if e.id not in known], head, expected_seq)
+            if stored:
+                self._events.bulk_create(
+                    [
+                        EventRecord(
+                            id=e.id,
+                            stream=e.stream,
+                            seq=e.seq,
+                            type=e.type,
+                            data=e.data,
+                            causation=e.causation,
+                            time=e.time,
+                            blobs=encode_blobs(e.blobs),
+                            tenant=e.tenant,
+                        )
+                        for e in stored
+                    ]
+                )
+        return stored
+
+    def _head_seq(self, stream: str) -> int:
+        row = self._events.filter(stream=stream).order_by("-seq").values_list("seq")[:1]
+        return row[0][0] if row else 0
+
+    def read_sync(
+        self,
+        stream: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        tenant: str | None = None,
+    ) -> list[Event]:
+        qs = self._events.filter(stream=stream, seq__gt=after)
+        if tenant is not None:
+            qs = qs.filter(tenant=tenant)
+        qs = qs.order_by("seq").values_list(*_FIELDS)
+        if limit is not None:
+            qs = qs[:limit]
+        return [_to_event(row) for row in qs]
+
+    def head_sync(self, stream: str) -> tuple[int, str] | None:
+        row = self._events.filter(stream=stream).order_by("-seq").values_list("seq", "id")[:1]
+        return (row[0][0], row[0][1]) if row else None
+
+    def erase_sync(self, stream: str) -> int:
+        with transaction.atomic(using=self.using):
+            SnapshotRecord.objects.using(self.using).filter(stream=stream).delete()
+            deleted, _ = self._events.filter(stream=stream).delete()
+        return deleted
+
+    def streams_sync(self) -> list[str]:
+        return list(self._events.order_by("stream").values_list("stream", flat=True).distinct())
+
+    # -- snapshots ----------------------------------------------------------------
+
+    def load_snapshot_sync(self, stream: str, name: str, version: int) -> Snapshot | None:
+        row = (
+            SnapshotRecord.objects.using(self.using)
+            .filter(stream=stream, name=name, version=version)
+            .values_list("seq", "event_id", "state")
+            .first()
+        )
+        return Snapshot(stream, name, version, row[0], row[1], row[2]) if row else None
+
+    def save_snapshot_sync(self, snapshot: Snapshot) -> bool:
+        """Store ``snapshot`` unless one at the same or a later seq is stored already.
+
+        One conditional UPDATE, then an INSERT if there was no row: two savers racing
+        cannot move the seq backwards (the WHERE clause, and the database trigger,
+        refuse it), and a lost INSERT race is retried as the UPDATE.
+        """
+        records = SnapshotRecord.objects.using(self.using)
+        key = dict(stream=snapshot.stream, name=snapshot.name, version=snapshot.version)
+        values = dict(
+            seq=snapshot.seq, event_id=snapshot.event_id, state=snapshot.state, saved_at=now()
+        )
+        for _ in range(_RETRIES):
+            try:
+                with transaction.atomic(using=self.using):
+                    if records.filter(**key, seq__lt=snapshot.seq).update(**values):
+                        return True
+                    if records.filter(**key).exists():
+                        return False
+                    records.create(**key, **values)
+                    return True
+            except (IntegrityError, OperationalError):
+                time.sleep(0.001)  # lost an INSERT race: the next try is the UPDATE
+        return False
+
+
+def _lock_key(stream: str) -> int:
+    # pg_advisory_xact_lock takes a signed 64-bit key; crc32 spreads streams well enough
+    # (a collision only makes two streams' appenders wait for each other).
+    return zlib.crc32(stream.encode()) - 2**31

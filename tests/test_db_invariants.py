@@ -1,0 +1,106 @@
+"""The log's invariants hold in the database itself: raw SQL that bypasses the ORM and
+the store is refused. Run on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import DatabaseError, connections, transaction
+
+from aaa_django.events import Event, Snapshot
+from aaa_django.store import DjangoEventStore
+
+pytestmark = pytest.mark.django_db(databases="__all__")
+
+INSERT = (
+    "INSERT INTO aaa_event (id, stream, seq, type, data, causation, time, blobs, tenant) "
+    "VALUES (%s, %s, %s, 'aaa.test.raw', '{}', NULL, '2026-01-01 00:00:00+00:00', '[]', NULL)"
+)
+
+
+def _refused(alias: str, sql: str, params=()) -> None:
+    with pytest.raises(DatabaseError):
+        with transaction.atomic(using=alias), connections[alias].cursor() as cur:
+            cur.execute(sql, params)
+
+
+@pytest.fixture
+def stored(db_alias):
+    store = DjangoEventStore(db_alias)
+    store.append_sync([Event.new("s", "aaa.test.one", {"n": 1}, id="e1")])
+    store.append_sync([Event.new("s", "aaa.test.two", {"n": 2}, id="e2")])
+    return db_alias
+
+
+def _count(alias: str, where: str = "", params=()) -> int:
+    with connections[alias].cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM aaa_event " + where, params)
+        return cur.fetchone()[0]
+
+
+def test_unique_stream_seq(stored):
+    _refused(stored, INSERT, ["other-id", "s", 2])
+    assert _count(stored, "WHERE stream = %s", ["s"]) == 2
+
+
+def test_unique_event_id(stored):
+    _refused(stored, INSERT, ["e1", "s", 3])
+    _refused(stored, INSERT, ["e1", "another-stream", 1])
+    assert _count(stored) == 2
+
+
+def test_seq_is_dense(stored):
+    _refused(stored, INSERT, ["e9", "s", 9])
+    _refused(stored, INSERT, ["n1", "new-stream", 2])
+    with transaction.atomic(using=stored), connections[stored].cursor() as cur:
+        cur.execute(INSERT, ["e3", "s", 3])  # the next seq is accepted
+    assert _count(stored, "WHERE stream = %s", ["s"]) == 3
+
+
+def test_events_are_never_updated(stored):
+    _refused(stored, "UPDATE aaa_event SET type = 'aaa.test.forged' WHERE id = 'e1'")
+    _refused(stored, "UPDATE aaa_event SET seq = 5 WHERE id = 'e2'")
+    events = DjangoEventStore(stored).read_sync("s")
+    assert [(e.id, e.seq, e.type) for e in events] == [
+        ("e1", 1, "aaa.test.one"),
+        ("e2", 2, "aaa.test.two"),
+    ]
+
+
+def test_erase_may_delete(stored):
+    assert DjangoEventStore(stored).erase_sync("s") == 2
+    assert _count(stored) == 0
+
+
+def test_snapshot_seq_never_goes_backwards(stored):
+    store = DjangoEventStore(stored)
+    assert store.save_snapshot_sync(Snapshot("s", "p", 1, 2, "e2", '{"n": 2}'))
+    _refused(stored, "UPDATE aaa_snapshot SET seq = 1 WHERE stream = 's'")
+    assert not store.save_snapshot_sync(Snapshot("s", "p", 1, 1, "e1", '{"n": 1}'))
+    snap = store.load_snapshot_sync("s", "p", 1)
+    assert (snap.seq, snap.state) == (2, '{"n": 2}')
+
+
+def test_stream_reads_use_indexes(pg_alias):
+    """On PostgreSQL, a stream's tail, its head and its latest snapshot are index scans
+    even with many streams in the table."""
+    store = DjangoEventStore(pg_alias)
+    for s in range(200):
+        store.append_sync([Event.new(f"s{s}", "aaa.test.e", {"i": i}) for i in range(20)])
+    with connections[pg_alias].cursor() as cur:
+        cur.execute("ANALYZE aaa_event")
+        cur.execute("ANALYZE aaa_snapshot")
+        plans = {}
+        for label, sql in {
+            "tail": "SELECT * FROM aaa_event WHERE stream = 's7' AND seq > 10 ORDER BY seq",
+            "head": "SELECT seq, id FROM aaa_event WHERE stream = 's7' ORDER BY seq DESC LIMIT 1",
+            "snapshot": "SELECT seq, event_id, state FROM aaa_snapshot "
+            "WHERE stream = 's7' AND name = 'p' AND version = 1",
+        }.items():
+            cur.execute("SET enable_seqscan = off" if label == "snapshot" else "SET enable_seqscan = on")
+            cur.execute("EXPLAIN " + sql)
+            plans[label] = "\n".join(r[0] for r in cur.fetchall())
+        cur.execute("SET enable_seqscan = on")
+    assert "aaa_event_stream_seq" in plans["tail"], plans["tail"]
+    assert "aaa_event_stream_seq" in plans["head"], plans["head"]
+    assert "aaa_snapshot_stream_name_version" in plans["snapshot"], plans["snapshot"]
+    assert "Seq Scan" not in plans["tail"] + plans["head"]
