@@ -44,6 +44,12 @@ def _to_event(row) -> Event:
     )
 
 
+class EventList(list):
+    """The events a read returned, and whether they were read outside any transaction."""
+
+    committed = True
+
+
 class DjangoEventStore:
     """An :class:`~aaa_django.events.EventStore` on the database alias ``using``.
 
@@ -141,7 +147,11 @@ class DjangoEventStore:
         qs = qs.order_by("seq").values_list(*_FIELDS)
         if limit is not None:
             qs = qs[:limit]
-        return [_to_event(row) for row in qs]
+        events = EventList(_to_event(row) for row in qs)
+        # Rows read inside a caller's transaction may still be rolled back: say so, and
+        # the in-process holder will not share a state folded from them.
+        events.committed = not connections[self.using].in_atomic_block
+        return events
 
     def head_sync(self, stream: str) -> tuple[int, str] | None:
         row = self._events.filter(stream=stream).order_by("-seq").values_list("seq", "id")[:1]

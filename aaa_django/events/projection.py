@@ -159,7 +159,9 @@ class Projection(Generic[S]):
                 events = await store.read(stream, after=prior.cursor - 1)
                 if events and events[0].seq == prior.cursor and events[0].id == prior.event_id:
                     cache.hits += 1
-                    return await self._advance(store, stream, key, cache, prior, events[1:])
+                    return await self._advance(
+                        store, stream, key, cache, prior, events[1:], _committed(events)
+                    )
                 # The reader's view does not reach the prior's cursor (an older view),
                 # or holds another event there (another log): never use it.
                 cache.rejected += 1
@@ -168,9 +170,10 @@ class Projection(Generic[S]):
         state, base = await self._from_snapshot(store, stream)
         if base is None:
             tail = await store.read(stream)
+            committed = _committed(tail)
             state, base_seq, base_id, source = self.new_state(), 0, "", "replay"
         else:
-            base_seq, base_id, tail = base
+            base_seq, base_id, tail, committed = base
             source = "snapshot"
         state = self.fold(tail, state)
         last_seq, last_id = (tail[-1].seq, tail[-1].id) if tail else (base_seq, base_id)
@@ -178,11 +181,11 @@ class Projection(Generic[S]):
         if tail and unsaved >= self.every and self.snapshots:
             await self._save(store, stream, last_seq, last_id, state)
             unsaved = 0
-        if cache is not None and last_seq and _publishable(store):
+        if cache is not None and last_seq and committed:
             cache.publish(key, Folded(last_seq, last_id, state, unsaved))
         return Loaded(self.result(state), last_seq or 0, source, base_seq, len(tail))
 
-    async def _advance(self, store, stream, key, cache: FoldCache, prior: Folded, tail):
+    async def _advance(self, store, stream, key, cache: FoldCache, prior: Folded, tail, committed):
         state = self.fold(tail, self.copy(prior.state)) if tail else prior.state
         if tail:
             unsaved = prior.unsaved + len(tail)
@@ -190,7 +193,7 @@ class Projection(Generic[S]):
                 await self._save(store, stream, tail[-1].seq, tail[-1].id, state)
                 unsaved = 0
             entry = Folded(tail[-1].seq, tail[-1].id, state, unsaved)
-            if _publishable(store):
+            if committed:
                 cache.publish(key, entry)
         else:
             entry = prior
@@ -219,7 +222,7 @@ class Projection(Generic[S]):
         return reference
 
     async def _from_snapshot(self, store, stream):
-        """(state, (seq, event id, tail)) from a usable snapshot, else (None, None)."""
+        """(state, (seq, event id, tail, committed)) from a usable snapshot, else (None, None)."""
         if not self.snapshots:
             return None, None
         try:
@@ -245,7 +248,7 @@ class Projection(Generic[S]):
             log.info("projection %s: snapshot of %s at seq %s is not in this view of the "
                      "log, replaying", self.key, stream, snap.seq)
             return None, None
-        return state, (snap.seq, snap.event_id, events[1:])
+        return state, (snap.seq, snap.event_id, events[1:], _committed(events))
 
     async def _save(self, store, stream, seq: int, event_id: str, state: S) -> None:
         try:
@@ -273,11 +276,11 @@ class Projection(Generic[S]):
         return Loaded(self.result(state), last, source, base_seq, len(tail))
 
 
-def _publishable(store: Any) -> bool:
-    # A store that may be reading a caller's uncommitted rows says so: a state built
-    # on them must not outlive a rollback.
-    check = getattr(store, "publishable", None)
-    return check() if callable(check) else True
+def _committed(events: Any) -> bool:
+    # A store that may have read a caller's uncommitted rows (a read inside the caller's
+    # transaction) marks the list it returned: a state built on those rows must not be
+    # published to other readers, since a rollback would take the rows back.
+    return getattr(events, "committed", True)
 
 
 async def iterate(
