@@ -18,7 +18,9 @@ class EventRecord(models.Model):
     stream = models.CharField(max_length=200)
     seq = models.PositiveBigIntegerField()
     type = models.CharField(max_length=200)
-    data = models.JSONField(default=dict)
+    # JSON text, not jsonb: an event is a fact and must read back exactly as written
+    # (jsonb reorders keys, rewrites numbers such as 1e300, and refuses "\u0000").
+    data = models.TextField(default="{}")
     causation = models.CharField(max_length=200, null=True, blank=True)
     time = models.DateTimeField()
     blobs = models.JSONField(default=list, blank=True)

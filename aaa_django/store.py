@@ -7,8 +7,10 @@ serialising appenders of one stream.
 
 from __future__ import annotations
 
+import json
 import time
 import zlib
+from dataclasses import replace
 from datetime import timezone
 from typing import Sequence
 
@@ -36,7 +38,7 @@ def _to_event(row) -> Event:
         stream=stream,
         seq=seq,
         type=type_,
-        data=data,
+        data=json.loads(data),
         causation=causation,
         time=time_,
         blobs=decode_blobs(blobs) if blobs else (),
@@ -82,12 +84,12 @@ class DjangoEventStore:
     def append_sync(
         self, events: Sequence[Event], *, expected_seq: int | None = None
     ) -> list[Event]:
-        stream, batch, _ = prepare_batch(events)  # raises before any write
+        stream, batch, texts = prepare_batch(events)  # raises before any write
         if not batch:
             return []
         for attempt in range(_RETRIES):
             try:
-                return self._append_once(stream, batch, expected_seq)
+                return self._append_once(stream, batch, texts, expected_seq)
             except (IntegrityError, OperationalError) as exc:
                 # Lost a race with another appender (SQLite: "database is locked";
                 # both: the same seq or id inserted first by someone else). Re-read
@@ -98,7 +100,7 @@ class DjangoEventStore:
                 time.sleep(0.001 * (attempt + 1))
         raise AssertionError("unreachable")
 
-    def _append_once(self, stream: str, batch: list[Event], expected_seq: int | None):
+    def _append_once(self, stream: str, batch: list[Event], texts: list[str], expected_seq):
         conn = connections[self.using]
         with transaction.atomic(using=self.using):
             if conn.vendor == "postgresql":
@@ -109,7 +111,10 @@ class DjangoEventStore:
             known = set(
                 self._events.filter(id__in=[e.id for e in batch]).values_list("id", flat=True)
             )
-            stored = assign_seqs([e for e in batch if e.id not in known], head, expected_seq)
+            fresh = [(e, t) for e, t in zip(batch, texts) if e.id not in known]
+            stored = assign_seqs([e for e, _ in fresh], head, expected_seq)
+            # What the caller gets back is what a reader will get: the decoded text.
+            stored = [replace(e, data=json.loads(t)) for e, (_, t) in zip(stored, fresh)]
             if stored:
                 self._events.bulk_create(
                     [
@@ -118,13 +123,13 @@ class DjangoEventStore:
                             stream=e.stream,
                             seq=e.seq,
                             type=e.type,
-                            data=e.data,
+                            data=t,
                             causation=e.causation,
                             time=e.time,
                             blobs=encode_blobs(e.blobs),
                             tenant=e.tenant,
                         )
-                        for e in stored
+                        for e, (_, t) in zip(stored, fresh)
                     ]
                 )
         return stored
@@ -194,8 +199,12 @@ class DjangoEventStore:
                 with transaction.atomic(using=self.using):
                     if records.filter(**key, seq__lt=snapshot.seq).update(**values):
                         return True
-                    if records.filter(**key).exists():
+                    if records.filter(**key, seq__gte=snapshot.seq).exists():
                         return False
+                    if records.filter(**key).exists():
+                        # An older snapshot was committed since our UPDATE looked: try
+                        # the UPDATE again rather than give up on a newer state.
+                        continue
                     records.create(**key, **values)
                     return True
             except (IntegrityError, OperationalError):

@@ -13,6 +13,7 @@ from .ids import derive_id, new_id
 
 _TYPE_RE = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)+$")
 MAX_NAME = 200
+MAX_DEPTH = 256
 
 
 def utcnow() -> datetime:
@@ -167,14 +168,18 @@ def check_event(event: Any) -> str:
     return encode_json(event.data)
 
 
-def _check_keys(value: Any) -> None:
+def _check_keys(value: Any, depth: int = 0) -> None:
     # json.dumps silently turns a key 1 into "1": the stored event would differ from
     # the one the caller built, so reject it instead.
+    if depth > MAX_DEPTH:
+        # Deeper than this, json (and this walk) would hit the interpreter's recursion
+        # limit: a RecursionError, not a clear error, and a log no reader could decode.
+        raise InvalidEventError(f"event data is nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
                 raise InvalidEventError(f"event data keys must be strings, got {k!r}")
-            _check_keys(v)
+            _check_keys(v, depth + 1)
     elif isinstance(value, (list, tuple)):
         for v in value:
-            _check_keys(v)
+            _check_keys(v, depth + 1)

@@ -1,0 +1,17 @@
+"""The Django app configuration."""
+
+from django.apps import AppConfig
+
+
+class AaaConfig(AppConfig):
+    name = "aaa_django"
+    label = "aaa"
+    verbose_name = "Agent runs"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.core import checks
+
+        from .checks import check_aaa_settings
+
+        checks.register(check_aaa_settings)

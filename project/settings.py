@@ -1,0 +1,162 @@
+"""Settings of the example site.
+
+The embedded default needs nothing: SQLite at var/db.sqlite3, the in-process bus and
+blobs on disk under var/blobs. Environment variables switch on the cluster parts:
+
+  AAA_DEBUG            "1"/"0" (default 1: this is a demo site)
+  AAA_SECRET_KEY       the secret key (default: a development-only key)
+  AAA_ALLOWED_HOSTS    comma-separated (default: localhost,127.0.0.1,[::1])
+  AAA_DB               "sqlite" (default) or "postgres"
+  AAA_SQLITE_PATH      the SQLite file (default var/db.sqlite3)
+  AAA_PG_HOST, AAA_PG_PORT, AAA_PG_NAME, AAA_PG_USER, AAA_PG_PASSWORD
+                       PostgreSQL when AAA_DB=postgres (defaults 127.0.0.1, 5432,
+                       aaa, postgres, empty)
+  AAA_BUS              "inprocess" (default) or "celery"
+  AAA_REDIS_URL        Celery broker and result backend (e.g. redis://127.0.0.1:6379/0)
+  AAA_S3_BUCKET        blobs in S3 (django-storages) when set, with AAA_S3_ENDPOINT,
+                       AAA_S3_ACCESS_KEY, AAA_S3_SECRET_KEY, AAA_S3_REGION
+"""
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+
+def env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+# DEVELOPMENT-ONLY default key: set AAA_SECRET_KEY anywhere the site is reachable.
+SECRET_KEY = env("AAA_SECRET_KEY", "dev-only-insecure-key-do-not-deploy-aaa-django")
+DEBUG = env_flag("AAA_DEBUG", True)
+ALLOWED_HOSTS = [h for h in env("AAA_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "aaa_django",
+    "project",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+WSGI_APPLICATION = "project.wsgi.application"
+ASGI_APPLICATION = "project.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if env("AAA_DB", "sqlite") == "postgres":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "HOST": env("AAA_PG_HOST", "127.0.0.1"),
+            "PORT": env("AAA_PG_PORT", "5432"),
+            "NAME": env("AAA_PG_NAME", "aaa"),
+            "USER": env("AAA_PG_USER", "postgres"),
+            "PASSWORD": env("AAA_PG_PASSWORD"),
+        }
+    }
+else:
+    VAR_DIR.mkdir(exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": env("AAA_SQLITE_PATH") or VAR_DIR / "db.sqlite3",
+            # WAL lets the web process read while a run appends.
+            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE"},
+        }
+    }
+
+if env("AAA_S3_BUCKET"):
+    BLOB_STORAGE = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": env("AAA_S3_BUCKET"),
+            "endpoint_url": env("AAA_S3_ENDPOINT") or None,
+            "access_key": env("AAA_S3_ACCESS_KEY") or None,
+            "secret_key": env("AAA_S3_SECRET_KEY") or None,
+            "region_name": env("AAA_S3_REGION") or None,
+        },
+    }
+else:
+    BLOB_STORAGE = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": VAR_DIR / "blobs"},
+    }
+
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "aaa_blobs": BLOB_STORAGE,
+}
+
+AAA = {
+    "BUS": env("AAA_BUS", "inprocess"),
+    "BLOB_STORAGE": "aaa_blobs",
+}
+
+# Celery (used when AAA_BUS=celery): `celery -A project worker`.
+CELERY_BROKER_URL = env("AAA_REDIS_URL", "memory://")
+CELERY_RESULT_BACKEND = env("AAA_REDIS_URL") or None
+CELERY_TASK_IGNORE_RESULT = True
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+MEDIA_ROOT = VAR_DIR / "media"
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"aaa_django": {"handlers": ["console"], "level": env("AAA_LOG_LEVEL", "INFO")}},
+}

@@ -1,0 +1,97 @@
+"""Shared fixtures: the database aliases and the services bin/test starts.
+
+A test that needs a service asks for it through a fixture here. Without the service it
+is skipped on a developer's `pytest`, but fails under bin/test and CI
+(AAA_REQUIRE_SERVICES=1 or CI set), so a broken service never hides as a skip.
+
+Fixtures:
+  db_alias     "default" (SQLite) and "postgres", parametrised (ids sqlite, postgres);
+               mark the test @pytest.mark.django_db(databases="__all__") (or list it).
+  pg_alias     "postgres"; the PostgreSQL alias alone.
+  s3_endpoint  the S3-compatible endpoint URL (moto under bin/test).
+  s3_bucket    a fresh bucket on it: a dict of django-storages S3Storage OPTIONS.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from django.conf import settings
+
+S3_ACCESS_KEY = "testing"
+S3_SECRET_KEY = "testing"
+S3_REGION = "us-east-1"
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def services_required() -> bool:
+    return _truthy(os.environ.get("CI")) or os.environ.get("AAA_REQUIRE_SERVICES") == "1"
+
+
+def require_service(name: str, available: bool) -> None:
+    """Skip (developer run) or fail (bin/test, CI) when service `name` is missing."""
+    if available:
+        return
+    message = f"service {name!r} is not available (bin/test starts it)"
+    if services_required():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def pg_alias() -> str:
+    require_service("postgres", "postgres" in settings.DATABASES)
+    return "postgres"
+
+
+@pytest.fixture(params=["default", "postgres"], ids=["sqlite", "postgres"])
+def db_alias(request: pytest.FixtureRequest) -> str:
+    if request.param == "postgres":
+        require_service("postgres", "postgres" in settings.DATABASES)
+    return request.param
+
+
+@pytest.fixture
+def s3_endpoint() -> str:
+    endpoint = os.environ.get("AAA_TEST_S3_ENDPOINT", "")
+    require_service("s3", bool(endpoint))
+    return endpoint
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str) -> dict:
+    import boto3
+
+    name = f"aaa-test-{uuid.uuid4().hex[:12]}"
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET_KEY,
+        region_name=S3_REGION,
+    )
+    client.create_bucket(Bucket=name)
+    return {
+        "bucket_name": name,
+        "endpoint_url": s3_endpoint,
+        "access_key": S3_ACCESS_KEY,
+        "secret_key": S3_SECRET_KEY,
+        "region_name": S3_REGION,
+    }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests by the services they use, so `-m "not postgres"` works."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec else {}
+        if "pg_alias" in names or params.get("db_alias") == "postgres":
+            item.add_marker(pytest.mark.postgres)
+        if "s3_endpoint" in names:
+            item.add_marker(pytest.mark.s3)

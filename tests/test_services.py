@@ -1,0 +1,33 @@
+"""The services bin/test starts are reachable through the fixtures in conftest."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.files.base import ContentFile
+from django.db import connections
+
+
+@pytest.mark.django_db(databases="__all__")
+def test_each_database_alias_answers_and_isolates_tests(db_alias):
+    vendor = {"default": "sqlite", "postgres": "postgresql"}[db_alias]
+    assert connections[db_alias].vendor == vendor
+    User = get_user_model()
+    User.objects.db_manager(db_alias).create_user("someone")
+    assert User.objects.using(db_alias).count() == 1  # rolled back after each test
+
+
+@pytest.mark.django_db(databases="__all__", transaction=True)
+def test_postgres_test_database_is_the_one_pytest_django_made(pg_alias):
+    with connections[pg_alias].cursor() as cursor:
+        cursor.execute("select current_database()")
+        (name,) = cursor.fetchone()
+    assert name.startswith("test_aaa")
+
+
+def test_s3_round_trip_through_django_storages(s3_bucket):
+    from storages.backends.s3 import S3Storage
+
+    storage = S3Storage(**s3_bucket)
+    name = storage.save("blobs/hello.txt", ContentFile(b"hello"))
+    with storage.open(name) as f:
+        assert f.read() == b"hello"
+    assert storage.exists(name)

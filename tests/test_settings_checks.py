@@ -1,0 +1,70 @@
+"""The AAA settings dict: defaults, merging, and the system checks that validate it."""
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from aaa_django.checks import check_aaa_settings
+from aaa_django.conf import DEFAULTS, aaa_settings
+
+
+def ids_for(aaa) -> list[str]:
+    with override_settings(AAA=aaa):
+        return [error.id for error in check_aaa_settings()]
+
+
+def test_defaults_apply_when_the_site_sets_nothing():
+    with override_settings(AAA={}):
+        assert aaa_settings() == DEFAULTS
+    assert DEFAULTS["BUS"] == "inprocess"
+    assert DEFAULTS["CLAIM_THRESHOLD"] == 16384
+
+
+def test_site_values_are_merged_over_defaults():
+    with override_settings(AAA={"BUS": "celery", "SNAPSHOT_EVERY": 8}):
+        merged = aaa_settings()
+    assert merged == {**DEFAULTS, "BUS": "celery", "SNAPSHOT_EVERY": 8}
+
+
+def test_a_valid_dict_passes():
+    assert ids_for({"BUS": "celery", "CLAIM_THRESHOLD": 0, "BLOB_STORAGE": None}) == []
+
+
+def test_an_unknown_key_is_an_error_naming_the_key():
+    with override_settings(AAA={"CLAIM_TRESHOLD": 10}):
+        (error,) = check_aaa_settings()
+    assert error.id == "aaa.E002"
+    assert "CLAIM_TRESHOLD" in error.msg
+
+
+@pytest.mark.parametrize(
+    "aaa, expected",
+    [
+        ([("BUS", "celery")], ["aaa.E001"]),
+        ({"CLAIM_THRESHOLD": "16k"}, ["aaa.E003"]),
+        ({"SNAPSHOT_EVERY": True}, ["aaa.E003"]),
+        ({"BUS": 1}, ["aaa.E003"]),
+        ({"BUS": "rabbit"}, ["aaa.E004"]),
+        ({"FOLD_CHECK_EVERY": -1}, ["aaa.E005"]),
+        ({"BLOB_STORAGE": "nowhere"}, ["aaa.E006"]),
+        ({"BLOB_STORAGE": 3}, ["aaa.E003"]),
+        ({"BUS": "kafka", "NOPE": 1}, ["aaa.E002", "aaa.E004"]),
+    ],
+)
+def test_bad_values_produce_the_expected_check_ids(aaa, expected):
+    assert sorted(ids_for(aaa)) == expected
+
+
+def test_blob_storage_may_name_a_storages_alias(settings):
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "blobs": {"BACKEND": "django.core.files.storage.InMemoryStorage"},
+    }
+    assert ids_for({"BLOB_STORAGE": "blobs"}) == []
+
+
+def test_the_check_is_registered_with_django():
+    with override_settings(AAA={"BUS": "rabbit"}):
+        with pytest.raises(SystemCheckError, match="aaa.E004"):
+            call_command("check")

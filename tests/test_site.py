@@ -1,0 +1,70 @@
+"""The example site in project/: its settings load, its admin answers, its demo user."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import override_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.django_db
+@override_settings(ROOT_URLCONF="project.urls")
+def test_admin_login_page_answers_and_staff_get_in(client):
+    assert client.get("/admin/login/").status_code == 200
+
+    get_user_model().objects.create_superuser("staff", password="pw")
+    client.login(username="staff", password="pw")
+    assert client.get("/admin/").status_code == 200
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AAA_"))}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_example_settings_pass_checks_on_the_cluster_settings():
+    result = manage(
+        "check",
+        AAA_DB="postgres",
+        AAA_BUS="celery",
+        AAA_REDIS_URL="redis://127.0.0.1:1/0",
+        AAA_S3_BUCKET="aaa-blobs",
+        AAA_S3_ENDPOINT="http://127.0.0.1:1",
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.slow
+def test_serve_setup_migrates_and_makes_the_demo_user_idempotently(tmp_path):
+    """What bin/serve does before runserver, on a scratch SQLite file."""
+    db = {"AAA_SQLITE_PATH": str(tmp_path / "site.sqlite3")}
+    migrate = manage("migrate", "--noinput", **db)
+    assert migrate.returncode == 0, migrate.stderr
+
+    first = manage("demo_user", **db)
+    second = manage("demo_user", **db)
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert "created" in first.stdout
+    assert "already present" in second.stdout
+
+    login = manage(
+        "shell",
+        "-c",
+        "from django.contrib.auth import authenticate;"
+        "u = authenticate(username='demo', password='demo');"
+        "print(u.is_staff and u.is_superuser)",
+        **db,
+    )
+    assert login.stdout.strip().splitlines()[-1:] == ["True"], login.stdout + login.stderr

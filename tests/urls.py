@@ -1,0 +1,8 @@
+"""URLs for the test suite."""
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+]
