@@ -1,0 +1,1 @@
+"""Agent algorithms built on the engine (pure core)."""

@@ -1,0 +1,1 @@
+"""Model handlers and clients (pure core)."""

@@ -1,0 +1,48 @@
+"""The engine: runs, contexts, budgets, outcomes and the in-process bus (pure core).
+
+``async with Engine(...) as engine``; ``run = await engine.start(algorithm, input)``;
+``outcome = await run.result()``. See :mod:`aaa_django.runtime.engine`.
+"""
+
+from . import types
+from .budget import Budget, Spend
+from .bus import InProcessBus
+from .ctx import Ctx
+from .engine import Engine
+from .meta import RUNMETA, RunMeta
+from .outcome import (
+    BUDGET_EXCEEDED,
+    CANCELLED,
+    FAILED,
+    INVALID_INPUT,
+    NO_SOLUTION,
+    OUTCOMES,
+    SUCCESS,
+    TIMEOUT,
+    Outcome,
+)
+from .registry import UnknownAlgorithmError, register
+from .run import Run
+
+__all__ = [
+    "BUDGET_EXCEEDED",
+    "CANCELLED",
+    "FAILED",
+    "INVALID_INPUT",
+    "NO_SOLUTION",
+    "OUTCOMES",
+    "RUNMETA",
+    "SUCCESS",
+    "TIMEOUT",
+    "Budget",
+    "Ctx",
+    "Engine",
+    "InProcessBus",
+    "Outcome",
+    "Run",
+    "RunMeta",
+    "Spend",
+    "UnknownAlgorithmError",
+    "register",
+    "types",
+]

@@ -1,0 +1,47 @@
+"""The Django ORM store passes the EventStore contract on SQLite and on PostgreSQL.
+
+Tests that start threads ask for pytest-django's ``transactional_db`` (through the
+contract's ``concurrently`` fixture): each thread has its own connection, which must
+see committed rows, and closes it when done.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connections
+
+from aaa_django.store import DjangoEventStore
+from tests.conftest import require_service
+from tests.contracts.eventstore import Concurrently, EventStoreContract
+
+
+class DjangoStoreContract(EventStoreContract):
+    alias = "default"
+
+    def make_store(self, request):
+        return DjangoEventStore(using=self.alias)
+
+    def same_log(self, store):
+        return DjangoEventStore(using=self.alias)
+
+    def thread_done(self):
+        connections.close_all()  # this thread's connections only
+
+    @pytest.fixture
+    def concurrently(self, transactional_db):
+        return Concurrently(self.thread_done)
+
+
+@pytest.mark.django_db(databases=["default"])
+class TestDjangoEventStoreOnSQLite(DjangoStoreContract):
+    alias = "default"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(databases=["postgres"])
+class TestDjangoEventStoreOnPostgreSQL(DjangoStoreContract):
+    alias = "postgres"
+
+    @pytest.fixture(autouse=True)
+    def _postgres(self, pg_alias):
+        require_service("postgres", True)
