@@ -1,5 +1,1 @@
-"""The validation handler (pure core): bad input ends a run ``invalid_input``."""
-
-from .handler import ValidationHandler, validate
-
-__all__ = ["ValidationHandler", "validate"]
+"""validate (pure core; being built)."""
