@@ -16,8 +16,8 @@ CLAIM_THRESHOLD     int >= 0         16384         An event whose JSON ``data`` 
                                                    its payload moves to the blob store.
 BLOB_STORAGE        str or None      None          An alias in the site's ``STORAGES`` that
                                                    holds claim-checked blobs (e.g. an S3
-                                                   bucket via django-storages). None uses
-                                                   the app's built-in default blob store.
+                                                   bucket via django-storages). None: no
+                                                   blob store, nothing is claim-checked.
 SNAPSHOT_EVERY      int >= 0         64            Save a projection snapshot every this many
                                                    events of a stream; 0 never snapshots.
 FOLD_CHECK_EVERY    int >= 0         100           Every this many incremental folds, check

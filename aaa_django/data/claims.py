@@ -1,0 +1,88 @@
+"""The claim check: move a large event payload into a blob store, leave a stub.
+
+These helpers work on plain ``dict`` payloads; the event layer decides which events
+are claim-checked (never ``aaa.run.completed``) and keeps the returned ref in the
+event's ``blobs``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+from .errors import BlobError
+from .protocol import BlobStore
+from .refs import BlobRef
+
+DEFAULT_CLAIM_THRESHOLD = 16_384
+"""Bytes of canonical JSON above which a payload is claim-checked (16 KiB)."""
+
+DEFAULT_HOT_FIELDS: tuple[str, ...] = ("usage", "cost", "tag", "call_id", "name")
+"""Fields a stub keeps, so spend accounting and correlation never fetch a blob."""
+
+CLAIM_MARKER = "$claim"
+CLAIM_MEDIA_TYPE = "application/json"
+
+
+def canonical_json(data: Any) -> bytes:
+    """``data`` as canonical JSON in UTF-8: sorted keys, no spaces, no NaN/Infinity.
+
+    The claim threshold is measured on exactly these bytes, and they are what the blob
+    holds. Raises ``TypeError`` / ``ValueError`` for data that is not strict JSON.
+    """
+    return json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def is_claimed(data: Any) -> bool:
+    """True if ``data`` is a claim stub (``"$claim": true``) whose payload is in a blob."""
+    return isinstance(data, dict) and data.get(CLAIM_MARKER) is True
+
+
+def claim(
+    data: dict[str, Any],
+    *,
+    store: BlobStore,
+    namespace: str,
+    threshold: int,
+    hot_fields: Iterable[str] = DEFAULT_HOT_FIELDS,
+) -> tuple[dict[str, Any], BlobRef | None]:
+    """Claim-check ``data`` if its canonical JSON is longer than ``threshold`` bytes.
+
+    Returns ``(data, None)`` when it is small enough (``data`` itself, untouched), else
+    ``({"$claim": True, <hot fields present in data>}, ref)`` after putting the JSON in
+    ``store`` under ``namespace`` (the stream) with media type ``application/json``.
+
+    A payload that itself has a ``"$claim"`` key is always claim-checked, whatever
+    its size, so that a stub can never be confused with ordinary data.
+    """
+    if not isinstance(data, dict):
+        raise TypeError(f"claim() takes a dict, not {type(data).__name__}")
+    if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0:
+        raise ValueError(f"threshold must be an int >= 0, got {threshold!r}")
+    raw = canonical_json(data)
+    if len(raw) <= threshold and CLAIM_MARKER not in data:
+        return data, None
+    ref = store.put(raw, CLAIM_MEDIA_TYPE, namespace=namespace)
+    stub = {CLAIM_MARKER: True, **{k: data[k] for k in hot_fields if k in data}}
+    return stub, ref
+
+
+def hydrate(data: dict[str, Any], ref: BlobRef | None, *, store: BlobStore) -> dict[str, Any]:
+    """The full payload behind a stub (fetched and verified), or ``data`` unchanged.
+
+    Raises ``BlobNotFoundError`` / ``BlobIntegrityError`` from the store, ``ValueError``
+    for a stub without a ref, and ``BlobError`` if the blob is not a JSON object.
+    """
+    if not is_claimed(data):
+        return data
+    if ref is None:
+        raise ValueError("a claim stub needs the BlobRef of its payload, got None")
+    try:
+        full = json.loads(store.get(ref))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BlobError(f"claimed blob {ref.key!r} is not JSON: {e}") from None
+    if not isinstance(full, dict):
+        raise BlobError(f"claimed blob {ref.key!r} holds a {type(full).__name__}, not an object")
+    return full
