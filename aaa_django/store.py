@@ -20,10 +20,19 @@ from django.utils.timezone import now
 
 from .events import ConcurrencyError, Event, Snapshot
 from .events.event import decode_blobs, encode_blobs
-from .events.store import assign_seqs, prepare_batch
+from .events.store import prepare_batch
 from .models import EventRecord, SnapshotRecord
 
 _FIELDS = ("id", "stream", "seq", "type", "data", "causation", "time", "blobs", "tenant")
+_COLUMNS = "(id, stream, seq, type, data, causation, time, blobs, tenant)"
+_INSERT = f"INSERT INTO aaa_event {_COLUMNS} VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_INSERT_PG = f"INSERT INTO aaa_event {_COLUMNS} VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)"
+_HEAD = "SELECT seq FROM aaa_event WHERE stream = %s ORDER BY seq DESC LIMIT 1"
+_HEAD_AND_KNOWN_PG = (
+    f"SELECT COALESCE(({_HEAD}), 0), ARRAY(SELECT id FROM aaa_event WHERE id = ANY(%s))"
+)
+# SQLite caps the variables of one statement; ids are checked in chunks of this many.
+_SQLITE_CHUNK = 500
 # Appenders that lose a race (SQLite's single writer, or a concurrent insert of the same
 # id) re-read and try again; past this many tries the error is real.
 _RETRIES = 20
@@ -89,7 +98,7 @@ class DjangoEventStore:
             return []
         for attempt in range(_RETRIES):
             try:
-                return self._append_once(stream, batch, texts, expected_seq)
+                return self._append_once(stream, batch, texts, expected_seq, attempt > 0)
             except (IntegrityError, OperationalError) as exc:
                 # Lost a race with another appender (SQLite: "database is locked";
                 # both: the same seq or id inserted first by someone else). Re-read
@@ -100,43 +109,36 @@ class DjangoEventStore:
                 time.sleep(0.001 * (attempt + 1))
         raise AssertionError("unreachable")
 
-    def _append_once(self, stream: str, batch: list[Event], texts: list[str], expected_seq):
+    def _append_once(self, stream: str, batch: list[Event], texts: list[str], expected_seq,
+                     contended: bool = False):
+        # Plain SQL on Django's connection: building ORM queries cost more than the
+        # database work itself (benchmarks/bench_eventlog.py). Optimistic first: the
+        # unique (stream, seq) index and the dense-seq trigger refuse a lost race, and
+        # only a retry takes the stream's advisory lock on PostgreSQL.
         conn = connections[self.using]
-        with transaction.atomic(using=self.using):
-            if conn.vendor == "postgresql":
-                # One appender per stream at a time; released at commit.
-                with conn.cursor() as cur:
-                    cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(stream)])
-            head = self._head_seq(stream)
-            known = set(
-                self._events.filter(id__in=[e.id for e in batch]).values_list("id", flat=True)
-            )
+        pg = conn.vendor == "postgresql"
+        with transaction.atomic(using=self.using), conn.cursor() as cur:
+            if pg and contended:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(stream)])
+            head, known = _head_and_known(cur, pg, stream, [e.id for e in batch])
             fresh = [(e, t) for e, t in zip(batch, texts) if e.id not in known]
-            stored = assign_seqs([e for e, _ in fresh], head, expected_seq)
-            # What the caller gets back is what a reader will get: the decoded text.
-            stored = [replace(e, data=json.loads(t)) for e, (_, t) in zip(stored, fresh)]
-            if stored:
-                self._events.bulk_create(
-                    [
-                        EventRecord(
-                            id=e.id,
-                            stream=e.stream,
-                            seq=e.seq,
-                            type=e.type,
-                            data=t,
-                            causation=e.causation,
-                            time=e.time,
-                            blobs=encode_blobs(e.blobs),
-                            tenant=e.tenant,
-                        )
-                        for e, (_, t) in zip(stored, fresh)
-                    ]
-                )
+            if expected_seq is not None and expected_seq != head:
+                raise ConcurrencyError(f"stream head is {head}, expected {expected_seq}")
+            stored, rows = [], []
+            adapt = conn.ops.adapt_datetimefield_value
+            for seq, (e, text) in enumerate(fresh, start=head + 1):
+                if e.seq is not None and e.seq != seq:
+                    raise ConcurrencyError(
+                        f"event {e.id} claims seq {e.seq} but the next seq is {seq}"
+                    )
+                # What the caller gets back is what a reader will get: the decoded text.
+                stored.append(replace(e, seq=seq, data=json.loads(text)))
+                blobs = json.dumps(encode_blobs(e.blobs)) if e.blobs else "[]"
+                rows.append((e.id, e.stream, seq, e.type, text, e.causation, adapt(e.time),
+                             blobs, e.tenant))
+            if rows:
+                cur.executemany(_INSERT_PG if pg else _INSERT, rows)
         return stored
-
-    def _head_seq(self, stream: str) -> int:
-        row = self._events.filter(stream=stream).order_by("-seq").values_list("seq")[:1]
-        return row[0][0] if row else 0
 
     def read_sync(
         self,
@@ -210,6 +212,25 @@ class DjangoEventStore:
             except (IntegrityError, OperationalError):
                 time.sleep(0.001)  # lost an INSERT race: the next try is the UPDATE
         return False
+
+
+def _head_and_known(cur, pg: bool, stream: str, ids: list[str]) -> tuple[int, set[str]]:
+    """The stream's head seq and which of ``ids`` are stored already (one round trip
+    on PostgreSQL; SQLite is in-process, so two statements cost little)."""
+    if pg:
+        cur.execute(_HEAD_AND_KNOWN_PG, [stream, ids])
+        head, known = cur.fetchone()
+        return head, set(known)
+    cur.execute(_HEAD, [stream])
+    row = cur.fetchone()
+    known: set[str] = set()
+    for i in range(0, len(ids), _SQLITE_CHUNK):
+        chunk = ids[i : i + _SQLITE_CHUNK]
+        cur.execute(
+            f"SELECT id FROM aaa_event WHERE id IN ({', '.join(['%s'] * len(chunk))})", chunk
+        )
+        known.update(r[0] for r in cur.fetchall())
+    return (row[0] if row else 0), known
 
 
 def _lock_key(stream: str) -> int:

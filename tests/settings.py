@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",  # the admin's CSS and JS in browser tests (live_server)
     "aaa_django",
 ]
 
@@ -66,6 +67,9 @@ DATABASES = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": TMP_DIR / "aaa.sqlite3",
         "TEST": {"NAME": str(TMP_DIR / "test_aaa.sqlite3")},
+        # A deferred transaction that has read cannot take the write lock later
+        # ("database is locked" at once): appenders must take it up front.
+        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
     }
 }
 

@@ -11,7 +11,6 @@ import pytest
 from django.db import connections
 
 from aaa_django.store import DjangoEventStore
-from tests.conftest import require_service
 from tests.contracts.eventstore import Concurrently, EventStoreContract
 
 
@@ -37,11 +36,10 @@ class TestDjangoEventStoreOnSQLite(DjangoStoreContract):
     alias = "default"
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(databases=["postgres"])
 class TestDjangoEventStoreOnPostgreSQL(DjangoStoreContract):
     alias = "postgres"
 
     @pytest.fixture(autouse=True)
     def _postgres(self, pg_alias):
-        require_service("postgres", True)
+        """Skip (developer run) or fail (bin/test, CI) without the PostgreSQL service."""

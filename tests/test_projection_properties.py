@@ -337,7 +337,7 @@ def test_the_self_check_replaces_a_wrong_holder_entry(kind, caplog):
     async def body():
         store = InMemoryEventStore()
         events = await write(store, [(t, {"n": i, "call": "c1"}) for i, t in enumerate(TYPES * 3)])
-        cache = FoldCache(check_every=N)
+        cache = FoldCache(check_every=N, background=False)
         p = make()
         await p.load_info(store, STREAM, cache=cache)  # a miss: not counted
         key = (store.cache_key, STREAM, p.key, p.version)
@@ -368,7 +368,7 @@ def test_the_self_check_replaces_a_wrong_holder_entry(kind, caplog):
 def test_the_self_check_keeps_a_correct_holder_entry(caplog):
     async def body():
         store = InMemoryEventStore()
-        cache = FoldCache(check_every=3)
+        cache = FoldCache(check_every=3, background=False)
         p = stats_projection()
         for i in range(9):
             await write(store, [("aaa.llm.requested", {"n": i})])
@@ -377,5 +377,59 @@ def test_the_self_check_keeps_a_correct_holder_entry(caplog):
 
         assert (cache.checks, cache.resets, cache.hits) == (2, 0, 8)
         assert not caplog.records
+
+    asyncio.run(body())
+
+
+def test_the_self_check_runs_beside_the_read_by_default(caplog):
+    """By default the Nth read is served from the holder at once; the whole-log
+    comparison runs in a task beside it and resets a wrong entry when it finishes."""
+
+    async def body():
+        store = InMemoryEventStore()
+        events = await write(store, [(t, {"n": i, "call": "c1"}) for i, t in enumerate(TYPES * 2)])
+        cache = FoldCache(check_every=2)
+        p = stats_projection()
+        await p.load_info(store, STREAM, cache=cache)
+        key = (store.cache_key, STREAM, p.key, p.version)
+        wrong = p.fold([events[0]])
+        cache.publish(key, Folded(len(events), events[-1].id, wrong, 0, events[-1].time))
+        with caplog.at_level(logging.WARNING, logger="aaa_django.events"):
+            first = await p.load_info(store, STREAM, cache=cache)
+            second = await p.load_info(store, STREAM, cache=cache)  # the check is due
+            assert second.source == "cache" and cache.resets == 0  # not waited for
+            await cache.wait_checks()
+        assert (cache.checks, cache.resets) == (1, 1)
+        assert first.source == "cache"
+        assert any("differs from the whole-log fold" in r.getMessage() for r in caplog.records)
+        after = await p.load_info(store, STREAM, cache=cache)
+        assert after.source != "cache"
+        assert canon(p, after.state) == canon(p, reference(stats_projection(), events))
+
+    asyncio.run(body())
+
+
+def test_an_erased_stream_rewritten_with_the_same_ids_is_not_served_from_the_holder():
+    """The prefix proof is the event at the cursor: same id *and* same time. A stream
+    erased and rewritten with the same ids (other data, later times) is another log."""
+    from aaa_django.events import Event
+
+    def total(state, e):
+        state["total"] = state.get("total", 0) + e.data["n"]
+        return state
+
+    p = Projection(dict, total, name="test.total", version=1)
+
+    async def body():
+        store, cache = InMemoryEventStore(), FoldCache(check_every=0)
+        root = Event.new(STREAM, "aaa.test.e", {"n": 1}, id="root")
+        await store.append([root, root.derive("aaa.test.e", {"n": 2})])
+        assert (await p.load(store, STREAM, cache=cache)) == {"total": 3}
+        await store.erase(STREAM)
+        root2 = Event.new(STREAM, "aaa.test.e", {"n": 100}, id="root")
+        await store.append([root2, root2.derive("aaa.test.e", {"n": 200})])
+        info = await p.load_info(store, STREAM, cache=cache)
+        assert (info.source, info.state) == ("replay", {"total": 300})
+        assert cache.rejected == 1
 
     asyncio.run(body())

@@ -68,3 +68,16 @@ def test_the_check_is_registered_with_django():
     with override_settings(AAA={"BUS": "rabbit"}):
         with pytest.raises(SystemCheckError, match="aaa.E004"):
             call_command("check")
+
+
+def test_sqlite_without_immediate_transactions_is_warned():
+    from django.test import override_settings
+
+    from aaa_django.checks import check_sqlite_transaction_mode
+
+    deferred = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "x.sqlite3"}}
+    with override_settings(DATABASES=deferred):
+        assert [w.id for w in check_sqlite_transaction_mode()] == ["aaa.W101"]
+    immediate = {"default": {**deferred["default"], "OPTIONS": {"transaction_mode": "IMMEDIATE"}}}
+    with override_settings(DATABASES=immediate):
+        assert check_sqlite_transaction_mode() == []

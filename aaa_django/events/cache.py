@@ -28,6 +28,9 @@ class Folded:
     state: Any
     #: events folded into ``state`` since it was last saved as a snapshot
     unsaved: int = 0
+    #: time of the event at the cursor: with the id, what proves a reader's log is the
+    #: same log (an erased stream rewritten with the same ids has other times)
+    event_time: Any = None
 
 
 class FoldCache:
@@ -39,9 +42,14 @@ class FoldCache:
     dropped past ``max_entries``.
     """
 
-    def __init__(self, *, max_entries: int = 10_000, check_every: int = 100) -> None:
+    def __init__(
+        self, *, max_entries: int = 10_000, check_every: int = 100, background: bool = True
+    ) -> None:
         self.max_entries = max_entries
         self.check_every = check_every
+        #: run the self-check in a task beside the read (True) or inside it (False)
+        self.background = background
+        self._tasks: set[Any] = set()
         self._entries: OrderedDict[Hashable, Folded] = OrderedDict()
         self._lock = threading.Lock()
         self._reads = 0
@@ -88,6 +96,21 @@ class FoldCache:
         with self._lock:
             self._reads += 1
             return bool(self.check_every) and self._reads % self.check_every == 0
+
+    def spawn(self, coro: Any) -> None:
+        """Run a self-check off the read path (kept referenced until it ends)."""
+        import asyncio
+
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait_checks(self) -> None:
+        """Wait for the self-checks running in the background (tests, shutdown)."""
+        import asyncio
+
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -168,18 +168,32 @@ def check_event(event: Any) -> str:
     return encode_json(event.data)
 
 
-def _check_keys(value: Any, depth: int = 0) -> None:
-    # json.dumps silently turns a key 1 into "1": the stored event would differ from
-    # the one the caller built, so reject it instead.
-    if depth > MAX_DEPTH:
-        # Deeper than this, json (and this walk) would hit the interpreter's recursion
-        # limit: a RecursionError, not a clear error, and a log no reader could decode.
-        raise InvalidEventError(f"event data is nested deeper than {MAX_DEPTH} levels")
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise InvalidEventError(f"event data keys must be strings, got {k!r}")
-            _check_keys(v, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _check_keys(v, depth + 1)
+def _check_keys(value: Any) -> None:
+    """Refuse data that would not read back as written, or not at all.
+
+    json.dumps silently turns a key 1 into "1", so the stored event would differ from
+    the one the caller built; data nested deeper than ``MAX_DEPTH`` (or containing
+    itself) would end in a RecursionError rather than a clear error. Iterative, with
+    exact type checks first: this runs for every appended event.
+    """
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InvalidEventError(f"event data is nested deeper than {MAX_DEPTH} levels")
+        if type(v) is dict or isinstance(v, dict):
+            for k, x in v.items():
+                if type(k) is not str and not isinstance(k, str):
+                    raise InvalidEventError(f"event data keys must be strings, got {k!r}")
+                t = type(x)
+                if t in _CONTAINERS or (t not in _SCALARS and isinstance(x, (dict, list, tuple))):
+                    stack.append((x, depth + 1))
+        else:
+            for x in v:
+                t = type(x)
+                if t in _CONTAINERS or (t not in _SCALARS and isinstance(x, (dict, list, tuple))):
+                    stack.append((x, depth + 1))
+
+
+_CONTAINERS = frozenset({dict, list, tuple})
+_SCALARS = frozenset({str, int, float, bool, type(None)})

@@ -157,7 +157,7 @@ class Projection(Generic[S]):
             prior = cache.get(key)
             if prior is not None:
                 events = await store.read(stream, after=prior.cursor - 1)
-                if events and events[0].seq == prior.cursor and events[0].id == prior.event_id:
+                if events and _same_event(events[0], prior):
                     cache.hits += 1
                     return await self._advance(
                         store, stream, key, cache, prior, events[1:], _committed(events)
@@ -171,19 +171,19 @@ class Projection(Generic[S]):
         if base is None:
             tail = await store.read(stream)
             committed = _committed(tail)
-            state, base_seq, base_id, source = self.new_state(), 0, "", "replay"
+            state, base_seq, base_event, source = self.new_state(), 0, None, "replay"
         else:
-            base_seq, base_id, tail, committed = base
-            source = "snapshot"
+            base_event, tail, committed = base
+            base_seq, source = base_event.seq, "snapshot"
         state = self.fold(tail, state)
-        last_seq, last_id = (tail[-1].seq, tail[-1].id) if tail else (base_seq, base_id)
+        last = tail[-1] if tail else base_event
         unsaved = len(tail)
         if tail and unsaved >= self.every and self.snapshots:
-            await self._save(store, stream, last_seq, last_id, state)
+            await self._save(store, stream, last.seq, last.id, state)
             unsaved = 0
-        if cache is not None and last_seq and committed:
-            cache.publish(key, Folded(last_seq, last_id, state, unsaved))
-        return Loaded(self.result(state), last_seq or 0, source, base_seq, len(tail))
+        if cache is not None and last is not None and committed:
+            cache.publish(key, Folded(last.seq, last.id, state, unsaved, last.time))
+        return Loaded(self.result(state), last.seq if last else 0, source, base_seq, len(tail))
 
     async def _advance(self, store, stream, key, cache: FoldCache, prior: Folded, tail, committed):
         state = self.fold(tail, self.copy(prior.state)) if tail else prior.state
@@ -192,19 +192,24 @@ class Projection(Generic[S]):
             if unsaved >= self.every and self.snapshots:
                 await self._save(store, stream, tail[-1].seq, tail[-1].id, state)
                 unsaved = 0
-            entry = Folded(tail[-1].seq, tail[-1].id, state, unsaved)
+            entry = Folded(tail[-1].seq, tail[-1].id, state, unsaved, tail[-1].time)
             if committed:
                 cache.publish(key, entry)
         else:
             entry = prior
         if cache.check_due():
-            state = await self._self_check(store, stream, key, cache, entry)
+            if cache.background:
+                cache.spawn(self._self_check(store, stream, key, cache, entry))
+            else:
+                state = await self._self_check(store, stream, key, cache, entry)
         return Loaded(self.result(state), entry.cursor, "cache", prior.cursor, len(tail))
 
     async def _self_check(self, store, stream, key, cache: FoldCache, entry: Folded) -> S:
         """Compare the holder's state with a whole-log fold of the same view."""
         cache.checks += 1
         events = await store.read(stream, limit=entry.cursor)
+        if not events or not _same_event(events[-1], entry):
+            return entry.state  # the log moved under us (erased): nothing to compare
         reference = self.new_state()
         for e in events:  # not counted in self.folds: this is the check, not the read
             reference = self.apply(reference, e)
@@ -222,7 +227,8 @@ class Projection(Generic[S]):
         return reference
 
     async def _from_snapshot(self, store, stream):
-        """(state, (seq, event id, tail, committed)) from a usable snapshot, else (None, None)."""
+        """(state, (event at the snapshot, tail, committed)) from a usable snapshot, else
+        (None, None)."""
         if not self.snapshots:
             return None, None
         try:
@@ -248,7 +254,7 @@ class Projection(Generic[S]):
             log.info("projection %s: snapshot of %s at seq %s is not in this view of the "
                      "log, replaying", self.key, stream, snap.seq)
             return None, None
-        return state, (snap.seq, snap.event_id, events[1:], _committed(events))
+        return state, (events[0], events[1:], _committed(events))
 
     async def _save(self, store, stream, seq: int, event_id: str, state: S) -> None:
         try:
@@ -264,9 +270,9 @@ class Projection(Generic[S]):
         if at < 0:
             raise ValueError("at must be a seq >= 0")
         state, base = await self._from_snapshot(store, stream)
-        if base is not None and base[0] <= at:
-            base_seq = base[0]
-            tail = [e for e in base[2] if e.seq <= at]
+        if base is not None and base[0].seq <= at:
+            base_seq = base[0].seq
+            tail = [e for e in base[1] if e.seq <= at]
             source = "snapshot"
         else:
             state, base_seq, source = self.new_state(), 0, "replay"
@@ -274,6 +280,15 @@ class Projection(Generic[S]):
         state = self.fold(tail, state)
         last = tail[-1].seq if tail else base_seq
         return Loaded(self.result(state), last, source, base_seq, len(tail))
+
+
+def _same_event(event: Event, entry: Folded) -> bool:
+    """Is ``event`` the one the holder's entry was folded up to?"""
+    return (
+        event.seq == entry.cursor
+        and event.id == entry.event_id
+        and (entry.event_time is None or event.time == entry.event_time)
+    )
 
 
 def _committed(events: Any) -> bool:

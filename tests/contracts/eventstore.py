@@ -771,7 +771,7 @@ class EventStoreContract:
     def test_concurrent_appenders_get_dense_seqs_and_lose_nothing(self, store, concurrently):
         # Append without expected_seq serialises appenders itself: no appender sees a
         # ConcurrencyError to retry (any exception fails this test).
-        writers, each = 6, 15
+        writers, each = 12, 20
         handles = [self.same_log(store) for _ in range(writers)]
         sent: list[list[str]] = [[] for _ in range(writers)]
 

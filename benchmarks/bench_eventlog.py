@@ -1,0 +1,341 @@
+"""Event log benchmark: projection reads at 1k/10k/50k events, and appends/s vs raw.
+
+    .venv/bin/python benchmarks/bench_eventlog.py            # the reported run (~2-3 min)
+    .venv/bin/python benchmarks/bench_eventlog.py --quick    # 1k and 5k, fewer repeats
+    .venv/bin/python benchmarks/bench_eventlog.py --no-postgres
+
+Reads: one stream of N events (tool-loop event types, ~320-byte JSON data each), a
+tool-loop projection with snapshots every 64 events, read through
+``DjangoEventStore`` from inside an asyncio loop as the engine does:
+
+- whole log:      ``fold(projection, store, stream)``, the reference (no snapshot, no holder);
+- snapshot+tail:  ``Projection.load`` from a snapshot 32 events (every/2) behind the head;
+- warm holder:    ``Projection.load`` with a warm ``FoldCache``, 3 events new since the
+                  previous read (the steady state of a running run);
+- self-check:     what one self-check costs (a whole-log fold of the same view), measured
+                  inline; by default it runs in a background task beside the read
+                  that makes it due, so no read waits for it.
+
+Appends: events/s through ``DjangoEventStore.append`` (awaited, as the engine does) and
+``append_sync`` (as a Celery task does), 1 event per call and batches of 50, against
+raw driver inserts (psycopg, sqlite3) of the same rows into the same table (its
+triggers included), one transaction per call. The raw side json.dumps each row's
+data (writing an event means serialising it) and does nothing else: no validation,
+no head read, no id check, no retry.
+
+Durability: PostgreSQL with fsync, synchronous_commit and full_page_writes on (a
+cluster this script starts, or AAA_BENCH_PG_PORT); SQLite in WAL mode with
+synchronous=FULL. Medians of repeats; compare ratios within one run, not across
+machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import sqlite3
+import statistics
+import sys
+import time
+from datetime import timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SQLITE_PRAGMAS, ms, postgres, setup_django, table, workdir  # noqa: E402
+
+EVERY = 64
+TAIL = EVERY // 2
+NEW_PER_READ = 3
+TYPES = ["aaa.llm.requested", "aaa.llm.completed", "aaa.tool.requested", "aaa.tool.completed"]
+
+
+def payload(i: int) -> dict:
+    """~320 bytes of JSON, shaped like a tool-loop event's data."""
+    return {
+        "call_id": f"call_{i:08d}",
+        "name": "search_documents",
+        "tag": f"turn-{i // 4}",
+        "usage": {"input_tokens": 1200 + i % 97, "output_tokens": 80 + i % 13, "cached": 1024},
+        "cost": round(0.000123 * (i % 50 + 1), 6),
+        "model": "gpt-4o-mini-2024-07-18",
+        "args": {"query": "quarterly revenue by region", "top_k": 8, "filters": ["2026", "emea"]},
+        "status": "ok",
+        "note": "x" * 52,
+    }
+
+
+def events_for(stream: str, start: int, n: int):
+    from aaa_django.events import Event
+
+    return [Event.new(stream, TYPES[i % 4], payload(i)) for i in range(start, start + n)]
+
+
+def loop_projection():
+    from pydantic import BaseModel, Field
+
+    from aaa_django.events import Projection
+
+    class Loop(BaseModel):
+        request_id: str = ""
+        turns: int = 0
+        tool_calls: int = 0
+        pending: list[str] = Field(default_factory=list)
+        tokens: int = 0
+        cost: float = 0.0
+
+    def apply(s: Loop, e) -> Loop:
+        t = e.type
+        if t == "aaa.llm.requested":
+            s.request_id = e.id
+        elif t == "aaa.llm.completed":
+            s.turns += 1
+            u = e.data.get("usage", {})
+            s.tokens += u.get("input_tokens", 0) + u.get("output_tokens", 0)
+            s.cost += e.data.get("cost", 0.0)
+        elif t == "aaa.tool.requested":
+            s.pending.append(e.data["call_id"])
+        elif t == "aaa.tool.completed":
+            s.tool_calls += 1
+            s.pending = s.pending[-8:]
+        return s
+
+    return Projection(Loop, apply, name="bench.loop", version=1, state_type=Loop, every=EVERY)
+
+
+# --- reads --------------------------------------------------------------------------
+
+
+async def bench_reads(alias: str, sizes: list[int], repeats: dict) -> dict[int, dict]:
+    """Read timings per stream size. The fast reads go round-robin over the sizes, so
+    load from elsewhere on the machine hits every size alike (the goals are ratios)."""
+    from aaa_django.events import FoldCache, Snapshot, fold
+    from aaa_django.store import DjangoEventStore
+
+    store = DjangoEventStore(using=alias)
+    p = loop_projection()
+    out: dict[int, dict] = {n: {} for n in sizes}
+    states = {}
+    for n in sizes:
+        stream = f"read-{n}"
+        for start in range(0, n, 1000):
+            await store.append(events_for(stream, start, min(1000, n - start)))
+        times = []
+        for _ in range(repeats["whole"]):
+            t0 = time.perf_counter()
+            states[n] = await fold(p, store, stream)
+            times.append(time.perf_counter() - t0)
+        out[n]["whole"] = statistics.median(times)
+        # A snapshot every/2 events behind the head, as a reader finds one on average.
+        events = await store.read(stream)
+        base = events[n - TAIL - 1]
+        await store.save_snapshot(Snapshot(stream, p.name, p.version, base.seq, base.id,
+                                           p.dump(p.fold(events[: n - TAIL]))))
+
+    snap: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(repeats["fast"]):
+        for n in sizes:
+            t0 = time.perf_counter()
+            info = await p.load_info(store, f"read-{n}")
+            snap[n].append(time.perf_counter() - t0)
+            assert (info.source, info.folded) == ("snapshot", TAIL), info
+            assert p.same(info.state, states[n])
+
+    caches = {n: FoldCache(check_every=0) for n in sizes}  # steady state: no self-check
+    for n in sizes:
+        await p.load_info(store, f"read-{n}", cache=caches[n])
+    holder: dict[int, list[float]] = {n: [] for n in sizes}
+    for i in range(repeats["fast"]):
+        for n in sizes:
+            await store.append(events_for(f"read-{n}", n + i * NEW_PER_READ, NEW_PER_READ))
+            t0 = time.perf_counter()
+            info = await p.load_info(store, f"read-{n}", cache=caches[n])
+            holder[n].append(time.perf_counter() - t0)
+            assert (info.source, info.folded) == ("cache", NEW_PER_READ), info
+
+    for n in sizes:
+        # The cost of one self-check, measured inline (by default it runs in a task
+        # beside the read, so the read that triggers it costs what a holder read costs).
+        check_cache = FoldCache(check_every=1, background=False)
+        checks = []
+        for _ in range(repeats["check"]):
+            check_cache.reset()
+            await p.load_info(store, f"read-{n}", cache=check_cache)
+            t0 = time.perf_counter()
+            await p.load_info(store, f"read-{n}", cache=check_cache)
+            checks.append(time.perf_counter() - t0)
+        assert check_cache.checks == repeats["check"] and check_cache.resets == 0
+        out[n].update(snapshot=statistics.median(snap[n]), holder=statistics.median(holder[n]),
+                      check=statistics.median(checks))
+    return out
+
+
+# --- appends -----------------------------------------------------------------------------
+
+
+def rows_of(events) -> list[tuple]:
+    # The data stays a dict: serialising it is part of writing an event, so the raw
+    # side encodes it (plain json.dumps, no checks) inside its timed loop.
+    return [
+        (e.id, e.stream, i, e.type, e.data, None, e.time, "[]", None)
+        for i, e in enumerate(events, start=1)
+    ]
+
+
+def encoded(rows: list[tuple]) -> list[tuple]:
+    return [r[:4] + (json.dumps(r[4]),) + r[5:] for r in rows]
+
+
+INSERT = ("INSERT INTO aaa_event (id, stream, seq, type, data, causation, time, blobs, tenant) "
+          "VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})")
+
+
+def raw_postgres(pg: dict, rows: list[tuple], batch: int) -> float:
+    import psycopg
+
+    with psycopg.connect(**pg, dbname="aaa_bench") as conn, conn.cursor() as cur:
+        sql = INSERT.format(p="%s")
+        t0 = time.perf_counter()
+        for i in range(0, len(rows), batch):
+            if batch == 1:
+                cur.execute(sql, encoded(rows[i: i + 1])[0])
+            else:
+                cur.executemany(sql, encoded(rows[i: i + batch]))
+            conn.commit()
+        return time.perf_counter() - t0
+
+
+def raw_sqlite(path: str, rows: list[tuple], batch: int) -> float:
+    # Django's SQLite backend stores an aware datetime as naive UTC text.
+    rows = [r[:6] + (r[6].astimezone(timezone.utc).replace(tzinfo=None).isoformat(" "),) + r[7:]
+            for r in rows]
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.executescript(SQLITE_PRAGMAS)
+        sql = INSERT.format(p="?")
+        t0 = time.perf_counter()
+        for i in range(0, len(rows), batch):
+            conn.execute("BEGIN IMMEDIATE")
+            if batch == 1:
+                conn.execute(sql, encoded(rows[i: i + 1])[0])
+            else:
+                conn.executemany(sql, encoded(rows[i: i + batch]))
+            conn.execute("COMMIT")
+        return time.perf_counter() - t0
+    finally:
+        conn.close()
+
+
+def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, plan: dict,
+                  runs: int) -> list:
+    from aaa_django.store import DjangoEventStore
+
+    store = DjangoEventStore(using=alias)
+    results = []
+    counter = iter(range(10**6))
+    for batch, total in plan.items():
+        rates: dict[str, list[float]] = {"raw": [], "append (async)": [], "append_sync": []}
+        for _ in range(runs):
+            rows = rows_of(events_for(f"raw-{next(counter)}", 0, total))
+            secs = raw_postgres(pg, rows, batch) if label == "PostgreSQL" else raw_sqlite(sqlite_path, rows, batch)
+            rates["raw"].append(total / secs)
+
+            events = events_for(f"async-{next(counter)}", 0, total)
+
+            async def go(events=events):
+                t0 = time.perf_counter()
+                for i in range(0, total, batch):
+                    await store.append(events[i: i + batch])
+                return time.perf_counter() - t0
+
+            rates["append (async)"].append(total / asyncio.run(go()))
+
+            events = events_for(f"sync-{next(counter)}", 0, total)
+            t0 = time.perf_counter()
+            for i in range(0, total, batch):
+                store.append_sync(events[i: i + batch])
+            secs = time.perf_counter() - t0
+            rates["append_sync"].append(total / secs)
+        raw = statistics.median(rates["raw"])
+        for how, values in rates.items():
+            rate = statistics.median(values)
+            results.append([label, f"{batch}/call", how, f"{rate:,.0f} ev/s",
+                            f"{1000 * batch / rate:.3f} ms", "" if how == "raw" else f"{rate / raw:.2f}x"])
+    return results
+
+
+def durability(alias: str) -> str:
+    from django.db import connections
+
+    with connections[alias].cursor() as cur:
+        if connections[alias].vendor == "postgresql":
+            out = []
+            for name in ("fsync", "synchronous_commit", "full_page_writes"):
+                cur.execute(f"SHOW {name}")
+                out.append(f"{name}={cur.fetchone()[0]}")
+            cur.execute("SHOW server_version")
+            return f"PostgreSQL {cur.fetchone()[0].split()[0]}: " + ", ".join(out)
+        cur.execute("PRAGMA journal_mode")
+        mode = cur.fetchone()[0]
+        cur.execute("PRAGMA synchronous")
+        sync = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[cur.fetchone()[0]]
+        return f"SQLite {sqlite3.sqlite_version}: journal_mode={mode}, synchronous={sync}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1k and 5k events, fewer repeats")
+    ap.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    args = ap.parse_args()
+    sizes = [1_000, 5_000] if args.quick else [1_000, 10_000, 50_000]
+    repeats = dict(whole=3, fast=15, check=3) if args.quick else dict(whole=5, fast=41, check=3)
+    plan = {1: 200, 50: 1000} if args.quick else {1: 500, 50: 2500}
+    runs = 2 if args.quick else 3
+    started = time.perf_counter()
+
+    from contextlib import nullcontext
+
+    with workdir() as tmp, (nullcontext(None) if args.no_postgres else postgres(tmp)) as pg:
+        backends = setup_django(tmp, pg)
+        print(f"# aaa_django event log benchmark — Python {platform.python_version()}, "
+              f"{platform.machine()}, {__import__('os').cpu_count()} CPUs")
+        for label, alias in backends.items():
+            print(f"#   {label}: {durability(alias)}")
+        print(f"#   projection: tool loop, snapshots every {EVERY}; snapshot read tail = {TAIL} "
+              f"events; holder reads see {NEW_PER_READ} new events; ~{len(json.dumps(payload(1234), separators=(',', ':')))}-byte data\n")
+
+        reads = {}
+        for label, alias in backends.items():
+            for n, r in asyncio.run(bench_reads(alias, sizes, repeats)).items():
+                reads[label, n] = r
+        rows = []
+        for (label, n), r in reads.items():
+            rows.append([label, f"{n:,}", ms(r["whole"]), ms(r["snapshot"]), ms(r["holder"]),
+                         ms(r["check"]), f"{r['whole'] / r['snapshot']:,.0f}x",
+                         f"{r['whole'] / r['holder']:,.0f}x"])
+        print("Reading a projection's state (median)")
+        print(table(["backend", "events", "whole log", "snapshot+tail", "warm holder",
+                     "holder+self-check", "whole/snap", "whole/holder"], rows))
+        big, small = sizes[-1], sizes[0]
+        print()
+        for label in backends:
+            growth = reads[label, big]["snapshot"] / reads[label, small]["snapshot"]
+            speedup = reads[label, big]["whole"] / reads[label, big]["snapshot"]
+            print(f"{label}: snapshot read at {big:,} / at {small:,} = {growth:.2f}x "
+                  f"(goal <= 2x: {'met' if growth <= 2 else 'MISSED'}); "
+                  f"whole log / snapshot at {big:,} = {speedup:,.0f}x "
+                  f"(goal >= 100x: {'met' if speedup >= 100 else 'MISSED'})")
+
+        print(f"\nAppending (median of {runs} runs; ratio = store / raw driver)")
+        rows = []
+        for label, alias in backends.items():
+            rows += bench_appends(alias, label, pg, str(tmp / "bench.sqlite3"), plan, runs)
+        print(table(["backend", "batch", "how", "rate", "per call", "vs raw"], rows))
+        worst = min(float(r[5][:-1]) for r in rows if r[5])
+        print(f"\nlowest store/raw ratio: {worst:.2f}x (goal >= 0.5x: {'met' if worst >= 0.5 else 'MISSED'})")
+        print(f"# total {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""What every benchmark needs: databases, Django settings, timing and a table.
+
+- :func:`postgres` starts a throwaway PostgreSQL 15 cluster (durable: fsync on) on a
+  free loopback port, as ``bin/test`` does, or reuses one named by ``AAA_BENCH_PG_PORT``
+  (``AAA_BENCH_PG_HOST``, user ``postgres``). It stops only what it started, by PID.
+- :func:`setup_django` configures settings in-process (no settings module needed): the
+  app, SQLite in WAL mode with ``synchronous=FULL`` in a temporary directory, and
+  PostgreSQL when a port is given; then migrates both.
+- :func:`median_time`, :func:`table`: medians of repeats, printed as a plain table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_BIN = Path(os.environ.get("AAA_PG_BIN", "/usr/lib/postgresql/15/bin"))
+PG_DB = "aaa_bench"
+# The pragmas of the SQLite rows, for the ORM store and the raw driver alike.
+SQLITE_PRAGMAS = "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def postgres(tmp: Path) -> Iterator[dict]:
+    """Connection parameters of a durable PostgreSQL with an empty ``aaa_bench`` db."""
+    if os.environ.get("AAA_BENCH_PG_PORT"):
+        params = dict(host=os.environ.get("AAA_BENCH_PG_HOST", "127.0.0.1"),
+                      port=int(os.environ["AAA_BENCH_PG_PORT"]), user="postgres")
+        _recreate_db(params)
+        yield params
+        return
+    as_pg: list[str] = []
+    data = tmp / "pg"
+    data.mkdir()
+    if os.geteuid() == 0:  # initdb refuses root
+        subprocess.run(["id", "-u", "postgres"], check=True, capture_output=True)
+        shutil.chown(tmp, "postgres")
+        shutil.chown(data, "postgres")
+        as_pg = ["runuser", "-u", "postgres", "--"]
+    port = free_port()
+    subprocess.run([*as_pg, PG_BIN / "initdb", "-D", data / "data", "--auth=trust", "-U",
+                    "postgres", "-E", "UTF8", "--no-locale"], check=True, capture_output=True)
+    # Durable settings (the defaults: fsync, synchronous_commit, full_page_writes on).
+    subprocess.run([*as_pg, PG_BIN / "pg_ctl", "-D", data / "data", "-l", data / "log", "-w",
+                    "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {data} -c fsync=on "
+                          f"-c synchronous_commit=on -c shared_buffers=128MB",
+                    "start"], check=True, capture_output=True)
+    pid = int((data / "data" / "postmaster.pid").read_text().split()[0])
+    params = dict(host="127.0.0.1", port=port, user="postgres")
+    try:
+        _recreate_db(params)
+        yield params
+    finally:
+        stop = subprocess.run([*as_pg, PG_BIN / "pg_ctl", "-D", data / "data", "-m", "fast",
+                               "-w", "stop"], capture_output=True)
+        if stop.returncode:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 15)
+
+
+def _recreate_db(params: dict) -> None:
+    import psycopg
+
+    with psycopg.connect(**params, dbname="postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {PG_DB}")
+        conn.execute(f"CREATE DATABASE {PG_DB}")
+
+
+def setup_django(tmp: Path, pg: dict | None) -> dict[str, str]:
+    """Configure Django for the app, migrate; return {backend label: alias}."""
+    import django
+    from django.conf import settings
+    from django.core.management import call_command
+
+    databases = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(tmp / "bench.sqlite3"),
+            "OPTIONS": {"init_command": SQLITE_PRAGMAS, "transaction_mode": "IMMEDIATE"},
+        }
+    }
+    if pg:
+        databases["postgres"] = {
+            "ENGINE": "django.db.backends.postgresql",
+            "HOST": pg["host"], "PORT": str(pg["port"]), "USER": pg["user"], "PASSWORD": "",
+            "NAME": PG_DB,
+        }
+    settings.configure(
+        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "aaa_django"],
+        DATABASES=databases,
+        USE_TZ=True,
+        TIME_ZONE="UTC",
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        AAA={},
+        LOGGING_CONFIG=None,
+    )
+    django.setup()
+    for alias in databases:
+        call_command("migrate", database=alias, verbosity=0)
+    return {"SQLite": "default", **({"PostgreSQL": "postgres"} if pg else {})}
+
+
+def median_time(fn: Callable[[], object], repeats: int, setup: Callable[[], object] | None = None) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` runs (``setup()`` untimed before each)."""
+    times = []
+    for _ in range(repeats):
+        if setup is not None:
+            setup()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def table(headers: list[str], rows: list[list[object]]) -> str:
+    cells = [headers] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(r) for r in cells[1:]])
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+@contextlib.contextmanager
+def workdir() -> Iterator[Path]:
+    tmp = Path(tempfile.mkdtemp(prefix="aaa-bench-"))
+    os.chmod(tmp, 0o755)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
