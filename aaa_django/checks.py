@@ -85,3 +85,30 @@ def check_aaa_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         )
     return errors
+
+
+from django.core.checks import Warning, register  # noqa: E402
+
+
+@register("database")
+def check_sqlite_transaction_mode(app_configs: Any = None, databases: Any = None, **kwargs: Any):
+    """SQLite appenders need ``transaction_mode: IMMEDIATE``.
+
+    In SQLite's default deferred mode a transaction that has read cannot take the write
+    lock later: concurrent appenders (threads, the dev server, workers) fail with
+    "database is locked" instead of waiting their turn.
+    """
+    warnings = []
+    for alias, db in settings.DATABASES.items():
+        if db.get("ENGINE") != "django.db.backends.sqlite3":
+            continue
+        if str(db.get("OPTIONS", {}).get("transaction_mode", "")).upper() != "IMMEDIATE":
+            warnings.append(
+                Warning(
+                    f"database {alias!r} is SQLite without transaction_mode IMMEDIATE: "
+                    "concurrent appends to the event log may fail with 'database is locked'.",
+                    hint=f'Set DATABASES[{alias!r}]["OPTIONS"]["transaction_mode"] = "IMMEDIATE".',
+                    id="aaa.W101",
+                )
+            )
+    return warnings
