@@ -1,1 +1,51 @@
-"""runtime (pure core; being built)."""
+"""The engine: runs, contexts, budgets, outcomes and the in-process bus (pure core).
+
+``async with Engine(...) as engine``; ``run = await engine.start(algorithm, input)``;
+``outcome = await run.result()``. See :mod:`aaa_django.runtime.engine`.
+"""
+
+from . import types
+from .budget import Budget, Spend
+from .bus import Bus, InProcessBus
+from .ctx import Ctx
+from .engine import Engine
+from .meta import RUNMETA, RunMeta
+from .outcome import (
+    BUDGET_EXCEEDED,
+    CANCELLED,
+    FAILED,
+    INVALID_INPUT,
+    NO_SOLUTION,
+    OUTCOMES,
+    SUCCESS,
+    TIMEOUT,
+    Outcome,
+)
+from .registry import UnknownAlgorithmError, register
+from .run import Run
+from .view import StoreUnavailable
+
+__all__ = [
+    "BUDGET_EXCEEDED",
+    "CANCELLED",
+    "FAILED",
+    "INVALID_INPUT",
+    "NO_SOLUTION",
+    "OUTCOMES",
+    "RUNMETA",
+    "SUCCESS",
+    "TIMEOUT",
+    "Budget",
+    "Bus",
+    "Ctx",
+    "Engine",
+    "InProcessBus",
+    "Outcome",
+    "Run",
+    "RunMeta",
+    "Spend",
+    "StoreUnavailable",
+    "UnknownAlgorithmError",
+    "register",
+    "types",
+]

@@ -1,1 +1,7 @@
 """Tools: the @tool decorator, the registry, the tool handler and its execution guard (pure core)."""
+
+from .handler import ToolHandler
+from .registry import ToolRegistry
+from .tool import GuardConfig, Tool, tool
+
+__all__ = ["GuardConfig", "Tool", "ToolHandler", "ToolRegistry", "tool"]

@@ -1,0 +1,126 @@
+"""``LLMHandler``: turns each ``aaa.llm.requested`` into exactly one result event.
+
+The request carries only delta messages; the handler rebuilds the whole conversation
+from the log (:data:`~aaa_django.llm.conversation.CONVERSATION`), calls the client and
+appends ``aaa.llm.completed`` (``response.message``, ``usage``, ``cost``, ``tag``) or
+``aaa.llm.failed`` (``reason``: ``error`` or ``timeout``). Nothing is raised across the
+bus. A request that is answered already, or whose run has ended or is over a limit,
+is not sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from aaa_django.events import Event, InvalidEventError, derive_id, encode_json
+from aaa_django.runtime import types as T
+
+from .client import LLMClient
+from .conversation import conversation_of
+from .messages import LLMRequest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aaa_django.runtime import Engine
+
+
+class LLMHandler:
+    """Calls ``client`` for model requests; ``timeout`` (seconds) bounds each call."""
+
+    def __init__(self, client: LLMClient, *, timeout: float | None = None) -> None:
+        self.client = client
+        self.timeout = timeout
+        self.engine: "Engine | None" = None
+        self._inflight: set[str] = set()
+
+    def attach(self, engine: "Engine") -> "LLMHandler":
+        """Subscribe to ``aaa.llm.requested`` on ``engine``."""
+        self.engine = engine
+        engine.subscribe(T.LLM_REQUESTED, self)
+        return self
+
+    async def __call__(self, event: Event) -> None:
+        if event.id in self._inflight:  # delivered again while we are on it
+            return
+        self._inflight.add(event.id)
+        try:
+            await self._handle(event)
+        finally:
+            self._inflight.discard(event.id)
+
+    async def _handle(self, event: Event) -> None:
+        engine = self.engine
+        assert engine is not None, "attach the handler to an engine first"
+        if await engine.over(event):
+            return
+        rid = T.result_id(event.id)
+        if await engine.find_after(event, [rid]):
+            return
+        d = event.data
+        request = LLMRequest(
+            messages=await conversation_of(engine, event),
+            tools=list(d.get("tools") or ()),
+            model=d.get("model"),
+            tag=d.get("tag"),
+            params=dict(d.get("params") or {}),
+            request_id=event.id,
+            run_id=event.stream,
+        )
+        base = {"request_id": event.id, "tag": d.get("tag"), "thread": d.get("thread") or "main"}
+        try:
+            call = self.client.complete(request)
+            response = await (asyncio.wait_for(call, self.timeout) if self.timeout else call)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await engine.append([T.result_event(event, T.LLM_FAILED, {**base, **self.failure(exc)})])
+            return
+        message = _with_call_ids(response.message, event.id)
+        data = {
+            **base,
+            "response": {
+                "message": message.to_dict(),
+                "finish_reason": response.finish_reason,
+            },
+            "usage": response.usage.model_dump(),
+            "cost": response.cost,
+            "model": response.model,
+        }
+        await engine.append([T.result_event(event, T.LLM_COMPLETED, data)])
+
+    def failure(self, exc: BaseException) -> dict[str, Any]:
+        """The data of ``aaa.llm.failed`` for ``exc``: ``reason`` (a client error's own
+        ``reason``, e.g. ``rate_limit``; else ``timeout`` or ``error``), ``error``, and
+        the client's ``status`` / ``attempts`` when it gives them."""
+        if isinstance(exc, asyncio.TimeoutError):
+            why = f"model call timed out after {self.timeout}s" if self.timeout else f"TimeoutError: {exc}"
+            return {"reason": "timeout", "error": why}
+        reason = getattr(exc, "reason", None)
+        data: dict[str, Any] = {
+            "reason": reason if isinstance(reason, str) and reason else "error",
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        }
+        status = getattr(exc, "status", None)
+        if isinstance(status, int):
+            data["status"] = status
+        attempts = getattr(exc, "attempts", None)
+        if isinstance(attempts, list):
+            try:
+                encode_json(attempts)
+                data["attempts"] = attempts
+            except InvalidEventError:
+                data["attempts"] = [str(a) for a in attempts]
+        return data
+
+
+def _with_call_ids(message: Any, request_id: str) -> Any:
+    """Give every tool call an id; missing ones are derived from the request id."""
+    if not message.tool_calls or all(c.id for c in message.tool_calls):
+        return message
+    calls = tuple(
+        c if c.id else c.model_copy(update={"id": "call_" + derive_id(request_id, "call", i)[:13]})
+        for i, c in enumerate(message.tool_calls)
+    )
+    return message.model_copy(update={"tool_calls": calls})

@@ -1,0 +1,203 @@
+"""``OpenAICompatibleClient``: any server speaking OpenAI's chat completions API.
+
+One client for OpenAI itself and the servers that copy its API: vLLM
+(``http://host:8000/v1``), Ollama (``http://localhost:11434/v1``), LM Studio
+(``http://localhost:1234/v1``), a llama.cpp server (``http://localhost:8080/v1``)::
+
+    from aaa_django.llm import LLMHandler
+    from aaa_django.llm.openai_client import OpenAICompatibleClient
+
+    client = OpenAICompatibleClient("https://api.openai.com/v1", key, "gpt-4o-mini",
+                                    pricing={"gpt-4o-mini": {"input": 0.15, "output": 0.60}})
+    LLMHandler(client).attach(engine)
+
+It runs on the official ``openai`` SDK (``pip install 'aaa_django[openai]'``),
+imported when a client is built. Mapping: our ``assistant`` message's tool calls
+become ``tool_calls`` with JSON-string ``arguments``; a ``tool`` message becomes
+``{"role": "tool", "tool_call_id": ..., "content": ...}``; a tool spec
+``{"name", "description", "parameters"}`` becomes ``{"type": "function",
+"function": {...}}``. ``LLMRequest.params`` (``temperature``, ``max_tokens``...) go
+into the request body as given. Retries, timeouts, cost and secrets: see
+:mod:`aaa_django.llm.provider` and ``docs/models.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Mapping
+
+from .messages import LLMRequest, Message, ToolCall, Usage
+from .pricing import Pricing
+from .provider import (
+    ProviderClient,
+    error_text,
+    malformed,
+    token_count,
+    tool_arguments,
+)
+from .retry import Backoff, Failure, reason_for_status, retry_after
+
+#: sent as the key to servers that need none (Ollama, llama.cpp), so the SDK does
+#: not go looking for OPENAI_API_KEY
+NO_KEY = "no-key"
+
+
+def _import_openai() -> Any:
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - depends on the installation
+        raise ImportError(
+            "OpenAICompatibleClient needs the 'openai' package: pip install 'aaa_django[openai]'"
+        ) from None
+    return openai
+
+
+class OpenAICompatibleClient(ProviderClient):
+    """An :class:`~aaa_django.llm.client.LLMClient` for OpenAI-compatible servers.
+
+    ``base_url`` ends in ``/v1`` (None: OpenAI's); ``api_key`` None sends a
+    placeholder (local servers need none); ``model`` is used when a request names
+    none; ``timeout`` bounds each HTTP attempt (seconds); ``max_retries`` transient
+    failures are retried (:mod:`~aaa_django.llm.retry`); ``pricing`` is a table
+    ``{model: {"input": $/1M tokens, "output": $/1M tokens}}``.
+    """
+
+    provider = "openai-compatible"
+
+    def __init__(
+        self,
+        base_url: str | None,
+        api_key: str | None,
+        model: str | None,
+        *,
+        timeout: float | None = 60.0,
+        max_retries: int = 2,
+        pricing: Pricing | Mapping[str, Mapping[str, Any]] | None = None,
+        backoff: Backoff | None = None,
+        default_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self._openai = _import_openai()  # fail at start-up, not at the first call
+        super().__init__(base_url=base_url, api_key=api_key, model=model, timeout=timeout,
+                         max_retries=max_retries, pricing=pricing, backoff=backoff)
+        self.default_headers = dict(default_headers or {})
+
+    def make_sdk(self) -> Any:
+        return self._openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=self._api_key.reveal() or NO_KEY,
+            timeout=self.timeout,
+            max_retries=0,  # ours is the one retry policy
+            default_headers=self.default_headers or None,
+        )
+
+    def payload(self, request: LLMRequest, model: str) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"model": model, "messages": to_openai_messages(request.messages)}
+        if request.tools:
+            kwargs["tools"] = to_openai_tools(request.tools)
+        if request.params:
+            kwargs["extra_body"] = dict(request.params)
+        return kwargs
+
+    async def send(self, sdk: Any, payload: dict[str, Any]) -> Any:
+        return await sdk.chat.completions.create(**payload)
+
+    def parse(self, raw: Any) -> tuple[Message, Usage, str | None, str | None]:
+        if not hasattr(raw, "model_dump"):
+            raise malformed(f"the reply is not a chat completion but {type(raw).__name__}: {str(raw)[:200]!r}")
+        return from_openai_completion(raw.model_dump())
+
+    def classify(self, exc: BaseException) -> Failure | None:
+        openai = self._openai
+        if isinstance(exc, openai.APITimeoutError):
+            return Failure("timeout", f"no complete answer within {self.timeout}s")
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__
+            return Failure("connection", f"{exc.message} ({type(cause).__name__}: {cause})" if cause else exc.message)
+        if isinstance(exc, openai.APIResponseValidationError):
+            return Failure("malformed_response", f"the reply does not match the API: {exc.message}",
+                           status=exc.status_code)
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            return Failure(reason_for_status(status), error_text(exc.body, f"HTTP {status}"),
+                           status=status, retry_after=retry_after(exc.response.headers))
+        if isinstance(exc, json.JSONDecodeError):
+            return Failure("malformed_response", f"the reply is not valid JSON: {exc}")
+        if isinstance(exc, openai.OpenAIError):
+            return Failure("client_error", str(exc))
+        return None
+
+
+# -- the mapping, both ways (pure) ------------------------------------------------------
+
+
+def to_openai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Our messages as chat-completions messages."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content or ""})
+        elif m.role == "assistant":
+            msg: dict[str, Any] = {"role": "assistant", "content": m.content}
+            if m.tool_calls:
+                msg["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+                    }
+                    for c in m.tool_calls
+                ]
+            out.append(msg)
+        else:
+            msg = {"role": m.role, "content": m.content or ""}
+            if m.name:
+                msg["name"] = m.name
+            out.append(msg)
+    return out
+
+
+def to_openai_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Our tool specs (``{"name", "description", "parameters"}``) as function tools."""
+    out = []
+    for t in tools:
+        function: dict[str, Any] = {
+            "name": t["name"],
+            "parameters": t.get("parameters") or {"type": "object", "properties": {}},
+        }
+        if t.get("description"):
+            function["description"] = t["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def from_openai_completion(data: Mapping[str, Any]) -> tuple[Message, Usage, str | None, str | None]:
+    """A chat completion's JSON as (message, usage, model, finish reason)."""
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise malformed(f"the reply has no choices: {json.dumps(data, default=str)[:200]}")
+    choice = choices[0]
+    msg = choice.get("message")
+    if not isinstance(msg, Mapping):
+        raise malformed("the reply's first choice has no message")
+    content = msg.get("content")
+    if content is None and isinstance(msg.get("refusal"), str):
+        content = msg["refusal"]
+    if content is not None and not isinstance(content, str):
+        raise malformed(f"the reply's content is not text: {str(content)[:200]!r}")
+    calls = []
+    for c in msg.get("tool_calls") or ():
+        function = c.get("function") if isinstance(c, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise malformed(f"a tool call without a function name: {str(c)[:200]!r}")
+        calls.append(ToolCall(id=c.get("id") or None, name=name,
+                              arguments=tool_arguments(function.get("arguments"), name)))
+    usage = data.get("usage") if isinstance(data.get("usage"), Mapping) else {}
+    return (
+        Message(role="assistant", content=content, tool_calls=tuple(calls)),
+        Usage(input_tokens=token_count(usage.get("prompt_tokens")),
+              output_tokens=token_count(usage.get("completion_tokens"))),
+        data.get("model") if isinstance(data.get("model"), str) else None,
+        choice.get("finish_reason"),
+    )
+

@@ -1,0 +1,289 @@
+"""``ProviderClient``: what the real model clients share.
+
+A subclass maps our messages to its provider's request (:meth:`payload`), sends it
+with the provider's SDK (:meth:`send`), reads the reply (:meth:`parse`) and
+classifies the SDK's exceptions (:meth:`classify`). This base does the rest, the same
+way for every provider: the retry policy (:mod:`~aaa_django.llm.retry`), usage and
+cost (:mod:`~aaa_django.llm.pricing`), keeping the API key out of every message and
+repr, and one SDK client per event loop.
+
+Why per loop: an SDK client's pooled connections belong to the event loop that
+opened them, and building one costs tens of milliseconds (TLS setup), so each loop
+gets one, reused for every call on it. A client whose loop has closed is closed
+when another loop next uses this client; ``await client.aclose()`` (or ``async
+with client:``) closes the current loop's one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from typing import Any, ClassVar, Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import Field
+
+from .messages import LLMRequest, LLMResponse, Message, Usage
+from .pricing import Pricing, as_pricing
+from .retry import AttemptFailed, Backoff, Failure, call_with_retries
+
+log = logging.getLogger("aaa_django.llm")
+
+#: request parameters the client sets itself; ``LLMRequest.params`` may not override them
+RESERVED_PARAMS = frozenset({"model", "messages", "tools", "system", "stream"})
+
+
+class ProviderResponse(LLMResponse):
+    """An :class:`LLMResponse` with what the provider clients know besides: every
+    HTTP attempt made for it, and whether its model was in the pricing table."""
+
+    attempts: list[dict[str, Any]] = Field(default_factory=list)
+    #: False: the model has no price, so ``cost`` is 0
+    priced: bool = True
+
+
+class Secret:
+    """A string that never shows itself in a repr, a str or a log line."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str | None) -> None:
+        self._value = value or None
+
+    def reveal(self) -> str | None:
+        return self._value
+
+    def __bool__(self) -> bool:
+        return self._value is not None
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self._value else "Secret(None)"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Secret is not pickled")
+
+
+def safe_url(url: str | None) -> str | None:
+    """``url`` without a user name or password in it."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+class ProviderClient:
+    """Base of the provider clients: see the module docstring."""
+
+    #: the provider's name in errors and logs
+    provider: ClassVar[str] = "provider"
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        model: str | None,
+        timeout: float | None = 60.0,
+        max_retries: int = 2,
+        pricing: Pricing | Mapping[str, Mapping[str, Any]] | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        self.base_url = base_url or None
+        self.model = model or None
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.pricing = as_pricing(pricing)
+        self.backoff = backoff or Backoff()
+        self._api_key = Secret(api_key)
+        # kept wrapped, so vars(client) or a debugger's dump shows no key either
+        self._secrets = [Secret(s) for s in (api_key, _url_password(base_url)) if s and len(s) >= 4]
+        self._sdks: dict[asyncio.AbstractEventLoop, Any] = {}
+        self._unpriced_warned: set[str] = set()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(base_url={safe_url(self.base_url)!r}, model={self.model!r}, "
+                f"timeout={self.timeout!r}, max_retries={self.max_retries!r})")
+
+    # -- what a provider implements ------------------------------------------------------
+
+    def make_sdk(self) -> Any:  # pragma: no cover - abstract
+        """A new SDK client (its own retries off: ``max_retries=0``)."""
+        raise NotImplementedError
+
+    def payload(self, request: LLMRequest, model: str) -> dict[str, Any]:  # pragma: no cover
+        """The SDK call's keyword arguments for ``request`` (pure)."""
+        raise NotImplementedError
+
+    async def send(self, sdk: Any, payload: dict[str, Any]) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def parse(self, raw: Any) -> tuple[Message, Usage, str | None, str | None]:  # pragma: no cover
+        """(message, usage, model answered, finish reason); raises :class:`AttemptFailed`."""
+        raise NotImplementedError
+
+    def classify(self, exc: BaseException) -> Failure | None:  # pragma: no cover
+        """The failure an SDK exception stands for (None: not a call failure)."""
+        raise NotImplementedError
+
+    # -- the call --------------------------------------------------------------------------
+
+    async def complete(self, request: LLMRequest) -> ProviderResponse:
+        """Send the whole conversation; return the reply with its usage, cost and
+        attempts. Raises :class:`~aaa_django.llm.errors.LLMCallError`."""
+        model = request.model or self.model
+        if not model:
+            raise ValueError(f"{type(self).__name__}: no model: give one to the client or in the request")
+        params = dict(request.params or {})
+        clash = RESERVED_PARAMS & set(params)
+        if clash:
+            raise ValueError(f"request params may not set {sorted(clash)}: the client sets them")
+        payload = self.payload(request, model)
+        sdk = await self._sdk()
+
+        async def attempt() -> tuple[Message, Usage, str | None, str | None]:
+            return self.parse(await self.send(sdk, payload))
+
+        (message, usage, answered, finish), attempts = await call_with_retries(
+            attempt,
+            self.classify,
+            max_retries=self.max_retries,
+            backoff=self.backoff,
+            timeout=self.timeout,
+            redact=self.redact,
+            provider=self.provider,
+            model=model,
+        )
+        cost = self.pricing.cost(usage, answered, model)
+        if not cost.priced and model not in self._unpriced_warned:
+            self._unpriced_warned.add(model)
+            log.warning("no price for model %r (answered as %r): its calls cost 0 in budgets; "
+                        "add it to the pricing table", model, answered)
+        return ProviderResponse(
+            message=message,
+            usage=usage,
+            cost=cost.usd,
+            model=answered or model,
+            finish_reason=finish,
+            attempts=attempts,
+            priced=cost.priced,
+        )
+
+    # -- secrets -----------------------------------------------------------------------------
+
+    def add_secret(self, value: Any) -> None:
+        """Mask ``value`` too (a credential the SDK found by itself)."""
+        if isinstance(value, str) and len(value) >= 4 and all(s.reveal() != value for s in self._secrets):
+            self._secrets.append(Secret(value))
+
+    def redact(self, text: str) -> str:
+        """``text`` with the API key (and a password in the base URL) masked."""
+        for secret in self._secrets:
+            text = text.replace(secret.reveal() or "***", "***")
+        return text
+
+    # -- one SDK client per event loop -------------------------------------------------
+
+    async def _sdk(self) -> Any:
+        loop = asyncio.get_running_loop()
+        sdk = self._sdks.get(loop)
+        if sdk is None:
+            # registered before any await, so concurrent first calls share it
+            sdk = self._sdks[loop] = self.make_sdk()
+            await self._close(lambda l: l is not loop and l.is_closed())
+        return sdk
+
+    async def aclose(self) -> None:
+        """Close the SDK client of the running loop (and of loops that have closed)."""
+        loop = asyncio.get_running_loop()
+        await self._close(lambda l: l is loop or l.is_closed())
+
+    async def _close(self, which: Any) -> None:
+        for key in [l for l in self._sdks if which(l)]:
+            sdk = self._sdks.pop(key, None)
+            if sdk is not None:
+                await _close_quietly(sdk)
+
+    async def __aenter__(self) -> "ProviderClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+async def _close_quietly(sdk: Any) -> None:
+    try:  # a client of a closed loop cannot close its sockets cleanly: it is marked closed
+        await asyncio.wait_for(sdk.close(), 2)
+    except Exception:
+        pass
+
+
+def _url_password(url: str | None) -> str | None:
+    if not url:
+        return None
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
+
+
+def error_text(body: Any, default: str) -> str:
+    """The human message in a provider's error body (``{"error": {"message": ...}}``
+    and the like), else the body itself, else ``default``."""
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping):
+            msg = inner.get("message")
+            kind = inner.get("type") or inner.get("code")
+            if isinstance(msg, str) and msg:
+                return f"{kind}: {msg}" if isinstance(kind, str) and kind else msg
+        elif isinstance(inner, str) and inner:
+            return inner
+        msg = body.get("message")
+        if isinstance(msg, str) and msg:
+            return msg
+    if isinstance(body, (str, bytes)) and body:
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        return re.sub(r"<[^>]+>", " ", text)  # an HTML error page: its words
+    return default
+
+
+def malformed(why: str) -> AttemptFailed:
+    return AttemptFailed(Failure("malformed_response", why))
+
+
+def tool_arguments(raw: Any, name: str) -> dict[str, Any]:
+    """A tool call's arguments as a dict: from a JSON string (OpenAI), a dict
+    (Anthropic, some local servers) or nothing; else ``bad_tool_arguments``."""
+    if raw is None or raw == "":
+        return {}
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise AttemptFailed(Failure(
+                "bad_tool_arguments", f"the model's arguments for tool {name!r} are not JSON ({exc}): {raw!r}"
+            )) from None
+    if not isinstance(value, dict):
+        raise AttemptFailed(Failure(
+            "bad_tool_arguments", f"the model's arguments for tool {name!r} are not a JSON object: {raw!r}"
+        ))
+    return value
+
+
+def token_count(value: Any) -> int:
+    """A token count from a usage block (0 when missing or not a count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

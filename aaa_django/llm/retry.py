@@ -1,0 +1,185 @@
+"""The one retry policy of the provider clients.
+
+A call is made of HTTP *attempts*. An attempt that fails transiently -- HTTP 429,
+5xx (529 too), 408 or 409, a timeout, a refused or dropped connection -- is retried
+up to ``max_retries`` times; anything else (a bad key, a bad request, a reply that is
+not the provider's JSON) fails at once. Before retry *n* the client waits:
+
+* the server's ``Retry-After`` (or ``retry-after-ms``) when it sent one, as long as
+  it is at most ``Backoff.max_retry_after`` seconds -- a server asking for longer
+  (a spent daily quota) fails the call now instead of holding a worker;
+* otherwise ``min(max, initial * 2**(n-1))`` seconds, less up to ``jitter`` of it at
+  random, so clients that failed together do not retry together.
+
+Every attempt is recorded (``{"attempt", "status", "reason", "error", "elapsed",
+"retry_in"}``); a call that fails for good raises
+:class:`~aaa_django.llm.errors.LLMCallError` carrying them all. The SDKs' own retries
+are switched off (``max_retries=0``), so this is the only policy. The deciding
+function (:meth:`Backoff.delay`) is pure; the loop (:func:`call_with_retries`) is the
+only part that sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping, TypeVar
+
+from .errors import REASONS, LLMCallError
+
+R = TypeVar("R")
+
+#: longest server message kept in an attempt record or an error
+MAX_MESSAGE = 300
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed attempt, classified."""
+
+    reason: str
+    message: str
+    status: int | None = None
+    #: seconds the server asked us to wait (Retry-After), if it did
+    retry_after: float | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return REASONS.get(self.reason, False)
+
+
+class AttemptFailed(Exception):
+    """Raised inside an attempt (e.g. while reading the reply) with its classification."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """How long to wait between attempts (seconds)."""
+
+    initial: float = 0.5
+    max: float = 8.0
+    #: the longest ``Retry-After`` honoured; a longer one fails the call at once
+    max_retry_after: float = 60.0
+    #: up to this fraction of an exponential delay is taken off at random
+    jitter: float = 0.25
+
+    def delay(self, retry: int, retry_after: float | None = None, rand: float = 0.0) -> float | None:
+        """Seconds to wait before retry number ``retry`` (1-based), or None when the
+        server asked for longer than :attr:`max_retry_after`. ``rand`` is in [0, 1)."""
+        if retry_after is not None:
+            return max(0.0, retry_after) if retry_after <= self.max_retry_after else None
+        base = min(self.max, self.initial * 2 ** (retry - 1))
+        return base * (1.0 - self.jitter * rand)
+
+
+def reason_for_status(status: int) -> str:
+    """The failure reason of an HTTP error status."""
+    if status == 429:
+        return "rate_limit"
+    if status >= 500 or status in (408, 409):
+        return "server_error"
+    if status in (401, 403):
+        return "auth"
+    return "client_error"
+
+
+def retry_after(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    if not headers:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+async def call_with_retries(
+    attempt: Callable[[], Awaitable[R]],
+    classify: Callable[[BaseException], Failure | None],
+    *,
+    max_retries: int,
+    backoff: Backoff,
+    timeout: float | None,
+    redact: Callable[[str], str],
+    provider: str,
+    model: str | None,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+) -> tuple[R, list[dict[str, Any]]]:
+    """Run ``attempt`` until it succeeds or fails for good; return its result and the
+    attempt records. ``classify`` maps an exception to a :class:`Failure` (None: not
+    a call failure -- a bug -- which propagates unchanged). ``timeout`` bounds each
+    attempt. Raises :class:`LLMCallError`."""
+    records: list[dict[str, Any]] = []
+    n = 0
+    while True:
+        n += 1
+        started = time.monotonic()
+        try:
+            if timeout is not None:
+                async with asyncio.timeout(timeout):
+                    result = await attempt()
+            else:
+                result = await attempt()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if isinstance(exc, TimeoutError):
+                failure = Failure("timeout", f"no complete answer within {timeout}s")
+            elif isinstance(exc, AttemptFailed):
+                failure = exc.failure
+            else:
+                failure = classify(exc)
+                if failure is None:
+                    raise
+            message = redact(shorten(failure.message))
+            record: dict[str, Any] = {
+                "attempt": n,
+                "status": failure.status,
+                "reason": failure.reason,
+                "error": message,
+                "elapsed": round(time.monotonic() - started, 3),
+            }
+            records.append(record)
+            wait = None
+            if failure.retryable and n <= max_retries:
+                wait = backoff.delay(n, failure.retry_after, random.random())
+                if wait is None:
+                    message += (f" (the server asked to retry after {failure.retry_after:.0f}s,"
+                                f" more than the {backoff.max_retry_after:.0f}s we wait)")
+            if wait is None:
+                raise LLMCallError(message, reason=failure.reason, status=failure.status,
+                                   attempts=records, provider=provider, model=model) from None
+            record["retry_in"] = round(wait, 3)
+            await sleep(wait)
+            continue
+        records.append({"attempt": n, "status": None, "reason": "ok",
+                        "elapsed": round(time.monotonic() - started, 3)})
+        return result, records

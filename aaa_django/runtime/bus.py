@@ -1,0 +1,126 @@
+"""``InProcessBus``: delivers appended events to the engine on the asyncio loop.
+
+Each published event becomes a task running ``engine.handle(event)``. The algorithm
+step of a run is serialised by a per-run lock (FIFO, so steps see events in publish
+order); handlers (slow tools, model calls) run concurrently. ``duplicate=True``
+delivers every event twice: at-least-once made visible, for tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any, AsyncContextManager, Iterable, Protocol
+
+from aaa_django.events import Event
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import Engine
+
+log = logging.getLogger("aaa_django.runtime")
+
+
+class Bus(Protocol):
+    """What the engine needs from a bus (in-process here; Celery in the Django layer).
+
+    ``publish`` must eventually call ``engine.handle(e)`` for each event, at least
+    once, anywhere (a bus may split it: ``engine.react(e)`` on an algorithm queue
+    under ``serial(run)``, ``engine.dispatch(e)`` on handler queues). ``serial(run)``
+    serialises the steps of one run; ``spawn`` runs the engine's timers' work.
+    """
+
+    def bind(self, engine: "Engine") -> None: ...
+
+    async def publish(self, events: Iterable[Event]) -> None: ...
+
+    def serial(self, key: str) -> AsyncContextManager[Any]: ...
+
+    def spawn(self, coro: Any) -> None: ...
+
+    async def drain(self, timeout: float | None = None) -> None: ...
+
+    async def close(self, *, cancel: bool = True) -> None: ...
+
+
+class InProcessBus:
+    """The embedded bus: asyncio tasks in this process (the default)."""
+
+    def __init__(self, *, duplicate: bool = False) -> None:
+        self.copies = 2 if duplicate else 1
+        self.engine: "Engine | None" = None
+        self._tasks: set[asyncio.Task] = set()
+        self._locks: "weakref.WeakValueDictionary[str, asyncio.Lock]" = weakref.WeakValueDictionary()
+        self.closed = False
+        #: exceptions that escaped ``engine.handle`` (a store outage, a bug), newest last
+        self.errors: list[BaseException] = []
+        #: deliveries made (each copy counts)
+        self.delivered = 0
+
+    def bind(self, engine: "Engine") -> None:
+        """Attach the engine whose ``handle`` receives the events."""
+        self.engine = engine
+
+    async def publish(self, events: Iterable[Event]) -> None:
+        """Schedule the delivery of ``events`` (in order); does not wait for them."""
+        if self.closed or self.engine is None:
+            return
+        for e in events:
+            for _ in range(self.copies):
+                self._spawn(self.engine.handle(e))
+
+    def serial(self, key: str) -> asyncio.Lock:
+        """The lock that serialises the algorithm steps of run ``key``."""
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[key] = lock
+        return lock
+
+    def spawn(self, coro: Any) -> None:
+        """Run ``coro`` as a tracked task (timers use this: ``drain`` waits for it)."""
+        if self.closed:
+            coro.close()
+            return
+        self._spawn(coro)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        self.delivered += 1
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self.errors.append(exc)
+            log.error("delivering an event failed", exc_info=exc)
+
+    @property
+    def pending(self) -> int:
+        """Deliveries scheduled or running."""
+        return len(self._tasks)
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Wait until no delivery is pending (new ones included): the bus is idle."""
+
+        async def loop() -> None:
+            while self._tasks:
+                await asyncio.wait(set(self._tasks))
+
+        await asyncio.wait_for(loop(), timeout)
+
+    idle = drain
+
+    async def close(self, *, cancel: bool = True) -> None:
+        """Stop delivering; cancel (or await) what is in flight."""
+        self.closed = True
+        tasks = set(self._tasks)
+        if cancel:
+            for t in tasks:
+                t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,640 @@
+"""The engine: starts runs, reacts to their events, enforces limits, ends them.
+
+Everything goes through one step function, :meth:`Engine.handle`, which the bus calls
+for every appended event (of any run, in any process):
+
+1. hydrate the event (claim-checked payloads come back from the blob store);
+2. under the run's lock: the engine's own reaction, decided from ``RUNMETA`` (limits,
+   completion, starting and cancelling children, notifying the parent), then the
+   run's algorithm step, rebuilt from ``aaa.run.started`` through the registry;
+3. the handlers subscribed to the event's type (models, tools, validation).
+
+Each part writes new events with deterministic ids through :meth:`Engine.append`
+(claim check, store append absorbing duplicates, publish of the new events only), so
+delivering an event twice writes nothing new: the log is the only state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import traceback
+from collections import OrderedDict, defaultdict
+from dataclasses import replace
+from datetime import datetime
+from itertools import groupby
+from typing import Any, Awaitable, Callable, Iterable, Mapping
+
+from aaa_django.data import DEFAULT_HOT_FIELDS, InMemoryBlobStore, claim, hydrate, is_claimed
+from aaa_django.data.errors import BlobError
+from aaa_django.events import (
+    Event,
+    EventStore,
+    FoldCache,
+    InMemoryEventStore,
+    Projection,
+    check_event,
+    default_cache,
+    derive_id,
+    new_id,
+)
+
+from . import registry
+from . import types as T
+from .budget import Budget
+from .bus import InProcessBus
+from .ctx import Ctx, _budget, _plain, absolute_deadline
+from .meta import RUNMETA, RunMeta
+from .outcome import BUDGET_EXCEEDED, CANCELLED, FAILED, INVALID_INPUT, TIMEOUT, Outcome
+from .run import Run
+from .view import HydratedView, StoreUnavailable
+
+log = logging.getLogger("aaa_django.runtime")
+
+Handler = Callable[[Event], Awaitable[Any]]
+
+DEFAULT_CLAIM_THRESHOLD = 16_384
+
+
+class Engine:
+    """Runs algorithms as event streams; ``async with Engine(...) as engine``.
+
+    ``store`` defaults to an :class:`~aaa_django.events.InMemoryEventStore`; with
+    ``blobs`` (a :class:`~aaa_django.data.BlobStore`) event data over
+    ``claim_threshold`` bytes of JSON is claim-checked; ``bus`` defaults to an
+    :class:`InProcessBus`; ``cache`` (the in-process fold holder) defaults to the
+    process's shared ``aaa_django.events.default_cache``. A
+    :class:`~aaa_django.validate.ValidationHandler` is attached unless
+    ``validate=False``.
+    """
+
+    def __init__(
+        self,
+        store: EventStore | None = None,
+        blobs: Any = None,
+        claim_threshold: int = DEFAULT_CLAIM_THRESHOLD,
+        bus: Any = None,
+        cache: FoldCache | None = None,
+        *,
+        validate: bool = True,
+        hot_fields: Iterable[str] = DEFAULT_HOT_FIELDS,
+        close_timeout: float = 2.0,
+        poll_interval: float = 0.5,
+    ) -> None:
+        self.store: EventStore = store if store is not None else InMemoryEventStore()
+        self.blobs = blobs
+        self.claim_threshold = claim_threshold
+        self.hot_fields = tuple(hot_fields)
+        self.bus = bus if bus is not None else InProcessBus()
+        self.bus.bind(self)
+        self.cache = cache if cache is not None else default_cache
+        self.view = HydratedView(self)
+        self.close_timeout = close_timeout
+        self.poll_interval = poll_interval
+        #: exceptions raised by handlers (bugs: a handler turns failures into events)
+        self.errors: list[BaseException] = []
+        self._handlers: dict[str, list[Handler]] = defaultdict(list)
+        self._waiters: dict[str, asyncio.Event] = {}
+        self._timers: dict[tuple[str, str, str], asyncio.TimerHandle] = {}
+        self._started: OrderedDict[str, Event] = OrderedDict()
+        self._hydrated: OrderedDict[str, Event] = OrderedDict()
+        self._algorithms: dict[str, Any] = {}
+        self._closed = False
+        if validate:
+            from aaa_django.validate import ValidationHandler
+
+            ValidationHandler().attach(self)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def __aenter__(self) -> "Engine":
+        return self
+
+    async def __aexit__(self, exc_type: Any, *exc: Any) -> None:
+        await self.close(drain=exc_type is None)
+
+    async def close(self, *, drain: bool = True) -> None:
+        """Stop: let in-flight deliveries finish (up to ``close_timeout``), then cancel
+        them and every timer. What was not done is in the log for :meth:`resume`."""
+        if self._closed:
+            return
+        if drain:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await self.bus.drain(self.close_timeout)
+        self._closed = True
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        await self.bus.close(cancel=True)
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Wait until the bus has nothing in flight (tests)."""
+        await self.bus.drain(timeout)
+
+    idle = drain
+
+    # -- subscriptions ------------------------------------------------------------------
+
+    def subscribe(self, type: str, handler: Handler) -> None:
+        """Call ``await handler(event)`` for every event of ``type`` (hydrated)."""
+        self._handlers[type].append(handler)
+
+    # -- starting and stopping runs -----------------------------------------------------
+
+    def describe(self, algorithm: Any) -> tuple[str, dict[str, Any]]:
+        """``(registered name, JSON config)`` of an algorithm instance, class or name."""
+        if isinstance(algorithm, str):
+            registry.get(algorithm)
+            return algorithm, {}
+        cls = algorithm if isinstance(algorithm, type) else type(algorithm)
+        name = getattr(cls, "name", None)
+        if not name:
+            raise TypeError(f"{cls.__qualname__} has no registered `name`")
+        try:
+            registry.get(name)
+        except registry.UnknownAlgorithmError:
+            registry.register(cls)
+        config = algorithm.config() if not isinstance(algorithm, type) else {}
+        return name, config
+
+    async def start(
+        self,
+        algorithm: Any,
+        input: Any,
+        *,
+        budget: Budget | Mapping[str, Any] | None = None,
+        deadline: float | datetime | None = None,
+        parent: str | None = None,
+        owner: str | None = None,
+        run_id: str | None = None,
+    ) -> Run:
+        """Start a run: append its ``aaa.run.started`` and return a :class:`Run`.
+
+        ``deadline`` is seconds from now or an aware ``datetime``; it is stored as an
+        absolute time so any process can enforce it.
+        """
+        name, config = self.describe(algorithm)
+        run_id = run_id or f"run-{new_id()}"
+        data = {
+            "algorithm": name,
+            "config": config,
+            "input": _plain(input),
+            "budget": _budget(budget),
+            "deadline": absolute_deadline(deadline),
+            "parent": parent,
+            "owner": owner,
+        }
+        await self.append([Event(id=T.started_id(run_id), stream=run_id, type=T.RUN_STARTED, data=data)])
+        return Run(self, run_id)
+
+    def run(self, run_id: str) -> Run:
+        """A handle on an existing run."""
+        return Run(self, run_id)
+
+    def completion(self, run_id: str, outcome: Outcome, *, cause: Event | None = None) -> Event:
+        """The run's one ``aaa.run.completed`` event (not yet appended)."""
+        return Event(
+            id=T.completion_id(run_id),
+            stream=run_id,
+            type=T.RUN_COMPLETED,
+            data=outcome.to_dict(),
+            causation=cause.id if cause is not None else None,
+            tenant=cause.tenant if cause is not None else None,
+        )
+
+    async def complete(self, run_id: str, outcome: Outcome, *, cause: Event | None = None) -> bool:
+        """End a run with ``outcome`` unless it ended already; True if this ended it."""
+        return bool(await self.append([self.completion(run_id, outcome, cause=cause)]))
+
+    async def cancel(self, run_id: str, *, reason: str | None = None, by: str | None = None) -> bool:
+        """Ask for a run to end ``cancelled`` (its in-flight tool calls are cancelled).
+
+        Returns False if the run has ended (or was asked already).
+        """
+        meta = await self.meta(run_id)
+        if not meta.started or meta.completed:
+            return False
+        e = Event(
+            id=derive_id(run_id, T.CANCEL_REQUESTED),
+            stream=run_id,
+            type=T.CANCEL_REQUESTED,
+            data={"reason": reason, "by": by},
+        )
+        return bool(await self.append([e]))
+
+    async def approve(
+        self, run_id: str, request_id: str, *, by: str | None = None, reason: str | None = None
+    ) -> bool:
+        """Grant a pending approval (``request_id``: the ``aaa.approval.requested`` id).
+
+        Returns False if there is no such pending approval or it was decided already;
+        an approval given after its expiry records ``aaa.approval.expired`` instead.
+        """
+        return await self._decide(run_id, request_id, T.APPROVAL_GRANTED, by=by, reason=reason)
+
+    async def deny(
+        self, run_id: str, request_id: str, *, by: str | None = None, reason: str | None = None
+    ) -> bool:
+        """Deny a pending approval: the tool call fails with reason ``denied``."""
+        return await self._decide(run_id, request_id, T.APPROVAL_DENIED, by=by, reason=reason)
+
+    async def _decide(self, run_id: str, request_id: str, type: str, **extra: Any) -> bool:
+        meta = await self.meta(run_id)
+        pending = meta.approvals.get(request_id)
+        if pending is None or meta.completed:
+            return False
+        if pending.expires_at is not None and time.time() >= pending.expires_at:
+            type = T.APPROVAL_EXPIRED
+        data = {
+            "request_id": request_id,
+            "tool_request_id": pending.tool_request_id,
+            "tool_request_seq": pending.tool_request_seq,
+            "call_id": pending.call_id,
+            "name": pending.name,
+            **extra,
+        }
+        e = Event(id=T.decision_id(request_id), stream=run_id, type=type, data=data,
+                  causation=request_id)
+        return bool(await self.append([e]))
+
+    async def erase(self, run_id: str) -> int:
+        """Erase a run: its events, snapshots, blobs and in-process cached state.
+
+        Returns the number of events erased. Child runs are separate runs: erase them
+        on their own.
+        """
+        count = await self.store.erase(run_id)
+        if self.blobs is not None:
+            await self._blob_call(self.blobs.delete_namespace, run_id)
+        self.cache.forget_stream(self.store.cache_key, run_id)
+        self._started.pop(run_id, None)
+        for key in [k for k, e in self._hydrated.items() if e.stream == run_id]:
+            del self._hydrated[key]
+        self._disarm(run_id)
+        return count
+
+    async def resume(self, run_ids: Iterable[str] | None = None) -> list[str]:
+        """Adopt unfinished runs found in the store and drive them to the end.
+
+        For each run with a start and no completion its events are delivered again
+        (every reaction is idempotent, so this only does what was left undone), a
+        finished child's completion is delivered again to its waiting parent, and an
+        orphan whose parent has ended is cancelled. Returns the adopted run ids.
+        """
+        streams = list(run_ids) if run_ids is not None else await self.store.streams()
+        adopted = []
+        for stream in streams:
+            meta = await self.meta(stream)
+            if not meta.started or meta.completed:
+                continue
+            adopted.append(stream)
+            await self.bus.publish(await self.store.read(stream))
+            for child in meta.children:
+                done = await self._completion_event(child)
+                if done is not None:
+                    await self.bus.publish([done])
+            if meta.parent:
+                parent_done = await self._completion_event(meta.parent)
+                if parent_done is not None:
+                    await self.append([self._cascade_cancel(parent_done, stream)])
+        return adopted
+
+    adopt = resume
+
+    # -- reading ------------------------------------------------------------------------
+
+    async def meta(self, run_id: str) -> RunMeta:
+        """The engine's view of a run (``RUNMETA``); read-only."""
+        return await RUNMETA.load(self.store, run_id, cache=self.cache)
+
+    async def project(self, projection: Projection, run_id: str) -> Any:
+        """``projection`` folded over the run's hydrated events (holder + snapshots)."""
+        return await projection.load(self.view, run_id, cache=self.cache)
+
+    async def outcome(self, run_id: str) -> Outcome | None:
+        """The run's outcome if it has ended, else None."""
+        e = await self._completion_event(run_id)
+        return Outcome.from_dict(e.data) if e is not None else None
+
+    async def wait(self, run_id: str, *, timeout: float | None = None) -> Outcome:
+        """Wait for a run to end (also when another process ends it: polled)."""
+
+        async def loop() -> Outcome:
+            while True:
+                waiter = self._waiters.setdefault(run_id, asyncio.Event())
+                outcome = await self.outcome(run_id)
+                if outcome is not None:
+                    return outcome
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(waiter.wait(), self.poll_interval)
+
+        return await asyncio.wait_for(loop(), timeout)
+
+    async def started(self, run_id: str) -> Event | None:
+        """The run's hydrated ``aaa.run.started`` (immutable, so cached)."""
+        e = self._started.get(run_id)
+        if e is None:
+            first = await self.store.read(run_id, limit=1)
+            if not first or first[0].type != T.RUN_STARTED:
+                return None
+            e = await self.hydrate(first[0])
+            self._started[run_id] = e
+            if len(self._started) > 4096:
+                self._started.popitem(last=False)
+        return e
+
+    async def hydrate(self, event: Event) -> Event:
+        """The event with its claim-checked payload restored (a no-op for others)."""
+        if not is_claimed(event.data):
+            return event
+        cached = self._hydrated.get(event.id)
+        if cached is not None and cached.seq == event.seq:
+            return cached
+        if self.blobs is None or not event.blobs:
+            raise BlobError(f"event {event.id} is claim-checked but the engine has no blob store")
+        data = await self._blob_call(hydrate, event.data, event.blobs[-1], store=self.blobs)
+        full = replace(event, data=data)
+        self._hydrated[event.id] = full
+        if len(self._hydrated) > 256:
+            self._hydrated.popitem(last=False)
+        return full
+
+    async def read_after(self, event: Event) -> list[Event]:
+        """The (raw) events of the event's stream after it."""
+        return await self.store.read(event.stream, after=event.seq or 0)
+
+    async def find_after(self, event: Event, ids: Iterable[str], *, page: int = 64) -> dict[str, Event]:
+        """Which of ``ids`` are in the event's stream after it (raw), by id.
+
+        Reads page by page and stops once all are found: a result usually follows its
+        request closely, so checking "answered already?" stays cheap in a long log.
+        """
+        want = set(ids)
+        found: dict[str, Event] = {}
+        after = event.seq or 0
+        while want:
+            batch = await self.store.read(event.stream, after=after, limit=page)
+            for e in batch:
+                if e.id in want:
+                    found[e.id] = e
+                    want.discard(e.id)
+            if len(batch) < page:
+                break
+            after = batch[-1].seq or after + len(batch)
+        return found
+
+    async def over(self, event: Event) -> bool:
+        """Whether the event's run has ended or a limit will end it: handlers do no new
+        work then (a request over budget is never executed)."""
+        meta = await self.meta(event.stream)
+        return meta.completed or self.limit_breach(meta) is not None
+
+    def limit_breach(self, meta: RunMeta, now: float | None = None) -> Outcome | None:
+        """The outcome a limit imposes on the run now, if any (pure)."""
+        if meta.cancel is not None:
+            return Outcome(CANCELLED, meta.cancel)
+        if meta.input_errors is not None:
+            return Outcome(INVALID_INPUT, {"errors": meta.input_errors})
+        if meta.deadline is not None and (time.time() if now is None else now) >= meta.deadline:
+            return Outcome(TIMEOUT, {"deadline": meta.deadline})
+        if meta.budget is not None:
+            over = meta.budget.exceeded(meta.spend)
+            if over is not None:
+                return Outcome(BUDGET_EXCEEDED, over)
+        return None
+
+    # -- writing ------------------------------------------------------------------------
+
+    async def append(self, events: Iterable[Event]) -> list[Event]:
+        """Claim-check, append (per stream, in order) and publish; return the new events.
+
+        Events already in the store (same id) are absorbed and not published again.
+        """
+        stored: list[Event] = []
+        for _, group in groupby(events, key=lambda e: e.stream):
+            batch = [await self._claim(e) for e in group]
+            stored.extend(await self.store.append(batch))
+        for e in stored:
+            if e.type == T.RUN_COMPLETED:
+                self._wake(e.stream)
+        if stored:
+            await self.bus.publish(stored)
+        return stored
+
+    async def _claim(self, e: Event) -> Event:
+        if self.blobs is None or e.type == T.RUN_COMPLETED or not e.data:
+            return e
+        stub, ref = await self._blob_call(
+            claim,
+            e.data,
+            store=self.blobs,
+            namespace=e.stream,
+            threshold=self.claim_threshold,
+            hot_fields=self.hot_fields,
+        )
+        return e if ref is None else replace(e, data=stub, blobs=(*e.blobs, ref))
+
+    async def _blob_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # Blob stores are synchronous; only the in-memory one is safe to call inline.
+        if isinstance(self.blobs, InMemoryBlobStore):
+            return fn(*args, **kwargs)
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    # -- the step function --------------------------------------------------------------
+
+    async def handle(self, event: Event) -> None:
+        """React to one appended event: the engine, the run's algorithm, the handlers.
+
+        Idempotent: delivering an event again (or an older one) writes nothing new.
+        """
+        if self._closed:
+            return
+        event = await self.hydrate(event)
+        async with self.bus.serial(event.stream):
+            await self.react(event)
+        await self.dispatch(event)
+
+    async def react(self, event: Event) -> None:
+        """The engine's reaction and the algorithm step (the caller serialises runs)."""
+        run_id = event.stream
+        meta = await self.meta(run_id)
+        if not meta.started:
+            return
+        if event.type == T.RUN_COMPLETED:
+            await self._after_completion(event, meta)
+            return
+        if meta.completed:
+            return  # recorded, changes nothing
+        if event.type == T.RUN_STARTED:
+            if not registry.known(meta.algorithm or ""):
+                await self.complete(run_id, Outcome(FAILED, {
+                    "error": f"unknown algorithm {meta.algorithm!r}: "
+                             "import the module that registers it"}), cause=event)
+                return
+            if meta.deadline is not None:
+                self._arm(("deadline", run_id, ""), meta.deadline, lambda: self._time_out(run_id))
+        elif event.type == T.APPROVAL_REQUESTED:
+            pending = meta.approvals.get(event.id)
+            if pending is not None and pending.expires_at is not None:
+                self._arm(("approval", run_id, event.id), pending.expires_at,
+                          lambda: self._expire_approval(run_id, event.id))
+        breach = self.limit_breach(meta)
+        if breach is not None:
+            await self.complete(run_id, breach, cause=event)
+            return
+        if event.type == T.CHILD_REQUESTED and event.data.get("child") in meta.children:
+            await self._start_child(event, meta)
+        if meta.validated:
+            await self._step(event, meta)
+
+    async def _step(self, event: Event, meta: RunMeta) -> None:
+        run_id = event.stream
+        started = await self.started(run_id)
+        if started is None:
+            return
+        try:
+            algorithm = self.algorithm(started)
+            ctx = Ctx(self, started, event, meta, algorithm)
+            await algorithm.step(ctx, event)
+            if ctx._out:
+                for e in ctx._out:  # the algorithm's own bad output is its failure
+                    check_event(e)
+        except StoreUnavailable:
+            raise  # not the algorithm's fault: the delivery fails and is retried
+        except Exception as exc:
+            value = {
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            }
+            await self.complete(run_id, Outcome(FAILED, value), cause=event)
+            return
+        if ctx._out:
+            await self.append(ctx._out)
+
+    def algorithm(self, started: Event) -> Any:
+        """The run's algorithm, rebuilt from its started event through the registry.
+
+        A pure function of the registered name and the JSON config, so the instance
+        is kept per started event (never any run state: algorithms hold none).
+        """
+        algo = self._algorithms.get(started.id)
+        if algo is None:
+            algo = registry.build(started.data["algorithm"], started.data.get("config") or {})
+            if len(self._algorithms) > 1024:
+                self._algorithms.pop(next(iter(self._algorithms)))
+            self._algorithms[started.id] = algo
+        return algo
+
+    async def dispatch(self, event: Event) -> None:
+        """Run the handlers subscribed to the event's type, concurrently."""
+        handlers = self._handlers.get(event.type)
+        if not handlers:
+            return
+        if len(handlers) == 1:
+            await self._call(handlers[0], event)
+        else:
+            await asyncio.gather(*(self._call(h, event) for h in handlers))
+
+    async def _call(self, handler: Handler, event: Event) -> None:
+        try:
+            await handler(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a handler bug must not stop the other handlers
+            self.errors.append(exc)
+            log.exception("handler %r failed on %s %s", handler, event.type, event.id)
+
+    # -- the engine's own reactions -----------------------------------------------------
+
+    async def _after_completion(self, event: Event, meta: RunMeta) -> None:
+        run_id = event.stream
+        self._disarm(run_id)
+        self._wake(run_id)
+        out: list[Event] = []
+        if meta.parent:
+            out.append(event.derive(
+                T.CHILD_COMPLETED,
+                {
+                    "child": run_id,
+                    "key": meta.child_key,
+                    "outcome": event.data.get("outcome"),
+                    "value": event.data.get("value"),
+                },
+                stream=meta.parent,
+            ))
+        out.extend(self._cascade_cancel(event, child) for child in sorted(meta.children))
+        if out:
+            await self.append(out)
+
+    def _cascade_cancel(self, completion: Event, child: str) -> Event:
+        return completion.derive(
+            T.CANCEL_REQUESTED,
+            {"reason": f"parent run ended {completion.data.get('outcome')}",
+             "by": completion.stream},
+            key=child,
+            stream=child,
+        )
+
+    async def _start_child(self, event: Event, meta: RunMeta) -> None:
+        d = event.data
+        data = {
+            "algorithm": d["algorithm"],
+            "config": d.get("config") or {},
+            "input": d.get("input"),
+            "budget": d.get("budget"),
+            "deadline": d.get("deadline"),
+            "parent": event.stream,
+            "key": d.get("key"),
+            "owner": meta.owner,
+        }
+        child = d["child"]
+        await self.append([Event(id=T.started_id(child), stream=child, type=T.RUN_STARTED,
+                                 data=data, causation=event.id, tenant=event.tenant)])
+
+    async def _completion_event(self, run_id: str) -> Event | None:
+        meta = await self.meta(run_id)
+        if not meta.completed or not meta.completion_seq:
+            return None
+        events = await self.store.read(run_id, after=meta.completion_seq - 1, limit=1)
+        return events[0] if events else None
+
+    async def _time_out(self, run_id: str) -> None:
+        meta = await self.meta(run_id)
+        if meta.completed or meta.deadline is None:
+            return
+        if time.time() < meta.deadline:  # the loop's clock ran early: check again later
+            self._arm(("deadline", run_id, ""), meta.deadline, lambda: self._time_out(run_id))
+            return
+        started = await self.started(run_id)
+        await self.complete(run_id, Outcome(TIMEOUT, {"deadline": meta.deadline}), cause=started)
+
+    async def _expire_approval(self, run_id: str, approval_id: str) -> None:
+        meta = await self.meta(run_id)
+        pending = meta.approvals.get(approval_id)
+        if pending is None or meta.completed:
+            return
+        await self._decide(run_id, approval_id, T.APPROVAL_EXPIRED, by=None, reason="expired")
+
+    # -- timers and waiters -------------------------------------------------------------
+
+    def _arm(self, key: tuple[str, str, str], at: float, fire: Callable[[], Awaitable[Any]]) -> None:
+        if self._closed or key in self._timers:
+            return
+        loop = asyncio.get_running_loop()
+
+        def ring() -> None:
+            self._timers.pop(key, None)
+            self.bus.spawn(fire())
+
+        self._timers[key] = loop.call_later(max(0.0, at - time.time()), ring)
+
+    def _disarm(self, run_id: str) -> None:
+        for key in [k for k in self._timers if k[1] == run_id]:
+            self._timers.pop(key).cancel()
+
+    def _wake(self, run_id: str) -> None:
+        waiter = self._waiters.pop(run_id, None)
+        if waiter is not None:
+            waiter.set()

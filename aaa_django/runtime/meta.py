@@ -1,0 +1,156 @@
+"""``RUNMETA``: the engine's own view of a run, a projection like any other.
+
+The engine decides limits and completion from this state alone, so any process can
+adopt any run. It folds only small hot fields (usage, cost, ids): it never needs a
+claim-checked payload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from aaa_django.events import Event, Projection
+
+from . import types as T
+from .budget import Budget, Spend
+
+#: Errors kept in the state for an ``invalid_input`` run (the event has them all).
+MAX_ERRORS = 20
+
+
+class PendingApproval(BaseModel):
+    """An approval gate waiting for a decision."""
+
+    seq: int
+    tool_request_id: str
+    tool_request_seq: int
+    call_id: str | None = None
+    name: str | None = None
+    expires_at: float | None = None
+
+
+class RunMeta(BaseModel):
+    """Status, spend and open obligations of one run."""
+
+    run_id: str | None = None
+    algorithm: str | None = None
+    #: "new" (no started event), "pending" (input not validated yet), "running", "completed"
+    status: str = "new"
+    outcome: str | None = None
+    completion_seq: int | None = None
+    parent: str | None = None
+    child_key: str | None = None
+    owner: str | None = None
+    #: absolute deadline, seconds since the epoch
+    deadline: float | None = None
+    budget: Budget | None = None
+    spend: Spend = Field(default_factory=Spend)
+    input_errors: list[Any] | None = None
+    cancel: dict[str, Any] | None = None
+    #: open child runs: run id -> key in this run
+    children: dict[str, str] = Field(default_factory=dict)
+    #: pending approvals: approval request id -> details
+    approvals: dict[str, PendingApproval] = Field(default_factory=dict)
+    #: model requests still waiting for a result
+    llm_open: int = 0
+    tool_open: int = 0
+
+    def __deepcopy__(self, memo: dict | None = None) -> "RunMeta":
+        # The holder copies a state before folding on: copy only what the fold
+        # mutates in place (spend, the two dicts); the rest is replaced, never mutated.
+        new = self.model_copy()
+        new.spend = self.spend.model_copy()
+        new.children = dict(self.children)
+        new.approvals = dict(self.approvals)
+        return new
+
+    @property
+    def started(self) -> bool:
+        return self.status != "new"
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "completed"
+
+    @property
+    def validated(self) -> bool:
+        return self.status in ("running", "completed")
+
+
+def apply(s: RunMeta, e: Event) -> RunMeta:
+    t, d = e.type, e.data
+    if s.completed:
+        # After the end only bookkeeping changes: late results are still paid for.
+        if t in (T.LLM_COMPLETED, T.LLM_FAILED):
+            _tally(s.spend, d)
+        elif t == T.CHILD_COMPLETED:
+            s.children.pop(d.get("child"), None)
+        elif t in T.APPROVAL_DECISIONS:
+            s.approvals.pop(d.get("request_id"), None)
+        return s
+    if t == T.RUN_STARTED:
+        s.run_id = e.stream
+        s.status = "pending"
+        s.algorithm = d.get("algorithm")
+        s.parent = d.get("parent")
+        s.child_key = d.get("key")
+        s.owner = d.get("owner")
+        s.deadline = d.get("deadline")
+        s.budget = Budget(**d["budget"]) if d.get("budget") else None
+    elif t == T.INPUT_VALIDATED:
+        if s.status == "pending":
+            s.status = "running"
+    elif t == T.INPUT_REJECTED:
+        s.input_errors = list(d.get("errors") or [])[:MAX_ERRORS]
+    elif t == T.LLM_REQUESTED:
+        s.spend.model_calls += 1
+        s.llm_open += 1
+    elif t in (T.LLM_COMPLETED, T.LLM_FAILED):
+        s.llm_open = max(0, s.llm_open - 1)
+        _tally(s.spend, d)
+    elif t == T.TOOL_REQUESTED:
+        s.spend.tool_calls += 1
+        s.tool_open += 1
+    elif t in (T.TOOL_COMPLETED, T.TOOL_FAILED):
+        s.tool_open = max(0, s.tool_open - 1)
+    elif t == T.CANCEL_REQUESTED:
+        s.cancel = s.cancel or {"reason": d.get("reason"), "by": d.get("by")}
+    elif t == T.CHILD_REQUESTED:
+        s.children[d["child"]] = d.get("key") or ""
+    elif t == T.CHILD_COMPLETED:
+        s.children.pop(d.get("child"), None)
+    elif t == T.APPROVAL_REQUESTED:
+        s.approvals[e.id] = PendingApproval(
+            seq=e.seq or 0,
+            tool_request_id=d["tool_request_id"],
+            tool_request_seq=d["tool_request_seq"],
+            call_id=d.get("call_id"),
+            name=d.get("name"),
+            expires_at=d.get("expires_at"),
+        )
+    elif t in T.APPROVAL_DECISIONS:
+        s.approvals.pop(d.get("request_id"), None)
+    elif t == T.RUN_COMPLETED:
+        s.status = "completed"
+        s.outcome = d.get("outcome")
+        s.completion_seq = e.seq
+    return s
+
+
+def _tally(spend: Spend, d: dict) -> None:
+    usage = d.get("usage") or {}
+    spend.tokens_in += int(usage.get("input_tokens") or 0)
+    spend.tokens_out += int(usage.get("output_tokens") or 0)
+    spend.cost = round(spend.cost + float(d.get("cost") or 0.0), 12)
+
+
+RUNMETA: Projection[RunMeta] = Projection(
+    RunMeta,
+    apply,
+    name="aaa.runtime.engine.RUNMETA",
+    version=1,
+    state_type=RunMeta,
+    every=64,
+)

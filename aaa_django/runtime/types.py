@@ -1,0 +1,70 @@
+"""The event types the runtime writes and reacts to (``aaa.<noun>.<past-tense verb>``).
+
+One place for the names, so a typo is an ``AttributeError`` rather than a run that
+silently waits for an event nobody writes.
+"""
+
+from __future__ import annotations
+
+from aaa_django.events import Event, derive_id
+
+RUN_STARTED = "aaa.run.started"
+RUN_COMPLETED = "aaa.run.completed"
+CANCEL_REQUESTED = "aaa.cancel.requested"
+
+INPUT_VALIDATED = "aaa.input.validated"
+INPUT_REJECTED = "aaa.input.rejected"
+
+LLM_REQUESTED = "aaa.llm.requested"
+LLM_COMPLETED = "aaa.llm.completed"
+LLM_FAILED = "aaa.llm.failed"
+
+TOOL_REQUESTED = "aaa.tool.requested"
+TOOL_STARTED = "aaa.tool.started"  # the guard's intent, before a side effect
+TOOL_COMPLETED = "aaa.tool.completed"
+TOOL_FAILED = "aaa.tool.failed"
+
+APPROVAL_REQUESTED = "aaa.approval.requested"
+APPROVAL_GRANTED = "aaa.approval.granted"
+APPROVAL_DENIED = "aaa.approval.denied"
+APPROVAL_EXPIRED = "aaa.approval.expired"
+APPROVAL_DECISIONS = (APPROVAL_GRANTED, APPROVAL_DENIED, APPROVAL_EXPIRED)
+
+CHILD_REQUESTED = "aaa.child.requested"
+CHILD_COMPLETED = "aaa.child.completed"
+
+
+def result_id(request_id: str) -> str:
+    """The one id of a request's result, whatever it is (completed or failed).
+
+    Sharing the id between the possible result types is what makes "exactly one
+    result per request" hold under races: the second result is absorbed by the store.
+    """
+    return derive_id(request_id, "aaa.result")
+
+
+def result_event(request: Event, type: str, data: dict) -> Event:
+    """The result event of ``request`` (its deterministic :func:`result_id`)."""
+    return Event(
+        id=result_id(request.id),
+        stream=request.stream,
+        type=type,
+        data=data,
+        causation=request.id,
+        tenant=request.tenant,
+    )
+
+
+def completion_id(run_id: str) -> str:
+    """The id of a run's one ``aaa.run.completed``: racing completions collapse."""
+    return derive_id(run_id, RUN_COMPLETED)
+
+
+def started_id(run_id: str) -> str:
+    """The id of a run's ``aaa.run.started``."""
+    return derive_id(run_id, RUN_STARTED)
+
+
+def decision_id(approval_id: str) -> str:
+    """The one id of an approval's decision (granted, denied or expired)."""
+    return derive_id(approval_id, "aaa.approval.decision")

@@ -1,0 +1,66 @@
+"""``ValidationHandler``: a run's input is checked against its algorithm's schema.
+
+On ``aaa.run.started`` it validates ``input`` with the algorithm's ``Input`` model
+and appends ``aaa.input.validated`` (the algorithm may start) or
+``aaa.input.rejected`` with the errors (the engine ends the run ``invalid_input``).
+Both share one result id, so a run gets exactly one verdict.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+
+from aaa_django.events import Event
+from aaa_django.runtime import registry
+from aaa_django.runtime import types as T
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aaa_django.runtime import Engine
+
+
+class ValidationHandler:
+    """Validates run inputs (attached by default by :class:`~aaa_django.runtime.Engine`)."""
+
+    def __init__(self) -> None:
+        self.engine: "Engine | None" = None
+
+    def attach(self, engine: "Engine") -> "ValidationHandler":
+        self.engine = engine
+        engine.subscribe(T.RUN_STARTED, self)
+        return self
+
+    async def __call__(self, event: Event) -> None:
+        engine = self.engine
+        assert engine is not None, "attach the handler to an engine first"
+        name = event.data.get("algorithm") or ""
+        if not registry.known(name):
+            return  # the engine ends the run `failed`: nothing to validate against
+        rid = T.result_id(event.id)
+        if await engine.find_after(event, [rid]):
+            return
+        errors = validate(registry.get(name), event.data.get("input"))
+        if errors:
+            verdict = T.result_event(event, T.INPUT_REJECTED, {"errors": errors})
+        else:
+            verdict = T.result_event(event, T.INPUT_VALIDATED, {})
+        await engine.append([verdict])
+
+
+def validate(algorithm: Any, data: Any) -> list[dict[str, Any]]:
+    """The validation errors of ``data`` against ``algorithm.Input`` (JSON-ready)."""
+    schema = getattr(algorithm, "Input", None)
+    if schema is None:
+        return []
+    try:
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            schema.model_validate(data)
+        else:  # any pydantic-compatible type: TypeAdapter does the rest
+            from pydantic import TypeAdapter
+
+            TypeAdapter(schema).validate_python(data)
+    except ValidationError as exc:
+        return json.loads(exc.json(include_url=False))
+    return []

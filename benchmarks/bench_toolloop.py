@@ -1,0 +1,198 @@
+"""ToolLoop at 10, 100 and 1,000 turns: engine overhead, flatness, log growth.
+
+    .venv/bin/python benchmarks/bench_toolloop.py [--turns 10,100,1000] [--sqlite]
+
+The model is the scripted ``FakeLLMClient`` (it asks for the no-op tool until the
+last turn) and the tool does nothing, so nearly all the time measured is the engine:
+appending and reading events, folding projections, rebuilding the conversation,
+the bus. Printed per run:
+
+- overhead/turn: wall time per turn minus the time spent inside the model client
+  and the tool (microseconds);
+- turn@10 and turn@N: median wall time of a turn around turn 10 and at the end of the
+  run (20-turn windows), and their ratio (flat is 1.0; the goal is <= 1.5); the ratio
+  of the window means is printed too: it includes rare spikes (GC, the holder's
+  periodic whole-log self-check) that the median leaves out;
+- log bytes/turn: JSON bytes of event data per turn (constant per turn = linear log);
+- store calls and time in the store per turn.
+
+Two fold holders are compared: the default (its self-check refolds the whole log
+every 100 reads) and one with the self-check off. Ratios, not absolute times, are
+the point: they do not depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from aaa_django.algos import ToolLoop  # noqa: E402
+from aaa_django.events import FoldCache, InMemoryEventStore, encode_json  # noqa: E402
+from aaa_django.llm import FakeLLMClient, LLMHandler  # noqa: E402
+from aaa_django.llm.fake import text, tool_call  # noqa: E402
+from aaa_django.runtime import Engine  # noqa: E402
+from aaa_django.tools import ToolHandler, ToolRegistry, tool  # noqa: E402
+
+
+@tool(inline=True)
+def noop(i: int) -> int:
+    """Does nothing."""
+    return i
+
+
+class TimedClient(FakeLLMClient):
+    """The fake client, timing itself and stamping the start of every turn."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns = turns
+        self.inside = 0.0
+        self.stamps: list[float] = []
+        self._tool_results = 0
+        super().__init__(self.model)
+
+    def model(self, request):
+        self._tool_results += 0  # the conversation is the state: count from it
+        done = request.messages[-1].role == "tool" and len(self.stamps) >= self.turns
+        return text("done") if done else tool_call("noop", i=len(self.stamps))
+
+    async def complete(self, request):
+        t0 = time.perf_counter()
+        self.stamps.append(t0)
+        reply = await super().complete(request)
+        self.inside += time.perf_counter() - t0
+        return reply
+
+
+class CountingStore:
+    """Wraps a store: counts its calls and the time spent in them."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.cache_key = inner.cache_key
+        self.calls = 0
+        self.seconds = 0.0
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if not callable(attr) or name.startswith("_") or name.endswith("_sync"):
+            return attr
+
+        async def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return await attr(*args, **kwargs)
+            finally:
+                self.calls += 1
+                self.seconds += time.perf_counter() - t0
+
+        return timed
+
+
+async def one_run(turns: int, store, cache: FoldCache) -> dict:
+    client = TimedClient(turns)
+    registry = ToolRegistry([noop])
+    store = CountingStore(store)
+    async with Engine(store=store, cache=cache) as engine:
+        LLMHandler(client).attach(engine)
+        ToolHandler(registry).attach(engine)
+        gc.collect()
+        t0 = time.perf_counter()
+        run = await engine.start(ToolLoop(registry, max_turns=turns + 1), {"task": "bench"})
+        outcome = await run.result()
+        total = time.perf_counter() - t0
+        assert outcome.ok, outcome
+        events = await engine.store.read(run.run_id)
+    stamps = client.stamps
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    # medians of 20-turn windows: robust to a stray GC pause, still a per-turn cost
+    early = gaps[5:25] if len(gaps) >= 25 else gaps
+    late = gaps[-20:]
+    data_bytes = sum(len(encode_json(e.data)) for e in events)
+    return {
+        "turns": len(stamps),
+        "events": len(events),
+        "total_s": total,
+        "overhead_us": (total - client.inside) / len(stamps) * 1e6,
+        "early_us": statistics.median(early) * 1e6,
+        "late_us": statistics.median(late) * 1e6,
+        "early_mean_us": statistics.mean(early) * 1e6,
+        "late_mean_us": statistics.mean(late) * 1e6,
+        "store_calls": store.calls / len(stamps),
+        "store_us": store.seconds / len(stamps) * 1e6,
+        "bytes_per_turn": data_bytes / len(stamps),
+    }
+
+
+def sqlite_store():
+    """A DjangoEventStore on a fresh SQLite file, if the Django store exists."""
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("aaa_django.store") is None:
+            return None
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0, run_syncdb=True)
+        from aaa_django.store import DjangoEventStore
+
+        return DjangoEventStore
+    except Exception as exc:  # optional: the colleague's store may not be there yet
+        print(f"(SQLite skipped: {type(exc).__name__}: {exc})")
+        return None
+
+
+def report(label: str, r: dict) -> None:
+    ratio = r["late_us"] / r["early_us"]
+    mean_ratio = r["late_mean_us"] / r["early_mean_us"]
+    print(
+        f"{label:<16} turns={r['turns']:>5} events={r['events']:>6} "
+        f"total={r['total_s']:7.3f}s overhead/turn={r['overhead_us']:7.0f}us "
+        f"turn@10={r['early_us']:6.0f}us turn@N={r['late_us']:6.0f}us "
+        f"ratio={ratio:4.2f} (means: {mean_ratio:4.2f}) "
+        f"log bytes/turn={r['bytes_per_turn']:4.0f} store calls/turn={r['store_calls']:4.1f} "
+        f"in store/turn={r['store_us']:6.0f}us"
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--turns", default="10,100,1000")
+    p.add_argument("--sqlite", action="store_true", help="also run on SQLite (DjangoEventStore)")
+    p.add_argument("--repeat", type=int, default=1)
+    args = p.parse_args()
+    sizes = [int(x) for x in args.turns.split(",")]
+    holders = {
+        "default holder (self-check/100)": lambda: FoldCache(),
+        "holder, self-check off": lambda: FoldCache(check_every=0),
+    }
+    stores = {"memory": InMemoryEventStore}
+    if args.sqlite:
+        django_store = sqlite_store()
+        if django_store is not None:
+            stores["sqlite"] = django_store
+    for store_name, make_store in stores.items():
+        for holder_name, make_cache in holders.items():
+            print(f"\n== {store_name} store, {holder_name}")
+            for n in sizes:
+                best = None
+                for _ in range(args.repeat):
+                    r = asyncio.run(one_run(n, make_store(), make_cache()))
+                    if best is None or r["total_s"] < best["total_s"]:
+                        best = r
+                report(f"{store_name} N={n}", best)
+
+
+if __name__ == "__main__":
+    main()

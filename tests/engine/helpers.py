@@ -1,0 +1,103 @@
+"""Helpers for the engine tests: run coroutines, build engines, read logs.
+
+No pytest-asyncio: each test drives its coroutine with ``asyncio.run``. Each engine
+gets its own fold holder, so tests never share in-process state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Awaitable, Callable
+
+from aaa_django.events import Event, FoldCache, InMemoryEventStore
+from aaa_django.llm import FakeLLMClient, LLMHandler
+from aaa_django.runtime import Engine, InProcessBus
+from aaa_django.tools import ToolHandler, ToolRegistry
+
+
+def arun(coro: Awaitable[Any], timeout: float = 30) -> Any:
+    """Run ``coro`` on a fresh loop, failing the test if it hangs."""
+
+    async def bounded() -> Any:
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())
+
+
+def make_engine(
+    model: Callable | None = None,
+    registry: ToolRegistry | None = None,
+    *,
+    duplicate: bool = False,
+    store: Any = None,
+    pools: dict[str, int] | None = None,
+    tool_timeout: float | None = None,
+    client: Any = None,
+    **kwargs: Any,
+) -> Engine:
+    """An engine on a fresh memory store (unless given) with the handlers attached."""
+    engine = Engine(
+        store=store if store is not None else InMemoryEventStore(),
+        bus=InProcessBus(duplicate=duplicate),
+        cache=FoldCache(),
+        **kwargs,
+    )
+    if client is not None or model is not None:
+        LLMHandler(client or FakeLLMClient(model)).attach(engine)
+    if registry is not None:
+        ToolHandler(registry, pools=pools, timeout=tool_timeout).attach(engine)
+    return engine
+
+
+def types(events: list[Event]) -> list[str]:
+    return [e.type for e in events]
+
+
+def trace(events: list[Event]) -> list[tuple[str, str]]:
+    """(type, id) of each event, in log order: what double delivery must not change."""
+    return [(e.type, e.id) for e in events]
+
+
+def of_type(events: list[Event], type: str) -> list[Event]:
+    return [e for e in events if e.type == type]
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 5.0, every: float = 0.005) -> None:
+    """Poll ``check`` until it is true (fails after ``timeout`` seconds)."""
+    end = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > end:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(every)
+
+
+class Crash(Exception):
+    """The process died."""
+
+
+class CrashingStore:
+    """A store that dies once ``limit`` events have been appended (batches are atomic:
+    a batch that would go past the limit is not written)."""
+
+    def __init__(self, inner: InMemoryEventStore, limit: int) -> None:
+        self.inner = inner
+        self.limit = limit
+        self.appended = 0
+        self.crashed = asyncio.Event()
+        self.cache_key = inner.cache_key
+
+    async def append(self, events, **kwargs):
+        if self.crashed.is_set() or self.appended + len(events) > self.limit:
+            self.crashed.set()
+            raise Crash(f"crashed after {self.appended} events")
+        stored = await self.inner.append(events, **kwargs)
+        self.appended += len(stored)
+        return stored
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def tool_messages(request: Any) -> int:
+    return sum(1 for m in request.messages if m.role == "tool")

@@ -1,0 +1,92 @@
+"""Crash and resume: drop the engine after any number of appended events; a new engine
+on the same store finishes the run exactly as an uninterrupted one would."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from aaa_django.algos import ToolLoop
+from aaa_django.events import InMemoryEventStore
+from aaa_django.llm.fake import text, tool_call
+from aaa_django.tools import ToolRegistry, tool
+
+from .helpers import CrashingStore, arun, make_engine, tool_messages, trace
+
+RUN = "run-resume"
+TURNS = 10
+
+
+@tool(inline=True)
+def noop(i: int) -> int:
+    """Does nothing, fast."""
+    return i
+
+
+def ten_turns(request):
+    n = tool_messages(request)
+    return tool_call("noop", i=n) if n < TURNS - 1 else text(f"done after {n} tools")
+
+
+REGISTRY = ToolRegistry([noop])
+
+
+async def uninterrupted():
+    async with make_engine(ten_turns, REGISTRY) as engine:
+        run = await engine.start(ToolLoop(REGISTRY, max_turns=TURNS), {"task": "ten turns"}, run_id=RUN)
+        outcome = await run.result(timeout=10)
+        await engine.drain(5)
+        return outcome, await engine.store.read(RUN)
+
+
+async def crash_then_resume(k: int):
+    store = InMemoryEventStore()
+    crashing = CrashingStore(store, k)
+    first = make_engine(ten_turns, REGISTRY, store=crashing)
+    await first.start(ToolLoop(REGISTRY, max_turns=TURNS), {"task": "ten turns"}, run_id=RUN)
+    done = asyncio.ensure_future(first.run(RUN).result())
+    await asyncio.wait({done, asyncio.ensure_future(crashing.crashed.wait())},
+                       return_when=asyncio.FIRST_COMPLETED, timeout=10)
+    await first.close(drain=False)  # the process is gone: nothing in flight survives
+    done.cancel()
+    assert len(await store.read(RUN)) == k
+    async with make_engine(ten_turns, REGISTRY, store=store) as second:
+        adopted = await second.resume()
+        outcome = await second.run(RUN).result(timeout=10)
+        await second.drain(5)
+        return adopted, outcome, await store.read(RUN)
+
+
+REFERENCE = arun(uninterrupted())
+
+
+def test_reference_run_is_ten_turns():
+    outcome, log = REFERENCE
+    assert outcome.value == {"text": f"done after {TURNS - 1} tools"}
+    assert sum(e.type == "aaa.llm.requested" for e in log) == TURNS
+
+
+@pytest.mark.parametrize("k", range(1, len(REFERENCE[1])))
+def test_resume_after_crash_at_every_cut_point(k):
+    ref_outcome, ref_log = REFERENCE
+    adopted, outcome, log = arun(crash_then_resume(k))
+    assert adopted == [RUN]
+    assert outcome == ref_outcome
+    assert [e.type for e in log] == [e.type for e in ref_log]
+    assert trace(log) == trace(ref_log)  # the very same events, id for id
+
+
+def test_resume_leaves_finished_runs_alone():
+    async def scenario():
+        store = InMemoryEventStore()
+        async with make_engine(ten_turns, REGISTRY, store=store) as engine:
+            run = await engine.start(ToolLoop(REGISTRY, max_turns=TURNS), {"task": "x"}, run_id=RUN)
+            await run.result(timeout=10)
+        before = await store.read(RUN)
+        async with make_engine(ten_turns, REGISTRY, store=store) as engine:
+            assert await engine.resume() == []
+            await engine.drain(5)
+        assert trace(await store.read(RUN)) == trace(before)
+
+    arun(scenario())
