@@ -49,6 +49,11 @@ class FoldCache:
         self.check_every = check_every
         #: run the self-check in a task beside the read (True) or inside it (False)
         self.background = background
+        #: True when an owner of the loop (the in-process bus) runs due checks while it
+        #: is idle: background checks then wait for :meth:`run_due_checks` instead of
+        #: competing with the reads of a busy process (spec ADR: "only when idle").
+        self.deferred = False
+        self._due: OrderedDict[Hashable, Any] = OrderedDict()
         self._tasks: set[Any] = set()
         self._entries: OrderedDict[Hashable, Folded] = OrderedDict()
         self._lock = threading.Lock()
@@ -96,6 +101,33 @@ class FoldCache:
         with self._lock:
             self._reads += 1
             return bool(self.check_every) and self._reads % self.check_every == 0
+
+    def schedule_check(self, key: Hashable, check: Any) -> None:
+        """Run ``check()`` (a coroutine function) off the read path: now, in a task
+        beside the read, or, when ``deferred``, at the next :meth:`run_due_checks`.
+        Only the latest due check of a key is kept."""
+        if not self.deferred:
+            self.spawn(check())
+            return
+        with self._lock:
+            self._due[key] = check
+            self._due.move_to_end(key)
+            while len(self._due) > self.max_entries:
+                self._due.popitem(last=False)
+
+    def has_due(self) -> bool:
+        return bool(self._due)
+
+    async def run_due_checks(self) -> int:
+        """Run the deferred checks (the bus calls this when it is idle)."""
+        done = 0
+        while True:
+            with self._lock:
+                if not self._due:
+                    return done
+                _, check = self._due.popitem(last=False)
+            await check()
+            done += 1
 
     def spawn(self, coro: Any) -> None:
         """Run a self-check off the read path (kept referenced until it ends)."""

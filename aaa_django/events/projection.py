@@ -199,7 +199,9 @@ class Projection(Generic[S]):
             entry = prior
         if cache.check_due():
             if cache.background:
-                cache.spawn(self._self_check(store, stream, key, cache, entry))
+                cache.schedule_check(
+                    key, lambda: self._self_check(store, stream, key, cache, entry)
+                )
             else:
                 state = await self._self_check(store, stream, key, cache, entry)
         return Loaded(self.result(state), entry.cursor, "cache", prior.cursor, len(tail))

@@ -88,8 +88,8 @@ class Engine:
         self.claim_threshold = claim_threshold
         self.hot_fields = tuple(hot_fields)
         self.bus = bus if bus is not None else InProcessBus()
-        self.bus.bind(self)
         self.cache = cache if cache is not None else default_cache
+        self.bus.bind(self)
         self.view = HydratedView(self)
         self.close_timeout = close_timeout
         self.poll_interval = poll_interval
