@@ -1,0 +1,78 @@
+"""Run one ToolLoop end to end on the site's database, with a scripted model.
+
+    python manage.py aaa_demo [--task TEXT] [--quiet]
+
+No model provider is called: the model is a FakeLLMClient following a fixed script
+(look up two cities' populations with a tool, then answer), and the command says so.
+The run is stored in the site's database like any other, so it shows in the admin.
+"""
+
+from __future__ import annotations
+
+from asgiref.sync import async_to_sync
+from django.core.management.base import BaseCommand
+
+POPULATIONS = {"Lyon": 522_250, "Porto": 231_800}
+
+
+def _lookup_population(city: str) -> int:
+    """The population of a city (a canned table: this is a demo tool)."""
+    if city not in POPULATIONS:
+        raise ValueError(f"no population known for {city!r}")
+    return POPULATIONS[city]
+
+
+def _scripted_model(request):
+    """Ask the tool for each city, then answer from the tool results."""
+    from aaa_django.llm.fake import text, tool_call
+
+    asked = [m for m in request.messages if m.role == "tool"]
+    cities = list(POPULATIONS)
+    if len(asked) < len(cities):
+        return tool_call("lookup_population", city=cities[len(asked)])
+    total = sum(int(m.content) for m in asked)
+    return text(f"Lyon and Porto have {total:,} inhabitants together.")
+
+
+class Command(BaseCommand):
+    help = "Run a ToolLoop with a scripted model (no provider is called) and print its outcome."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--task", default="How many people live in Lyon and Porto together?"
+        )
+        parser.add_argument("--quiet", action="store_true", help="print the outcome only")
+
+    def handle(self, *args, task: str, quiet: bool, **options):
+        from aaa_django.llm_settings import client_from_settings
+
+        client = client_from_settings()
+        outcome, run_id, events = async_to_sync(self._run)(task, client)
+        if not quiet:
+            if client is None:
+                self.stdout.write(
+                    "Model: a scripted FakeLLMClient (no model provider is configured, "
+                    "none is called; the answers below follow a fixed script). Set "
+                    "AAA_LLM_BASE_URL, AAA_LLM_API_KEY and AAA_LLM_MODEL to use a real one."
+                )
+            else:
+                self.stdout.write(f"Model: {client!r}")
+            self.stdout.write(f"Run {run_id}: {len(events)} events")
+            for e in events:
+                self.stdout.write(f"  {e.seq:>3}  {e.type}")
+        self.stdout.write(f"Outcome: {outcome.outcome}  value: {outcome.value}")
+
+    async def _run(self, task: str, client):
+        from aaa_django.algos import ToolLoop
+        from aaa_django.engines import build_engine
+        from aaa_django.llm import FakeLLMClient, LLMHandler
+        from aaa_django.tools import ToolHandler, ToolRegistry, tool
+
+        registry = ToolRegistry([tool(_lookup_population, name="lookup_population")])
+        async with build_engine() as engine:
+            LLMHandler(client or FakeLLMClient(_scripted_model)).attach(engine)
+            ToolHandler(registry).attach(engine)
+            run = await engine.start(ToolLoop(registry), {"task": task})
+            outcome = await run.result()
+            events = await engine.store.read(run.run_id)
+        return outcome, run.run_id, events
