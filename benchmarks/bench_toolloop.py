@@ -132,25 +132,17 @@ async def one_run(turns: int, store, cache: FoldCache) -> dict:
 
 
 def sqlite_store():
-    """A DjangoEventStore on a fresh SQLite file, if the Django store exists."""
-    try:
-        import importlib.util
+    """DjangoEventStore on a fresh SQLite file: WAL, synchronous=FULL, IMMEDIATE
+    transactions (the durable settings bench_eventlog.py reports with)."""
+    import tempfile
 
-        if importlib.util.find_spec("aaa_django.store") is None:
-            return None
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
-        import django
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from common import setup_django
 
-        django.setup()
-        from django.core.management import call_command
+    setup_django(Path(tempfile.mkdtemp(prefix="aaa-bench-toolloop-")), None)
+    from aaa_django.store import DjangoEventStore
 
-        call_command("migrate", verbosity=0, run_syncdb=True)
-        from aaa_django.store import DjangoEventStore
-
-        return DjangoEventStore
-    except Exception as exc:  # optional: the colleague's store may not be there yet
-        print(f"(SQLite skipped: {type(exc).__name__}: {exc})")
-        return None
+    return DjangoEventStore
 
 
 def report(label: str, r: dict) -> None:
