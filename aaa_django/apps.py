@@ -12,6 +12,9 @@ class AaaConfig(AppConfig):
     def ready(self) -> None:
         from django.core import checks
 
-        from .checks import check_aaa_settings
+        from .checks import check_aaa_settings, check_api_settings
+        from .llm_settings import check_llm_settings
 
         checks.register(check_aaa_settings)
+        checks.register(check_api_settings)
+        checks.register(check_llm_settings)

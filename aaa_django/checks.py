@@ -9,6 +9,11 @@ aaa.E003   A value has the wrong type.
 aaa.E004   ``BUS`` is not one of "inprocess", "celery".
 aaa.E005   A number is out of range (negative).
 aaa.E006   ``BLOB_STORAGE`` names no alias in ``STORAGES``.
+aaa.E020   ``LLM_CLIENT``, a ``TOOLS`` or a ``PROJECTIONS`` entry is not an importable
+           dotted path to the right kind of object (a factory, a tool, a named
+           Projection).
+aaa.E021   ``API_RATE`` is not "N/period" (period: s, sec, m, min, h, hour, d, day).
+aaa.E022   ``API_MAX_BODY`` or ``API_STREAM_SECONDS`` is below 1.
 =========  =====================================================================
 """
 
@@ -26,10 +31,9 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "BUS": ((str,), "a str"),
     "CLAIM_THRESHOLD": ((int,), "an int"),
     "BLOB_STORAGE": ((str, type(None)), "a str (a STORAGES alias) or None"),
-    "SNAPSHOT_EVERY": ((int,), "an int"),
     "FOLD_CHECK_EVERY": ((int,), "an int"),
 }
-_NON_NEGATIVE = ("CLAIM_THRESHOLD", "SNAPSHOT_EVERY", "FOLD_CHECK_EVERY")
+_NON_NEGATIVE = ("CLAIM_THRESHOLD", "FOLD_CHECK_EVERY")
 
 
 def check_aaa_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
@@ -87,7 +91,215 @@ def check_aaa_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     return errors
 
 
+# -- the web process's engine and the REST API (LLM_CLIENT ... API_STREAM_SECONDS) -------
+
+_RATE_PERIODS = ("s", "sec", "m", "min", "h", "hour", "d", "day")
+
+
+def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Checks of the keys read by ``aaa_django.host`` and ``aaa_django.api``."""
+    site = site_aaa()
+    if not isinstance(site, dict):
+        return []  # aaa.E001 says so already
+    errors: list[Error] = []
+
+    def wrong_type(key: str, readable: str) -> None:
+        errors.append(
+            Error(f"AAA[{key!r}] must be {readable}, not {type(site[key]).__name__}.", id="aaa.E003")
+        )
+
+    client = site.get("LLM_CLIENT")
+    if "LLM_CLIENT" in site and client is not None:
+        if not isinstance(client, str):
+            wrong_type("LLM_CLIENT", "a dotted path (str) or None")
+        else:
+            errors.extend(_dotted("LLM_CLIENT", client, callable, "a callable factory"))
+    for key, accepts, readable in (
+        ("TOOLS", _is_tool, "a tool (@tool) or a function"),
+        ("PROJECTIONS", _is_named_projection, "a Projection with a name"),
+    ):
+        if key not in site:
+            continue
+        paths = site[key]
+        if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths):
+            wrong_type(key, "a list of dotted paths (str)")
+            continue
+        for path in paths:
+            errors.extend(_dotted(key, path, accepts, readable))
+    for key in ("API_MAX_BODY", "API_STREAM_SECONDS"):
+        if key not in site:
+            continue
+        value = site[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            wrong_type(key, "an int")
+        elif value < 1:
+            errors.append(Error(f"AAA[{key!r}] must be >= 1, not {value}.", id="aaa.E022"))
+    if "API_RATE" in site and site["API_RATE"] is not None:
+        rate = site["API_RATE"]
+        if not isinstance(rate, str):
+            wrong_type("API_RATE", 'a str such as "600/min", or None')
+        elif not _valid_rate(rate):
+            errors.append(
+                Error(
+                    f"AAA['API_RATE'] is {rate!r}.",
+                    hint='Write "N/period", e.g. "600/min"; periods: ' + ", ".join(_RATE_PERIODS),
+                    id="aaa.E021",
+                )
+            )
+    return errors
+
+
+def _dotted(key: str, path: str, accepts: Any, readable: str) -> list[Error]:
+    from django.utils.module_loading import import_string
+
+    try:
+        obj = import_string(path)
+    except ImportError as exc:
+        return [Error(f"AAA[{key!r}]: cannot import {path!r} ({exc}).", id="aaa.E020")]
+    if not accepts(obj):
+        return [Error(f"AAA[{key!r}]: {path!r} is not {readable}.", id="aaa.E020")]
+    return []
+
+
+def _is_tool(obj: Any) -> bool:
+    from .tools import Tool
+
+    return isinstance(obj, Tool) or callable(obj)
+
+
+def _is_named_projection(obj: Any) -> bool:
+    from .events import Projection
+
+    return isinstance(obj, Projection) and bool(obj.name)
+
+
+def _valid_rate(rate: str) -> bool:
+    count, _, period = rate.partition("/")
+    if not count.isdigit() or int(count) < 1:
+        return False
+    unit = period.lstrip("0123456789")
+    multiplier = period[: len(period) - len(unit)]
+    return unit in _RATE_PERIODS and (multiplier == "" or int(multiplier) >= 1)
+
+
+# --- cluster mode: the Celery bus (aaa_django.bus) -------------------------------------
+#
+# =========  =====================================================================
+# Id         Problem
+# =========  =====================================================================
+# aaa.W101   ``BUS`` is "celery" and the default database is SQLite (one writer at a
+#            time: workers wait on each other's locks; fine for a demo only).
+# aaa.E101   ``BUS`` is "celery" and Celery (or redis-py) is not installed.
+# aaa.E102   ``BUS`` is "celery" and no Celery broker is configured.
+# aaa.E103   ``BUS`` is "celery" and there is no Redis for coordination
+#            (``REDIS_URL`` unset and the broker is not Redis).
+# aaa.E104   A cluster setting has the wrong type or value.
+# aaa.E105   ``WORKER_SETUP`` cannot be imported.
+# =========  =====================================================================
+
 from django.core.checks import Warning, register  # noqa: E402
+
+_POSITIVE = ("RUN_LOCK_TTL", "LEASE_TTL", "STALL_AFTER")
+
+
+@register()
+def check_cluster_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Types and values of the cluster keys (whatever the bus)."""
+    site = site_aaa()
+    if not isinstance(site, dict):
+        return []  # aaa.E001 says so
+    errors: list[Error] = []
+    url = site.get("REDIS_URL")
+    if url is not None and not isinstance(url, str):
+        errors.append(Error(f"AAA['REDIS_URL'] must be a str or None, not {type(url).__name__}.",
+                            id="aaa.E104"))
+    if "CELERY_QUEUES" in site:
+        errors += _check_queues(site["CELERY_QUEUES"])
+    for key in _POSITIVE:
+        value = site.get(key)
+        if key in site and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            errors.append(Error(f"AAA[{key!r}] must be a number of seconds > 0, not {value!r}.",
+                                id="aaa.E104"))
+    setup = site.get("WORKER_SETUP")
+    if setup is not None:
+        if not isinstance(setup, str):
+            errors.append(Error("AAA['WORKER_SETUP'] must be a dotted path (a str) or None.",
+                                id="aaa.E104"))
+        else:
+            from django.utils.module_loading import import_string
+
+            try:
+                if not callable(import_string(setup)):
+                    raise ImportError(f"{setup} is not callable")
+            except ImportError as exc:
+                errors.append(Error(f"AAA['WORKER_SETUP'] = {setup!r} cannot be imported: {exc}",
+                                    hint="A callable setup(engine) that attaches the site's handlers.",
+                                    id="aaa.E105"))
+    return errors
+
+
+def _check_queues(value: Any) -> list[Error]:
+    kinds = ("algorithms", "llm", "tools")
+    if not isinstance(value, dict):
+        return [Error("AAA['CELERY_QUEUES'] must be a dict: kind of work -> queue name.",
+                      hint="Kinds: " + ", ".join(kinds) + ".", id="aaa.E104")]
+    errors = []
+    for kind, name in value.items():
+        if kind not in kinds:
+            errors.append(Error(f"AAA['CELERY_QUEUES'] has an unknown kind {kind!r}.",
+                                hint="Kinds: " + ", ".join(kinds) + ".", id="aaa.E104"))
+        elif not isinstance(name, str) or not name:
+            errors.append(Error(f"AAA['CELERY_QUEUES'][{kind!r}] must be a queue name.", id="aaa.E104"))
+    return errors
+
+
+@register()
+def check_celery_bus(app_configs: Any = None, **kwargs: Any) -> list[Error | Warning]:
+    """With ``BUS = "celery"``: Celery installed, a broker, Redis, not SQLite."""
+    site = site_aaa()
+    if not isinstance(site, dict) or site.get("BUS") != "celery":
+        return []
+    out: list[Error | Warning] = []
+    try:
+        import celery  # noqa: F401
+        import redis  # noqa: F401
+    except ImportError as exc:
+        return [Error(f"AAA['BUS'] is 'celery' but {exc.name} is not installed.",
+                      hint="pip install 'aaa_django[celery]'", id="aaa.E101")]
+    default = settings.DATABASES.get("default", {})
+    if "sqlite" in default.get("ENGINE", ""):
+        out.append(Warning(
+            "AAA['BUS'] is 'celery' on SQLite: one writer at a time, so workers wait on "
+            "each other ('database is locked').",
+            hint="Use PostgreSQL for a cluster; SQLite is fine for a demo.",
+            id="aaa.W101",
+        ))
+    broker = _broker_url()
+    if not broker:
+        out.append(Error(
+            "AAA['BUS'] is 'celery' but no Celery broker is configured.",
+            hint="Set CELERY_BROKER_URL (e.g. redis://127.0.0.1:6379/0) and load your Celery "
+                 "app in your project's __init__.py.",
+            id="aaa.E102",
+        ))
+    redis_url = site.get("REDIS_URL") or (broker if broker.split(":", 1)[0] in ("redis", "rediss", "unix") else None)
+    if not redis_url:
+        out.append(Error(
+            "AAA['BUS'] is 'celery' but there is no Redis for the run locks, tool pools and "
+            "cancel notices.",
+            hint="Set AAA['REDIS_URL'] (or use a redis:// Celery broker).",
+            id="aaa.E103",
+        ))
+    return out
+
+
+def _broker_url() -> str:
+    import os
+
+    from celery import current_app
+
+    return (getattr(settings, "CELERY_BROKER_URL", None) or current_app.conf.broker_url
+            or os.environ.get("CELERY_BROKER_URL") or "")
 
 
 @register("database")

@@ -18,11 +18,53 @@ BLOB_STORAGE        str or None      None          An alias in the site's ``STOR
                                                    holds claim-checked blobs (e.g. an S3
                                                    bucket via django-storages). None: no
                                                    blob store, nothing is claim-checked.
-SNAPSHOT_EVERY      int >= 0         64            Save a projection snapshot every this many
-                                                   events of a stream; 0 never snapshots.
 FOLD_CHECK_EVERY    int >= 0         100           Every this many incremental folds, check
                                                    the cached state against a whole-log fold;
                                                    0 never checks.
+-- cluster mode (``BUS = "celery"``; see ``aaa_django.bus``) ------------------------------
+REDIS_URL           str or None      None          Redis for the Celery bus's coordination:
+                                                   per-run step locks, shared tool pools,
+                                                   cancel notices, delivery leases. None:
+                                                   the Celery broker URL when it is Redis.
+CELERY_QUEUES       dict             see below     Queue per kind of work: {"algorithms":
+                                                   "aaa.algorithms", "llm": "aaa.llm",
+                                                   "tools": "aaa.tools"}; give only the
+                                                   ones you rename.
+WORKER_SETUP        str or None      None          Dotted path of ``setup(engine)``, called on
+                                                   every engine a worker builds: attach the
+                                                   site's LLMHandler and ToolHandler there.
+RUN_LOCK_TTL        number > 0       10            Seconds a worker's lock on a run's step
+                                                   lives unless renewed (a killed worker's
+                                                   lock frees itself after this).
+LEASE_TTL           number > 0       30            Seconds a tool-pool lease or a delivery's
+                                                   busy mark lives unless renewed.
+STALL_AFTER         number > 0       60            The sweeper re-drives an unfinished run
+                                                   with no new event and no live delivery
+                                                   for this many seconds.
+-- the web process's engine (``aaa_django.host``) and the REST API (``aaa_django.api``) --
+LLM_CLIENT          str or None      None          Dotted path of a factory returning the
+                                                   LLMClient the web process's engine uses.
+                                                   None: model requests fail with a clear
+                                                   "no model client configured" reason.
+TOOLS               list of str      []            Dotted paths of the @tool functions the
+                                                   web process's engine may run.
+PROJECTIONS         list of str      []            Dotted paths of named Projections the API
+                                                   and admin may show, besides the built-in
+                                                   RUNMETA, LOOP and CONVERSATION.
+API_MAX_BODY        int >= 1         1048576       Largest request body the API reads, in
+                                                   bytes; larger ones get 413.
+API_RATE            str or None      "600/min"     Requests per user and period ("N/s",
+                                                   "N/min", "N/hour", "N/day"); over it: 429.
+                                                   None: no limit.
+API_STREAM_SECONDS  int >= 1         300           An event stream (SSE) closes after this
+                                                   long; the client resumes with
+                                                   Last-Event-ID.
+LLM                 dict or None     None          The model provider of the web process and
+                                                   the demo: {"PROVIDER": "openai" |
+                                                   "anthropic", "BASE_URL", "API_KEY",
+                                                   "MODEL", "TIMEOUT", "MAX_RETRIES",
+                                                   "PRICING"} (docs/models.md). None: no
+                                                   provider (the demo's model is scripted).
 ==================  ===============  ============  ==========================================
 """
 
@@ -36,8 +78,23 @@ DEFAULTS: dict[str, Any] = {
     "BUS": "inprocess",
     "CLAIM_THRESHOLD": 16384,
     "BLOB_STORAGE": None,
-    "SNAPSHOT_EVERY": 64,
     "FOLD_CHECK_EVERY": 100,
+    # cluster mode (aaa_django.bus)
+    "REDIS_URL": None,
+    "CELERY_QUEUES": {"algorithms": "aaa.algorithms", "llm": "aaa.llm", "tools": "aaa.tools"},
+    "WORKER_SETUP": None,
+    "RUN_LOCK_TTL": 10,
+    "LEASE_TTL": 30,
+    "STALL_AFTER": 60,
+    # the web process's engine (aaa_django.host) and the REST API (aaa_django.api)
+    "LLM_CLIENT": None,
+    "TOOLS": [],
+    "PROJECTIONS": [],
+    "API_MAX_BODY": 1024 * 1024,
+    "API_RATE": "600/min",
+    "API_STREAM_SECONDS": 300,
+    # the model provider (aaa_django.llm_settings; docs/models.md)
+    "LLM": None,
 }
 
 BUSES = frozenset({"inprocess", "celery"})

@@ -1,14 +1,24 @@
-"""The facts: the event table and the snapshot table.
+"""The facts: the event table and the snapshot table; and what the REST API adds.
 
 Both are written only through :class:`aaa_django.store.DjangoEventStore`. The
 migrations add database triggers so the invariants hold even for raw SQL: events are
 never updated in place, ``seq`` is dense per stream, a snapshot's ``seq`` never goes
 backwards. Unique constraints give one event per (stream, seq) and per id.
+
+``RunRecord`` is derived data: an index of runs for listing and filtering, kept by
+:mod:`aaa_django.runindex` and rebuilt from the log by ``manage.py aaa_reindex``.
+``ApiKey`` holds the REST API's keys, hashed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class EventRecord(models.Model):
@@ -62,3 +72,143 @@ class SnapshotRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.stream} {self.name} v{self.version} @{self.seq}"
+
+
+class RunRecord(models.Model):
+    """One run, as its log says (derived: ``aaa_reindex`` rebuilds it from the events).
+
+    Every field but ``request_hash`` is a function of the run's events (``RUNMETA``
+    plus event times); ``request_hash`` remembers the body of the API request that
+    started the run under an ``Idempotency-Key``. Its permissions decide who may see
+    and act on runs that are not their own.
+    """
+
+    STATUSES = ("pending", "running", "completed")
+
+    run_id = models.CharField(primary_key=True, max_length=200)
+    algorithm = models.CharField(max_length=200, blank=True, default="")
+    #: RUNMETA's status: "pending" (input not validated yet), "running", "completed"
+    status = models.CharField(max_length=16, choices=[(s, s) for s in STATUSES])
+    outcome = models.CharField(max_length=32, null=True, blank=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="aaa_runs",
+    )
+    parent = models.CharField("parent run id", max_length=200, null=True, blank=True)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    cost = models.FloatField(default=0.0)
+    model_calls = models.PositiveIntegerField(default=0)
+    tool_calls = models.PositiveIntegerField(default=0)
+    #: times of the started event, the completed event, and the last indexed event
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+    #: seq of the last event folded into this row
+    last_seq = models.PositiveBigIntegerField(default=0)
+    #: sha256 of the API request that started the run with an Idempotency-Key
+    request_hash = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        db_table = "aaa_run"
+        verbose_name = "run"
+        permissions = [
+            ("view_all_runs", "Can see every run, not only their own"),
+            ("cancel_run", "Can cancel any run"),
+            ("approve_run", "Can grant or deny any run's approvals"),
+            ("erase_run", "Can erase any run"),
+        ]
+        indexes = [
+            models.Index(fields=["owner", "-started_at"], name="aaa_run_owner_started"),
+            models.Index(fields=["-started_at"], name="aaa_run_started"),
+            models.Index(fields=["status"], name="aaa_run_status"),
+            models.Index(fields=["algorithm"], name="aaa_run_algorithm"),
+            models.Index(fields=["parent"], name="aaa_run_parent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.algorithm} {self.outcome or self.status}"
+
+    @property
+    def tokens(self) -> int:
+        return self.tokens_in + self.tokens_out
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def active(self) -> "ApiKeyQuerySet":
+        now = timezone.now()
+        return self.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        )
+
+
+class ApiKey(models.Model):
+    """A REST API key of a user: only its SHA-256 is stored; ``prefix`` identifies it.
+
+    Create one with :meth:`ApiKey.create_key` (or ``manage.py aaa_apikey create``),
+    which returns the secret once. Revoked or expired keys authenticate nobody.
+    """
+
+    #: the start of every key, so a leaked key is recognisable in logs and scanners
+    SCHEME = "aaa_"
+    PREFIX_LENGTH = 12
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="aaa_api_keys"
+    )
+    name = models.CharField(max_length=100, blank=True, default="")
+    prefix = models.CharField(max_length=16, db_index=True, editable=False)
+    hashed = models.CharField("SHA-256 of the key", max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        db_table = "aaa_apikey"
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        state = " (revoked)" if self.revoked_at else ""
+        return f"{self.prefix}… {self.name or self.user}{state}"
+
+    @staticmethod
+    def hash(raw: str) -> str:
+        return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+    @classmethod
+    def generate(cls) -> str:
+        """A new random key: ``aaa_`` and 43 URL-safe characters (256 bits)."""
+        return cls.SCHEME + secrets.token_urlsafe(32)
+
+    @classmethod
+    def create_key(
+        cls, user, *, name: str = "", expires_in: timedelta | None = None, using: str | None = None
+    ) -> tuple["ApiKey", str]:
+        """Store a new key for ``user``; return it and its secret (shown only now)."""
+        raw = cls.generate()
+        key = cls(
+            user=user,
+            name=name,
+            prefix=raw[: cls.PREFIX_LENGTH],
+            hashed=cls.hash(raw),
+            expires_at=timezone.now() + expires_in if expires_in else None,
+        )
+        key.save(using=using)
+        return key, raw
+
+    @property
+    def active(self) -> bool:
+        if self.revoked_at is not None:
+            return False
+        return self.expires_at is None or self.expires_at > timezone.now()
+
+    def revoke(self) -> None:
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])

@@ -138,6 +138,11 @@ class DjangoEventStore:
                              blobs, e.tenant))
             if rows:
                 cur.executemany(_INSERT_PG if pg else _INSERT, rows)
+                # The run index (aaa_run) is derived from the log: updated in the same
+                # transaction, so it commits, or rolls back, with the events.
+                from .runindex import index_events  # runindex imports this module
+
+                index_events(self.using, stored)
         return stored
 
     def read_sync(
@@ -165,9 +170,12 @@ class DjangoEventStore:
         return (row[0][0], row[0][1]) if row else None
 
     def erase_sync(self, stream: str) -> int:
+        from .runindex import forget
+
         with transaction.atomic(using=self.using):
             SnapshotRecord.objects.using(self.using).filter(stream=stream).delete()
             deleted, _ = self._events.filter(stream=stream).delete()
+            forget(self.using, stream)
         return deleted
 
     def streams_sync(self) -> list[str]:

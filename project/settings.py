@@ -12,6 +12,8 @@ blobs on disk under var/blobs. Environment variables switch on the cluster parts
                        PostgreSQL when AAA_DB=postgres (defaults 127.0.0.1, 5432,
                        aaa, postgres, empty)
   AAA_BUS              "inprocess" (default) or "celery"
+  AAA_LLM_CLIENT       dotted path of the API engine's LLM client factory (default: the
+                       scripted demo model in project/api_demo.py)
   AAA_REDIS_URL        Celery broker and result backend (e.g. redis://127.0.0.1:6379/0)
   AAA_S3_BUCKET        blobs in S3 (django-storages) when set, with AAA_S3_ENDPOINT,
                        AAA_S3_ACCESS_KEY, AAA_S3_SECRET_KEY, AAA_S3_REGION
@@ -47,6 +49,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "ninja",  # the API docs' static files (Swagger UI), served locally
     "aaa_django",
     "project",
 ]
@@ -128,12 +131,22 @@ STORAGES = {
 AAA = {
     "BUS": env("AAA_BUS", "inprocess"),
     "BLOB_STORAGE": "aaa_blobs",
+    # The REST API's engine (aaa_django.host): a SCRIPTED model, no provider is called
+    # (project/api_demo.py). Point AAA_LLM_CLIENT at a real client factory to change it.
+    "LLM_CLIENT": env("AAA_LLM_CLIENT", "project.api_demo.scripted_model"),
+    "TOOLS": ["project.api_demo.lookup_population", "project.api_demo.publish_answer"],
 }
 
 # Celery (used when AAA_BUS=celery): `celery -A project worker`.
 CELERY_BROKER_URL = env("AAA_REDIS_URL", "memory://")
 CELERY_RESULT_BACKEND = env("AAA_REDIS_URL") or None
 CELERY_TASK_IGNORE_RESULT = True
+# Cluster mode (README "Cluster mode"): one message at a time per worker process, and
+# the sweeper on beat (`celery -A project beat`).
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULE = {
+    "aaa-sweep": {"task": "aaa.sweep", "schedule": 30.0, "options": {"queue": "aaa.algorithms"}},
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

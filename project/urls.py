@@ -1,8 +1,21 @@
-"""URLs of the example site."""
+"""URLs of the example site: the admin, and the REST API under /api/aaa/ (OpenAPI
+docs at /api/aaa/docs, the schema at /api/aaa/openapi.json)."""
 
 from django.contrib import admin
 from django.urls import path
+from ninja import NinjaAPI
+
+from aaa_django.api import router as aaa_router
+
+api = NinjaAPI(
+    title="aaa_django example site",
+    version="1",
+    description="Start, watch, answer and cancel agent runs (see the README's REST API section).",
+    urls_namespace="aaa",
+)
+api.add_router("/", aaa_router)
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/aaa/", api.urls),
 ]

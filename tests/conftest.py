@@ -10,6 +10,7 @@ Fixtures:
   pg_alias     "postgres"; the PostgreSQL alias alone.
   s3_endpoint  the S3-compatible endpoint URL (moto under bin/test).
   s3_bucket    a fresh bucket on it: a dict of django-storages S3Storage OPTIONS.
+  redis_url    the Redis server's URL (bin/test starts one: AAA_TEST_REDIS_URL).
 """
 
 from __future__ import annotations
@@ -85,6 +86,13 @@ def s3_bucket(s3_endpoint: str) -> dict:
     }
 
 
+@pytest.fixture
+def redis_url() -> str:
+    url = os.environ.get("AAA_TEST_REDIS_URL", "")
+    require_service("redis", bool(url))
+    return url
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark tests by the services they use, so `-m "not postgres"` works."""
     for item in items:
@@ -95,3 +103,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgres)
         if "s3_endpoint" in names:
             item.add_marker(pytest.mark.s3)
+        if "redis_url" in names:
+            item.add_marker(pytest.mark.redis)

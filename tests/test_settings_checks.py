@@ -22,9 +22,9 @@ def test_defaults_apply_when_the_site_sets_nothing():
 
 
 def test_site_values_are_merged_over_defaults():
-    with override_settings(AAA={"BUS": "celery", "SNAPSHOT_EVERY": 8}):
+    with override_settings(AAA={"BUS": "celery", "FOLD_CHECK_EVERY": 8}):
         merged = aaa_settings()
-    assert merged == {**DEFAULTS, "BUS": "celery", "SNAPSHOT_EVERY": 8}
+    assert merged == {**DEFAULTS, "BUS": "celery", "FOLD_CHECK_EVERY": 8}
 
 
 def test_a_valid_dict_passes():
@@ -43,7 +43,7 @@ def test_an_unknown_key_is_an_error_naming_the_key():
     [
         ([("BUS", "celery")], ["aaa.E001"]),
         ({"CLAIM_THRESHOLD": "16k"}, ["aaa.E003"]),
-        ({"SNAPSHOT_EVERY": True}, ["aaa.E003"]),
+        ({"FOLD_CHECK_EVERY": True}, ["aaa.E003"]),
         ({"BUS": 1}, ["aaa.E003"]),
         ({"BUS": "rabbit"}, ["aaa.E004"]),
         ({"FOLD_CHECK_EVERY": -1}, ["aaa.E005"]),

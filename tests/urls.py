@@ -1,8 +1,15 @@
-"""URLs for the test suite."""
+"""URLs for the test suite: the admin, and the REST API under /api/aaa/."""
 
 from django.contrib import admin
 from django.urls import path
+from ninja import NinjaAPI
+
+from aaa_django.api import router as aaa_router
+
+api = NinjaAPI(title="aaa_django (tests)", urls_namespace="aaa-tests")
+api.add_router("/", aaa_router)
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/aaa/", api.urls),
 ]

@@ -1,0 +1,143 @@
+"""The run actions of the admin: cancel, approve/deny, re-drive, erase, start.
+
+Each is a POST (erase and start also have a page) that checks the user's permission
+(403 without it, see :mod:`.access`) and then makes one call on the engine through
+:mod:`.engine`: nothing here writes to the log itself.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from aaa_django import runindex
+from aaa_django.models import EventRecord, RunRecord
+
+from . import access, engine
+from .forms import ApprovalForm, ReasonForm, StartRunForm
+
+
+class RunActions:
+    """Views mixed into :class:`~aaa_django.admin.runs.RunAdmin` (which provides
+    ``get_run``, ``_url``, ``_context`` and ``_using``)."""
+
+    def _acting(self, request: HttpRequest, object_id: str, action: str) -> RunRecord:
+        run = self.get_run(request, object_id)
+        if not access.may_act(request.user, run, action):
+            raise PermissionDenied
+        return run
+
+    def _done(self, request: HttpRequest, run: RunRecord, ok: bool, yes: str, no: str) -> HttpResponse:
+        if ok:
+            messages.success(request, yes)
+        else:
+            messages.warning(request, no)
+        return HttpResponseRedirect(self._url("change", run.run_id))
+
+    def _engine_failed(self, request: HttpRequest, run: RunRecord, exc: Exception) -> HttpResponse:
+        messages.error(request, f"The engine did not answer: {exc}")
+        return HttpResponseRedirect(self._url("change", run.run_id))
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return require_POST(self._cancel)(request, object_id)
+
+    def _cancel(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        run = self._acting(request, object_id, "cancel")
+        form = ReasonForm(request.POST)
+        reason = form.cleaned_data["reason"] if form.is_valid() else None
+        try:
+            ok = engine.cancel(run.run_id, user=request.user, reason=reason)
+        except engine.EngineUnavailable as exc:
+            return self._engine_failed(request, run, exc)
+        return self._done(request, run, ok, "Cancellation requested.",
+                          "The run has ended already (or was asked to cancel before).")
+
+    def approve_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return require_POST(self._decide)(request, object_id, grant=True)
+
+    def deny_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return require_POST(self._decide)(request, object_id, grant=False)
+
+    def _decide(self, request: HttpRequest, object_id: str, *, grant: bool) -> HttpResponse:
+        run = self._acting(request, object_id, "approve")
+        form = ApprovalForm(request.POST)
+        if not form.is_valid():
+            messages.error(request, "Which approval? The form was incomplete.")
+            return HttpResponseRedirect(self._url("change", run.run_id))
+        decide = engine.approve if grant else engine.deny
+        try:
+            ok = decide(run.run_id, form.cleaned_data["request_id"], user=request.user,
+                        reason=form.cleaned_data["reason"])
+        except engine.EngineUnavailable as exc:
+            return self._engine_failed(request, run, exc)
+        word = "Approved" if grant else "Denied"
+        return self._done(request, run, ok, f"{word}.",
+                          "That approval is no longer pending (decided, expired, or the run ended).")
+
+    def redrive_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return require_POST(self._redrive)(request, object_id)
+
+    def _redrive(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        run = self._acting(request, object_id, "redrive")
+        try:
+            ok = engine.redrive(run.run_id)
+        except engine.EngineUnavailable as exc:
+            return self._engine_failed(request, run, exc)
+        return self._done(request, run, ok, "The run's events were delivered again.",
+                          "The run has ended: there is nothing to re-drive.")
+
+    def erase_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        run = self._acting(request, object_id, "erase")
+        if request.method == "POST" and request.POST.get("confirm") == run.run_id:
+            try:
+                count = engine.erase(run.run_id, using=self._using())
+            except engine.EngineUnavailable as exc:
+                return self._engine_failed(request, run, exc)
+            messages.success(request, f"Run {run.run_id} erased: {count} events, its snapshots and blobs.")
+            return HttpResponseRedirect(
+                reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist"))
+        blob_events = (EventRecord.objects.using(self._using()).filter(stream=run.run_id)
+                       .exclude(blobs=[]).count())
+        ctx = self._context(
+            request, run,
+            title=f"Erase run {run.run_id}?",
+            crumb="erase",
+            blob_events=blob_events,
+            children=RunRecord.objects.using(self._using()).filter(parent=run.run_id).count(),
+            wrong_confirmation=request.method == "POST",
+        )
+        return TemplateResponse(request, "aaa/admin/erase.html", ctx)
+
+    # -- starting a run ------------------------------------------------------------------
+
+    def add_view(self, request: HttpRequest, form_url: str = "", extra_context: Any = None) -> HttpResponse:
+        if not access.may_start(request.user):
+            raise PermissionDenied
+        form = StartRunForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            d = form.cleaned_data
+            try:
+                run_id = engine.start(d["instance"], d["input"], user=request.user,
+                                      budget=d["budget"], deadline=d["deadline"])
+            except engine.EngineUnavailable as exc:
+                form.add_error(None, f"The engine did not answer: {exc}")
+            else:
+                runindex.refresh(self._using(), run_id)
+                messages.success(request, f"Run {run_id} started.")
+                return HttpResponseRedirect(self._url("change", run_id))
+        ctx = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "title": "Start a run",
+            "form": form,
+            "schemas": json.dumps(form.schemas(), indent=2),
+        }
+        return TemplateResponse(request, "aaa/admin/start.html", ctx)

@@ -1,0 +1,121 @@
+"""Forms of the admin's actions: starting a run, and the reason given for an action."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from pydantic import ValidationError
+
+from aaa_django.runtime import Budget
+from aaa_django.runtime import registry
+from aaa_django.validate.handler import validate
+
+#: the longest reason kept in an event
+MAX_REASON = 500
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(required=False, max_length=MAX_REASON)
+
+
+class ApprovalForm(ReasonForm):
+    request_id = forms.CharField(max_length=200)
+
+
+def _json_field(label: str, help_text: str, required: bool) -> forms.CharField:
+    return forms.CharField(
+        label=label,
+        required=required,
+        help_text=help_text,
+        widget=forms.Textarea(attrs={"rows": 6, "cols": 80, "class": "vLargeTextField aaa-json",
+                                     "spellcheck": "false"}),
+    )
+
+
+def _errors(exc_errors: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for e in exc_errors:
+        where = ".".join(str(p) for p in e.get("loc", ())) or "(the whole value)"
+        out.append(f"{where}: {e.get('msg', 'invalid')}")
+    return out
+
+
+class StartRunForm(forms.Form):
+    """Algorithm (from the registry), its JSON input checked against the algorithm's
+    input schema, and optional JSON config, budget and deadline."""
+
+    algorithm = forms.ChoiceField(help_text="Algorithms registered in this process.")
+    input = _json_field("Input (JSON)", "Checked against the algorithm's input schema.", True)
+    config = _json_field("Config (JSON)", "Optional; checked against the algorithm's config "
+                         "schema (ToolLoop: max_turns, system, model, tools).", False)
+    budget = _json_field("Budget (JSON)", 'Optional: {"tokens": …, "cost": …, '
+                         '"model_calls": …, "tool_calls": …}.', False)
+    deadline = forms.FloatField(required=False, min_value=0.001,
+                                help_text="Optional: seconds from now.")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["algorithm"].choices = [(n, n) for n in registry.names()]
+        for name in ("config", "budget"):
+            self.fields[name].widget.attrs["rows"] = 3
+
+    def schemas(self) -> dict[str, Any]:
+        """Each algorithm's input schema (shown beside the form)."""
+        out = {}
+        for name in registry.names():
+            schema = getattr(registry.get(name), "Input", None)
+            try:
+                out[name] = schema.model_json_schema() if schema is not None else {}
+            except Exception:
+                out[name] = {}
+        return out
+
+    def _parse(self, name: str) -> Any:
+        raw = (self.cleaned_data.get(name) or "").strip()
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise forms.ValidationError(f"not JSON: {exc}") from None
+
+    def clean_input(self) -> Any:
+        return self._parse("input")
+
+    def clean_config(self) -> Any:
+        value = self._parse("config")
+        if value is not None and not isinstance(value, dict):
+            raise forms.ValidationError("the config is a JSON object")
+        return value or {}
+
+    def clean_budget(self) -> Any:
+        value = self._parse("budget")
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise forms.ValidationError("the budget is a JSON object")
+        try:
+            return Budget(**value).model_dump(exclude_none=True)
+        except ValidationError as exc:
+            raise forms.ValidationError(_errors(exc.errors(include_url=False))) from None
+        except TypeError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        name = data.get("algorithm")
+        if not name or "input" not in data or "config" not in data:
+            return data
+        cls = registry.get(name)
+        errors = validate(cls, data["input"])
+        if errors:
+            self.add_error("input", _errors(errors))
+        try:
+            data["instance"] = registry.build(name, data["config"])
+        except ValidationError as exc:
+            self.add_error("config", _errors(exc.errors(include_url=False)))
+        except Exception as exc:
+            self.add_error("config", f"{type(exc).__name__}: {exc}")
+        return data

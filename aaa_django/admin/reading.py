@@ -1,0 +1,274 @@
+"""What the admin reads through the library: folded projections, events, blobs.
+
+Nothing here writes events or blobs. Projections are folded by
+:meth:`Projection.load_info` over a reader that hydrates claim-checked events from
+the blob store (verified), exactly as the engine's own view does, so the state shown
+is the state the algorithm saw; the library may save a snapshot while doing so
+(derived data, as any reader does).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import async_to_sync
+
+from aaa_django import projections as registry
+from aaa_django.conf import aaa_settings
+from aaa_django.data import BlobRef, hydrate, is_claimed
+from aaa_django.data.errors import BlobError, BlobIntegrityError, BlobNotFoundError
+from aaa_django.events import Event, Projection, default_cache
+from aaa_django.runtime import RUNMETA
+from aaa_django.store import DjangoEventStore, EventList
+
+#: bytes of a blob shown in a preview
+PREVIEW_BYTES = 64 * 1024
+#: characters of a folded state shown on the run page
+STATE_CHARS = 64 * 1024
+#: a projection without snapshots is folded on request only past this many events
+#: (each read would replay the whole log until the process's holder is warm)
+EAGER_REPLAY_LIMIT = 2_000
+
+
+def blob_store() -> Any:
+    """The site's blob store (``AAA["BLOB_STORAGE"]``), or None when it has none."""
+    from aaa_django.blobs import StorageBlobStore
+
+    alias = aaa_settings()["BLOB_STORAGE"]
+    return StorageBlobStore(alias=alias) if alias else None
+
+
+class HydratingReader:
+    """A run's log as projections see it: claim-checked payloads restored.
+
+    Shares the store's ``cache_key`` (it is the same log, as the engine's
+    ``HydratedView`` is), so the process's fold holder serves both.
+    """
+
+    def __init__(self, store: DjangoEventStore, blobs: Any) -> None:
+        self._store = store
+        self._blobs = blobs
+        self.cache_key = store.cache_key
+
+    async def read(self, stream: str, **kwargs: Any) -> list[Event]:
+        events = await self._store.read(stream, **kwargs)
+        if not any(is_claimed(e.data) for e in events):
+            return events
+        out = EventList(hydrated(e, self._blobs) for e in events)
+        out.committed = getattr(events, "committed", True)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def hydrated(event: Event, blobs: Any) -> Event:
+    """The event with its claim-checked payload restored (verified); raises BlobError."""
+    if not is_claimed(event.data):
+        return event
+    if blobs is None:
+        raise BlobError(
+            f"event {event.id} is claim-checked but this site has no blob store "
+            "(AAA['BLOB_STORAGE'])"
+        )
+    if not event.blobs:
+        raise BlobError(f"event {event.id} is claim-checked but names no blob")
+    from dataclasses import replace
+
+    return replace(event, data=hydrate(event.data, event.blobs[-1], store=blobs))
+
+
+# -- events ------------------------------------------------------------------------------
+
+
+def event_at(run_id: str, seq: int | None, using: str = "default") -> Event | None:
+    """The run's event at ``seq`` as stored (one indexed read), or None."""
+    if not seq:
+        return None
+    found = DjangoEventStore(using).read_sync(run_id, after=seq - 1, limit=1)
+    return found[0] if found and found[0].seq == seq else None
+
+
+def data_of(event: Event | None) -> Any:
+    """The event's data, hydrated when claim-checked (None if it cannot be read)."""
+    if event is None:
+        return None
+    if not is_claimed(event.data):
+        return event.data
+    try:
+        return hydrated(event, blob_store()).data
+    except BlobError as exc:
+        return {"$error": f"{type(exc).__name__}: {exc}"}
+
+
+# -- projections -------------------------------------------------------------------------
+
+
+@dataclass
+class Folded:
+    """A projection's state for the page, and where it came from."""
+
+    name: str
+    short: str
+    state: Any = None  # JSON-ready
+    seq: int = 0
+    source: str = ""
+    base_seq: int = 0
+    folded: int = 0
+    error: str | None = None
+    raw: Any = None  # the state object (RUNMETA's is used by the summary)
+    #: not folded: why (the page offers to fold it)
+    deferred: str | None = None
+
+    @property
+    def full_text(self) -> str:
+        return json.dumps(self.state, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+    @property
+    def text(self) -> str:
+        text = self.full_text
+        if len(text) <= STATE_CHARS:
+            return text
+        return text[:STATE_CHARS] + f"\n… cut: the state is {len(text):,} characters long"
+
+
+def ordered_projections() -> list[tuple[str, Projection]]:
+    """Every registered projection, RUNMETA first, then by name."""
+    every = registry.all_projections()
+    first = [RUNMETA.name] if RUNMETA.name in every else []
+    return [(n, every[n]) for n in first + sorted(n for n in every if n not in first)]
+
+
+def fold_all(run_id: str, *, at: int | None = None, using: str = "default",
+             events: int = 0, eager: bool = False) -> list[Folded]:
+    """Every registered projection over the run (now, or as of event ``at``).
+
+    A projection that cannot be folded (a tampered blob in its way, a fold that
+    raises) is reported on its own line; the others are still shown. Unless
+    ``eager``, a projection that keeps no snapshots is not folded over a run of more
+    than ``EAGER_REPLAY_LIMIT`` events (``events``): it is marked ``deferred``.
+    """
+    reader = HydratingReader(DjangoEventStore(using), blob_store())
+    out = []
+    for name, p in ordered_projections():
+        span = events if at is None else at
+        if not eager and not p.snapshots and span > EAGER_REPLAY_LIMIT:
+            f = Folded(name=name, short=name.rsplit(".", 1)[-1])
+            f.deferred = (f"not folded yet: this projection keeps no snapshots, so folding it "
+                          f"replays {span:,} events")
+            out.append(f)
+            continue
+        out.append(fold_one(name, p, reader, run_id, at=at))
+    return out
+
+
+def runmeta(run_id: str, *, using: str = "default") -> Folded:
+    """The engine's own view of the run now (``RUNMETA``)."""
+    reader = HydratingReader(DjangoEventStore(using), blob_store())
+    return fold_one(RUNMETA.name, RUNMETA, reader, run_id)
+
+
+def fold_one(name: str, projection: Projection, reader: Any, run_id: str, *,
+             at: int | None = None) -> Folded:
+    out = Folded(name=name, short=name.rsplit(".", 1)[-1])
+    try:
+        loaded = async_to_sync(projection.load_info)(
+            reader, run_id, cache=default_cache if at is None else None, at=at
+        )
+    except BlobIntegrityError as exc:
+        out.error = f"Blob integrity error: {exc}"
+        return out
+    except BlobError as exc:
+        out.error = f"Blob error: {exc}"
+        return out
+    except Exception as exc:  # a site's fold may raise: show it, keep the page
+        out.error = f"{type(exc).__name__}: {exc}"
+        return out
+    out.raw = loaded.state
+    out.seq, out.source, out.base_seq, out.folded = (
+        loaded.seq, loaded.source, loaded.base_seq, loaded.folded
+    )
+    out.state = state_json(loaded.state)
+    return out
+
+
+def state_json(state: Any) -> Any:
+    """A folded state as JSON-ready data, whatever its type."""
+    try:
+        return registry.state_json(state)
+    except Exception:
+        pass
+    snapshot = getattr(state, "snapshot", None)  # e.g. CONVERSATION: threads of messages
+    if callable(snapshot):
+        try:
+            return registry.state_json(snapshot())
+        except Exception:
+            pass
+    return repr(state)
+
+
+# -- blobs -------------------------------------------------------------------------------
+
+
+@dataclass
+class BlobView:
+    """One blob ref of an event, and what reading it found."""
+
+    seq: int
+    index: int
+    ref: BlobRef
+    ok: bool | None = None  # None: not checked
+    status: str = "not checked"
+    data: bytes | None = None
+
+    @property
+    def preview(self) -> str | None:
+        """Text or pretty JSON of the (verified) bytes, cut at PREVIEW_BYTES."""
+        if self.data is None:
+            return None
+        media = self.ref.media_type.split(";")[0].strip().lower()
+        raw = self.data[:PREVIEW_BYTES]
+        if media == "application/json" or media.endswith("+json"):
+            try:
+                return json.dumps(json.loads(self.data), indent=2, ensure_ascii=False)[:PREVIEW_BYTES]
+            except ValueError:
+                pass
+        if media.startswith("text/") or media == "application/json" or media.endswith("+json"):
+            return raw.decode("utf-8", errors="replace")
+        return None
+
+    @property
+    def truncated(self) -> bool:
+        return self.data is not None and len(self.data) > PREVIEW_BYTES
+
+
+def check(view: BlobView, blobs: Any, *, keep: bool = False) -> BlobView:
+    """Read and verify the blob; record the result (and the bytes when ``keep``)."""
+    if blobs is None:
+        view.ok, view.status = False, "no blob store is configured (AAA['BLOB_STORAGE'])"
+        return view
+    try:
+        data = blobs.get(view.ref)
+    except BlobIntegrityError as exc:
+        view.ok, view.status = False, f"INTEGRITY ERROR: {exc}"
+    except BlobNotFoundError as exc:
+        view.ok, view.status = False, f"missing: {exc}"
+    except BlobError as exc:
+        view.ok, view.status = False, f"unreadable: {exc}"
+    else:
+        view.ok, view.status = True, "verified (sha256 and size match)"
+        if keep:
+            view.data = data
+    return view
+
+
+def refs_of(seq: int, blobs_json: Any) -> list[BlobView]:
+    out = []
+    for i, raw in enumerate(blobs_json or []):
+        try:
+            out.append(BlobView(seq=seq, index=i, ref=BlobRef.from_dict(raw)))
+        except (TypeError, ValueError):
+            continue  # a malformed ref cannot name a blob: nothing to show
+    return out

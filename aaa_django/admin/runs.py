@@ -1,0 +1,430 @@
+"""The Runs admin: the run list, the run page, one event, one blob, live updates.
+
+The list is the run index (:class:`~aaa_django.models.RunRecord`, derived from the
+log); the run page reads the log itself: a page of its timeline, every registered
+projection (now or as of an earlier event), its blobs (verified), its parent and
+children. The actions (:mod:`.actions`) are calls on the engine; nothing here writes
+an event.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    JsonResponse,
+    StreamingHttpResponse,
+)
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from aaa_django import runindex
+from aaa_django.data import is_claimed
+from aaa_django.data.errors import BlobError
+from aaa_django.events import Event
+from aaa_django.models import EventRecord, RunRecord
+from aaa_django.runtime import RUNMETA
+
+from . import access, reading, timeline
+from .actions import RunActions
+
+#: blobs listed (and verified) per page of the run page
+BLOBS_PER_PAGE = 10
+#: children listed on the run page
+CHILDREN_SHOWN = 50
+#: seconds between two polls of a live run's page
+POLL_SECONDS = 1.0
+
+
+def duration(run: RunRecord, now: datetime | None = None) -> timedelta | None:
+    if run.started_at is None:
+        return None
+    end = run.ended_at or (now or timezone.now())
+    return end - run.started_at
+
+
+def format_duration(d: timedelta | None) -> str:
+    if d is None:
+        return "—"
+    s = max(d.total_seconds(), 0.0)
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 60:
+        return f"{s:.1f} s"
+    m, s = divmod(int(s), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
+
+
+def status_label(run: RunRecord) -> str:
+    return f"{run.status} · {run.outcome}" if run.outcome else run.status
+
+
+class RunAdmin(RunActions, admin.ModelAdmin):
+    list_display = (
+        "run_link",
+        "algorithm",
+        "status_outcome",
+        "owner",
+        "tokens_col",
+        "cost_col",
+        "events_col",
+        "started_col",
+        "ended_col",
+        "duration_col",
+    )
+    list_filter = ("outcome", "status", "algorithm", ("started_at", admin.DateFieldListFilter))
+    search_fields = ("run_id", "owner__username", "owner__email")
+    list_select_related = ("owner",)
+    ordering = ("-started_at",)
+    date_hierarchy = "started_at"
+    list_per_page = 50
+    show_full_result_count = False
+    actions = None
+    change_list_template = "aaa/admin/run_list.html"
+
+    # -- columns ---------------------------------------------------------------------
+
+    @admin.display(description="run", ordering="run_id")
+    def run_link(self, run: RunRecord) -> str:
+        rid = run.run_id
+        short = rid if len(rid) <= 24 else f"{rid[:13]}…{rid[-8:]}"  # the whole id is the title
+        return format_html('<a class="aaa-run-id" href="{}" title="{}">{}</a>',
+                           self._url("change", rid), rid, short)
+
+    @admin.display(description="status / outcome", ordering="status")
+    def status_outcome(self, run: RunRecord) -> str:
+        css = run.outcome or run.status
+        return format_html('<span class="aaa-badge aaa-{}">{}</span>', css, status_label(run))
+
+    @admin.display(description="tokens", ordering="tokens_in")
+    def tokens_col(self, run: RunRecord) -> str:
+        return format_html('<span title="{} in / {} out">{}</span>', f"{run.tokens_in:,}",
+                           f"{run.tokens_out:,}", f"{run.tokens:,}")
+
+    @admin.display(description="cost", ordering="cost")
+    def cost_col(self, run: RunRecord) -> str:
+        return f"${run.cost:.6f}"
+
+    @admin.display(description="events", ordering="last_seq")
+    def events_col(self, run: RunRecord) -> int:
+        return run.last_seq  # seq is dense from 1: the last seq is the count
+
+    @admin.display(description="started", ordering="started_at")
+    def started_col(self, run: RunRecord) -> str:
+        return _when(run.started_at)
+
+    @admin.display(description="ended", ordering="ended_at")
+    def ended_col(self, run: RunRecord) -> str:
+        return _when(run.ended_at)
+
+    @admin.display(description="duration")
+    def duration_col(self, run: RunRecord) -> str:
+        return format_duration(duration(run))
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        return super().changelist_view(request, {"title": "Runs", **(extra_context or {})})
+
+    # -- who sees and acts -------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest):
+        return access.visible(request.user, super().get_queryset(request))
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return access.may_use_runs(request.user)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is None:
+            return access.may_use_runs(request.user)
+        return access.may_view(request.user, obj)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return access.may_start(request.user)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a run changes only through the engine (the actions below)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # erasing is an engine action with its own confirmation page
+
+    # -- urls --------------------------------------------------------------------------
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        run = "<path:object_id>"
+        mine = [
+            path(f"{run}/live/", wrap(self.live_view), name=f"{name}_live"),
+            path(f"{run}/events/<int:seq>/", wrap(self.event_view), name=f"{name}_event"),
+            path(f"{run}/events/<int:seq>/blobs/<int:index>/", wrap(self.blob_view),
+                 name=f"{name}_blob"),
+            path(f"{run}/events/<int:seq>/blobs/<int:index>/download/",
+                 wrap(self.blob_download), name=f"{name}_blob_download"),
+            path(f"{run}/cancel/", wrap(self.cancel_view), name=f"{name}_cancel"),
+            path(f"{run}/approve/", wrap(self.approve_view), name=f"{name}_approve"),
+            path(f"{run}/deny/", wrap(self.deny_view), name=f"{name}_deny"),
+            path(f"{run}/redrive/", wrap(self.redrive_view), name=f"{name}_redrive"),
+            path(f"{run}/erase/", wrap(self.erase_view), name=f"{name}_erase"),
+        ]
+        return mine + super().get_urls()
+
+    def _url(self, what: str, run_id: str, *args: Any) -> str:
+        name = f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{what}"
+        return reverse(name, args=(quote(run_id), *args))
+
+    # -- reading a run -----------------------------------------------------------------
+
+    def get_run(self, request: HttpRequest, object_id: str) -> RunRecord:
+        """The run, its index row caught up with its log; 404 if unseen or unknown."""
+        if not access.may_use_runs(request.user):
+            raise PermissionDenied
+        run_id = unquote(object_id)
+        run = runindex.refresh(self._using(), run_id)
+        if run is None or not access.may_view(request.user, run):
+            raise Http404("no such run")
+        return run
+
+    def _using(self) -> str:
+        return "default"
+
+    def _context(self, request: HttpRequest, run: RunRecord, **extra: Any) -> dict[str, Any]:
+        ctx = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "run": run,
+            "title": f"Run {run.run_id}",
+            "run_url": self._url("change", run.run_id),
+            # the run's own URLs are below this one: live/, events/N/, cancel/, ...
+            "run_base": self._url("live", run.run_id)[: -len("live/")],
+            "can": access.allowed_actions(request.user, run),
+        }
+        ctx.update(extra)
+        return ctx
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: Any = None) -> HttpResponse:
+        run = self.get_run(request, object_id)
+        using = self._using()
+        size = timeline.page_size(request.GET.get("per"))
+        page = timeline.load_page(run.run_id, run.last_seq, request.GET.get("page", 1), size,
+                                  using=using)
+        at = _int(request.GET.get("at"))
+        if at is not None:
+            at = min(max(at, 0), run.last_seq)
+        eager = request.GET.get("fold") == "all"
+        folded = reading.fold_all(run.run_id, at=at, using=using, events=run.last_seq, eager=eager)
+        # The summary needs RUNMETA now; fold it apart when the page travels in time.
+        meta = next((f.raw for f in folded if f.name == RUNMETA.name), None)
+        if at is not None:
+            meta = reading.runmeta(run.run_id, using=using).raw
+        started = reading.event_at(run.run_id, 1, using)
+        ended = reading.event_at(run.run_id, meta.completion_seq, using) if meta and meta.completion_seq else None
+        blobs_page = max(_int(request.GET.get("blobs")) or 1, 1)
+        blob_views, more_blobs = self._blobs(run.run_id, blobs_page, using)
+        started_data = reading.data_of(started) or {}
+        ctx = self._context(
+            request,
+            run,
+            page=page,
+            per=size,
+            at=at,
+            folded=folded,
+            meta=meta,
+            input_text=_pretty(started_data.get("input", started_data.get("$error"))),
+            config_text=_pretty(started_data.get("config")),
+            outcome_text=_pretty((reading.data_of(ended) or {}).get("value")) if ended else None,
+            approvals=self._approvals(run.run_id, meta, using),
+            parent=RunRecord.objects.using(using).filter(pk=run.parent).first() if run.parent else None,
+            children=list(RunRecord.objects.using(using).filter(parent=run.run_id)
+                          .order_by("started_at")[:CHILDREN_SHOWN]),
+            blob_views=blob_views,
+            blobs_page=blobs_page,
+            more_blobs=more_blobs,
+            duration=format_duration(duration(run)),
+            status_label=status_label(run),
+            live_url=self._url("live", run.run_id),
+            poll_ms=int(POLL_SECONDS * 1000),
+        )
+        return TemplateResponse(request, "aaa/admin/run.html", ctx)
+
+    def _approvals(self, run_id: str, meta: Any, using: str) -> list[dict[str, Any]]:
+        """Pending approval gates, with the arguments of the call they hold."""
+        if meta is None or not meta.approvals or meta.completed:
+            return []
+        seqs = {p.seq: (rid, p) for rid, p in meta.approvals.items()}
+        rows = EventRecord.objects.using(using).filter(stream=run_id, seq__in=list(seqs))
+        args = {}
+        for seq, data in rows.values_list("seq", "data"):
+            try:
+                args[seq] = json.loads(data).get("args")
+            except (ValueError, AttributeError):
+                args[seq] = None
+        out = []
+        for seq, (rid, p) in sorted(seqs.items()):
+            out.append({
+                "request_id": rid,
+                "seq": seq,
+                "name": p.name,
+                "call_id": p.call_id,
+                "args": json.dumps(args.get(seq), ensure_ascii=False, sort_keys=True),
+                "expires_at": datetime.fromtimestamp(p.expires_at, tz=timezone.get_current_timezone())
+                if p.expires_at else None,
+            })
+        return out
+
+    def _blobs(self, run_id: str, number: int, using: str) -> tuple[list[reading.BlobView], bool]:
+        """A page of the run's blob refs, each read and verified."""
+        rows = list(
+            EventRecord.objects.using(using)
+            .filter(stream=run_id)
+            .exclude(blobs=[])
+            .order_by("seq")
+            .values_list("seq", "blobs")[(number - 1) * BLOBS_PER_PAGE: number * BLOBS_PER_PAGE + 1]
+        )
+        more = len(rows) > BLOBS_PER_PAGE
+        store = reading.blob_store()
+        views = [reading.check(v, store) for seq, raw in rows[:BLOBS_PER_PAGE]
+                 for v in reading.refs_of(seq, raw)]
+        return views, more
+
+    # -- live updates --------------------------------------------------------------------
+
+    def live_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
+        """What changed since ``after``: the run's status and spend, new timeline rows
+        (up to ``until``, the end of the page shown), the actions panel."""
+        run = self.get_run(request, object_id)
+        using = self._using()
+        after = max(_int(request.GET.get("after")) or 0, 0)
+        until = _int(request.GET.get("until")) or after
+        size = timeline.page_size(request.GET.get("per"))
+        new_rows = timeline.rows(run.run_id, after=after, upto=min(until, after + size),
+                                 size=size, using=using) if until > after else []
+        meta = reading.runmeta(run.run_id, using=using).raw
+        ctx = self._context(request, run, per=size, meta=meta,
+                            approvals=self._approvals(run.run_id, meta, using))
+        return JsonResponse({
+            "run_id": run.run_id,
+            "status": run.status,
+            "outcome": run.outcome,
+            "label": status_label(run),
+            "last_seq": run.last_seq,
+            "tokens": f"{run.tokens:,} ({run.tokens_in:,} in / {run.tokens_out:,} out)",
+            "cost": f"${run.cost:.6f}",
+            "model_calls": run.model_calls,
+            "tool_calls": run.tool_calls,
+            "ended": timezone.localtime(run.ended_at).isoformat(sep=" ", timespec="seconds")
+            if run.ended_at else "—",
+            "duration": format_duration(duration(run)),
+            "after": new_rows[-1].seq if new_rows else after,
+            "rows_html": render_to_string("aaa/admin/_timeline_rows.html",
+                                          {**ctx, "rows": new_rows}, request=request),
+            "actions_html": render_to_string("aaa/admin/_actions.html", ctx, request=request),
+        })
+
+    # -- one event, one blob ----------------------------------------------------------------
+
+    def _event(self, run: RunRecord, seq: int) -> Event:
+        found = reading.event_at(run.run_id, seq, self._using())
+        if found is None:
+            raise Http404("no such event")
+        return found
+
+    def event_view(self, request: HttpRequest, object_id: str, seq: int) -> HttpResponse:
+        run = self.get_run(request, object_id)
+        event = self._event(run, seq)
+        claimed = is_claimed(event.data)
+        hydrated_text = error = None
+        if claimed and request.GET.get("hydrate"):
+            try:
+                hydrated_text = _pretty(reading.hydrated(event, reading.blob_store()).data)
+            except BlobError as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        size = timeline.page_size(request.GET.get("per"))
+        cause = None
+        if event.causation:
+            cause = (EventRecord.objects.using(self._using()).filter(pk=event.causation)
+                     .values_list("stream", "seq").first())
+        ctx = self._context(
+            request, run,
+            title=f"Event {seq} of run {run.run_id}",
+            crumb=f"event {seq}",
+            event=event,
+            data_text=_pretty(event.data),
+            summary=timeline.summarize(event.type, event.data, claimed=claimed,
+                                       blobs=[b.to_dict() for b in event.blobs]),
+            claimed=claimed,
+            hydrated_text=hydrated_text,
+            error=error,
+            blob_refs=[reading.BlobView(seq=seq, index=i, ref=b) for i, b in enumerate(event.blobs)],
+            cause=cause,
+            cause_url=(self._url("change", cause[0]) + f"?page={timeline.page_of(cause[1], size)}#e{cause[1]}")
+            if cause else None,
+            timeline_url=f"{self._url('change', run.run_id)}?page={timeline.page_of(seq, size)}#e{seq}",
+        )
+        return TemplateResponse(request, "aaa/admin/event.html", ctx)
+
+    def _blob_ref(self, run: RunRecord, seq: int, index: int) -> reading.BlobView:
+        event = self._event(run, seq)
+        if not 0 <= index < len(event.blobs):
+            raise Http404("no such blob")
+        return reading.BlobView(seq=seq, index=index, ref=event.blobs[index])
+
+    def blob_view(self, request: HttpRequest, object_id: str, seq: int, index: int) -> HttpResponse:
+        run = self.get_run(request, object_id)
+        view = reading.check(self._blob_ref(run, seq, index), reading.blob_store(), keep=True)
+        ctx = self._context(request, run, title=f"Blob {view.ref.sha256[:12]}… of run {run.run_id}",
+                            blob=view, crumb=f"event {seq} blob")
+        return TemplateResponse(request, "aaa/admin/blob.html", ctx, status=200 if view.ok else 409)
+
+    def blob_download(self, request: HttpRequest, object_id: str, seq: int, index: int) -> HttpResponse:
+        """The blob's bytes, read through the storage and verified before any is sent."""
+        run = self.get_run(request, object_id)
+        view = reading.check(self._blob_ref(run, seq, index), reading.blob_store(), keep=True)
+        if not view.ok:
+            ctx = self._context(request, run, title="Blob download refused", blob=view)
+            return TemplateResponse(request, "aaa/admin/blob.html", ctx, status=409)
+        data = view.data or b""
+        chunk = 64 * 1024
+        response = StreamingHttpResponse(
+            (data[i: i + chunk] for i in range(0, len(data), chunk)),
+            content_type=view.ref.media_type,
+        )
+        response["Content-Length"] = str(len(data))
+        response["Content-Disposition"] = f'attachment; filename="{view.ref.sha256}"'
+        response["X-Content-Type-Options"] = "nosniff"
+        response["Cache-Control"] = "private, no-store"
+        return response
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _when(t: datetime | None) -> str:
+    if t is None:
+        return "—"
+    t = timezone.localtime(t)
+    return format_html('<span title="{}">{}</span>', t.isoformat(sep=" ", timespec="milliseconds"),
+                       t.strftime("%Y-%m-%d %H:%M"))
+
+
+def _int(raw: Any) -> int | None:
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return None
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)

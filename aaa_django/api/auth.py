@@ -1,0 +1,192 @@
+"""Who is calling, and what they may do with a run.
+
+Credentials, tried in this order:
+
+- ``Authorization: Bearer <API key>``;
+- ``X-API-Key: <API key>``;
+- the Django session (the site's login), with Django's CSRF check on unsafe methods.
+
+An API key is looked up by its SHA-256 (only the hash is stored); a revoked or
+expired key, or one of an inactive user, authenticates nobody. The result is a
+:class:`Principal` on ``request.auth``.
+
+Runs: a caller sees and acts on its own runs; another owner's run needs
+``aaa.view_all_runs`` to be seen (else 404, so ids do not leak) and the action's
+permission (``aaa.cancel_run``, ``aaa.approve_run``, ``aaa.erase_run``) to be acted
+on (else 403). Holding an action's permission also lets a caller see the run it
+acts on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja.security import APIKeyCookie, APIKeyHeader, HttpBearer
+from ninja.throttling import SimpleRateThrottle
+from ninja.utils import check_csrf
+
+from aaa_django.models import ApiKey
+
+from .errors import ApiError
+
+#: longest key accepted (ours are 47 characters); anything longer is not a key
+MAX_KEY_LENGTH = 200
+#: last_used_at is written at most this often per key
+TOUCH_EVERY = timedelta(minutes=1)
+
+VIEW_ALL = "aaa.view_all_runs"
+ACTIONS = {"cancel": "aaa.cancel_run", "approve": "aaa.approve_run", "erase": "aaa.erase_run"}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller: a user, and the API key used (None for a session)."""
+
+    user: Any
+    key: ApiKey | None = None
+
+    def __str__(self) -> str:  # ninja's throttles key on str(request.auth)
+        return f"user:{self.user.pk}"
+
+    @property
+    def owner(self) -> str:
+        """The ``owner`` written in the runs this caller starts."""
+        return str(self.user.pk)
+
+    @property
+    def label(self) -> str:
+        """Who did it, as recorded in ``by`` of a cancel or an approval decision."""
+        who = f"{self.user.get_username()} (user {self.user.pk}"
+        return who + (f", key {self.key.prefix})" if self.key else ", session)")
+
+    def has_perm(self, perm: str) -> bool:
+        return bool(self.user.has_perm(perm))
+
+
+def authenticate(request: HttpRequest) -> Principal:
+    """The caller of ``request``; raises a 401 (or a CSRF 403) :class:`ApiError`."""
+    header = request.headers.get("Authorization")
+    if header:
+        scheme, _, token = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError(401, ["header", "Authorization"],
+                           "use 'Authorization: Bearer <API key>'", "invalid_credentials")
+        return _by_key(token.strip(), ["header", "Authorization"])
+    key = request.headers.get("X-API-Key")
+    if key:
+        return _by_key(key.strip(), ["header", "X-API-Key"])
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated and user.is_active:
+        if not getattr(request, "_dont_enforce_csrf_checks", False) and check_csrf(request):
+            raise ApiError(403, ["header", "X-CSRFToken"],
+                           "CSRF check failed: send the csrftoken cookie's value in X-CSRFToken",
+                           "csrf_failed")
+        return Principal(user)
+    raise ApiError(401, ["header", "Authorization"],
+                   "no credentials: send 'Authorization: Bearer <API key>', "
+                   "'X-API-Key: <API key>' or a session cookie", "not_authenticated")
+
+
+def _by_key(raw: str, loc: list[str]) -> Principal:
+    if len(raw) > MAX_KEY_LENGTH or not raw.isascii():
+        raise ApiError(401, loc, "not an API key", "invalid_credentials")
+    key = ApiKey.objects.select_related("user").filter(hashed=ApiKey.hash(raw)).first()
+    if key is None:
+        raise ApiError(401, loc, "unknown API key", "invalid_credentials")
+    if key.revoked_at is not None:
+        raise ApiError(401, loc, "this API key was revoked", "revoked_key")
+    now = timezone.now()
+    if key.expires_at is not None and key.expires_at <= now:
+        raise ApiError(401, loc, "this API key has expired", "expired_key")
+    if not key.user.is_active:
+        raise ApiError(401, loc, "the API key's user is inactive", "inactive_user")
+    if key.last_used_at is None or now - key.last_used_at >= TOUCH_EVERY:
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    return Principal(key.user, key)
+
+
+def principal(request: HttpRequest) -> Principal | None:
+    """The principal the boundary authenticated for this request (None: not yet)."""
+    return getattr(request, "_aaa_principal", None)
+
+
+# -- the auth schemes as ninja sees them (enforced by the boundary, documented here) --
+
+
+class BearerKey(HttpBearer):
+    """``Authorization: Bearer <API key>``."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        return principal(request)
+
+
+class HeaderKey(APIKeyHeader):
+    """``X-API-Key: <API key>``."""
+
+    param_name = "X-API-Key"
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        return principal(request)
+
+
+class Session(APIKeyCookie):
+    """The Django session cookie (CSRF is checked by the boundary)."""
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def __init__(self) -> None:
+        super().__init__(csrf=False)
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        return principal(request)
+
+
+AUTH = [BearerKey(), HeaderKey(), Session()]
+
+
+# -- rate limits ----------------------------------------------------------------------
+
+
+class UserRateThrottle(SimpleRateThrottle):
+    """``AAA["API_RATE"]`` requests per user (whatever credential it uses)."""
+
+    scope = "aaa_api"
+
+    def get_cache_key(self, request: HttpRequest) -> str | None:
+        p = principal(request)
+        if p is None:
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": p.user.pk}
+
+
+def throttle(request: HttpRequest, rate: str | None) -> None:
+    """Raise a 429 :class:`ApiError` when the caller is over ``rate``."""
+    if not rate:
+        return
+    t = UserRateThrottle(rate)
+    if t.allow_request(request):
+        return
+    wait = t.wait()
+    headers = {"Retry-After": str(max(1, int(wait + 0.999)))} if wait is not None else {}
+    raise ApiError(429, ["header", "Authorization"],
+                   f"rate limit exceeded: at most {rate} per user", "throttled", headers=headers)
+
+
+# -- permissions on runs ---------------------------------------------------------------
+
+
+def may_view(p: Principal, owner_id: Any, action: str | None = None) -> bool:
+    if owner_id is not None and owner_id == p.user.pk:
+        return True
+    if p.has_perm(VIEW_ALL):
+        return True
+    return action is not None and p.has_perm(ACTIONS[action])
+
+
+def may_act(p: Principal, owner_id: Any, action: str) -> bool:
+    return (owner_id is not None and owner_id == p.user.pk) or p.has_perm(ACTIONS[action])

@@ -1,0 +1,108 @@
+"""The HTTP boundary every request of the router crosses before django-ninja sees it.
+
+In order: who is calling (401), the rate limit (429), the body's size (413), its
+content type (415) and whether it is JSON at all (400). Each failure is answered in
+the API's one error shape, whatever ``NinjaAPI`` the site mounts the router in; an
+unexpected exception becomes a logged 500 in the same shape (never an HTML page).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from typing import Any, Callable
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest
+
+from aaa_django.conf import aaa_settings
+
+from . import auth
+from .errors import ApiError, error_response, server_error
+
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def boundary(run: Callable[..., Any]) -> Callable[..., Any]:
+    """View decorator (``Router.add_decorator(boundary, mode="view")``)."""
+
+    @functools.wraps(run)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        try:
+            check(request)
+            return run(request, *args, **kwargs)
+        except ApiError as exc:
+            return error_response(exc.status, exc.errors, exc.headers)
+        except Exception as exc:  # a bug: answered as JSON, logged with its traceback
+            return server_error(exc)
+
+    return wrapper
+
+
+def check(request: HttpRequest) -> None:
+    conf = aaa_settings()
+    p = auth.authenticate(request)
+    request._aaa_principal = p  # type: ignore[attr-defined]
+    request.auth = p  # type: ignore[attr-defined]
+    auth.throttle(request, conf["API_RATE"])
+    if request.method in BODY_METHODS:
+        check_body(request, conf["API_MAX_BODY"])
+
+
+def check_body(request: HttpRequest, limit: int) -> None:
+    length = request.headers.get("Content-Length") or ""
+    if length.strip():
+        try:
+            declared = int(length)
+        except ValueError:
+            raise ApiError(400, ["header", "Content-Length"], "not a number", "invalid") from None
+        if declared > limit:
+            raise too_big(declared, limit)
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise too_big(None, limit) from None
+    if len(body) > limit:
+        raise too_big(len(body), limit)
+    if not body:
+        return
+    ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    if not (ctype == "application/json" or (ctype.startswith("application/") and ctype.endswith("+json"))):
+        raise ApiError(415, ["header", "Content-Type"],
+                       f"the body must be JSON (Content-Type: application/json), not {ctype or 'untyped'}",
+                       "unsupported_media_type")
+    parse_json(body)
+
+
+def too_big(size: int | None, limit: int) -> ApiError:
+    said = f"{size} bytes" if size is not None else "too large"
+    return ApiError(413, ["body"], f"the body is {said}; at most {limit} bytes are accepted",
+                    "too_large")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a number")
+    return value
+
+
+def parse_json(body: bytes) -> Any:
+    """The body as strict JSON: UTF-8, finite numbers, no lone surrogates."""
+    try:
+        text = body.decode("utf-8")
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        # A lone surrogate ("\ud800") decodes but cannot be stored as UTF-8 text.
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeError as exc:
+        raise ApiError(400, ["body"], f"not UTF-8 text: {exc.reason}", "json_invalid") from None
+    except RecursionError:
+        raise ApiError(400, ["body"], "the JSON is nested too deeply", "json_invalid") from None
+    except ValueError as exc:
+        raise ApiError(400, ["body"], f"invalid JSON: {exc}", "json_invalid") from None
+    return data

@@ -1,0 +1,119 @@
+"""Errors at the HTTP boundary: one body shape, and the one map from core errors to codes.
+
+Every 4xx (and the rare 5xx) body is ``{"detail": [{"loc": [...], "msg": "...",
+"type": "..."}]}``: ``loc`` names the field (``["body", "input", "task"]``,
+``["header", "Authorization"]``, ``["path", "run_id"]``, ``["query", "at"]``) and
+``msg`` the reason, the same shape as django-ninja's own 422 validation errors. The
+views raise :class:`ApiError` or let core exceptions through; :func:`to_response` is
+the only place that turns them into status codes.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable, Iterable, Sequence
+
+from django.http import Http404, JsonResponse
+from django.core.exceptions import PermissionDenied
+
+log = logging.getLogger("aaa_django.api")
+
+Loc = Sequence[str | int]
+
+
+class ApiError(Exception):
+    """An error the API answers with ``status`` and one or more ``(loc, msg, type)``."""
+
+    def __init__(
+        self,
+        status: int,
+        loc: Loc | None = None,
+        msg: str = "",
+        type: str = "invalid",
+        *,
+        errors: Iterable[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.status = status
+        self.errors = list(errors) if errors is not None else [item(loc or [], msg, type)]
+        self.headers = dict(headers or {})
+        super().__init__(status, self.errors)
+
+
+def item(loc: Loc, msg: str, type: str) -> dict[str, Any]:
+    return {"loc": list(loc), "msg": msg, "type": type}
+
+
+def not_found(loc: Loc, what: str) -> ApiError:
+    return ApiError(404, loc, f"no such {what}", "not_found")
+
+
+def pydantic_errors(exc: Any, prefix: Loc) -> list[dict[str, Any]]:
+    """A pydantic ValidationError's errors (or a list of them) under ``prefix``."""
+    raw = exc.errors(include_url=False) if hasattr(exc, "errors") else list(exc)
+    out = []
+    for e in raw:
+        out.append(item([*prefix, *e.get("loc", ())], str(e.get("msg", "invalid")),
+                        str(e.get("type", "invalid"))))
+    return out
+
+
+def error_response(status: int, errors: list[dict[str, Any]],
+                   headers: dict[str, str] | None = None) -> JsonResponse:
+    response = JsonResponse({"detail": errors}, status=status)
+    for k, v in (headers or {}).items():
+        response[k] = v
+    return response
+
+
+def to_response(exc: BaseException) -> JsonResponse | None:
+    """The HTTP answer to an exception a view raised, or None if it is a bug."""
+    from aaa_django.data.errors import BlobError
+    from aaa_django.events import ConcurrencyError, InvalidEventError
+    from aaa_django.host import EngineUnavailable
+    from aaa_django.runtime import UnknownAlgorithmError
+
+    if isinstance(exc, ApiError):
+        return error_response(exc.status, exc.errors, exc.headers)
+    if isinstance(exc, UnknownAlgorithmError):
+        return error_response(422, [item(["body", "algorithm"], str(exc), "unknown_algorithm")])
+    if isinstance(exc, InvalidEventError):
+        return error_response(422, [item(["body"], str(exc), "invalid_event")])
+    if isinstance(exc, ConcurrencyError):
+        return error_response(409, [item(["path", "run_id"], f"the run changed meanwhile: {exc}",
+                                         "conflict")])
+    if isinstance(exc, EngineUnavailable):
+        return error_response(503, [item(["server", "engine"], str(exc), "unavailable")],
+                              {"Retry-After": "5"})
+    if isinstance(exc, BlobError):
+        log.error("blob store error", exc_info=exc)
+        return error_response(502, [item(["server", "blobs"], f"the blob store failed: {exc}",
+                                         "blob_error")])
+    if isinstance(exc, Http404):
+        return error_response(404, [item(["path"], "not found", "not_found")])
+    if isinstance(exc, PermissionDenied):
+        return error_response(403, [item(["auth"], str(exc) or "permission denied", "forbidden")])
+    return None
+
+
+def translate(view: Callable[..., Any]) -> Callable[..., Any]:
+    """Operation decorator: turn exceptions raised by a view into their responses."""
+
+    @functools.wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return view(*args, **kwargs)
+        except Exception as exc:
+            response = to_response(exc)
+            if response is None:
+                raise
+            return response
+
+    return wrapper
+
+
+def server_error(exc: BaseException) -> JsonResponse:
+    """The last resort: a bug. Logged, and answered in the same shape."""
+    log.error("the API failed on an unexpected error", exc_info=exc)
+    return error_response(500, [item(["server"], "internal error (logged)", "server_error")])

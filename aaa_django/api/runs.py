@@ -1,0 +1,220 @@
+"""What the views need from the log and the index: finding a run the caller may see,
+and shaping runs, events and approvals for the answers."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from django.db import DatabaseError
+from django.http import HttpRequest
+
+from aaa_django import runindex
+from aaa_django.conf import aaa_settings
+from aaa_django.data import hydrate, is_claimed
+from aaa_django.events import Event
+from aaa_django.models import EventRecord, RunRecord
+from aaa_django.runtime import types as T
+from aaa_django.store import DjangoEventStore
+
+from . import auth
+from .errors import ApiError, not_found
+
+log = logging.getLogger("aaa_django.api")
+
+#: the database alias the API reads and the host's engine writes
+USING = "default"
+
+
+def store() -> DjangoEventStore:
+    return DjangoEventStore(USING)
+
+
+def blob_store() -> Any:
+    alias = aaa_settings()["BLOB_STORAGE"]
+    if not alias:
+        return None
+    from aaa_django.blobs import StorageBlobStore
+
+    return StorageBlobStore(alias=alias)
+
+
+def hydrated(event: Event, blobs: Any = ...) -> Event:
+    """The event with its claim-checked payload restored (sync: for the views)."""
+    if not is_claimed(event.data):
+        return event
+    blobs = blob_store() if blobs is ... else blobs
+    if blobs is None or not event.blobs:
+        from aaa_django.data.errors import BlobError
+
+        raise BlobError(f"event {event.id} is claim-checked but no blob store is configured")
+    from dataclasses import replace
+
+    return replace(event, data=hydrate(event.data, event.blobs[-1], store=blobs))
+
+
+# -- finding runs --------------------------------------------------------------------
+
+
+def visible(p: auth.Principal):
+    """The runs ``p`` may list."""
+    rows = RunRecord.objects.using(USING).select_related("owner")
+    if p.has_perm(auth.VIEW_ALL):
+        return rows
+    return rows.filter(owner_id=p.user.pk)
+
+
+def load(p: auth.Principal, run_id: str, action: str | None = None) -> RunRecord:
+    """The run's index row, caught up with its log, if ``p`` may see it (else 404)
+    and do ``action`` on it (else 403)."""
+    try:
+        row = runindex.refresh(USING, run_id)
+    except DatabaseError:  # the index is a cache: a busy database still lets us read
+        log.warning("refreshing the index of %s failed", run_id, exc_info=True)
+        row = RunRecord.objects.using(USING).filter(pk=run_id).first()
+    if row is None or not auth.may_view(p, row.owner_id, action):
+        raise not_found(["path", "run_id"], "run")
+    if action is not None and not auth.may_act(p, row.owner_id, action):
+        raise ApiError(403, ["path", "run_id"],
+                       f"you may not {action} this run (permission {auth.ACTIONS[action]})",
+                       "permission_denied")
+    return row
+
+
+def run_url(request: HttpRequest, run_id: str) -> str:
+    """The absolute URL of a run, from the URL of any of the router's endpoints."""
+    path = request.path
+    cut = path.rfind("/runs/")
+    base = path[: cut + len("/runs")] if cut >= 0 else path.rstrip("/")
+    return request.build_absolute_uri(f"{base}/{run_id}")
+
+
+def run_out(request: HttpRequest, row: RunRecord) -> dict[str, Any]:
+    return {
+        "id": row.run_id,
+        "url": run_url(request, row.run_id),
+        "algorithm": row.algorithm,
+        "status": row.status,
+        "outcome": row.outcome,
+        "owner": row.owner.get_username() if row.owner_id is not None and row.owner else None,
+        "parent": row.parent,
+        "spend": {
+            "tokens": row.tokens,
+            "tokens_in": row.tokens_in,
+            "tokens_out": row.tokens_out,
+            "cost": row.cost,
+            "model_calls": row.model_calls,
+            "tool_calls": row.tool_calls,
+        },
+        "started_at": row.started_at,
+        "ended_at": row.ended_at,
+        "updated_at": row.updated_at,
+        "last_seq": row.last_seq,
+    }
+
+
+def run_detail(request: HttpRequest, row: RunRecord) -> dict[str, Any]:
+    out = run_out(request, row)
+    s = store()
+    first = s.read_sync(row.run_id, limit=1)
+    started = hydrated(first[0]) if first else None
+    data = started.data if started is not None else {}
+    completed = completion(row.run_id)
+    deadline = data.get("deadline")
+    url = out["url"]
+    out.update(
+        value=completed.data.get("value") if completed is not None else None,
+        budget=data.get("budget") or None,
+        deadline=_from_timestamp(deadline),
+        links={
+            "events": f"{url}/events",
+            "stream": f"{url}/events/stream",
+            "approvals": f"{url}/approvals",
+            "cancel": f"{url}/cancel",
+        },
+    )
+    return out
+
+
+def _from_timestamp(value: Any) -> datetime | None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        return datetime.fromtimestamp(value, timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def completion(run_id: str) -> Event | None:
+    """The run's ``aaa.run.completed`` (never claim-checked), if it has ended."""
+    seq = completion_seq(run_id)
+    if seq is None:
+        return None
+    events = store().read_sync(run_id, after=seq - 1, limit=1)
+    return events[0] if events else None
+
+
+def completion_seq(run_id: str) -> int | None:
+    return (
+        EventRecord.objects.using(USING)
+        .filter(pk=T.completion_id(run_id), stream=run_id)
+        .values_list("seq", flat=True)
+        .first()
+    )
+
+
+# -- approvals -----------------------------------------------------------------------
+
+
+def approvals(run_id: str) -> list[dict[str, Any]]:
+    """Every approval gate of the run, in order, with its decision if it has one."""
+    events = runindex.read_all(store(), run_id)
+    by_id: dict[str, dict[str, Any]] = {}
+    requests: dict[str, Event] = {}
+    for e in events:
+        if e.type == T.TOOL_REQUESTED:
+            requests[e.id] = e
+        elif e.type == T.APPROVAL_REQUESTED:
+            d = e.data
+            tool_request = requests.get(d.get("tool_request_id"))
+            args = None
+            if tool_request is not None:
+                args = hydrated(tool_request).data.get("args")
+            by_id[e.id] = {
+                "request_id": e.id,
+                "seq": e.seq,
+                "status": "pending",
+                "tool": d.get("name"),
+                "call_id": d.get("call_id"),
+                "args": args if isinstance(args, dict) else None,
+                "tool_request_id": d.get("tool_request_id"),
+                "requested_at": e.time,
+                "expires_at": _from_timestamp(d.get("expires_at")),
+                "decided_at": None,
+                "decided_by": None,
+                "reason": None,
+            }
+        elif e.type in T.APPROVAL_DECISIONS:
+            a = by_id.get(e.data.get("request_id"))
+            if a is not None and a["status"] == "pending":
+                a.update(
+                    status=e.type.rsplit(".", 1)[-1],
+                    decided_at=e.time,
+                    decided_by=_text(e.data.get("by")),
+                    reason=_text(e.data.get("reason")),
+                )
+    return list(by_id.values())
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def event_out(e: Event) -> dict[str, Any]:
+    return e.to_dict()
+
+
+def events_out(events: Iterable[Event], hydrate_them: bool) -> list[dict[str, Any]]:
+    blobs = blob_store() if hydrate_them else None
+    return [event_out(hydrated(e, blobs) if hydrate_them else e) for e in events]

@@ -1,0 +1,289 @@
+"""The REST API's request and response bodies (pydantic, through django-ninja)."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
+
+from ninja import Schema
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    WithJsonSchema,
+    field_validator,
+)
+
+from aaa_django.runtime.outcome import OUTCOMES
+
+#: run ids and approval request ids: what the engine makes ("run-<uuid>", uuids)
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}$"
+#: algorithm and projection names ("aaa.algos.ToolLoop", "RUNMETA")
+NAME_PATTERN = r"^[A-Za-z0-9_.:\-]{1,200}$"
+#: an Idempotency-Key: 1 to 200 printable ASCII characters
+KEY_PATTERN = r"^[\x21-\x7e]{1,200}$"
+#: the furthest deadline accepted (ten years)
+MAX_DEADLINE_SECONDS = 10 * 365 * 24 * 3600
+MAX_SEQ = 2**62
+#: JavaScript's safe integers: counts beyond are not meaningful budgets
+MAX_COUNT = 2**53
+
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def _rfc3339(value: Any) -> Any:
+    # pydantic alone would also take 1700000000 or "2030-01-01" for a datetime; the
+    # schema says an RFC 3339 date-time, so only that is accepted.
+    if isinstance(value, datetime) or (isinstance(value, str) and _RFC3339.match(value)):
+        return value
+    raise ValueError("expected a date-time with a timezone, such as 2030-01-01T12:00:00Z")
+
+
+#: an RFC 3339 date-time with its offset (the OpenAPI "date-time" format), nothing else
+DateTime = Annotated[datetime, BeforeValidator(_rfc3339)]
+
+#: seconds from now, or a date-time: one field, validated by StartIn (one clear error)
+Deadline = Annotated[Any, WithJsonSchema({
+    "anyOf": [
+        {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_DEADLINE_SECONDS},
+        {"type": "string", "format": "date-time"},
+        {"type": "null"},
+    ],
+    "description": "seconds from now, or an RFC 3339 date-time with a timezone",
+})]
+_DATETIME = TypeAdapter(datetime)
+
+Status = Literal["pending", "running", "completed"]
+OutcomeName = Literal[OUTCOMES]  # type: ignore[valid-type]
+
+
+class ErrorItem(Schema):
+    """One problem: where (``loc``), why (``msg``) and its kind (``type``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorOut(Schema):
+    detail: list[ErrorItem]
+
+
+# -- starting a run -------------------------------------------------------------------
+
+
+class BudgetIn(Schema):
+    """Spend limits; a missing field is unlimited."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: StrictInt | None = Field(None, ge=0, le=MAX_COUNT)
+    cost: StrictFloat | None = Field(None, ge=0, le=1e12)
+    model_calls: StrictInt | None = Field(None, ge=0, le=MAX_COUNT)
+    tool_calls: StrictInt | None = Field(None, ge=0, le=MAX_COUNT)
+
+
+class StartIn(Schema):
+    """``algorithm``: a registered name; ``input``: checked against its input schema;
+    ``config``: the algorithm's config (its defaults when left out); ``deadline``:
+    seconds from now, or a time with a timezone."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "algorithm": "aaa.algos.ToolLoop",
+                    "input": {"task": "How many people live in Lyon and Porto together?"},
+                    "budget": {"model_calls": 5, "cost": 0.5},
+                    "deadline": 300,
+                }
+            ]
+        },
+    )
+
+    algorithm: StrictStr = Field(min_length=1, max_length=200)
+    input: Any = None
+    config: dict[str, Any] | None = None
+    budget: BudgetIn | None = None
+    deadline: Deadline = None
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline(cls, v: Any) -> float | datetime | None:
+        if v is None:
+            return v
+        if isinstance(v, bool) or not isinstance(v, (int, float, str, datetime)):
+            raise ValueError("a deadline is a number of seconds or a date-time string")
+        if isinstance(v, str):
+            _rfc3339(v)
+            try:
+                v = _DATETIME.validate_python(v)
+            except ValueError:
+                raise ValueError("not a valid date-time") from None
+        if isinstance(v, datetime):
+            if v.tzinfo is None or v.utcoffset() is None:
+                raise ValueError("a deadline time needs a timezone (e.g. 2030-01-01T12:00:00Z)")
+            try:
+                ahead = v.timestamp() - time.time()
+            except (OverflowError, ValueError, OSError):
+                raise ValueError("the deadline is out of range") from None
+            if ahead <= 0:
+                raise ValueError("the deadline is in the past")
+        else:
+            try:
+                ahead = v = float(v)
+            except OverflowError:
+                raise ValueError("the deadline is more than ten years away") from None
+            if not ahead > 0:
+                raise ValueError("a deadline in seconds must be greater than 0")
+        if ahead > MAX_DEADLINE_SECONDS:
+            raise ValueError("the deadline is more than ten years away")
+        return v
+
+
+# -- runs -----------------------------------------------------------------------------
+
+
+class SpendOut(Schema):
+    tokens: int
+    tokens_in: int
+    tokens_out: int
+    cost: float
+    model_calls: int
+    tool_calls: int
+
+
+class RunOut(Schema):
+    id: str
+    url: str
+    algorithm: str
+    status: Status
+    outcome: OutcomeName | None = None
+    owner: str | None = None
+    parent: str | None = None
+    spend: SpendOut
+    started_at: datetime
+    ended_at: datetime | None = None
+    updated_at: datetime
+    #: seq of the last event of the run the index has seen
+    last_seq: int
+
+
+class RunDetailOut(RunOut):
+    #: the run's result (success) or the reason it ended otherwise; null until it ends
+    value: Any = None
+    budget: dict[str, Any] | None = None
+    deadline: datetime | None = None
+    links: dict[str, str]
+
+
+class RunPage(Schema):
+    items: list[RunOut]
+    count: int
+    limit: int
+    offset: int
+
+
+class RunFilters(Schema):
+    status: Status | None = None
+    outcome: OutcomeName | None = None
+    algorithm: str | None = Field(None, max_length=200, pattern=NAME_PATTERN)
+    parent: str | None = Field(None, max_length=200, pattern=ID_PATTERN)
+    created_after: DateTime | None = Field(None, description="started at or after this time")
+    created_before: DateTime | None = Field(None, description="started before this time")
+    limit: int = Field(50, ge=1, le=200)
+    offset: int = Field(0, ge=0, le=10**9)
+
+
+# -- events ---------------------------------------------------------------------------
+
+
+class EventOut(Schema):
+    id: str
+    stream: str
+    seq: int
+    type: str
+    data: dict[str, Any]
+    causation: str | None = None
+    #: ISO 8601 with microseconds, exactly as stored (the SSE stream sends the same)
+    time: str = Field(json_schema_extra={"format": "date-time"})
+    blobs: list[dict[str, Any]] = []
+    tenant: str | None = None
+
+
+class EventPage(Schema):
+    items: list[EventOut]
+    #: pass as ``after`` to get the next page
+    next_after: int
+    has_more: bool
+
+
+class ProjectionOut(Schema):
+    name: str
+    version: int
+    #: seq of the last event folded into ``state``
+    seq: int
+    state: Any = None
+
+
+# -- acting on a run ------------------------------------------------------------------
+
+
+class CancelIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: StrictStr | None = Field(None, max_length=2000)
+
+
+class CancelOut(Schema):
+    id: str
+    #: true once a cancellation is recorded (now or before); the run then ends ``cancelled``
+    cancel_requested: bool
+    status: Status
+
+
+class ApprovalOut(Schema):
+    request_id: str
+    seq: int
+    status: Literal["pending", "granted", "denied", "expired"]
+    tool: str | None = None
+    call_id: str | None = None
+    args: dict[str, Any] | None = None
+    tool_request_id: str | None = None
+    requested_at: datetime
+    expires_at: datetime | None = None
+    decided_at: datetime | None = None
+    decided_by: str | None = None
+    reason: str | None = None
+
+
+class DecisionIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["grant", "deny"]
+    reason: StrictStr | None = Field(None, max_length=2000)
+
+
+class DecisionOut(Schema):
+    request_id: str
+    decision: Literal["granted", "denied", "expired"]
+    by: str | None = None
+    reason: str | None = None
+
+
+def utc(dt: datetime | None) -> datetime | None:
+    """A query's datetime in UTC (naive ones are taken as UTC)."""
+    if dt is None:
+        return None
+    if dt.tzinfo is None:
+        return dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc)

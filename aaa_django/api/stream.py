@@ -1,0 +1,76 @@
+"""A run's events as Server-Sent Events, resumable with ``Last-Event-ID``.
+
+Each event is one SSE message whose ``id`` is its ``seq`` and whose ``data`` is the
+event as JSON (the same object ``GET /runs/{id}/events`` returns). A client that
+reconnects sends the last id it saw and gets exactly the events after it. The
+stream ends after ``aaa.run.completed``; reconnecting to a run that has ended, with
+nothing left to send, gets ``204 No Content`` (which tells an ``EventSource`` to stop
+reconnecting). The stream polls the log, so it sees events appended by any process
+(Celery workers included).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Callable, Iterator
+
+from aaa_django.events import Event
+from aaa_django.runtime import types as T
+from aaa_django.store import DjangoEventStore
+
+#: seconds between reads of the log while nothing new arrives
+POLL = 0.25
+#: seconds between keep-alive comments on an idle stream
+HEARTBEAT = 15.0
+#: seconds between checks that the run was not erased meanwhile
+EXISTS_EVERY = 5.0
+PAGE = 200
+#: the client's reconnection delay, in milliseconds
+RETRY_MS = 2000
+
+
+def message(event: dict) -> str:
+    return f"id: {event['seq']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
+
+
+def events(
+    store: DjangoEventStore,
+    run_id: str,
+    after: int,
+    *,
+    shape: Callable[[Event], dict],
+    max_seconds: float,
+    ended: bool,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[str]:
+    """The SSE text of the run's events after ``after``, until the completion (or, for
+    a run that had ``ended`` before the stream opened, until what is stored is sent)."""
+    yield f"retry: {RETRY_MS}\n\n"
+    stop_at = clock() + max_seconds
+    last_write = last_check = clock()
+    while True:
+        page = store.read_sync(run_id, after=after, limit=PAGE)
+        for e in page:
+            yield message(shape(e))
+            after = e.seq or after
+            if e.type == T.RUN_COMPLETED:
+                return
+        now = clock()
+        if page:
+            last_write = now
+            if len(page) == PAGE:
+                continue
+        if ended and len(page) < PAGE:
+            return  # resumed past the completion: what is stored has been sent
+        if now >= stop_at:
+            return  # the client reconnects with Last-Event-ID
+        if now - last_check >= EXISTS_EVERY:
+            last_check = now
+            if store.head_sync(run_id) is None:
+                return  # erased meanwhile
+        if now - last_write >= HEARTBEAT:
+            last_write = now
+            yield ": keep-alive\n\n"
+        sleep(POLL)

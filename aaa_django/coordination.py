@@ -1,0 +1,240 @@
+"""What workers of one cluster agree on through Redis: locks, leases, notices.
+
+- :meth:`Coordinator.lock`: the per-run lock that serialises algorithm steps across
+  processes (``SET NX PX`` with a token, renewed while held; a killed worker's lock
+  frees itself after its TTL).
+- :meth:`Coordinator.pool`: a named semaphore shared by every worker (a sorted set of
+  leases scored by their expiry; a killed worker's leases expire).
+- :meth:`Coordinator.busy`: a lease saying "a delivery of this run is in progress",
+  so the sweeper never re-drives a run that a live worker is still working on.
+- :meth:`Coordinator.notify_ended` / :meth:`Coordinator.wait_ended`: a pub/sub notice
+  that a run has ended, so a tool call running in another worker is cancelled.
+
+Time in leases is the Redis server's clock (``TIME`` inside the scripts), so workers
+with skewed clocks still agree on what has expired. A coordinator uses a synchronous
+client (thread-safe, any caller) and one asyncio client per event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import weakref
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+log = logging.getLogger("aaa_django.bus")
+
+_UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_RENEW_LOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+# KEYS: the lease set. ARGV: size (0 = no limit), ttl ms, token. 1 if the lease is held.
+_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local size = tonumber(ARGV[1])
+if size > 0 and redis.call('ZCARD', KEYS[1]) >= size then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
+return 1
+"""
+# KEYS: the lease set. ARGV: ttl ms, token. 1 if the lease was still ours.
+_RENEW_LEASE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
+return 1
+"""
+# KEYS: the lease set. The number of live leases.
+_LIVE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZCARD', KEYS[1])
+"""
+
+
+def _token() -> str:
+    return f"{os.getpid()}-{os.urandom(8).hex()}"
+
+
+class Coordinator:
+    """Cluster coordination on the Redis at ``url``; keys under ``{prefix}:``.
+
+    ``lock_ttl`` and ``lease_ttl`` are seconds; held locks and leases are renewed
+    every third of their TTL.
+    """
+
+    def __init__(self, url: str, *, prefix: str = "aaa", lock_ttl: float = 10, lease_ttl: float = 30) -> None:
+        import redis
+
+        self.url = url
+        self.prefix = prefix
+        self.lock_ttl = float(lock_ttl)
+        self.lease_ttl = float(lease_ttl)
+        self.client = redis.Redis.from_url(url)
+        self._tag = "{" + prefix + "}"
+        self._aclients: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+        self._local_locks: "weakref.WeakValueDictionary[tuple, asyncio.Lock]" = weakref.WeakValueDictionary()
+        self._live = self.client.register_script(_LIVE)
+
+    def __repr__(self) -> str:
+        return f"Coordinator({self.url!r}, prefix={self.prefix!r})"
+
+    def key(self, kind: str, name: str) -> str:
+        return f"{self._tag}:{kind}:{name}"
+
+    def channel(self, run_id: str) -> str:
+        return f"{self.prefix}:ended:{run_id}"
+
+    def _async(self) -> tuple[Any, dict[str, Any]]:
+        """This loop's asyncio client and its scripts."""
+        loop = asyncio.get_running_loop()
+        entry = self._aclients.get(loop)
+        if entry is None:
+            import redis.asyncio
+
+            client = redis.asyncio.Redis.from_url(self.url)
+            scripts = {
+                name: client.register_script(lua)
+                for name, lua in (("unlock", _UNLOCK), ("renew_lock", _RENEW_LOCK),
+                                  ("acquire", _ACQUIRE), ("renew_lease", _RENEW_LEASE))
+            }
+            entry = self._aclients[loop] = (client, scripts)
+        return entry
+
+    # -- the per-run lock --------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lock(self, run_id: str) -> AsyncIterator[None]:
+        """Hold run ``run_id``'s lock across the cluster (FIFO within a process)."""
+        local = self._local_lock(("lock", run_id))
+        async with local:
+            client, scripts = self._async()
+            key, token = self.key("lock", run_id), _token()
+            ttl_ms = int(self.lock_ttl * 1000)
+            delay = 0.001
+            while not await client.set(key, token, nx=True, px=ttl_ms):
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.05)
+            renew = asyncio.ensure_future(self._keep(
+                lambda: scripts["renew_lock"](keys=[key], args=[token, ttl_ms]), self.lock_ttl, key))
+            try:
+                yield
+            finally:
+                renew.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renew
+                await scripts["unlock"](keys=[key], args=[token])
+
+    def _local_lock(self, key: tuple) -> asyncio.Lock:
+        lock = self._local_locks.get(key)
+        if lock is None:
+            lock = self._local_locks[key] = asyncio.Lock()
+        return lock
+
+    async def _keep(self, renew: Callable[[], Awaitable[Any]], ttl: float, what: str) -> None:
+        while True:
+            await asyncio.sleep(ttl / 3)
+            try:
+                if not await renew():
+                    log.error("lost %s while holding it (held past its TTL?)", what)
+                    return
+            except Exception:  # Redis away for a moment: try again next time
+                log.warning("could not renew %s", what, exc_info=True)
+
+    # -- leases: shared pools and busy marks -------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lease(self, kind: str, name: str, size: int = 0, *, poll: float = 0.01) -> AsyncIterator[None]:
+        """Hold one of ``size`` leases on ``kind:name`` (0: unlimited) while inside."""
+        client, scripts = self._async()
+        key, token = self.key(kind, name), _token()
+        ttl_ms = int(self.lease_ttl * 1000)
+        delay = poll
+        while not await scripts["acquire"](keys=[key], args=[int(size), ttl_ms, token]):
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 1.5, 0.2)
+        renew = asyncio.ensure_future(self._keep(
+            lambda: scripts["renew_lease"](keys=[key], args=[ttl_ms, token]), self.lease_ttl, key))
+        try:
+            yield
+        finally:
+            renew.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renew
+            with contextlib.suppress(Exception):  # an unreleased lease expires anyway
+                await client.zrem(key, token)
+
+    def pool(self, name: str, size: int) -> "SharedPool":
+        """A semaphore of ``size`` shared by every worker, usable as ``async with``."""
+        return SharedPool(self, name, size)
+
+    def busy(self, run_id: str):
+        """``async with``: mark a delivery of ``run_id`` as in progress."""
+        return self.lease("busy", run_id)
+
+    def is_busy(self, run_id: str) -> bool:
+        """Whether a live worker is delivering an event of ``run_id`` (sync)."""
+        return bool(self._live(keys=[self.key("busy", run_id)]))
+
+    def in_use(self, name: str) -> int:
+        """Leases held now in pool ``name`` (sync)."""
+        return int(self._live(keys=[self.key("pool", name)]))
+
+    # -- run-ended notices ----------------------------------------------------------------
+
+    def notify_ended(self, run_id: str) -> None:
+        """Tell every worker that ``run_id`` has ended (sync; fire and forget)."""
+        self.client.publish(self.channel(run_id), "1")
+
+    async def wait_ended(self, run_id: str, ended: Callable[[], Awaitable[bool]], *, poll: float = 2.0) -> None:
+        """Return when ``run_id`` has ended: on its notice, or when ``ended()`` says so
+        (checked after subscribing, then every ``poll`` seconds: notices are not
+        durable)."""
+        client, _ = self._async()
+        pubsub = client.pubsub()
+        try:
+            await pubsub.subscribe(self.channel(run_id))
+            while not await ended():
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=poll)
+                if message is not None:
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.unsubscribe()
+                await pubsub.aclose()
+
+
+class SharedPool:
+    """``async with pool:`` holds one lease of a cluster-wide pool (like
+    ``asyncio.Semaphore``, which ToolHandler uses in one process)."""
+
+    def __init__(self, coordinator: Coordinator, name: str, size: int) -> None:
+        self.coordinator = coordinator
+        self.name = name
+        self.size = size
+        self._held: dict[Any, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"SharedPool({self.name!r}, {self.size})"
+
+    async def __aenter__(self) -> "SharedPool":
+        cm = self.coordinator.lease("pool", self.name, max(1, int(self.size)))
+        await cm.__aenter__()
+        self._held[asyncio.current_task()] = cm
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        cm = self._held.pop(asyncio.current_task())
+        await cm.__aexit__(*exc)

@@ -1,0 +1,30 @@
+"""Rebuild the run index (``RunRecord`` rows) from the event log.
+
+    python manage.py aaa_reindex [--run RUN_ID ...] [--database ALIAS]
+
+Each run's row is refolded from its whole log (``RUNMETA`` plus event times); rows
+of runs that are no longer in the log are deleted. Safe to run at any time: the
+index is derived data.
+"""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand
+
+from aaa_django.runindex import reindex
+
+
+class Command(BaseCommand):
+    help = "Rebuild the run index from the event log."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--run", action="append", dest="runs", default=None,
+                            help="only this run (repeatable)")
+        parser.add_argument("--database", default="default", help="the database alias")
+
+    def handle(self, *args, runs, database, **options):
+        counts = reindex(database, runs)
+        self.stdout.write(
+            f"Indexed {counts['indexed']} runs; skipped {counts['skipped']} streams that "
+            f"are not runs; deleted {counts['deleted']} rows of erased runs."
+        )

@@ -1,0 +1,210 @@
+"""The run index: one :class:`~aaa_django.models.RunRecord` row per run, folded from its log.
+
+The log is the fact; the index is derived data kept for listing and filtering runs
+(by owner, status, outcome, algorithm, start time). Its fields are ``RUNMETA``'s
+(status, outcome, spend, owner, parent) plus the times of the started, completed and
+last events, so any row can be rebuilt from the events alone:
+
+- :func:`index_events` folds newly stored events into their rows. The event store
+  calls it inside its append transaction, so a row never disagrees with a committed
+  log (``DjangoEventStore`` calls :func:`index_events` inside each append); it is idempotent (events at or below the row's
+  ``last_seq`` are skipped) and catches up from the log when it sees a gap.
+- :func:`refresh` catches one row up with its log (the API does this before it
+  answers about a run, so a process that appends without the index is still seen).
+- :func:`reindex` rebuilds rows with a whole-log fold of ``RUNMETA``
+  (``manage.py aaa_reindex``); :func:`forget` drops the row of an erased run.
+
+Concurrent writers are safe: a row is updated only where its ``last_seq`` is still
+the one the fold started from (an optimistic check), so an event is never counted
+twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from itertools import groupby
+from typing import Any, Iterable, Sequence
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from .events import Event
+from .models import RunRecord
+from .runtime import types as T
+from .runtime.budget import Spend
+from .runtime.meta import RUNMETA, RunMeta
+from .store import DjangoEventStore
+
+log = logging.getLogger("aaa_django.runindex")
+
+#: events read per query while catching a row up with its log
+PAGE = 1000
+_RETRIES = 5
+
+
+#: The Django store indexes runs itself (in ``_append_once``); kept as a name for
+#: callers written before it did.
+IndexedEventStore = DjangoEventStore
+
+
+def index_events(using: str, events: Sequence[Event]) -> None:
+    """Fold stored ``events`` (with their seq) into their runs' rows; idempotent."""
+    for stream, group in groupby(sorted(events, key=lambda e: (e.stream, e.seq or 0)),
+                                 key=lambda e: e.stream):
+        _index_stream(using, stream, list(group))
+
+
+def refresh(using: str, run_id: str) -> RunRecord | None:
+    """The run's row, caught up with its log (created if the log has a start)."""
+    _index_stream(using, run_id, [])
+    return RunRecord.objects.using(using).filter(pk=run_id).first()
+
+
+def forget(using: str, run_id: str) -> None:
+    """Drop the row of an erased run."""
+    RunRecord.objects.using(using).filter(pk=run_id).delete()
+
+
+def reindex(using: str = "default", run_ids: Iterable[str] | None = None) -> dict[str, int]:
+    """Rebuild rows from the log with a whole-log ``RUNMETA`` fold.
+
+    All streams by default: rows of streams that no longer exist are deleted. The
+    ``request_hash`` of an existing row (not in the log) is kept. Returns counts of
+    ``indexed``, ``skipped`` (streams that are not runs) and ``deleted`` rows.
+    """
+    store = DjangoEventStore(using)
+    streams = list(run_ids) if run_ids is not None else store.streams_sync()
+    counts = {"indexed": 0, "skipped": 0, "deleted": 0}
+    for stream in streams:
+        events = read_all(store, stream)
+        if not events or events[0].type != T.RUN_STARTED:
+            counts["skipped"] += 1
+            if not events:
+                counts["deleted"] += RunRecord.objects.using(using).filter(pk=stream).delete()[0]
+            continue
+        meta = _fold(RunMeta(), events)
+        fields = _fields(meta, events, None, using)
+        RunRecord.objects.using(using).update_or_create(pk=stream, defaults=fields)
+        counts["indexed"] += 1
+    if run_ids is None:
+        counts["deleted"] += (
+            RunRecord.objects.using(using).exclude(pk__in=streams).delete()[0]
+        )
+    return counts
+
+
+# -- folding ------------------------------------------------------------------------
+
+
+def _index_stream(using: str, stream: str, events: list[Event]) -> None:
+    store = DjangoEventStore(using)
+    rows = RunRecord.objects.using(using)
+    for _ in range(_RETRIES):
+        row = rows.filter(pk=stream).first()
+        last = row.last_seq if row is not None else 0
+        new = [e for e in events if (e.seq or 0) > last]
+        if events and not new:
+            return  # indexed already
+        if not events or (new and new[0].seq != last + 1):
+            # A gap (events appended without the index), or a plain catch-up: read the
+            # missing part of the log.
+            upto = new[0].seq - 1 if new else None
+            new = read_all(store, stream, after=last, upto=upto) + new
+        if not new:
+            return
+        if row is None and new[0].type != T.RUN_STARTED:
+            return  # not a run (or its start is not in this log)
+        try:
+            meta = _fold(_meta_of(row) if row is not None else RunMeta(), new)
+            fields = _fields(meta, new, row, using)
+        except Exception:  # derived data must never fail an append: aaa_reindex heals it
+            log.warning("run index: cannot fold %s at seq %s", stream, new[-1].seq, exc_info=True)
+            return
+        try:
+            if row is None:
+                with transaction.atomic(using=using):
+                    rows.create(pk=stream, **fields)
+                return
+            if rows.filter(pk=stream, last_seq=last).update(**fields):
+                return
+        except IntegrityError:
+            pass  # another writer created the row first: fold again from its state
+        events = new  # another writer moved the row on: start again from its state
+    log.warning("run index: gave up updating %s after %s races", stream, _RETRIES)
+
+
+def read_all(store: DjangoEventStore, stream: str, *, after: int = 0,
+             upto: int | None = None) -> list[Event]:
+    """The stream's events after ``after`` (up to seq ``upto``), read page by page."""
+    out: list[Event] = []
+    while True:
+        limit = PAGE if upto is None else min(PAGE, upto - after)
+        if limit <= 0:
+            return out
+        page = store.read_sync(stream, after=after, limit=limit)
+        out.extend(page)
+        if len(page) < limit:
+            return out
+        after = page[-1].seq
+
+
+def _fold(meta: RunMeta, events: Iterable[Event]) -> RunMeta:
+    # RUNMETA's own fold function, called directly: the index must not move the
+    # projection's fold counters, which the engine's tests read.
+    for e in events:
+        meta = RUNMETA.apply(meta, e)
+    return meta
+
+
+def _meta_of(row: RunRecord) -> RunMeta:
+    """The part of RUNMETA a row keeps: enough for RUNMETA's fold of the index fields."""
+    return RunMeta(
+        run_id=row.run_id,
+        algorithm=row.algorithm,
+        status=row.status,
+        outcome=row.outcome,
+        parent=row.parent,
+        owner=str(row.owner_id) if row.owner_id is not None else None,
+        spend=Spend(
+            tokens_in=row.tokens_in,
+            tokens_out=row.tokens_out,
+            cost=row.cost,
+            model_calls=row.model_calls,
+            tool_calls=row.tool_calls,
+        ),
+    )
+
+
+def _fields(meta: RunMeta, new: list[Event], row: RunRecord | None, using: str) -> dict[str, Any]:
+    ended = next((e.time for e in new if e.type == T.RUN_COMPLETED), None)
+    fields: dict[str, Any] = {
+        "algorithm": meta.algorithm or "",
+        "status": meta.status,
+        "outcome": meta.outcome,
+        "parent": meta.parent,
+        "tokens_in": meta.spend.tokens_in,
+        "tokens_out": meta.spend.tokens_out,
+        "cost": meta.spend.cost,
+        "model_calls": meta.spend.model_calls,
+        "tool_calls": meta.spend.tool_calls,
+        "ended_at": ended if ended is not None else (row.ended_at if row else None),
+        "updated_at": new[-1].time,
+        "last_seq": new[-1].seq,
+    }
+    if row is None:
+        fields["started_at"] = new[0].time
+        fields["owner_id"] = owner_pk(meta.owner, using)
+    return fields
+
+
+def owner_pk(owner: Any, using: str = "default") -> Any:
+    """The user pk named by a run's ``owner`` (``str(user.pk)``), or None."""
+    if owner is None or owner == "":
+        return None
+    User = get_user_model()
+    try:
+        pk = User._meta.pk.to_python(owner)
+    except (ValidationError, TypeError, ValueError):
+        return None
+    return pk if User._default_manager.db_manager(using).filter(pk=pk).exists() else None

@@ -1,0 +1,245 @@
+"""The worker side of the Celery bus: one long-lived loop and engine per worker
+process (thread), and the delivery of one event.
+
+A delivery loads the event (from the worker's read cache when it holds it), calls
+``engine.handle(event)``, and around it: takes a busy lease when it runs long (the
+sweeper leaves the run alone), cancels tool work when the run ends in another worker,
+re-enqueues what an interrupted earlier delivery of the same event may have left
+unenqueued, and schedules the run's deadline or an approval's expiry as a Celery task
+with an ETA. See :mod:`aaa_django.bus` for the bus itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+from typing import Any, Sequence
+
+from .bus import DELIVER, DistributedBus, _published, celery_app, coordinator, open_store, queue_for
+from .conf import aaa_settings
+from .events import ConcurrencyError, Event
+from .runtime import types as T
+
+#: deliveries that may run a tool: they listen for their run's end
+TOOL_WORK = frozenset({T.TOOL_REQUESTED, *T.APPROVAL_DECISIONS})
+#: a delivery still running after this many seconds takes a busy lease (and, for tool
+#: work, starts listening for its run's end); quicker ones never touch Redis for it
+SLOW_DELIVERY = 0.05
+
+
+class WorkerRuntime:
+    """One event loop and one engine per store, per worker thread (prefork: process).
+
+    The loop lives as long as the process, so the engine's caches, the Redis clients
+    and the database connection are reused from one task to the next.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.engines: dict[tuple, Any] = {}
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def engine(self, spec: Sequence[Any]) -> Any:
+        key = tuple(spec)
+        engine = self.engines.get(key)
+        if engine is None:
+            engine = self.engines[key] = build_worker_engine(spec)
+        return engine
+
+
+_local = threading.local()
+
+
+def runtime() -> WorkerRuntime:
+    """This thread's :class:`WorkerRuntime` (a new one in a forked child)."""
+    rt = getattr(_local, "runtime", None)
+    if rt is None or rt.pid != os.getpid():
+        rt = _local.runtime = WorkerRuntime()
+    return rt
+
+
+def build_worker_engine(spec: Sequence[Any]) -> Any:
+    """The engine a worker delivers with: the site's engine on ``spec``'s store, on a
+    :class:`DistributedBus`, with the site's handlers (as the web process's
+    ``EngineHost`` attaches them: ``AAA["LLM_CLIENT"]``, ``AAA["TOOLS"]``,
+    ``AAA["WORKER_SETUP"]``) and their tool pools shared by the whole cluster."""
+    from . import algos  # noqa: F401  (registers the built-in algorithms)
+    from .engines import build_engine
+    from .tailcache import TailCachedStore
+
+    using = spec[1] if spec[0] == "django" else "default"
+    engine = build_engine(using=using, store=TailCachedStore(open_store(spec)),
+                          bus=DistributedBus(in_worker=True))
+    attach_site_handlers(engine)
+    share_pools(engine)
+    return engine
+
+
+def attach_site_handlers(engine: Any) -> None:
+    """The handlers the settings name, attached to ``engine``."""
+    from django.utils.module_loading import import_string
+
+    from .llm import LLMHandler
+    from .tools import ToolHandler, ToolRegistry
+
+    conf = aaa_settings()
+    setup = conf.get("WORKER_SETUP")
+    if conf.get("LLM_CLIENT"):
+        LLMHandler(import_string(conf["LLM_CLIENT"])()).attach(engine)
+    elif not setup:
+        from .host import NoModelClient
+
+        LLMHandler(NoModelClient()).attach(engine)
+    if conf.get("TOOLS"):
+        ToolHandler(ToolRegistry(import_string(p) for p in conf["TOOLS"])).attach(engine)
+    if setup:
+        import_string(setup)(engine)
+
+
+def shared_pool(name: str, size: int) -> Any:
+    """A ``ToolHandler`` ``pool_factory`` whose pools hold across the whole cluster:
+    ``ToolHandler(registry, pools={"db": 2}, pool_factory=shared_pool)``."""
+    return coordinator().pool(name, size)
+
+
+def share_pools(engine: Any) -> int:
+    """Make the pools of every ToolHandler on ``engine`` cluster-wide (workers do this
+    to the handlers ``WORKER_SETUP`` attached); returns how many handlers changed."""
+    from .tools.handler import ToolHandler
+
+    # The engine has no public list of its subscribers: find the ToolHandlers through
+    # their bound ``on_request`` methods.
+    subscribed = getattr(engine, "_handlers", {}).get(T.TOOL_REQUESTED, [])
+    handlers = {id(h.__self__): h.__self__ for h in subscribed
+                if isinstance(getattr(h, "__self__", None), ToolHandler)}
+    coord = engine.bus._coordinator()
+    for handler in handlers.values():
+        handler.pool_factory = coord.pool
+        getattr(handler, "_semaphores", {}).clear()  # none made yet; a worker starts fresh
+    return len(handlers)
+
+
+async def deliver_event(engine: Any, stream: str, seq: int, event_id: str, *, redelivered: bool = False) -> str:
+    """Deliver one stored event to ``engine`` as a worker does; returns what happened
+    (``"delivered"``, or ``"missing"`` when the log no longer holds that event)."""
+    scope = getattr(engine.store, "delivery", contextlib.nullcontext)
+    with scope():
+        return await _deliver(engine, stream, seq, event_id, redelivered)
+
+
+async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivered: bool) -> str:
+    cached = getattr(engine.store, "cached", None)
+    event = cached(stream, seq) if cached is not None else None
+    if event is None or event.id != event_id:
+        found = await engine.store.read(stream, after=seq - 1, limit=1)
+        if not found or found[0].id != event_id:
+            return "missing"  # erased (or erased and written again): nothing to do
+        event = found[0]
+    bus: DistributedBus = engine.bus
+    published: set[str] = set()
+    token = _published.set(published)
+    try:
+        work = asyncio.ensure_future(engine.handle(event))
+        done, _ = await asyncio.wait({work}, timeout=SLOW_DELIVERY)
+        if not done:
+            await _guard_slow(engine, event, work)
+        work.result()
+        if bus.pending:  # a timer that came due during the step (an approval's expiry)
+            await bus.drain(30)
+        if redelivered:
+            await _republish_caused(engine, event, published)
+    finally:
+        _published.reset(token)
+    await _schedule_timers(engine, event)
+    return "delivered"
+
+
+async def _guard_slow(engine: Any, event: Event, work: asyncio.Future) -> None:
+    """A long delivery: hold a busy lease (the sweeper leaves the run alone) and, for
+    tool work, cancel it when the run ends in another worker."""
+    coord = engine.bus._coordinator()
+    watcher = None
+    if event.type in TOOL_WORK:
+        watcher = asyncio.ensure_future(_cancel_on_end(engine, event.stream))
+    try:
+        async with coord.busy(event.stream):
+            await asyncio.wait({work})
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+
+
+async def _cancel_on_end(engine: Any, run_id: str) -> None:
+    stale = getattr(engine.store, "stale", lambda stream: None)
+
+    async def ended() -> bool:
+        stale(run_id)  # this delivery's cached view of the run would not see the end
+        return (await engine.meta(run_id)).completed
+
+    await engine.bus._coordinator().wait_ended(run_id, ended)
+    stale(run_id)
+    meta = await engine.meta(run_id)
+    if not meta.completed:
+        return
+    found = await engine.store.read(run_id, after=(meta.completion_seq or 1) - 1, limit=1)
+    if found and found[0].type == T.RUN_COMPLETED:
+        # The handlers' reaction to the end (ToolHandler cancels this run's calls).
+        await engine.dispatch(await engine.hydrate(found[0]))
+
+
+async def _republish_caused(engine: Any, event: Event, published: set[str]) -> None:
+    """After a redelivery: events this one caused that are stored but were appended by
+    the earlier, interrupted delivery may never have been enqueued (it died between
+    commit and enqueue). Publish them again; delivering twice is harmless."""
+    caused = [e for e in await engine.read_after(event) if e.causation == event.id and e.id not in published]
+    if caused:
+        await engine.bus.publish(caused)
+
+
+async def _schedule_timers(engine: Any, event: Event) -> None:
+    """A deadline or an approval expiry in the future: deliver the event again then."""
+    at = None
+    if event.type == T.RUN_STARTED:
+        meta = await engine.meta(event.stream)
+        if not meta.completed:
+            at = meta.deadline
+    elif event.type == T.APPROVAL_REQUESTED:
+        meta = await engine.meta(event.stream)
+        pending = meta.approvals.get(event.id)
+        if pending is not None and not meta.completed:
+            at = pending.expires_at
+    if at is None:
+        return
+    args = [engine.bus.spec, event.stream, event.seq, event.id]
+    eta = max(at, time.time()) + 0.05  # the engine decides "due" by its own clock: not early
+    await asyncio.to_thread(
+        celery_app().send_task, DELIVER, args, eta=_utc(eta), queue=queue_for(event.type, engine.bus.queues),
+    )
+
+
+def _utc(ts: float):
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+def transient_errors() -> tuple[type[BaseException], ...]:
+    """Errors after which a delivery is retried: the database, Redis or the broker
+    went away for a moment."""
+    from django.db import InterfaceError, OperationalError
+
+    errors: list[type[BaseException]] = [InterfaceError, OperationalError, ConcurrencyError]
+    with contextlib.suppress(ImportError):
+        import kombu.exceptions
+        import redis
+
+        errors += [redis.ConnectionError, redis.TimeoutError, kombu.exceptions.OperationalError]
+    return tuple(errors)

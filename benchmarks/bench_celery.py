@@ -1,0 +1,243 @@
+"""Cluster benchmark: ToolLoop runs delivered by Celery workers, against bare Celery.
+
+    .venv/bin/python benchmarks/bench_celery.py             # the reported run (~1-2 min)
+    .venv/bin/python benchmarks/bench_celery.py --quick     # 40 runs, shorter chains
+
+It starts a durable PostgreSQL 15 (fsync on; or AAA_BENCH_PG_PORT, see common.py), a
+Redis (the broker and the bus's coordination) and N Celery worker processes
+(``-c 1`` prefork each, every queue), all on loopback, and stops them by PID.
+
+Measured in the same run, on the same workers and broker:
+
+- **bare hop**: a chain of no-op Celery tasks, each enqueueing the next (receive,
+  do nothing, send): the latency floor of one delivery.
+- **engine hop**: one 5-turn ToolLoop at a time (fake model, no-op tool) on an idle
+  cluster; the time from ``aaa.run.started`` to ``aaa.run.completed`` divided by the
+  hops on its causal chain (every event of a ToolLoop run is on it: 20 hops for 5
+  turns). One hop = load the event, lock the run, fold, decide or call the handler,
+  append (a PostgreSQL transaction), enqueue after commit.
+- **throughput**: R runs of T turns started at once (runs/s, deliveries/s), next to
+  the same number of bare no-op tasks enqueued at once (tasks/s).
+
+Goal: the engine's hop within 2x the bare hop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from common import ROOT, free_port, ms, postgres, table, workdir  # noqa: E402
+
+QUEUES = "aaa.algorithms,aaa.llm,aaa.tools,bench.hop"
+
+
+@contextmanager
+def redis_server(tmp: Path) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(tmp)], stdout=subprocess.DEVNULL)
+    import redis
+
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    for _ in range(200):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.02)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@contextmanager
+def workers(count: int, env: dict, tmp: Path) -> Iterator[list[subprocess.Popen]]:
+    procs = []
+    for i in range(count):
+        ready = tmp / f"worker{i}.ready"
+        log = open(tmp / f"worker{i}.log", "wb")
+        procs.append((subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "celery_site", "worker", "-n", f"bench{i}@%h",
+             "-Q", QUEUES, "-c", "1", "-P", "prefork", "-l", "warning",
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=HERE, env={**env, "AAA_BENCH_READY": str(ready)}, stdout=log, stderr=subprocess.STDOUT,
+        ), ready))
+    try:
+        for p, ready in procs:
+            end = time.monotonic() + 60
+            while not ready.exists():
+                if p.poll() is not None or time.monotonic() > end:
+                    raise RuntimeError((tmp / "worker0.log").read_text())
+                time.sleep(0.05)
+        yield [p for p, _ in procs]
+    finally:
+        for p, _ in procs:
+            p.terminate()
+        for p, _ in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+# -- measurements ------------------------------------------------------------------------------
+
+
+def bare_hop(app, r, hops: int) -> float:
+    """Seconds per hop of a chain of ``hops`` no-op tasks."""
+    key = f"hop-{uuid.uuid4().hex}"
+    t0 = time.time()
+    app.send_task("bench.hop", (hops - 1, key), queue="bench.hop")
+    while (end := r.get(key)) is None:
+        time.sleep(0.002)
+    return (float(end) - t0) / hops
+
+
+def bare_throughput(app, r, tasks: int) -> float:
+    """No-op tasks per second, ``tasks`` enqueued at once."""
+    key = f"noop-{uuid.uuid4().hex}"
+    t0 = time.time()
+    with app.producer_or_acquire() as producer:
+        for _ in range(tasks):
+            app.send_task("bench.noop", (key,), queue="aaa.algorithms", producer=producer)
+    while int(r.get(key) or 0) < tasks:
+        time.sleep(0.005)
+    return tasks / (time.time() - t0)
+
+
+def chain_hops(events) -> int:
+    """Hops on the causal chain from the completion back to the start."""
+    by_id = {e.id: e for e in events}
+    e, hops = events[-1], 0
+    while e.causation in by_id:
+        e, hops = by_id[e.causation], hops + 1
+    return hops
+
+
+async def start_runs(engine, count: int, turns: int):
+    from aaa_django.algos import ToolLoop
+    from celery_site import registry, script
+
+    algo = ToolLoop(registry(), max_turns=turns + 1)
+    return [await engine.start(algo, {"task": script(turns)}) for _ in range(count)]
+
+
+async def engine_hops(engine, runs: int, turns: int) -> tuple[list[float], int]:
+    """Per-hop seconds of ``runs`` runs, one at a time on an idle cluster."""
+    per_hop, hops = [], 0
+    for _ in range(runs):
+        (run,) = await start_runs(engine, 1, turns)
+        outcome = await run.result(timeout=60)
+        assert outcome.outcome == "success", outcome
+        events = await run.events()
+        hops = chain_hops(events)
+        per_hop.append((events[-1].time - events[0].time).total_seconds() / hops)
+    return per_hop, hops
+
+
+async def load(engine, runs: int, turns: int) -> dict:
+    started = await start_runs(engine, runs, turns)
+    outcomes = await asyncio.gather(*(r.result(timeout=600) for r in started))
+    assert {o.outcome for o in outcomes} == {"success"}, outcomes
+    logs = [await r.events() for r in started]
+    t0 = min(log[0].time for log in logs)
+    t1 = max(log[-1].time for log in logs)
+    seconds = (t1 - t0).total_seconds()
+    events = sum(len(log) for log in logs)
+    per_hop = [(log[-1].time - log[0].time).total_seconds() / chain_hops(log) for log in logs]
+    return {"seconds": seconds, "runs/s": runs / seconds, "deliveries/s": events / seconds,
+            "events": events, "hop_under_load": statistics.median(per_hop)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    runs = 40 if args.quick else args.runs
+    idle_runs, chain = (5, 100) if args.quick else (15, 300)
+
+    with workdir() as tmp, postgres(tmp) as pg, redis_server(tmp) as broker:
+        env = {
+            **os.environ,
+            "AAA_BENCH_PG_HOST": pg["host"], "AAA_BENCH_PG_PORT": str(pg["port"]),
+            "AAA_BENCH_PG_NAME": "aaa_bench", "AAA_BENCH_REDIS": broker,
+            "DJANGO_SETTINGS_MODULE": "celery_site",
+            "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
+        }
+        os.environ.update({k: env[k] for k in ("AAA_BENCH_PG_HOST", "AAA_BENCH_PG_PORT",
+                                                "AAA_BENCH_PG_NAME", "AAA_BENCH_REDIS",
+                                                "DJANGO_SETTINGS_MODULE")})
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        import redis
+        from asgiref.sync import async_to_sync
+        from celery_site import app
+
+        from aaa_django.engines import build_engine
+
+        r = redis.Redis.from_url(broker)
+        with workers(args.workers, env, tmp):
+            async def cluster_part():
+                async with build_engine(poll_interval=0.02) as engine:
+                    assert type(engine.bus).__name__ == "DistributedBus"
+                    await engine_hops(engine, 3, args.turns)  # warm up every worker
+                    idle, hops = await engine_hops(engine, idle_runs, args.turns)
+                    loaded = await load(engine, runs, args.turns)
+                    return idle, hops, loaded
+
+            bare_hop(app, r, 50)  # warm up
+            bare = [bare_hop(app, r, chain) for _ in range(3)]
+            idle, hops, loaded = async_to_sync(cluster_part)()
+            bare_tps = bare_throughput(app, r, loaded["events"])
+            bare_hop_s = statistics.median(bare)
+            idle_hop_s = statistics.median(idle)
+
+        with __import__("psycopg").connect(**pg, dbname="aaa_bench") as conn:
+            durability = ", ".join(f"{k}={conn.execute(f'SHOW {k}').fetchone()[0]}"
+                                   for k in ("fsync", "synchronous_commit"))
+
+    print(f"bench_celery: {platform.python_version()}, {os.cpu_count()} cores, "
+          f"{args.workers} worker processes (-c 1 prefork), PostgreSQL ({durability}), Redis broker")
+    print()
+    print(table(["per hop (idle cluster, one chain)", "median", "ratio"], [
+        ["bare Celery no-op hop (chain of %d)" % chain, ms(bare_hop_s), "1.00x"],
+        [f"engine hop (ToolLoop, {args.turns} turns = {hops} hops, {idle_runs} runs)", ms(idle_hop_s),
+         f"{idle_hop_s / bare_hop_s:.2f}x"],
+    ]))
+    print()
+    print(table(["throughput", "value"], [
+        [f"{runs} runs of {args.turns} turns started at once", f"{loaded['seconds']:.2f} s"],
+        ["runs/s", f"{loaded['runs/s']:.1f}"],
+        ["engine deliveries/s (one per event)", f"{loaded['deliveries/s']:.0f}"],
+        [f"bare no-op tasks/s ({loaded['events']} at once)", f"{bare_tps:.0f}"],
+        ["engine hop under that load (median per run)", ms(loaded["hop_under_load"])],
+    ]))
+    print()
+    ratio = idle_hop_s / bare_hop_s
+    print(f"goal: engine hop <= 2x bare hop: {ratio:.2f}x -> {'met' if ratio <= 2 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The site ``bench_celery.py`` runs: Django settings, the Celery app, a bare no-op
+task, and the workers' handlers. One module, so the workers need only
+
+    DJANGO_SETTINGS_MODULE=celery_site celery -A celery_site worker
+
+with this directory on PYTHONPATH. Configured from the environment the driver sets:
+AAA_BENCH_PG_HOST/PORT/NAME (PostgreSQL, durable) and AAA_BENCH_REDIS (broker and
+coordination).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+# -- Django settings ---------------------------------------------------------------------
+
+SECRET_KEY = "bench-only"
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "aaa_django"]
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "HOST": os.environ.get("AAA_BENCH_PG_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("AAA_BENCH_PG_PORT", "5432"),
+        "USER": "postgres",
+        "PASSWORD": "",
+        "NAME": os.environ.get("AAA_BENCH_PG_NAME", "aaa_bench"),
+    }
+}
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGGING_CONFIG = None
+BROKER = os.environ.get("AAA_BENCH_REDIS", "redis://127.0.0.1:6379/0")
+AAA = {"BUS": "celery", "REDIS_URL": BROKER, "WORKER_SETUP": "celery_site.setup"}
+
+# -- the Celery app --------------------------------------------------------------------------
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "celery_site")
+
+from celery import Celery  # noqa: E402
+from celery.signals import worker_ready  # noqa: E402
+
+app = Celery("aaa_bench")
+app.conf.update(
+    broker_url=BROKER,
+    broker_connection_retry_on_startup=True,
+    task_ignore_result=True,
+    worker_prefetch_multiplier=1,
+    worker_hijack_root_logger=False,
+)
+app.autodiscover_tasks(["aaa_django"])
+app.set_default()
+
+HOP_QUEUE = "bench.hop"
+
+
+@app.task(name="bench.hop", ignore_result=True, acks_late=True)
+def hop(left: int, key: str) -> None:
+    """The bare hop: a no-op task that enqueues the next one; the last records when."""
+    if left > 0:
+        app.send_task("bench.hop", (left - 1, key), queue=HOP_QUEUE)
+    else:
+        _redis().set(key, repr(time.time()))
+
+
+@app.task(name="bench.noop", ignore_result=True, acks_late=True)
+def noop(key: str) -> None:
+    """A bare no-op task for the throughput baseline: counts itself."""
+    r = _redis()
+    r.incr(key)
+
+
+_client = None
+
+
+def _redis():
+    global _client
+    if _client is None:
+        import redis
+
+        _client = redis.Redis.from_url(BROKER)
+    return _client
+
+
+@worker_ready.connect
+def _ready(**kwargs):
+    path = os.environ.get("AAA_BENCH_READY")
+    if path:
+        open(path, "w").write(str(os.getpid()))
+
+
+# -- the workers' handlers -------------------------------------------------------------------
+
+
+def script(turns: int) -> str:
+    return json.dumps({"turns": turns})
+
+
+def scripted_model(request):
+    """``turns`` model calls: a no-op tool call each, then an answer."""
+    from aaa_django.llm.fake import text, tool_call
+
+    plan = json.loads(next(m.content for m in request.messages if m.role == "user"))
+    done = sum(1 for m in request.messages if m.role == "tool")
+    return text("done") if done >= plan["turns"] - 1 else tool_call("noop", n=done)
+
+
+def registry():
+    from aaa_django.tools import ToolRegistry, tool
+
+    @tool(name="noop", inline=True)
+    def noop_tool(n: int = 0) -> int:
+        """Does nothing."""
+        return n
+
+    return ToolRegistry([noop_tool])
+
+
+def setup(engine) -> None:
+    from aaa_django.llm import FakeLLMClient, LLMHandler
+    from aaa_django.tools import ToolHandler
+
+    LLMHandler(FakeLLMClient(scripted_model)).attach(engine)
+    ToolHandler(registry()).attach(engine)

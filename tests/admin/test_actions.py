@@ -1,0 +1,151 @@
+"""Actions go through the engine: approve, deny, cancel, re-drive, erase, start."""
+
+from __future__ import annotations
+
+import json
+
+from django.urls import reverse
+
+from aaa_django import runindex
+from aaa_django.events import Event, new_id
+from aaa_django.models import EventRecord, RunRecord
+from aaa_django.runtime import types as T
+from aaa_django.store import DjangoEventStore
+
+from . import support
+from .test_run_pages import run_url, text
+
+
+def outcome_of(run_id: str) -> str:
+    return support.wait_until(lambda: (r := runindex.refresh("default", run_id)) and r.outcome)
+
+
+def events(run_id: str, type_: str) -> list[dict]:
+    return [json.loads(d) for d in EventRecord.objects.filter(stream=run_id, type=type_)
+            .order_by("seq").values_list("data", flat=True)]
+
+
+def test_approving_a_gate_lets_the_run_finish(client, operator, gated_run):
+    client.force_login(operator)
+    request_id = EventRecord.objects.get(stream=gated_run, type=T.APPROVAL_REQUESTED).id
+    r = client.post(run_url(gated_run, "approve"), {"request_id": request_id, "reason": "looks safe"})
+    assert r.status_code == 302 and r["Location"] == run_url(gated_run)
+    assert outcome_of(gated_run) == "success"
+    [granted] = events(gated_run, T.APPROVAL_GRANTED)
+    assert granted["reason"] == "looks safe"
+    assert granted["by"] == f"operator (user {operator.pk}, admin)"
+    assert events(gated_run, T.TOOL_COMPLETED)[0]["result"] == "deployed web"
+    # approving again: nothing pending any more, said plainly
+    r = client.post(run_url(gated_run, "approve"), {"request_id": request_id}, follow=True)
+    assert "no longer pending" in text(r)
+
+
+def test_denying_a_gate_fails_the_tool_call_with_the_reason(client, operator, gated_run):
+    client.force_login(operator)
+    request_id = EventRecord.objects.get(stream=gated_run, type=T.APPROVAL_REQUESTED).id
+    client.post(run_url(gated_run, "deny"), {"request_id": request_id, "reason": "not today"})
+    outcome_of(gated_run)
+    [denied] = events(gated_run, T.APPROVAL_DENIED)
+    assert denied["reason"] == "not today"
+    [failed] = events(gated_run, T.TOOL_FAILED)
+    assert failed["reason"] == "denied" and "not today" in failed["error"]
+
+
+def test_cancelling_ends_the_run_cancelled(client, operator, gated_run):
+    client.force_login(operator)
+    r = client.post(run_url(gated_run, "cancel"), {"reason": "wrong task"}, follow=True)
+    assert "Cancellation requested." in text(r)
+    assert outcome_of(gated_run) == "cancelled"
+    assert events(gated_run, T.CANCEL_REQUESTED)[0]["reason"] == "wrong task"
+    r = client.post(run_url(gated_run, "cancel"), {}, follow=True)
+    assert "ended already" in text(r)
+
+
+def test_actions_are_post_only(client, operator, gated_run):
+    client.force_login(operator)
+    for what in ("cancel", "approve", "deny", "redrive"):
+        assert client.get(run_url(gated_run, what)).status_code == 405
+
+
+def test_redrive_finishes_a_stalled_run(client, operator, site):
+    """A run whose start was written but never delivered (its process died) is
+    adopted by the web process's engine and driven to the end."""
+    run_id = f"run-{new_id()}"
+    loop = support.loop()
+    started = Event(id=T.started_id(run_id), stream=run_id, type=T.RUN_STARTED, data={
+        "algorithm": loop.name, "config": loop.config(), "input": {"task": "look up"},
+        "budget": None, "deadline": None, "parent": None, "owner": None,
+    })
+    runindex.index_events("default", DjangoEventStore().append_sync([started]))
+    assert RunRecord.objects.get(pk=run_id).status == "pending"
+    client.force_login(operator)
+    r = client.post(run_url(run_id, "redrive"), follow=True)
+    assert "delivered again" in text(r)
+    assert outcome_of(run_id) == "success"
+    r = client.post(run_url(run_id, "redrive"), follow=True)
+    assert "nothing to re-drive" in text(r)
+
+
+def test_erase_asks_for_confirmation_then_erases_through_the_engine(client, operator, finished_run,
+                                                                     media_root):
+    client.force_login(operator)
+    shas = {b["sha256"] for blobs in EventRecord.objects.filter(stream=finished_run)
+            .values_list("blobs", flat=True) for b in blobs}
+    assert shas and all(support.blob_files(media_root, s) for s in shas)
+    page = text(client.get(run_url(finished_run, "erase")))
+    assert "cannot be undone" in page and "Type the run id" in page
+    count = RunRecord.objects.get(pk=finished_run).last_seq
+    assert f"{count} events" in page
+
+    r = client.post(run_url(finished_run, "erase"), {"confirm": "not the id"})
+    assert r.status_code == 200 and "Type the run id exactly" in text(r)
+    assert EventRecord.objects.filter(stream=finished_run).count() == count
+
+    r = client.post(run_url(finished_run, "erase"), {"confirm": finished_run}, follow=True)
+    assert f"{count} events" in text(r) and "erased" in text(r)
+    assert not EventRecord.objects.filter(stream=finished_run).exists()
+    assert not RunRecord.objects.filter(pk=finished_run).exists()
+    assert not any(support.blob_files(media_root, s) for s in shas)
+    assert client.get(run_url(finished_run)).status_code == 404
+
+
+def test_start_form_shows_errors_beside_the_field(client, operator, site):
+    client.force_login(operator)
+    url = reverse("admin:aaa_runrecord_add")
+    page = text(client.get(url))
+    assert "aaa.algos.ToolLoop" in page and "task" in page  # choices and schemas
+
+    r = client.post(url, {"algorithm": "aaa.algos.ToolLoop", "input": "{not json"})
+    assert r.status_code == 200
+    assert 'id="errors-input"' in text(r) and "not JSON" in text(r)
+
+    r = client.post(url, {"algorithm": "aaa.algos.ToolLoop", "input": '{"task": ""}'})
+    page = text(r)
+    assert 'id="errors-input"' in page and "task: String should have at least 1 character" in page
+
+    r = client.post(url, {"algorithm": "aaa.algos.ToolLoop", "input": '{"task": "x"}',
+                          "config": '{"max_turns": 0}', "budget": '{"tokens": -1}'})
+    page = text(r)
+    assert 'id="errors-config"' in page and "max_turns" in page
+    assert 'id="errors-budget"' in page and "tokens" in page
+
+    r = client.post(url, {"algorithm": "no.such.algo", "input": "{}"})
+    assert 'id="errors-algorithm"' in text(r)
+    assert not RunRecord.objects.exists()
+
+
+def test_start_form_starts_a_run_owned_by_the_user(client, operator, site):
+    client.force_login(operator)
+    config = json.dumps({"tools": [support.lookup.spec()], "max_turns": 3})
+    r = client.post(reverse("admin:aaa_runrecord_add"), {
+        "algorithm": "aaa.algos.ToolLoop", "input": '{"task": "look it up"}',
+        "config": config, "budget": '{"tokens": 100000}',
+    })
+    assert r.status_code == 302
+    run = RunRecord.objects.get()
+    assert r["Location"] == run_url(run.run_id)
+    assert run.owner == operator
+    assert outcome_of(run.run_id) == "success"
+    started = events(run.run_id, T.RUN_STARTED)[0]
+    assert started["budget"] == {"tokens": 100000}
+    assert started["config"]["max_turns"] == 3

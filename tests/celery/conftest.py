@@ -1,0 +1,136 @@
+"""Fixtures of the Celery tests: a broker, real worker processes, an engine on the bus.
+
+  celery_env   (session) the environment of the worker processes: this xdist worker's
+               Redis database as the broker (gw0 -> db 1, gw1 -> db 2, ...), the test
+               database's name, the worker settings. Creates the table the guarded
+               tool records executions in.
+  cluster      (session) two worker processes (prefork, one child each) consuming
+               every queue; shared by the tests that do not kill workers.
+  new_cluster  a factory of workers of the test's own, on queues of their own
+               (``new_cluster(2, suffix="-fault")``; pass ``cluster.queues`` to
+               ``make_engine``), stopped at the test's end.
+  arun         run a coroutine from the (sync) test, on the test's thread's DB
+               connection.
+  redis        a client on the broker's database (what the test tools record).
+
+Tests here are ``transaction=True`` on the ``postgres`` alias: the workers must see
+what the test commits, and the test what the workers commit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Awaitable
+
+import pytest
+from asgiref.sync import async_to_sync
+
+from tests.conftest import require_service
+
+from .site import EXEC_TABLE
+from .workers import Cluster
+
+# "default" too: pytest-django sets up "postgres" only after "default" (TEST DEPENDENCIES).
+CELERY_DB = pytest.mark.django_db(databases=["default", "postgres"], transaction=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.celery)
+            item.add_marker(pytest.mark.redis)
+            item.add_marker(pytest.mark.postgres)
+
+
+def _broker_url(base: str) -> str:
+    gw = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(re.sub(r"\D", "", gw) or 0) + 1
+    return re.sub(r"/\d*$", "", base.rstrip("/")) + f"/{index}"
+
+
+@pytest.fixture(scope="session")
+def celery_env(django_db_setup, django_db_blocker, tmp_path_factory) -> dict[str, str]:
+    from django.conf import settings
+    from django.db import connections
+
+    base = os.environ.get("AAA_TEST_REDIS_URL", "")
+    require_service("redis", bool(base))
+    require_service("postgres", "postgres" in settings.DATABASES)
+    broker = _broker_url(base)
+    os.environ["AAA_TEST_CELERY_BROKER"] = broker
+    from tests.celery_app import app
+
+    app.conf.broker_url = broker
+    import redis
+
+    redis.Redis.from_url(broker).flushdb()
+    with django_db_blocker.unblock():
+        with connections["postgres"].cursor() as cur:
+            cur.execute(f"CREATE TABLE IF NOT EXISTS {EXEC_TABLE} "
+                        "(key text NOT NULL, n int, pid int, at timestamptz DEFAULT now())")
+        db_name = connections["postgres"].settings_dict["NAME"]
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.celery.worker_settings",
+        "AAA_TEST_WORKER_DB": db_name,
+        "AAA_TEST_CELERY_BROKER": broker,
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return env
+
+
+@pytest.fixture(scope="session")
+def cluster(celery_env, tmp_path_factory):
+    c = Cluster(celery_env, tmp_path_factory.mktemp("celery"))
+    try:
+        c.start(2)
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def new_cluster(celery_env, tmp_path_factory):
+    clusters: list[Cluster] = []
+
+    def make(count: int = 2, *, suffix: str, env: dict[str, str] | None = None, **kw) -> Cluster:
+        env = {**celery_env, **(env or {}), "AAA_TEST_QUEUE_SUFFIX": suffix}
+        c = Cluster(env, tmp_path_factory.mktemp("celery"))
+        clusters.append(c)
+        c.start(count, **kw)
+        return c
+
+    yield make
+    for c in clusters:
+        c.stop()
+
+
+@pytest.fixture
+def arun():
+    def run(coro: Awaitable[Any]) -> Any:
+        async def main():
+            return await coro
+
+        return async_to_sync(main)()
+
+    return run
+
+
+@pytest.fixture
+def redis(celery_env):
+    import redis as redis_py
+
+    return redis_py.Redis.from_url(celery_env["AAA_TEST_CELERY_BROKER"], decode_responses=True)
+
+
+def make_engine(queues: dict[str, str] | None = None, **kw):
+    """An engine on the test database whose bus is the Celery bus (on ``queues``)."""
+    from aaa_django.bus import DistributedBus
+    from aaa_django.engines import build_engine
+
+    kw.setdefault("poll_interval", 0.05)
+    return build_engine(using="postgres", bus=DistributedBus(queues=queues), **kw)

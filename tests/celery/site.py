@@ -1,0 +1,190 @@
+"""The "site" the Celery tests run: a scripted model, tools, an algorithm, and the
+``WORKER_SETUP`` hook (``setup(engine)``) that attaches them in every worker.
+
+Everything here must behave the same in every process, so it keeps no state of its
+own: what the tests observe (tool executions, concurrency, steps overlapping) goes to
+PostgreSQL or Redis, where the pytest process reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+from pydantic import BaseModel
+
+from aaa_django.algos import Algorithm, ToolLoop
+from aaa_django.events import Projection
+from aaa_django.llm import FakeLLMClient, LLMHandler
+from aaa_django.llm.fake import text, tool_calls
+from aaa_django.runtime import types as T
+from aaa_django.tools import ToolHandler, ToolRegistry, tool
+
+#: the table the guarded tool records each execution in (created by the fixture)
+EXEC_TABLE = "celery_tool_exec"
+POOL_SIZE = 2
+
+
+def _redis():
+    import redis
+
+    return redis.Redis.from_url(os.environ["AAA_TEST_CELERY_BROKER"])
+
+
+# -- the scripted model -------------------------------------------------------------------
+
+
+def script(turns: int, tool: str = "noop", args: dict | None = None, parallel: int = 1) -> str:
+    """A task text the model below follows: ``turns`` model calls, the first
+    ``turns - 1`` asking for ``parallel`` calls of ``tool`` each, the last answering."""
+    return json.dumps({"turns": turns, "tool": tool, "args": args or {}, "parallel": parallel})
+
+
+def scripted_model(request):
+    """Follows the JSON script in the user message (see :func:`script`)."""
+    plan = json.loads(next(m.content for m in request.messages if m.role == "user"))
+    done = sum(1 for m in request.messages if m.role == "tool") // plan["parallel"]
+    if done >= plan["turns"] - 1:
+        return text(f"done after {done} tool turns")
+    calls = [(plan["tool"], {**plan["args"], "n": done * plan["parallel"] + i}) for i in range(plan["parallel"])]
+    return tool_calls(*calls)
+
+
+# -- tools ----------------------------------------------------------------------------------
+
+
+@tool(inline=True)
+def noop(n: int = 0) -> int:
+    """Does nothing (the benchmark's tool)."""
+    return n
+
+
+@tool(side_effects=True)
+def record(n: int = 0, idempotency_key: str = "") -> str:
+    """A side effect that must happen at most once per call: one row per execution."""
+    from django.db import connections
+
+    with connections["postgres"].cursor() as cur:
+        cur.execute(f"INSERT INTO {EXEC_TABLE} (key, n, pid) VALUES (%s, %s, %s)",
+                    [idempotency_key, n, os.getpid()])
+    return f"recorded {n}"
+
+
+@tool(pool="shared")
+def pooled(n: int = 0, ms: int = 100, tag: str = "pool") -> int:
+    """Holds a slot of the cluster-wide pool ``shared`` for ``ms`` milliseconds; keeps
+    the highest number of calls seen running at once in Redis."""
+    r = _redis()
+    now = r.incr(f"aaa-test:{tag}:active")
+    try:
+        r.eval("if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then "
+               "redis.call('SET', KEYS[1], ARGV[1]) end", 1, f"aaa-test:{tag}:max", now)
+        time.sleep(ms / 1000)
+    finally:
+        r.decr(f"aaa-test:{tag}:active")
+    return n
+
+
+@tool
+async def slow(n: int = 0, tag: str = "slow", seconds: float = 30.0) -> str:
+    """Says in Redis that it started, then sleeps; says so if it is cancelled."""
+    r = _redis()
+    r.set(f"aaa-test:{tag}:started", os.getpid())
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        r.set(f"aaa-test:{tag}:cancelled", os.getpid())
+        raise
+    return "finally"
+
+
+@tool(requires_approval=True)
+def gated(n: int = 0) -> str:
+    """Waits for a person's approval (none comes in the deadline test)."""
+    return "approved"
+
+
+@tool(requires_approval=True, approval_expires=1.0)
+def gated_briefly(n: int = 0) -> str:
+    """Its approval expires after a second."""
+    return "approved"
+
+
+REGISTRY = ToolRegistry([noop, record, pooled, slow, gated, gated_briefly])
+
+
+def loop(max_turns: int = 50) -> ToolLoop:
+    return ToolLoop(REGISTRY, max_turns=max_turns)
+
+
+# -- an algorithm that shows whether steps of one run overlap --------------------------------
+
+
+class Tally(BaseModel):
+    requested: int = 0
+    results: int = 0
+    decisions: int = 0
+
+
+def _tally(s: Tally, e) -> Tally:
+    if e.type == T.TOOL_REQUESTED:
+        s.requested += 1
+    elif e.type in (T.TOOL_COMPLETED, T.TOOL_FAILED):
+        s.results += 1
+    elif e.type == "test.step.decided":
+        s.decisions += 1
+    return s
+
+
+TALLY = Projection(Tally, _tally, name="tests.celery.TALLY", version=1, state_type=Tally)
+
+
+class SerialConfig(BaseModel):
+    n: int = 8
+    #: seconds each step holds on (widens the window in which steps could overlap)
+    hold: float = 0.02
+
+
+class SerialProbe(Algorithm):
+    """Fans out ``n`` tool calls at once; then every step after a result writes one
+    decision keyed by the number of decisions it saw. Each step marks itself "inside"
+    in Redis for its duration: a step that finds another one inside counts an overlap.
+
+    Serialised steps give exactly one decision per result, each seeing all earlier
+    ones; overlapping steps would both decide "decision k" from the same state.
+    """
+
+    name = "tests.celery.SerialProbe"
+    Config = SerialConfig
+
+    async def step(self, ctx, event):
+        r = _redis()
+        inside = f"aaa-test:inside:{ctx.run_id}"
+        if not r.set(inside, os.getpid(), nx=True, px=5000):
+            r.incr(f"aaa-test:overlaps:{ctx.run_id}")
+        try:
+            await asyncio.sleep(self.cfg.hold)
+            s = await ctx.project(TALLY)
+            if s.requested == 0:
+                for i in range(self.cfg.n):
+                    ctx.tool("noop", {"n": i}, call_id=f"c{i}")
+            elif s.decisions < s.results:
+                ctx.emit("test.step.decided", {"k": s.decisions, "results_seen": s.results},
+                         key=s.decisions)
+            elif s.decisions == self.cfg.n:
+                ctx.complete("success", {"decisions": s.decisions})
+        finally:
+            r.delete(inside)
+
+
+# -- WORKER_SETUP ---------------------------------------------------------------------------
+
+
+def setup(engine) -> None:
+    """Attach the handlers every worker needs (AAA["WORKER_SETUP"])."""
+    # Only the negative control of the serialisation test turns the run lock off.
+    engine.bus.serialize = os.environ.get("AAA_TEST_SERIALIZE", "1") == "1"
+    LLMHandler(FakeLLMClient(scripted_model)).attach(engine)
+    ToolHandler(REGISTRY, pools={"shared": POOL_SIZE}).attach(engine)

@@ -1,0 +1,73 @@
+"""ToolLoop runs delivered by real Celery workers, on PostgreSQL and Redis.
+
+The pytest process only starts runs and reads logs; every step (validation, the
+algorithm, the model, the tools) runs in the worker processes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from aaa_django.runtime import types as T
+
+from .conftest import CELERY_DB, make_engine
+from .site import loop, script
+
+pytestmark = [CELERY_DB]
+
+TURN = [T.LLM_REQUESTED, T.LLM_COMPLETED, T.TOOL_REQUESTED, T.TOOL_COMPLETED]
+
+
+def test_a_tool_loop_runs_to_success_in_the_workers(cluster, arun):
+    async def main():
+        async with make_engine() as engine:
+            run = await engine.start(loop(), {"task": script(turns=5)})
+            outcome = await run.result(timeout=30)
+            return outcome, await run.events(), engine.bus.sent
+
+    outcome, events, sent = arun(main())
+
+    assert outcome.outcome == "success" and outcome.value == {"text": "done after 4 tool turns"}
+    assert [e.type for e in events] == [
+        T.RUN_STARTED, T.INPUT_VALIDATED, *TURN * 4, T.LLM_REQUESTED, T.LLM_COMPLETED, T.RUN_COMPLETED,
+    ]
+    assert sent == 1  # the test process enqueued the start; the workers did the rest
+
+
+def test_many_runs_at_once_each_end_once(cluster, arun):
+    async def main():
+        async with make_engine() as engine:
+            runs = [await engine.start(loop(), {"task": script(turns=3, parallel=2)}) for _ in range(10)]
+            outcomes = [await r.result(timeout=60) for r in runs]
+            return outcomes, [await r.events() for r in runs]
+
+    outcomes, logs = arun(main())
+
+    assert {o.outcome for o in outcomes} == {"success"}
+    for events in logs:
+        counts = Counter(e.type for e in events)
+        assert counts[T.RUN_COMPLETED] == 1
+        assert counts[T.LLM_REQUESTED] == counts[T.LLM_COMPLETED] == 3
+        assert counts[T.TOOL_REQUESTED] == counts[T.TOOL_COMPLETED] == 4
+
+
+def test_a_run_whose_log_is_in_redis(cluster, arun, celery_env):
+    # The message names the store ("redis", url, prefix): the workers open the same log.
+    import uuid
+
+    from aaa_django.bus import DistributedBus
+    from aaa_django.engines import build_engine
+    from aaa_django.redis_store import RedisEventStore
+
+    store = RedisEventStore(celery_env["AAA_TEST_CELERY_BROKER"], prefix=f"log-{uuid.uuid4().hex[:8]}")
+
+    async def main():
+        async with build_engine(store=store, bus=DistributedBus(), poll_interval=0.05) as engine:
+            run = await engine.start(loop(), {"task": script(turns=3)})
+            return await run.result(timeout=30), await run.events()
+
+    outcome, events = arun(main())
+
+    assert outcome.outcome == "success"
+    assert [e.type for e in events].count(T.TOOL_COMPLETED) == 2
+    assert cluster.errors() == []

@@ -1,0 +1,121 @@
+"""Fault test with real processes: SIGKILL workers at random moments while 20 ToolLoop
+runs are in flight.
+
+Most kills hit a prefork child in the middle of a task (Celery requeues its message:
+``acks_late`` + ``reject_on_worker_lost``); some take a whole worker with its children
+(its messages come back after the broker's visibility timeout) and start a new one.
+The sweeper runs every two seconds, as beat would, for what no message carries any
+more (a worker killed between committing an event and enqueueing it).
+
+Every run must still end with exactly one ``aaa.run.completed``; no event may be lost
+(each request has exactly one result, each turn happened once) or duplicated; and the
+guarded, side-effecting tool ``record`` (tests/celery/site.py) ran at most once per
+call: it writes a row per execution, keyed by the call's idempotency key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import time
+from collections import Counter
+
+from django.db import connections
+
+from aaa_django.events import derive_id
+from aaa_django.runtime import types as T
+from aaa_django.sweeper import sweep
+
+from .conftest import CELERY_DB, make_engine
+from .site import EXEC_TABLE, loop, script
+
+pytestmark = [CELERY_DB]
+
+RUNS, TURNS = 20, 5
+REQUEST_TYPES = {T.LLM_REQUESTED: (T.LLM_COMPLETED, T.LLM_FAILED),
+                 T.TOOL_REQUESTED: (T.TOOL_COMPLETED, T.TOOL_FAILED)}
+
+
+def test_sigkill_at_random_moments_loses_and_duplicates_nothing(new_cluster, arun):
+    cluster = new_cluster(2, suffix="-fault", concurrency=2)
+    rng = random.Random(int(os.environ.get("AAA_FAULT_SEED", time.time_ns() % 10_000)))
+    kills: list[str] = []
+
+    async def killer(stop: asyncio.Event) -> None:
+        while not stop.is_set() and len(kills) < 16:
+            await asyncio.sleep(rng.uniform(0.15, 0.6))
+            live = cluster.live()
+            if not live:
+                continue
+            w = rng.choice(live)
+            if rng.random() < 0.8:
+                kids = w.children()
+                if kids:
+                    os.kill(rng.choice(kids), signal.SIGKILL)
+                    kills.append("child")
+            else:
+                await asyncio.to_thread(w.kill)
+                kills.append("worker")
+                await asyncio.to_thread(cluster.start, 1, concurrency=2)
+
+    redriven: list[str] = []
+
+    async def sweeper(engine, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(2)
+            redriven.extend((await sweep(engine, stall_after=3)).redriven)
+
+    async def main():
+        async with make_engine(cluster.queues) as engine:
+            runs = [await engine.start(loop(), {"task": script(turns=TURNS, tool="record")})
+                    for _ in range(RUNS)]
+            stop = asyncio.Event()
+            helpers = [asyncio.ensure_future(killer(stop)), asyncio.ensure_future(sweeper(engine, stop))]
+            try:
+                outcomes = await asyncio.wait_for(asyncio.gather(*(r.result() for r in runs)), 150)
+            finally:
+                stop.set()
+                await asyncio.gather(*helpers, return_exceptions=True)
+            return outcomes, [await r.events() for r in runs]
+
+    t0 = time.monotonic()
+    outcomes, logs = arun(main())
+    uncertain = sum(1 for events in logs for e in events if e.data.get("reason") == "uncertain")
+    print(f"\nfault test: {Counter(kills)} kills, {len(redriven)} sweeper re-drives, "
+          f"{uncertain} uncertain tool calls, {time.monotonic() - t0:.1f} s")
+
+    assert len(kills) >= 3, kills  # the workers really were killed mid-flight
+    assert {o.outcome for o in outcomes} == {"success"}, outcomes
+    executions = _executions()
+    for events in logs:
+        types = Counter(e.type for e in events)
+        assert types[T.RUN_COMPLETED] == 1
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert len({e.id for e in events}) == len(events)
+        _each_request_has_one_result(events)
+        # each turn asked once: no lost turn, no duplicated one
+        assert [e.data["tag"] for e in events if e.type == T.LLM_REQUESTED] == \
+            [f"turn-{t}" for t in range(1, TURNS + 1)]
+        for request in (e for e in events if e.type == T.TOOL_REQUESTED):
+            key = derive_id(request.id, "aaa.idempotency")
+            (result,) = [e for e in events if e.causation == request.id and e.type in REQUEST_TYPES[T.TOOL_REQUESTED]]
+            ran = executions.get(key, 0)
+            assert ran <= 1, f"the guarded tool ran {ran} times for one call"
+            if result.type == T.TOOL_COMPLETED:
+                assert ran == 1
+            else:  # a crash between its intent and its result: refused, not re-run
+                assert result.data["reason"] == "uncertain"
+
+
+def _each_request_has_one_result(events) -> None:
+    for request in (e for e in events if e.type in REQUEST_TYPES):
+        results = [e for e in events if e.causation == request.id and e.type in REQUEST_TYPES[request.type]]
+        assert len(results) == 1, (request.type, request.id, results)
+
+
+def _executions() -> dict[str, int]:
+    with connections["postgres"].cursor() as cur:
+        cur.execute(f"SELECT key, count(*) FROM {EXEC_TABLE} GROUP BY key")
+        return dict(cur.fetchall())

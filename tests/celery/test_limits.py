@@ -1,0 +1,98 @@
+"""Limits that must hold across worker processes: shared tool pools, cancellation of a
+tool running in another worker, a deadline when no worker is busy with the run, an
+approval that expires while nobody looks."""
+
+from __future__ import annotations
+
+import time
+
+from aaa_django.runtime import types as T
+
+from .conftest import CELERY_DB, make_engine
+from .site import POOL_SIZE, loop, script
+
+pytestmark = [CELERY_DB]
+
+
+def test_a_tool_pool_holds_across_workers(new_cluster, arun, redis):
+    # Six worker processes could run six calls at once; the pool allows POOL_SIZE.
+    wide = new_cluster(2, suffix="-pool", concurrency=3)
+    task = script(turns=2, tool="pooled", args={"ms": 300, "tag": "pool-a"}, parallel=6)
+
+    async def main():
+        async with make_engine(wide.queues) as engine:
+            run = await engine.start(loop(), {"task": task})
+            return await run.result(timeout=60), await run.events()
+
+    outcome, events = arun(main())
+
+    assert outcome.outcome == "success"
+    assert [e.type for e in events].count(T.TOOL_COMPLETED) == 6
+    assert int(redis.get("aaa-test:pool-a:max")) == POOL_SIZE
+    assert wide.errors() == []
+
+
+def test_cancel_reaches_a_tool_running_in_another_worker(cluster, arun, redis):
+    task = script(turns=2, tool="slow", args={"tag": "slow-a", "seconds": 60})
+
+    async def main():
+        async with make_engine() as engine:
+            run = await engine.start(loop(), {"task": task})
+            end = time.monotonic() + 20
+            while not redis.get("aaa-test:slow-a:started"):
+                assert time.monotonic() < end, "the slow tool never started"
+                await _sleep(0.02)
+            t0 = time.monotonic()
+            await run.cancel("enough")
+            outcome = await run.result(timeout=20)
+            # the tool's worker records the cancelled call after the end
+            while not [e for e in await run.events() if e.type == T.TOOL_FAILED]:
+                assert time.monotonic() - t0 < 10, "the tool call was not cancelled"
+                await _sleep(0.02)
+            return outcome, await run.events(), time.monotonic() - t0
+
+    outcome, events, took = arun(main())
+
+    assert outcome.outcome == "cancelled"
+    (failed,) = [e for e in events if e.type == T.TOOL_FAILED]
+    assert failed.data["reason"] == "cancelled"
+    assert [e.type for e in events].index(T.TOOL_FAILED) > [e.type for e in events].index(T.RUN_COMPLETED)
+    assert redis.get("aaa-test:slow-a:cancelled") == redis.get("aaa-test:slow-a:started")
+    assert took < 5  # a notice, not the 60 s the tool would take
+
+
+def test_a_deadline_fires_when_no_worker_is_busy_with_the_run(cluster, arun):
+    # The run waits for an approval nobody gives: nothing is in flight when it is due.
+    async def main():
+        async with make_engine() as engine:
+            t0 = time.monotonic()
+            run = await engine.start(loop(), {"task": script(turns=2, tool="gated")}, deadline=1.5)
+            outcome = await run.result(timeout=20)
+            return outcome, await run.events(), time.monotonic() - t0
+
+    outcome, events, took = arun(main())
+
+    assert outcome.outcome == "timeout" and "deadline" in outcome.value
+    assert T.APPROVAL_REQUESTED in [e.type for e in events]
+    assert 1.5 <= took < 6
+
+
+def test_an_approval_expires_while_nobody_looks(cluster, arun):
+    async def main():
+        async with make_engine() as engine:
+            run = await engine.start(loop(), {"task": script(turns=2, tool="gated_briefly")})
+            return await run.result(timeout=20), await run.events()
+
+    outcome, events = arun(main())
+
+    types = [e.type for e in events]
+    assert T.APPROVAL_EXPIRED in types
+    (failed,) = [e for e in events if e.type == T.TOOL_FAILED]
+    assert failed.data["reason"] == "expired"
+    assert outcome.outcome == "success"  # the model was told, and answered
+
+
+async def _sleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)

@@ -1,0 +1,25 @@
+"""Settings of the Celery worker processes the tests start: the test settings, with the
+PostgreSQL alias pointing at the pytest process's *test* database (AAA_TEST_WORKER_DB,
+``test_aaa`` or ``test_aaa_gwN``) and the cluster keys of ``AAA`` set."""
+
+import os
+
+from tests.settings import *  # noqa: F401,F403
+from tests.settings import DATABASES
+
+DATABASES["postgres"]["NAME"] = os.environ["AAA_TEST_WORKER_DB"]
+DATABASES["postgres"]["TEST"] = {"NAME": os.environ["AAA_TEST_WORKER_DB"]}
+
+AAA = {
+    "BUS": "celery",
+    "REDIS_URL": os.environ["AAA_TEST_CELERY_BROKER"],
+    "WORKER_SETUP": "tests.celery.site.setup",
+    # Short, so a killed worker's lock and leases free themselves quickly.
+    "RUN_LOCK_TTL": 3,
+    "LEASE_TTL": 4,
+}
+# A test with workers of its own uses queues of its own (AAA_TEST_QUEUE_SUFFIX), so
+# the shared workers never take its messages.
+if os.environ.get("AAA_TEST_QUEUE_SUFFIX"):
+    AAA["CELERY_QUEUES"] = {k: f"aaa.{k}{os.environ['AAA_TEST_QUEUE_SUFFIX']}"
+                            for k in ("algorithms", "llm", "tools")}

@@ -1,0 +1,62 @@
+"""The worker's read cache (aaa_django.tailcache) is an EventStore: outside a delivery
+every read catches up, so it passes the contract over the memory store. Inside a
+delivery it serves synced streams from memory until the bus marks them stale."""
+
+from __future__ import annotations
+
+from aaa_django.events import InMemoryEventStore
+from aaa_django.tailcache import TailCachedStore
+from tests.contracts.eventstore import EventStoreContract, ev, run
+
+
+class TestTailCachedStore(EventStoreContract):
+    def make_store(self, request):
+        return TailCachedStore(InMemoryEventStore())
+
+    def same_log(self, store):
+        return TailCachedStore(store.inner)  # another process's cache on the same log
+
+
+class Counting(InMemoryEventStore):
+    def __init__(self):
+        super().__init__()
+        self.reads = 0
+
+    async def read(self, *args, **kwargs):
+        self.reads += 1
+        return await super().read(*args, **kwargs)
+
+
+def test_in_a_delivery_reads_of_a_synced_stream_make_no_query():
+    inner = Counting()
+    run(inner.append([ev(), ev()]))
+    store = TailCachedStore(inner)
+
+    async def delivery():
+        with store.delivery():
+            first = await store.read("run-1")
+            await inner.append([ev()])  # another worker writes meanwhile
+            again = await store.read("run-1", after=1)
+            mine = await store.append([ev()])  # read-your-writes: the log is extended...
+            assert mine[0].seq == 4
+            store.stale("run-1")  # ...but the lock was taken: catch up
+            caught_up = await store.read("run-1")
+            return first, again, caught_up
+
+    reads_before = inner.reads
+    first, again, caught_up = run(delivery())
+
+    assert len(first) == 2 and len(again) == 1  # served from memory, missing the other write
+    assert [e.seq for e in caught_up] == [1, 2, 3, 4]
+    assert inner.reads - reads_before == 2  # the first sync and the catch-up
+
+
+def test_an_erased_and_rewritten_stream_is_read_again():
+    inner = InMemoryEventStore()
+    store = TailCachedStore(inner)
+    run(store.append([ev(data={"v": "old"}), ev()]))
+    run(store.read("run-1"))
+    run(inner.erase("run-1"))
+    run(inner.append([ev(data={"v": "new"})]))
+
+    assert [e.data for e in run(store.read("run-1"))] == [{"v": "new"}]
