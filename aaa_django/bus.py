@@ -316,12 +316,10 @@ def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str) ->
 
 
 def _site_store(using: str) -> Any:
-    """The store the site's engines use (the run index's, when the app has one)."""
-    try:
-        from .runindex import IndexedEventStore
-    except ImportError:  # pragma: no cover
-        from .store import DjangoEventStore as IndexedEventStore
-    return IndexedEventStore(using)
+    """The store the site's engines use (it keeps the run index in step)."""
+    from .store import DjangoEventStore
+
+    return DjangoEventStore(using)
 
 
 @shared_task(name=SWEEP, ignore_result=True)

@@ -39,3 +39,43 @@ def build_engine(*, using: str = "default", **overrides: Any):
         options["bus"] = DistributedBus()
     options.update(overrides)
     return Engine(**options)
+
+
+class NoModelClient:
+    """The LLM client of a site that configured none: every request fails, clearly."""
+
+    async def complete(self, request: Any) -> Any:
+        raise RuntimeError(
+            "no model client is configured for this process: set AAA['LLM'] (a provider) "
+            "or AAA['LLM_CLIENT'] (the dotted path of a factory returning an LLM client)"
+        )
+
+
+def attach_site_handlers(engine: Any) -> Any:
+    """Attach the handlers the settings name: the web process's host and every Celery
+    worker wire their engines the same way.
+
+    - model: ``AAA["LLM_CLIENT"]`` (a factory), else ``AAA["LLM"]`` (a provider),
+      else, unless ``WORKER_SETUP`` attaches one, a client that fails clearly;
+    - tools: ``AAA["TOOLS"]`` (dotted paths of @tool functions);
+    - ``AAA["WORKER_SETUP"]``: ``setup(engine)`` for anything else.
+    """
+    from django.utils.module_loading import import_string
+
+    from .llm import LLMHandler
+    from .llm_settings import client_from_settings
+    from .tools import ToolHandler, ToolRegistry
+
+    conf = aaa_settings()
+    setup = conf.get("WORKER_SETUP")
+    if conf.get("LLM_CLIENT"):
+        LLMHandler(import_string(conf["LLM_CLIENT"])()).attach(engine)
+    elif (client := client_from_settings()) is not None:
+        LLMHandler(client).attach(engine)
+    elif not setup:
+        LLMHandler(NoModelClient()).attach(engine)
+    if conf.get("TOOLS"):
+        ToolHandler(ToolRegistry(import_string(p) for p in conf["TOOLS"])).attach(engine)
+    if setup:
+        import_string(setup)(engine)
+    return engine

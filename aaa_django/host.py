@@ -23,9 +23,8 @@ import logging
 import threading
 from typing import Any, Awaitable, Callable, TypeVar
 
-from django.utils.module_loading import import_string
 
-from .conf import aaa_settings
+from .engines import NoModelClient  # noqa: F401  (re-exported: its first home)
 
 log = logging.getLogger("aaa_django.host")
 
@@ -37,16 +36,6 @@ DEFAULT_TIMEOUT = 30.0
 
 class EngineUnavailable(RuntimeError):
     """The host's engine did not answer in time, or is shut down."""
-
-
-class NoModelClient:
-    """The LLM client of a site that configured none: every request fails, clearly."""
-
-    async def complete(self, request: Any) -> Any:
-        raise RuntimeError(
-            "no model client is configured for this process: set AAA['LLM_CLIENT'] to "
-            "the dotted path of a factory returning an LLM client"
-        )
 
 
 class EngineHost:
@@ -122,24 +111,9 @@ class EngineHost:
 
     def build(self) -> Any:
         """The engine and its handlers, from the settings."""
-        from .engines import build_engine
-        from .llm import LLMHandler
-        from .llm_settings import client_from_settings
-        from .tools import ToolHandler, ToolRegistry
+        from .engines import attach_site_handlers, build_engine
 
-        conf = aaa_settings()
-        engine = build_engine(using=self.using)
-        worker_setup = conf.get("WORKER_SETUP")
-        if conf["LLM_CLIENT"]:
-            LLMHandler(import_string(conf["LLM_CLIENT"])()).attach(engine)
-        elif (client := client_from_settings()) is not None:
-            LLMHandler(client).attach(engine)
-        elif not worker_setup:
-            LLMHandler(NoModelClient()).attach(engine)
-        if conf["TOOLS"]:
-            ToolHandler(ToolRegistry(import_string(p) for p in conf["TOOLS"])).attach(engine)
-        if worker_setup:
-            import_string(worker_setup)(engine)
+        engine = attach_site_handlers(build_engine(using=self.using))
         if self._setup is not None:
             self._setup(engine)
         return engine

@@ -43,11 +43,6 @@ PAGE = 1000
 _RETRIES = 5
 
 
-#: The Django store indexes runs itself (in ``_append_once``); kept as a name for
-#: callers written before it did.
-IndexedEventStore = DjangoEventStore
-
-
 def index_events(using: str, events: Sequence[Event]) -> None:
     """Fold stored ``events`` (with their seq) into their runs' rows; idempotent."""
     for stream, group in groupby(sorted(events, key=lambda e: (e.stream, e.seq or 0)),

@@ -19,7 +19,6 @@ import time
 from typing import Any, Sequence
 
 from .bus import DELIVER, DistributedBus, _published, celery_app, coordinator, open_store, queue_for
-from .conf import aaa_settings
 from .events import ConcurrencyError, Event
 from .runtime import types as T
 
@@ -70,7 +69,7 @@ def build_worker_engine(spec: Sequence[Any]) -> Any:
     ``EngineHost`` attaches them: ``AAA["LLM_CLIENT"]``, ``AAA["TOOLS"]``,
     ``AAA["WORKER_SETUP"]``) and their tool pools shared by the whole cluster."""
     from . import algos  # noqa: F401  (registers the built-in algorithms)
-    from .engines import build_engine
+    from .engines import attach_site_handlers, build_engine
     from .tailcache import TailCachedStore
 
     using = spec[1] if spec[0] == "django" else "default"
@@ -79,27 +78,6 @@ def build_worker_engine(spec: Sequence[Any]) -> Any:
     attach_site_handlers(engine)
     share_pools(engine)
     return engine
-
-
-def attach_site_handlers(engine: Any) -> None:
-    """The handlers the settings name, attached to ``engine``."""
-    from django.utils.module_loading import import_string
-
-    from .llm import LLMHandler
-    from .tools import ToolHandler, ToolRegistry
-
-    conf = aaa_settings()
-    setup = conf.get("WORKER_SETUP")
-    if conf.get("LLM_CLIENT"):
-        LLMHandler(import_string(conf["LLM_CLIENT"])()).attach(engine)
-    elif not setup:
-        from .host import NoModelClient
-
-        LLMHandler(NoModelClient()).attach(engine)
-    if conf.get("TOOLS"):
-        ToolHandler(ToolRegistry(import_string(p) for p in conf["TOOLS"])).attach(engine)
-    if setup:
-        import_string(setup)(engine)
 
 
 def shared_pool(name: str, size: int) -> Any:
@@ -113,9 +91,8 @@ def share_pools(engine: Any) -> int:
     to the handlers ``WORKER_SETUP`` attached); returns how many handlers changed."""
     from .tools.handler import ToolHandler
 
-    # The engine has no public list of its subscribers: find the ToolHandlers through
-    # their bound ``on_request`` methods.
-    subscribed = getattr(engine, "_handlers", {}).get(T.TOOL_REQUESTED, [])
+    # ToolHandlers subscribe with bound methods: find them through ``__self__``.
+    subscribed = engine.subscribers(T.TOOL_REQUESTED)
     handlers = {id(h.__self__): h.__self__ for h in subscribed
                 if isinstance(getattr(h, "__self__", None), ToolHandler)}
     coord = engine.bus._coordinator()

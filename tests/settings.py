@@ -81,6 +81,8 @@ if os.environ.get("AAA_TEST_PG_PORT"):
         "USER": "postgres",
         "PASSWORD": "",
         "NAME": "aaa",
+        # Created on its own: a run of PostgreSQL tests alone must not need "default".
+        "TEST": {"DEPENDENCIES": []},
     }
 
 STORAGES = {

@@ -81,3 +81,14 @@ def test_good_cluster_settings_pass():
             "LEASE_TTL": 12.5, "STALL_AFTER": 120, "WORKER_SETUP": "tests.celery.site.setup"}
     with override_settings(AAA=good):
         assert check_cluster_settings() == []
+
+
+def test_the_setting_chooses_the_bus():
+    from aaa_django.bus import DistributedBus
+    from aaa_django.engines import build_engine
+    from aaa_django.runtime import InProcessBus
+
+    with override_settings(AAA={"BUS": "celery"}):
+        assert isinstance(build_engine().bus, DistributedBus)
+    with override_settings(AAA={"BUS": "inprocess"}):
+        assert isinstance(build_engine().bus, InProcessBus)

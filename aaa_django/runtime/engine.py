@@ -141,6 +141,10 @@ class Engine:
         """Call ``await handler(event)`` for every event of ``type`` (hydrated)."""
         self._handlers[type].append(handler)
 
+    def subscribers(self, type: str) -> list[Handler]:
+        """The handlers subscribed to ``type``, in subscription order."""
+        return list(self._handlers.get(type, ()))
+
     # -- starting and stopping runs -----------------------------------------------------
 
     def describe(self, algorithm: Any) -> tuple[str, dict[str, Any]]:

@@ -109,9 +109,9 @@ def test_reindex_command_rebuilds_and_drops_erased_runs(alice):
 
 
 @pytest.mark.django_db(databases="__all__", transaction=True)
-def test_the_indexed_store_indexes_in_the_append_transaction(db_alias, django_user_model):
+def test_the_store_indexes_runs_in_the_append_transaction(db_alias, django_user_model):
     owner = django_user_model.objects.db_manager(db_alias).create_user("erin")
-    store = runindex.IndexedEventStore(db_alias)
+    store = DjangoEventStore(db_alias)
     events = log_of("run-f", str(owner.pk))
     store.append_sync(events[:2])
     rows = RunRecord.objects.using(db_alias)
@@ -126,7 +126,7 @@ def test_the_indexed_store_indexes_in_the_append_transaction(db_alias, django_us
 
 
 def test_a_log_the_index_cannot_fold_never_fails_the_append(db):
-    store = runindex.IndexedEventStore("default")
+    store = DjangoEventStore("default")
     odd = Event(id="odd-start", stream="run-odd", type=T.RUN_STARTED, data={"budget": "lots"})
     assert store.append_sync([odd])[0].seq == 1
     assert not RunRecord.objects.filter(pk="run-odd").exists()

@@ -66,10 +66,13 @@ class Command(BaseCommand):
         from aaa_django.algos import ToolLoop
         from aaa_django.engines import build_engine
         from aaa_django.llm import FakeLLMClient, LLMHandler
+        from aaa_django.runtime import InProcessBus
         from aaa_django.tools import ToolHandler, ToolRegistry, tool
 
         registry = ToolRegistry([tool(_lookup_population, name="lookup_population")])
-        async with build_engine() as engine:
+        # The in-process bus whatever AAA["BUS"] says: this command's own handlers
+        # (the scripted model, the demo tool) must be the ones that answer.
+        async with build_engine(bus=InProcessBus()) as engine:
             LLMHandler(client or FakeLLMClient(_scripted_model)).attach(engine)
             ToolHandler(registry).attach(engine)
             run = await engine.start(ToolLoop(registry), {"task": task})
