@@ -97,6 +97,11 @@ def _index_stream(using: str, stream: str, events: list[Event]) -> None:
     rows = RunRecord.objects.using(using)
     for _ in range(_RETRIES):
         row = rows.filter(pk=stream).first()
+        if row is None and events and not (events[0].seq == 1 and events[0].type == T.RUN_STARTED):
+            # Not a run, or a run whose start was never indexed: in the append path
+            # (events given) that is never worth a read of the log on every append
+            # (quadratic on a long stream); refresh() and aaa_reindex catch up.
+            return
         last = row.last_seq if row is not None else 0
         new = [e for e in events if (e.seq or 0) > last]
         if events and not new:
