@@ -31,6 +31,14 @@ _HEAD = "SELECT seq FROM aaa_event WHERE stream = %s ORDER BY seq DESC LIMIT 1"
 _HEAD_AND_KNOWN_PG = (
     f"SELECT COALESCE(({_HEAD}), 0), ARRAY(SELECT id FROM aaa_event WHERE id = ANY(%s))"
 )
+_SNAPSHOT_UPDATE = (
+    "UPDATE aaa_snapshot SET seq = %s, event_id = %s, state = %s, saved_at = %s "
+    "WHERE stream = %s AND name = %s AND version = %s AND seq < %s"
+)
+_SNAPSHOT_INSERT = (
+    "INSERT INTO aaa_snapshot (stream, name, version, seq, event_id, state, saved_at) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (stream, name, version) DO NOTHING"
+)
 # SQLite caps the variables of one statement; ids are checked in chunks of this many.
 _SQLITE_CHUNK = 500
 # Appenders that lose a race (SQLite's single writer, or a concurrent insert of the same
@@ -195,31 +203,25 @@ class DjangoEventStore:
     def save_snapshot_sync(self, snapshot: Snapshot) -> bool:
         """Store ``snapshot`` unless one at the same or a later seq is stored already.
 
-        One conditional UPDATE, then an INSERT if there was no row: two savers racing
-        cannot move the seq backwards (the WHERE clause, and the database trigger,
-        refuse it), and a lost INSERT race is retried as the UPDATE.
+        A conditional UPDATE (only an older row is replaced), else an INSERT that yields
+        to a row someone else inserted meanwhile; then the UPDATE again, which now tells
+        whether that row is older. Racing savers cannot move the seq backwards (the
+        WHERE clause, and the database trigger, refuse it). First save: 2 statements;
+        a newer save: 1.
         """
-        records = SnapshotRecord.objects.using(self.using)
-        key = dict(stream=snapshot.stream, name=snapshot.name, version=snapshot.version)
-        values = dict(
-            seq=snapshot.seq, event_id=snapshot.event_id, state=snapshot.state, saved_at=now()
-        )
-        for _ in range(_RETRIES):
-            try:
-                with transaction.atomic(using=self.using):
-                    if records.filter(**key, seq__lt=snapshot.seq).update(**values):
-                        return True
-                    if records.filter(**key, seq__gte=snapshot.seq).exists():
-                        return False
-                    if records.filter(**key).exists():
-                        # An older snapshot was committed since our UPDATE looked: try
-                        # the UPDATE again rather than give up on a newer state.
-                        continue
-                    records.create(**key, **values)
+        conn = connections[self.using]
+        key = [snapshot.stream, snapshot.name, snapshot.version]
+        values = [snapshot.seq, snapshot.event_id, snapshot.state,
+                  conn.ops.adapt_datetimefield_value(now())]
+        with transaction.atomic(using=self.using), conn.cursor() as cur:
+            for _ in range(2):
+                cur.execute(_SNAPSHOT_UPDATE, [*values, *key, snapshot.seq])
+                if cur.rowcount:
                     return True
-            except (IntegrityError, OperationalError):
-                time.sleep(0.001)  # lost an INSERT race: the next try is the UPDATE
-        return False
+                cur.execute(_SNAPSHOT_INSERT, [*key, *values])
+                if cur.rowcount:
+                    return True
+        return False  # a row at the same or a later seq is there
 
 
 def _head_and_known(cur, pg: bool, stream: str, ids: list[str]) -> tuple[int, set[str]]:
