@@ -22,13 +22,18 @@ params go into the request body as given.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterable, Mapping
 
 from .messages import LLMRequest, Message, ToolCall, Usage
 from .pricing import Pricing
-from .provider import ProviderClient, error_text, malformed, token_count, tool_arguments
-from .retry import Backoff, Failure, reason_for_status, retry_after
+from .provider import (
+    ProviderClient,
+    classify_sdk_error,
+    malformed,
+    token_count,
+    tool_arguments,
+)
+from .retry import Backoff, Failure
 
 #: ``stop_reason`` -> the finish reasons the OpenAI-compatible client reports
 FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
@@ -114,25 +119,7 @@ class AnthropicClient(ProviderClient):
         return from_anthropic_message(raw.model_dump())
 
     def classify(self, exc: BaseException) -> Failure | None:
-        anthropic = self._anthropic
-        if isinstance(exc, anthropic.APITimeoutError):
-            return Failure("timeout", f"no complete answer within {self.timeout}s")
-        if isinstance(exc, anthropic.APIConnectionError):
-            cause = exc.__cause__
-            return Failure("connection", f"Connection error. ({type(cause).__name__}: {cause})" if cause
-                           else "Connection error.")
-        if isinstance(exc, anthropic.APIResponseValidationError):
-            return Failure("malformed_response", f"the reply does not match the API: {exc.message}",
-                           status=getattr(exc, "status_code", None))
-        if isinstance(exc, anthropic.APIStatusError):
-            status = exc.status_code
-            return Failure(reason_for_status(status), error_text(exc.body, f"HTTP {status}"),
-                           status=status, retry_after=retry_after(exc.response.headers))
-        if isinstance(exc, json.JSONDecodeError):
-            return Failure("malformed_response", f"the reply is not valid JSON: {exc}")
-        if isinstance(exc, anthropic.AnthropicError):
-            return Failure("client_error", str(exc))
-        return None
+        return classify_sdk_error(self._anthropic, self._anthropic.AnthropicError, exc, self.timeout)
 
 
 # -- the mapping, both ways (pure) ------------------------------------------------------

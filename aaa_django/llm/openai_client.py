@@ -30,12 +30,12 @@ from .messages import LLMRequest, Message, ToolCall, Usage
 from .pricing import Pricing
 from .provider import (
     ProviderClient,
-    error_text,
+    classify_sdk_error,
     malformed,
     token_count,
     tool_arguments,
 )
-from .retry import Backoff, Failure, reason_for_status, retry_after
+from .retry import Backoff, Failure
 
 #: sent as the key to servers that need none (Ollama, llama.cpp), so the SDK does
 #: not go looking for OPENAI_API_KEY
@@ -107,24 +107,7 @@ class OpenAICompatibleClient(ProviderClient):
         return from_openai_completion(raw.model_dump())
 
     def classify(self, exc: BaseException) -> Failure | None:
-        openai = self._openai
-        if isinstance(exc, openai.APITimeoutError):
-            return Failure("timeout", f"no complete answer within {self.timeout}s")
-        if isinstance(exc, openai.APIConnectionError):
-            cause = exc.__cause__
-            return Failure("connection", f"{exc.message} ({type(cause).__name__}: {cause})" if cause else exc.message)
-        if isinstance(exc, openai.APIResponseValidationError):
-            return Failure("malformed_response", f"the reply does not match the API: {exc.message}",
-                           status=exc.status_code)
-        if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            return Failure(reason_for_status(status), error_text(exc.body, f"HTTP {status}"),
-                           status=status, retry_after=retry_after(exc.response.headers))
-        if isinstance(exc, json.JSONDecodeError):
-            return Failure("malformed_response", f"the reply is not valid JSON: {exc}")
-        if isinstance(exc, openai.OpenAIError):
-            return Failure("client_error", str(exc))
-        return None
+        return classify_sdk_error(self._openai, self._openai.OpenAIError, exc, self.timeout)
 
 
 # -- the mapping, both ways (pure) ------------------------------------------------------

@@ -27,7 +27,14 @@ from pydantic import Field
 
 from .messages import LLMRequest, LLMResponse, Message, Usage
 from .pricing import Pricing, as_pricing
-from .retry import AttemptFailed, Backoff, Failure, call_with_retries
+from .retry import (
+    AttemptFailed,
+    Backoff,
+    Failure,
+    call_with_retries,
+    reason_for_status,
+    retry_after,
+)
 
 log = logging.getLogger("aaa_django.llm")
 
@@ -237,6 +244,29 @@ def _url_password(url: str | None) -> str | None:
         return urlsplit(url).password
     except ValueError:
         return None
+
+
+def classify_sdk_error(sdk: Any, base: type, exc: BaseException, timeout: Any) -> Failure | None:
+    """One failure classification for the providers' SDKs: OpenAI's and Anthropic's are
+    generated alike (``APITimeoutError``, ``APIConnectionError``, ``APIStatusError``...),
+    so ``sdk`` is the SDK module and ``base`` its root error class."""
+    if isinstance(exc, sdk.APITimeoutError):
+        return Failure("timeout", f"no complete answer within {timeout}s")
+    if isinstance(exc, sdk.APIConnectionError):
+        cause, message = exc.__cause__, getattr(exc, "message", None) or "Connection error."
+        return Failure("connection", f"{message} ({type(cause).__name__}: {cause})" if cause else message)
+    if isinstance(exc, sdk.APIResponseValidationError):
+        return Failure("malformed_response", f"the reply does not match the API: {exc.message}",
+                       status=getattr(exc, "status_code", None))
+    if isinstance(exc, sdk.APIStatusError):
+        status = exc.status_code
+        return Failure(reason_for_status(status), error_text(exc.body, f"HTTP {status}"),
+                       status=status, retry_after=retry_after(exc.response.headers))
+    if isinstance(exc, json.JSONDecodeError):
+        return Failure("malformed_response", f"the reply is not valid JSON: {exc}")
+    if isinstance(exc, base):
+        return Failure("client_error", str(exc))
+    return None
 
 
 def error_text(body: Any, default: str) -> str:
