@@ -21,6 +21,11 @@ _BUILT_IN = (
     "aaa_django.runtime.meta.RUNMETA",
     "aaa_django.algos.loops.LOOP",
     "aaa_django.llm.conversation.CONVERSATION",
+    "aaa_django.algos.refine.REFINE",
+    "aaa_django.algos.plan.PLAN",
+    "aaa_django.algos.control.WF",
+    "aaa_django.algos.control.FSM_STATE",
+    "aaa_django.algos.ensemble.SAMPLES",
 )
 
 _registered: dict[str, Projection] = {}
@@ -49,6 +54,22 @@ def all_projections() -> dict[str, Projection]:
     with _lock:
         found.update(_registered)
     return found
+
+
+def site_names() -> set[str]:
+    """Names of the projections the site added (``AAA["PROJECTIONS"]`` and
+    :func:`register`), as opposed to the library's built-ins."""
+    names: set[str] = set()
+    for path in aaa_settings()["PROJECTIONS"]:
+        try:
+            p = import_string(path)
+        except ImportError:
+            continue
+        if isinstance(p, Projection) and p.name:
+            names.add(p.name)
+    with _lock:
+        names.update(_registered)
+    return names
 
 
 def get(name: str) -> Projection | None:

@@ -1,7 +1,7 @@
 """The run actions of the admin: cancel, approve/deny, re-drive, erase, start.
 
 Each is a POST (erase and start also have a page) that checks the user's permission
-(403 without it, see :mod:`.access`) and then makes one call on the engine through
+(403 without it, see :mod:`aaa_django.access`) and then makes one call on the engine through
 :mod:`.engine`: nothing here writes to the log itself.
 """
 
@@ -20,19 +20,16 @@ from django.views.decorators.http import require_POST
 from aaa_django import runindex
 from aaa_django.models import EventRecord, RunRecord
 
-from . import access, engine
+from . import engine
 from .forms import ApprovalForm, ReasonForm, StartRunForm
 
 
 class RunActions:
     """Views mixed into :class:`~aaa_django.admin.runs.RunAdmin` (which provides
-    ``get_run``, ``_url``, ``_context`` and ``_using``)."""
+    ``get_run``, ``has_add_permission``, ``_url``, ``_context`` and ``_using``)."""
 
     def _acting(self, request: HttpRequest, object_id: str, action: str) -> RunRecord:
-        run = self.get_run(request, object_id)
-        if not access.may_act(request.user, run, action):
-            raise PermissionDenied
-        return run
+        return self.get_run(request, object_id, action)
 
     def _done(self, request: HttpRequest, run: RunRecord, ok: bool, yes: str, no: str) -> HttpResponse:
         if ok:
@@ -118,7 +115,7 @@ class RunActions:
     # -- starting a run ------------------------------------------------------------------
 
     def add_view(self, request: HttpRequest, form_url: str = "", extra_context: Any = None) -> HttpResponse:
-        if not access.may_start(request.user):
+        if not self.has_add_permission(request):
             raise PermissionDenied
         form = StartRunForm(request.POST or None)
         if request.method == "POST" and form.is_valid():

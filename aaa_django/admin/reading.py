@@ -142,18 +142,27 @@ def ordered_projections() -> list[tuple[str, Projection]]:
 
 
 def fold_all(run_id: str, *, at: int | None = None, using: str = "default",
-             events: int = 0, eager: bool = False) -> list[Folded]:
-    """Every registered projection over the run (now, or as of event ``at``).
+             events: int = 0, eager: bool = False, algorithm: str | None = None) -> list[Folded]:
+    """The registered projections over the run (now, or as of event ``at``).
 
-    A projection that cannot be folded (a tampered blob in its way, a fold that
-    raises) is reported on its own line; the others are still shown. Unless
-    ``eager``, a projection that keeps no snapshots is not folded over a run of more
-    than ``EAGER_REPLAY_LIMIT`` events (``events``): it is marked ``deferred``.
+    Folded: RUNMETA, the conversation, the projections the run's ``algorithm``
+    declares, and the site's own (``AAA["PROJECTIONS"]``). The other built-ins are
+    listed unfolded (``deferred``), one click away, so a page costs queries for what
+    the run uses, not for every algorithm the library ships. A projection that cannot
+    be folded (a tampered blob in its way, a fold that raises) is reported on its own
+    line; the others are still shown. Unless ``eager``, a projection that keeps no
+    snapshots is not folded over a run of more than ``EAGER_REPLAY_LIMIT`` events.
     """
     reader = HydratingReader(DjangoEventStore(using), blob_store())
+    used = projections_in_use(algorithm)
     out = []
     for name, p in ordered_projections():
         span = events if at is None else at
+        if not eager and name not in used:
+            f = Folded(name=name, short=name.rsplit(".", 1)[-1])
+            f.deferred = "not folded: this run's algorithm does not use it"
+            out.append(f)
+            continue
         if not eager and not p.snapshots and span > EAGER_REPLAY_LIMIT:
             f = Folded(name=name, short=name.rsplit(".", 1)[-1])
             f.deferred = (f"not folded yet: this projection keeps no snapshots, so folding it "
@@ -161,7 +170,27 @@ def fold_all(run_id: str, *, at: int | None = None, using: str = "default",
             out.append(f)
             continue
         out.append(fold_one(name, p, reader, run_id, at=at))
-    return out
+    # RUNMETA, then the algorithm's own projections, the other folded ones, the rest.
+    own = _own_projections(algorithm)
+    return sorted(out, key=lambda f: (f.name != RUNMETA.name, f.name not in own,
+                                      f.deferred is not None))
+
+
+def _own_projections(algorithm: str | None) -> set[str]:
+    from aaa_django.runtime import registry as algorithms
+
+    if algorithm and algorithms.known(algorithm):
+        return {p.name for p in getattr(algorithms.get(algorithm), "projections", ())}
+    return set()
+
+
+def projections_in_use(algorithm: str | None) -> set[str]:
+    """Names of the projections worth folding for a run of ``algorithm``: RUNMETA,
+    the conversation, the algorithm's own, and the site's."""
+    from aaa_django.llm.conversation import CONVERSATION
+
+    return {RUNMETA.name, CONVERSATION.name, *registry.site_names(),
+            *_own_projections(algorithm)}
 
 
 def runmeta(run_id: str, *, using: str = "default") -> Folded:

@@ -15,9 +15,10 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from aaa_django import access
 from aaa_django.models import RunRecord
 
-from . import access, timeline
+from . import timeline
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -37,9 +38,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest):
         qs = super().get_queryset(request)
-        if access.sees_every_run(request.user):
+        if access.sees_all(request.user):
             return qs
-        own = RunRecord.objects.filter(owner=request.user).values("run_id")
+        own = access.visible(request.user, RunRecord.objects.all()).values("run_id")
         return qs.filter(stream__in=own)
 
 

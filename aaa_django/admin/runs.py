@@ -29,14 +29,14 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from aaa_django import runindex
+from aaa_django import access, runindex
 from aaa_django.data import is_claimed
 from aaa_django.data.errors import BlobError
 from aaa_django.events import Event
 from aaa_django.models import EventRecord, RunRecord
 from aaa_django.runtime import RUNMETA
 
-from . import access, reading, timeline
+from . import reading, timeline
 from .actions import RunActions
 
 #: blobs listed (and verified) per page of the run page
@@ -65,6 +65,19 @@ def format_duration(d: timedelta | None) -> str:
     m, s = divmod(int(s), 60)
     h, m = divmod(m, 60)
     return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
+
+
+VIEW = "aaa.view_runrecord"
+START = "aaa.add_runrecord"
+
+
+def may_use_runs(user: Any) -> bool:
+    """Whether the admin offers the Runs pages to this user at all (which runs they
+    see there and what they may do to them is :mod:`aaa_django.access`)."""
+    if not (user.is_active and user.is_staff):
+        return False
+    perms = (VIEW, START, access.VIEW_ALL, *access.ACTIONS.values())
+    return any(user.has_perm(p) for p in perms)
 
 
 def status_label(run: RunRecord) -> str:
@@ -142,15 +155,16 @@ class RunAdmin(RunActions, admin.ModelAdmin):
         return access.visible(request.user, super().get_queryset(request))
 
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return access.may_use_runs(request.user)
+        return may_use_runs(request.user)
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         if obj is None:
-            return access.may_use_runs(request.user)
-        return access.may_view(request.user, obj)
+            return may_use_runs(request.user)
+        return may_use_runs(request.user) and access.may_see(request.user, obj.owner_id)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return access.may_start(request.user)
+        user = request.user
+        return bool(user.is_active and user.is_staff and user.has_perm(START))
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # a run changes only through the engine (the actions below)
@@ -185,14 +199,18 @@ class RunAdmin(RunActions, admin.ModelAdmin):
 
     # -- reading a run -----------------------------------------------------------------
 
-    def get_run(self, request: HttpRequest, object_id: str) -> RunRecord:
-        """The run, its index row caught up with its log; 404 if unseen or unknown."""
-        if not access.may_use_runs(request.user):
+    def get_run(self, request: HttpRequest, object_id: str, action: str | None = None) -> RunRecord:
+        """The run, its index row caught up with its log, if the user may see it (or
+        do ``action`` to it): else 404 (unseen or unknown) or 403 (seen, not allowed)."""
+        if not may_use_runs(request.user):
             raise PermissionDenied
-        run_id = unquote(object_id)
-        run = runindex.refresh(self._using(), run_id)
-        if run is None or not access.may_view(request.user, run):
+        run = runindex.refresh(self._using(), unquote(object_id))
+        verdict = (access.Verdict.NOT_FOUND if run is None
+                   else access.check(request.user, run.owner_id, action))
+        if verdict is access.Verdict.NOT_FOUND:
             raise Http404("no such run")
+        if verdict is access.Verdict.FORBIDDEN:
+            raise PermissionDenied
         return run
 
     def _using(self) -> str:
@@ -208,7 +226,7 @@ class RunAdmin(RunActions, admin.ModelAdmin):
             "run_url": self._url("change", run.run_id),
             # the run's own URLs are below this one: live/, events/N/, cancel/, ...
             "run_base": self._url("live", run.run_id)[: -len("live/")],
-            "can": access.allowed_actions(request.user, run),
+            "can": access.allowed_actions(request.user, run.owner_id),
         }
         ctx.update(extra)
         return ctx
@@ -224,7 +242,8 @@ class RunAdmin(RunActions, admin.ModelAdmin):
         if at is not None:
             at = min(max(at, 0), run.last_seq)
         eager = request.GET.get("fold") == "all"
-        folded = reading.fold_all(run.run_id, at=at, using=using, events=run.last_seq, eager=eager)
+        folded = reading.fold_all(run.run_id, at=at, using=using, events=run.last_seq,
+                                  eager=eager, algorithm=run.algorithm)
         # The summary needs RUNMETA now; fold it apart when the page travels in time.
         meta = next((f.raw for f in folded if f.name == RUNMETA.name), None)
         if at is not None:

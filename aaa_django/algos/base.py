@@ -37,6 +37,8 @@ class Algorithm:
     name: ClassVar[str]
     Input: ClassVar[type[BaseModel] | None] = None
     Config: ClassVar[type[BaseModel]] = NoConfig
+    #: the projections ``step`` decides from (the admin and API show these first)
+    projections: ClassVar[tuple[Any, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

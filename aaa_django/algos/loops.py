@@ -125,6 +125,8 @@ class ToolLoop(Algorithm):
     calls are used up (``no_solution``). A failed model call ends the run ``failed``;
     a failed tool call is shown to the model, which decides."""
 
+    projections = (LOOP,)
+
     name = "aaa.algos.ToolLoop"
     Input = TaskInput
     Config = LoopConfig

@@ -10,11 +10,8 @@ An API key is looked up by its SHA-256 (only the hash is stored); a revoked or
 expired key, or one of an inactive user, authenticates nobody. The result is a
 :class:`Principal` on ``request.auth``.
 
-Runs: a caller sees and acts on its own runs; another owner's run needs
-``aaa.view_all_runs`` to be seen (else 404, so ids do not leak) and the action's
-permission (``aaa.cancel_run``, ``aaa.approve_run``, ``aaa.erase_run``) to be acted
-on (else 403). Holding an action's permission also lets a caller see the run it
-acts on.
+Who may see and act on which run is :mod:`aaa_django.access` (the same rule as the
+admin); :func:`aaa_django.api.runs.load` turns its verdict into a 404 or a 403.
 """
 
 from __future__ import annotations
@@ -39,9 +36,6 @@ MAX_KEY_LENGTH = 200
 #: last_used_at is written at most this often per key
 TOUCH_EVERY = timedelta(minutes=1)
 
-VIEW_ALL = "aaa.view_all_runs"
-ACTIONS = {"cancel": "aaa.cancel_run", "approve": "aaa.approve_run", "erase": "aaa.erase_run"}
-
 
 @dataclass(frozen=True)
 class Principal:
@@ -63,9 +57,6 @@ class Principal:
         """Who did it, as recorded in ``by`` of a cancel or an approval decision."""
         who = f"{self.user.get_username()} (user {self.user.pk}"
         return who + (f", key {self.key.prefix})" if self.key else ", session)")
-
-    def has_perm(self, perm: str) -> bool:
-        return bool(self.user.has_perm(perm))
 
 
 def authenticate(request: HttpRequest) -> Principal:
@@ -175,18 +166,3 @@ def throttle(request: HttpRequest, rate: str | None) -> None:
     headers = {"Retry-After": str(max(1, int(wait + 0.999)))} if wait is not None else {}
     raise ApiError(429, ["header", "Authorization"],
                    f"rate limit exceeded: at most {rate} per user", "throttled", headers=headers)
-
-
-# -- permissions on runs ---------------------------------------------------------------
-
-
-def may_view(p: Principal, owner_id: Any, action: str | None = None) -> bool:
-    if owner_id is not None and owner_id == p.user.pk:
-        return True
-    if p.has_perm(VIEW_ALL):
-        return True
-    return action is not None and p.has_perm(ACTIONS[action])
-
-
-def may_act(p: Principal, owner_id: Any, action: str) -> bool:
-    return (owner_id is not None and owner_id == p.user.pk) or p.has_perm(ACTIONS[action])

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 from django.db import DatabaseError
 from django.http import HttpRequest
 
-from aaa_django import runindex
+from aaa_django import access, runindex
 from aaa_django.conf import aaa_settings
 from aaa_django.data import hydrate, is_claimed
 from aaa_django.events import Event
@@ -59,25 +59,23 @@ def hydrated(event: Event, blobs: Any = ...) -> Event:
 
 def visible(p: auth.Principal):
     """The runs ``p`` may list."""
-    rows = RunRecord.objects.using(USING).select_related("owner")
-    if p.has_perm(auth.VIEW_ALL):
-        return rows
-    return rows.filter(owner_id=p.user.pk)
+    return access.visible(p.user, RunRecord.objects.using(USING).select_related("owner"))
 
 
 def load(p: auth.Principal, run_id: str, action: str | None = None) -> RunRecord:
-    """The run's index row, caught up with its log, if ``p`` may see it (else 404)
-    and do ``action`` on it (else 403)."""
+    """The run's index row, caught up with its log, if ``p`` may see it, or do
+    ``action`` to it (:func:`aaa_django.access.check`): else 404 (not seen) or 403."""
     try:
         row = runindex.refresh(USING, run_id)
     except DatabaseError:  # the index is a cache: a busy database still lets us read
         log.warning("refreshing the index of %s failed", run_id, exc_info=True)
         row = RunRecord.objects.using(USING).filter(pk=run_id).first()
-    if row is None or not auth.may_view(p, row.owner_id, action):
+    verdict = access.Verdict.NOT_FOUND if row is None else access.check(p.user, row.owner_id, action)
+    if verdict is access.Verdict.NOT_FOUND:
         raise not_found(["path", "run_id"], "run")
-    if action is not None and not auth.may_act(p, row.owner_id, action):
+    if verdict is access.Verdict.FORBIDDEN:
         raise ApiError(403, ["path", "run_id"],
-                       f"you may not {action} this run (permission {auth.ACTIONS[action]})",
+                       f"you may not {action} this run (permission {access.ACTIONS[action]})",
                        "permission_denied")
     return row
 

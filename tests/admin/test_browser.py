@@ -73,10 +73,16 @@ def shot(driver, name: str, width: int = 1440) -> Path:
     return path
 
 
-def wait(driver, condition, timeout: float = WAIT):
+def wait(driver, condition, timeout: float = WAIT, *, retry_stale: bool = False):
+    """``condition(driver)`` once it is truthy. ``retry_stale``: a condition that finds
+    its elements itself is tried again when one went stale (the live page replaces its
+    actions panel when the run changes, and reloads itself when the run ends)."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+    ignored = (StaleElementReferenceException,) if retry_stale else ()
+    return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                         ignored_exceptions=ignored).until(condition)
 
 
 def log_in(driver, live_server, username: str = "admin", password: str = "password") -> None:
@@ -91,6 +97,35 @@ def log_in(driver, live_server, username: str = "admin", password: str = "passwo
 
 def run_page(live_server, run_id: str) -> str:
     return live_server.url + reverse("admin:aaa_runrecord_change", args=(quote(run_id),))
+
+
+#: the run page as the browser shows it, read in one script: no element reference is
+#: kept that a poll or a reload could make stale between two WebDriver calls
+READ_RUN_PAGE = """
+const status = document.getElementById("aaa-status");
+return {
+  ready: document.readyState === "complete",
+  status: status ? status.textContent.trim() : "",
+  polled_rows: document.querySelectorAll("#aaa-rows tr.aaa-new").length,
+  rows: Array.from(document.querySelectorAll("#aaa-rows tr.aaa-event"), r => r.innerText),
+  approvals: Array.from(document.querySelectorAll(".aaa-approval"), a => a.innerText),
+  live_polls: performance.getEntriesByType("resource")
+    .filter(e => e.name.includes("/live/?")).length,
+};
+"""
+
+
+def read_run_page(driver) -> dict:
+    return driver.execute_script(READ_RUN_PAGE)
+
+
+def ended_page(driver) -> dict | None:
+    """The run page once the run has ended and the page shows it as the server renders
+    it: live.js reloads the page when the run ends, and rows it appended while polling
+    (``aaa-new``) are gone from the reloaded page; a page rendered after the end has none."""
+    page = read_run_page(driver)
+    ended = page["ready"] and page["status"].startswith("completed") and not page["polled_rows"]
+    return page if ended else None
 
 
 def status_text(driver) -> str:
@@ -153,23 +188,37 @@ def test_staff_approve_a_live_run_and_watch_it_finish(browser, live_server, admi
     log_in(browser, live_server)
     browser.get(run_page(live_server, gated_run))
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".aaa-approval"))
-    assert status_text(browser) == "running"
-    approval = browser.find_element(By.CSS_SELECTOR, ".aaa-approval")
-    assert "deploy" in approval.text and '"service": "web"' in approval.text
+    page = read_run_page(browser)
+    assert page["status"] == "running"
+    (approval,) = page["approvals"]
+    assert "deploy" in approval and '"service": "web"' in approval
+    # while the run waits the page polls, and leaves the actions panel alone (a
+    # replaced panel would lose what staff are typing or pointing at)
+    browser.execute_script("document.getElementById('aaa-actions').dataset.seen = 'yes'")
+    polls = page["live_polls"]
+    wait(browser, lambda d: read_run_page(d)["live_polls"] >= polls + 2)
+    assert browser.execute_script("return document.getElementById('aaa-actions').dataset.seen") == "yes"
     shot(browser, "05-live-run-waiting-for-approval")
 
-    approval.find_element(By.NAME, "reason").send_keys("ship it")
-    approval.find_element(By.CSS_SELECTOR, "button.aaa-approve").click()
+    def approve(d) -> bool:  # elements found afresh on every try
+        form = d.find_element(By.CSS_SELECTOR, ".aaa-approval form")
+        reason = form.find_element(By.NAME, "reason")
+        reason.send_keys("ship it")
+        assert reason.get_attribute("value") == "ship it"
+        form.find_element(By.CSS_SELECTOR, "button.aaa-approve").click()
+        return True
+
+    wait(browser, approve, retry_stale=True)
     wait(browser, lambda d: "Approved." in d.page_source)
     # the deployment takes a moment: the page shows the run still running, then
-    # updates itself (polling) until the run has ended
-    wait(browser, lambda d: status_text(d) == "completed · success")
-    rows = browser.find_elements(By.CSS_SELECTOR, "#aaa-rows tr.aaa-event")
-    lines = [r.text for r in rows]
+    # updates itself (polling) until the run has ended, and reloads once
+    page = wait(browser, ended_page)
+    assert page["status"] == "completed · success"
+    lines = page["rows"]
     assert any("deploy approved by admin" in line and "ship it" in line for line in lines)
     assert any("deploy → deployed web" in line for line in lines)
     assert "ended success" in lines[-1]
-    assert not browser.find_elements(By.CSS_SELECTOR, ".aaa-approval")
+    assert page["approvals"] == []
     shot(browser, "06-live-run-finished")
 
 
@@ -181,12 +230,12 @@ def test_a_live_page_updates_itself_when_someone_else_acts(browser, live_server,
     log_in(browser, live_server)
     browser.get(run_page(live_server, gated_run))
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".aaa-approval"))
-    before = len(browser.find_elements(By.CSS_SELECTOR, "#aaa-rows tr.aaa-event"))
+    before = len(read_run_page(browser)["rows"])
     request_id = EventRecord.objects.get(stream=gated_run, type=T.APPROVAL_REQUESTED).id
     assert site.call(lambda e: e.approve(gated_run, request_id, by="someone else"))
     # new rows arrive by polling while the tool runs (no reload yet)
-    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#aaa-rows tr.aaa-new"))
-    assert "approved by someone else" in browser.find_element(By.ID, "aaa-rows").text
-    wait(browser, lambda d: status_text(d) == "completed · success")
-    after = len(browser.find_elements(By.CSS_SELECTOR, "#aaa-rows tr.aaa-event"))
-    assert after > before
+    page = wait(browser, lambda d: (p := read_run_page(d))["polled_rows"] and p)
+    assert any("approved by someone else" in row for row in page["rows"])
+    page = wait(browser, ended_page)
+    assert page["status"] == "completed · success"
+    assert len(page["rows"]) > before

@@ -74,6 +74,20 @@ def test_without_view_all_runs_staff_see_only_their_own_runs(client, django_user
     assert own in events and finished_run not in events
 
 
+def test_an_action_permission_without_view_all_runs_shows_no_one_elses_run(client, django_user_model,
+                                                                          gated_run):
+    """The API's rule (aaa_django.access): seeing needs view_all_runs; the action's
+    permission still acts on a run given by id."""
+    erin = make_staff(django_user_model, "erin", "view_runrecord", "cancel_run")
+    client.force_login(erin)
+    assert gated_run not in text(client.get(reverse("admin:aaa_runrecord_changelist")))
+    assert client.get(run_url(gated_run)).status_code == 404
+    assert client.post(run_url(gated_run, "redrive")).status_code == 404
+    assert client.post(run_url(gated_run, "cancel"), {"reason": "by id"}).status_code == 302
+    types = EventRecord.objects.filter(stream=gated_run).values_list("type", flat=True)
+    assert T.CANCEL_REQUESTED in types
+
+
 def test_staff_without_any_run_permission_get_no_runs_pages(client, django_user_model, finished_run):
     nobody = make_staff(django_user_model, "nobody")
     client.force_login(nobody)

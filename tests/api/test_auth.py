@@ -113,6 +113,19 @@ def test_approving_without_the_permission_is_403(api, alice, carol, make_run):
     assert api.delete(f"/runs/{run_id}", headers=carol.auth).status_code == 403
 
 
+def test_an_action_permission_acts_on_a_run_by_id_without_seeing_it(api, alice, bob, make_run):
+    """aaa_django.access: an eraser need not be able to read what it erases."""
+    from django.contrib.auth.models import Permission
+
+    bob.user_permissions.add(Permission.objects.get(codename="erase_run"))
+    run_id = make_run(alice)  # still running: erasing it answers 409 once access is granted
+    assert api.get(f"/runs/{run_id}", headers=bob.auth).status_code == 404
+    assert api.get("/runs", headers=bob.auth).json()["count"] == 0
+    assert api.post(f"/runs/{run_id}/cancel", headers=bob.auth).status_code == 404
+    r = api.delete(f"/runs/{run_id}", headers=bob.auth)
+    assert r.status_code == 409 and detail(r)["type"] == "run_not_ended"
+
+
 def test_view_all_runs_lists_everyones_runs(api, alice, bob, carol, make_run):
     make_run(alice)
     make_run(bob)

@@ -11,6 +11,10 @@
   var delay = parseInt(root.dataset.pollMs, 10) || 1000;
   var failures = 0;
 
+  // The text as shown, whitespace collapsed: the same for the rendered panel and a
+  // fresh one not yet in the page (innerText of a detached element is its raw text).
+  function shownText(el) { return el.textContent.replace(/\s+/g, " ").trim(); }
+
   function setLive(name, value) {
     var nodes = root.querySelectorAll('[data-live="' + name + '"]');
     for (var i = 0; i < nodes.length; i++) { nodes[i].textContent = value; }
@@ -41,7 +45,7 @@
       var tmp2 = document.createElement("div");
       tmp2.innerHTML = data.actions_html;
       var fresh = tmp2.firstElementChild;
-      if (fresh && fresh.innerText !== actions.innerText &&
+      if (fresh && shownText(fresh) !== shownText(actions) &&
           !actions.contains(document.activeElement)) {
         actions.replaceWith(fresh);
       }

@@ -1,0 +1,74 @@
+"""Who may see a run and who may act on it: the one rule of the REST API and the admin.
+
+- A run's **owner** sees it and acts on it.
+- Anyone else needs ``aaa.view_all_runs`` to **see** it (lists, pages, reads, streams).
+  A run the caller may not see is *not found*, exactly like an unknown id, so ids do
+  not leak.
+- Anyone else needs the action's permission to **act** on it (:data:`ACTIONS`). A
+  caller who may see the run but not act is *forbidden*; one who holds the action's
+  permission may act on a run it was given by id even without seeing it (an eraser
+  need not be able to read what it erases).
+
+A run without an owner (started by a command or a worker) is nobody's: only the
+permissions apply. ``user`` is anything with ``pk`` and ``has_perm`` (a Django user);
+the API and the admin map :class:`Verdict` to 404 and 403 each in its own way.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from django.db.models import QuerySet
+
+VIEW_ALL = "aaa.view_all_runs"
+#: every action on a run, and the permission it needs on another owner's run
+ACTIONS = {
+    "cancel": "aaa.cancel_run",
+    "approve": "aaa.approve_run",
+    "erase": "aaa.erase_run",
+    "redrive": "aaa.change_runrecord",
+}
+
+
+class Verdict(enum.Enum):
+    ALLOWED = "allowed"
+    NOT_FOUND = "not_found"  # may not see the run: answer as for an unknown id
+    FORBIDDEN = "forbidden"  # may see the run, may not do this to it
+
+
+def owns(user: Any, owner_id: Any) -> bool:
+    return owner_id is not None and owner_id == user.pk
+
+
+def sees_all(user: Any) -> bool:
+    """Whether the user sees every run, not only their own."""
+    return bool(user.has_perm(VIEW_ALL))
+
+
+def may_see(user: Any, owner_id: Any) -> bool:
+    return owns(user, owner_id) or sees_all(user)
+
+
+def may_act(user: Any, owner_id: Any, action: str) -> bool:
+    """Whether the user may ``action`` (a key of :data:`ACTIONS`) a run of ``owner_id``."""
+    return owns(user, owner_id) or bool(user.has_perm(ACTIONS[action]))
+
+
+def check(user: Any, owner_id: Any, action: str | None = None) -> Verdict:
+    """The verdict on reading (``action`` None) or acting on a run of ``owner_id``."""
+    if action is not None and may_act(user, owner_id, action):
+        return Verdict.ALLOWED
+    if not may_see(user, owner_id):
+        return Verdict.NOT_FOUND
+    return Verdict.ALLOWED if action is None else Verdict.FORBIDDEN
+
+
+def visible(user: Any, runs: QuerySet) -> QuerySet:
+    """The runs of ``runs`` (a ``RunRecord`` queryset) the user may see."""
+    return runs if sees_all(user) else runs.filter(owner_id=user.pk)
+
+
+def allowed_actions(user: Any, owner_id: Any) -> dict[str, bool]:
+    """``{"cancel": bool, ...}``: what the user may do to a run of ``owner_id``."""
+    return {name: may_act(user, owner_id, name) for name in ACTIONS}

@@ -1,0 +1,120 @@
+"""Small pieces the built-in algorithms share (pure functions, no state).
+
+- :func:`nothing_to_decide`: events after which an algorithm only waits (its own
+  requests, a guard's intent, approval traffic), so its step need not read state;
+- :func:`reply_text`, :func:`as_text`, :func:`failure_text`: what a result says;
+- :func:`fill`: ``{name}`` placeholders in prompts, leaving other braces alone;
+- :func:`tag_index`: the ``N`` of a tag such as ``sample-N``;
+- :class:`AlgorithmRef`: another algorithm, saved as JSON (child runs).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from aaa_django.events import Event
+from aaa_django.runtime import registry
+from aaa_django.runtime import types as T
+
+#: Events that never change what an algorithm decides: the requests it made itself
+#: (their results will), the tool guard's intent, approval gates (the tool's result
+#: follows the decision) and a cancel request (the engine ends the run). Skipping the
+#: projection read on them halves the reads of a run, as the spec's fold measurement
+#: does (it reads on results only).
+QUIET = frozenset({
+    T.LLM_REQUESTED,
+    T.TOOL_REQUESTED,
+    T.TOOL_STARTED,
+    T.CHILD_REQUESTED,
+    T.APPROVAL_REQUESTED,
+    *T.APPROVAL_DECISIONS,
+    T.CANCEL_REQUESTED,
+})
+
+
+def nothing_to_decide(event: Event) -> bool:
+    """True when ``event`` cannot change the decision: the step may return at once."""
+    return event.type in QUIET
+
+
+def reply_text(data: Mapping[str, Any]) -> str:
+    """The text of an ``aaa.llm.completed`` reply ("" when it has none)."""
+    message = (data.get("response") or {}).get("message") or {}
+    return message.get("content") or ""
+
+
+def as_text(value: Any) -> str:
+    """A tool result or run value as text: strings as they are, the rest as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def failure_text(data: Mapping[str, Any]) -> str:
+    """``"reason: error"`` of a failed model or tool call."""
+    return f"{data.get('reason') or 'error'}: {data.get('error') or ''}".rstrip(": ")
+
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]*)\}")
+
+
+def fill(template: str, values: Mapping[str, str]) -> str:
+    """Replace ``{name}`` for every name in ``values``; other braces (JSON in a prompt,
+    unknown names) are left as written."""
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+def fill_args(args: Mapping[str, Any], values: Mapping[str, str]) -> dict[str, Any]:
+    """Tool arguments with placeholders filled in their string values (nested too)."""
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return fill(v, values)
+        if isinstance(v, Mapping):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(dict(args))
+
+
+def tag_index(tag: Any, prefix: str) -> int | None:
+    """``N`` of ``"<prefix>-N"`` (None for any other tag)."""
+    if not isinstance(tag, str) or not tag.startswith(prefix + "-"):
+        return None
+    rest = tag[len(prefix) + 1:]
+    return int(rest) if rest.isdigit() else None
+
+
+class AlgorithmRef(BaseModel):
+    """Another algorithm as JSON: ``{"algorithm": name, "config": {...}}``.
+
+    Accepts an algorithm instance too (``executor=ToolLoop(registry)``), so configs can
+    be written in Python and still be saved in the run.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    algorithm: str = Field(min_length=1)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_instance(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"algorithm": value}
+        name = getattr(value, "name", None)
+        if isinstance(value, type) and isinstance(name, str):  # a class: its default config
+            return {"algorithm": name}
+        if isinstance(name, str) and callable(getattr(value, "config", None)):
+            return {"algorithm": name, "config": value.config()}
+        return value
+
+    def build(self) -> Any:
+        """A fresh instance (through the registry, as any process rebuilds it)."""
+        return registry.build(self.algorithm, self.config)
