@@ -182,7 +182,7 @@ def _approval_scenario(decide: str):
     async def scenario(duplicate: bool) -> Result:
         seen = {"deployed": 0}
 
-        @tool(requires_approval=True, approval_expires=0.2 if decide == "expire" else None)
+        @tool(requires_approval=True, approval_expires=0.5 if decide == "expire" else None)
         def deploy(env: str) -> str:
             """Deploys to an environment."""
             seen["deployed"] += 1
