@@ -140,8 +140,9 @@ def store_spec(store: Any) -> list[Any]:
     raise TypeError(f"the Celery bus cannot deliver events of {store!r}: use the Django or Redis store")
 
 
-def open_store(spec: Sequence[Any]) -> Any:
-    """The store a :func:`store_spec` describes."""
+def open_store(spec: Sequence[Any], *, inline: bool = False) -> Any:
+    """The store a :func:`store_spec` describes (``inline``: a Django store that
+    queries on the calling thread, see :class:`~aaa_django.store.DjangoEventStore`)."""
     if spec[0] == "django":
         from django.utils.module_loading import import_string
 
@@ -150,7 +151,7 @@ def open_store(spec: Sequence[Any]) -> Any:
         cls = import_string(spec[2]) if len(spec) > 2 else DjangoEventStore
         if not (isinstance(cls, type) and issubclass(cls, DjangoEventStore)):
             raise ValueError(f"{spec[2]} is not a DjangoEventStore")
-        return cls(spec[1])
+        return cls(spec[1], inline=inline)
     if spec[0] == "redis":
         from .redis_store import RedisEventStore
 
@@ -162,6 +163,21 @@ def open_store(spec: Sequence[Any]) -> Any:
 
 #: ids published by the delivery running in this context (see ``_deliver``)
 _published: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("aaa_published", default=None)
+
+
+class _Held:
+    """Messages published while a run's lock is held, sent once it is released."""
+
+    __slots__ = ("messages", "ended", "open")
+
+    def __init__(self) -> None:
+        self.messages: list = []
+        self.ended: list[str] = []
+        self.open = True
+
+
+#: the messages of the run step running in this context (see ``DistributedBus.serial``)
+_held: contextvars.ContextVar[_Held | None] = contextvars.ContextVar("aaa_held", default=None)
 
 
 class DistributedBus:
@@ -216,6 +232,13 @@ class DistributedBus:
         ]
         ended = [e.stream for e in events if e.type == T.RUN_COMPLETED]
         if self.in_worker:
+            held = _held.get()
+            if held is not None and held.open:
+                # Inside a run's step: sent when the lock is released, or the next
+                # delivery of the run would find it still held and have to wait.
+                held.messages.extend(messages)
+                held.ended.extend(ended)
+                return
             # A broker round trip inline is cheaper than a thread hop. A failure raises:
             # the delivery is retried, and its retry enqueues what this one could not.
             self._send(messages, ended, swallow=False)
@@ -233,9 +256,11 @@ class DistributedBus:
         try:
             if self._app is None:
                 self._app = celery_app()
-            for queue, args in messages:
-                self._app.send_task(DELIVER, args, queue=queue)
-                self.sent += 1
+            if messages:
+                with self._app.producer_or_acquire() as producer:  # one for the batch
+                    for queue, args in messages:
+                        self._app.send_task(DELIVER, args, queue=queue, producer=producer)
+                        self.sent += 1
             for run_id in ended:
                 self._coordinator().notify_ended(run_id)
         except Exception:
@@ -249,12 +274,23 @@ class DistributedBus:
     @contextlib.asynccontextmanager
     async def serial(self, key: str):
         """Hold the cluster-wide lock that serialises run ``key``'s steps. Once held,
-        a worker's read cache catches up with the log before the step reads it."""
-        async with self._coordinator().lock(key) if self.serialize else contextlib.AsyncExitStack():
-            stale = getattr(self.engine.store, "stale", None) if self.engine is not None else None
-            if stale is not None:
-                stale(key)
-            yield
+        a worker's read cache catches up with the log before the step reads it. In a
+        worker, what the step publishes is sent once the lock is released."""
+        held = _Held() if self.in_worker else None
+        token = _held.set(held) if held is not None else None
+        try:
+            async with self._coordinator().lock(key) if self.serialize else contextlib.AsyncExitStack():
+                stale = getattr(self.engine.store, "stale", None) if self.engine is not None else None
+                if stale is not None:
+                    stale(key)
+                yield
+        finally:
+            if held is not None:
+                _held.reset(token)
+                held.open = False  # a timer armed in the step publishes on its own later
+                if held.messages or held.ended:
+                    # Stored already: send them even when the step failed after appending.
+                    self._send(held.messages, held.ended, swallow=False)
 
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` (an engine timer firing) on this loop; ``drain`` waits for it."""
@@ -310,8 +346,7 @@ def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str) ->
     except transient_errors() as exc:
         # A database or Redis hiccup: drop a broken connection, try again later.
         if spec[0] == "django":  # in the thread that holds the store's connection
-            rt.run(sync_to_async(lambda: connections[spec[1]].close_if_unusable_or_obsolete(),
-                                 thread_sensitive=True)())
+            rt.call(lambda: connections[spec[1]].close_if_unusable_or_obsolete())
         raise self.retry(exc=exc, countdown=min(2 ** self.request.retries * 0.1, 10), max_retries=12)
 
 

@@ -127,14 +127,25 @@ class Coordinator:
             while not await client.set(key, token, nx=True, px=ttl_ms):
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.05)
-            renew = asyncio.ensure_future(self._keep(
-                lambda: scripts["renew_lock"](keys=[key], args=[token, ttl_ms]), self.lock_ttl, key))
+            # Most steps take milliseconds: renew from a timer (nothing to start or to
+            # wait for when the step is quick), which starts the renewing task only
+            # for a step that is still running at a third of the TTL.
+            renewing: list[asyncio.Future] = []
+
+            def start_renewing() -> None:
+                renewing.append(asyncio.ensure_future(self._keep(
+                    lambda: scripts["renew_lock"](keys=[key], args=[token, ttl_ms]), self.lock_ttl, key,
+                    first=0)))
+
+            timer = asyncio.get_running_loop().call_later(self.lock_ttl / 3, start_renewing)
             try:
                 yield
             finally:
-                renew.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await renew
+                timer.cancel()
+                for renew in renewing:
+                    renew.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await renew
                 await scripts["unlock"](keys=[key], args=[token])
 
     def _local_lock(self, key: tuple) -> asyncio.Lock:
@@ -143,9 +154,13 @@ class Coordinator:
             lock = self._local_locks[key] = asyncio.Lock()
         return lock
 
-    async def _keep(self, renew: Callable[[], Awaitable[Any]], ttl: float, what: str) -> None:
+    async def _keep(self, renew: Callable[[], Awaitable[Any]], ttl: float, what: str,
+                    *, first: float | None = None) -> None:
+        """Renew every third of ``ttl`` (the first time after ``first`` seconds)."""
+        wait = ttl / 3 if first is None else first
         while True:
-            await asyncio.sleep(ttl / 3)
+            await asyncio.sleep(wait)
+            wait = ttl / 3
             try:
                 if not await renew():
                     log.error("lost %s while holding it (held past its TTL?)", what)

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 
 from .events import Event
 from .models import RunRecord
@@ -47,7 +47,9 @@ def index_events(using: str, events: Sequence[Event]) -> None:
     """Fold stored ``events`` (with their seq) into their runs' rows; idempotent."""
     for stream, group in groupby(sorted(events, key=lambda e: (e.stream, e.seq or 0)),
                                  key=lambda e: e.stream):
-        _index_stream(using, stream, list(group))
+        batch = list(group)
+        if not _index_next(using, stream, batch):
+            _index_stream(using, stream, batch)
 
 
 def refresh(using: str, run_id: str) -> RunRecord | None:
@@ -90,6 +92,67 @@ def reindex(using: str = "default", run_ids: Iterable[str] | None = None) -> dic
 
 
 # -- folding ------------------------------------------------------------------------
+
+#: the columns of a row that the fold of its next events reads (see ``row_update``)
+ROW_COLUMNS = ("run_id", "algorithm", "status", "outcome", "parent", "owner_id", "tokens_in",
+               "tokens_out", "cost", "model_calls", "tool_calls", "last_seq")
+_SELECT_ROW = f"SELECT {', '.join(ROW_COLUMNS)} FROM aaa_run WHERE run_id = %s"
+_UPDATED = ("algorithm", "status", "outcome", "parent", "tokens_in", "tokens_out", "cost",
+            "model_calls", "tool_calls", "updated_at", "last_seq")
+_UPDATE_ROW = (
+    f"UPDATE aaa_run SET {', '.join(f'{c} = %s' for c in _UPDATED)}, "
+    "ended_at = COALESCE(%s, ended_at) WHERE run_id = %s AND last_seq = %s"
+)
+
+
+class _Row:
+    """The columns of ``ROW_COLUMNS``, named as the model's fields."""
+
+    __slots__ = ROW_COLUMNS + ("ended_at",)
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        for name, value in zip(ROW_COLUMNS, values):
+            setattr(self, name, value)
+        self.ended_at = None  # the UPDATE keeps the stored one unless the run ends now
+
+
+def row_update(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tuple[str, list, tuple] | None:
+    """The common case, in plain SQL (every append folds its events into the run's
+    row, and the ORM's query building cost more than the queries): the UPDATE that
+    folds stored ``events`` into the row whose ``ROW_COLUMNS`` are ``row``, guarded
+    by the row's ``last_seq``, its parameters, and the row's ``ROW_COLUMNS`` after
+    it. None unless the row exists and the events follow on from it (then
+    :func:`index_events` does it all)."""
+    if row is None or not events:
+        return None
+    r = _Row(row)
+    if events[0].seq != r.last_seq + 1:
+        return None  # a gap (or indexed already): catch up from the log
+    try:
+        fields = _fields(_fold(_meta_of(r), events), events, r, conn.alias)
+    except Exception:
+        return None  # the general path logs it
+    adapt = conn.ops.adapt_datetimefield_value
+    values = [adapt(fields[c]) if c == "updated_at" else fields[c] for c in _UPDATED]
+    ended = fields["ended_at"]
+    after = tuple(fields.get(c, getattr(r, c)) for c in ROW_COLUMNS)
+    return (_UPDATE_ROW, [*values, adapt(ended) if ended is not None else None, r.run_id, r.last_seq],
+            after)
+
+
+def _index_next(using: str, stream: str, events: list[Event]) -> bool:
+    """:func:`row_update` on the row read now; False when it is not the common case."""
+    conn = connections[using]
+    with conn.cursor() as cur:
+        cur.execute(_SELECT_ROW, [stream])
+        row = cur.fetchone()
+        if row is not None and events and (events[-1].seq or 0) <= row[-1]:
+            return True  # indexed already
+        update = row_update(conn, row, events)
+        if update is None:
+            return False
+        cur.execute(update[0], update[1])
+        return cur.rowcount == 1
 
 
 def _index_stream(using: str, stream: str, events: list[Event]) -> None:
@@ -157,7 +220,7 @@ def _fold(meta: RunMeta, events: Iterable[Event]) -> RunMeta:
     return meta
 
 
-def _meta_of(row: RunRecord) -> RunMeta:
+def _meta_of(row: Any) -> RunMeta:
     """The part of RUNMETA a row keeps: enough for RUNMETA's fold of the index fields."""
     return RunMeta(
         run_id=row.run_id,
@@ -176,7 +239,7 @@ def _meta_of(row: RunRecord) -> RunMeta:
     )
 
 
-def _fields(meta: RunMeta, new: list[Event], row: RunRecord | None, using: str) -> dict[str, Any]:
+def _fields(meta: RunMeta, new: list[Event], row: Any, using: str) -> dict[str, Any]:
     ended = next((e.time for e in new if e.type == T.RUN_COMPLETED), None)
     fields: dict[str, Any] = {
         "algorithm": meta.algorithm or "",

@@ -7,12 +7,14 @@ serialising appenders of one stream.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import zlib
 from dataclasses import replace
-from datetime import timezone
-from typing import Sequence
+from datetime import datetime, timezone
+from functools import wraps
+from typing import Any, Callable, Sequence
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, OperationalError, connections, transaction
@@ -23,13 +25,34 @@ from .events.event import decode_blobs, encode_blobs
 from .events.store import prepare_batch
 from .models import EventRecord, SnapshotRecord
 
-_FIELDS = ("id", "stream", "seq", "type", "data", "causation", "time", "blobs", "tenant")
 _COLUMNS = "(id, stream, seq, type, data, causation, time, blobs, tenant)"
-_INSERT = f"INSERT INTO aaa_event {_COLUMNS} VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-_INSERT_PG = f"INSERT INTO aaa_event {_COLUMNS} VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)"
+_INSERT = f"INSERT INTO aaa_event {_COLUMNS} VALUES "
+_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_ROW_PG = "(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)"
+# Rows per INSERT statement: one statement (one round trip) for a usual batch, and
+# SQLite's cap on the variables of a statement (999 in old builds) never reached.
+_INSERT_CHUNK = 100
+_SELECT = "SELECT id, stream, seq, type, data, causation, time, blobs, tenant FROM aaa_event"
 _HEAD = "SELECT seq FROM aaa_event WHERE stream = %s ORDER BY seq DESC LIMIT 1"
+_LOAD_SNAPSHOT = (
+    "SELECT seq, event_id, state FROM aaa_snapshot WHERE stream = %s AND name = %s AND version = %s"
+)
 _HEAD_AND_KNOWN_PG = (
     f"SELECT COALESCE(({_HEAD}), 0), ARRAY(SELECT id FROM aaa_event WHERE id = ANY(%s))"
+)
+# The events of a stream after a seq, each row with the run's index row (one row of
+# NULL events when there are none).
+_READ_AND_ROW_PG = (
+    "SELECT e.id, e.stream, e.seq, e.type, e.data, e.causation, e.time, e.blobs, e.tenant, "
+    "{columns} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s "
+    "LEFT JOIN LATERAL (SELECT * FROM aaa_event WHERE stream = %s AND seq > %s) AS e ON true "
+    "ORDER BY e.seq"
+)
+# ... and the run's index row (aaa_run; NULLs when there is none): the columns are
+# runindex.ROW_COLUMNS
+_HEAD_KNOWN_AND_ROW_PG = (
+    f"SELECT COALESCE(({_HEAD}), 0), ARRAY(SELECT id FROM aaa_event WHERE id = ANY(%s)), "
+    "{columns} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s"
 )
 _SNAPSHOT_UPDATE = (
     "UPDATE aaa_snapshot SET seq = %s, event_id = %s, state = %s, saved_at = %s "
@@ -47,9 +70,14 @@ _RETRIES = 20
 
 
 def _to_event(row) -> Event:
+    """An event from a row of ``_SELECT`` (plain SQL: no ORM converters ran on it)."""
     id_, stream, seq, type_, data, causation, time_, blobs, tenant = row
-    if time_.tzinfo is None:  # a site with USE_TZ = False stores naive UTC
+    if isinstance(time_, str):  # SQLite keeps datetimes as ISO text
+        time_ = datetime.fromisoformat(time_)
+    if time_.tzinfo is None:  # stored as naive UTC (SQLite; a site with USE_TZ = False)
         time_ = time_.replace(tzinfo=timezone.utc)
+    if isinstance(blobs, str):  # JSON text (SQLite; Django loads jsonb as text)
+        blobs = json.loads(blobs)
     return Event(
         id=id_,
         stream=stream,
@@ -61,6 +89,25 @@ def _to_event(row) -> Event:
         blobs=decode_blobs(blobs) if blobs else (),
         tenant=tenant,
     )
+
+
+def _outside_loop(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as a coroutine function that runs it on the calling thread, blocking the
+    loop while it runs. Django refuses database work in a thread whose event loop is
+    running (it cannot know the loop can afford to wait), and while a loop runs it
+    keeps connections per task, not per thread: with the loop hidden for the call
+    (it runs nothing else meanwhile), every call sees the thread's one connection."""
+
+    @wraps(fn)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.events._get_running_loop()
+        asyncio.events._set_running_loop(None)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            asyncio.events._set_running_loop(loop)
+
+    return call
 
 
 class EventList(list):
@@ -76,18 +123,29 @@ class DjangoEventStore:
     thread-sensitive executor; the ``*_sync`` methods are for sync callers (Celery
     tasks, the admin, the API). Appends join the caller's transaction when there is
     one, so events commit (or roll back) with the caller's own writes.
+
+    ``inline=True``: the async methods run the queries on the calling thread instead,
+    blocking its event loop for each (sub-millisecond) query; no hop to another
+    thread per call. For a loop that owns its thread and that thread's database
+    connection, and runs one delivery at a time: a Celery worker's
+    (:mod:`aaa_django.worker`).
     """
 
-    def __init__(self, using: str = "default") -> None:
+    def __init__(self, using: str = "default", *, inline: bool = False) -> None:
         self.using = using
+        self.inline = inline
         self.cache_key = f"django:{using}"
-        self.append = sync_to_async(self.append_sync, thread_sensitive=True)
-        self.read = sync_to_async(self.read_sync, thread_sensitive=True)
-        self.head = sync_to_async(self.head_sync, thread_sensitive=True)
-        self.load_snapshot = sync_to_async(self.load_snapshot_sync, thread_sensitive=True)
-        self.save_snapshot = sync_to_async(self.save_snapshot_sync, thread_sensitive=True)
-        self.erase = sync_to_async(self.erase_sync, thread_sensitive=True)
-        self.streams = sync_to_async(self.streams_sync, thread_sensitive=True)
+        #: stream -> (head seq, run index row) as the last read of the stream saw them:
+        #: an inline store's next append to it starts from there instead of asking
+        self._seen: dict[str, tuple[int, tuple | None]] = {}
+        wrap = _outside_loop if inline else (lambda fn: sync_to_async(fn, thread_sensitive=True))
+        self.append = wrap(self.append_sync)
+        self.read = wrap(self.read_sync)
+        self.head = wrap(self.head_sync)
+        self.load_snapshot = wrap(self.load_snapshot_sync)
+        self.save_snapshot = wrap(self.save_snapshot_sync)
+        self.erase = wrap(self.erase_sync)
+        self.streams = wrap(self.streams_sync)
 
     def __repr__(self) -> str:
         return f"DjangoEventStore(using={self.using!r})"
@@ -125,33 +183,99 @@ class DjangoEventStore:
         # only a retry takes the stream's advisory lock on PostgreSQL.
         conn = connections[self.using]
         pg = conn.vendor == "postgresql"
+        if pg and not contended and conn.get_autocommit():
+            seen = self._seen.pop(stream, None) if self.inline else None
+            stored = self._append_pg_statement(conn, stream, batch, texts, expected_seq, seen)
+            if stored is not None:
+                return stored
         with transaction.atomic(using=self.using), conn.cursor() as cur:
             if pg and contended:
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(stream)])
             head, known = _head_and_known(cur, pg, stream, [e.id for e in batch])
-            fresh = [(e, t) for e, t in zip(batch, texts) if e.id not in known]
-            if expected_seq is not None and expected_seq != head:
-                raise ConcurrencyError(f"stream head is {head}, expected {expected_seq}")
-            stored, rows = [], []
-            adapt = conn.ops.adapt_datetimefield_value
-            for seq, (e, text) in enumerate(fresh, start=head + 1):
-                if e.seq is not None and e.seq != seq:
-                    raise ConcurrencyError(
-                        f"event {e.id} claims seq {e.seq} but the next seq is {seq}"
-                    )
-                # What the caller gets back is what a reader will get: the decoded text.
-                stored.append(replace(e, seq=seq, data=json.loads(text)))
-                blobs = json.dumps(encode_blobs(e.blobs)) if e.blobs else "[]"
-                rows.append((e.id, e.stream, seq, e.type, text, e.causation, adapt(e.time),
-                             blobs, e.tenant))
+            stored, rows = _number(conn, batch, texts, head, known, expected_seq)
             if rows:
-                cur.executemany(_INSERT_PG if pg else _INSERT, rows)
+                row = _ROW_PG if pg else _ROW
+                for i in range(0, len(rows), _INSERT_CHUNK):
+                    chunk = rows[i : i + _INSERT_CHUNK]
+                    cur.execute(*_insert(row, chunk))
                 # The run index (aaa_run) is derived from the log: updated in the same
                 # transaction, so it commits, or rolls back, with the events.
                 from .runindex import index_events  # runindex imports this module
 
                 index_events(self.using, stored)
         return stored
+
+    def _append_pg_statement(self, conn, stream: str, batch: list[Event], texts: list[str],
+                             expected_seq, seen: tuple[int, tuple | None] | None = None
+                             ) -> list[Event] | None:
+        """The common append on PostgreSQL outside a caller's transaction, in two round
+        trips: one query (the head, the ids stored already, the run's index row), then
+        one statement that inserts the events and folds them into the row (a
+        statement is a transaction: both commit, or neither). None when the batch is
+        not the common case (a new run, an index row behind its log, a batch too
+        large for one statement): the caller takes the transactional path.
+
+        ``seen``: the head and the row as the last read saw them (an inline store's):
+        then the statement alone, one round trip. Had anything been appended since, the
+        unique (stream, seq) index, or the unique id of an event stored already,
+        refuses it, and the append starts again from the query."""
+        from .runindex import ROW_COLUMNS  # runindex imports this module
+
+        if len(batch) > _INSERT_CHUNK:
+            return None
+        if seen is not None and seen[1] is None:
+            return None  # no index row (not a run's stream): the transactional path
+        with conn.cursor() as cur:
+            if seen is not None:
+                head, row = seen
+                stored = self._write_pg(conn, cur, stream, batch, texts, expected_seq, head, (), row)
+                if stored is not None:
+                    return stored
+            query = _HEAD_KNOWN_AND_ROW_PG.format(columns=", ".join(f"r.{c}" for c in ROW_COLUMNS))
+            cur.execute(query, [stream, [e.id for e in batch], stream])
+            head, known, *row = cur.fetchone()
+            row = tuple(row) if row[0] is not None else None
+            return self._write_pg(conn, cur, stream, batch, texts, expected_seq, head, known, row,
+                                  optimistic=False)
+
+    def _write_pg(self, conn, cur, stream, batch, texts, expected_seq, head: int, known,
+                  row: tuple | None, *, optimistic: bool = True) -> list[Event] | None:
+        """The events after ``head`` and the run's row after ``row`` in one statement.
+        None: not the common case, or (``optimistic``) the log moved since ``head``."""
+        from .runindex import index_events, row_update  # runindex imports this module
+
+        try:
+            stored, rows = _number(conn, batch, texts, head, known, expected_seq)
+        except ConcurrencyError:
+            if optimistic:
+                return None  # perhaps only our view of the head is old: ask
+            raise
+        if not rows:
+            return stored
+        update = row_update(conn, row, stored)
+        if update is None:
+            return None
+        insert, params = _insert(_ROW_PG, rows)
+        statement = f"WITH stored AS ({insert}) {update[0]}"
+        if optimistic:
+            try:
+                cur.execute(statement, params + update[1])
+            except IntegrityError:
+                return None  # autocommit: nothing to roll back
+        else:
+            cur.execute(statement, params + update[1])
+        if cur.rowcount != 1:  # the row moved meanwhile (no event did): catch up
+            index_events(self.using, stored)
+        elif self.inline:
+            self._remember(stream, stored[-1].seq, update[2])
+        return stored
+
+    def _remember(self, stream: str, head: int, row: tuple | None) -> None:
+        seen = self._seen
+        seen.pop(stream, None)
+        seen[stream] = (head, row)
+        while len(seen) > 1024:  # oldest first
+            del seen[next(iter(seen))]
 
     def read_sync(
         self,
@@ -161,16 +285,42 @@ class DjangoEventStore:
         limit: int | None = None,
         tenant: str | None = None,
     ) -> list[Event]:
-        qs = self._events.filter(stream=stream, seq__gt=after)
+        # Plain SQL, as the append: the ORM's query building cost more than the query.
+        sql, params = f"{_SELECT} WHERE stream = %s AND seq > %s", [stream, after]
         if tenant is not None:
-            qs = qs.filter(tenant=tenant)
-        qs = qs.order_by("seq").values_list(*_FIELDS)
+            sql += " AND tenant = %s"
+            params.append(tenant)
+        sql += " ORDER BY seq"
         if limit is not None:
-            qs = qs[:limit]
-        events = EventList(_to_event(row) for row in qs)
+            sql += " LIMIT %s"
+            params.append(max(int(limit), 0))
+        conn = connections[self.using]
+        if self.inline and limit is None and tenant is None and conn.vendor == "postgresql":
+            return self._read_to_head_pg(conn, stream, after)
+        with conn.cursor() as cur:
+            cur.execute(sql, params)
+            events = EventList(_to_event(row) for row in cur.fetchall())
         # Rows read inside a caller's transaction may still be rolled back: say so, and
         # the in-process holder will not share a state folded from them.
-        events.committed = not connections[self.using].in_atomic_block
+        events.committed = not conn.in_atomic_block
+        return events
+
+    def _read_to_head_pg(self, conn, stream: str, after: int) -> list[Event]:
+        """A read to the end of the stream, with the run's index row in the same round
+        trip: what the next append would otherwise ask for (see ``_write_pg``)."""
+        from .runindex import ROW_COLUMNS  # runindex imports this module
+
+        query = _READ_AND_ROW_PG.format(columns=", ".join(f"r.{c}" for c in ROW_COLUMNS))
+        with conn.cursor() as cur:
+            cur.execute(query, [stream, stream, after])
+            rows = cur.fetchall()
+        events = EventList(_to_event(r[:9]) for r in rows if r[0] is not None)
+        events.committed = not conn.in_atomic_block
+        if events and events.committed:
+            row = tuple(rows[0][9:])
+            self._remember(stream, events[-1].seq, row if row[0] is not None else None)
+        else:
+            self._seen.pop(stream, None)
         return events
 
     def head_sync(self, stream: str) -> tuple[int, str] | None:
@@ -179,6 +329,8 @@ class DjangoEventStore:
 
     def erase_sync(self, stream: str) -> int:
         from .runindex import forget
+
+        self._seen.pop(stream, None)
 
         with transaction.atomic(using=self.using):
             SnapshotRecord.objects.using(self.using).filter(stream=stream).delete()
@@ -192,12 +344,9 @@ class DjangoEventStore:
     # -- snapshots ----------------------------------------------------------------
 
     def load_snapshot_sync(self, stream: str, name: str, version: int) -> Snapshot | None:
-        row = (
-            SnapshotRecord.objects.using(self.using)
-            .filter(stream=stream, name=name, version=version)
-            .values_list("seq", "event_id", "state")
-            .first()
-        )
+        with connections[self.using].cursor() as cur:  # plain SQL: a read on every adoption
+            cur.execute(_LOAD_SNAPSHOT, [stream, name, version])
+            row = cur.fetchone()
         return Snapshot(stream, name, version, row[0], row[1], row[2]) if row else None
 
     def save_snapshot_sync(self, snapshot: Snapshot) -> bool:
@@ -222,6 +371,32 @@ class DjangoEventStore:
                 if cur.rowcount:
                     return True
         return False  # a row at the same or a later seq is there
+
+
+def _number(conn, batch: list[Event], texts: list[str], head: int, known, expected_seq):
+    """The events of ``batch`` not stored yet, numbered after ``head``, and their rows."""
+    known = set(known)
+    if expected_seq is not None and expected_seq != head:
+        raise ConcurrencyError(f"stream head is {head}, expected {expected_seq}")
+    stored, rows = [], []
+    adapt = conn.ops.adapt_datetimefield_value
+    seq = head
+    for e, text in zip(batch, texts):
+        if e.id in known:
+            continue
+        seq += 1
+        if e.seq is not None and e.seq != seq:
+            raise ConcurrencyError(f"event {e.id} claims seq {e.seq} but the next seq is {seq}")
+        # What the caller gets back is what a reader will get: the decoded text.
+        stored.append(replace(e, seq=seq, data=json.loads(text)))
+        blobs = json.dumps(encode_blobs(e.blobs)) if e.blobs else "[]"
+        rows.append((e.id, e.stream, seq, e.type, text, e.causation, adapt(e.time), blobs, e.tenant))
+    return stored, rows
+
+
+def _insert(row: str, rows: list[tuple]) -> tuple[str, list]:
+    """One multi-row INSERT (a round trip, where executemany adds a pipeline sync)."""
+    return _INSERT + ", ".join([row] * len(rows)), [v for r in rows for v in r]
 
 
 def _head_and_known(cur, pg: bool, stream: str, ids: list[str]) -> tuple[int, set[str]]:

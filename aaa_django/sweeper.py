@@ -55,10 +55,11 @@ async def unfinished_runs(store: Any) -> dict[str, float]:
     started and not completed."""
     from .store import DjangoEventStore
 
-    if isinstance(store, DjangoEventStore):
+    inner = getattr(store, "inner", store)  # a worker's TailCachedStore: the same log
+    if isinstance(inner, DjangoEventStore):
         from asgiref.sync import sync_to_async
 
-        return await sync_to_async(_unfinished_django, thread_sensitive=True)(store.using)
+        return await sync_to_async(_unfinished_django, thread_sensitive=True)(inner.using)
     out: dict[str, float] = {}
     for stream in await store.streams():
         first = await store.read(stream, limit=1)

@@ -1,12 +1,21 @@
 """The worker side of the Celery bus: one long-lived loop and engine per worker
 process (thread), and the delivery of one event.
 
-A delivery loads the event (from the worker's read cache when it holds it), calls
-``engine.handle(event)``, and around it: takes a busy lease when it runs long (the
-sweeper leaves the run alone), cancels tool work when the run ends in another worker,
-re-enqueues what an interrupted earlier delivery of the same event may have left
-unenqueued, and schedules the run's deadline or an approval's expiry as a Celery task
-with an ETA. See :mod:`aaa_django.bus` for the bus itself.
+The loop runs in a thread of its own, and the engine's store makes its queries on
+that thread (``DjangoEventStore(inline=True)``): the thread owns its database
+connection, which lives as long as the process (Celery's Django fixup closes the
+task thread's connections around every task), and a delivery costs one hop from the
+task's thread to the loop's, not one per query.
+
+A delivery is the engine's step (``engine.handle``) split as the bus protocol allows:
+under the run's lock, read the event (the read that brings this worker's view of the
+run up to date), then the engine's reaction and the algorithm's step
+(``engine.react``); after the lock, the handlers (``engine.dispatch``). Around it: a
+busy lease when it runs long (the sweeper leaves the run alone), cancelling tool work
+when the run ends in another worker, re-enqueueing what an interrupted earlier
+delivery of the same event may have left unenqueued, and the run's deadline or an
+approval's expiry as a Celery task with an ETA. See :mod:`aaa_django.bus` for the bus
+itself.
 """
 
 from __future__ import annotations
@@ -30,19 +39,49 @@ SLOW_DELIVERY = 0.05
 
 
 class WorkerRuntime:
-    """One event loop and one engine per store, per worker thread (prefork: process).
+    """One event loop (in a thread of its own) and one engine per store, per worker
+    thread (prefork: process).
 
     The loop lives as long as the process, so the engine's caches, the Redis clients
-    and the database connection are reused from one task to the next.
+    and the loop thread's database connection are reused from one task to the next.
     """
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self.engines: dict[tuple, Any] = {}
+        self.thread = threading.Thread(target=self._serve, name="aaa-worker-loop", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
 
     def run(self, coro: Any) -> Any:
-        return self.loop.run_until_complete(coro)
+        """Run ``coro`` on the loop; wait for its result (from any other thread)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # the task's thread was interrupted (a time limit): stop too
+            raise
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Run the sync ``fn`` on the loop's thread (e.g. on its DB connection)."""
+        from .store import _outside_loop
+
+        return self.run(_outside_loop(fn)(*args))
+
+    def close(self) -> None:
+        """Close the loop thread's database connections and stop the loop (a process
+        that ends need not: the thread is a daemon; tests do)."""
+        from django.db import connections
+
+        if self.thread.is_alive():
+            self.call(connections.close_all)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+        self.loop.close()
 
     def engine(self, spec: Sequence[Any]) -> Any:
         key = tuple(spec)
@@ -73,7 +112,7 @@ def build_worker_engine(spec: Sequence[Any]) -> Any:
     from .tailcache import TailCachedStore
 
     using = spec[1] if spec[0] == "django" else "default"
-    engine = build_engine(using=using, store=TailCachedStore(open_store(spec)),
+    engine = build_engine(using=using, store=TailCachedStore(open_store(spec, inline=True)),
                           bus=DistributedBus(in_worker=True))
     attach_site_handlers(engine)
     share_pools(engine)
@@ -111,22 +150,18 @@ async def deliver_event(engine: Any, stream: str, seq: int, event_id: str, *, re
 
 
 async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivered: bool) -> str:
-    cached = getattr(engine.store, "cached", None)
-    event = cached(stream, seq) if cached is not None else None
-    if event is None or event.id != event_id:
-        found = await engine.store.read(stream, after=seq - 1, limit=1)
-        if not found or found[0].id != event_id:
-            return "missing"  # erased (or erased and written again): nothing to do
-        event = found[0]
     bus: DistributedBus = engine.bus
     published: set[str] = set()
     token = _published.set(published)
+    loaded: asyncio.Future = asyncio.get_running_loop().create_future()
     try:
-        work = asyncio.ensure_future(engine.handle(event))
+        work = asyncio.ensure_future(_step(engine, stream, seq, event_id, loaded))
         done, _ = await asyncio.wait({work}, timeout=SLOW_DELIVERY)
         if not done:
-            await _guard_slow(engine, event, work)
-        work.result()
+            await _guard_slow(engine, stream, loaded, work)
+        event = work.result()
+        if event is None:
+            return "missing"  # erased (or erased and written again): nothing to do
         if bus.pending:  # a timer that came due during the step (an approval's expiry)
             await bus.drain(30)
         if redelivered:
@@ -137,15 +172,38 @@ async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivere
     return "delivered"
 
 
-async def _guard_slow(engine: Any, event: Event, work: asyncio.Future) -> None:
+async def _step(engine: Any, stream: str, seq: int, event_id: str, loaded: asyncio.Future) -> Event | None:
+    """``engine.handle`` for the event at ``seq``, read once the run's lock is held:
+    that read is the one that brings this worker's view of the run up to date, which
+    the step needs anyway (reading it before the lock would take a second query)."""
+    try:
+        async with engine.bus.serial(stream):
+            found = await engine.store.read(stream, after=seq - 1, limit=1)
+            event = found[0] if found and found[0].id == event_id else None
+            if not loaded.done():
+                loaded.set_result(event)
+            if event is None:
+                return None
+            event = await engine.hydrate(event)
+            await engine.react(event)
+    finally:
+        if not loaded.done():
+            loaded.set_result(None)
+    await engine.dispatch(event)
+    return event
+
+
+async def _guard_slow(engine: Any, stream: str, loaded: asyncio.Future, work: asyncio.Future) -> None:
     """A long delivery: hold a busy lease (the sweeper leaves the run alone) and, for
     tool work, cancel it when the run ends in another worker."""
     coord = engine.bus._coordinator()
     watcher = None
-    if event.type in TOOL_WORK:
-        watcher = asyncio.ensure_future(_cancel_on_end(engine, event.stream))
     try:
-        async with coord.busy(event.stream):
+        async with coord.busy(stream):
+            await asyncio.wait({loaded, work}, return_when=asyncio.FIRST_COMPLETED)
+            event = loaded.result() if loaded.done() else None
+            if event is not None and event.type in TOOL_WORK and not work.done():
+                watcher = asyncio.ensure_future(_cancel_on_end(engine, stream))
             await asyncio.wait({work})
     finally:
         if watcher is not None:

@@ -11,11 +11,17 @@ Fixtures:
   s3_endpoint  the S3-compatible endpoint URL (moto under bin/test).
   s3_bucket    a fresh bucket on it: a dict of django-storages S3Storage OPTIONS.
   redis_url    the Redis server's URL (bin/test starts one: AAA_TEST_REDIS_URL).
+  celery_env   (session) the environment of Celery worker processes (tests/celery,
+               tests/scenarios): this xdist worker's Redis database as the broker
+               (gw0 -> db 1, gw1 -> db 2, ...), the PostgreSQL test database's name,
+               the worker settings. Creates the table the guarded tool of
+               tests/celery/site.py records executions in.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import uuid
 
 import pytest
@@ -91,6 +97,45 @@ def redis_url() -> str:
     url = os.environ.get("AAA_TEST_REDIS_URL", "")
     require_service("redis", bool(url))
     return url
+
+
+def _broker_url(base: str) -> str:
+    gw = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(re.sub(r"\D", "", gw) or 0) + 1
+    return re.sub(r"/\d*$", "", base.rstrip("/")) + f"/{index}"
+
+
+@pytest.fixture(scope="session")
+def celery_env(django_db_setup, django_db_blocker) -> dict[str, str]:
+    from django.db import connections
+
+    from tests.celery.site import EXEC_TABLE
+
+    base = os.environ.get("AAA_TEST_REDIS_URL", "")
+    require_service("redis", bool(base))
+    require_service("postgres", "postgres" in settings.DATABASES)
+    broker = _broker_url(base)
+    os.environ["AAA_TEST_CELERY_BROKER"] = broker
+    from tests.celery_app import app
+
+    app.conf.broker_url = broker
+    import redis
+
+    redis.Redis.from_url(broker).flushdb()
+    with django_db_blocker.unblock():
+        with connections["postgres"].cursor() as cur:
+            cur.execute(f"CREATE TABLE IF NOT EXISTS {EXEC_TABLE} "
+                        "(key text NOT NULL, n int, pid int, at timestamptz DEFAULT now())")
+        db_name = connections["postgres"].settings_dict["NAME"]
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.celery.worker_settings",
+        "AAA_TEST_WORKER_DB": db_name,
+        "AAA_TEST_CELERY_BROKER": broker,
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return env
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -43,3 +43,10 @@ class TestDjangoEventStoreOnPostgreSQL(DjangoStoreContract):
     @pytest.fixture(autouse=True)
     def _postgres(self, pg_alias):
         """Skip (developer run) or fail (bin/test, CI) without the PostgreSQL service."""
+
+
+@pytest.mark.django_db(databases=["postgres"], transaction=True)
+class TestDjangoEventStoreOnPostgreSQLOutsideATransaction(TestDjangoEventStoreOnPostgreSQL):
+    """Appends made outside any transaction (as a Celery worker's are) take the
+    two-round-trip path: one query, then one statement for the events and the run
+    index."""

@@ -1,9 +1,6 @@
 """Fixtures of the Celery tests: a broker, real worker processes, an engine on the bus.
 
-  celery_env   (session) the environment of the worker processes: this xdist worker's
-               Redis database as the broker (gw0 -> db 1, gw1 -> db 2, ...), the test
-               database's name, the worker settings. Creates the table the guarded
-               tool records executions in.
+  celery_env   (session; tests/conftest.py) the environment of the worker processes.
   cluster      (session) two worker processes (prefork, one child each) consuming
                every queue; shared by the tests that do not kill workers.
   new_cluster  a factory of workers of the test's own, on queues of their own
@@ -19,17 +16,12 @@ what the test commits, and the test what the workers commit.
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 from typing import Any, Awaitable
 
 import pytest
 from asgiref.sync import async_to_sync
 
-from tests.conftest import require_service
-
-from .site import EXEC_TABLE
 from .workers import Cluster
 
 # "default" too: pytest-django sets up "postgres" only after "default" (TEST DEPENDENCIES).
@@ -43,44 +35,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.celery)
             item.add_marker(pytest.mark.redis)
             item.add_marker(pytest.mark.postgres)
-
-
-def _broker_url(base: str) -> str:
-    gw = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    index = int(re.sub(r"\D", "", gw) or 0) + 1
-    return re.sub(r"/\d*$", "", base.rstrip("/")) + f"/{index}"
-
-
-@pytest.fixture(scope="session")
-def celery_env(django_db_setup, django_db_blocker, tmp_path_factory) -> dict[str, str]:
-    from django.conf import settings
-    from django.db import connections
-
-    base = os.environ.get("AAA_TEST_REDIS_URL", "")
-    require_service("redis", bool(base))
-    require_service("postgres", "postgres" in settings.DATABASES)
-    broker = _broker_url(base)
-    os.environ["AAA_TEST_CELERY_BROKER"] = broker
-    from tests.celery_app import app
-
-    app.conf.broker_url = broker
-    import redis
-
-    redis.Redis.from_url(broker).flushdb()
-    with django_db_blocker.unblock():
-        with connections["postgres"].cursor() as cur:
-            cur.execute(f"CREATE TABLE IF NOT EXISTS {EXEC_TABLE} "
-                        "(key text NOT NULL, n int, pid int, at timestamptz DEFAULT now())")
-        db_name = connections["postgres"].settings_dict["NAME"]
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.celery.worker_settings",
-        "AAA_TEST_WORKER_DB": db_name,
-        "AAA_TEST_CELERY_BROKER": broker,
-        "PYTHONUNBUFFERED": "1",
-    }
-    env.pop("PYTEST_XDIST_WORKER", None)
-    return env
 
 
 @pytest.fixture(scope="session")

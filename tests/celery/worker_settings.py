@@ -13,7 +13,8 @@ DATABASES["postgres"]["TEST"] = {"NAME": os.environ["AAA_TEST_WORKER_DB"]}
 AAA = {
     "BUS": "celery",
     "REDIS_URL": os.environ["AAA_TEST_CELERY_BROKER"],
-    "WORKER_SETUP": "tests.celery.site.setup",
+    # tests/scenarios runs workers of its own, with its own tools and models
+    "WORKER_SETUP": os.environ.get("AAA_TEST_WORKER_SETUP", "tests.celery.site.setup"),
     # Short, so a killed worker's lock and leases free themselves quickly.
     "RUN_LOCK_TTL": 3,
     "LEASE_TTL": 4,

@@ -1,0 +1,177 @@
+"""What one delivery of the Celery bus costs, without Celery: a harness and a profiler.
+
+    .venv/bin/python benchmarks/profile_delivery.py                  # timings (~15 s)
+    .venv/bin/python benchmarks/profile_delivery.py --profile        # + cProfile of them
+    .venv/bin/python benchmarks/profile_delivery.py --sql --runs 1   # the statements of a run
+    .venv/bin/python benchmarks/profile_delivery.py --async-commit   # without waiting for fsync
+
+It starts a durable PostgreSQL 15 and a Redis (as ``bench_celery.py`` does), builds
+the engine a worker builds (``aaa_django.worker.build_worker_engine``: the tail cache,
+the Celery bus with its Redis lock, the site's handlers from ``celery_site.setup``),
+and drives ToolLoop runs by calling :func:`aaa_django.worker.deliver_event` for each
+published event, the way the ``aaa.deliver`` task does, on one long-lived loop. The
+messages the bus would send to the broker are kept in a queue instead, and
+``--engines 2`` hands them to two engines in turn (two workers, each with its own
+caches, so each delivery catches up with what the other appended).
+
+It prints the wall time and the CPU time per delivery, and how many store calls and
+queries a delivery makes: the engine's own cost of a hop, which ``bench_celery.py``
+measures end to end next to a bare Celery hop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_celery import redis_server  # noqa: E402
+from common import ms, postgres, table, workdir  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--engines", type=int, default=2)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--sql", action="store_true", help="print the statements of one run")
+    parser.add_argument("--async-commit", action="store_true",
+                        help="synchronous_commit=off: what a delivery costs besides the fsync")
+    args = parser.parse_args()
+
+    with workdir() as tmp, postgres(tmp) as pg, redis_server(tmp) as broker:
+        if args.async_commit:
+            import psycopg
+
+            with psycopg.connect(**pg, dbname="aaa_bench", autocommit=True) as conn:
+                conn.execute("ALTER DATABASE aaa_bench SET synchronous_commit = off")
+        os.environ.update({
+            "AAA_BENCH_PG_HOST": pg["host"], "AAA_BENCH_PG_PORT": str(pg["port"]),
+            "AAA_BENCH_PG_NAME": "aaa_bench", "AAA_BENCH_REDIS": broker,
+            "DJANGO_SETTINGS_MODULE": "celery_site",
+        })
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        run(args)
+
+
+def run(args) -> None:
+    import django.db.backends.base.base as base
+    from asgiref.sync import async_to_sync
+    from django.db import connections
+
+    from aaa_django.bus import DistributedBus
+    from aaa_django.engines import build_engine
+    from aaa_django.events import FoldCache
+    from aaa_django.worker import WorkerRuntime, build_worker_engine, deliver_event
+    from celery_site import registry, script
+
+    queue: collections.deque = collections.deque()
+
+    def capture(self, messages, ended, *, swallow=True):
+        """What the bus would send to the broker: kept, to be delivered here."""
+        for _, margs in messages:
+            queue.append(margs)
+            self.sent += 1
+        for run_id in ended:
+            self._coordinator().notify_ended(run_id)
+
+    DistributedBus._send = capture
+
+    # Count (or print) the statements of every connection, the loop thread's included.
+    queries = {"n": 0, "print": False}
+
+    def count_queries(execute, sql, params, many, context):
+        queries["n"] += 1
+        if queries["print"]:
+            print("   SQL", " ".join(sql.split())[:150])
+        return execute(sql, params, many, context)
+
+    connect = base.BaseDatabaseWrapper.connect
+
+    def counted_connect(self, *a, **kw):
+        connect(self, *a, **kw)
+        if count_queries not in self.execute_wrappers:
+            self.execute_wrappers.append(count_queries)
+
+    base.BaseDatabaseWrapper.connect = counted_connect
+    connections.close_all()
+
+    rt = WorkerRuntime()
+    engines = []
+    for _ in range(args.engines):
+        engine = build_worker_engine(["django", "default", "aaa_django.store.DjangoEventStore"])
+        engine.cache = FoldCache(check_every=engine.cache.check_every)  # a holder per "worker"
+        engines.append(engine)
+
+    async def start(count: int) -> None:
+        from aaa_django.algos import ToolLoop
+
+        async with build_engine(bus=DistributedBus(in_worker=True)) as starter:
+            algo = ToolLoop(registry(), max_turns=args.turns + 1)
+            for _ in range(count):
+                await starter.start(algo, {"task": script(args.turns)})
+
+    def drive(runs: int, profiler=None, show: bool = False) -> tuple[list[float], float, int, int]:
+        async_to_sync(start)(runs)
+        if profiler is not None:  # the deliveries run on the loop's thread: profile that one
+            rt.call(profiler.enable)
+        walls, i, n0 = [], 0, queries["n"]
+        cpu0 = time.process_time()
+        while queue:
+            spec, stream, seq, event_id = queue.popleft()
+            if show:
+                print(f"-- delivery of seq {seq} to engine {i % len(engines)}")
+            t0 = time.perf_counter()
+            rt.run(deliver_event(engines[i % len(engines)], stream, seq, event_id))
+            walls.append(time.perf_counter() - t0)
+            i += 1
+        cpu = time.process_time() - cpu0
+        if profiler is not None:
+            rt.call(profiler.disable)
+        return walls, cpu, i, queries["n"] - n0
+
+    drive(5)  # warm up
+    if args.sql:
+        queries["print"] = True
+        drive(1, show=True)
+        queries["print"] = False
+    walls, cpu, deliveries, nq = drive(args.runs)
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler is not None:
+        drive(args.runs, profiler)
+    getattr(rt, "close", lambda: None)()  # (the runtime of an older worker.py has none)
+
+    commit = "synchronous_commit=off" if args.async_commit else "durable"
+    print(f"profile_delivery: {args.runs} ToolLoop runs of {args.turns} turns, "
+          f"{args.engines} engine(s) taking deliveries in turn, PostgreSQL ({commit}), Redis")
+    print()
+    print(table(["per delivery", "value"], [
+        ["deliveries", str(deliveries)],
+        ["wall, median", ms(statistics.median(walls))],
+        ["wall, mean", ms(statistics.mean(walls))],
+        ["CPU (this process, all threads), mean", ms(cpu / deliveries)],
+        ["SQL statements, mean", f"{nq / deliveries:.2f}"],
+    ]))
+    if profiler is not None:
+        print()
+        stats = pstats.Stats(profiler)
+        stats.sort_stats("cumulative").print_stats(args.top)
+        stats.sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""A worker's delivery, without Celery: the loop thread, the store queries made on it,
+one read per delivery, and what a step publishes sent once the run's lock is free.
+
+``deliver_event`` is called as the ``aaa.deliver`` task calls it (on a
+``WorkerRuntime``); what the bus would send to the broker is kept in a list instead,
+with whether the run's lock was held at that moment.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+from django.db import connections
+
+from aaa_django.bus import DistributedBus
+from aaa_django.coordination import Coordinator
+from aaa_django.engines import build_engine
+from aaa_django.events import Event, FoldCache
+from aaa_django.models import RunRecord
+from aaa_django.runtime import types as T
+from aaa_django.store import DjangoEventStore
+from aaa_django.tailcache import TailCachedStore
+from aaa_django.worker import WorkerRuntime, deliver_event
+from tests.scenarios import site
+
+pytestmark = [pytest.mark.django_db(databases=["default", "postgres"], transaction=True),
+              pytest.mark.postgres, pytest.mark.redis]
+
+
+@pytest.fixture
+def worker(pg_alias, redis_url):
+    """A runtime and an engine built as a worker builds them; sends are recorded."""
+    rt = WorkerRuntime()
+    coord = Coordinator(redis_url, prefix=f"test-{id(rt)}")
+    store = TailCachedStore(DjangoEventStore(pg_alias, inline=True))
+    engine = build_engine(using=pg_alias, store=store, cache=FoldCache(),
+                          bus=DistributedBus(in_worker=True, coordinator=coord))
+    site.PROBE = site.MemoryProbe()
+    site.attach(engine)
+    sent: list[dict] = []
+
+    def send(messages, ended, *, swallow=True):
+        held = [m[1][1] for m in messages if coord.client.exists(coord.key("lock", m[1][1]))]
+        sent.append({"messages": [args for _, args in messages], "ended": list(ended), "held": held,
+                     "thread": threading.get_ident()})
+
+    engine.bus._send = send
+    try:
+        yield rt, engine, sent
+    finally:
+        rt.close()
+
+
+def drive(rt, engine, sent) -> int:
+    """Deliver every message sent, in order, as the workers would; returns how many."""
+    done = 0
+    while done < sum(len(s["messages"]) for s in sent):
+        spec, stream, seq, event_id = [m for s in sent for m in s["messages"]][done]
+        assert rt.run(deliver_event(engine, stream, seq, event_id)) == "delivered"
+        done += 1
+    return done
+
+
+def test_a_run_delivered_on_the_loop_thread(worker, pg_alias):
+    rt, engine, sent = worker
+    queries: list[int] = []
+
+    def count(execute, sql, params, many, context):
+        queries.append(threading.get_ident())
+        return execute(sql, params, many, context)
+
+    # the store queries on the loop's own thread, on that thread's connection
+    rt.call(lambda: connections[pg_alias].execute_wrappers.append(count))
+    run_id = rt.run(_start(engine))
+    deliveries = drive(rt, engine, sent)
+    outcome = rt.run(engine.outcome(run_id))
+
+    assert outcome.outcome == "success" and outcome.value == {"text": "1 + 2 = 3"}
+    events = rt.run(engine.store.read(run_id))
+    assert deliveries == len(events)
+    assert set(queries) == {rt.thread.ident}
+    assert {s["thread"] for s in sent} == {rt.thread.ident}
+    # nothing was sent while the run's lock was held: the next delivery never waits
+    assert [s["held"] for s in sent] == [[]] * len(sent)
+    assert sent[-1]["ended"] == [run_id]
+
+
+def test_what_a_step_appends_is_sent_in_one_batch_after_the_lock(worker):
+    rt, engine, sent = worker
+
+    async def start():
+        return (await engine.start(site.FanOut(tool="noop", n=5), {})).run_id
+
+    run_id = rt.run(start())
+    drive(rt, engine, sent)
+
+    assert rt.run(engine.outcome(run_id)).outcome == "success"
+    fan_out = [s for s in sent if len(s["messages"]) > 1]
+    assert len(fan_out) == 1 and len(fan_out[0]["messages"]) == 5  # one batch, one producer
+    assert all(not s["held"] for s in sent)
+
+
+def test_a_delivery_makes_one_query_and_one_statement(worker, pg_alias):
+    """Taking the lock first, then reading what is new (with the run's index row), is
+    one query; the append after it is one statement. A delivery of an event handled
+    already reads once and writes nothing."""
+    rt, engine, sent = worker
+    statements: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        if "aaa_event" in sql:  # (a first read of a projection also looks for a snapshot)
+            statements.append(sql.split()[0])
+        return execute(sql, params, many, context)
+
+    run_id = rt.run(_start(engine))
+    rt.call(lambda: connections[pg_alias].execute_wrappers.append(record))
+    rt.run(deliver_event(engine, *sent[0]["messages"][0][1:]))  # run.started: validation
+    assert statements == ["SELECT", "WITH"]
+    sent[0]["messages"].pop(0)
+    drive(rt, engine, sent)
+    events = rt.run(engine.store.read(run_id))
+    assert events[-1].type == T.RUN_COMPLETED
+    statements.clear()
+    assert rt.run(deliver_event(engine, run_id, 3, events[2].id)) == "delivered"
+    assert statements == ["SELECT"]  # redelivered: nothing left to do, nothing written
+    assert rt.run(engine.store.read(run_id)) == events
+    assert rt.run(deliver_event(engine, run_id, 3, "not-that-event")) == "missing"
+
+
+def test_an_append_after_another_process_appended_still_lands(worker, pg_alias):
+    """What the last read saw is only a starting point: had another process appended
+    since, the statement is refused and the append asks for the head."""
+    rt, engine, sent = worker
+    run_id = rt.run(_start(engine))
+    rt.run(engine.store.read(run_id))  # the worker's view: the start alone
+    other = DjangoEventStore(pg_alias)  # another process
+    rt.call(lambda: other.append_sync([Event.new(run_id, "tests.other.appended", {})]))
+    rt.run(engine.store.append([Event.new(run_id, "tests.worker.appended", {})]))
+    events = rt.run(DjangoEventStore(pg_alias, inline=True).read(run_id))
+    assert [e.type for e in events] == [T.RUN_STARTED, "tests.other.appended", "tests.worker.appended"]
+    assert [e.seq for e in events] == [1, 2, 3]
+    row = rt.call(lambda: RunRecord.objects.using(pg_alias).get(pk=run_id))
+    assert row.last_seq == 3
+    # an event stored already (a step decided again): absorbed, as by any append
+    for again in (replace(events[1], seq=None), events[1]):
+        rt.run(engine.store.read(run_id))
+        assert rt.run(engine.store.append([again])) == []
+        assert rt.run(DjangoEventStore(pg_alias, inline=True).read(run_id)) == events
+
+
+async def _start(engine):
+    return (await engine.start(site.loop("add_then_answer"), {"task": "add 1 and 2"})).run_id
+
+
+def test_the_runtime_runs_sync_calls_on_its_thread():
+    rt = WorkerRuntime()
+    try:
+        assert rt.call(threading.get_ident) == rt.thread.ident != threading.get_ident()
+        assert rt.thread.daemon
+    finally:
+        rt.close()
+    assert not rt.thread.is_alive()

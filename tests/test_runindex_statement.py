@@ -1,0 +1,85 @@
+"""The run index kept by appends made outside any transaction on PostgreSQL (a Celery
+worker's): one statement inserts the events and folds them into the run's row, and
+the row equals a whole-log rebuild, whatever the batches."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connections
+from django.forms.models import model_to_dict
+
+from aaa_django import runindex
+from aaa_django.events import Event, derive_id
+from aaa_django.models import RunRecord
+from aaa_django.runtime import RUNMETA
+from aaa_django.runtime import types as T
+from aaa_django.store import DjangoEventStore
+
+pytestmark = [pytest.mark.django_db(databases=["postgres"], transaction=True), pytest.mark.postgres]
+
+
+def log_of(run_id: str) -> list[Event]:
+    started = Event(id=T.started_id(run_id), stream=run_id, type=T.RUN_STARTED,
+                    data={"algorithm": "tests.echo", "input": {}, "parent": "run-parent"})
+
+    def ev(type, key, **data):
+        return Event(id=derive_id(started.id, type, key), stream=run_id, type=type, data=data)
+
+    usage = {"input_tokens": 7, "output_tokens": 3}
+    return [
+        started,
+        ev(T.INPUT_VALIDATED, 0),
+        ev(T.LLM_REQUESTED, 1),
+        ev(T.LLM_COMPLETED, 1, usage=usage, cost=0.25),
+        ev(T.TOOL_REQUESTED, 2, call_id="c", name="t", args={}),
+        ev(T.TOOL_COMPLETED, 2, content="ok"),
+        ev(T.LLM_REQUESTED, 3),
+        Event(id=T.completion_id(run_id), stream=run_id, type=T.RUN_COMPLETED,
+              data={"outcome": "success", "value": 1}),
+        ev(T.LLM_COMPLETED, 3, usage=usage, cost=0.5),  # late: still paid for
+        ev(T.TOOL_REQUESTED, 4, call_id="d", name="t", args={}),  # late: not counted
+    ]
+
+
+def row(run_id: str) -> dict:
+    record = RunRecord.objects.using("postgres").get(pk=run_id)
+    return {**model_to_dict(record), "started_at": record.started_at, "updated_at": record.updated_at}
+
+
+@pytest.mark.parametrize("batches", [[10], [1] * 10, [3, 4, 3], [1, 9], [8, 2]])
+def test_appends_outside_a_transaction_keep_the_index(pg_alias, batches):
+    store, events, statements = DjangoEventStore(pg_alias), log_of("run-a"), []
+    conn = connections[pg_alias]
+
+    def record(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    assert conn.get_autocommit()
+    i = 0
+    with conn.execute_wrapper(record):
+        for n in batches:
+            assert len(store.append_sync(events[i:i + n])) == n
+            store.append_sync(events[i:i + n])  # again: absorbed, the row unchanged
+            i += n
+    incremental = row("run-a")
+    meta = RUNMETA.fold(store.read_sync("run-a"))
+    assert incremental["status"] == meta.status == "completed"
+    assert incremental["outcome"] == "success" and incremental["ended_at"] is not None
+    assert (incremental["tokens_in"], incremental["tokens_out"]) == (14, 6)
+    assert incremental["cost"] == meta.spend.cost == 0.75
+    assert (incremental["model_calls"], incremental["tool_calls"]) == (2, 1)
+    assert incremental["last_seq"] == 10 and incremental["parent"] == "run-parent"
+    # every batch after the one that made the row: one query and one statement
+    combined = [s for s in statements if s.startswith("WITH stored AS (INSERT")]
+    assert len(combined) == len(batches) - 1
+    runindex.reindex(pg_alias)
+    assert row("run-a") == incremental
+
+
+def test_a_row_behind_its_log_is_caught_up(pg_alias):
+    store, events = DjangoEventStore(pg_alias), log_of("run-b")
+    store.append_sync(events[:4])
+    RunRecord.objects.using(pg_alias).filter(pk="run-b").update(last_seq=2, tokens_in=0)  # behind
+    store.append_sync(events[4:6])
+    assert row("run-b")["last_seq"] == 6 and row("run-b")["tokens_in"] == 7
