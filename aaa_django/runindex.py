@@ -140,6 +140,11 @@ def row_update(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tup
             after)
 
 
+def starts_run(events: Sequence[Event]) -> bool:
+    """Do stored ``events`` begin a run's log (seq 1, ``aaa.run.started``)?"""
+    return bool(events) and events[0].seq == 1 and events[0].type == T.RUN_STARTED
+
+
 def _index_next(using: str, stream: str, events: list[Event]) -> bool:
     """:func:`row_update` on the row read now; False when it is not the common case."""
     conn = connections[using]
@@ -148,6 +153,8 @@ def _index_next(using: str, stream: str, events: list[Event]) -> bool:
         row = cur.fetchone()
         if row is not None and events and (events[-1].seq or 0) <= row[-1]:
             return True  # indexed already
+        if row is None and not starts_run(events):
+            return True  # not a run: a row is only ever made by a run's first event
         update = row_update(conn, row, events)
         if update is None:
             return False

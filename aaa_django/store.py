@@ -242,7 +242,7 @@ class DjangoEventStore:
                   row: tuple | None, *, optimistic: bool = True) -> list[Event] | None:
         """The events after ``head`` and the run's row after ``row`` in one statement.
         None: not the common case, or (``optimistic``) the log moved since ``head``."""
-        from .runindex import index_events, row_update  # runindex imports this module
+        from .runindex import index_events, row_update, starts_run  # runindex imports this module
 
         try:
             stored, rows = _number(conn, batch, texts, head, known, expected_seq)
@@ -251,6 +251,19 @@ class DjangoEventStore:
                 return None  # perhaps only our view of the head is old: ask
             raise
         if not rows:
+            return stored
+        if row is None and not starts_run(stored):
+            # Not a run (a run's row is made by its first event): the events alone.
+            insert, params = _insert(_ROW_PG, rows)
+            if optimistic:
+                try:
+                    cur.execute(insert, params)
+                except IntegrityError:
+                    return None  # autocommit: nothing to roll back
+            else:
+                cur.execute(insert, params)
+            if self.inline:
+                self._remember(stream, stored[-1].seq, None)
             return stored
         update = row_update(conn, row, stored)
         if update is None:
