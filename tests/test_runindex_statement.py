@@ -9,36 +9,19 @@ from django.db import connections
 from django.forms.models import model_to_dict
 
 from aaa_django import runindex
-from aaa_django.events import Event, derive_id
+from aaa_django.events import Event
 from aaa_django.models import RunRecord
 from aaa_django.runtime import RUNMETA
-from aaa_django.runtime import types as T
 from aaa_django.store import DjangoEventStore
+from tests.api.test_runindex import log_of as api_log_of
 
 pytestmark = [pytest.mark.django_db(databases=["postgres"], transaction=True), pytest.mark.postgres]
 
 
 def log_of(run_id: str) -> list[Event]:
-    started = Event(id=T.started_id(run_id), stream=run_id, type=T.RUN_STARTED,
-                    data={"algorithm": "tests.echo", "input": {}, "parent": "run-parent"})
-
-    def ev(type, key, **data):
-        return Event(id=derive_id(started.id, type, key), stream=run_id, type=type, data=data)
-
-    usage = {"input_tokens": 7, "output_tokens": 3}
-    return [
-        started,
-        ev(T.INPUT_VALIDATED, 0),
-        ev(T.LLM_REQUESTED, 1),
-        ev(T.LLM_COMPLETED, 1, usage=usage, cost=0.25),
-        ev(T.TOOL_REQUESTED, 2, call_id="c", name="t", args={}),
-        ev(T.TOOL_COMPLETED, 2, content="ok"),
-        ev(T.LLM_REQUESTED, 3),
-        Event(id=T.completion_id(run_id), stream=run_id, type=T.RUN_COMPLETED,
-              data={"outcome": "success", "value": 1}),
-        ev(T.LLM_COMPLETED, 3, usage=usage, cost=0.5),  # late: still paid for
-        ev(T.TOOL_REQUESTED, 4, call_id="d", name="t", args={}),  # late: not counted
-    ]
+    """The run index tests' log (no owner): a run with spend, a completion, and late
+    results after it."""
+    return api_log_of(run_id, None)
 
 
 def row(run_id: str) -> dict:
