@@ -51,6 +51,9 @@ def _script(request):
     return text(answer + " (" + (results[-1].content or "") + ")")
 
 
-def scripted_model() -> FakeLLMClient:
-    """The LLM_CLIENT factory: a scripted FakeLLMClient (no provider is called)."""
-    return FakeLLMClient(_script)
+def scripted_model():
+    """The LLM_CLIENT factory: the provider of ``AAA["LLM"]`` when the environment
+    configures one, else a scripted FakeLLMClient (no provider is called)."""
+    from aaa_django.llm_settings import client_from_settings
+
+    return client_from_settings() or FakeLLMClient(_script)

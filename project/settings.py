@@ -12,6 +12,8 @@ blobs on disk under var/blobs. Environment variables switch on the cluster parts
                        PostgreSQL when AAA_DB=postgres (defaults 127.0.0.1, 5432,
                        aaa, postgres, empty)
   AAA_BUS              "inprocess" (default) or "celery"
+  AAA_LLM_BASE_URL, AAA_LLM_API_KEY, AAA_LLM_MODEL, AAA_LLM_PROVIDER
+                       a real model provider (AAA["LLM"]); unset: the scripted model
   AAA_LLM_CLIENT       dotted path of the API engine's LLM client factory (default: the
                        scripted demo model in project/api_demo.py)
   AAA_REDIS_URL        Celery broker and result backend (e.g. redis://127.0.0.1:6379/0)
@@ -135,6 +137,16 @@ AAA = {
     # (project/api_demo.py). Point AAA_LLM_CLIENT at a real client factory to change it.
     "LLM_CLIENT": env("AAA_LLM_CLIENT", "project.api_demo.scripted_model"),
     "TOOLS": ["project.api_demo.lookup_population", "project.api_demo.publish_answer"],
+    # A real model provider when the environment names one (docs/models.md): then the
+    # demo command and the API's engine use it instead of the scripted model.
+    "LLM": {
+        "PROVIDER": env("AAA_LLM_PROVIDER", "openai"),
+        "BASE_URL": env("AAA_LLM_BASE_URL") or None,
+        "API_KEY": env("AAA_LLM_API_KEY") or None,
+        "MODEL": env("AAA_LLM_MODEL") or None,
+    }
+    if env("AAA_LLM_BASE_URL") or env("AAA_LLM_API_KEY")
+    else None,
 }
 
 # Celery (used when AAA_BUS=celery): `celery -A project worker`.
