@@ -12,11 +12,18 @@
   validation) to ``aaa.algorithms``. A site sizes each with its own workers.
 - **delivery** (the ``aaa.deliver`` task, ``acks_late`` and requeued when its worker
   dies) loads the event from the store and calls ``engine.handle(event)``: the same
-  step function the in-process bus calls. Each worker thread keeps one event loop and
+  step function the in-process bus calls. A message may also carry the event itself
+  (when it is small, with the id of the event before it): a worker whose cache holds
+  the run's log up to that event then needs no query to catch up. Each worker thread keeps one event loop and
   one engine per store (built by ``build_engine`` and the site's ``WORKER_SETUP``).
-- **serial**: a run's algorithm steps are serialised across processes by a Redis lock
-  (see :mod:`aaa_django.coordination`); derived events have deterministic ids, so a
-  step that runs twice writes once.
+- **serial**: a run's algorithm step is an optimistic transaction on the run's stream:
+  it reads the log, decides, and appends only if the stream's head is still the one
+  it read (the worker's store guards the appends, see :mod:`aaa_django.tailcache`);
+  when another step or a handler appended meanwhile, the step runs again on the new
+  log, and from its second try on under the run's Redis lock (see
+  :mod:`aaa_django.coordination`), so a contended run still makes progress. Two
+  workers never both decide from the same log; derived events have deterministic
+  ids, so a step that runs twice writes once.
 - **limits across workers**: a run's deadline and an approval's expiry are Celery
   tasks with an ETA that deliver the event again when it is due (the engine's own
   reaction then ends the run ``timeout`` / records the expiry); tool pools become
@@ -33,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 from functools import partial
 from typing import Any, Iterable, Sequence
@@ -50,6 +58,8 @@ log = logging.getLogger("aaa_django.bus")
 
 #: the task names
 DELIVER, SWEEP = "aaa.deliver", "aaa.sweep"
+#: an event whose JSON is longer than this travels by id only (the worker reads it)
+WIRE_MAX = 16_000
 
 #: event type -> kind of work (a key of ``AAA["CELERY_QUEUES"]``); others: "algorithms"
 KIND_OF = {
@@ -165,26 +175,11 @@ def open_store(spec: Sequence[Any], *, inline: bool = False) -> Any:
 _published: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("aaa_published", default=None)
 
 
-class _Held:
-    """Messages published while a run's lock is held, sent once it is released."""
-
-    __slots__ = ("messages", "ended", "open")
-
-    def __init__(self) -> None:
-        self.messages: list = []
-        self.ended: list[str] = []
-        self.open = True
-
-
-#: the messages of the run step running in this context (see ``DistributedBus.serial``)
-_held: contextvars.ContextVar[_Held | None] = contextvars.ContextVar("aaa_held", default=None)
-
-
 class DistributedBus:
     """The engine's bus over Celery (``AAA["BUS"] = "celery"``).
 
-    ``queues`` overrides ``AAA["CELERY_QUEUES"]``; ``serialize=False`` drops the per-run
-    lock (only to show, in a test, what the lock prevents); ``coordinator`` defaults to
+    ``queues`` overrides ``AAA["CELERY_QUEUES"]``; ``serialize=False`` drops the step's
+    guard and lock (only to show, in a test, what they prevent); ``coordinator`` defaults to
     the one the settings describe. ``in_worker=True`` (the workers' own engines) sends
     at once: a worker's appends are never inside a caller's transaction, they have
     committed when ``publish`` is called.
@@ -227,18 +222,9 @@ class DistributedBus:
         seen = _published.get()
         if seen is not None:
             seen.update(e.id for e in events)
-        messages = [
-            (queue_for(e.type, self.queues), [self.spec, e.stream, e.seq, e.id]) for e in events
-        ]
+        messages = [(queue_for(e.type, self.queues), self._args(e, events)) for e in events]
         ended = [e.stream for e in events if e.type == T.RUN_COMPLETED]
         if self.in_worker:
-            held = _held.get()
-            if held is not None and held.open:
-                # Inside a run's step: sent when the lock is released, or the next
-                # delivery of the run would find it still held and have to wait.
-                held.messages.extend(messages)
-                held.ended.extend(ended)
-                return
             # A broker round trip inline is cheaper than a thread hop. A failure raises:
             # the delivery is retried, and its retry enqueues what this one could not.
             self._send(messages, ended, swallow=False)
@@ -248,6 +234,29 @@ class DistributedBus:
             await sync_to_async(self._on_commit, thread_sensitive=True)(messages, ended)
         else:
             await asyncio.to_thread(self._send, messages, ended)
+
+    def _args(self, event: Event, batch: list[Event]) -> list[Any]:
+        """A delivery's arguments: where the event is, and, for an event this process
+        has just appended, the event itself with the id of the one before it (when it
+        knows that id and the event is small)."""
+        args = [self.spec, event.stream, event.seq, event.id]
+        fresh = getattr(self.engine.store, "fresh", None)
+        if fresh is None or not fresh(event.id):
+            return args  # not just appended here (a re-drive): the worker reads it
+        seq = event.seq or 0
+        prev: str | None = None
+        if seq > 1:
+            before = next((e for e in batch if e.stream == event.stream and e.seq == seq - 1), None)
+            if before is None:
+                cached = getattr(self.engine.store, "cached", None)
+                before = cached(event.stream, seq - 1) if cached is not None else None
+            if before is None:
+                return args
+            prev = before.id
+        wire = json.dumps([prev, event.to_dict()], ensure_ascii=False, separators=(",", ":"))
+        if len(wire) <= WIRE_MAX:
+            args.append(wire)
+        return args
 
     def _on_commit(self, messages: list, ended: list[str]) -> None:
         transaction.on_commit(partial(self._send, messages, ended), using=self.spec[1])
@@ -259,7 +268,10 @@ class DistributedBus:
             if messages:
                 with self._app.producer_or_acquire() as producer:  # one for the batch
                     for queue, args in messages:
-                        self._app.send_task(DELIVER, args, queue=queue, producer=producer)
+                        # The repr that monitoring shows (and Celery would compute):
+                        # where the event is, not the event carried along.
+                        self._app.send_task(DELIVER, args, queue=queue, producer=producer,
+                                            argsrepr=repr(args[1:4]), kwargsrepr="{}")
                         self.sent += 1
             for run_id in ended:
                 self._coordinator().notify_ended(run_id)
@@ -272,25 +284,23 @@ class DistributedBus:
     # -- the engine's hooks -------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def serial(self, key: str):
-        """Hold the cluster-wide lock that serialises run ``key``'s steps. Once held,
-        a worker's read cache catches up with the log before the step reads it. In a
-        worker, what the step publishes is sent once the lock is released."""
-        held = _Held() if self.in_worker else None
-        token = _held.set(held) if held is not None else None
-        try:
-            async with self._coordinator().lock(key) if self.serialize else contextlib.AsyncExitStack():
-                stale = getattr(self.engine.store, "stale", None) if self.engine is not None else None
-                if stale is not None:
-                    stale(key)
+    async def serial(self, key: str, *, contended: bool = False, synced: bool = False):
+        """A step of run ``key``: its reads catch up with the log, and its appends to
+        the run's stream are guarded by the head it read (the worker's cached store);
+        an append that finds the head moved raises ``ConcurrencyError`` and the caller
+        runs the step again with ``contended=True``, under the run's cluster-wide
+        lock. With a store that cannot guard, every step takes the lock. ``synced``:
+        the cached view of the run is known to be current (the message carried the
+        event that follows it), no catch-up read."""
+        store = self.engine.store if self.engine is not None else None
+        guard = getattr(store, "guard", None)
+        locked = self.serialize and (contended or guard is None)
+        async with self._coordinator().lock(key) if locked else contextlib.AsyncExitStack():
+            stale = getattr(store, "stale", None)
+            if stale is not None and not synced:
+                stale(key)
+            with guard(key) if guard is not None and self.serialize else contextlib.nullcontext():
                 yield
-        finally:
-            if held is not None:
-                _held.reset(token)
-                held.open = False  # a timer armed in the step publishes on its own later
-                if held.messages or held.ended:
-                    # Stored already: send them even when the step failed after appending.
-                    self._send(held.messages, held.ended, swallow=False)
 
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` (an engine timer firing) on this loop; ``drain`` waits for it."""
@@ -334,15 +344,16 @@ class DistributedBus:
 
 
 @shared_task(name=DELIVER, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str) -> str:
-    """Deliver one stored event to this worker's engine (``engine.handle``)."""
+def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wire: str | None = None) -> str:
+    """Deliver one stored event to this worker's engine (``engine.handle``); ``wire``:
+    the event itself, as :meth:`DistributedBus._args` writes it."""
     from .worker import deliver_event, runtime, transient_errors
 
     rt = runtime()
     engine = rt.engine(spec)
     redelivered = bool((self.request.delivery_info or {}).get("redelivered")) or self.request.retries > 0
     try:
-        return rt.run(deliver_event(engine, stream, seq, event_id, redelivered=redelivered))
+        return rt.run(deliver_event(engine, stream, seq, event_id, redelivered=redelivered, wire=wire))
     except transient_errors() as exc:
         # A database or Redis hiccup: drop a broken connection, try again later.
         if spec[0] == "django":  # in the thread that holds the store's connection

@@ -10,11 +10,18 @@ When is the cached tail current enough? Outside a delivery, never: every read ca
 up first (one query for what is new), so the store behaves as any EventStore (it
 passes the contract suite). Inside :meth:`TailCachedStore.delivery` a stream is
 synced on its first read and stays synced while this delivery appends to it, until
-the bus marks it stale: when the run's lock is taken (see
-:class:`aaa_django.bus.DistributedBus`). So an algorithm step decides from the log
-as it is once it holds the lock, exactly as without the cache. Reads outside the lock (handlers) may miss an event another
-worker appended meanwhile; they only decide whether work is still needed, and the
-work's result has a deterministic id, so a second result is absorbed.
+the bus marks it stale (when a run's step begins, see
+:class:`aaa_django.bus.DistributedBus`). Reads outside a step (handlers) may miss an
+event another worker appended meanwhile; they only decide whether work is still
+needed, and the work's result has a deterministic id, so a second result is absorbed.
+
+**The step's guard** (:meth:`TailCachedStore.guard`): while a run's step runs, every
+append to the run's stream is conditional on the log's head being the cached one
+(``expected_seq``): the step decided from exactly that log, so a decision is stored
+only if nothing was appended since the step read it. When something was, the append
+raises :class:`~aaa_django.events.ConcurrencyError`, stores nothing, and the bus runs
+the step again from the log as it is now (an optimistic check on the stream head:
+two workers' steps of one run may overlap, but never both decide from the same log).
 
 The cache checks that its tail is a prefix of the log (the id at its last seq), so an
 erased and rewritten stream is read again from the start.
@@ -27,10 +34,23 @@ import contextvars
 from collections import OrderedDict
 from typing import Any, Iterator, Sequence
 
-from .events import Event
+from .events import ConcurrencyError, Event
 
 #: the streams synced in the current delivery (None: not in a delivery)
 _synced: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("aaa_synced", default=None)
+
+
+class _Guard:
+    """The stream of the step running in this context (see :meth:`TailCachedStore.guard`)."""
+
+    __slots__ = ("stream", "open")
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.open = True
+
+
+_guarded: contextvars.ContextVar[_Guard | None] = contextvars.ContextVar("aaa_guarded", default=None)
 
 
 class TailCachedStore:
@@ -41,6 +61,8 @@ class TailCachedStore:
         self.cache_key = inner.cache_key
         self.max_streams = max_streams
         self._logs: OrderedDict[str, list[Event]] = OrderedDict()
+        #: ids of events this store appended, until the bus publishes them (newest last)
+        self._fresh: OrderedDict[str, None] = OrderedDict()
         #: queries made to catch up, and reads served without one
         self.syncs = 0
         self.hits = 0
@@ -67,6 +89,66 @@ class TailCachedStore:
         synced = _synced.get()
         if synced is not None:
             synced.discard(stream)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def guard(stream: str) -> Iterator[None]:
+        """Within: appends to ``stream`` expect the head this delivery has read (a step
+        of ``stream``'s run). Closed on exit, also for tasks the step started."""
+        guard = _Guard(stream)
+        token = _guarded.set(guard)
+        try:
+            yield
+        finally:
+            guard.open = False
+            _guarded.reset(token)
+
+    def _expected(self, stream: str) -> int | None:
+        """The head a guarded append of ``stream`` must find, or None (unguarded)."""
+        guard = _guarded.get()
+        if guard is None or not guard.open or guard.stream != stream:
+            return None
+        synced = _synced.get()
+        log = self._logs.get(stream)
+        if log is None or synced is None or stream not in synced:
+            return None  # the step read nothing of it: it decided from nothing in it
+        return len(log)
+
+    def accept(self, event: Event, prev_id: str | None) -> bool:
+        """Take ``event``, just committed by someone else (its first delivery's message
+        carries it), as current news of its stream. The cache either holds it already
+        (it appended it itself), or holds the events before it, the last one being
+        ``prev_id`` (the same prefix check as a sync): then it is appended. Either way
+        the stream counts as synced in this delivery, without a query: the step's
+        appends are guarded by this view's head, so a view that missed a later event
+        costs a retry, never a decision. False: the cache cannot tell (read instead)."""
+        stream, seq = event.stream, event.seq or 0
+        log = self._logs.get(stream)
+        if log is not None and 0 < seq <= len(log):
+            if log[seq - 1].id != event.id:
+                return False
+        elif seq == 1 and not log:
+            log = self._logs[stream] = [event]
+        elif log is not None and seq == len(log) + 1 and log[-1].id == prev_id:
+            log.append(event)
+            observe = getattr(self.inner, "observe", None)
+            if observe is not None:
+                observe([event])
+        else:
+            return False
+        self._logs.move_to_end(stream)
+        while len(self._logs) > self.max_streams:
+            self._logs.popitem(last=False)
+        synced = _synced.get()
+        if synced is not None:
+            synced.add(stream)
+        return True
+
+    def fresh(self, event_id: str) -> bool:
+        """Was ``event_id`` appended by this store just now, and not asked about yet?
+        (The bus sends such an event along with its delivery; a re-drive of an old
+        event must not, as its receiver could not tell it from news.)"""
+        return self._fresh.pop(event_id, False) is None
 
     def cached(self, stream: str, seq: int) -> Event | None:
         """The event at ``seq`` if this process holds it already (events never change)."""
@@ -106,8 +188,20 @@ class TailCachedStore:
         return log[start:] if limit is None else log[start:start + max(limit, 0)]
 
     async def append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
-        stored = await self.inner.append(events, expected_seq=expected_seq)
+        if expected_seq is None and events:
+            expected_seq = self._expected(events[0].stream)
+        try:
+            stored = await self.inner.append(events, expected_seq=expected_seq)
+        except ConcurrencyError:
+            if events:
+                self.stale(events[0].stream)
+            raise
         if stored:
+            fresh = self._fresh
+            for e in stored:
+                fresh[e.id] = None
+            while len(fresh) > 1024:
+                fresh.popitem(last=False)
             stream = stored[0].stream
             log = self._logs.get(stream)
             if log is not None and stored[0].seq == len(log) + 1:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import os
 import threading
 import time
@@ -31,11 +33,16 @@ from .bus import DELIVER, DistributedBus, _published, celery_app, coordinator, o
 from .events import ConcurrencyError, Event
 from .runtime import types as T
 
+log = logging.getLogger("aaa_django.bus")
+
 #: deliveries that may run a tool: they listen for their run's end
 TOOL_WORK = frozenset({T.TOOL_REQUESTED, *T.APPROVAL_DECISIONS})
 #: a delivery still running after this many seconds takes a busy lease (and, for tool
 #: work, starts listening for its run's end); quicker ones never touch Redis for it
 SLOW_DELIVERY = 0.05
+#: tries of a run's step whose appends find the log moved on (the second and later
+#: under the run's lock); past them the delivery fails and Celery retries it
+STEP_TRIES = 8
 
 
 class WorkerRuntime:
@@ -141,21 +148,42 @@ def share_pools(engine: Any) -> int:
     return len(handlers)
 
 
-async def deliver_event(engine: Any, stream: str, seq: int, event_id: str, *, redelivered: bool = False) -> str:
+async def deliver_event(engine: Any, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
+                        wire: str | None = None) -> str:
     """Deliver one stored event to ``engine`` as a worker does; returns what happened
-    (``"delivered"``, or ``"missing"`` when the log no longer holds that event)."""
+    (``"delivered"``, or ``"missing"`` when the log no longer holds that event).
+    ``wire``: the event itself from the message (see :meth:`DistributedBus._args`)."""
     scope = getattr(engine.store, "delivery", contextlib.nullcontext)
     with scope():
-        return await _deliver(engine, stream, seq, event_id, redelivered)
+        # A first delivery whose message carries the event that follows this worker's
+        # cached view of the run: the view is current without a query. Not after a
+        # redelivery: the view may be old, and handlers would redo answered work.
+        synced = not redelivered and wire is not None and _accept(engine.store, stream, seq, event_id, wire)
+        return await _deliver(engine, stream, seq, event_id, redelivered, synced)
 
 
-async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivered: bool) -> str:
+def _accept(store: Any, stream: str, seq: int, event_id: str, wire: str) -> bool:
+    accept = getattr(store, "accept", None)
+    if accept is None:
+        return False
+    try:
+        prev, data = json.loads(wire)
+        event = Event.from_dict(data)
+    except (ValueError, TypeError, KeyError):
+        log.warning("a delivery of %s %s carried an unreadable event; reading it", stream, seq)
+        return False
+    if (event.id, event.stream, event.seq) != (event_id, stream, seq):
+        return False
+    return accept(event, prev)
+
+
+async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivered: bool, synced: bool) -> str:
     bus: DistributedBus = engine.bus
     published: set[str] = set()
     token = _published.set(published)
     loaded: asyncio.Future = asyncio.get_running_loop().create_future()
     try:
-        work = asyncio.ensure_future(_step(engine, stream, seq, event_id, loaded))
+        work = asyncio.ensure_future(_step(engine, stream, seq, event_id, loaded, synced))
         done, _ = await asyncio.wait({work}, timeout=SLOW_DELIVERY)
         if not done:
             await _guard_slow(engine, stream, loaded, work)
@@ -172,20 +200,32 @@ async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivere
     return "delivered"
 
 
-async def _step(engine: Any, stream: str, seq: int, event_id: str, loaded: asyncio.Future) -> Event | None:
-    """``engine.handle`` for the event at ``seq``, read once the run's lock is held:
-    that read is the one that brings this worker's view of the run up to date, which
-    the step needs anyway (reading it before the lock would take a second query)."""
+async def _step(engine: Any, stream: str, seq: int, event_id: str, loaded: asyncio.Future,
+                synced: bool = False) -> Event | None:
+    """``engine.handle`` for the event at ``seq``. The step reads the event in the
+    run's step (that read brings this worker's view of the run up to date, which the
+    step needs anyway; ``synced``: the view is current already), and runs again when
+    its appends find that the log moved on since (see :meth:`DistributedBus.serial`)."""
+    event: Event | None = None
     try:
-        async with engine.bus.serial(stream):
-            found = await engine.store.read(stream, after=seq - 1, limit=1)
-            event = found[0] if found and found[0].id == event_id else None
-            if not loaded.done():
-                loaded.set_result(event)
-            if event is None:
-                return None
-            event = await engine.hydrate(event)
-            await engine.react(event)
+        for attempt in range(STEP_TRIES):
+            try:
+                async with engine.bus.serial(stream, contended=attempt > 0, synced=synced and attempt == 0):
+                    found = await engine.store.read(stream, after=seq - 1, limit=1)
+                    if event is None:
+                        event = found[0] if found and found[0].id == event_id else None
+                        if not loaded.done():
+                            loaded.set_result(event)
+                        if event is None:
+                            return None
+                        event = await engine.hydrate(event)
+                    await engine.react(event)
+                break
+            except ConcurrencyError:
+                # Another step, or a handler, appended after this step read the log:
+                # nothing of this try was stored; decide again from the log as it is.
+                if attempt == STEP_TRIES - 1:
+                    raise
     finally:
         if not loaded.done():
             loaded.set_result(None)

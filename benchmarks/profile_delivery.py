@@ -132,11 +132,12 @@ def run(args) -> None:
         walls, i, n0 = [], 0, queries["n"]
         cpu0 = time.process_time()
         while queue:
-            spec, stream, seq, event_id = queue.popleft()
+            spec, stream, seq, event_id, *wire = queue.popleft()
             if show:
                 print(f"-- delivery of seq {seq} to engine {i % len(engines)}")
             t0 = time.perf_counter()
-            rt.run(deliver_event(engines[i % len(engines)], stream, seq, event_id))
+            rt.run(deliver_event(engines[i % len(engines)], stream, seq, event_id,
+                                 wire=wire[0] if wire else None))
             walls.append(time.perf_counter() - t0)
             i += 1
         cpu = time.process_time() - cpu0

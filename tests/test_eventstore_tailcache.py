@@ -4,7 +4,11 @@ delivery it serves synced streams from memory until the bus marks them stale."""
 
 from __future__ import annotations
 
-from aaa_django.events import InMemoryEventStore
+from dataclasses import replace
+
+import pytest
+
+from aaa_django.events import ConcurrencyError, InMemoryEventStore
 from aaa_django.tailcache import TailCachedStore
 from tests.contracts.eventstore import EventStoreContract, ev, run
 
@@ -60,3 +64,52 @@ def test_an_erased_and_rewritten_stream_is_read_again():
     run(inner.append([ev(data={"v": "new"})]))
 
     assert [e.data for e in run(store.read("run-1"))] == [{"v": "new"}]
+
+
+def test_a_carried_event_is_taken_only_when_it_follows_the_cached_tail():
+    inner = Counting()
+    store = TailCachedStore(inner)
+    first, second = run(inner.append([ev(), ev()]))
+    third, fourth = run(inner.append([ev(), ev()]))
+
+    async def delivery(event, prev):
+        with store.delivery():
+            taken = store.accept(event, prev)
+            reads = inner.reads
+            view = await store.read("run-1")
+            return taken, inner.reads - reads, view
+
+    assert store.accept(first, None) is True  # nothing cached yet: seq 1 starts the log
+    taken, reads, view = run(delivery(second, first.id))
+    assert (taken, reads, [e.seq for e in view]) == (True, 0, [1, 2])
+    # another predecessor than the cached one, or a gap: read instead
+    assert run(delivery(third, "someone-else"))[:2] == (False, 1)
+    store._logs["run-1"] = store._logs["run-1"][:2]
+    assert run(delivery(fourth, third.id))[:2] == (False, 1)
+    # an event the cache holds already (this process appended it): current as it is
+    taken, reads, view = run(delivery(third, second.id))
+    assert (taken, reads, len(view)) == (True, 0, 4)
+    assert store.accept(replace(third, id="another-id"), second.id) is False
+
+
+def test_a_guarded_append_expects_the_head_the_step_read():
+    inner = InMemoryEventStore()
+    store = TailCachedStore(inner)
+    run(inner.append([ev()]))
+
+    async def step(interfere: bool):
+        with store.delivery():
+            store.stale("run-1")
+            with store.guard("run-1"):
+                await store.read("run-1")
+                if interfere:
+                    await inner.append([ev()])  # a handler in another worker, meanwhile
+                return await store.append([ev()])
+
+    assert [e.seq for e in run(step(False))] == [2]
+    with pytest.raises(ConcurrencyError):
+        run(step(True))
+    assert [e.seq for e in run(inner.read("run-1"))] == [1, 2, 3]  # nothing of the step stored
+    # outside a step (a handler), appends are not guarded
+    with_delivery = TailCachedStore(inner)
+    assert [e.seq for e in run(with_delivery.append([ev()]))] == [4]

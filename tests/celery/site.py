@@ -149,11 +149,13 @@ class SerialConfig(BaseModel):
 
 class SerialProbe(Algorithm):
     """Fans out ``n`` tool calls at once; then every step after a result writes one
-    decision keyed by the number of decisions it saw. Each step marks itself "inside"
-    in Redis for its duration: a step that finds another one inside counts an overlap.
+    decision "k" (k = the number of decisions it saw), with an id of its own (derived
+    from k and the event it handles). Each step marks itself "inside" in Redis for its
+    duration: a step that finds another one inside counts an overlap.
 
-    Serialised steps give exactly one decision per result, each seeing all earlier
-    ones; overlapping steps would both decide "decision k" from the same state.
+    Steps that each decide from the whole log as it is give exactly one decision per
+    result, numbered 0..n-1, each seeing all earlier ones. Two steps that decided from
+    the same log would both write "decision k": a fork.
     """
 
     name = "tests.celery.SerialProbe"
@@ -172,8 +174,8 @@ class SerialProbe(Algorithm):
                     ctx.tool("noop", {"n": i}, call_id=f"c{i}")
             elif s.decisions < s.results:
                 ctx.emit("test.step.decided", {"k": s.decisions, "results_seen": s.results},
-                         key=s.decisions)
-            elif s.decisions == self.cfg.n:
+                         key=(s.decisions, ctx.event.id))
+            elif s.decisions >= self.cfg.n:
                 ctx.complete("success", {"decisions": s.decisions})
         finally:
             r.delete(inside)
@@ -184,7 +186,7 @@ class SerialProbe(Algorithm):
 
 def setup(engine) -> None:
     """Attach the handlers every worker needs (AAA["WORKER_SETUP"])."""
-    # Only the negative control of the serialisation test turns the run lock off.
+    # Only the negative control of the serialisation test turns the step's guard off.
     engine.bus.serialize = os.environ.get("AAA_TEST_SERIALIZE", "1") == "1"
     LLMHandler(FakeLLMClient(scripted_model)).attach(engine)
     ToolHandler(REGISTRY, pools={"shared": POOL_SIZE}).attach(engine)

@@ -1,5 +1,6 @@
 """A worker's delivery, without Celery: the loop thread, the store queries made on it,
-one read per delivery, and what a step publishes sent once the run's lock is free.
+a message that carries its event (no read to catch up), the step's guarded appends,
+and what a step publishes sent at once (no run lock is held in the common case).
 
 ``deliver_event`` is called as the ``aaa.deliver`` task calls it (on a
 ``WorkerRuntime``); what the bus would send to the broker is kept in a list instead,
@@ -8,7 +9,9 @@ with whether the run's lock was held at that moment.
 
 from __future__ import annotations
 
+import json
 import threading
+import uuid
 from dataclasses import replace
 
 import pytest
@@ -53,12 +56,15 @@ def worker(pg_alias, redis_url):
         rt.close()
 
 
-def drive(rt, engine, sent) -> int:
-    """Deliver every message sent, in order, as the workers would; returns how many."""
+def drive(rt, engine, sent, each=None) -> int:
+    """Deliver every message sent, in order, as the workers would; returns how many.
+    ``each(seq)`` is called before each delivery."""
     done = 0
     while done < sum(len(s["messages"]) for s in sent):
-        spec, stream, seq, event_id = [m for s in sent for m in s["messages"]][done]
-        assert rt.run(deliver_event(engine, stream, seq, event_id)) == "delivered"
+        spec, stream, seq, event_id, *wire = [m for s in sent for m in s["messages"]][done]
+        if each is not None:
+            each(seq)
+        assert rt.run(deliver_event(engine, stream, seq, event_id, wire=wire[0] if wire else None)) == "delivered"
         done += 1
     return done
 
@@ -102,31 +108,56 @@ def test_what_a_step_appends_is_sent_in_one_batch_after_the_lock(worker):
     assert all(not s["held"] for s in sent)
 
 
-def test_a_delivery_makes_one_query_and_one_statement(worker, pg_alias):
-    """Taking the lock first, then reading what is new (with the run's index row), is
-    one query; the append after it is one statement. A delivery of an event handled
-    already reads once and writes nothing."""
+def test_a_delivery_makes_one_statement_and_no_query(worker, pg_alias):
+    """A message carries the event it delivers (with the id of the one before it):
+    the worker's cached view of the run is current without a read, and the append is
+    one statement. A re-drive (no event in the message) reads once and writes nothing
+    when nothing is left to do."""
     rt, engine, sent = worker
-    statements: list[str] = []
+    statements: dict[int, list[str]] = {}
+    current: list[int] = []
 
     def record(execute, sql, params, many, context):
         if "aaa_event" in sql:  # (a first read of a projection also looks for a snapshot)
-            statements.append(sql.split()[0])
+            statements.setdefault(current[-1], []).append(sql.split()[0])
         return execute(sql, params, many, context)
 
     run_id = rt.run(_start(engine))
     rt.call(lambda: connections[pg_alias].execute_wrappers.append(record))
-    rt.run(deliver_event(engine, *sent[0]["messages"][0][1:]))  # run.started: validation
-    assert statements == ["SELECT", "WITH"]
-    sent[0]["messages"].pop(0)
-    drive(rt, engine, sent)
+    assert all(len(m) == 5 for s in sent for m in s["messages"])  # every one carries its event
+    drive(rt, engine, sent, each=current.append)
+    current.append(0)  # (the test's own reads)
     events = rt.run(engine.store.read(run_id))
     assert events[-1].type == T.RUN_COMPLETED
+    # the first append of a run asks for its head and index row once; then none do
+    assert statements.pop(1) == ["SELECT", "WITH"]
+    assert statements.pop(0) == ["SELECT"]
+    # each later delivery appends once, without a query; the end's appends nothing
+    assert sorted(statements) == [e.seq for e in events[1:-1]]
+    assert set(map(tuple, statements.values())) == {("WITH",)}
+
     statements.clear()
+    current.append(3)
     assert rt.run(deliver_event(engine, run_id, 3, events[2].id)) == "delivered"
-    assert statements == ["SELECT"]  # redelivered: nothing left to do, nothing written
+    assert statements == {3: ["SELECT"]}  # a re-drive: one read, nothing left to do
     assert rt.run(engine.store.read(run_id)) == events
     assert rt.run(deliver_event(engine, run_id, 3, "not-that-event")) == "missing"
+
+
+def test_a_message_whose_event_does_not_follow_the_cache_is_read(worker, pg_alias):
+    """The cache takes a carried event only when it holds the event before it (same
+    id): a message naming another predecessor makes the worker read instead."""
+    rt, engine, sent = worker
+    run_id = rt.run(_start(engine))
+    drive(rt, engine, sent)  # the whole run: the worker's cache holds its log
+    other = DjangoEventStore(pg_alias)
+    stored = rt.call(lambda: other.append_sync([Event.new(run_id, "tests.other.appended", {})]))[0]
+    wire = json.dumps([str(uuid.uuid4()), stored.to_dict()])  # claims a predecessor it does not have
+    store: TailCachedStore = engine.store
+    syncs = store.syncs
+    assert rt.run(deliver_event(engine, run_id, stored.seq, stored.id, wire=wire)) == "delivered"
+    assert store.syncs == syncs + 1  # read, not taken from the message
+    assert rt.run(store.read(run_id)) == rt.call(lambda: DjangoEventStore(pg_alias).read_sync(run_id))
 
 
 def test_an_append_after_another_process_appended_still_lands(worker, pg_alias):
