@@ -200,6 +200,7 @@ class DistributedBus:
         #: messages sent (one per event)
         self.sent = 0
         self._spawned: set[asyncio.Task] = set()
+        self._listener: asyncio.Task | None = None
 
     def bind(self, engine: Any) -> None:
         """Attach the engine; its store must be one a worker can open (Django, Redis)."""
@@ -333,8 +334,35 @@ class DistributedBus:
 
     idle = drain
 
+    def watch_ends(self) -> None:
+        """Wake the engine's waiters (``engine.wait``, ``run.result()``) when any
+        process ends a run: one subscription to the cluster's run-ended notices per
+        bus, started on first use. Notices are not durable: ``wait`` still polls,
+        at its ``poll_interval``."""
+        if self._listener is None and not self.closed and self.engine is not None:
+            self._listener = asyncio.ensure_future(self._listen())
+
+    async def _listen(self) -> None:
+        delay = 0.1
+        while not self.closed:
+            try:
+                async for run_id in self._coordinator().ended_notices():
+                    delay = 0.1
+                    self.engine.wake(run_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # Redis away: the waiters poll meanwhile
+                log.warning("run-ended notices unavailable; retrying in %.1f s", delay, exc_info=True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
     async def close(self, *, cancel: bool = True) -> None:
         self.closed = True
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener
+            self._listener = None
         tasks = set(self._spawned)
         if cancel:
             for t in tasks:

@@ -23,7 +23,7 @@ FOLD_CHECK_EVERY    int >= 0         100           Every this many incremental f
                                                    0 never checks.
 -- cluster mode (``BUS = "celery"``; see ``aaa_django.bus``) ------------------------------
 REDIS_URL           str or None      None          Redis for the Celery bus's coordination:
-                                                   per-run step locks, shared tool pools,
+                                                   locks of contended steps, shared pools,
                                                    cancel notices, delivery leases. None:
                                                    the Celery broker URL when it is Redis.
 CELERY_QUEUES       dict             see below     Queue per kind of work: {"algorithms":
@@ -33,9 +33,10 @@ CELERY_QUEUES       dict             see below     Queue per kind of work: {"alg
 WORKER_SETUP        str or None      None          Dotted path of ``setup(engine)``, called on
                                                    every engine a worker builds: attach the
                                                    site's LLMHandler and ToolHandler there.
-RUN_LOCK_TTL        number > 0       10            Seconds a worker's lock on a run's step
-                                                   lives unless renewed (a killed worker's
-                                                   lock frees itself after this).
+RUN_LOCK_TTL        number > 0       10            Seconds the lock a step takes after it
+                                                   lost a race on its run's stream lives
+                                                   unless renewed (a killed worker's lock
+                                                   frees itself after this).
 LEASE_TTL           number > 0       30            Seconds a tool-pool lease or a delivery's
                                                    busy mark lives unless renewed.
 STALL_AFTER         number > 0       60            The sweeper re-drives an unfinished run

@@ -8,7 +8,8 @@
 - :meth:`Coordinator.busy`: a lease saying "a delivery of this run is in progress",
   so the sweeper never re-drives a run that a live worker is still working on.
 - :meth:`Coordinator.notify_ended` / :meth:`Coordinator.wait_ended`: a pub/sub notice
-  that a run has ended, so a tool call running in another worker is cancelled.
+  that a run has ended, so a tool call running in another worker is cancelled, and
+  (:meth:`Coordinator.ended_notices`) a waiting web process wakes at once.
 
 Time in leases is the Redis server's clock (``TIME`` inside the scripts), so workers
 with skewed clocks still agree on what has expired. A coordinator uses a synchronous
@@ -212,6 +213,25 @@ class Coordinator:
     def notify_ended(self, run_id: str) -> None:
         """Tell every worker that ``run_id`` has ended (sync; fire and forget)."""
         self.client.publish(self.channel(run_id), "1")
+
+    async def ended_notices(self) -> AsyncIterator[str]:
+        """The ids of runs as they end anywhere in the cluster (one pattern
+        subscription; notices published while nobody listens are lost)."""
+        client, _ = self._async()
+        pubsub = client.pubsub()
+        prefix = self.channel("")
+        try:
+            await pubsub.psubscribe(prefix + "*")
+            while True:
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
+                if message is not None and message.get("type") == "pmessage":
+                    channel = message["channel"]
+                    channel = channel.decode() if isinstance(channel, bytes) else channel
+                    yield channel[len(prefix):]
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.punsubscribe()
+                await pubsub.aclose()
 
     async def wait_ended(self, run_id: str, ended: Callable[[], Awaitable[bool]], *, poll: float = 2.0) -> None:
         """Return when ``run_id`` has ended: on its notice, or when ``ended()`` says so

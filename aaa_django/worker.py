@@ -8,9 +8,11 @@ task thread's connections around every task), and a delivery costs one hop from 
 task's thread to the loop's, not one per query.
 
 A delivery is the engine's step (``engine.handle``) split as the bus protocol allows:
-under the run's lock, read the event (the read that brings this worker's view of the
-run up to date), then the engine's reaction and the algorithm's step
-(``engine.react``); after the lock, the handlers (``engine.dispatch``). Around it: a
+the run's step (see :meth:`DistributedBus.serial`): bring this worker's view of the
+run up to date (from the message when it carries the event that follows the view,
+else one read), then the engine's reaction and the algorithm's step
+(``engine.react``), whose appends are guarded by the head of that view and which runs
+again when the log moved on; after it, the handlers (``engine.dispatch``). Around it: a
 busy lease when it runs long (the sweeper leaves the run alone), cancelling tool work
 when the run ends in another worker, re-enqueueing what an interrupted earlier
 delivery of the same event may have left unenqueued, and the run's deadline or an
@@ -181,13 +183,23 @@ async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivere
     bus: DistributedBus = engine.bus
     published: set[str] = set()
     token = _published.set(published)
-    loaded: asyncio.Future = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+    loaded: asyncio.Future = loop.create_future()
+    finished: asyncio.Future = loop.create_future()
+    guard: list[asyncio.Future] = []
     try:
-        work = asyncio.ensure_future(_step(engine, stream, seq, event_id, loaded, synced))
-        done, _ = await asyncio.wait({work}, timeout=SLOW_DELIVERY)
-        if not done:
-            await _guard_slow(engine, stream, loaded, work)
-        event = work.result()
+        # Most deliveries end well before SLOW_DELIVERY: a timer starts the guard of
+        # the others, no task and no wait for the quick ones.
+        timer = loop.call_later(SLOW_DELIVERY, lambda: guard.append(
+            asyncio.ensure_future(_guard_slow(engine, stream, loaded, finished))))
+        try:
+            event = await _step(engine, stream, seq, event_id, loaded, synced)
+        finally:
+            timer.cancel()
+            if not finished.done():
+                finished.set_result(None)
+            for g in guard:
+                await g
         if event is None:
             return "missing"  # erased (or erased and written again): nothing to do
         if bus.pending:  # a timer that came due during the step (an approval's expiry)
@@ -235,7 +247,8 @@ async def _step(engine: Any, stream: str, seq: int, event_id: str, loaded: async
 
 async def _guard_slow(engine: Any, stream: str, loaded: asyncio.Future, work: asyncio.Future) -> None:
     """A long delivery: hold a busy lease (the sweeper leaves the run alone) and, for
-    tool work, cancel it when the run ends in another worker."""
+    tool work, cancel it when the run ends in another worker. ``loaded``: the event
+    once read; ``work``: done when the delivery is."""
     coord = engine.bus._coordinator()
     watcher = None
     try:

@@ -323,7 +323,12 @@ class Engine:
         return Outcome.from_dict(e.data) if e is not None else None
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> Outcome:
-        """Wait for a run to end (also when another process ends it: polled)."""
+        """Wait for a run to end (also when another process ends it: polled every
+        ``poll_interval``, and woken at once by a bus that hears of other processes'
+        ends: ``bus.watch_ends()``)."""
+        watch = getattr(self.bus, "watch_ends", None)
+        if watch is not None:
+            watch()
 
         async def loop() -> Outcome:
             while True:
@@ -637,6 +642,10 @@ class Engine:
     def _disarm(self, run_id: str) -> None:
         for key in [k for k in self._timers if k[1] == run_id]:
             self._timers.pop(key).cancel()
+
+    def wake(self, run_id: str) -> None:
+        """Wake whoever waits for run ``run_id`` to end (``wait``) to look again."""
+        self._wake(run_id)
 
     def _wake(self, run_id: str) -> None:
         waiter = self._waiters.pop(run_id, None)

@@ -71,3 +71,18 @@ def test_a_run_whose_log_is_in_redis(cluster, arun, celery_env):
     assert outcome.outcome == "success"
     assert [e.type for e in events].count(T.TOOL_COMPLETED) == 2
     assert cluster.errors() == []
+
+
+def test_a_waiter_is_woken_by_the_run_ended_notice(cluster, arun):
+    # A poll interval longer than the wait's timeout: only the notice a worker
+    # publishes when it ends the run can end the wait in time.
+    async def main():
+        async with make_engine(poll_interval=600) as engine:
+            run = await engine.start(loop(), {"task": script(turns=2)})
+            outcome = await run.result(timeout=30)
+            return outcome, engine.bus._listener is not None
+
+    outcome, listening = arun(main())
+
+    assert outcome.outcome == "success"
+    assert listening
