@@ -11,9 +11,8 @@ import asyncio
 import json
 import time
 import zlib
-from dataclasses import replace
 from datetime import datetime, timezone
-from functools import wraps
+from functools import lru_cache, wraps
 from typing import Any, Callable, Sequence
 
 from asgiref.sync import sync_to_async
@@ -24,11 +23,13 @@ from .events import ConcurrencyError, Event, Snapshot
 from .events.event import decode_blobs, encode_blobs
 from .events.store import prepare_batch
 from .models import EventRecord, SnapshotRecord
+from .runtime.types import RUN_STARTED
 
 _COLUMNS = "(id, stream, seq, type, data, causation, time, blobs, tenant)"
 _INSERT = f"INSERT INTO aaa_event {_COLUMNS} VALUES "
 _ROW = "(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 _ROW_PG = "(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)"
+_INSERT_ROW = _INSERT + _ROW
 # Rows per INSERT statement: one statement (one round trip) for a usual batch, and
 # SQLite's cap on the variables of a statement (999 in old builds) never reached.
 _INSERT_CHUNK = 100
@@ -64,6 +65,14 @@ _SNAPSHOT_INSERT = (
 )
 # SQLite caps the variables of one statement; ids are checked in chunks of this many.
 _SQLITE_CHUNK = 500
+# The head, which of the batch's ids are stored already (a JSON array: Django's
+# JSONField needs SQLite's JSON functions, so they are there) and the run's index row
+# (NULLs when there is none): the columns are runindex.ROW_COLUMNS.
+_HEAD_KNOWN_AND_ROW_SQLITE = (
+    f"SELECT COALESCE(({_HEAD}), 0), "
+    "(SELECT json_group_array(id) FROM aaa_event WHERE id IN ({ids})), "
+    "{columns} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s"
+)
 # Appenders that lose a race (SQLite's single writer, or a concurrent insert of the same
 # id) re-read and try again; past this many tries the error is real.
 _RETRIES = 20
@@ -169,7 +178,8 @@ class DjangoEventStore:
                 # Lost a race with another appender (SQLite: "database is locked";
                 # both: the same seq or id inserted first by someone else). Re-read
                 # and decide again; inside a caller's transaction our atomic block was
-                # a savepoint, rolled back, so the caller's transaction is still usable.
+                # a savepoint, rolled back, so the caller's transaction is still usable
+                # (outside one, our own transaction was rolled back whole).
                 if attempt == _RETRIES - 1:
                     raise ConcurrencyError(f"append to {stream} lost a race: {exc}") from exc
                 time.sleep(0.001 * (attempt + 1))
@@ -186,6 +196,10 @@ class DjangoEventStore:
         if pg and not contended and conn.get_autocommit():
             seen = self._seen.pop(stream, None) if self.inline else None
             stored = self._append_pg_statement(conn, stream, batch, texts, expected_seq, seen)
+            if stored is not None:
+                return stored
+        elif conn.vendor == "sqlite" and conn.get_autocommit():
+            stored = self._append_sqlite_transaction(conn, stream, batch, texts, expected_seq)
             if stored is not None:
                 return stored
         with transaction.atomic(using=self.using), conn.cursor() as cur:
@@ -283,12 +297,93 @@ class DjangoEventStore:
             self._remember(stream, stored[-1].seq, update[2])
         return stored
 
+    def _append_sqlite_transaction(self, conn, stream: str, batch: list[Event], texts: list[str],
+                                   expected_seq) -> list[Event] | None:
+        """The common append on SQLite outside a caller's transaction, in four
+        statements (five on a run's stream): ``BEGIN IMMEDIATE`` (the write lock
+        first: nothing moves between the read and the write), one query (the head,
+        the ids stored already, the run's index row), the INSERT (and the UPDATE that
+        folds the events into the run's row), ``COMMIT``; rolled back on any error. ``transaction.atomic`` and a
+        statement per lookup cost more than the insert (benchmarks/bench_eventlog.py).
+
+        None, with nothing written, when the batch is not the common case (a run's
+        first events, an index row behind its log, more ids than one query takes, a
+        transaction Django does not know of): the caller takes the transactional
+        path."""
+        if len(batch) > _SQLITE_CHUNK or batch[0].type == RUN_STARTED:
+            return None  # a new run's row is made by runindex (in an atomic block)
+        conn.ensure_connection()
+        if conn.connection.in_transaction:
+            return None  # someone's BEGIN, by plain SQL: theirs to end
+        with conn.cursor() as cur:
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                stored = self._write_sqlite(conn, cur, stream, batch, texts, expected_seq)
+                if stored is not None:
+                    cur.execute("COMMIT")
+            finally:
+                if conn.connection.in_transaction:  # an error, or not the common case
+                    cur.execute("ROLLBACK")
+        return stored
+
+    def _write_sqlite(self, conn, cur, stream: str, batch: list[Event], texts: list[str],
+                      expected_seq) -> list[Event] | None:
+        """The statements of :meth:`_append_sqlite_transaction` inside its transaction."""
+        from .runindex import ROW_COLUMNS, row_update, starts_run  # runindex imports this module
+
+        ids = [e.id for e in batch]
+        cur.execute(_head_known_and_row_sqlite(len(ids), ROW_COLUMNS), [stream, *ids, stream])
+        head, known, *row = cur.fetchone()
+        stored, rows = _number(conn, batch, texts, head, json.loads(known) if known != "[]" else (),
+                               expected_seq)
+        if not rows:
+            return stored
+        update = None
+        if row[0] is not None:  # a run's stream: fold the events into its row
+            update = row_update(conn, row, stored)
+            if update is None:
+                return None  # a row behind its log: runindex catches it up
+        elif starts_run(stored):
+            return None  # a new run (its start after an id stored elsewhere): runindex
+        # In-process SQLite: executemany (one prepared statement, stepped per row) is
+        # cheaper than parsing and binding one multi-row INSERT.
+        if len(rows) == 1:
+            cur.execute(_INSERT_ROW, rows[0])
+        else:
+            cur.executemany(_INSERT_ROW, rows)
+        if update is not None:
+            cur.execute(update[0], update[1])
+            if cur.rowcount != 1:
+                return None  # the row moved (it cannot, under the write lock): general path
+        return stored
+
     def _remember(self, stream: str, head: int, row: tuple | None) -> None:
         seen = self._seen
         seen.pop(stream, None)
         seen[stream] = (head, row)
         while len(seen) > 1024:  # oldest first
             del seen[next(iter(seen))]
+
+    def observe(self, events: Sequence[Event]) -> None:
+        """Committed ``events`` of one stream, learnt without reading them (a worker
+        gets them in its delivery message): an inline store that remembers the head
+        just before them moves its head, and its run's row, past them, so its next
+        append needs no query. Anything else forgets the stream (the next append asks)."""
+        if not self.inline or not events:
+            return
+        from .runindex import row_update  # runindex imports this module
+
+        stream = events[0].stream
+        seen = self._seen.pop(stream, None)
+        if seen is None or events[0].seq != seen[0] + 1:
+            return
+        row = seen[1]
+        if row is not None:
+            update = row_update(connections[self.using], row, list(events))
+            if update is None:
+                return
+            row = update[2]
+        self._remember(stream, events[-1].seq, row)
 
     def read_sync(
         self,
@@ -388,23 +483,40 @@ class DjangoEventStore:
 
 def _number(conn, batch: list[Event], texts: list[str], head: int, known, expected_seq):
     """The events of ``batch`` not stored yet, numbered after ``head``, and their rows."""
-    known = set(known)
     if expected_seq is not None and expected_seq != head:
         raise ConcurrencyError(f"stream head is {head}, expected {expected_seq}")
-    stored, rows = [], []
-    adapt = conn.ops.adapt_datetimefield_value
-    seq = head
-    for e, text in zip(batch, texts):
-        if e.id in known:
-            continue
-        seq += 1
+    if known:
+        known = set(known)
+        batch, texts = [e for e in batch if e.id not in known], [
+            t for e, t in zip(batch, texts) if e.id not in known]
+    for seq, e in enumerate(batch, start=head + 1):
         if e.seq is not None and e.seq != seq:
             raise ConcurrencyError(f"event {e.id} claims seq {e.seq} but the next seq is {seq}")
-        # What the caller gets back is what a reader will get: the decoded text.
-        stored.append(replace(e, seq=seq, data=json.loads(text)))
+    if not batch:
+        return [], []
+    # What the caller gets back is what a reader will get: the decoded text (one
+    # decode for the batch: a JSON array of the texts).
+    datas = json.loads(f"[{','.join(texts)}]") if len(texts) > 1 else [json.loads(texts[0])]
+    stored, rows = [], []
+    adapt = _time_adapter(conn)
+    for seq, (e, text, data) in enumerate(zip(batch, texts, datas), start=head + 1):
+        stored.append(Event(id=e.id, stream=e.stream, type=e.type, data=data, seq=seq,
+                            causation=e.causation, time=e.time, blobs=e.blobs, tenant=e.tenant))
         blobs = json.dumps(encode_blobs(e.blobs)) if e.blobs else "[]"
         rows.append((e.id, e.stream, seq, e.type, text, e.causation, adapt(e.time), blobs, e.tenant))
     return stored, rows
+
+
+def _time_adapter(conn) -> Callable[[datetime], Any]:
+    """``conn.ops.adapt_datetimefield_value`` for event times. Where it keeps a UTC
+    time as naive UTC text (SQLite with ``USE_TZ`` and no database ``TIME_ZONE``),
+    that text directly: the same, without Django's checks, which were a third of the
+    cost of numbering an event."""
+    adapt = conn.ops.adapt_datetimefield_value
+    if conn.vendor != "sqlite" or conn.timezone is not timezone.utc:
+        return adapt
+    utc = timezone.utc
+    return lambda t: t.isoformat(" ")[:-6] if t.tzinfo is utc else adapt(t)  # "+00:00"
 
 
 def _insert(row: str, rows: list[tuple]) -> tuple[str, list]:
@@ -429,6 +541,12 @@ def _head_and_known(cur, pg: bool, stream: str, ids: list[str]) -> tuple[int, se
         )
         known.update(r[0] for r in cur.fetchall())
     return (row[0] if row else 0), known
+
+
+@lru_cache(maxsize=64)
+def _head_known_and_row_sqlite(n: int, columns: tuple[str, ...]) -> str:
+    return _HEAD_KNOWN_AND_ROW_SQLITE.format(ids=", ".join(["%s"] * n),
+                                             columns=", ".join(f"r.{c}" for c in columns))
 
 
 def _lock_key(stream: str) -> int:

@@ -24,9 +24,24 @@ def log_of(run_id: str) -> list[Event]:
     return api_log_of(run_id, None)
 
 
-def row(run_id: str) -> dict:
-    record = RunRecord.objects.using("postgres").get(pk=run_id)
+def row(run_id: str, using: str = "postgres") -> dict:
+    record = RunRecord.objects.using(using).get(pk=run_id)
     return {**model_to_dict(record), "started_at": record.started_at, "updated_at": record.updated_at}
+
+
+def assert_row_is_the_log_folded(store: DjangoEventStore, run_id: str, using: str = "postgres") -> None:
+    """The row kept append by append (for ``log_of``) equals the whole-log fold of
+    RUNMETA, and the row ``aaa_reindex`` rebuilds."""
+    incremental = row(run_id, using)
+    meta = RUNMETA.fold(store.read_sync(run_id))
+    assert incremental["status"] == meta.status == "completed"
+    assert incremental["outcome"] == "success" and incremental["ended_at"] is not None
+    assert (incremental["tokens_in"], incremental["tokens_out"]) == (14, 6)
+    assert incremental["cost"] == meta.spend.cost == 0.75
+    assert (incremental["model_calls"], incremental["tool_calls"]) == (2, 1)
+    assert incremental["last_seq"] == 10 and incremental["parent"] == "run-parent"
+    runindex.reindex(using)
+    assert row(run_id, using) == incremental
 
 
 @pytest.mark.parametrize("batches", [[10], [1] * 10, [3, 4, 3], [1, 9], [8, 2]])
@@ -45,19 +60,10 @@ def test_appends_outside_a_transaction_keep_the_index(pg_alias, batches):
             assert len(store.append_sync(events[i:i + n])) == n
             store.append_sync(events[i:i + n])  # again: absorbed, the row unchanged
             i += n
-    incremental = row("run-a")
-    meta = RUNMETA.fold(store.read_sync("run-a"))
-    assert incremental["status"] == meta.status == "completed"
-    assert incremental["outcome"] == "success" and incremental["ended_at"] is not None
-    assert (incremental["tokens_in"], incremental["tokens_out"]) == (14, 6)
-    assert incremental["cost"] == meta.spend.cost == 0.75
-    assert (incremental["model_calls"], incremental["tool_calls"]) == (2, 1)
-    assert incremental["last_seq"] == 10 and incremental["parent"] == "run-parent"
     # every batch after the one that made the row: one query and one statement
     combined = [s for s in statements if s.startswith("WITH stored AS (INSERT")]
     assert len(combined) == len(batches) - 1
-    runindex.reindex(pg_alias)
-    assert row("run-a") == incremental
+    assert_row_is_the_log_folded(store, "run-a", pg_alias)
 
 
 def test_a_row_behind_its_log_is_caught_up(pg_alias):
