@@ -360,8 +360,8 @@ class DistributedBus:
         self.closed = True
         if self._listener is not None:
             self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(self._listener, 5)
             self._listener = None
         tasks = set(self._spawned)
         if cancel:

@@ -229,9 +229,7 @@ class Coordinator:
                     channel = channel.decode() if isinstance(channel, bytes) else channel
                     yield channel[len(prefix):]
         finally:
-            with contextlib.suppress(Exception):
-                await pubsub.punsubscribe()
-                await pubsub.aclose()
+            await _drop(pubsub)
 
     async def wait_ended(self, run_id: str, ended: Callable[[], Awaitable[bool]], *, poll: float = 2.0) -> None:
         """Return when ``run_id`` has ended: on its notice, or when ``ended()`` says so
@@ -246,9 +244,15 @@ class Coordinator:
                 if message is not None:
                     return
         finally:
-            with contextlib.suppress(Exception):
-                await pubsub.unsubscribe()
-                await pubsub.aclose()
+            await _drop(pubsub)
+
+
+async def _drop(pubsub: Any) -> None:
+    """Close a subscription's connection without a word to the server: after a
+    cancelled read the connection may be mid-reply, and an UNSUBSCRIBE could wait for
+    an answer that never comes. Closing it ends the subscription too."""
+    with contextlib.suppress(Exception, asyncio.TimeoutError):
+        await asyncio.wait_for(pubsub.aclose(), 2)
 
 
 class SharedPool:

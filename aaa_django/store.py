@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import zlib
 from datetime import datetime, timezone
@@ -144,9 +145,13 @@ class DjangoEventStore:
         self.using = using
         self.inline = inline
         self.cache_key = f"django:{using}"
-        #: stream -> (head seq, run index row) as the last read of the stream saw them:
-        #: an inline store's next append to it starts from there instead of asking
+        #: stream -> (head seq, run index row) as this store's last append (an inline
+        #: store's: also its last read) left them: on PostgreSQL the next append to the
+        #: stream starts from there instead of asking (a hint: if another process
+        #: appended since, the unique (stream, seq) index refuses the statement and the
+        #: append asks). Shared by the threads that use the store.
         self._seen: dict[str, tuple[int, tuple | None]] = {}
+        self._seen_lock = threading.Lock()
         wrap = _outside_loop if inline else (lambda fn: sync_to_async(fn, thread_sensitive=True))
         self.append = wrap(self.append_sync)
         self.read = wrap(self.read_sync)
@@ -194,7 +199,7 @@ class DjangoEventStore:
         conn = connections[self.using]
         pg = conn.vendor == "postgresql"
         if pg and not contended and conn.get_autocommit():
-            seen = self._seen.pop(stream, None) if self.inline else None
+            seen = self._forget(stream)
             stored = self._append_pg_statement(conn, stream, batch, texts, expected_seq, seen)
             if stored is not None:
                 return stored
@@ -237,8 +242,6 @@ class DjangoEventStore:
 
         if len(batch) > _INSERT_CHUNK:
             return None
-        if seen is not None and seen[1] is None:
-            return None  # no index row (not a run's stream): the transactional path
         with conn.cursor() as cur:
             if seen is not None:
                 head, row = seen
@@ -264,7 +267,9 @@ class DjangoEventStore:
             if optimistic:
                 return None  # perhaps only our view of the head is old: ask
             raise
-        if not rows:
+        if not rows:  # all stored already: absorbed
+            if not optimistic:
+                self._remember(stream, head, row)  # as the query just saw them
             return stored
         if row is None and not starts_run(stored):
             # Not a run (a run's row is made by its first event): the events alone.
@@ -276,8 +281,7 @@ class DjangoEventStore:
                     return None  # autocommit: nothing to roll back
             else:
                 cur.execute(insert, params)
-            if self.inline:
-                self._remember(stream, stored[-1].seq, None)
+            self._remember(stream, stored[-1].seq, None)
             return stored
         update = row_update(conn, row, stored)
         if update is None:
@@ -293,7 +297,7 @@ class DjangoEventStore:
             cur.execute(statement, params + update[1])
         if cur.rowcount != 1:  # the row moved meanwhile (no event did): catch up
             index_events(self.using, stored)
-        elif self.inline:
+        else:
             self._remember(stream, stored[-1].seq, update[2])
         return stored
 
@@ -358,11 +362,16 @@ class DjangoEventStore:
         return stored
 
     def _remember(self, stream: str, head: int, row: tuple | None) -> None:
-        seen = self._seen
-        seen.pop(stream, None)
-        seen[stream] = (head, row)
-        while len(seen) > 1024:  # oldest first
-            del seen[next(iter(seen))]
+        with self._seen_lock:
+            seen = self._seen
+            seen.pop(stream, None)
+            seen[stream] = (head, row)
+            while len(seen) > 1024:  # oldest first
+                del seen[next(iter(seen))]
+
+    def _forget(self, stream: str) -> tuple[int, tuple | None] | None:
+        with self._seen_lock:
+            return self._seen.pop(stream, None)
 
     def observe(self, events: Sequence[Event]) -> None:
         """Committed ``events`` of one stream, learnt without reading them (a worker
@@ -374,7 +383,7 @@ class DjangoEventStore:
         from .runindex import row_update  # runindex imports this module
 
         stream = events[0].stream
-        seen = self._seen.pop(stream, None)
+        seen = self._forget(stream)
         if seen is None or events[0].seq != seen[0] + 1:
             return
         row = seen[1]
@@ -428,7 +437,7 @@ class DjangoEventStore:
             row = tuple(rows[0][9:])
             self._remember(stream, events[-1].seq, row if row[0] is not None else None)
         else:
-            self._seen.pop(stream, None)
+            self._forget(stream)
         return events
 
     def head_sync(self, stream: str) -> tuple[int, str] | None:
@@ -438,7 +447,7 @@ class DjangoEventStore:
     def erase_sync(self, stream: str) -> int:
         from .runindex import forget
 
-        self._seen.pop(stream, None)
+        self._forget(stream)
 
         with transaction.atomic(using=self.using):
             SnapshotRecord.objects.using(self.using).filter(stream=stream).delete()

@@ -16,6 +16,7 @@ what the test commits, and the test what the workers commit.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any, Awaitable
 
@@ -63,11 +64,16 @@ def new_cluster(celery_env, tmp_path_factory):
         c.stop()
 
 
+#: seconds a test's coroutine may take: a hang fails the test, with a traceback that
+#: shows where it was waiting, instead of stalling the suite
+ARUN_TIMEOUT = 180
+
+
 @pytest.fixture
 def arun():
-    def run(coro: Awaitable[Any]) -> Any:
+    def run(coro: Awaitable[Any], timeout: float = ARUN_TIMEOUT) -> Any:
         async def main():
-            return await coro
+            return await asyncio.wait_for(coro, timeout)
 
         return async_to_sync(main)()
 
