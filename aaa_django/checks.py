@@ -14,6 +14,8 @@ aaa.E020   ``LLM_CLIENT``, a ``TOOLS`` or a ``PROJECTIONS`` entry is not an impo
            Projection).
 aaa.E021   ``API_RATE`` is not "N/period" (period: s, sec, m, min, h, hour, d, day).
 aaa.E022   ``API_MAX_BODY`` or ``API_STREAM_SECONDS`` is below 1.
+aaa.W001   A SQLite database without ``transaction_mode: IMMEDIATE`` (appends inside
+           a caller's transaction may fail with "database is locked").
 =========  =====================================================================
 """
 
@@ -320,7 +322,7 @@ def check_sqlite_transaction_mode(app_configs: Any = None, databases: Any = None
                     f"database {alias!r} is SQLite without transaction_mode IMMEDIATE: "
                     "concurrent appends to the event log may fail with 'database is locked'.",
                     hint=f'Set DATABASES[{alias!r}]["OPTIONS"]["transaction_mode"] = "IMMEDIATE".',
-                    id="aaa.W101",
+                    id="aaa.W001",
                 )
             )
     return warnings

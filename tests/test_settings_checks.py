@@ -77,7 +77,7 @@ def test_sqlite_without_immediate_transactions_is_warned():
 
     deferred = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "x.sqlite3"}}
     with override_settings(DATABASES=deferred):
-        assert [w.id for w in check_sqlite_transaction_mode()] == ["aaa.W101"]
+        assert [w.id for w in check_sqlite_transaction_mode()] == ["aaa.W001"]
     immediate = {"default": {**deferred["default"], "OPTIONS": {"transaction_mode": "IMMEDIATE"}}}
     with override_settings(DATABASES=immediate):
         assert check_sqlite_transaction_mode() == []
