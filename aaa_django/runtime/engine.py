@@ -28,6 +28,7 @@ from itertools import groupby
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from aaa_django.data import DEFAULT_HOT_FIELDS, InMemoryBlobStore, claim, hydrate, is_claimed
+from aaa_django.data.claims import CLAIM_MARKER, canonical_json
 from aaa_django.data.errors import BlobError
 from aaa_django.events import (
     Event,
@@ -435,6 +436,9 @@ class Engine:
     async def _claim(self, e: Event) -> Event:
         if self.blobs is None or e.type == T.RUN_COMPLETED or not e.data:
             return e
+        if (isinstance(e.data, dict) and CLAIM_MARKER not in e.data
+                and len(canonical_json(e.data)) <= self.claim_threshold):
+            return e  # small (the common case): nothing to write, no hop to the store's thread
         stub, ref = await self._blob_call(
             claim,
             e.data,

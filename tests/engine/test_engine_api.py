@@ -62,6 +62,30 @@ def test_claims_hot_fields_and_completion_never_claimed(blob_kind, tmp_path):
     assert of_type(full, "aaa.tool.completed")[0].data["result"] == "y" * 5000
 
 
+def test_small_payloads_make_no_call_to_the_blob_store(tmp_path):
+    # A file store's calls run on a thread (it is synchronous): a small payload, which
+    # stays in the event, must not pay that hop. Only the big ones are claimed.
+    blobs = FileBlobStore(tmp_path)
+    calls: list[str] = []
+
+    async def scenario():
+        async with make_engine(big_then_echo, ToolRegistry([big]), blobs=blobs,
+                               claim_threshold=1000) as engine:
+            blob_call = engine._blob_call
+
+            async def counted(fn, *args, **kwargs):
+                calls.append(fn.__name__)
+                return await blob_call(fn, *args, **kwargs)
+
+            engine._blob_call = counted
+            await run_big(engine, "run-a")
+            return await engine.store.read("run-a")
+
+    raw = arun(scenario())
+    claimed = [e for e in raw if e.blobs]
+    assert calls.count("claim") == len(claimed) and 0 < len(claimed) < len(raw)
+
+
 def test_blobs_are_per_run_and_erase_removes_only_that_runs():
     blobs = InMemoryBlobStore()
 
