@@ -42,10 +42,13 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(new_cluster, aru
     cluster = new_cluster(2, suffix="-fault", concurrency=2)
     rng = random.Random(int(os.environ.get("AAA_FAULT_SEED", time.time_ns() % 10_000)))
     kills: list[str] = []
+    restarts: list[asyncio.Future] = []
 
     async def killer(stop: asyncio.Event) -> None:
+        # Never waits for a replacement worker to come up (that takes seconds, and the
+        # runs could end meanwhile): it goes on killing in the workers that are left.
         while not stop.is_set() and len(kills) < 16:
-            await asyncio.sleep(rng.uniform(0.15, 0.6))
+            await asyncio.sleep(rng.uniform(0.05, 0.35))
             live = cluster.live()
             if not live:
                 continue
@@ -58,7 +61,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(new_cluster, aru
             else:
                 await asyncio.to_thread(w.kill)
                 kills.append("worker")
-                await asyncio.to_thread(cluster.start, 1, concurrency=2)
+                restarts.append(asyncio.ensure_future(asyncio.to_thread(cluster.start, 1, concurrency=2)))
 
     redriven: list[str] = []
 
@@ -78,6 +81,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(new_cluster, aru
             finally:
                 stop.set()
                 await asyncio.gather(*helpers, return_exceptions=True)
+                await asyncio.gather(*restarts, return_exceptions=True)
             return outcomes, [await r.events() for r in runs]
 
     t0 = time.monotonic()
