@@ -14,7 +14,8 @@ from django.db import OperationalError, connections, transaction
 
 from aaa_django.events import ConcurrencyError, Event
 from aaa_django.models import RunRecord
-from aaa_django.store import DjangoEventStore, _time_adapter
+from aaa_django.eventrows import time_adapter
+from aaa_django.store import DjangoEventStore
 from tests.test_runindex_statement import assert_row_is_the_log_folded, log_of
 from tests.test_runindex_statement import row as statement_row
 
@@ -207,4 +208,4 @@ def test_inside_a_callers_transaction_an_append_joins_it(outcome):
 ])
 def test_event_times_are_stored_as_django_stores_them(when):
     conn = connections[ALIAS]
-    assert _time_adapter(conn)(when) == conn.ops.adapt_datetimefield_value(when)
+    assert time_adapter(conn)(when) == conn.ops.adapt_datetimefield_value(when)

@@ -1,0 +1,98 @@
+"""Rows of ``aaa_event`` in plain SQL: the statements' fragments, an event from a row,
+and a batch numbered into rows; shared by the store (:mod:`aaa_django.store`) and its
+one-statement appends (:mod:`aaa_django.appends`). Plain SQL because building ORM
+queries cost more than the database work itself (``benchmarks/bench_eventlog.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from .events import ConcurrencyError, Event
+from .events.event import decode_blobs, encode_blobs
+
+COLUMNS = "(id, stream, seq, type, data, causation, time, blobs, tenant)"
+INSERT = f"INSERT INTO aaa_event {COLUMNS} VALUES "
+ROW = "(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+ROW_PG = "(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)"
+INSERT_ROW = INSERT + ROW
+# Rows per INSERT statement: one statement (one round trip) for a usual batch, and
+# SQLite's cap on the variables of a statement (999 in old builds) never reached.
+INSERT_CHUNK = 100
+SELECT = "SELECT id, stream, seq, type, data, causation, time, blobs, tenant FROM aaa_event"
+HEAD = "SELECT seq FROM aaa_event WHERE stream = %s ORDER BY seq DESC LIMIT 1"
+# SQLite caps the variables of one statement; ids are checked in chunks of this many.
+SQLITE_CHUNK = 500
+
+
+def to_event(row) -> Event:
+    """An event from a row of ``SELECT`` (plain SQL: no ORM converters ran on it)."""
+    id_, stream, seq, type_, data, causation, time_, blobs, tenant = row
+    if isinstance(time_, str):  # SQLite keeps datetimes as ISO text
+        time_ = datetime.fromisoformat(time_)
+    if time_.tzinfo is None:  # stored as naive UTC (SQLite; a site with USE_TZ = False)
+        time_ = time_.replace(tzinfo=timezone.utc)
+    if isinstance(blobs, str):  # JSON text (SQLite; Django loads jsonb as text)
+        blobs = json.loads(blobs)
+    return Event(
+        id=id_,
+        stream=stream,
+        seq=seq,
+        type=type_,
+        data=json.loads(data),
+        causation=causation,
+        time=time_,
+        blobs=decode_blobs(blobs) if blobs else (),
+        tenant=tenant,
+    )
+
+
+class EventList(list):
+    """The events a read returned, and whether they were read outside any transaction."""
+
+    committed = True
+
+
+def number(conn, batch: list[Event], texts: list[str], head: int, known, expected_seq):
+    """The events of ``batch`` not stored yet, numbered after ``head``, and their rows."""
+    if expected_seq is not None and expected_seq != head:
+        raise ConcurrencyError(f"stream head is {head}, expected {expected_seq}")
+    if known:
+        known = set(known)
+        batch, texts = [e for e in batch if e.id not in known], [
+            t for e, t in zip(batch, texts) if e.id not in known]
+    for seq, e in enumerate(batch, start=head + 1):
+        if e.seq is not None and e.seq != seq:
+            raise ConcurrencyError(f"event {e.id} claims seq {e.seq} but the next seq is {seq}")
+    if not batch:
+        return [], []
+    # What the caller gets back is what a reader will get: the decoded text (one
+    # decode for the batch: a JSON array of the texts).
+    datas = json.loads(f"[{','.join(texts)}]") if len(texts) > 1 else [json.loads(texts[0])]
+    stored, rows = [], []
+    adapt = time_adapter(conn)
+    for seq, (e, text, data) in enumerate(zip(batch, texts, datas), start=head + 1):
+        stored.append(Event(id=e.id, stream=e.stream, type=e.type, data=data, seq=seq,
+                            causation=e.causation, time=e.time, blobs=e.blobs, tenant=e.tenant))
+        blobs = json.dumps(encode_blobs(e.blobs)) if e.blobs else "[]"
+        rows.append((e.id, e.stream, seq, e.type, text, e.causation, adapt(e.time), blobs, e.tenant))
+    return stored, rows
+
+
+def time_adapter(conn) -> Callable[[datetime], Any]:
+    """``conn.ops.adapt_datetimefield_value`` for event times. Where it keeps a UTC
+    time as naive UTC text (SQLite with ``USE_TZ`` and no database ``TIME_ZONE``),
+    that text directly: the same, without Django's checks, which were a third of the
+    cost of numbering an event."""
+    adapt = conn.ops.adapt_datetimefield_value
+    if conn.vendor != "sqlite" or conn.timezone is not timezone.utc:
+        return adapt
+    utc = timezone.utc
+    return lambda t: t.isoformat(" ")[:-6] if t.tzinfo is utc else adapt(t)  # "+00:00"
+
+
+def insert(row: str, rows: list[tuple]) -> tuple[str, list]:
+    """One multi-row INSERT (a round trip, where executemany adds a pipeline sync)."""
+    return INSERT + ", ".join([row] * len(rows)), [v for r in rows for v in r]
