@@ -113,3 +113,25 @@ def test_a_guarded_append_expects_the_head_the_step_read():
     # outside a step (a handler), appends are not guarded
     with_delivery = TailCachedStore(inner)
     assert [e.seq for e in run(with_delivery.append([ev()]))] == [4]
+
+
+def test_in_a_delivery_a_short_synced_log_needs_no_snapshot():
+    class Asked(InMemoryEventStore):
+        asked = 0
+
+        async def load_snapshot(self, *args):
+            Asked.asked += 1
+            return await super().load_snapshot(*args)
+
+    inner = Asked()
+    run(inner.append([ev() for _ in range(3)]))
+    store = TailCachedStore(inner)
+
+    async def delivery():
+        with store.delivery():
+            await store.read("run-1")  # synced: the whole log is in memory
+            return await store.load_snapshot("run-1", "test.tally", 1)
+
+    assert run(delivery()) is None and Asked.asked == 0  # folding 3 events beats a query
+    run(store.load_snapshot("run-1", "test.tally", 1))  # outside a delivery: asked
+    assert Asked.asked == 1
