@@ -6,7 +6,8 @@
 - **publish** enqueues one message per event *after the transaction that appended it
   commits* (``transaction.on_commit`` on the store's database alias), so a worker
   never looks for an event that is not there, and a rolled-back event is never
-  delivered. A message carries ids only: the store, the stream, the seq, the id.
+  delivered. A message carries the store, the stream, the seq and the id (and, see
+  below, sometimes the event itself).
 - **queues**: model requests go to ``aaa.llm``; tool requests and approval decisions
   to ``aaa.tools``; everything else (the engine's and the algorithms' reactions,
   validation) to ``aaa.algorithms``. A site sizes each with its own workers.
