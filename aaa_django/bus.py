@@ -347,7 +347,7 @@ class DistributedBus:
         delay = 0.1
         while not self.closed:
             try:
-                async for run_id in self._coordinator().ended_notices():
+                async for run_id in self._coordinator().ended_notices(lambda: self.closed):
                     delay = 0.1
                     self.engine.wake(run_id)
             except asyncio.CancelledError:
@@ -361,8 +361,12 @@ class DistributedBus:
         self.closed = True
         if self._listener is not None:
             self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError, Exception):
+            try:
                 await asyncio.wait_for(self._listener, 5)
+            except asyncio.TimeoutError:
+                log.warning("the run-ended listener did not stop within 5 s; left behind")
+            except (asyncio.CancelledError, Exception):
+                pass
             self._listener = None
         tasks = set(self._spawned)
         if cancel:

@@ -214,16 +214,18 @@ class Coordinator:
         """Tell every worker that ``run_id`` has ended (sync; fire and forget)."""
         self.client.publish(self.channel(run_id), "1")
 
-    async def ended_notices(self) -> AsyncIterator[str]:
+    async def ended_notices(self, stop: Callable[[], bool] = lambda: False) -> AsyncIterator[str]:
         """The ids of runs as they end anywhere in the cluster (one pattern
-        subscription; notices published while nobody listens are lost)."""
+        subscription; notices published while nobody listens are lost), until
+        ``stop()``: checked at least every second (a blocking read is not reliably
+        interrupted by cancelling its task)."""
         client, _ = self._async()
         pubsub = client.pubsub()
         prefix = self.channel("")
         try:
             await pubsub.psubscribe(prefix + "*")
-            while True:
-                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
+            while not stop():
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                 if message is not None and message.get("type") == "pmessage":
                     channel = message["channel"]
                     channel = channel.decode() if isinstance(channel, bytes) else channel
