@@ -171,7 +171,7 @@ def _accept(store: Any, stream: str, seq: int, event_id: str, wire: str) -> bool
     try:
         prev, data = json.loads(wire)
         event = Event.from_dict(data)
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         log.warning("a delivery of %s %s carried an unreadable event; reading it", stream, seq)
         return False
     if (event.id, event.stream, event.seq) != (event_id, stream, seq):

@@ -135,3 +135,12 @@ def test_in_a_delivery_a_short_synced_log_needs_no_snapshot():
     assert run(delivery()) is None and Asked.asked == 0  # folding 3 events beats a query
     run(store.load_snapshot("run-1", "test.tally", 1))  # outside a delivery: asked
     assert Asked.asked == 1
+
+
+@pytest.mark.parametrize("wire", ["not json", "[1]", '[null, [1, 2]]', '[null, {"id": "x"}]', '"a"'])
+def test_an_unreadable_event_in_a_message_is_read_instead(wire):
+    from aaa_django.worker import _accept
+
+    store = TailCachedStore(InMemoryEventStore())
+    (first,) = run(store.inner.append([ev()]))
+    assert _accept(store, "run-1", 1, first.id, wire) is False
