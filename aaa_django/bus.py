@@ -15,8 +15,9 @@
   dies) loads the event from the store and calls ``engine.handle(event)``: the same
   step function the in-process bus calls. A message may also carry the event itself
   (when it is small, with the id of the event before it): a worker whose cache holds
-  the run's log up to that event then needs no query to catch up. Each worker thread keeps one event loop and
-  one engine per store (built by ``build_engine`` and the site's ``WORKER_SETUP``).
+  the run's log up to that event then needs no query to catch up. Each worker thread
+  keeps one event loop and one engine per store (built by ``build_engine`` and the
+  site's ``WORKER_SETUP``).
 - **serial**: a run's algorithm step is an optimistic transaction on the run's stream:
   it reads the log, decides, and appends only if the stream's head is still the one
   it read (the worker's store guards the appends, see :mod:`aaa_django.tailcache`);

@@ -22,6 +22,7 @@ from aaa_django.data import (
     hydrate,
     is_claimed,
 )
+from aaa_django.data.claims import claim_payload
 
 RESULT = "lorem ipsum " * 5000  # the spec's fetch_report(): 60,000 chars
 
@@ -213,3 +214,14 @@ def test_hydrate_undoes_claim_for_any_json_object(data, threshold, namespace):
     if ref is not None:
         assert set(stub) <= {"$claim", *DEFAULT_HOT_FIELDS}
         assert ref.to_dict() == BlobRef.from_dict(ref.to_dict()).to_dict()
+
+
+def test_claim_payload_decides_what_claim_puts():
+    store = InMemoryBlobStore()
+    small, big = {"a": 1}, {"text": "x" * 100, "usage": {"in": 1}}
+    assert claim_payload(small, 50) is None
+    raw = claim_payload(big, 50)
+    assert raw == canonical_json(big)
+    stub, ref = claim(big, store=store, namespace="run-1", threshold=50)
+    assert store.get(ref) == raw and stub == {"$claim": True, "usage": {"in": 1}}
+    assert claim_payload({"$claim": False}, 10_000) is not None  # a look-alike is always claimed

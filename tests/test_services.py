@@ -31,3 +31,20 @@ def test_s3_round_trip_through_django_storages(s3_bucket):
     with storage.open(name) as f:
         assert f.read() == b"hello"
     assert storage.exists(name)
+
+
+@pytest.mark.parametrize("env, outcome", [
+    ({"CI": "true"}, pytest.fail.Exception),
+    ({"AAA_REQUIRE_SERVICES": "1"}, pytest.fail.Exception),
+    ({}, pytest.skip.Exception),
+])
+def test_a_missing_service_fails_in_ci_and_skips_only_on_a_plain_developer_run(monkeypatch, env, outcome):
+    from tests.conftest import require_service
+
+    for name in ("CI", "AAA_REQUIRE_SERVICES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    require_service("postgres", True)  # present: nothing happens
+    with pytest.raises(outcome, match="'postgres' is not available"):
+        require_service("postgres", False)

@@ -57,13 +57,35 @@ def claim(
     A payload that itself has a ``"$claim"`` key is always claim-checked, whatever
     its size, so that a stub can never be confused with ordinary data.
     """
+    raw = claim_payload(data, threshold)
+    if raw is None:
+        return data, None
+    return put_claim(data, raw, store=store, namespace=namespace, hot_fields=hot_fields)
+
+
+def claim_payload(data: dict[str, Any], threshold: int) -> bytes | None:
+    """The canonical JSON :func:`claim` would put in a blob store, or None when ``data``
+    stays in the event. Pure (no store): a caller whose store call costs a thread hop
+    can decide first, and make the call only for a payload to write."""
     if not isinstance(data, dict):
         raise TypeError(f"claim() takes a dict, not {type(data).__name__}")
     if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0:
         raise ValueError(f"threshold must be an int >= 0, got {threshold!r}")
     raw = canonical_json(data)
     if len(raw) <= threshold and CLAIM_MARKER not in data:
-        return data, None
+        return None
+    return raw
+
+
+def put_claim(
+    data: dict[str, Any],
+    raw: bytes,
+    *,
+    store: BlobStore,
+    namespace: str,
+    hot_fields: Iterable[str] = DEFAULT_HOT_FIELDS,
+) -> tuple[dict[str, Any], BlobRef]:
+    """Put ``raw`` (``claim_payload(data, ...)``) in ``store``; the stub and its ref."""
     ref = store.put(raw, CLAIM_MEDIA_TYPE, namespace=namespace)
     stub = {CLAIM_MARKER: True, **{k: data[k] for k in hot_fields if k in data}}
     return stub, ref

@@ -28,6 +28,8 @@ class Bus(Protocol):
     once, anywhere (a bus may split it: ``engine.react(e)`` on an algorithm queue
     under ``serial(run)``, ``engine.dispatch(e)`` on handler queues). ``serial(run)``
     serialises the steps of one run; ``spawn`` runs the engine's timers' work.
+    Optional: ``watch_ends()``, called by ``Engine.wait``, for a bus that can hear of
+    runs ended by other processes and call ``engine.wake(run_id)`` (the Celery bus).
     """
 
     def bind(self, engine: "Engine") -> None: ...

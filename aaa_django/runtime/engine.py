@@ -27,8 +27,8 @@ from datetime import datetime
 from itertools import groupby
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
-from aaa_django.data import DEFAULT_HOT_FIELDS, InMemoryBlobStore, claim, hydrate, is_claimed
-from aaa_django.data.claims import CLAIM_MARKER, canonical_json
+from aaa_django.data import DEFAULT_HOT_FIELDS, InMemoryBlobStore, hydrate, is_claimed
+from aaa_django.data.claims import claim_payload, put_claim
 from aaa_django.data.errors import BlobError
 from aaa_django.events import (
     Event,
@@ -436,18 +436,13 @@ class Engine:
     async def _claim(self, e: Event) -> Event:
         if self.blobs is None or e.type == T.RUN_COMPLETED or not e.data:
             return e
-        if (isinstance(e.data, dict) and CLAIM_MARKER not in e.data
-                and len(canonical_json(e.data)) <= self.claim_threshold):
+        raw = claim_payload(e.data, self.claim_threshold)
+        if raw is None:
             return e  # small (the common case): nothing to write, no hop to the store's thread
         stub, ref = await self._blob_call(
-            claim,
-            e.data,
-            store=self.blobs,
-            namespace=e.stream,
-            threshold=self.claim_threshold,
-            hot_fields=self.hot_fields,
+            put_claim, e.data, raw, store=self.blobs, namespace=e.stream, hot_fields=self.hot_fields,
         )
-        return e if ref is None else replace(e, data=stub, blobs=(*e.blobs, ref))
+        return replace(e, data=stub, blobs=(*e.blobs, ref))
 
     async def _blob_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         # Blob stores are synchronous; only the in-memory one is safe to call inline.

@@ -83,7 +83,7 @@ def test_small_payloads_make_no_call_to_the_blob_store(tmp_path):
 
     raw = arun(scenario())
     claimed = [e for e in raw if e.blobs]
-    assert calls.count("claim") == len(claimed) and 0 < len(claimed) < len(raw)
+    assert calls.count("put_claim") == len(claimed) and 0 < len(claimed) < len(raw)
 
 
 def test_blobs_are_per_run_and_erase_removes_only_that_runs():
