@@ -196,6 +196,8 @@ class DistributedBus:
         self.spec: list[Any] | None = None
         self.queues = {**_queues(), **(queues or {})}
         self._app: Any = None
+        #: the worker's publisher of its deliveries (see :mod:`aaa_django.publish`)
+        self._fast: Any = None
         self.closed = False
         #: exceptions that escaped tasks spawned on this bus (timers), newest last
         self.errors: list[BaseException] = []
@@ -268,13 +270,23 @@ class DistributedBus:
         try:
             if self._app is None:
                 self._app = celery_app()
-            if messages:
+                if self.in_worker and aaa_settings()["CELERY_FAST_PUBLISH"]:
+                    from .publish import FastPublisher
+
+                    self._fast = FastPublisher(self._app)
+            # The repr that monitoring shows (and Celery would compute): where the
+            # event is, not the event carried along.
+            fast = self._fast
+            rest = messages if fast is None else [
+                (queue, args) for queue, args in messages
+                if not fast.send(DELIVER, args, queue, repr(args[1:4]))
+            ]
+            self.sent += len(messages) - len(rest)
+            if rest:
                 with self._app.producer_or_acquire() as producer:  # one for the batch
-                    for queue, args in messages:
-                        # The repr that monitoring shows (and Celery would compute):
-                        # where the event is, not the event carried along.
+                    for queue, args in rest:
                         self._app.send_task(DELIVER, args, queue=queue, producer=producer,
-                                            argsrepr=repr(args[1:4]), kwargsrepr="{}")
+                                            argsrepr=repr(args[1:4]), kwargsrepr="{}", ignore_result=True)
                         self.sent += 1
             for run_id in ended:
                 self._coordinator().notify_ended(run_id)
@@ -369,6 +381,8 @@ class DistributedBus:
             except (asyncio.CancelledError, Exception):
                 pass
             self._listener = None
+        if self._fast is not None:
+            self._fast.close()
         tasks = set(self._spawned)
         if cancel:
             for t in tasks:
@@ -381,9 +395,9 @@ class DistributedBus:
 def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wire: str | None = None) -> str:
     """Deliver one stored event to this worker's engine (``engine.handle``); ``wire``:
     the event itself, as :meth:`DistributedBus._args` writes it."""
-    from .worker import deliver_event, runtime, transient_errors
+    from .worker import deliver_event, needs_thread, runtime, transient_errors
 
-    rt = runtime()
+    rt = runtime(threaded=needs_thread(self))
     engine = rt.engine(spec)
     redelivered = bool((self.request.delivery_info or {}).get("redelivered")) or self.request.retries > 0
     try:
@@ -402,13 +416,13 @@ def _site_store(using: str) -> Any:
     return DjangoEventStore(using)
 
 
-@shared_task(name=SWEEP, ignore_result=True)
-def sweep(stall_after: float | None = None, using: str = "default") -> dict[str, Any]:
+@shared_task(name=SWEEP, bind=True, ignore_result=True)
+def sweep(self: Any, stall_after: float | None = None, using: str = "default") -> dict[str, Any]:
     """The sweeper as a Celery (beat) task: re-drive stalled runs; returns a summary."""
     from .sweeper import sweep as sweep_runs
-    from .worker import runtime
+    from .worker import needs_thread, runtime
 
-    rt = runtime()
+    rt = runtime(threaded=needs_thread(self))
     engine = rt.engine(store_spec(_site_store(using)))
     report = rt.run(sweep_runs(engine, stall_after=stall_after))
     return report.summary()

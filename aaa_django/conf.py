@@ -30,6 +30,11 @@ CELERY_QUEUES       dict             see below     Queue per kind of work: {"alg
                                                    "aaa.algorithms", "llm": "aaa.llm",
                                                    "tools": "aaa.tools"}; give only the
                                                    ones you rename.
+CELERY_FAST_PUBLISH bool             True          A worker sends its deliveries through
+                                                   ``aaa_django.publish.FastPublisher`` (the
+                                                   message ``send_task`` sends, with less CPU;
+                                                   it falls back to ``send_task`` where the
+                                                   two could differ). False: ``send_task``.
 WORKER_SETUP        str or None      None          Dotted path of ``setup(engine)``, called on
                                                    every engine a worker builds: attach the
                                                    site's LLMHandler and ToolHandler there.
@@ -83,6 +88,7 @@ DEFAULTS: dict[str, Any] = {
     # cluster mode (aaa_django.bus)
     "REDIS_URL": None,
     "CELERY_QUEUES": {"algorithms": "aaa.algorithms", "llm": "aaa.llm", "tools": "aaa.tools"},
+    "CELERY_FAST_PUBLISH": True,
     "WORKER_SETUP": None,
     "RUN_LOCK_TTL": 10,
     "LEASE_TTL": 30,

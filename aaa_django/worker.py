@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .bus import DELIVER, DistributedBus, _published, celery_app, coordinator, open_store, queue_for
 from .events import ConcurrencyError, Event
@@ -48,26 +48,51 @@ STEP_TRIES = 8
 
 
 class WorkerRuntime:
-    """One event loop (in a thread of its own) and one engine per store, per worker
-    thread (prefork: process).
+    """One event loop and one engine per store, per worker thread (prefork: process).
 
     The loop lives as long as the process, so the engine's caches, the Redis clients
-    and the loop thread's database connection are reused from one task to the next.
+    and the database connection are reused from one task to the next. Two ways to run
+    it:
+
+    - ``threaded=False`` (a delivery without a soft time limit, the default task):
+      the task's own thread runs the loop for the length of the delivery, on database
+      connections the runtime owns. They stand in for the thread's own connections
+      only while the loop runs, so Celery's Django fixup, which closes the thread's
+      connections around every task, never sees (nor closes) them.
+    - ``threaded=True``: the loop runs in a thread of its own and the task's thread
+      waits for it; a soft time limit (Celery raises it in the task's thread) then
+      interrupts the wait, and the delivery is cancelled on its loop, never cut off
+      halfway through the loop's own code. The loop thread owns its connections.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, threaded: bool = True) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self.engines: dict[tuple, Any] = {}
-        self.thread = threading.Thread(target=self._serve, name="aaa-worker-loop", daemon=True)
-        self.thread.start()
+        #: alias -> the connection an inline runtime's loop uses
+        self._own: dict[str, Any] = {}
+        self.thread: threading.Thread | None = None
+        if threaded:
+            self.thread = threading.Thread(target=self._serve, name="aaa-worker-loop", daemon=True)
+            self.thread.start()
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
     def run(self, coro: Any) -> Any:
-        """Run ``coro`` on the loop; wait for its result (from any other thread)."""
+        """Run ``coro`` on the loop; return its result."""
+        if self.thread is None:
+            with self._connections():
+                task = self.loop.create_task(coro)
+                try:
+                    return self.loop.run_until_complete(task)
+                except BaseException:
+                    if not task.done():  # interrupted from outside the loop: stop the delivery too
+                        task.cancel()
+                        with contextlib.suppress(BaseException):
+                            self.loop.run_until_complete(task)
+                    raise
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result()
@@ -76,17 +101,48 @@ class WorkerRuntime:
             raise
 
     def call(self, fn: Any, *args: Any) -> Any:
-        """Run the sync ``fn`` on the loop's thread (e.g. on its DB connection)."""
+        """Run the sync ``fn`` where the loop runs (e.g. on its DB connection)."""
+        if self.thread is None:
+            with self._connections():
+                return fn(*args)
         from .store import _outside_loop
 
         return self.run(_outside_loop(fn)(*args))
 
-    def close(self) -> None:
-        """Close the loop thread's database connections and stop the loop (a process
-        that ends need not: the thread is a daemon; tests do)."""
+    @contextlib.contextmanager
+    def _connections(self) -> Iterator[None]:
+        """Within: this thread's ``connections[alias]`` are the runtime's own."""
         from django.db import connections
 
-        if self.thread.is_alive():
+        local = connections._connections
+        saved: dict[str, Any] = {}
+        for alias in connections:
+            own = self._own.get(alias)
+            if own is None:
+                own = self._own[alias] = connections.create_connection(alias)
+            saved[alias] = getattr(local, alias, None)
+            setattr(local, alias, own)
+        try:
+            yield
+        finally:
+            for alias, previous in saved.items():
+                if previous is None:
+                    with contextlib.suppress(AttributeError):
+                        delattr(local, alias)
+                else:
+                    setattr(local, alias, previous)
+
+    def close(self) -> None:
+        """Close the loop's database connections and stop the loop (a process that
+        ends need not: the loop thread is a daemon; tests do)."""
+        from django.db import connections
+
+        if self.thread is None:
+            for own in self._own.values():
+                with contextlib.suppress(Exception):
+                    own.close()
+            self._own.clear()
+        elif self.thread.is_alive():
             self.call(connections.close_all)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
@@ -100,15 +156,30 @@ class WorkerRuntime:
         return engine
 
 
-_local = threading.local()
+#: (process, thread, threaded) -> that thread's runtime of that kind
+_runtimes: dict[tuple[int, int, bool], WorkerRuntime] = {}
 
 
-def runtime() -> WorkerRuntime:
-    """This thread's :class:`WorkerRuntime` (a new one in a forked child)."""
-    rt = getattr(_local, "runtime", None)
-    if rt is None or rt.pid != os.getpid():
-        rt = _local.runtime = WorkerRuntime()
+def runtime(*, threaded: bool = True) -> WorkerRuntime:
+    """This thread's :class:`WorkerRuntime` of that kind (new ones in a forked child)."""
+    key = (os.getpid(), threading.get_ident(), threaded)
+    rt = _runtimes.get(key)
+    if rt is None:
+        rt = _runtimes[key] = WorkerRuntime(threaded=threaded)
     return rt
+
+
+def runtimes() -> list[WorkerRuntime]:
+    """This process's runtimes (all threads, both kinds)."""
+    pid = os.getpid()
+    return [rt for key, rt in list(_runtimes.items()) if key[0] == pid]
+
+
+def needs_thread(task: Any) -> bool:
+    """Does a Celery task (``bind=True``'s ``self``) run under a soft time limit? Then
+    its deliveries run on a loop thread (see :class:`WorkerRuntime`)."""
+    limits = getattr(task.request, "timelimit", None) or (None, None)
+    return bool(limits[1] or task.soft_time_limit or task.app.conf.task_soft_time_limit)
 
 
 def build_worker_engine(spec: Sequence[Any]) -> Any:

@@ -65,6 +65,7 @@ def test_a_non_redis_broker_needs_a_redis_url():
     ({"CELERY_QUEUES": ["aaa.tools"]}, "aaa.E104"),
     ({"CELERY_QUEUES": {"gpu": "aaa.gpu"}}, "aaa.E104"),
     ({"CELERY_QUEUES": {"tools": ""}}, "aaa.E104"),
+    ({"CELERY_FAST_PUBLISH": "yes"}, "aaa.E104"),
     ({"RUN_LOCK_TTL": 0}, "aaa.E104"),
     ({"LEASE_TTL": "30"}, "aaa.E104"),
     ({"STALL_AFTER": True}, "aaa.E104"),

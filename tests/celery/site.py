@@ -61,6 +61,20 @@ def noop(n: int = 0) -> int:
     return n
 
 
+@tool(inline=True)
+def where(n: int = 0, tag: str = "where") -> int:
+    """Says in Redis which thread of the worker ran it, and how many messages the
+    worker's engines have sent through the fast publisher so far."""
+    import threading
+
+    from aaa_django.worker import runtimes
+
+    fast = [e.bus._fast.sent for rt in runtimes() for e in rt.engines.values() if e.bus._fast is not None]
+    _redis().rpush(f"aaa-test:{tag}", json.dumps({"thread": threading.current_thread().name,
+                                                  "fast": sum(fast)}))
+    return n
+
+
 @tool(side_effects=True)
 def record(n: int = 0, idempotency_key: str = "") -> str:
     """A side effect that must happen at most once per call: one row per execution."""
@@ -112,7 +126,7 @@ def gated_briefly(n: int = 0) -> str:
     return "approved"
 
 
-REGISTRY = ToolRegistry([noop, record, pooled, slow, gated, gated_briefly])
+REGISTRY = ToolRegistry([noop, where, record, pooled, slow, gated, gated_briefly])
 
 
 def loop(max_turns: int = 50) -> ToolLoop:

@@ -86,3 +86,48 @@ def test_a_waiter_is_woken_by_the_run_ended_notice(cluster, arun):
 
     assert outcome.outcome == "success"
     assert listening
+
+
+def _where(tag: str) -> list[dict]:
+    import json
+
+    from .site import _redis
+
+    return [json.loads(x) for x in _redis().lrange(f"aaa-test:{tag}", 0, -1)]
+
+
+def test_a_delivery_runs_in_the_task_thread_and_publishes_fast(cluster, arun):
+    # The default task (no soft time limit): the worker runs its loop in the task's
+    # own thread, and sends its deliveries through the fast publisher.
+    import uuid
+
+    tag = f"where-{uuid.uuid4().hex[:8]}"
+
+    async def main():
+        async with make_engine() as engine:
+            run = await engine.start(loop(), {"task": script(turns=3, tool="where", args={"tag": tag})})
+            return await run.result(timeout=30)
+
+    assert arun(main()).outcome == "success"
+    seen = _where(tag)
+    assert [s["thread"] for s in seen] == ["MainThread", "MainThread"]
+    assert all(s["fast"] > 0 for s in seen)  # the worker's sends so far went the fast way
+    assert cluster.errors() == []
+
+
+def test_under_a_soft_time_limit_a_delivery_runs_on_a_loop_thread(new_cluster, arun):
+    # A soft time limit is raised in the task's thread: there the worker keeps its loop
+    # in a thread of its own, and the limit interrupts only the wait for it.
+    import uuid
+
+    workers = new_cluster(1, suffix="-soft", env={"AAA_TEST_SOFT_TIME_LIMIT": "60"})
+    tag = f"where-{uuid.uuid4().hex[:8]}"
+
+    async def main():
+        async with make_engine(workers.queues) as engine:
+            run = await engine.start(loop(), {"task": script(turns=3, tool="where", args={"tag": tag})})
+            return await run.result(timeout=30)
+
+    assert arun(main()).outcome == "success"
+    assert [s["thread"] for s in _where(tag)] == ["aaa-worker-loop", "aaa-worker-loop"]
+    assert workers.errors() == []

@@ -23,7 +23,7 @@ from aaa_django.engines import build_engine
 from aaa_django.events import Event, FoldCache
 from aaa_django.models import RunRecord
 from aaa_django.runtime import types as T
-from aaa_django.store import DjangoEventStore
+from aaa_django.store import DjangoEventStore, _outside_loop
 from aaa_django.tailcache import TailCachedStore
 from aaa_django.worker import WorkerRuntime, deliver_event
 from tests.scenarios import site
@@ -32,10 +32,11 @@ pytestmark = [pytest.mark.django_db(databases=["default", "postgres"], transacti
               pytest.mark.postgres, pytest.mark.redis]
 
 
-@pytest.fixture
-def worker(pg_alias, redis_url):
-    """A runtime and an engine built as a worker builds them; sends are recorded."""
-    rt = WorkerRuntime()
+@pytest.fixture(params=[False, True], ids=["task-thread", "loop-thread"])
+def worker(request, pg_alias, redis_url):
+    """A runtime (of both kinds) and an engine built as a worker builds them; sends
+    are recorded."""
+    rt = WorkerRuntime(threaded=request.param)
     coord = Coordinator(redis_url, prefix=f"test-{id(rt)}")
     store = TailCachedStore(DjangoEventStore(pg_alias, inline=True))
     engine = build_engine(using=pg_alias, store=store, cache=FoldCache(),
@@ -69,7 +70,7 @@ def drive(rt, engine, sent, each=None) -> int:
     return done
 
 
-def test_a_run_delivered_on_the_loop_thread(worker, pg_alias):
+def test_a_run_delivered_where_the_loop_runs(worker, pg_alias):
     rt, engine, sent = worker
     queries: list[int] = []
 
@@ -86,8 +87,9 @@ def test_a_run_delivered_on_the_loop_thread(worker, pg_alias):
     assert outcome.outcome == "success" and outcome.value == {"text": "1 + 2 = 3"}
     events = rt.run(engine.store.read(run_id))
     assert deliveries == len(events)
-    assert set(queries) == {rt.thread.ident}
-    assert {s["thread"] for s in sent} == {rt.thread.ident}
+    loop_thread = rt.thread.ident if rt.thread is not None else threading.get_ident()
+    assert set(queries) == {loop_thread}
+    assert {s["thread"] for s in sent} == {loop_thread}
     # nothing was sent while the run's lock was held: the next delivery never waits
     assert [s["held"] for s in sent] == [[]] * len(sent)
     assert sent[-1]["ended"] == [run_id]
@@ -193,3 +195,28 @@ def test_the_runtime_runs_sync_calls_on_its_thread():
     finally:
         rt.close()
     assert not rt.thread.is_alive()
+
+
+def test_a_task_thread_runtime_keeps_its_connection_across_tasks(pg_alias):
+    """Celery's Django fixup closes the task thread's connections around every task:
+    a runtime that runs its loop in that thread queries on a connection of its own,
+    which stands in for the thread's only while the runtime runs."""
+    rt = WorkerRuntime(threaded=False)
+    mine = connections[pg_alias]
+    try:
+        used = [rt.call(lambda: connections[pg_alias]) for _ in range(2)]
+        pids = []
+        for _ in range(2):
+            pids.append(rt.call(lambda: connections[pg_alias].cursor().execute("SELECT pg_backend_pid()")
+                                .fetchone()[0]))
+            connections.close_all()  # what the fixup does after (and before) a task
+
+        assert used[0] is used[1] is not mine
+        # in a delivery: what the inline store sees (it queries with the loop hidden)
+        assert rt.run(_outside_loop(lambda: connections[pg_alias])()) is used[0]
+        assert connections[pg_alias] is mine  # the thread's own, back after each call
+        assert pids[0] == pids[1]  # one session: the close did not reach it
+        assert rt.thread is None
+    finally:
+        rt.close()
+    assert used[0].connection is None  # closed with the runtime

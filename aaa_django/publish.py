@@ -1,0 +1,166 @@
+"""How a worker enqueues its deliveries: the message ``send_task`` sends, for less.
+
+Every hop of a run in a cluster is one ``aaa.deliver`` message, sent by the worker
+that appended the event. Celery's ``app.send_task`` builds it in three layers (Celery's
+routing, retry policy and signals; kombu's producer with its declarations; kombu's
+Redis channel, which makes a new redis-py client object for every message), and
+those layers cost about as much CPU as the broker's round trip itself
+(``benchmarks/bench_celery.py``).
+
+:class:`FastPublisher` sends the same message with less work: Celery builds it
+(``app.amqp.as_task_v2``, the task protocol ``send_task`` uses), and kombu's producer
+publishes it on a connection of the publisher's own, whose Redis channel keeps one
+redis-py client for its connection pool. Routing is resolved once per queue.
+
+It steps aside (``send`` returns False and the caller uses ``send_task``) whenever the
+result could differ from what ``send_task`` would send: a broker other than Redis, a
+route for ``aaa.deliver`` that sets more than its queue, a queue on a non-direct
+exchange or with a priority, a compressed or v1 task protocol, "task-sent" events, or
+any receiver of ``before_task_publish`` / ``after_task_publish`` (tracing integrations
+see every message). After a failed publish it closes its connection and steps aside
+for that message, so ``send_task``'s retry policy takes over. ``AAA["CELERY_FAST_PUBLISH"]
+= False`` turns it off.
+
+Not thread-safe: one publisher per thread (a worker's bus sends from its loop thread).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger("aaa_django.bus")
+
+#: option keys a route may give that only say where the message goes
+_WHERE = frozenset({"queue", "exchange", "routing_key", "exchange_type"})
+
+
+class FastPublisher:
+    """Publishes task messages of ``app`` (see the module docstring)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._producer: Any = None
+        #: queue name -> (kombu Queue, delivery_mode), or None: not plain, use send_task
+        self._routes: dict[str, tuple[Any, Any] | None] = {}
+        self._usable: bool | None = None
+        #: messages sent, and messages left to send_task
+        self.sent = 0
+        self.declined = 0
+
+    def usable(self) -> bool:
+        """Is the app's configuration one this publisher reproduces exactly?"""
+        if self._usable is None:
+            conf = self.app.conf
+            try:
+                with self.app.connection_for_write() as conn:
+                    driver = conn.transport.driver_type
+            except Exception:  # an unknown transport: leave it to Celery
+                driver = None
+            self._usable = (
+                driver == "redis"
+                and int(conf.task_protocol or 2) == 2
+                and not conf.task_compression
+                and conf.task_default_priority is None
+                and not conf.task_send_sent_event
+            )
+        return self._usable
+
+    def _route(self, name: str, queue: str) -> tuple[Any, Any] | None:
+        if queue not in self._routes:
+            self._routes[queue] = self._plain_route(name, queue)
+        return self._routes[queue]
+
+    def _plain_route(self, name: str, queue: str) -> tuple[Any, Any] | None:
+        """The kombu queue and delivery mode ``send_task`` would use, when its route
+        to ``queue`` sets nothing but where the message goes; else None."""
+        amqp = self.app.amqp
+        options = amqp.router.route({"queue": queue}, name, (), {}, None)
+        if set(options) - _WHERE:
+            return None
+        q = options.get("queue")
+        if q is None or getattr(q, "name", q) != queue or isinstance(q, str):
+            return None
+        exchange = q.exchange
+        if (exchange.type or "direct") != "direct" or q.queue_arguments or q.max_priority:
+            return None
+        if options.get("exchange") or options.get("routing_key"):
+            return None  # an explicit exchange: let Celery route it
+        mode = exchange.delivery_mode or self.app.conf.task_default_delivery_mode
+        return q, mode
+
+    def send(self, name: str, args: list[Any], queue: str, argsrepr: str) -> bool:
+        """Publish task ``name`` with ``args`` to ``queue``; False: not sent, use
+        ``send_task`` (this configuration or this moment is not one for it)."""
+        from celery import signals
+
+        route = self._route(name, queue) if self.usable() else None
+        if route is None or signals.before_task_publish.receivers or signals.after_task_publish.receivers:
+            self.declined += 1
+            return False
+        q, mode = route
+        app = self.app
+        task_id = _uuid()
+        headers, properties, body, _ = app.amqp.as_task_v2(
+            task_id, name, args, {}, reply_to=app.thread_oid, argsrepr=argsrepr, kwargsrepr="{}",
+            ignore_result=True,
+        )
+        try:
+            producer = self._get_producer()
+            producer.publish(
+                body, exchange="", routing_key=queue, serializer=app.conf.task_serializer,
+                delivery_mode=mode, declare=[q], headers=headers, retry=False, **properties,
+                # (send_task passes them on as message properties too)
+                argsrepr=argsrepr, kwargsrepr="{}",
+            )
+        except Exception:
+            log.warning("fast publish to %s failed; sending through send_task", queue, exc_info=True)
+            self.close()
+            self.declined += 1
+            return False
+        self.sent += 1
+        return True
+
+    def _get_producer(self) -> Any:
+        if self._producer is None:
+            conn = self.app.connection_for_write()
+            producer = self.app.amqp.Producer(conn, auto_declare=False)
+            _reuse_redis_client(producer.channel)
+            self._producer = producer
+        return self._producer
+
+    def close(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.connection.release()
+            except Exception:
+                log.debug("closing the fast publisher's connection failed", exc_info=True)
+
+
+def _reuse_redis_client(channel: Any) -> None:
+    """kombu's Redis channel makes a redis-py client object for every publish (the
+    constructor alone costs about a third of a publish's CPU); give this channel's
+    publishes one client over its connection pool, the same commands on the same
+    connections."""
+    make = getattr(channel, "Client", None)
+    if make is None or not hasattr(channel, "pool"):
+        return
+    clients: dict[int, Any] = {}
+
+    def client(**kwargs: Any) -> Any:
+        pool = kwargs.get("connection_pool")
+        if pool is None or set(kwargs) != {"connection_pool"}:
+            return make(**kwargs)
+        found = clients.get(id(pool))
+        if found is None or found.connection_pool is not pool:
+            found = clients[id(pool)] = make(**kwargs)
+        return found
+
+    channel.Client = client
+
+
+def _uuid() -> str:
+    from kombu.utils.uuid import uuid
+
+    return uuid()

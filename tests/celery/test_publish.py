@@ -1,0 +1,154 @@
+"""The fast publisher of a worker's deliveries (aaa_django.publish), against a real Redis
+broker: the message it leaves in the queue is the one ``send_task`` leaves (but for
+the ids every message gets), and it steps aside wherever the two could differ."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+
+import pytest
+from celery import Celery, signals
+
+from aaa_django.bus import DELIVER, DistributedBus
+from aaa_django.publish import FastPublisher
+
+ARGS = [["django", "postgres", "aaa_django.store.DjangoEventStore"], "run-1", 3, "ev-3",
+        json.dumps(["ev-2", {"id": "ev-3", "data": {"text": "héllo"}}])]
+REPR = repr(ARGS[1:4])
+#: what differs between any two messages: their ids
+IDS = {("headers", "id"), ("headers", "root_id"), ("properties", "correlation_id"),
+       ("properties", "delivery_tag")}
+
+
+@pytest.fixture
+def app(redis_url):
+    app = Celery(f"publish-{uuid.uuid4().hex[:6]}", broker=redis_url, set_as_current=False)
+    app.conf.task_ignore_result = True
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def queue(app):
+    name = f"aaa.test-publish-{uuid.uuid4().hex[:8]}"
+    yield name
+    with app.connection_for_write() as conn:
+        conn.default_channel.client.delete(name)
+
+
+def taken(app, queue) -> list[dict]:
+    """The messages in ``queue``, oldest first (kombu's Redis queue is a list)."""
+    with app.connection_for_write() as conn:
+        raw = conn.default_channel.client.lrange(queue, 0, -1)
+    return [json.loads(m) for m in reversed(raw)]
+
+
+def without_ids(message: dict) -> dict:
+    message = json.loads(json.dumps(message))
+    for part, key in IDS:
+        message[part].pop(key)
+    return message
+
+
+def test_the_message_is_the_one_send_task_sends(app, queue):
+    fast = FastPublisher(app)
+    app.send_task(DELIVER, ARGS, queue=queue, argsrepr=REPR, kwargsrepr="{}", ignore_result=True)
+    assert fast.send(DELIVER, ARGS, queue, REPR) and fast.send(DELIVER, ARGS, queue, REPR)
+    celery, ours, again = taken(app, queue)
+
+    assert without_ids(ours) == without_ids(celery) == without_ids(again)
+    assert ours["headers"]["id"] == ours["properties"]["correlation_id"] != again["headers"]["id"]
+    body = json.loads(base64.b64decode(ours["body"]))
+    assert body[0] == ARGS and body[1] == {}
+    assert ours["headers"]["argsrepr"] == REPR and ours["headers"]["task"] == DELIVER
+    assert (fast.sent, fast.declined) == (2, 0)
+    # one redis-py client for the publisher's channel, not one per message
+    channel = fast._producer.channel
+    assert channel.Client(connection_pool=channel.pool) is channel.Client(connection_pool=channel.pool)
+    fast.close()
+
+
+def test_a_publish_receiver_sees_every_message(app, queue):
+    # Tracing integrations hook the publish signals: then send_task sends (and they see it).
+    fast = FastPublisher(app)
+    seen = []
+
+    def receiver(sender=None, **kwargs):
+        seen.append(sender)
+
+    signals.before_task_publish.connect(receiver)
+    try:
+        assert not fast.send(DELIVER, ARGS, queue, REPR)
+    finally:
+        signals.before_task_publish.disconnect(receiver)
+    assert fast.send(DELIVER, ARGS, queue, REPR)
+    assert (fast.sent, fast.declined) == (1, 1)
+
+
+@pytest.mark.parametrize("conf", [
+    {"task_routes": {DELIVER: {"priority": 5}}},  # a route that sets more than the queue
+    {"task_compression": "gzip"},
+    {"task_protocol": 1},
+    {"task_default_priority": 3},
+    {"task_send_sent_event": True},
+], ids=lambda c: next(iter(c)))
+def test_a_configuration_it_cannot_reproduce_is_left_to_send_task(app, queue, conf):
+    app.conf.update(conf)
+    fast = FastPublisher(app)
+    assert not fast.send(DELIVER, ARGS, queue, REPR)
+    assert taken(app, queue) == []  # nothing sent: the caller sends with send_task
+
+
+def test_a_queue_with_priorities_or_another_exchange_is_left_to_send_task(app):
+    from kombu import Exchange, Queue
+
+    app.conf.task_queues = [
+        Queue("aaa.test-prio", Exchange("aaa.test-prio"), routing_key="aaa.test-prio", max_priority=9),
+        Queue("aaa.test-topic", Exchange("aaa.test", type="topic"), routing_key="aaa.#"),
+    ]
+    fast = FastPublisher(app)
+    assert not fast.send(DELIVER, ARGS, "aaa.test-prio", REPR)
+    assert not fast.send(DELIVER, ARGS, "aaa.test-topic", REPR)
+
+
+def test_another_broker_is_left_to_send_task():
+    app = Celery("publish-memory", broker="memory://", set_as_current=False)
+    assert not FastPublisher(app).send(DELIVER, ARGS, "aaa.algorithms", REPR)
+
+
+def test_a_failed_publish_falls_back_to_send_task(app, queue, monkeypatch):
+    monkeypatch.setattr("aaa_django.bus.celery_app", lambda: app)
+    with override_fast(True):
+        bus = DistributedBus(in_worker=True)
+        bus.spec = ARGS[0]
+        bus._send([(queue, ARGS)], [], swallow=False)  # makes the fast publisher
+        assert bus._fast.sent == 1
+
+        class Broken:
+            def publish(self, *args, **kwargs):
+                raise ConnectionError("the broker went away")
+
+        bus._fast._producer = Broken()
+        bus._send([(queue, ARGS)], [], swallow=False)
+    assert bus._fast.declined == 1 and bus._fast._producer is None  # dropped: a new one next time
+    assert bus.sent == 2
+    assert len(taken(app, queue)) == 2  # the second one by send_task
+
+
+def test_the_setting_turns_it_off(app, queue, monkeypatch):
+    monkeypatch.setattr("aaa_django.bus.celery_app", lambda: app)
+    with override_fast(False):
+        bus = DistributedBus(in_worker=True)
+        bus.spec = ARGS[0]
+        bus._send([(queue, ARGS)], [], swallow=False)
+    assert bus._fast is None and bus.sent == 1 and len(taken(app, queue)) == 1
+
+
+def override_fast(on: bool):
+    from django.test import override_settings
+
+    from aaa_django.conf import site_aaa
+
+    return override_settings(AAA={**site_aaa(), "CELERY_FAST_PUBLISH": on})
