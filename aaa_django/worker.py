@@ -1,11 +1,11 @@
 """The worker side of the Celery bus: one long-lived loop and engine per worker
 process (thread), and the delivery of one event.
 
-The loop runs in a thread of its own, and the engine's store makes its queries on
-that thread (``DjangoEventStore(inline=True)``): the thread owns its database
-connection, which lives as long as the process (Celery's Django fixup closes the
-task thread's connections around every task), and a delivery costs one hop from the
-task's thread to the loop's, not one per query.
+The task's own thread runs the loop for the length of a delivery (or, under a soft
+time limit, the loop runs in a thread of its own: see :class:`WorkerRuntime`), and the
+engine's store makes its queries on the loop's thread (``DjangoEventStore(inline=True)``),
+on a connection that lives as long as the process (Celery's Django fixup closes the
+task thread's own connections around every task): no thread hop per query.
 
 A delivery is the engine's step (``engine.handle``) split as the bus protocol allows:
 the run's step (see :meth:`DistributedBus.serial`): bring this worker's view of the

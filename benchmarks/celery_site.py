@@ -124,3 +124,6 @@ def setup(engine) -> None:
 
     LLMHandler(FakeLLMClient(scripted_model)).attach(engine)
     ToolHandler(registry()).attach(engine)
+
+if os.environ.get("AAA_BENCH_TRACE"):  # TEMP tracing
+    import trace_hook  # noqa
