@@ -184,6 +184,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--trace", metavar="FILE",
+                        help="timestamps inside the workers to FILE, and their breakdown (trace_hops.py)")
     args = parser.parse_args()
     runs = 40 if args.quick else args.runs
     idle_rounds, chain = (8, 60) if args.quick else (25, 100)
@@ -196,6 +198,9 @@ def main() -> None:
             "DJANGO_SETTINGS_MODULE": "celery_site",
             "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
         }
+        if args.trace:
+            Path(args.trace).unlink(missing_ok=True)
+            env["AAA_BENCH_TRACE"] = str(Path(args.trace).resolve())
         os.environ.update({k: env[k] for k in ("AAA_BENCH_PG_HOST", "AAA_BENCH_PG_PORT",
                                                 "AAA_BENCH_PG_NAME", "AAA_BENCH_REDIS",
                                                 "DJANGO_SETTINGS_MODULE")})
@@ -263,6 +268,11 @@ def main() -> None:
         ["engine hop under that load (median per run)", ms(loaded["hop_under_load"])],
     ]))
     print()
+    if args.trace:
+        from trace_hops import report
+
+        print(report(args.trace))
+        print()
     print(f"goal: engine hop <= 2x bare hop: {ratio:.2f}x -> {'met' if ratio <= 2 else 'NOT met'}"
           f" (less the durable commit: {own_ratio:.2f}x)")
 

@@ -125,5 +125,7 @@ def setup(engine) -> None:
     LLMHandler(FakeLLMClient(scripted_model)).attach(engine)
     ToolHandler(registry()).attach(engine)
 
-if os.environ.get("AAA_BENCH_TRACE"):  # TEMP tracing
-    import trace_hook  # noqa
+if os.environ.get("AAA_BENCH_TRACE"):  # bench_celery.py --trace: timestamps in the workers
+    import trace_hops
+
+    trace_hops.connect()
