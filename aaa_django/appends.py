@@ -5,13 +5,15 @@ backend allows (the mixin :class:`StatementAppends` of
 - PostgreSQL: one statement that inserts the events and folds them into the run's
   index row (a statement is a transaction), preceded by one query (the head, the ids
   stored already, the run's row) unless the store remembers them from its own last
-  append or read of the stream: a hint, refused by the unique ``(stream, seq)`` index
-  when another process appended since;
+  append or read of the stream (a hint, refused by the unique ``(stream, seq)`` index
+  when another process appended since), or the batch starts a run: then the
+  statement inserts the events and the run's new row, on the guess that the stream
+  is new (refused by the same index, or the event's unique id, when it is not);
 - SQLite: ``BEGIN IMMEDIATE``, that one query, the ``INSERT`` (and the run row's
   ``UPDATE``), ``COMMIT``, rolled back on any error.
 
-Anything else (a new run, an index row behind its log, a large batch, a caller's
-transaction) returns None having written nothing, and the store takes its
+Anything else (a new run on SQLite, an index row behind its log, a large batch, a
+caller's transaction) returns None having written nothing, and the store takes its
 transactional path.
 """
 
@@ -31,6 +33,7 @@ from .eventrows import (
     ROW_PG,
     SQLITE_CHUNK,
     EventList,
+    cursor,
     insert,
     number,
     to_event,
@@ -85,18 +88,22 @@ class StatementAppends:
         trips: one query (the head, the ids stored already, the run's index row), then
         one statement that inserts the events and folds them into the row (a
         statement is a transaction: both commit, or neither). None when the batch is
-        not the common case (a new run, an index row behind its log, a batch too
+        not the common case (an index row behind its log, a batch too
         large for one statement): the caller takes the transactional path.
 
         ``seen``: the head and the row as the last read saw them (an inline store's):
         then the statement alone, one round trip. Had anything been appended since, the
         unique (stream, seq) index, or the unique id of an event stored already,
-        refuses it, and the append starts again from the query."""
+        refuses it, and the append starts again from the query. A batch that starts
+        with a run's ``aaa.run.started`` and no hint is taken for a new run's: the
+        statement alone (its events and the run's new row), refused the same way."""
         from .runindex import ROW_COLUMNS  # runindex imports this module
 
         if len(batch) > INSERT_CHUNK:
             return None
-        with conn.cursor() as cur:
+        with cursor(conn) as cur:
+            if seen is None and batch[0].type == RUN_STARTED and batch[0].seq in (None, 1):
+                seen = (0, None)  # a new run (most likely): its events and its row at once
             if seen is not None:
                 head, row = seen
                 stored = self._write_pg(conn, cur, stream, batch, texts, expected_seq, head, (), row)
@@ -113,7 +120,7 @@ class StatementAppends:
                   row: tuple | None, *, optimistic: bool = True) -> list[Event] | None:
         """The events after ``head`` and the run's row after ``row`` in one statement.
         None: not the common case, or (``optimistic``) the log moved since ``head``."""
-        from .runindex import index_events, row_update, starts_run  # runindex imports this module
+        from .runindex import index_events, row_insert, row_update, starts_run  # (imports this module)
 
         try:
             stored, rows = number(conn, batch, texts, head, known, expected_seq)
@@ -136,6 +143,20 @@ class StatementAppends:
             else:
                 cur.execute(sql, params)
             self._remember(stream, stored[-1].seq, None)
+            return stored
+        if row is None:  # a new run: its row, made by the same statement
+            made = row_insert(conn, stored)
+            if made is None:
+                return None
+            sql, params = insert(ROW_PG, rows)
+            try:
+                cur.execute(f"WITH stored AS ({sql}) {made[0]}", params + made[1])
+            except IntegrityError:
+                if optimistic:
+                    return None  # not new after all (autocommit: nothing to roll back)
+                raise
+            owner = cur.fetchone()[0]
+            self._remember(stream, stored[-1].seq, (*made[2][:5], owner, *made[2][6:]))
             return stored
         update = row_update(conn, row, stored)
         if update is None:
@@ -234,10 +255,19 @@ class StatementAppends:
         append needs no query. Anything else forgets the stream (the next append asks)."""
         if not self.inline or not events:
             return
-        from .runindex import row_update  # runindex imports this module
+        from .runindex import initial_row, row_update, starts_run  # runindex imports this module
 
         stream = events[0].stream
         seen = self._forget(stream)
+        if seen is not None and (events[-1].seq or 0) <= seen[0]:
+            self._remember(stream, *seen)  # known already (this store appended them)
+            return
+        if seen is None and events[0].seq == 1:
+            # A stream's first events: its head, and (a run's start) its row, follow from them.
+            row = initial_row(events)
+            if row is not None or not starts_run(events):
+                self._remember(stream, events[-1].seq, row)
+            return
         if seen is None or events[0].seq != seen[0] + 1:
             return
         row = seen[1]
@@ -254,7 +284,7 @@ class StatementAppends:
         from .runindex import ROW_COLUMNS  # runindex imports this module
 
         query = _READ_AND_ROW_PG.format(columns=", ".join(f"r.{c}" for c in ROW_COLUMNS))
-        with conn.cursor() as cur:
+        with cursor(conn) as cur:
             cur.execute(query, [stream, stream, after])
             rows = cur.fetchall()
         events = EventList(to_event(r[:9]) for r in rows if r[0] is not None)

@@ -140,6 +140,55 @@ def row_update(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tup
             after)
 
 
+#: the columns a new run's row is inserted with (``owner_id`` follows, see ``row_insert``)
+_INSERTED = ("run_id", "algorithm", "status", "outcome", "parent", "tokens_in", "tokens_out", "cost",
+             "model_calls", "tool_calls", "started_at", "ended_at", "updated_at", "last_seq",
+             "request_hash")
+
+
+def row_insert(conn: Any, events: list[Event]) -> tuple[str, list, tuple] | None:
+    """A new run's row in plain SQL, folded from its first stored ``events`` (from seq
+    1, ``aaa.run.started``): the INSERT (``RETURNING owner_id``), its parameters, and
+    the row's ``ROW_COLUMNS`` after it (with the owner it asked for: the statement
+    stores it only if that user exists, as :func:`owner_pk` would). None when the
+    events do not start a run."""
+    fields = _new_row(events)
+    if fields is None:
+        return None
+    adapt = conn.ops.adapt_datetimefield_value
+    values = [adapt(fields[c]) if c.endswith("_at") and fields[c] is not None else fields[c]
+              for c in _INSERTED]
+    User = get_user_model()
+    qn = conn.ops.quote_name
+    pk = qn(User._meta.pk.column)
+    sql = (f"INSERT INTO aaa_run ({', '.join(_INSERTED)}, owner_id) "
+           f"VALUES ({', '.join(['%s'] * len(_INSERTED))}, "
+           f"(SELECT {pk} FROM {qn(User._meta.db_table)} WHERE {pk} = %s)) RETURNING owner_id")
+    return sql, [*values, fields["owner_id"]], tuple(fields[c] for c in ROW_COLUMNS)
+
+
+def initial_row(events: Sequence[Event]) -> tuple | None:
+    """The ``ROW_COLUMNS`` of a new run's row after its first ``events`` (from seq 1),
+    without asking the database: ``owner_id`` is the pk the run's owner names (the
+    stored row has None if no such user exists; a fold of later events never reads
+    it). None when the events do not start a run."""
+    fields = _new_row(events)
+    return tuple(fields[c] for c in ROW_COLUMNS) if fields is not None else None
+
+
+def _new_row(events: Sequence[Event]) -> dict[str, Any] | None:
+    if not starts_run(events):
+        return None
+    try:
+        meta = _fold(RunMeta(), events)
+        fields = _folded(meta, list(events), None)
+        owner = _owner_value(meta.owner)
+    except Exception:
+        return None  # the general path logs it
+    return {**fields, "run_id": events[0].stream, "started_at": events[0].time, "request_hash": "",
+            "owner_id": owner}
+
+
 def starts_run(events: Sequence[Event]) -> bool:
     """Do stored ``events`` begin a run's log (seq 1, ``aaa.run.started``)?"""
     return bool(events) and events[0].seq == 1 and events[0].type == T.RUN_STARTED
@@ -247,6 +296,15 @@ def _meta_of(row: Any) -> RunMeta:
 
 
 def _fields(meta: RunMeta, new: list[Event], row: Any, using: str) -> dict[str, Any]:
+    fields = _folded(meta, new, row)
+    if row is None:
+        fields["started_at"] = new[0].time
+        fields["owner_id"] = owner_pk(meta.owner, using)
+    return fields
+
+
+def _folded(meta: RunMeta, new: list[Event], row: Any) -> dict[str, Any]:
+    """The row's fields that the fold of ``new`` (into ``row``, or a new row) sets."""
     ended = next((e.time for e in new if e.type == T.RUN_COMPLETED), None)
     fields: dict[str, Any] = {
         "algorithm": meta.algorithm or "",
@@ -262,19 +320,24 @@ def _fields(meta: RunMeta, new: list[Event], row: Any, using: str) -> dict[str, 
         "updated_at": new[-1].time,
         "last_seq": new[-1].seq,
     }
-    if row is None:
-        fields["started_at"] = new[0].time
-        fields["owner_id"] = owner_pk(meta.owner, using)
     return fields
 
 
 def owner_pk(owner: Any, using: str = "default") -> Any:
     """The user pk named by a run's ``owner`` (``str(user.pk)``), or None."""
-    if owner is None or owner == "":
+    pk = _owner_value(owner)
+    if pk is None:
         return None
     User = get_user_model()
+    return pk if User._default_manager.db_manager(using).filter(pk=pk).exists() else None
+
+
+def _owner_value(owner: Any) -> Any:
+    """``owner`` as a value of the user model's pk, or None (not asking whether that
+    user exists)."""
+    if owner is None or owner == "":
+        return None
     try:
-        pk = User._meta.pk.to_python(owner)
+        return get_user_model()._meta.pk.to_python(owner)
     except (ValidationError, TypeError, ValueError):
         return None
-    return pk if User._default_manager.db_manager(using).filter(pk=pk).exists() else None

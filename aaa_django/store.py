@@ -28,12 +28,13 @@ from .eventrows import (
     SELECT,
     SQLITE_CHUNK,
     EventList,
+    cursor,
     insert,
     number,
     to_event,
 )
 from .events import ConcurrencyError, Event, Snapshot
-from .events.store import prepare_batch
+from .events.store import RecentIds, prepare_batch
 from .models import EventRecord, SnapshotRecord
 
 __all__ = ["DjangoEventStore", "EventList"]
@@ -96,6 +97,8 @@ class DjangoEventStore(StatementAppends):
         self.inline = inline
         self.cache_key = f"django:{using}"
         self._init_hints()
+        #: events this store just appended (see :meth:`fresh`)
+        self._recent = RecentIds()
         wrap = _outside_loop if inline else (lambda fn: sync_to_async(fn, thread_sensitive=True))
         self.append = wrap(self.append_sync)
         self.read = wrap(self.read_sync)
@@ -107,6 +110,12 @@ class DjangoEventStore(StatementAppends):
 
     def __repr__(self) -> str:
         return f"DjangoEventStore(using={self.using!r})"
+
+    def fresh(self, event_id: str) -> bool:
+        """Did this store just append ``event_id`` (and nobody asked yet)? The Celery
+        bus then sends the event along with its delivery (a run's start from the web
+        process: its first worker needs no read)."""
+        return self._recent.pop(event_id)
 
     @property
     def _events(self):
@@ -122,7 +131,9 @@ class DjangoEventStore(StatementAppends):
             return []
         for attempt in range(_RETRIES):
             try:
-                return self._append_once(stream, batch, texts, expected_seq, attempt > 0)
+                stored = self._append_once(stream, batch, texts, expected_seq, attempt > 0)
+                self._recent.add(stored)  # a bus may send them along (after their commit)
+                return stored
             except (IntegrityError, OperationalError) as exc:
                 # Lost a race with another appender (SQLite: "database is locked";
                 # both: the same seq or id inserted first by someone else). Re-read
@@ -189,7 +200,7 @@ class DjangoEventStore(StatementAppends):
         conn = connections[self.using]
         if self.inline and limit is None and tenant is None and conn.vendor == "postgresql":
             return self._read_to_head_pg(conn, stream, after)
-        with conn.cursor() as cur:
+        with cursor(conn) as cur:
             cur.execute(sql, params)
             events = EventList(to_event(row) for row in cur.fetchall())
         # Rows read inside a caller's transaction may still be rolled back: say so, and
@@ -219,7 +230,7 @@ class DjangoEventStore(StatementAppends):
     # -- snapshots ----------------------------------------------------------------
 
     def load_snapshot_sync(self, stream: str, name: str, version: int) -> Snapshot | None:
-        with connections[self.using].cursor() as cur:  # plain SQL: a read on every adoption
+        with cursor(connections[self.using]) as cur:  # plain SQL: a read on every adoption
             cur.execute(_LOAD_SNAPSHOT, [stream, name, version])
             row = cur.fetchone()
         return Snapshot(stream, name, version, row[0], row[1], row[2]) if row else None

@@ -35,6 +35,7 @@ from collections import OrderedDict
 from typing import Any, Iterator, Sequence
 
 from .events import ConcurrencyError, Event
+from .events.store import RecentIds
 
 #: a synced log shorter than this is folded from its start, no snapshot asked for
 SHORT_LOG = 64
@@ -65,7 +66,7 @@ class TailCachedStore:
         self.max_streams = max_streams
         self._logs: OrderedDict[str, list[Event]] = OrderedDict()
         #: ids of events this store appended, until the bus publishes them (newest last)
-        self._fresh: OrderedDict[str, None] = OrderedDict()
+        self._fresh = RecentIds()
         #: queries made to catch up, and reads served without one
         self.syncs = 0
         self.hits = 0
@@ -130,10 +131,11 @@ class TailCachedStore:
         if log is not None and 0 < seq <= len(log):
             if log[seq - 1].id != event.id:
                 return False
-        elif seq == 1 and not log:
-            log = self._logs[stream] = [event]
-        elif log is not None and seq == len(log) + 1 and log[-1].id == prev_id:
-            log.append(event)
+        elif (seq == 1 and not log) or (log is not None and seq == len(log) + 1 and log[-1].id == prev_id):
+            if seq == 1:
+                log = self._logs[stream] = [event]
+            else:
+                log.append(event)
             observe = getattr(self.inner, "observe", None)
             if observe is not None:
                 observe([event])
@@ -151,7 +153,7 @@ class TailCachedStore:
         """Was ``event_id`` appended by this store just now, and not asked about yet?
         (The bus sends such an event along with its delivery; a re-drive of an old
         event must not, as its receiver could not tell it from news.)"""
-        return self._fresh.pop(event_id, False) is None
+        return self._fresh.pop(event_id)
 
     def cached(self, stream: str, seq: int) -> Event | None:
         """The event at ``seq`` if this process holds it already (events never change)."""
@@ -200,11 +202,7 @@ class TailCachedStore:
                 self.stale(events[0].stream)
             raise
         if stored:
-            fresh = self._fresh
-            for e in stored:
-                fresh[e.id] = None
-            while len(fresh) > 1024:
-                fresh.popitem(last=False)
+            self._fresh.add(stored)
             stream = stored[0].stream
             log = self._logs.get(stream)
             if log is not None and stored[0].seq == len(log) + 1:

@@ -67,6 +67,7 @@ def test_appends_outside_a_transaction_keep_the_index(pg_alias, batches):
             calls.append([])
             assert store.append_sync(events[i:i + n]) == []  # again: absorbed, the row unchanged
             i += n
+    assert calls[0] == ["WITH"]  # a new run: its events and its row in one statement
     new, again = calls[2::2], calls[3::2]  # after the batch that made the row
     assert new == [["WITH"]] * (len(batches) - 1)
     assert again == [["WITH", "SELECT"]] * (len(batches) - 1)
@@ -79,3 +80,57 @@ def test_a_row_behind_its_log_is_caught_up(pg_alias):
     RunRecord.objects.using(pg_alias).filter(pk="run-b").update(last_seq=2, tokens_in=0)  # behind
     store.append_sync(events[4:6])
     assert row("run-b")["last_seq"] == 6 and row("run-b")["tokens_in"] == 7
+
+
+@pytest.mark.parametrize("owner", ["exists", "missing", "not-a-pk", None])
+def test_a_new_runs_row_is_made_by_its_first_statement(pg_alias, owner):
+    """A run's first append (no query: a start is most likely new) inserts its events
+    and its row at once; the row's owner is the user the run names only if that user
+    exists, as a whole-log rebuild has it."""
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.db_manager(pg_alias).create_user("owner-" + str(owner))
+    named = {"exists": str(user.pk), "missing": str(user.pk + 1000), "not-a-pk": "x", None: None}[owner]
+    store, events = DjangoEventStore(pg_alias), api_log_of("run-o", named)
+    conn = connections[pg_alias]
+    calls: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        calls.append(sql.split()[0])
+        return execute(sql, params, many, context)
+
+    with conn.execute_wrapper(record):
+        assert len(store.append_sync(events[:3])) == 3
+        assert len(store.append_sync(events[3:])) == len(events) - 3
+    assert calls == ["WITH", "WITH"]
+    made = row("run-o", pg_alias)
+    assert made["owner"] == (user.pk if owner == "exists" else None)
+    assert made["started_at"] == events[0].time and made["last_seq"] == len(events)
+    runindex.reindex(pg_alias)
+    assert row("run-o", pg_alias) == made
+
+
+def test_a_start_that_is_not_new_falls_back_to_asking(pg_alias):
+    """The one-statement start is a guess: a start stored already is absorbed, and a
+    start after other events of its stream lands after them (one refused statement,
+    then the head is asked for)."""
+    store, events = DjangoEventStore(pg_alias), log_of("run-n")
+    conn = connections[pg_alias]
+    calls: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        calls.append(sql.split()[0])
+        return execute(sql, params, many, context)
+
+    store.append_sync(events[:2])
+    with conn.execute_wrapper(record):
+        assert DjangoEventStore(pg_alias).append_sync([events[0]]) == []  # another process: absorbed
+    assert calls[0] == "WITH" and "SELECT" in calls
+    assert [e.id for e in store.read_sync("run-n")] == [e.id for e in events[:2]]
+
+    other = DjangoEventStore(pg_alias)
+    other.append_sync([Event.new("stream-x", "tests.plain", {})])
+    late = Event(id="late-start", stream="stream-x", type=events[0].type, data=events[0].data)
+    stored = DjangoEventStore(pg_alias).append_sync([late])
+    assert [e.seq for e in stored] == [2]
+    assert not RunRecord.objects.using(pg_alias).filter(pk="stream-x").exists()  # not a run's start

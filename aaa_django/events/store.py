@@ -106,6 +106,31 @@ def assign_seqs(events: list[Event], head: int, expected_seq: int | None) -> lis
     return out
 
 
+class RecentIds:
+    """Ids of the events a store has just appended, each until it is asked about once
+    (the newest ``size`` kept). A bus sends such an event along with its delivery; an
+    event it re-drives (read, not just appended) is not here, and travels by id
+    (see ``aaa_django.bus.DistributedBus``). Thread-safe."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._ids: dict[str, None] = {}
+        self._lock = threading.Lock()
+
+    def add(self, events: Iterable[Event]) -> None:
+        with self._lock:
+            ids = self._ids
+            for e in events:
+                ids[e.id] = None
+            while len(ids) > self.size:  # oldest first
+                del ids[next(iter(ids))]
+
+    def pop(self, event_id: str) -> bool:
+        """Was ``event_id`` just appended (and not asked about yet)?"""
+        with self._lock:
+            return self._ids.pop(event_id, False) is None
+
+
 class InMemoryEventStore:
     """A complete EventStore in a dict: for tests and single-process, non-durable use.
 

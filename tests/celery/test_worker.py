@@ -15,6 +15,7 @@ import uuid
 from dataclasses import replace
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import connections
 
 from aaa_django.bus import DistributedBus
@@ -131,11 +132,10 @@ def test_a_delivery_makes_one_statement_and_no_query(worker, pg_alias):
     current.append(0)  # (the test's own reads)
     events = rt.run(engine.store.read(run_id))
     assert events[-1].type == T.RUN_COMPLETED
-    # the first append of a run asks for its head and index row once; then none do
-    assert statements.pop(1) == ["SELECT", "WITH"]
     assert statements.pop(0) == ["SELECT"]
-    # each later delivery appends once, without a query; the end's appends nothing
-    assert sorted(statements) == [e.seq for e in events[1:-1]]
+    # each delivery appends once, without a query (the start made the run's row and
+    # left its head); the end's appends nothing
+    assert sorted(statements) == [e.seq for e in events[:-1]]
     assert set(map(tuple, statements.values())) == {("WITH",)}
 
     statements.clear()
@@ -144,6 +144,34 @@ def test_a_delivery_makes_one_statement_and_no_query(worker, pg_alias):
     assert statements == {3: ["SELECT"]}  # a re-drive: one read, nothing left to do
     assert rt.run(engine.store.read(run_id)) == events
     assert rt.run(deliver_event(engine, run_id, 3, "not-that-event")) == "missing"
+
+
+def test_a_run_started_elsewhere_is_delivered_without_a_query(worker, pg_alias):
+    """The web process's start travels with its message (its store just appended it):
+    a worker that never saw the run takes the start as the run's log, and knows the
+    run's row from it, so its first append is one statement too."""
+    rt, engine, sent = worker
+    web = build_engine(using=pg_alias, store=DjangoEventStore(pg_alias),
+                       bus=DistributedBus(coordinator=engine.bus.coordinator))
+    web.bus._send = engine.bus._send  # (recorded with the worker's own sends)
+    statements: dict[int, list[str]] = {}
+    current: list[int] = []
+
+    def record(execute, sql, params, many, context):
+        if "aaa_event" in sql or "aaa_run" in sql:
+            statements.setdefault(current[-1], []).append(sql.split()[0])
+        return execute(sql, params, many, context)
+
+    run_id = async_to_sync(_start)(web)
+    assert len(sent[0]["messages"][0]) == 5  # the start's message carries it
+    rt.call(lambda: connections[pg_alias].execute_wrappers.append(record))
+    drive(rt, engine, sent, each=current.append)
+    current.append(0)  # (the test's own reads)
+    assert rt.run(engine.outcome(run_id)).outcome == "success"
+    events = rt.run(engine.store.read(run_id))
+    statements.pop(0)
+    assert sorted(statements) == [e.seq for e in events[:-1]]  # the end's delivery appends nothing
+    assert set(map(tuple, statements.values())) == {("WITH",)}
 
 
 def test_a_message_whose_event_does_not_follow_the_cache_is_read(worker, pg_alias):
