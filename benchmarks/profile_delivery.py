@@ -28,6 +28,7 @@ import os
 import pstats
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,6 +48,10 @@ def main() -> None:
     parser.add_argument("--sql", action="store_true", help="print the statements of one run")
     parser.add_argument("--async-commit", action="store_true",
                         help="synchronous_commit=off: what a delivery costs besides the fsync")
+    parser.add_argument("--send", action="store_true",
+                        help="also publish each message to Redis as a worker does (to a queue nobody reads)")
+    parser.add_argument("--trace", action="store_true",
+                        help="the median of each part of a delivery (benchmarks/trace_hops.py marks)")
     args = parser.parse_args()
 
     with workdir() as tmp, postgres(tmp) as pg, redis_server(tmp) as broker:
@@ -69,6 +74,11 @@ def main() -> None:
 
 
 def run(args) -> None:
+    if args.trace:  # (before the functions it wraps are imported here)
+        os.environ["AAA_BENCH_TRACE"] = str(Path(tempfile.mkdtemp()) / "marks.jsonl")
+        import trace_hops
+
+        trace_hops.install()
     import django.db.backends.base.base as base
     from asgiref.sync import async_to_sync
     from django.db import connections
@@ -81,15 +91,31 @@ def run(args) -> None:
 
     queue: collections.deque = collections.deque()
 
+    sink = {"publisher": None, "n": 0}
+
     def capture(self, messages, ended, *, swallow=True):
-        """What the bus would send to the broker: kept, to be delivered here."""
+        """What the bus would send to the broker: kept, to be delivered here (and with
+        ``--send`` published too, as a worker does, to a queue nobody reads)."""
         for _, margs in messages:
             queue.append(margs)
             self.sent += 1
+            if args.send:
+                publisher = sink["publisher"]
+                if publisher is None:
+                    from aaa_django.publish import FastPublisher
+                    from celery_site import app
+
+                    publisher = sink["publisher"] = FastPublisher(app)
+                assert publisher.send("aaa.deliver", margs, "profile.sink", repr(margs[1:4]))
+                sink["n"] += 1
+                if sink["n"] % 500 == 0:
+                    publisher._producer.channel.client.delete("profile.sink")
         for run_id in ended:
             self._coordinator().notify_ended(run_id)
 
     DistributedBus._send = capture
+    if args.trace:
+        trace_hops._timed(DistributedBus, "_send", "send")
 
     # Count (or print) the statements of every connection, the loop thread's included.
     queries = {"n": 0, "print": False}
@@ -110,7 +136,7 @@ def run(args) -> None:
     base.BaseDatabaseWrapper.connect = counted_connect
     connections.close_all()
 
-    rt = WorkerRuntime()
+    rt = WorkerRuntime(threaded=False)  # as a worker without a soft time limit runs
     engines = []
     for _ in range(args.engines):
         engine = build_worker_engine(["django", "default", "aaa_django.store.DjangoEventStore"])
@@ -150,7 +176,12 @@ def run(args) -> None:
         queries["print"] = True
         drive(1, show=True)
         queries["print"] = False
+    if args.trace:
+        trace_hops.flush()
+        Path(os.environ["AAA_BENCH_TRACE"]).unlink(missing_ok=True)
     walls, cpu, deliveries, nq = drive(args.runs)
+    if args.trace:
+        trace_hops.flush()
     profiler = cProfile.Profile() if args.profile else None
     if profiler is not None:
         drive(args.runs, profiler)
@@ -167,6 +198,9 @@ def run(args) -> None:
         ["CPU (this process, all threads), mean", ms(cpu / deliveries)],
         ["SQL statements, mean", f"{nq / deliveries:.2f}"],
     ]))
+    if args.trace:
+        print()
+        print(trace_hops.delivery_report(os.environ["AAA_BENCH_TRACE"]))
     if profiler is not None:
         print()
         stats = pstats.Stats(profiler)

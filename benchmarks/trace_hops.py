@@ -80,6 +80,10 @@ def install() -> None:
     _timed(Engine, "dispatch", "disp")
     _timed(appends.StatementAppends, "_write_pg", "pg")
     _timed(bus.DistributedBus, "_send", "send")
+    if os.environ.get("AAA_BENCH_TRACE_SQL"):
+        from django.db.backends.utils import CursorWrapper
+
+        _timed(CursorWrapper, "execute", "sql")
     atexit.register(flush)
 
 
@@ -133,6 +137,26 @@ def report(path: str) -> str:
             lines.append(f"  {'send -> next task':28s} n={len(gaps):4d}  median {statistics.median(gaps):.3f} ms")
         if hops:
             lines.append(f"  {'task -> next task (a hop)':28s} n={len(hops):4d}  median {statistics.median(hops):.3f} ms")
+    return "\n".join(lines)
+
+
+def delivery_report(path: str) -> str:
+    """Per delivery (from ``loop_start`` to ``loop_end`` of one process, as
+    ``profile_delivery.py --trace`` records them): the median of each segment between
+    consecutive marks."""
+    recs = sorted((json.loads(line) for line in open(path)), key=lambda r: r[2])
+    segments = collections.defaultdict(list)
+    marks: list[tuple[str, float]] = []
+    for _, label, t in recs:
+        if label == "loop_start":
+            marks = []
+        marks.append((label, t))
+        if label == "loop_end":
+            for (a, ta), (b, tb) in zip(marks, marks[1:]):
+                segments[f"{a} -> {b}"].append((tb - ta) * 1e3)
+    lines = ["parts of a delivery (median, ms)"]
+    for seg, values in sorted(segments.items(), key=lambda kv: -sum(kv[1])):
+        lines.append(f"  {seg:28s} n={len(values):5d}  {statistics.median(values):.3f}")
     return "\n".join(lines)
 
 

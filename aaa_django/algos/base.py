@@ -39,6 +39,11 @@ class Algorithm:
     Config: ClassVar[type[BaseModel]] = NoConfig
     #: the projections ``step`` decides from (the admin and API show these first)
     projections: ClassVar[tuple[Any, ...]] = ()
+    #: event types whose arrival never changes what ``step`` decides (e.g. the
+    #: algorithm's own requests: it waits for their results): the engine does not
+    #: call ``step`` for them, a step less per such event. Limits, cancellation and
+    #: the handlers still see them.
+    ignores: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -130,6 +130,8 @@ class ToolLoop(Algorithm):
     name = "aaa.algos.ToolLoop"
     Input = TaskInput
     Config = LoopConfig
+    #: its own requests: it decides again when their results arrive
+    ignores = frozenset({T.LLM_REQUESTED, T.TOOL_REQUESTED})
 
     def __init__(
         self,

@@ -504,6 +504,8 @@ class Engine:
             return
         try:
             algorithm = self.algorithm(started)
+            if event.type in getattr(algorithm, "ignores", ()):
+                return
             ctx = Ctx(self, started, event, meta, algorithm)
             await algorithm.step(ctx, event)
             if ctx._out:

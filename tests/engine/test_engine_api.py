@@ -403,3 +403,31 @@ def test_a_store_outage_inside_ctx_project_propagates():
     view._engine, view._store, view.cache_key = None, Broken(), "broken"
     with pytest.raises(StoreUnavailable):
         arun(LOOP.load(view, "run-x"))
+
+
+def test_an_algorithm_is_not_stepped_for_the_events_it_ignores(monkeypatch):
+    """ToolLoop ignores its own requests (it decides again on their results): the
+    engine steps it for every other event of the run, and the run ends the same."""
+    from .scenarios import add, add_then_answer
+
+    stepped: list[str] = []
+    step = ToolLoop.step
+
+    async def counting(self, ctx, event):
+        stepped.append(event.type)
+        await step(self, ctx, event)
+
+    monkeypatch.setattr(ToolLoop, "step", counting)
+
+    async def main():
+        async with make_engine(add_then_answer, ToolRegistry([add])) as engine:
+            run = await engine.start(ToolLoop(ToolRegistry([add])), {"task": "add 1 and 2"})
+            outcome = await run.result(timeout=10)
+            return outcome, await run.events()
+
+    outcome, events = arun(main())
+    assert outcome.outcome == "success" and outcome.value == {"text": "1 + 2 = 3"}
+    assert ToolLoop.ignores == {"aaa.llm.requested", "aaa.tool.requested"}
+    assert stepped == [e.type for e in events if e.type not in ToolLoop.ignores
+                       and e.type not in ("aaa.run.started", "aaa.run.completed")]
+    assert "aaa.llm.requested" not in stepped and "aaa.llm.completed" in stepped
