@@ -44,6 +44,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import threading
 from functools import partial
 from typing import Any, Iterable, Sequence
 
@@ -196,8 +197,10 @@ class DistributedBus:
         self.spec: list[Any] | None = None
         self.queues = {**_queues(), **(queues or {})}
         self._app: Any = None
-        #: the worker's publisher of its deliveries (see :mod:`aaa_django.publish`)
-        self._fast: Any = None
+        #: the publisher of each thread that sends (see :meth:`publisher`)
+        self._fast = threading.local()
+        self._fast_lock = threading.Lock()
+        self._publishers: list[Any] = []
         self.closed = False
         #: exceptions that escaped tasks spawned on this bus (timers), newest last
         self.errors: list[BaseException] = []
@@ -266,17 +269,28 @@ class DistributedBus:
     def _on_commit(self, messages: list, ended: list[str]) -> None:
         transaction.on_commit(partial(self._send, messages, ended), using=self.spec[1])
 
+    def publisher(self) -> Any:
+        """This thread's :class:`~aaa_django.publish.FastPublisher` (one per thread
+        that sends: a worker's loop thread; in a web process, the threads that commit
+        appends), or None when ``AAA["CELERY_FAST_PUBLISH"]`` is off."""
+        fast = getattr(self._fast, "publisher", None)
+        if fast is None and aaa_settings()["CELERY_FAST_PUBLISH"]:
+            from .publish import FastPublisher
+
+            if self._app is None:
+                self._app = celery_app()
+            fast = self._fast.publisher = FastPublisher(self._app)
+            with self._fast_lock:
+                self._publishers.append(fast)
+        return fast
+
     def _send(self, messages: list, ended: list[str], *, swallow: bool = True) -> None:
         try:
             if self._app is None:
                 self._app = celery_app()
-                if self.in_worker and aaa_settings()["CELERY_FAST_PUBLISH"]:
-                    from .publish import FastPublisher
-
-                    self._fast = FastPublisher(self._app)
             # The repr that monitoring shows (and Celery would compute): where the
             # event is, not the event carried along.
-            fast = self._fast
+            fast = self.publisher() if messages else None
             rest = messages if fast is None else [
                 (queue, args) for queue, args in messages
                 if not fast.send(DELIVER, args, queue, repr(args[1:4]))
@@ -381,8 +395,10 @@ class DistributedBus:
             except (asyncio.CancelledError, Exception):
                 pass
             self._listener = None
-        if self._fast is not None:
-            self._fast.close()
+        with self._fast_lock:
+            publishers, self._publishers = self._publishers, []
+        for fast in publishers:
+            fast.close()
         tasks = set(self._spawned)
         if cancel:
             for t in tasks:

@@ -30,7 +30,7 @@ CELERY_QUEUES       dict             see below     Queue per kind of work: {"alg
                                                    "aaa.algorithms", "llm": "aaa.llm",
                                                    "tools": "aaa.tools"}; give only the
                                                    ones you rename.
-CELERY_FAST_PUBLISH bool             True          A worker sends its deliveries through
+CELERY_FAST_PUBLISH bool             True          Deliveries are sent through
                                                    ``aaa_django.publish.FastPublisher`` (the
                                                    message ``send_task`` sends, with less CPU;
                                                    it falls back to ``send_task`` where the

@@ -69,7 +69,7 @@ def where(n: int = 0, tag: str = "where") -> int:
 
     from aaa_django.worker import runtimes
 
-    fast = [e.bus._fast.sent for rt in runtimes() for e in rt.engines.values() if e.bus._fast is not None]
+    fast = [p.sent for rt in runtimes() for e in rt.engines.values() for p in e.bus._publishers]
     _redis().rpush(f"aaa-test:{tag}", json.dumps({"thread": threading.current_thread().name,
                                                   "fast": sum(fast)}))
     return n

@@ -124,15 +124,16 @@ def test_a_failed_publish_falls_back_to_send_task(app, queue, monkeypatch):
         bus = DistributedBus(in_worker=True)
         bus.spec = ARGS[0]
         bus._send([(queue, ARGS)], [], swallow=False)  # makes the fast publisher
-        assert bus._fast.sent == 1
+        fast = bus.publisher()
+        assert fast.sent == 1
 
         class Broken:
             def publish(self, *args, **kwargs):
                 raise ConnectionError("the broker went away")
 
-        bus._fast._producer = Broken()
+        fast._producer = Broken()
         bus._send([(queue, ARGS)], [], swallow=False)
-    assert bus._fast.declined == 1 and bus._fast._producer is None  # dropped: a new one next time
+    assert fast.declined == 1 and fast._producer is None  # dropped: a new one next time
     assert bus.sent == 2
     assert len(taken(app, queue)) == 2  # the second one by send_task
 
@@ -143,7 +144,8 @@ def test_the_setting_turns_it_off(app, queue, monkeypatch):
         bus = DistributedBus(in_worker=True)
         bus.spec = ARGS[0]
         bus._send([(queue, ARGS)], [], swallow=False)
-    assert bus._fast is None and bus.sent == 1 and len(taken(app, queue)) == 1
+        assert bus.publisher() is None
+    assert bus._publishers == [] and bus.sent == 1 and len(taken(app, queue)) == 1
 
 
 def override_fast(on: bool):
@@ -152,3 +154,29 @@ def override_fast(on: bool):
     from aaa_django.conf import site_aaa
 
     return override_settings(AAA={**site_aaa(), "CELERY_FAST_PUBLISH": on})
+
+
+def test_each_sending_thread_has_its_own_publisher(app, queue, monkeypatch):
+    # A web process commits appends in more than one thread: kombu connections are
+    # not shared between threads, so each thread that sends gets its own publisher.
+    import threading
+
+    monkeypatch.setattr("aaa_django.bus.celery_app", lambda: app)
+    with override_fast(True):
+        bus = DistributedBus()  # the web process's
+        bus.spec = ARGS[0]
+        seen = []
+
+        def send():
+            bus._send([(queue, ARGS)], [], swallow=False)
+            seen.append(bus.publisher())
+
+        threads = [threading.Thread(target=send) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        send()
+    assert len({id(p) for p in seen}) == 3 and [p.sent for p in seen] == [1, 1, 1]
+    assert bus.sent == 3 and len(taken(app, queue)) == 3
+    assert sorted(map(id, bus._publishers)) == sorted(map(id, seen))
