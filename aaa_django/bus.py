@@ -63,6 +63,8 @@ log = logging.getLogger("aaa_django.bus")
 DELIVER, SWEEP = "aaa.deliver", "aaa.sweep"
 #: an event whose JSON is longer than this travels by id only (the worker reads it)
 WIRE_MAX = 16_000
+#: a message of an event up to this seq also carries the events before it
+PREFIX_MAX = 4
 
 #: event type -> kind of work (a key of ``AAA["CELERY_QUEUES"]``); others: "algorithms"
 KIND_OF = {
@@ -73,6 +75,10 @@ KIND_OF = {
     T.APPROVAL_EXPIRED: "tools",
 }
 
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _queues() -> dict[str, str]:
@@ -252,18 +258,31 @@ class DistributedBus:
         if fresh is None or not fresh(event.id):
             return args  # not just appended here (a re-drive): the worker reads it
         seq = event.seq or 0
+        cached = getattr(self.engine.store, "cached", None)
+
+        def known(at: int) -> Event | None:
+            found = next((e for e in batch if e.stream == event.stream and e.seq == at), None)
+            return found if found is not None or cached is None else cached(event.stream, at)
+
         prev: str | None = None
         if seq > 1:
-            before = next((e for e in batch if e.stream == event.stream and e.seq == seq - 1), None)
-            if before is None:
-                cached = getattr(self.engine.store, "cached", None)
-                before = cached(event.stream, seq - 1) if cached is not None else None
+            before = known(seq - 1)
             if before is None:
                 return args
             prev = before.id
-        wire = json.dumps([prev, event.to_dict()], ensure_ascii=False, separators=(",", ":"))
-        if len(wire) <= WIRE_MAX:
-            args.append(wire)
+        wire = [prev, event.to_dict()]
+        if 1 < seq <= PREFIX_MAX:
+            # A young run: the events before it too, so a worker that never saw the
+            # run needs no read to catch up (each worker first sees a run early).
+            earlier = [known(at) for at in range(1, seq)]
+            if all(e is not None for e in earlier):
+                text = _dumps([*wire, [e.to_dict() for e in earlier]])
+                if len(text) <= WIRE_MAX:
+                    args.append(text)
+                    return args
+        text = _dumps(wire)
+        if len(text) <= WIRE_MAX:
+            args.append(text)
         return args
 
     def _on_commit(self, messages: list, ended: list[str]) -> None:

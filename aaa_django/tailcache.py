@@ -118,16 +118,24 @@ class TailCachedStore:
             return None  # the step read nothing of it: it decided from nothing in it
         return len(log)
 
-    def accept(self, event: Event, prev_id: str | None) -> bool:
+    def accept(self, event: Event, prev_id: str | None, earlier: Sequence[Event] = ()) -> bool:
         """Take ``event``, just committed by someone else (its first delivery's message
         carries it), as current news of its stream. The cache either holds it already
         (it appended it itself), or holds the events before it, the last one being
         ``prev_id`` (the same prefix check as a sync): then it is appended. Either way
         the stream counts as synced in this delivery, without a query: the step's
         appends are guarded by this view's head, so a view that missed a later event
-        costs a retry, never a decision. False: the cache cannot tell (read instead)."""
+        costs a retry, never a decision. False: the cache cannot tell (read instead).
+
+        ``earlier``: the events before it, all of them (a young run's message carries
+        them): a cache that holds none of the run takes them as its log."""
         stream, seq = event.stream, event.seq or 0
         log = self._logs.get(stream)
+        if not log and earlier and _whole(earlier, seq, prev_id):
+            log = self._logs[stream] = [*earlier]
+            observe = getattr(self.inner, "observe", None)
+            if observe is not None:
+                observe(log)
         if log is not None and 0 < seq <= len(log):
             if log[seq - 1].id != event.id:
                 return False
@@ -234,3 +242,9 @@ class TailCachedStore:
 
     async def streams(self) -> list[str]:
         return await self.inner.streams()
+
+
+def _whole(earlier: Sequence[Event], seq: int, prev_id: str | None) -> bool:
+    """Are ``earlier`` a stream's events 1 .. seq - 1, the last one ``prev_id``?"""
+    return (len(earlier) == seq - 1 and earlier[-1].id == prev_id
+            and all(e.seq == i and e.stream == earlier[0].stream for i, e in enumerate(earlier, 1)))

@@ -240,14 +240,15 @@ def _accept(store: Any, stream: str, seq: int, event_id: str, wire: str) -> bool
     if accept is None:
         return False
     try:
-        prev, data = json.loads(wire)
+        prev, data, *rest = json.loads(wire)
         event = Event.from_dict(data)
-    except (ValueError, TypeError, KeyError, AttributeError):
+        earlier = [Event.from_dict(d) for d in rest[0]] if rest else []
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError):
         log.warning("a delivery of %s %s carried an unreadable event; reading it", stream, seq)
         return False
     if (event.id, event.stream, event.seq) != (event_id, stream, seq):
         return False
-    return accept(event, prev)
+    return accept(event, prev, earlier) if earlier else accept(event, prev)
 
 
 async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivered: bool, synced: bool) -> str:

@@ -92,6 +92,30 @@ def test_a_carried_event_is_taken_only_when_it_follows_the_cached_tail():
     assert store.accept(replace(third, id="another-id"), second.id) is False
 
 
+def test_a_young_runs_events_before_the_carried_one_start_an_empty_cache():
+    inner = Counting()
+    first, second, third = run(inner.append([ev(), ev(), ev()]))
+
+    async def delivery(store, event, prev, earlier):
+        with store.delivery():
+            taken = store.accept(event, prev, earlier)
+            reads = inner.reads
+            view = await store.read("run-1")
+            return taken, inner.reads - reads, [e.seq for e in view]
+
+    assert run(delivery(TailCachedStore(inner), third, second.id, [first, second])) == (True, 0, [1, 2, 3])
+    # anything but the whole log before it, ending with its predecessor: read instead
+    for prev, earlier in [(second.id, [second]),  # not from the start
+                          (first.id, [first, second]),  # another predecessor
+                          (second.id, [first, replace(second, seq=3)]),  # a gap
+                          (second.id, [replace(first, stream="run-2"), second])]:  # another stream
+        assert run(delivery(TailCachedStore(inner), third, prev, earlier))[:2] == (False, 1)
+    # a cache that holds the run already goes by its own tail
+    store = TailCachedStore(inner)
+    run(delivery(store, second, first.id, [first]))
+    assert run(delivery(store, third, second.id, [replace(first, id="x"), second]))[:2] == (True, 0)
+
+
 def test_a_guarded_append_expects_the_head_the_step_read():
     inner = InMemoryEventStore()
     store = TailCachedStore(inner)

@@ -174,6 +174,42 @@ def test_a_run_started_elsewhere_is_delivered_without_a_query(worker, pg_alias):
     assert set(map(tuple, statements.values())) == {("WITH",)}
 
 
+def test_two_workers_taking_turns_never_read(worker, pg_alias, redis_url):
+    """Two workers take a run's deliveries in turn (as two Celery workers do): the
+    second first sees the run at its second event, whose message carries the run's
+    first event too (a young run's messages carry the events before them), so no
+    delivery reads the log and each appends in one statement."""
+    rt, engine, sent = worker
+    other = build_engine(using=pg_alias, store=TailCachedStore(DjangoEventStore(pg_alias, inline=True)),
+                         cache=FoldCache(), bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator))
+    site.attach(other)
+    other.bus._send = engine.bus._send
+    statements: dict[int, list[str]] = {}
+    current: list[int] = []
+
+    def record(execute, sql, params, many, context):
+        if "aaa_event" in sql or "aaa_run" in sql:
+            statements.setdefault(current[-1], []).append(sql.split()[0])
+        return execute(sql, params, many, context)
+
+    run_id = rt.run(_start(engine))
+    rt.call(lambda: connections[pg_alias].execute_wrappers.append(record))
+    done = 0
+    while done < sum(len(s["messages"]) for s in sent):
+        spec, stream, seq, event_id, *wire = [m for s in sent for m in s["messages"]][done]
+        current.append(seq)
+        turn = (engine, other)[done % 2]
+        assert rt.run(deliver_event(turn, stream, seq, event_id, wire=wire[0] if wire else None)) == "delivered"
+        done += 1
+    syncs = (engine.store.syncs, other.store.syncs)
+    current.append(0)
+    events = rt.run(engine.store.read(run_id))
+    statements.pop(0, None)
+    assert events[-1].type == T.RUN_COMPLETED and done == len(events)
+    assert set(map(tuple, statements.values())) == {("WITH",)}
+    assert syncs == (0, 0)  # no delivery caught up with the log by reading it
+
+
 def test_a_message_whose_event_does_not_follow_the_cache_is_read(worker, pg_alias):
     """The cache takes a carried event only when it holds the event before it (same
     id): a message naming another predecessor makes the worker read instead."""
