@@ -44,6 +44,8 @@ class FastPublisher:
         #: queue name -> (kombu Queue, delivery_mode), or None: not plain, use send_task
         self._routes: dict[str, tuple[Any, Any] | None] = {}
         self._usable: bool | None = None
+        #: queue name -> its kombu Queue bound to the producer's channel (declared once)
+        self._bound: dict[str, Any] = {}
         #: messages sent, and messages left to send_task
         self.sent = 0
         self.declined = 0
@@ -107,9 +109,12 @@ class FastPublisher:
         )
         try:
             producer = self._get_producer()
+            bound = self._bound.get(queue)
+            if bound is None:  # (kombu binds an unbound queue anew on every publish)
+                bound = self._bound[queue] = q.bind(producer.channel)
             producer.publish(
                 body, exchange="", routing_key=queue, serializer=app.conf.task_serializer,
-                delivery_mode=mode, declare=[q], headers=headers, retry=False, **properties,
+                delivery_mode=mode, declare=[bound], headers=headers, retry=False, **properties,
                 # (send_task passes them on as message properties too)
                 argsrepr=argsrepr, kwargsrepr="{}",
             )
@@ -130,6 +135,7 @@ class FastPublisher:
         return self._producer
 
     def close(self) -> None:
+        self._bound.clear()
         producer, self._producer = self._producer, None
         if producer is not None:
             try:

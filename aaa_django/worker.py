@@ -179,7 +179,16 @@ def needs_thread(task: Any) -> bool:
     """Does a Celery task (``bind=True``'s ``self``) run under a soft time limit? Then
     its deliveries run on a loop thread (see :class:`WorkerRuntime`)."""
     limits = getattr(task.request, "timelimit", None) or (None, None)
-    return bool(limits[1] or task.soft_time_limit or task.app.conf.task_soft_time_limit)
+    if limits[1]:
+        return True  # this message's own limit
+    default = _soft_limits.get(task.name)
+    if default is None:  # the task's and the app's: fixed for the process
+        default = _soft_limits[task.name] = bool(task.soft_time_limit or task.app.conf.task_soft_time_limit)
+    return default
+
+
+#: task name -> whether its soft time limit (the task's or the app's) is set
+_soft_limits: dict[str, bool] = {}
 
 
 def build_worker_engine(spec: Sequence[Any]) -> Any:

@@ -75,6 +75,25 @@ def install() -> None:
     from aaa_django import appends, bus, worker
     from aaa_django.runtime.engine import Engine
 
+    if os.environ.get("AAA_BENCH_PROFILE"):  # cProfile of the deliveries, per worker child
+        import cProfile
+
+        profiler = cProfile.Profile()
+        inner = worker.deliver_event
+
+        count = [0]
+
+        async def deliver_event(*args, **kwargs):
+            profiler.enable()
+            try:
+                return await inner(*args, **kwargs)
+            finally:
+                profiler.disable()
+                count[0] += 1
+                if count[0] % 100 == 0:  # (a prefork child ends without atexit)
+                    profiler.dump_stats(f"{os.environ['AAA_BENCH_PROFILE']}.{os.getpid()}")
+
+        worker.deliver_event = deliver_event
     _timed(worker, "deliver_event", "loop")
     _timed(Engine, "react", "react")
     _timed(Engine, "dispatch", "disp")
@@ -84,6 +103,18 @@ def install() -> None:
         from django.db.backends.utils import CursorWrapper
 
         _timed(CursorWrapper, "execute", "sql")
+    if os.environ.get("AAA_BENCH_TRACE_FINE"):  # more marks, more overhead
+        from aaa_django import store
+        from aaa_django.llm.handler import LLMHandler
+        from aaa_django.tools.handler import ToolHandler
+
+        _timed(worker, "_accept", "accept")
+        _timed(Engine, "_step", "algo")
+        _timed(Engine, "append", "eappend")
+        _timed(store.DjangoEventStore, "append_sync", "sappend")
+        _timed(bus.DistributedBus, "publish", "publish")
+        _timed(LLMHandler, "_handle", "llm")
+        _timed(ToolHandler, "on_request", "tool")
     atexit.register(flush)
 
 

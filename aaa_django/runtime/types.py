@@ -6,6 +6,8 @@ silently waits for an event nobody writes.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from aaa_django.events import Event, derive_id
 
 RUN_STARTED = "aaa.run.started"
@@ -34,6 +36,7 @@ CHILD_REQUESTED = "aaa.child.requested"
 CHILD_COMPLETED = "aaa.child.completed"
 
 
+@lru_cache(maxsize=1024)
 def result_id(request_id: str) -> str:
     """The one id of a request's result, whatever it is (completed or failed).
 
