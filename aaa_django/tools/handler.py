@@ -148,8 +148,12 @@ class ToolHandler:
     # -- doing ----------------------------------------------------------------------------
 
     async def _progress(self, request: Event) -> dict[str, Event]:
-        """The request's result and guard intent, if they are in the log."""
-        ids = [T.result_id(request.id), request.derive(T.TOOL_STARTED).id]
+        """The request's result and (for a guarded tool) its intent, if they are in
+        the log."""
+        ids = [T.result_id(request.id)]
+        tool = self.registry.get(request.data.get("name", ""))
+        if tool is not None and tool.guard.side_effects:
+            ids.append(request.derive(T.TOOL_STARTED).id)
         return await self._engine().find_after(request, ids)
 
     async def _ask_approval(self, request: Event, tool: Tool) -> None:
@@ -223,16 +227,16 @@ class ToolHandler:
         pool = self._pool(tool.pool)
         async with pool if pool is not None else contextlib.nullcontext():
             timeout = tool.timeout if tool.timeout is not None else self.timeout
-            call = asyncio.ensure_future(tool.invoke(args, idempotency_key=key))
+            if timeout is None:
+                return await tool.invoke(args, idempotency_key=key)
+            limit = asyncio.timeout(timeout)
             try:
-                finished, _ = await asyncio.wait({call}, timeout=timeout)
-            except asyncio.CancelledError:
-                call.cancel()
+                async with limit:
+                    return await tool.invoke(args, idempotency_key=key)
+            except TimeoutError:
+                if limit.expired():  # ours (not a TimeoutError the tool raised itself)
+                    raise _ToolTimeout(f"tool {tool.name!r} timed out after {timeout}s") from None
                 raise
-            if not finished:
-                call.cancel()
-                raise _ToolTimeout(f"tool {tool.name!r} timed out after {timeout}s")
-            return call.result()
 
     def _pool(self, name: str | None) -> AsyncContextManager[Any] | None:
         if name is None or name not in self.pools:

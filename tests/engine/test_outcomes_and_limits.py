@@ -204,3 +204,32 @@ def test_pools_can_be_built_by_a_factory():
 
     assert arun(scenario()).value == {"ok": 4}
     assert built == [("db", 3)]
+
+
+def test_a_timeout_error_the_tool_raises_itself_is_its_error_not_a_timeout():
+    # A tool with a timeout whose own code raises TimeoutError (a socket's, say) well
+    # within its time: that is the tool's error, reason "error".
+    import asyncio
+
+    from aaa_django.algos import ToolLoop
+    from aaa_django.tools import ToolRegistry, tool
+
+    from .helpers import make_engine
+    from .scenarios import call_once_then_report, finish
+
+    @tool(timeout=5)
+    async def flaky() -> str:
+        """Its connection times out at once."""
+        await asyncio.sleep(0)
+        raise TimeoutError("connect timed out")
+
+    async def main():
+        registry = ToolRegistry([flaky])
+        async with make_engine(call_once_then_report("flaky"), registry) as engine:
+            await engine.start(ToolLoop(registry), {"task": "try"}, run_id=RUN)
+            return await finish(engine, [RUN])
+
+    r = arun(main())
+    (failed,) = of_type(r.log, "aaa.tool.failed")
+    assert failed.data["reason"] == "error"
+    assert failed.data["error"] == "TimeoutError: connect timed out"
