@@ -45,6 +45,7 @@ import contextvars
 import json
 import logging
 import threading
+import weakref
 from functools import partial
 from typing import Any, Iterable, Sequence
 
@@ -203,10 +204,11 @@ class DistributedBus:
         self.spec: list[Any] | None = None
         self.queues = {**_queues(), **(queues or {})}
         self._app: Any = None
-        #: the publisher of each thread that sends (see :meth:`publisher`)
+        #: the publisher of each thread that sends (see :meth:`publisher`): held by the
+        #: thread (a thread that ends drops its own, and its connection), seen here weakly
         self._fast = threading.local()
         self._fast_lock = threading.Lock()
-        self._publishers: list[Any] = []
+        self._publishers: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.closed = False
         #: exceptions that escaped tasks spawned on this bus (timers), newest last
         self.errors: list[BaseException] = []
@@ -300,7 +302,7 @@ class DistributedBus:
                 self._app = celery_app()
             fast = self._fast.publisher = FastPublisher(self._app)
             with self._fast_lock:
-                self._publishers.append(fast)
+                self._publishers.add(fast)
         return fast
 
     def _send(self, messages: list, ended: list[str], *, swallow: bool = True) -> None:
@@ -415,7 +417,8 @@ class DistributedBus:
                 pass
             self._listener = None
         with self._fast_lock:
-            publishers, self._publishers = self._publishers, []
+            publishers = list(self._publishers)
+            self._publishers.clear()
         for fast in publishers:
             fast.close()
         tasks = set(self._spawned)

@@ -145,7 +145,7 @@ def test_the_setting_turns_it_off(app, queue, monkeypatch):
         bus.spec = ARGS[0]
         bus._send([(queue, ARGS)], [], swallow=False)
         assert bus.publisher() is None
-    assert bus._publishers == [] and bus.sent == 1 and len(taken(app, queue)) == 1
+    assert len(bus._publishers) == 0 and bus.sent == 1 and len(taken(app, queue)) == 1
 
 
 def override_fast(on: bool):
@@ -180,3 +180,21 @@ def test_each_sending_thread_has_its_own_publisher(app, queue, monkeypatch):
     assert len({id(p) for p in seen}) == 3 and [p.sent for p in seen] == [1, 1, 1]
     assert bus.sent == 3 and len(taken(app, queue)) == 3
     assert sorted(map(id, bus._publishers)) == sorted(map(id, seen))
+
+
+def test_a_thread_that_ends_drops_its_publisher(app, queue, monkeypatch):
+    # A server that starts a thread per request must not collect a connection per
+    # thread: the publisher (and its connection) goes with its thread.
+    import gc
+    import threading
+
+    monkeypatch.setattr("aaa_django.bus.celery_app", lambda: app)
+    with override_fast(True):
+        bus = DistributedBus()
+        bus.spec = ARGS[0]
+        for _ in range(3):
+            t = threading.Thread(target=lambda: bus._send([(queue, ARGS)], [], swallow=False))
+            t.start()
+            t.join()
+        gc.collect()
+        assert len(bus._publishers) == 0 and bus.sent == 3 and len(taken(app, queue)) == 3
