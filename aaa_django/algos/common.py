@@ -1,7 +1,8 @@
 """Small pieces the built-in algorithms share (pure functions, no state).
 
-- :func:`nothing_to_decide`: events after which an algorithm only waits (its own
-  requests, a guard's intent, approval traffic), so its step need not read state;
+- :data:`QUIET`: events after which an algorithm only waits (its own requests, a
+  guard's intent, approval traffic): the built-ins declare them in ``ignores``, so
+  the engine does not step them for these;
 - :func:`reply_text`, :func:`as_text`, :func:`failure_text`: what a result says;
 - :func:`fill`: ``{name}`` placeholders in prompts, leaving other braces alone;
 - :func:`tag_index`: the ``N`` of a tag such as ``sample-N``;
@@ -16,15 +17,14 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from aaa_django.events import Event
 from aaa_django.runtime import registry
 from aaa_django.runtime import types as T
 
 #: Events that never change what an algorithm decides: the requests it made itself
 #: (their results will), the tool guard's intent, approval gates (the tool's result
-#: follows the decision) and a cancel request (the engine ends the run). Skipping the
-#: projection read on them halves the reads of a run, as the spec's fold measurement
-#: does (it reads on results only).
+#: follows the decision) and a cancel request (the engine ends the run). Not stepping
+#: on them (``Algorithm.ignores``) halves the steps and reads of a run, as the spec's
+#: fold measurement does (it reads on results only).
 QUIET = frozenset({
     T.LLM_REQUESTED,
     T.TOOL_REQUESTED,
@@ -34,11 +34,6 @@ QUIET = frozenset({
     *T.APPROVAL_DECISIONS,
     T.CANCEL_REQUESTED,
 })
-
-
-def nothing_to_decide(event: Event) -> bool:
-    """True when ``event`` cannot change the decision: the step may return at once."""
-    return event.type in QUIET
 
 
 def reply_text(data: Mapping[str, Any]) -> str:

@@ -19,12 +19,12 @@ from aaa_django.runtime import types as T
 
 from .base import Algorithm
 from .common import (
+    QUIET,
     AlgorithmRef,
     as_text,
     failure_text,
     fill,
     fill_args,
-    nothing_to_decide,
     reply_text,
     tag_index,
 )
@@ -212,12 +212,11 @@ class WorkflowGraph(Algorithm):
     projections = (WF,)
 
     name = "aaa.algos.WorkflowGraph"
+    ignores = QUIET
     Input = TaskInput
     Config = WorkflowGraphConfig
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
-        if nothing_to_decide(event):
-            return
         s = await ctx.project(WF)
         by_id = {n.id: n for n in self.cfg.nodes}
         primaries = self.cfg.primaries()
@@ -448,12 +447,12 @@ class FSM(Algorithm):
     projections = (FSM_STATE,)
 
     name = "aaa.algos.FSM"
+    #: (a state is entered in the same step as its action is asked for)
+    ignores = QUIET | {FSM_ENTERED}
     Input = TaskInput
     Config = FSMConfig
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
-        if nothing_to_decide(event) or event.type == FSM_ENTERED:
-            return  # a state is entered in the same step as its action is asked for
         self.decide(ctx, await ctx.project(FSM_STATE))
 
     def decide(self, ctx: "Ctx", s: FsmRun) -> None:

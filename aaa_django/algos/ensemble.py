@@ -18,7 +18,7 @@ from aaa_django.llm.messages import Message
 from aaa_django.runtime import types as T
 
 from .base import Algorithm
-from .common import failure_text, nothing_to_decide, reply_text, tag_index
+from .common import QUIET, failure_text, reply_text, tag_index
 from .loops import TaskInput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -143,12 +143,11 @@ class SelfConsistency(Algorithm):
     projections = (SAMPLES,)
 
     name = "aaa.algos.SelfConsistency"
+    ignores = QUIET
     Input = TaskInput
     Config = SelfConsistencyConfig
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
-        if nothing_to_decide(event):
-            return
         s = await ctx.project(SAMPLES)
         cfg = self.cfg
         if s.requested == 0:

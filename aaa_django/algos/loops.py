@@ -18,6 +18,7 @@ from aaa_django.llm.messages import Message
 from aaa_django.runtime import types as T
 
 from .base import Algorithm
+from .common import QUIET
 
 if TYPE_CHECKING:  # pragma: no cover
     from aaa_django.runtime import Ctx
@@ -130,8 +131,7 @@ class ToolLoop(Algorithm):
     name = "aaa.algos.ToolLoop"
     Input = TaskInput
     Config = LoopConfig
-    #: its own requests: it decides again when their results arrive
-    ignores = frozenset({T.LLM_REQUESTED, T.TOOL_REQUESTED})
+    ignores = QUIET
 
     def __init__(
         self,

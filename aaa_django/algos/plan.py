@@ -21,7 +21,7 @@ from aaa_django.llm.messages import Message
 from aaa_django.runtime import types as T
 
 from .base import Algorithm
-from .common import AlgorithmRef, as_text, failure_text, nothing_to_decide, reply_text, tag_index
+from .common import QUIET, AlgorithmRef, as_text, failure_text, reply_text, tag_index
 from .loops import TaskInput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -245,12 +245,12 @@ class PlanAndExecute(Algorithm):
     projections = (PLAN,)
 
     name = "aaa.algos.PlanAndExecute"
+    #: (a plan is recorded in the same step that acts on it)
+    ignores = QUIET | {PLAN_MADE, PLAN_REJECTED}
     Input = TaskInput
     Config = PlanAndExecuteConfig
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
-        if nothing_to_decide(event) or event.type in (PLAN_MADE, PLAN_REJECTED):
-            return  # a plan is recorded in the same step that acts on it
         self.decide(ctx, await ctx.project(PLAN))
 
     def decide(self, ctx: "Ctx", s: PlanState) -> None:

@@ -19,7 +19,7 @@ from aaa_django.llm.messages import Message
 from aaa_django.runtime import types as T
 
 from .base import Algorithm
-from .common import as_text, nothing_to_decide, reply_text
+from .common import QUIET, as_text, reply_text
 from .loops import TaskInput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -178,6 +178,7 @@ class GenerateTestRepair(Algorithm):
     projections = (REFINE,)
 
     name = "aaa.algos.GenerateTestRepair"
+    ignores = QUIET
     Input = TaskInput
     Config = GenerateTestRepairConfig
 
@@ -186,8 +187,6 @@ class GenerateTestRepair(Algorithm):
         return extract_fenced(text) if self.cfg.extract == "fenced" else text
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
-        if nothing_to_decide(event):
-            return
         s = await ctx.project(REFINE)
         if s.iteration == 0:
             first = [Message(role="system", content=self.cfg.system)] if self.cfg.system else []
@@ -269,12 +268,11 @@ class GeneratorCritic(Algorithm):
     projections = (REFINE,)
 
     name = "aaa.algos.GeneratorCritic"
+    ignores = QUIET
     Input = TaskInput
     Config = GeneratorCriticConfig
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
-        if nothing_to_decide(event):
-            return
         s = await ctx.project(REFINE)
         cfg = self.cfg
         if s.iteration == 0:
