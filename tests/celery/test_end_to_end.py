@@ -105,13 +105,15 @@ def test_a_delivery_runs_in_the_task_thread_and_publishes_fast(cluster, arun):
 
     async def main():
         async with make_engine() as engine:
-            run = await engine.start(loop(), {"task": script(turns=3, tool="where", args={"tag": tag})})
+            run = await engine.start(loop(), {"task": script(turns=4, tool="where", args={"tag": tag})})
             return await run.result(timeout=30)
 
     assert arun(main()).outcome == "success"
     seen = _where(tag)
-    assert [s["thread"] for s in seen] == ["MainThread", "MainThread"]
-    assert all(s["fast"] > 0 for s in seen)  # the worker's sends so far went the fast way
+    assert len(seen) >= 3 and {s["thread"] for s in seen} == {"MainThread"}
+    # a worker that has delivered before has sent the fast way (a tool call can be a
+    # worker's first delivery: then it has sent nothing yet)
+    assert max(s["fast"] for s in seen) > 0
     assert cluster.errors() == []
 
 
@@ -129,5 +131,6 @@ def test_under_a_soft_time_limit_a_delivery_runs_on_a_loop_thread(new_cluster, a
             return await run.result(timeout=30)
 
     assert arun(main()).outcome == "success"
-    assert [s["thread"] for s in _where(tag)] == ["aaa-worker-loop", "aaa-worker-loop"]
+    seen = _where(tag)
+    assert len(seen) >= 2 and {s["thread"] for s in seen} == {"aaa-worker-loop"}
     assert workers.errors() == []
