@@ -1,7 +1,7 @@
-"""How a worker enqueues its deliveries: the message ``send_task`` sends, for less.
+"""How the Celery bus enqueues its deliveries: the message ``send_task`` sends, for less.
 
-Every hop of a run in a cluster is one ``aaa.deliver`` message, sent by the worker
-that appended the event. Celery's ``app.send_task`` builds it in three layers (Celery's
+Every hop of a run in a cluster is one ``aaa.deliver`` message, sent by the process
+that appended the event (a worker, or the web process for a run's start). Celery's ``app.send_task`` builds it in three layers (Celery's
 routing, retry policy and signals; kombu's producer with its declarations; kombu's
 Redis channel, which makes a new redis-py client object for every message), and
 those layers cost about as much CPU as the broker's round trip itself
@@ -21,7 +21,10 @@ see every message). After a failed publish it closes its connection and steps as
 for that message, so ``send_task``'s retry policy takes over. ``AAA["CELERY_FAST_PUBLISH"]
 = False`` turns it off.
 
-Not thread-safe: one publisher per thread (a worker's bus sends from its loop thread).
+Not thread-safe: one publisher per sending thread (``DistributedBus.publisher``).
+It also leans on two attributes of kombu's Redis channel (``Client`` and ``pool``, to
+reuse one client); without them it works as kombu does (``tests/celery/test_publish.py``
+checks the message against ``send_task``'s).
 """
 
 from __future__ import annotations
