@@ -284,3 +284,32 @@ def test_a_task_thread_runtime_keeps_its_connection_across_tasks(pg_alias):
     finally:
         rt.close()
     assert used[0].connection is None  # closed with the runtime
+
+
+def test_an_interrupted_task_thread_runtime_cancels_its_delivery():
+    """A signal handler's exception (Celery's shutdown, say) that cuts into a delivery
+    the task's thread is running stops the delivery too, and the loop stays usable."""
+    import asyncio
+
+    rt = WorkerRuntime(threaded=False)
+    cancelled: list[bool] = []
+
+    def interrupt():
+        raise KeyboardInterrupt  # (asyncio lets it out of the loop, as a signal's would)
+
+    async def delivery():
+        rt.loop.call_soon(interrupt)
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            rt.run(delivery())
+        assert cancelled == [True]
+        assert not asyncio.all_tasks(rt.loop)  # nothing left behind on the loop
+        assert rt.run(asyncio.sleep(0, "next")) == "next"
+    finally:
+        rt.close()
