@@ -10,7 +10,7 @@ dotted part (``RUNMETA``) when no other projection has the same one.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Iterable
 
 from django.utils.module_loading import import_string
 
@@ -41,16 +41,23 @@ def register(projection: Projection) -> Projection:
     return projection
 
 
-def all_projections() -> dict[str, Projection]:
-    """Every readable projection by full name (built-in, settings, registered)."""
+def _load(paths: Iterable[str]) -> dict[str, Projection]:
+    """The named projections at ``paths`` (dotted), by name; paths that do not import
+    are skipped (a built-in whose module is not there: checks report settings)."""
     found: dict[str, Projection] = {}
-    for path in (*_BUILT_IN, *aaa_settings()["PROJECTIONS"]):
+    for path in paths:
         try:
             p = import_string(path)
         except ImportError:
-            continue  # a built-in whose module is not there (checks report settings)
+            continue
         if isinstance(p, Projection) and p.name:
             found[p.name] = p
+    return found
+
+
+def all_projections() -> dict[str, Projection]:
+    """Every readable projection by full name (built-in, settings, registered)."""
+    found = _load((*_BUILT_IN, *aaa_settings()["PROJECTIONS"]))
     with _lock:
         found.update(_registered)
     return found
@@ -59,14 +66,7 @@ def all_projections() -> dict[str, Projection]:
 def site_names() -> set[str]:
     """Names of the projections the site added (``AAA["PROJECTIONS"]`` and
     :func:`register`), as opposed to the library's built-ins."""
-    names: set[str] = set()
-    for path in aaa_settings()["PROJECTIONS"]:
-        try:
-            p = import_string(path)
-        except ImportError:
-            continue
-        if isinstance(p, Projection) and p.name:
-            names.add(p.name)
+    names = set(_load(aaa_settings()["PROJECTIONS"]))
     with _lock:
         names.update(_registered)
     return names

@@ -3,7 +3,9 @@
 - :data:`QUIET`: events after which an algorithm only waits (its own requests, a
   guard's intent, approval traffic): the built-ins declare them in ``ignores``, so
   the engine does not step them for these;
-- :func:`reply_text`, :func:`as_text`, :func:`failure_text`: what a result says;
+- :func:`reply_text`, :func:`as_text`, :func:`failure_text`, :func:`child_result`:
+  what a result says;
+- :func:`opening`: the first messages of a conversation (system, then the task);
 - :func:`fill`: ``{name}`` placeholders in prompts, leaving other braces alone;
 - :func:`tag_index`: the ``N`` of a tag such as ``sample-N``;
 - :class:`AlgorithmRef`: another algorithm, saved as JSON (child runs).
@@ -17,6 +19,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from aaa_django.llm.messages import Message
 from aaa_django.runtime import registry
 from aaa_django.runtime import types as T
 
@@ -52,6 +55,24 @@ def as_text(value: Any) -> str:
 def failure_text(data: Mapping[str, Any]) -> str:
     """``"reason: error"`` of a failed model or tool call."""
     return f"{data.get('reason') or 'error'}: {data.get('error') or ''}".rstrip(": ")
+
+
+def child_result(data: Mapping[str, Any]) -> tuple[bool, str]:
+    """``(ok, text)`` of an ``aaa.child.completed``: on ``success`` the value's
+    ``"text"`` (ToolLoop and most algorithms answer ``{"text": ...}``) or the value as
+    text; otherwise ``"<outcome>: <value as text>"``."""
+    value = data.get("value")
+    if data.get("outcome") != "success":
+        return False, f"{data.get('outcome')}: {as_text(value)}"
+    if isinstance(value, dict) and isinstance(value.get("text"), str):
+        return True, value["text"]
+    return True, as_text(value)
+
+
+def opening(system: str | None, task: str) -> list[Message]:
+    """The system message (if any), then ``task`` as the user's message."""
+    msgs = [Message(role="system", content=system)] if system else []
+    return msgs + [Message(role="user", content=task)]
 
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]*)\}")

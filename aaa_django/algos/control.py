@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aaa_django.events import Event, Projection
-from aaa_django.llm.messages import Message
 from aaa_django.runtime import types as T
 
 from .base import Algorithm
@@ -22,9 +21,11 @@ from .common import (
     QUIET,
     AlgorithmRef,
     as_text,
+    child_result,
     failure_text,
     fill,
     fill_args,
+    opening,
     reply_text,
     tag_index,
 )
@@ -87,13 +88,8 @@ def apply_wf(s: WorkflowState, e: Event) -> WorkflowState:
     elif t == T.CHILD_COMPLETED:
         node = _node_of(d.get("key"))
         if node in s.nodes:
-            value = d.get("value")
-            if d.get("outcome") == "success":
-                text = value["text"] if isinstance(value, dict) and isinstance(value.get("text"), str) \
-                    else as_text(value)
-                s.nodes[node] = NodeRun(status="done", result=text)
-            else:
-                s.nodes[node] = NodeRun(status="failed", error=f"{d.get('outcome')}: {as_text(value)}")
+            ok, text = child_result(d)
+            s.nodes[node] = NodeRun(status="done", result=text) if ok else NodeRun(status="failed", error=text)
     return s
 
 
@@ -161,6 +157,9 @@ class WorkflowGraphConfig(BaseModel):
         if shared:
             raise ValueError(f"a node can be the fallback of one node only: {shared}")
         for n in self.nodes:
+            repeated = sorted({a for a in n.after if n.after.count(a) > 1})
+            if repeated:
+                raise ValueError(f"node {n.id!r} names {repeated} more than once in `after`")
             for ref in [*n.after, *([n.fallback] if n.fallback else [])]:
                 if ref not in known:
                     raise ValueError(f"node {n.id!r} names an unknown node {ref!r}")
@@ -269,8 +268,7 @@ class WorkflowGraph(Algorithm):
     def start(self, ctx: "Ctx", n: Node, values: dict[str, str]) -> None:
         name = f"node-{n.id}"
         if n.kind == "llm":
-            msgs = [Message(role="system", content=n.system)] if n.system else []
-            msgs.append(Message(role="user", content=fill(n.prompt or "", values)))
+            msgs = opening(n.system, fill(n.prompt or "", values))
             ctx.llm(msgs, tag=name, key=name, thread=name, model=n.model or self.cfg.model)
         elif n.kind == "tool":
             ctx.tool(n.tool or "", fill_args(n.args, values), call_id=name, key=name)
@@ -501,6 +499,8 @@ class FSM(Algorithm):
             return
         content = fill(node.prompt or "", values) + "\n\n" + FSM_CHOOSE.format(
             labels=", ".join(node.transitions))
-        msgs = [Message(role="system", content=self.cfg.system)] if self.cfg.system and n == 0 else []
-        msgs.append(Message(role="user", content=content))
+        # The system prompt opens the `fsm` thread: on the run's first model request
+        # (earlier states, if any, ran tools).
+        first = not any(self.cfg.states[p].kind == "llm" for p in s.path[:-1])
+        msgs = opening(self.cfg.system if first else None, content)
         ctx.llm(msgs, tag=f"fsm-{n}", key=("fsm", n), thread="fsm", model=node.model or self.cfg.model)

@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from aaa_django.events import Event, Projection
-from aaa_django.llm.messages import Message
 from aaa_django.runtime import types as T
 
 from .base import Algorithm
-from .common import QUIET, failure_text, reply_text, tag_index
+from .common import QUIET, failure_text, opening, reply_text, tag_index
 from .loops import TaskInput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -151,8 +150,7 @@ class SelfConsistency(Algorithm):
         s = await ctx.project(SAMPLES)
         cfg = self.cfg
         if s.requested == 0:
-            first = [Message(role="system", content=cfg.system)] if cfg.system else []
-            messages = first + [Message(role="user", content=ctx.input.task)]
+            messages = opening(cfg.system, ctx.input.task)
             params = {"temperature": cfg.temperature} if cfg.temperature is not None else None
             for i in range(cfg.n):
                 ctx.llm(messages, tag=f"sample-{i}", key=("sample", i), thread=f"sample-{i}",

@@ -18,7 +18,7 @@ from aaa_django.llm.messages import Message
 from aaa_django.runtime import types as T
 
 from .base import Algorithm
-from .common import QUIET
+from .common import QUIET, opening
 
 if TYPE_CHECKING:  # pragma: no cover
     from aaa_django.runtime import Ctx
@@ -145,8 +145,7 @@ class ToolLoop(Algorithm):
         super().__init__(max_turns=max_turns, system=system, tools=tools, model=model)
 
     def first_messages(self, ctx: "Ctx") -> list[Message]:
-        msgs = [Message(role="system", content=self.cfg.system)] if self.cfg.system else []
-        return msgs + [Message(role="user", content=ctx.input.task)]
+        return opening(self.cfg.system, ctx.input.task)
 
     def ask(self, ctx: "Ctx", s: LoopState, messages: list[Message]) -> None:
         turn = s.turns + 1
@@ -230,7 +229,7 @@ class ReAct(ToolLoop):
         system = REACT_SYSTEM.format(tools=tools)
         if self.cfg.system:
             system = self.cfg.system + "\n\n" + system
-        return [Message(role="system", content=system), Message(role="user", content=ctx.input.task)]
+        return opening(system, ctx.input.task)
 
     def ask(self, ctx: "Ctx", s: LoopState, messages: list[Message]) -> None:
         turn = s.turns + 1

@@ -21,7 +21,7 @@ from aaa_django.llm.messages import Message
 from aaa_django.runtime import types as T
 
 from .base import Algorithm
-from .common import QUIET, AlgorithmRef, as_text, failure_text, reply_text, tag_index
+from .common import QUIET, AlgorithmRef, child_result, failure_text, opening, reply_text, tag_index
 from .loops import TaskInput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,26 +88,27 @@ def apply(s: PlanState, e: Event) -> PlanState:
             _start(s, tag_index(d.get("tag"), "step"))
     elif t == T.CHILD_REQUESTED:
         _start(s, tag_index(d.get("key"), "step"))
-    elif t == T.LLM_COMPLETED:
-        if d.get("request_id") == s.plan_request and s.planning == "asked":
-            s.planning, s.reply = "answered", reply_text(d)
-        else:
-            text = reply_text(d)
-            if text.strip().upper().startswith(STEP_FAILED):
-                _finish(s, tag_index(d.get("tag"), "step"), error=text.strip()[len(STEP_FAILED):].strip())
+    elif t in (T.LLM_COMPLETED, T.LLM_FAILED) and tag_index(d.get("tag"), "plan") is not None:
+        if d.get("request_id") == s.plan_request and s.planning == "asked":  # else: not awaited
+            if t == T.LLM_COMPLETED:
+                s.planning, s.reply = "answered", reply_text(d)
             else:
-                _finish(s, tag_index(d.get("tag"), "step"), result=text)
-    elif t == T.LLM_FAILED:
-        if d.get("request_id") == s.plan_request and s.planning == "asked":
-            s.error = {"reason": d.get("reason"), "error": d.get("error")}
+                s.error = {"reason": d.get("reason"), "error": d.get("error")}
+    elif t == T.LLM_COMPLETED:
+        text = reply_text(d)
+        if text.strip().upper().startswith(STEP_FAILED):
+            _finish(s, tag_index(d.get("tag"), "step"), error=text.strip()[len(STEP_FAILED):].strip())
         else:
-            _finish(s, tag_index(d.get("tag"), "step"), error=failure_text(d))
+            _finish(s, tag_index(d.get("tag"), "step"), result=text)
+    elif t == T.LLM_FAILED:
+        _finish(s, tag_index(d.get("tag"), "step"), error=failure_text(d))
     elif t == T.CHILD_COMPLETED:
         i = tag_index(d.get("key"), "step")
-        if d.get("outcome") == "success":
-            _finish(s, i, result=_child_text(d.get("value")))
+        ok, text = child_result(d)
+        if ok:
+            _finish(s, i, result=text)
         else:
-            _finish(s, i, error=f"{d.get('outcome')}: {as_text(d.get('value'))}")
+            _finish(s, i, error=text)
     elif t == PLAN_MADE:
         for st in s.steps:
             if st.status == "pending":
@@ -133,13 +134,6 @@ def _finish(s: PlanState, i: int | None, *, result: str | None = None, error: st
         st.status, st.error = "failed", error or "the step failed"
     else:
         st.status, st.result = "done", result
-
-
-def _child_text(value: Any) -> str:
-    # ToolLoop and most algorithms answer {"text": ...}; others: their value as JSON.
-    if isinstance(value, dict) and isinstance(value.get("text"), str):
-        return value["text"]
-    return as_text(value)
 
 
 PLAN: Projection[PlanState] = Projection(
@@ -258,8 +252,7 @@ class PlanAndExecute(Algorithm):
             system = PLANNER_SYSTEM.format(max_steps=self.cfg.max_steps)
             if self.cfg.system:
                 system = self.cfg.system + "\n\n" + system
-            self.ask_planner(ctx, 1, [Message(role="system", content=system),
-                                      Message(role="user", content=ctx.input.task)])
+            self.ask_planner(ctx, 1, opening(system, ctx.input.task))
         elif s.error is not None:
             ctx.complete("failed", {"error": s.error, "plan": s.plans})
         elif s.planning == "asked":
@@ -324,8 +317,7 @@ class PlanAndExecute(Algorithm):
             if done:
                 content += f"Done before this plan:\n{done}\n\n"
             content += f"Step 1: {st.text}"
-            messages = [Message(role="system", content=EXECUTOR_SYSTEM),
-                        Message(role="user", content=content)]
+            messages = opening(EXECUTOR_SYSTEM, content)
         else:
             k = [j for j, _ in s.current()].index(i) + 1
             messages = [Message(role="user", content=f"Step {k}: {st.text}")]

@@ -19,7 +19,7 @@ from aaa_django.llm.messages import Message
 from aaa_django.runtime import types as T
 
 from .base import Algorithm
-from .common import QUIET, as_text, reply_text
+from .common import QUIET, as_text, opening, reply_text
 from .loops import TaskInput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -189,8 +189,7 @@ class GenerateTestRepair(Algorithm):
     async def step(self, ctx: "Ctx", event: Event) -> None:
         s = await ctx.project(REFINE)
         if s.iteration == 0:
-            first = [Message(role="system", content=self.cfg.system)] if self.cfg.system else []
-            self.generate(ctx, 1, first + [Message(role="user", content=ctx.input.task)])
+            self.generate(ctx, 1, opening(self.cfg.system, ctx.input.task))
         elif s.error is not None:
             ctx.complete("failed", {"error": s.error, "iteration": s.iteration})
         elif s.candidate is None:
@@ -276,8 +275,7 @@ class GeneratorCritic(Algorithm):
         s = await ctx.project(REFINE)
         cfg = self.cfg
         if s.iteration == 0:
-            first = [Message(role="system", content=cfg.system)] if cfg.system else []
-            self.generate(ctx, 1, first + [Message(role="user", content=ctx.input.task)])
+            self.generate(ctx, 1, opening(cfg.system, ctx.input.task))
         elif s.error is not None:
             ctx.complete("failed", {"error": s.error, "iteration": s.iteration, "stage": s.stage})
         elif s.candidate is None:

@@ -23,6 +23,7 @@ from aaa_django.algos import (
     ToolLoop,
     WorkflowGraph,
 )
+from aaa_django.algos.common import child_result, opening
 from aaa_django.algos.control import read_llm_choice, read_tool_choice
 from aaa_django.algos.ensemble import extract_answer, normalise, vote
 from aaa_django.algos.plan import parse_plan
@@ -102,6 +103,7 @@ WF_BAD = {
     "fallback loop": [{"id": "a", "prompt": "x", "fallback": "b"},
                       {"id": "b", "prompt": "y", "fallback": "a"}],
     "bad id": [{"id": "a b", "prompt": "x"}],
+    "repeated input": [{"id": "a", "prompt": "x"}, {"id": "b", "prompt": "y", "after": ["a", "a"]}],
     "no nodes": [],
 }
 
@@ -110,6 +112,12 @@ WF_BAD = {
 def test_workflow_graph_refuses_a_bad_graph(why):
     with pytest.raises(ValidationError):
         WorkflowGraph(nodes=WF_BAD[why])
+
+
+def test_workflow_graph_says_which_input_is_repeated():
+    # (a node waiting for the same input twice would never start: the run would hang)
+    with pytest.raises(ValidationError, match=r"node 'b' names \['a'\] more than once in `after`"):
+        WorkflowGraph(nodes=WF_BAD["repeated input"])
 
 
 def test_workflow_graph_sinks_and_primaries():
@@ -183,6 +191,16 @@ def test_fsm_reads_labels():
     assert read_llm_choice("question") == ("question", "question")
     assert read_tool_choice({"next": "ok", "output": 3}) == ("3", "ok")
     assert read_tool_choice("reproduced") == ("reproduced", "reproduced")
+
+
+def test_child_results_and_openings():
+    assert child_result({"outcome": "success", "value": {"text": "hi", "n": 1}}) == (True, "hi")
+    assert child_result({"outcome": "success", "value": {"n": 1}}) == (True, '{"n": 1}')
+    assert child_result({"outcome": "timeout", "value": {"text": "hi"}}) == (
+        False, 'timeout: {"text": "hi"}')
+    assert [(m.role, m.content) for m in opening("be brief", "task")] == [
+        ("system", "be brief"), ("user", "task")]
+    assert [(m.role, m.content) for m in opening(None, "task")] == [("user", "task")]
 
 
 def test_votes_normalise_answers_and_ties_go_to_the_first_sample():

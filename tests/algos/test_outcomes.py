@@ -6,11 +6,12 @@ from collections import Counter
 
 import pytest
 
+from aaa_django.algos import FSM
 from aaa_django.runtime import OUTCOMES
 
 from tests.engine.helpers import arun, of_type, types
 
-from .scenarios import EXPECTED, RUN
+from .scenarios import EXPECTED, REPORT, RUN, SUPPORT, reproduce, scenario, support_model
 
 ALGORITHMS = {"GenerateTestRepair", "GeneratorCritic", "PlanAndExecute", "WorkflowGraph", "FSM",
               "SelfConsistency"}
@@ -225,6 +226,24 @@ def test_fsm_unknown_label_is_no_solution():
     r = outcome("fsm_unknown_transition")
     assert r.outcome.value["reason"] == "unknown_transition"
     assert r.outcome.value["label"] == "feature_request" and r.outcome.value["state"] == "triage"
+
+
+def test_fsm_system_prompt_opens_the_first_model_request_after_a_tool_state():
+    starts_with_a_tool = {**SUPPORT, "initial": "reproduce", "system": "You are the support desk."}
+    r = arun(scenario(lambda: FSM(**starts_with_a_tool), REPORT, support_model(), [reproduce])())
+    assert r.outcome.value["path"] == ["reproduce", "answer", "done"]
+    (answer,) = of_type(r.log, "aaa.llm.requested")
+    assert answer.data["thread"] == "fsm"
+    assert [m["role"] for m in answer.data["messages"]] == ["system", "user"]
+    assert answer.data["messages"][0]["content"] == "You are the support desk."
+
+
+def test_fsm_system_prompt_is_sent_once_per_run():
+    with_system = {**SUPPORT, "system": "You are the support desk."}
+    r = arun(scenario(lambda: FSM(**with_system), REPORT, support_model(), [reproduce])())
+    triage, answer = of_type(r.log, "aaa.llm.requested")
+    assert [m["role"] for m in triage.data["messages"]] == ["system", "user"]
+    assert [m["role"] for m in answer.data["messages"]] == ["user"]
 
 
 def test_fsm_stops_after_max_transitions():
