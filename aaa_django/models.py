@@ -138,11 +138,19 @@ class RunRecord(models.Model):
 
 
 class ApiKeyQuerySet(models.QuerySet):
+    """The keys by :attr:`ApiKey.state`: ``active()``, ``expired()``, ``revoked()``."""
+
     def active(self) -> "ApiKeyQuerySet":
         now = timezone.now()
         return self.filter(revoked_at__isnull=True).filter(
             models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
         )
+
+    def expired(self) -> "ApiKeyQuerySet":
+        return self.filter(revoked_at__isnull=True, expires_at__lte=timezone.now())
+
+    def revoked(self) -> "ApiKeyQuerySet":
+        return self.filter(revoked_at__isnull=False)
 
 
 class ApiKey(models.Model):
@@ -207,6 +215,14 @@ class ApiKey(models.Model):
         if self.revoked_at is not None:
             return False
         return self.expires_at is None or self.expires_at > timezone.now()
+
+    @property
+    def state(self) -> str:
+        """``"active"``, ``"expired"`` or ``"revoked"`` (a revoked key is revoked
+        whether or not it has expired since)."""
+        if self.revoked_at is not None:
+            return "revoked"
+        return "active" if self.active else "expired"
 
     def revoke(self) -> None:
         if self.revoked_at is None:

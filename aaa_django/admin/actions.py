@@ -26,21 +26,32 @@ from .forms import ApprovalForm, ReasonForm, StartRunForm
 
 class RunActions:
     """Views mixed into :class:`~aaa_django.admin.runs.RunAdmin` (which provides
-    ``get_run``, ``has_add_permission``, ``_url``, ``_context`` and ``_using``)."""
+    ``get_run``, ``has_view_permission``, ``has_add_permission``, ``_url``, ``_context``
+    and ``_using``)."""
 
     def _acting(self, request: HttpRequest, object_id: str, action: str) -> RunRecord:
         return self.get_run(request, object_id, action)
+
+    def _back(self, request: HttpRequest, run: RunRecord) -> HttpResponse:
+        """After acting: to the run's page, or to the run list when the user may act
+        on the run without seeing it (its page would be a 404 for them)."""
+        if self.has_view_permission(request, run):
+            return HttpResponseRedirect(self._url("change", run.run_id))
+        return HttpResponseRedirect(self._changelist_url())
+
+    def _changelist_url(self) -> str:
+        return reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist")
 
     def _done(self, request: HttpRequest, run: RunRecord, ok: bool, yes: str, no: str) -> HttpResponse:
         if ok:
             messages.success(request, yes)
         else:
             messages.warning(request, no)
-        return HttpResponseRedirect(self._url("change", run.run_id))
+        return self._back(request, run)
 
     def _engine_failed(self, request: HttpRequest, run: RunRecord, exc: Exception) -> HttpResponse:
         messages.error(request, f"The engine did not answer: {exc}")
-        return HttpResponseRedirect(self._url("change", run.run_id))
+        return self._back(request, run)
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return require_POST(self._cancel)(request, object_id)
@@ -67,7 +78,7 @@ class RunActions:
         form = ApprovalForm(request.POST)
         if not form.is_valid():
             messages.error(request, "Which approval? The form was incomplete.")
-            return HttpResponseRedirect(self._url("change", run.run_id))
+            return self._back(request, run)
         decide = engine.approve if grant else engine.deny
         try:
             ok = decide(run.run_id, form.cleaned_data["request_id"], user=request.user,
@@ -98,8 +109,7 @@ class RunActions:
             except engine.EngineUnavailable as exc:
                 return self._engine_failed(request, run, exc)
             messages.success(request, f"Run {run.run_id} erased: {count} events, its snapshots and blobs.")
-            return HttpResponseRedirect(
-                reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist"))
+            return HttpResponseRedirect(self._changelist_url())
         blob_events = (EventRecord.objects.using(self._using()).filter(stream=run.run_id)
                        .exclude(blobs=[]).count())
         ctx = self._context(

@@ -27,7 +27,6 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils import timezone
 from django.utils.html import format_html
 
 from aaa_django.models import ApiKey
@@ -70,6 +69,8 @@ class ApiKeyCreateForm(forms.Form):
 
 
 class StateFilter(admin.SimpleListFilter):
+    """By :attr:`ApiKey.state <aaa_django.models.ApiKey.state>`."""
+
     title = "state"
     parameter_name = "state"
 
@@ -77,20 +78,13 @@ class StateFilter(admin.SimpleListFilter):
         return [("active", "active"), ("expired", "expired"), ("revoked", "revoked")]
 
     def queryset(self, request: HttpRequest, queryset):
-        now = timezone.now()
         if self.value() == "active":
             return queryset.active()
         if self.value() == "expired":
-            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now)
+            return queryset.expired()
         if self.value() == "revoked":
-            return queryset.filter(revoked_at__isnull=False)
+            return queryset.revoked()
         return queryset
-
-
-def state(key: ApiKey) -> str:
-    if key.revoked_at is not None:
-        return "revoked"
-    return "active" if key.active else "expired"
 
 
 class ApiKeyAdmin(admin.ModelAdmin):
@@ -114,8 +108,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.display(description="state")
     def state_col(self, key: ApiKey) -> str:
-        css = {"active": "success", "expired": "cancelled", "revoked": "failed"}[state(key)]
-        return format_html('<span class="aaa-badge aaa-{}">{}</span>', css, state(key))
+        state = key.state
+        css = {"active": "success", "expired": "cancelled", "revoked": "failed"}[state]
+        return format_html('<span class="aaa-badge aaa-{}">{}</span>', css, state)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # revoke instead: the key stays as the record of who had access

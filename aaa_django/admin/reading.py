@@ -134,13 +134,6 @@ class Folded:
         return text[:STATE_CHARS] + f"\n… cut: the state is {len(text):,} characters long"
 
 
-def ordered_projections() -> list[tuple[str, Projection]]:
-    """Every registered projection, RUNMETA first, then by name."""
-    every = registry.all_projections()
-    first = [RUNMETA.name] if RUNMETA.name in every else []
-    return [(n, every[n]) for n in first + sorted(n for n in every if n not in first)]
-
-
 def fold_all(run_id: str, *, at: int | None = None, using: str = "default",
              events: int = 0, eager: bool = False, algorithm: str | None = None) -> list[Folded]:
     """The registered projections over the run (now, or as of event ``at``).
@@ -152,28 +145,36 @@ def fold_all(run_id: str, *, at: int | None = None, using: str = "default",
     be folded (a tampered blob in its way, a fold that raises) is reported on its own
     line; the others are still shown. Unless ``eager``, a projection that keeps no
     snapshots is not folded over a run of more than ``EAGER_REPLAY_LIMIT`` events.
+
+    In order: RUNMETA, the algorithm's own projections, the other folded ones, the
+    deferred ones; by name within each.
     """
     reader = HydratingReader(DjangoEventStore(using), blob_store())
-    used = projections_in_use(algorithm)
-    out = []
-    for name, p in ordered_projections():
-        span = events if at is None else at
-        if not eager and name not in used:
-            f = Folded(name=name, short=name.rsplit(".", 1)[-1])
-            f.deferred = "not folded: this run's algorithm does not use it"
-            out.append(f)
-            continue
-        if not eager and not p.snapshots and span > EAGER_REPLAY_LIMIT:
-            f = Folded(name=name, short=name.rsplit(".", 1)[-1])
-            f.deferred = (f"not folded yet: this projection keeps no snapshots, so folding it "
-                          f"replays {span:,} events")
-            out.append(f)
-            continue
-        out.append(fold_one(name, p, reader, run_id, at=at))
-    # RUNMETA, then the algorithm's own projections, the other folded ones, the rest.
     own = _own_projections(algorithm)
-    return sorted(out, key=lambda f: (f.name != RUNMETA.name, f.name not in own,
-                                      f.deferred is not None))
+    used = projections_in_use(own)
+    span = events if at is None else at
+    plan = [(name, p, None if eager else _deferred(name, p, used, span))
+            for name, p in registry.all_projections().items()]
+    plan.sort(key=lambda x: (x[0] != RUNMETA.name, x[0] not in own, x[2] is not None, x[0]))
+    out = []
+    for name, p, deferred in plan:
+        if deferred is None:
+            out.append(fold_one(name, p, reader, run_id, at=at))
+        else:
+            f = Folded(name=name, short=name.rsplit(".", 1)[-1])
+            f.deferred = deferred
+            out.append(f)
+    return out
+
+
+def _deferred(name: str, p: Projection, used: set[str], span: int) -> str | None:
+    """Why ``fold_all`` lists the projection unfolded (not ``eager``), or None."""
+    if name not in used:
+        return "not folded: this run's algorithm does not use it"
+    if not p.snapshots and span > EAGER_REPLAY_LIMIT:
+        return (f"not folded yet: this projection keeps no snapshots, so folding it "
+                f"replays {span:,} events")
+    return None
 
 
 def _own_projections(algorithm: str | None) -> set[str]:
@@ -184,13 +185,12 @@ def _own_projections(algorithm: str | None) -> set[str]:
     return set()
 
 
-def projections_in_use(algorithm: str | None) -> set[str]:
-    """Names of the projections worth folding for a run of ``algorithm``: RUNMETA,
-    the conversation, the algorithm's own, and the site's."""
+def projections_in_use(own: set[str]) -> set[str]:
+    """Names of the projections worth folding for a run whose algorithm declares
+    ``own``: RUNMETA, the conversation, the algorithm's own, and the site's."""
     from aaa_django.llm.conversation import CONVERSATION
 
-    return {RUNMETA.name, CONVERSATION.name, *registry.site_names(),
-            *_own_projections(algorithm)}
+    return {RUNMETA.name, CONVERSATION.name, *registry.site_names(), *own}
 
 
 def runmeta(run_id: str, *, using: str = "default") -> Folded:

@@ -162,10 +162,6 @@ class RunAdmin(RunActions, admin.ModelAdmin):
             return may_use_runs(request.user)
         return may_use_runs(request.user) and access.may_see(request.user, obj.owner_id)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        user = request.user
-        return bool(user.is_active and user.is_staff and user.has_perm(START))
-
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # a run changes only through the engine (the actions below)
 

@@ -150,3 +150,39 @@ def test_the_hash_is_never_rendered_and_keys_are_not_deleted(client, admin_user,
 
     assert client.post(url("delete", key.pk), {"post": "yes"}).status_code == 403
     assert ApiKey.objects.filter(pk=key.pk).exists()
+
+
+def test_the_three_states_agree_in_the_model_the_list_and_the_command(client, admin_user, alice):
+    """ApiKey.state, ApiKeyQuerySet.active/expired/revoked, the admin's filter and
+    column, and ``aaa_apikey list`` are one rule: revoked wins over expired."""
+    from datetime import timedelta
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    active, _ = ApiKey.create_key(alice, name="k-active", expires_in=timedelta(days=1))
+    expired, _ = ApiKey.create_key(alice, name="k-expired")
+    revoked, _ = ApiKey.create_key(alice, name="k-revoked")
+    both, _ = ApiKey.create_key(alice, name="k-both")
+    past = timezone.now() - timedelta(seconds=1)
+    ApiKey.objects.filter(pk__in=[expired.pk, both.pk]).update(expires_at=past)
+    revoked.revoke()
+    ApiKey.objects.get(pk=both.pk).revoke()
+
+    want = {"active": {active.pk}, "expired": {expired.pk}, "revoked": {revoked.pk, both.pk}}
+    for state, pks in want.items():
+        assert set(getattr(ApiKey.objects, state)().values_list("pk", flat=True)) == pks, state
+        assert {k.pk for k in ApiKey.objects.all() if k.state == state} == pks, state
+
+    client.force_login(admin_user)
+    for state, pks in want.items():
+        r = client.get(url("changelist"), {"state": state})
+        assert {k.pk for k in r.context["cl"].result_list} == pks, state
+        assert text(r).count(f">{state}</span>") == len(pks), state  # the state column
+
+    listing = StringIO()
+    call_command("aaa_apikey", "list", stdout=listing)
+    lines = {line.split()[-1]: line.split()[2] for line in listing.getvalue().splitlines()}
+    assert lines == {"k-active": "active", "k-expired": "expired", "k-revoked": "revoked",
+                     "k-both": "revoked"}

@@ -83,9 +83,49 @@ def test_an_action_permission_without_view_all_runs_shows_no_one_elses_run(clien
     assert gated_run not in text(client.get(reverse("admin:aaa_runrecord_changelist")))
     assert client.get(run_url(gated_run)).status_code == 404
     assert client.post(run_url(gated_run, "redrive")).status_code == 404
-    assert client.post(run_url(gated_run, "cancel"), {"reason": "by id"}).status_code == 302
+    r = client.post(run_url(gated_run, "cancel"), {"reason": "by id"})
+    assert r.status_code == 302
     types = EventRecord.objects.filter(stream=gated_run).values_list("type", flat=True)
     assert T.CANCEL_REQUESTED in types
+    # back to the run list, not to the run's page (a 404 for her), with the message
+    changelist = reverse("admin:aaa_runrecord_changelist")
+    assert r["Location"] == changelist
+    after = client.get(r["Location"])
+    assert after.status_code == 200
+    assert "Cancellation requested." in text(after) and gated_run not in text(after)
+
+
+def test_acting_without_seeing_always_returns_to_the_run_list(client, django_user_model,
+                                                               gated_run, monkeypatch):
+    """An incomplete approval form and an engine that does not answer send the user
+    who may act but not see back to the list, with the message (not to a 404)."""
+    from aaa_django.admin import engine
+
+    changelist = reverse("admin:aaa_runrecord_changelist")
+    frank = make_staff(django_user_model, "frank", "view_runrecord", "approve_run", "change_runrecord")
+    client.force_login(frank)
+
+    r = client.post(run_url(gated_run, "approve"), {})
+    assert r.status_code == 302 and r["Location"] == changelist
+    after = client.get(r["Location"])
+    assert after.status_code == 200 and "Which approval? The form was incomplete." in text(after)
+
+    def down(*args, **kwargs):
+        raise engine.EngineUnavailable("stopped for the test")
+
+    monkeypatch.setattr(engine, "redrive", down)
+    r = client.post(run_url(gated_run, "redrive"))
+    assert r.status_code == 302 and r["Location"] == changelist
+    after = client.get(r["Location"])
+    assert after.status_code == 200
+    assert "The engine did not answer: stopped for the test" in text(after)
+
+    # who sees the run still goes back to its page
+    client.force_login(make_staff(django_user_model, "gina", "view_runrecord", "view_all_runs",
+                                  "approve_run"))
+    r = client.post(run_url(gated_run, "approve"), {})
+    assert r.status_code == 302 and r["Location"] == run_url(gated_run)
+    assert "Which approval?" in text(client.get(r["Location"]))
 
 
 def test_staff_without_any_run_permission_get_no_runs_pages(client, django_user_model, finished_run):
@@ -135,3 +175,19 @@ def test_the_run_index_is_not_editable_either(client, admin_user, finished_run):
     assert client.post(reverse("admin:aaa_runrecord_delete", args=(finished_run,)),
                        {"post": "yes"}).status_code == 403
     assert RunRecord.objects.filter(pk=finished_run).exists()
+
+
+def test_starting_a_run_needs_active_staff_with_add_runrecord(client, django_user_model):
+    """Django's own has_add_permission, behind the admin's gate (active staff only)."""
+    add = reverse("admin:aaa_runrecord_add")
+    for name, staff, active in (("plain", False, True), ("gone", True, False)):
+        user = make_staff(django_user_model, name, "view_runrecord", "add_runrecord")
+        django_user_model.objects.filter(pk=user.pk).update(is_staff=staff, is_active=active)
+        client.force_login(user)
+        r = client.get(add)
+        assert r.status_code == 302 and "/login/" in r["Location"], name
+    starter = make_staff(django_user_model, "starter", "add_runrecord")
+    client.force_login(starter)
+    assert "Start a run" in text(client.get(reverse("admin:aaa_runrecord_changelist")))
+    client.force_login(make_staff(django_user_model, "looker", "view_runrecord"))
+    assert client.get(add).status_code == 403

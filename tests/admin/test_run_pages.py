@@ -145,3 +145,19 @@ def test_parent_and_child_runs_link_to_each_other(client, admin_user, site):
     # the child's start was caused by the parent's request: a link into the parent's log
     requested = EventRecord.objects.get(stream=parent_id, type=T.CHILD_REQUESTED).seq
     assert f"{run_url(parent_id)}?page=1&amp;per=50#e{requested}" in page
+
+
+def test_projections_are_listed_runmeta_own_other_folded_deferred_each_by_name(finished_run):
+    from aaa_django import projections as registry
+    from aaa_django.admin import reading
+    from aaa_django.runtime import RUNMETA
+
+    run = RunRecord.objects.get(pk=finished_run)
+    folded = reading.fold_all(run.run_id, events=run.last_seq, algorithm=run.algorithm)
+    own = reading._own_projections(run.algorithm)
+    assert own and folded[0].name == RUNMETA.name
+    assert [f.name for f in folded].count(RUNMETA.name) == 1
+    assert {f.name for f in folded} == set(registry.all_projections())
+    assert any(f.deferred for f in folded) and all(f.deferred is None for f in folded if f.name in own)
+    keys = [(f.name != RUNMETA.name, f.name not in own, f.deferred is not None, f.name) for f in folded]
+    assert keys == sorted(keys)

@@ -58,10 +58,9 @@ class Command(BaseCommand):
         if user:
             keys = keys.filter(user__username=user)
         for k in keys:
-            state = "revoked" if k.revoked_at else ("active" if k.active else "expired")
             used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
             self.stdout.write(
-                f"{k.prefix}  {k.user.get_username():<20} {state:<8} used {used:<16} {k.name}"
+                f"{k.prefix}  {k.user.get_username():<20} {k.state:<8} used {used:<16} {k.name}"
             )
 
     def _revoke(self, *, prefix: str, **_):
