@@ -24,12 +24,13 @@ import threading
 from functools import lru_cache
 from typing import Sequence
 
-from django.db import IntegrityError, connections
+from django.db import IntegrityError
 
 from .eventrows import (
     HEAD,
     INSERT_CHUNK,
     INSERT_ROW,
+    ROW_COLUMNS,
     ROW_PG,
     SQLITE_CHUNK,
     EventList,
@@ -41,28 +42,30 @@ from .eventrows import (
 from .events import ConcurrencyError, Event
 from .runtime.types import RUN_STARTED
 
+#: the run's index row in a query (``r``: ``aaa_run``, NULLs when there is none)
+_ROW = ", ".join(f"r.{c}" for c in ROW_COLUMNS)
 # The events of a stream after a seq, each row with the run's index row (one row of
 # NULL events when there are none).
 _READ_AND_ROW_PG = (
     "SELECT e.id, e.stream, e.seq, e.type, e.data, e.causation, e.time, e.blobs, e.tenant, "
-    "{columns} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s "
+    f"{_ROW} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s "
     "LEFT JOIN LATERAL (SELECT * FROM aaa_event WHERE stream = %s AND seq > %s) AS e ON true "
     "ORDER BY e.seq"
 )
-# ... and the run's index row (aaa_run; NULLs when there is none): the columns are
-# runindex.ROW_COLUMNS
+# The head, which of the batch's ids are stored already, and the run's index row.
 _HEAD_KNOWN_AND_ROW_PG = (
     f"SELECT COALESCE(({HEAD}), 0), ARRAY(SELECT id FROM aaa_event WHERE id = ANY(%s)), "
-    "{columns} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s"
+    f"{_ROW} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s"
 )
-# The head, which of the batch's ids are stored already (a JSON array: Django's
-# JSONField needs SQLite's JSON functions, so they are there) and the run's index row
-# (NULLs when there is none): the columns are runindex.ROW_COLUMNS.
+# The same on SQLite: the stored ids as a JSON array (Django's JSONField needs
+# SQLite's JSON functions, so they are there).
 _HEAD_KNOWN_AND_ROW_SQLITE = (
     f"SELECT COALESCE(({HEAD}), 0), "
     "(SELECT json_group_array(id) FROM aaa_event WHERE id IN ({ids})), "
-    "{columns} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s"
+    f"{_ROW} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s"
 )
+#: where a row's owner is in ``ROW_COLUMNS`` (a new run's statement returns it)
+_OWNER = ROW_COLUMNS.index("owner_id")
 
 
 class StatementAppends:
@@ -97,8 +100,6 @@ class StatementAppends:
         refuses it, and the append starts again from the query. A batch that starts
         with a run's ``aaa.run.started`` and no hint is taken for a new run's: the
         statement alone (its events and the run's new row), refused the same way."""
-        from .runindex import ROW_COLUMNS  # runindex imports this module
-
         if len(batch) > INSERT_CHUNK:
             return None
         with cursor(conn) as cur:
@@ -109,8 +110,7 @@ class StatementAppends:
                 stored = self._write_pg(conn, cur, stream, batch, texts, expected_seq, head, (), row)
                 if stored is not None:
                     return stored
-            query = _HEAD_KNOWN_AND_ROW_PG.format(columns=", ".join(f"r.{c}" for c in ROW_COLUMNS))
-            cur.execute(query, [stream, [e.id for e in batch], stream])
+            cur.execute(_HEAD_KNOWN_AND_ROW_PG, [stream, [e.id for e in batch], stream])
             head, known, *row = cur.fetchone()
             row = tuple(row) if row[0] is not None else None
             return self._write_pg(conn, cur, stream, batch, texts, expected_seq, head, known, row,
@@ -132,48 +132,27 @@ class StatementAppends:
             if not optimistic:
                 self._remember(stream, head, row)  # as the query just saw them
             return stored
+        sql, params = insert(ROW_PG, rows)
         if row is None and not starts_run(stored):
             # Not a run (a run's row is made by its first event): the events alone.
-            sql, params = insert(ROW_PG, rows)
-            if optimistic:
-                try:
-                    cur.execute(sql, params)
-                except IntegrityError:
-                    return None  # autocommit: nothing to roll back
-            else:
-                cur.execute(sql, params)
-            self._remember(stream, stored[-1].seq, None)
-            return stored
-        if row is None:  # a new run: its row, made by the same statement
-            made = row_insert(conn, stored)
-            if made is None:
+            statement, after = sql, None
+        else:  # a new run's row made, or the run's row brought up to date, by the same statement
+            fold = row_insert(conn, stored) if row is None else row_update(conn, row, stored)
+            if fold is None:
                 return None
-            sql, params = insert(ROW_PG, rows)
-            try:
-                cur.execute(f"WITH stored AS ({sql}) {made[0]}", params + made[1])
-            except IntegrityError:
-                if optimistic:
-                    return None  # not new after all (autocommit: nothing to roll back)
-                raise
-            owner = cur.fetchone()[0]
-            self._remember(stream, stored[-1].seq, (*made[2][:5], owner, *made[2][6:]))
-            return stored
-        update = row_update(conn, row, stored)
-        if update is None:
-            return None
-        sql, params = insert(ROW_PG, rows)
-        statement = f"WITH stored AS ({sql}) {update[0]}"
-        if optimistic:
-            try:
-                cur.execute(statement, params + update[1])
-            except IntegrityError:
-                return None  # autocommit: nothing to roll back
-        else:
-            cur.execute(statement, params + update[1])
-        if cur.rowcount != 1:  # the row moved meanwhile (no event did): catch up
+            statement, params, after = f"WITH stored AS ({sql}) {fold[0]}", params + fold[1], fold[2]
+        try:
+            cur.execute(statement, params)
+        except IntegrityError:
+            if optimistic:
+                return None  # the log moved, or the run is not new (autocommit: nothing to undo)
+            raise
+        if row is None and after is not None:  # the new row's owner: the user, if it exists
+            after = (*after[:_OWNER], cur.fetchone()[0], *after[_OWNER + 1:])
+        elif row is not None and cur.rowcount != 1:  # the row moved meanwhile (no event did)
             index_events(self.using, stored)
-        else:
-            self._remember(stream, stored[-1].seq, update[2])
+            return stored
+        self._remember(stream, stored[-1].seq, after)
         return stored
 
     def _append_sqlite_transaction(self, conn, stream: str, batch: list[Event], texts: list[str],
@@ -208,10 +187,10 @@ class StatementAppends:
     def _write_sqlite(self, conn, cur, stream: str, batch: list[Event], texts: list[str],
                       expected_seq) -> list[Event] | None:
         """The statements of :meth:`_append_sqlite_transaction` inside its transaction."""
-        from .runindex import ROW_COLUMNS, row_update, starts_run  # runindex imports this module
+        from .runindex import row_update, starts_run  # runindex imports this module
 
         ids = [e.id for e in batch]
-        cur.execute(_head_known_and_row_sqlite(len(ids), ROW_COLUMNS), [stream, *ids, stream])
+        cur.execute(_head_known_and_row_sqlite(len(ids)), [stream, *ids, stream])
         head, known, *row = cur.fetchone()
         stored, rows = number(conn, batch, texts, head, json.loads(known) if known != "[]" else (),
                                expected_seq)
@@ -255,7 +234,7 @@ class StatementAppends:
         append needs no query. Anything else forgets the stream (the next append asks)."""
         if not self.inline or not events:
             return
-        from .runindex import initial_row, row_update, starts_run  # runindex imports this module
+        from .runindex import initial_row, row_after, starts_run  # runindex imports this module
 
         stream = events[0].stream
         seen = self._forget(stream)
@@ -272,20 +251,16 @@ class StatementAppends:
             return
         row = seen[1]
         if row is not None:
-            update = row_update(connections[self.using], row, list(events))
-            if update is None:
+            row = row_after(row, list(events))
+            if row is None:
                 return
-            row = update[2]
         self._remember(stream, events[-1].seq, row)
 
     def _read_to_head_pg(self, conn, stream: str, after: int) -> list[Event]:
         """A read to the end of the stream, with the run's index row in the same round
         trip: what the next append would otherwise ask for (see ``_write_pg``)."""
-        from .runindex import ROW_COLUMNS  # runindex imports this module
-
-        query = _READ_AND_ROW_PG.format(columns=", ".join(f"r.{c}" for c in ROW_COLUMNS))
         with cursor(conn) as cur:
-            cur.execute(query, [stream, stream, after])
+            cur.execute(_READ_AND_ROW_PG, [stream, stream, after])
             rows = cur.fetchall()
         events = EventList(to_event(r[:9]) for r in rows if r[0] is not None)
         events.committed = not conn.in_atomic_block
@@ -298,6 +273,5 @@ class StatementAppends:
 
 
 @lru_cache(maxsize=64)
-def _head_known_and_row_sqlite(n: int, columns: tuple[str, ...]) -> str:
-    return _HEAD_KNOWN_AND_ROW_SQLITE.format(ids=", ".join(["%s"] * n),
-                                             columns=", ".join(f"r.{c}" for c in columns))
+def _head_known_and_row_sqlite(n: int) -> str:
+    return _HEAD_KNOWN_AND_ROW_SQLITE.format(ids=", ".join(["%s"] * n))

@@ -312,11 +312,14 @@ class DistributedBus:
             # The repr that monitoring shows (and Celery would compute): where the
             # event is, not the event carried along.
             fast = self.publisher() if messages else None
-            rest = messages if fast is None else [
-                (queue, args) for queue, args in messages
-                if not fast.send(DELIVER, args, queue, repr(args[1:4]))
-            ]
-            self.sent += len(messages) - len(rest)
+            done = 0
+            if fast is not None:  # in order; the first it leaves, and all after it, go by send_task
+                for queue, args in messages:
+                    if not fast.send(DELIVER, args, queue, repr(args[1:4])):
+                        break
+                    done += 1
+            self.sent += done
+            rest = messages[done:]
             if rest:
                 with self._app.producer_or_acquire() as producer:  # one for the batch
                     for queue, args in rest:

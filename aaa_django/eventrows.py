@@ -25,6 +25,10 @@ SELECT = "SELECT id, stream, seq, type, data, causation, time, blobs, tenant FRO
 HEAD = "SELECT seq FROM aaa_event WHERE stream = %s ORDER BY seq DESC LIMIT 1"
 # SQLite caps the variables of one statement; ids are checked in chunks of this many.
 SQLITE_CHUNK = 500
+#: the columns of a run's index row (``aaa_run``) that the fold of its next events
+#: reads (see ``aaa_django.runindex.row_update``); appends read them with the head
+ROW_COLUMNS = ("run_id", "algorithm", "status", "outcome", "parent", "owner_id", "tokens_in",
+               "tokens_out", "cost", "model_calls", "tool_calls", "last_seq")
 
 
 def cursor(conn):

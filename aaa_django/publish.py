@@ -14,7 +14,8 @@ redis-py client for its connection pool. Routing is resolved once per queue.
 
 It steps aside (``send`` returns False and the caller uses ``send_task``) whenever the
 result could differ from what ``send_task`` would send: a broker other than Redis, a
-route for ``aaa.deliver`` that sets more than its queue, a queue on a non-direct
+route for ``aaa.deliver`` or an option of the task itself that sets more than its
+queue, priority inherited from the sending task, a queue on a non-direct
 exchange or with a priority, a compressed or v1 task protocol, "task-sent" events, or
 any receiver of ``before_task_publish`` / ``after_task_publish`` (tracing integrations
 see every message). After a failed publish it closes its connection and steps aside
@@ -78,7 +79,15 @@ class FastPublisher:
 
     def _plain_route(self, name: str, queue: str) -> tuple[Any, Any] | None:
         """The kombu queue and delivery mode ``send_task`` would use, when its route
-        to ``queue`` sets nothing but where the message goes; else None."""
+        to ``queue``, and the task's own options, set nothing but where the message
+        goes; else None."""
+        task = self.app._tasks.get(name)  # as send_task looks (without finalizing the app)
+        own = getattr(task, "_get_exec_options", None)
+        if own is not None and any(
+            v is not None and k not in _WHERE and not (k == "serializer" and v == self.app.conf.task_serializer)
+            for k, v in own().items()
+        ):
+            return None  # e.g. a priority or time limit the task sets: send_task adds it
         amqp = self.app.amqp
         options = amqp.router.route({"queue": queue}, name, (), {}, None)
         if set(options) - _WHERE:
@@ -105,10 +114,16 @@ class FastPublisher:
             return False
         q, mode = route
         app = self.app
+        parent = app.current_worker_task  # sent from inside a task: its ids, as send_task does
+        if parent is not None and app.conf.task_inherit_parent_priority:
+            self.declined += 1
+            return False
         task_id = _uuid()
         headers, properties, body, _ = app.amqp.as_task_v2(
             task_id, name, args, {}, reply_to=app.thread_oid, argsrepr=argsrepr, kwargsrepr="{}",
             ignore_result=True,
+            root_id=(parent.request.root_id or parent.request.id) if parent is not None else None,
+            parent_id=parent.request.id if parent is not None else None,
         )
         try:
             producer = self._get_producer()

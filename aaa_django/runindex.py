@@ -29,6 +29,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, transaction
 
+from .eventrows import ROW_COLUMNS
 from .events import Event
 from .models import RunRecord
 from .runtime import types as T
@@ -93,9 +94,7 @@ def reindex(using: str = "default", run_ids: Iterable[str] | None = None) -> dic
 
 # -- folding ------------------------------------------------------------------------
 
-#: the columns of a row that the fold of its next events reads (see ``row_update``)
-ROW_COLUMNS = ("run_id", "algorithm", "status", "outcome", "parent", "owner_id", "tokens_in",
-               "tokens_out", "cost", "model_calls", "tool_calls", "last_seq")
+_LAST_SEQ = ROW_COLUMNS.index("last_seq")
 _SELECT_ROW = f"SELECT {', '.join(ROW_COLUMNS)} FROM aaa_run WHERE run_id = %s"
 _UPDATED = ("algorithm", "status", "outcome", "parent", "tokens_in", "tokens_out", "cost",
             "model_calls", "tool_calls", "updated_at", "last_seq")
@@ -123,21 +122,35 @@ def row_update(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tup
     by the row's ``last_seq``, its parameters, and the row's ``ROW_COLUMNS`` after
     it. None unless the row exists and the events follow on from it (then
     :func:`index_events` does it all)."""
+    folded = _fold_row(row, events)
+    if folded is None:
+        return None
+    r, fields, after = folded
+    adapt = conn.ops.adapt_datetimefield_value
+    values = [adapt(fields[c]) if c == "updated_at" else fields[c] for c in _UPDATED]
+    ended = fields["ended_at"]
+    return (_UPDATE_ROW, [*values, adapt(ended) if ended is not None else None, r.run_id, r.last_seq],
+            after)
+
+
+def row_after(row: Sequence[Any] | None, events: list[Event]) -> tuple | None:
+    """The ``ROW_COLUMNS`` of the row ``row`` after stored ``events`` are folded into
+    it (what :func:`row_update` would leave), or None when it would not apply."""
+    folded = _fold_row(row, events)
+    return folded[2] if folded is not None else None
+
+
+def _fold_row(row: Sequence[Any] | None, events: list[Event]) -> tuple[Any, dict[str, Any], tuple] | None:
     if row is None or not events:
         return None
     r = _Row(row)
     if events[0].seq != r.last_seq + 1:
         return None  # a gap (or indexed already): catch up from the log
     try:
-        fields = _fields(_fold(_meta_of(r), events), events, r, conn.alias)
+        fields = _folded(_fold(_meta_of(r), events), events, r)
     except Exception:
         return None  # the general path logs it
-    adapt = conn.ops.adapt_datetimefield_value
-    values = [adapt(fields[c]) if c == "updated_at" else fields[c] for c in _UPDATED]
-    ended = fields["ended_at"]
-    after = tuple(fields.get(c, getattr(r, c)) for c in ROW_COLUMNS)
-    return (_UPDATE_ROW, [*values, adapt(ended) if ended is not None else None, r.run_id, r.last_seq],
-            after)
+    return r, fields, tuple(fields.get(c, getattr(r, c)) for c in ROW_COLUMNS)
 
 
 #: the columns a new run's row is inserted with (``owner_id`` follows, see ``row_insert``)
@@ -200,7 +213,7 @@ def _index_next(using: str, stream: str, events: list[Event]) -> bool:
     with conn.cursor() as cur:
         cur.execute(_SELECT_ROW, [stream])
         row = cur.fetchone()
-        if row is not None and events and (events[-1].seq or 0) <= row[-1]:
+        if row is not None and events and (events[-1].seq or 0) <= row[_LAST_SEQ]:
             return True  # indexed already
         if row is None and not starts_run(events):
             return True  # not a run: a row is only ever made by a run's first event

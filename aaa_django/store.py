@@ -36,6 +36,7 @@ from .eventrows import (
 from .events import ConcurrencyError, Event, Snapshot
 from .events.store import RecentIds, prepare_batch
 from .models import EventRecord, SnapshotRecord
+from .runtime import types as T
 
 __all__ = ["DjangoEventStore", "EventList"]
 
@@ -107,6 +108,7 @@ class DjangoEventStore(StatementAppends):
         self.save_snapshot = wrap(self.save_snapshot_sync)
         self.erase = wrap(self.erase_sync)
         self.streams = wrap(self.streams_sync)
+        self.unfinished = wrap(self.unfinished_sync)
 
     def __repr__(self) -> str:
         return f"DjangoEventStore(using={self.using!r})"
@@ -226,6 +228,23 @@ class DjangoEventStore(StatementAppends):
 
     def streams_sync(self) -> list[str]:
         return list(self._events.order_by("stream").values_list("stream", flat=True).distinct())
+
+    def unfinished_sync(self) -> dict[str, float]:
+        """Run id -> the time (epoch seconds) of its newest event, for every run that
+        has started and not completed (the sweeper's question, in one query)."""
+        from django.db.models import Max
+
+        events = self._events
+        started = events.filter(type=T.RUN_STARTED).values("stream")
+        completed = events.filter(type=T.RUN_COMPLETED).values("stream")
+        rows = (
+            events.filter(stream__in=started)
+            .exclude(stream__in=completed)
+            .values("stream")
+            .annotate(last=Max("time"))
+            .values_list("stream", "last")
+        )
+        return {stream: last.timestamp() for stream, last in rows}
 
     # -- snapshots ----------------------------------------------------------------
 

@@ -53,13 +53,9 @@ class SweepReport:
 async def unfinished_runs(store: Any) -> dict[str, float]:
     """Run id -> the time (epoch seconds) of its newest event, for every run that has
     started and not completed."""
-    from .store import DjangoEventStore
-
-    inner = getattr(store, "inner", store)  # a worker's TailCachedStore: the same log
-    if isinstance(inner, DjangoEventStore):
-        from asgiref.sync import sync_to_async
-
-        return await sync_to_async(_unfinished_django, thread_sensitive=True)(inner.using)
+    unfinished = getattr(store, "unfinished", None)  # a store that can ask in one query
+    if unfinished is not None:
+        return await unfinished()
     out: dict[str, float] = {}
     for stream in await store.streams():
         first = await store.read(stream, limit=1)
@@ -77,24 +73,6 @@ async def _completed(store: Any, stream: str) -> bool:
     from .runtime import RUNMETA
 
     return (await RUNMETA.load(store, stream)).completed
-
-
-def _unfinished_django(using: str) -> dict[str, float]:
-    from django.db.models import Max
-
-    from .models import EventRecord
-
-    events = EventRecord.objects.using(using)
-    started = events.filter(type=T.RUN_STARTED).values("stream")
-    completed = events.filter(type=T.RUN_COMPLETED).values("stream")
-    rows = (
-        events.filter(stream__in=started)
-        .exclude(stream__in=completed)
-        .values("stream")
-        .annotate(last=Max("time"))
-        .values_list("stream", "last")
-    )
-    return {stream: last.timestamp() for stream, last in rows}
 
 
 async def sweep(

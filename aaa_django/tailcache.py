@@ -66,7 +66,8 @@ class TailCachedStore:
         self.max_streams = max_streams
         self._logs: OrderedDict[str, list[Event]] = OrderedDict()
         #: ids of events this store appended, until the bus publishes them (newest last)
-        self._fresh = RecentIds()
+        #: (a store that keeps its own, as DjangoEventStore does, answers ``fresh``)
+        self._fresh = None if hasattr(inner, "fresh") else RecentIds()
         #: queries made to catch up, and reads served without one
         self.syncs = 0
         self.hits = 0
@@ -131,24 +132,21 @@ class TailCachedStore:
         them): a cache that holds none of the run takes them as its log."""
         stream, seq = event.stream, event.seq or 0
         log = self._logs.get(stream)
-        if not log and earlier and _whole(earlier, seq, prev_id):
-            log = self._logs[stream] = [*earlier]
-            observe = getattr(self.inner, "observe", None)
-            if observe is not None:
-                observe(log)
         if log is not None and 0 < seq <= len(log):
             if log[seq - 1].id != event.id:
                 return False
-        elif (seq == 1 and not log) or (log is not None and seq == len(log) + 1 and log[-1].id == prev_id):
-            if seq == 1:
-                log = self._logs[stream] = [event]
-            else:
+        else:
+            if not log and (seq == 1 or (earlier and _whole(earlier, seq, prev_id))):
+                new = [*earlier, event] if seq > 1 else [event]
+                log = self._logs[stream] = new
+            elif log is not None and seq == len(log) + 1 and log[-1].id == prev_id:
+                new = [event]
                 log.append(event)
+            else:
+                return False
             observe = getattr(self.inner, "observe", None)
             if observe is not None:
-                observe([event])
-        else:
-            return False
+                observe(new)  # (the store's hint of the run's head and row follows them)
         self._logs.move_to_end(stream)
         while len(self._logs) > self.max_streams:
             self._logs.popitem(last=False)
@@ -161,6 +159,8 @@ class TailCachedStore:
         """Was ``event_id`` appended by this store just now, and not asked about yet?
         (The bus sends such an event along with its delivery; a re-drive of an old
         event must not, as its receiver could not tell it from news.)"""
+        if self._fresh is None:
+            return self.inner.fresh(event_id)
         return self._fresh.pop(event_id)
 
     def cached(self, stream: str, seq: int) -> Event | None:
@@ -210,7 +210,8 @@ class TailCachedStore:
                 self.stale(events[0].stream)
             raise
         if stored:
-            self._fresh.add(stored)
+            if self._fresh is not None:
+                self._fresh.add(stored)
             stream = stored[0].stream
             log = self._logs.get(stream)
             if log is not None and stored[0].seq == len(log) + 1:

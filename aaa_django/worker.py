@@ -29,6 +29,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Any, Iterator, Sequence
 
 from .bus import DELIVER, DistributedBus, _published, celery_app, coordinator, open_store, queue_for
@@ -156,23 +157,28 @@ class WorkerRuntime:
         return engine
 
 
-#: (process, thread, threaded) -> that thread's runtime of that kind
-_runtimes: dict[tuple[int, int, bool], WorkerRuntime] = {}
+#: this thread's runtimes, by kind (a thread that ends drops its own)
+_local = threading.local()
+#: every runtime of the process, seen weakly (see :func:`runtimes`)
+_all: "weakref.WeakSet[WorkerRuntime]" = weakref.WeakSet()
 
 
 def runtime(*, threaded: bool = True) -> WorkerRuntime:
     """This thread's :class:`WorkerRuntime` of that kind (new ones in a forked child)."""
-    key = (os.getpid(), threading.get_ident(), threaded)
-    rt = _runtimes.get(key)
+    mine = getattr(_local, "runtimes", None)
+    if mine is None or mine[0] != os.getpid():
+        mine = _local.runtimes = (os.getpid(), {})
+    rt = mine[1].get(threaded)
     if rt is None:
-        rt = _runtimes[key] = WorkerRuntime(threaded=threaded)
+        rt = mine[1][threaded] = WorkerRuntime(threaded=threaded)
+        _all.add(rt)
     return rt
 
 
 def runtimes() -> list[WorkerRuntime]:
     """This process's runtimes (all threads, both kinds)."""
     pid = os.getpid()
-    return [rt for key, rt in list(_runtimes.items()) if key[0] == pid]
+    return [rt for rt in list(_all) if rt.pid == pid]
 
 
 def needs_thread(task: Any) -> bool:
@@ -248,10 +254,13 @@ def _accept(store: Any, stream: str, seq: int, event_id: str, wire: str) -> bool
     accept = getattr(store, "accept", None)
     if accept is None:
         return False
+    cached = getattr(store, "cached", None)
     try:
         prev, data, *rest = json.loads(wire)
         event = Event.from_dict(data)
-        earlier = [Event.from_dict(d) for d in rest[0]] if rest else []
+        # the events before it (a young run's message) matter only to a cache without the run
+        new_to_us = rest and (cached is None or cached(stream, 1) is None)
+        earlier = [Event.from_dict(d) for d in rest[0]] if new_to_us else []
     except (ValueError, TypeError, KeyError, AttributeError, IndexError):
         log.warning("a delivery of %s %s carried an unreadable event; reading it", stream, seq)
         return False

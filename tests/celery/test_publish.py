@@ -113,6 +113,14 @@ def test_a_queue_with_priorities_or_another_exchange_is_left_to_send_task(app):
     assert not fast.send(DELIVER, ARGS, "aaa.test-topic", REPR)
 
 
+def test_the_registered_task_with_its_default_options_is_sent_fast(app, queue):
+    app.finalize()  # aaa.deliver registered: its options (the app's serializer) change nothing
+    assert FastPublisher(app).send(DELIVER, ARGS, queue, REPR)
+    app.send_task(DELIVER, ARGS, queue=queue, argsrepr=REPR, kwargsrepr="{}", ignore_result=True)
+    ours, celery = taken(app, queue)
+    assert without_ids(ours) == without_ids(celery)
+
+
 def test_another_broker_is_left_to_send_task():
     app = Celery("publish-memory", broker="memory://", set_as_current=False)
     assert not FastPublisher(app).send(DELIVER, ARGS, "aaa.algorithms", REPR)
@@ -198,3 +206,42 @@ def test_a_thread_that_ends_drops_its_publisher(app, queue, monkeypatch):
             t.join()
         gc.collect()
         assert len(bus._publishers) == 0 and bus.sent == 3 and len(taken(app, queue)) == 3
+
+
+def test_sent_from_inside_a_task_it_names_that_task_as_send_task_does(app, queue):
+    # A worker sends from the task's own thread: send_task names the delivering task
+    # as the new message's parent (and its root), for tracing; so does the publisher.
+    from celery._state import _task_stack
+
+    @app.task(name="aaa.test.parent", shared=False)
+    def parent_task():
+        pass
+
+    parent_task.push_request(id="parent-1", root_id="root-1", called_directly=False)
+    _task_stack.push(parent_task)
+    try:
+        fast = FastPublisher(app)
+        app.send_task(DELIVER, ARGS, queue=queue, argsrepr=REPR, kwargsrepr="{}", ignore_result=True)
+        assert fast.send(DELIVER, ARGS, queue, REPR)
+    finally:
+        _task_stack.pop()
+        parent_task.pop_request()
+    celery, ours = taken(app, queue)
+    assert (ours["headers"]["parent_id"], ours["headers"]["root_id"]) == ("parent-1", "root-1")
+    assert without_ids(ours) == without_ids(celery)  # the rest alike too
+
+
+def test_an_option_of_the_task_itself_is_left_to_send_task(app, queue):
+    # send_task merges the options a registered task sets (a priority, a time limit).
+    app.finalize()  # (aaa.deliver registered, as in a worker)
+    app.tasks[DELIVER].priority = 5
+    assert not FastPublisher(app).send(DELIVER, ARGS, queue, REPR)
+    app.send_task(DELIVER, ARGS, queue=queue, argsrepr=REPR, kwargsrepr="{}", ignore_result=True)
+    # send_task's message has the priority, and lands in the queue's priority list
+    assert taken(app, queue) == []
+    with app.connection_for_write() as conn:
+        client = conn.default_channel.client
+        (key,) = [k for k in client.keys(queue + "*") if k != queue.encode()]
+        (sent,) = [json.loads(m) for m in client.lrange(key, 0, -1)]
+        client.delete(key)
+    assert sent["properties"]["priority"] == 5
