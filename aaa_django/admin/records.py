@@ -44,9 +44,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return qs.filter(stream__in=own)
 
 
-def _run_link(run_id: str, suffix: str = "", text: str | None = None) -> str:
-    url = reverse("admin:aaa_runrecord_change", args=(quote(run_id),)) + suffix
-    return format_html('<a href="{}">{}</a>', url, text or run_id)
+def _run_link(site: admin.AdminSite, run_id: str, suffix: str = "") -> str:
+    """A link to the run's page on ``site``: the admin site serving this page, which
+    need not be Django's default one."""
+    url = reverse(f"{site.name}:aaa_runrecord_change", args=(quote(run_id),)) + suffix
+    return format_html('<a href="{}">{}</a>', url, run_id)
 
 
 class EventAdmin(ReadOnlyAdmin):
@@ -60,7 +62,7 @@ class EventAdmin(ReadOnlyAdmin):
     @admin.display(description="run", ordering="stream")
     def run(self, e: Any) -> str:
         page = timeline.page_of(e.seq, timeline.PAGE_SIZE)
-        return _run_link(e.stream, f"?page={page}#e{e.seq}")
+        return _run_link(self.admin_site, e.stream, f"?page={page}#e{e.seq}")
 
     @admin.display(description="summary")
     def summary_col(self, e: Any) -> str:
@@ -84,4 +86,4 @@ class SnapshotAdmin(ReadOnlyAdmin):
 
     @admin.display(description="run", ordering="stream")
     def stream_link(self, s: Any) -> str:
-        return _run_link(s.stream)
+        return _run_link(self.admin_site, s.stream)
