@@ -3,7 +3,8 @@
 In order: who is calling (401), the rate limit (429), the body's size (413), its
 content type (415) and whether it is JSON at all (400). Each failure is answered in
 the API's one error shape, whatever ``NinjaAPI`` the site mounts the router in; an
-unexpected exception becomes a logged 500 in the same shape (never an HTML page).
+unexpected exception becomes a 500 in the same shape (never an HTML page), reported as
+Django reports one: ``got_request_exception`` and the ``django.request`` logger.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def boundary(run: Callable[..., Any]) -> Callable[..., Any]:
             return run(request, *args, **kwargs)
         except ApiError as exc:
             return error_response(exc.status, exc.errors, exc.headers)
-        except Exception as exc:  # a bug: answered as JSON, logged with its traceback
-            return server_error(exc)
+        except Exception as exc:  # a bug: reported as Django would, answered as JSON
+            return server_error(request, exc)
 
     return wrapper
 

@@ -14,8 +14,10 @@ import functools
 import logging
 from typing import Any, Callable, Iterable, Sequence
 
-from django.http import Http404, JsonResponse
 from django.core.exceptions import PermissionDenied
+from django.core.signals import got_request_exception
+from django.http import Http404, HttpRequest, JsonResponse
+from django.utils.log import log_response
 
 log = logging.getLogger("aaa_django.api")
 
@@ -113,7 +115,15 @@ def translate(view: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def server_error(exc: BaseException) -> JsonResponse:
-    """The last resort: a bug. Logged, and answered in the same shape."""
-    log.error("the API failed on an unexpected error", exc_info=exc)
-    return error_response(500, [item(["server"], "internal error (logged)", "server_error")])
+def server_error(request: HttpRequest, exc: BaseException) -> JsonResponse:
+    """The last resort: a bug. Reported as Django reports an uncaught exception, and
+    answered in the API's shape instead of Django's HTML page. Call it in the
+    ``except`` block: ``got_request_exception`` receivers read ``sys.exc_info()``."""
+    got_request_exception.send(sender=None, request=request)
+    response = error_response(500, [item(["server"], "internal error (logged)", "server_error")])
+    # On the "django.request" logger, with the traceback, as Django's own handler logs
+    # it (mail_admins listens there); log_response marks the response as logged, so
+    # the handler does not log it a second time without the traceback.
+    log_response("Internal Server Error: %s", request.path, response=response,
+                 request=request, exception=exc)
+    return response
