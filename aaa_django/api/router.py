@@ -357,6 +357,9 @@ def decide_approval(
     gate = next((a for a in runs.approvals(run_id) if a["request_id"] == request_id), None)
     if gate is None:
         raise not_found(["path", "request_id"], "approval request in this run")
+    if gate["status"] == "closed":
+        raise ApiError(409, ["path", "request_id"], f"this approval is closed: {gate['reason']}",
+                       "run_ended")
     if gate["status"] != "pending":
         raise ApiError(409, ["path", "request_id"], f"this approval was {gate['status']} already",
                        "decided")

@@ -166,7 +166,8 @@ def completion_seq(run_id: str) -> int | None:
 
 
 def approvals(run_id: str) -> list[dict[str, Any]]:
-    """Every approval gate of the run, in order, with its decision if it has one."""
+    """Every approval gate of the run, in order, with its decision if it has one. A
+    gate still open when the run ended can no longer be answered: it is ``closed``."""
     events = runindex.read_all(store(), run_id)
     by_id: dict[str, dict[str, Any]] = {}
     requests: dict[str, Event] = {}
@@ -202,6 +203,11 @@ def approvals(run_id: str) -> list[dict[str, Any]]:
                     decided_by=_text(e.data.get("by")),
                     reason=_text(e.data.get("reason")),
                 )
+        elif e.type == T.RUN_COMPLETED:
+            why = f"the run ended ({e.data.get('outcome')}) before an answer"
+            for a in by_id.values():
+                if a["status"] == "pending":
+                    a.update(status="closed", reason=why)
     return list(by_id.values())
 
 

@@ -254,7 +254,8 @@ class CancelOut(Schema):
 class ApprovalOut(Schema):
     request_id: str
     seq: int
-    status: Literal["pending", "granted", "denied", "expired"]
+    #: ``closed``: the run ended before anyone answered (it can no longer be answered)
+    status: Literal["pending", "granted", "denied", "expired", "closed"]
     tool: str | None = None
     call_id: str | None = None
     args: dict[str, Any] | None = None

@@ -102,3 +102,20 @@ def test_erase_removes_an_ended_run_and_refuses_a_running_one(api, alice, host):
     assert DjangoEventStore().read_sync(run["id"]) == []
     assert not RunRecord.objects.filter(pk=run["id"]).exists()
     assert api.get(f"/runs/{run['id']}", headers=alice.auth).status_code == 404
+
+
+def test_a_gate_of_a_run_that_ended_unanswered_is_closed_not_pending(api, alice, host):
+    run_id = start_gated(api, alice)
+    (gate,) = pending(api, alice, run_id)
+    assert api.post(f"/runs/{run_id}/cancel", headers=alice.auth).status_code == 202
+    wait_for(api, run_id, alice.auth)
+    (closed,) = api.get(f"/runs/{run_id}/approvals", headers=alice.auth).json()
+    assert closed["request_id"] == gate["request_id"]
+    assert closed["status"] == "closed"
+    assert closed["reason"] == "the run ended (cancelled) before an answer"
+    assert closed["decided_by"] is None
+    r = api.post(f"/runs/{run_id}/approvals/{gate['request_id']}", json={"decision": "grant"},
+                 headers=alice.auth)
+    assert r.status_code == 409
+    assert r.json()["detail"][0]["msg"] == ("this approval is closed: the run ended (cancelled) "
+                                            "before an answer")
