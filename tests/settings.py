@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",  # the admin's CSS and JS in browser tests (live_server)
+    "ninja",  # Swagger UI's JS and CSS served locally (no CDN: there is no network)
     "aaa_django",
 ]
 

@@ -25,10 +25,6 @@ from aaa_django.models import RunRecord
 
 from . import support
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "browser: drives headless Chromium (tests/admin/test_browser.py)")
-
-
 RUN_PERMS = ("view_runrecord", "view_all_runs", "cancel_run", "approve_run", "erase_run",
              "change_runrecord", "add_runrecord")
 

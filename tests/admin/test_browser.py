@@ -1,16 +1,8 @@
 """The admin in a real browser: headless Chromium (Debian's chromium and
-chromium-driver) driven by Selenium against pytest-django's live server.
-
-Screenshots go to ``artifacts/screenshots/`` (git-ignored; CI keeps them as
-artefacts). Without Chromium these tests skip on a developer's machine and fail under
-bin/test and CI (``require_service``).
-"""
+chromium-driver) driven by Selenium against pytest-django's live server
+(``tests/browser.py``; screenshots in ``artifacts/screenshots/``)."""
 
 from __future__ import annotations
-
-import os
-import shutil
-from pathlib import Path
 
 import pytest
 from django.contrib.admin.utils import quote
@@ -19,70 +11,9 @@ from django.urls import reverse
 from aaa_django.models import EventRecord
 from aaa_django.runtime import types as T
 
-from ..conftest import require_service
-
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
-CHROMIUM = os.environ.get("AAA_CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("AAA_CHROMEDRIVER", "/usr/bin/chromedriver")
-# The flags NOTES.md lists for Chromium on these machines (no network, no sandbox).
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1440,1100")
-WAIT = 20
+from ..browser import browser, shot, wait  # noqa: F401  (browser: the fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-
-def _have_chromium() -> bool:
-    found = all(shutil.which(p) or Path(p).is_file() for p in (CHROMIUM, CHROMEDRIVER))
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return False
-    return found
-
-
-@pytest.fixture
-def browser(tmp_path):
-    require_service("chromium", _have_chromium())
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(WAIT)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def shot(driver, name: str, width: int = 1440) -> Path:
-    path = SCREENSHOTS / f"{name}.png"
-    # The whole page, not only the window: grow the window to the document's height.
-    driver.set_window_size(width, 1100)
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(width, min(max(int(height), 900), 6000))
-    driver.save_screenshot(str(path))
-    driver.set_window_size(1440, 1100)
-    return path
-
-
-def wait(driver, condition, timeout: float = WAIT, *, retry_stale: bool = False):
-    """``condition(driver)`` once it is truthy. ``retry_stale``: a condition that finds
-    its elements itself is tried again when one went stale (the live page replaces its
-    actions panel when the run changes, and reloads itself when the run ends)."""
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    ignored = (StaleElementReferenceException,) if retry_stale else ()
-    return WebDriverWait(driver, timeout, poll_frequency=0.1,
-                         ignored_exceptions=ignored).until(condition)
 
 
 def log_in(driver, live_server, username: str = "admin", password: str = "password") -> None:
