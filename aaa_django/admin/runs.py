@@ -268,6 +268,7 @@ class RunAdmin(RunActions, admin.ModelAdmin):
             blobs_page=blobs_page,
             more_blobs=more_blobs,
             duration=format_duration(duration(run)),
+            deadline=_from_epoch(meta.deadline) if meta else None,
             status_label=status_label(run),
             live_url=self._url("live", run.run_id),
             poll_ms=int(POLL_SECONDS * 1000),
@@ -294,8 +295,7 @@ class RunAdmin(RunActions, admin.ModelAdmin):
                 "name": p.name,
                 "call_id": p.call_id,
                 "args": json.dumps(args.get(seq), ensure_ascii=False, sort_keys=True),
-                "expires_at": datetime.fromtimestamp(p.expires_at, tz=timezone.get_current_timezone())
-                if p.expires_at else None,
+                "expires_at": _from_epoch(p.expires_at),
             })
         return out
 
@@ -432,6 +432,17 @@ def _when(t: datetime | None) -> str:
     t = timezone.localtime(t)
     return format_html('<span title="{}">{}</span>', t.isoformat(sep=" ", timespec="milliseconds"),
                        t.strftime("%Y-%m-%d %H:%M"))
+
+
+def _from_epoch(seconds: float | None) -> datetime | None:
+    """A time the log keeps as seconds since the epoch (a deadline, an expiry), in the
+    site's time zone."""
+    if seconds is None:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, tz=timezone.get_current_timezone())
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _int(raw: Any) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from zoneinfo import ZoneInfo
 
 from django.contrib.admin.utils import quote
 from django.urls import reverse
@@ -161,3 +162,24 @@ def test_projections_are_listed_runmeta_own_other_folded_deferred_each_by_name(f
     assert any(f.deferred for f in folded) and all(f.deferred is None for f in folded if f.name in own)
     keys = [(f.name != RUNMETA.name, f.name not in own, f.deferred is not None, f.name) for f in folded]
     assert keys == sorted(keys)
+
+
+def test_a_runs_deadline_is_shown_as_a_date_and_time(client, admin_user, site, settings):
+    from datetime import datetime, timezone
+
+    from aaa_django import runindex
+
+    from . import support
+
+    settings.TIME_ZONE = "Europe/Paris"
+    run_id = site.call(lambda e: e.start(support.loop(), {"task": "deploy the web service"},
+                                         owner=str(admin_user.pk), deadline=3600)).run_id
+    runindex.refresh("default", run_id)
+    deadline = json.loads(EventRecord.objects.get(stream=run_id, seq=1).data)["deadline"]
+    client.force_login(admin_user)
+    page = text(client.get(run_url(run_id)))
+    shown = re.search(r'<td id="aaa-deadline">([^<]*)</td>', page).group(1)
+    at = datetime.fromtimestamp(deadline, timezone.utc).astimezone(ZoneInfo("Europe/Paris"))
+    assert shown == at.strftime("%Y-%m-%d %H:%M:%S ") + at.tzname()
+    assert "epoch" not in page
+    site.call(lambda e: e.cancel(run_id))

@@ -1,0 +1,60 @@
+"""The app's migrations as a DBA reads and runs them: ``sqlmigrate`` shows the trigger
+SQL of each vendor, and a fresh database migrates forwards, back and forwards again."""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+
+import pytest
+from django.core.management import call_command
+from django.db import connections
+
+from .test_site import manage
+
+pytestmark = pytest.mark.django_db(databases="__all__")
+
+TRIGGERS = {"aaa_event_no_update", "aaa_event_dense_seq", "aaa_snapshot_monotonic"}
+
+
+def sqlmigrate(alias: str, *args: str) -> str:
+    out = io.StringIO()
+    call_command("sqlmigrate", "aaa", "0002", *args, database=alias, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db(databases="__all__", transaction=True)  # SQLite's schema editor
+def test_sqlmigrate_shows_the_trigger_sql_of_the_databases_vendor(db_alias):
+    forwards, backwards = sqlmigrate(db_alias), sqlmigrate(db_alias, "--backwards")
+    for name in TRIGGERS:
+        assert f"CREATE TRIGGER {name} BEFORE" in forwards
+        assert f"DROP TRIGGER IF EXISTS {name}" in backwards
+    postgres = connections[db_alias].vendor == "postgresql"
+    assert ("CREATE FUNCTION aaa_event_dense_seq() RETURNS trigger" in forwards) is postgres
+    assert ("RAISE(ABORT" in forwards) is not postgres
+
+
+def triggers(alias: str) -> set[str]:
+    sql = ("SELECT tgname FROM pg_trigger WHERE tgname LIKE 'aaa%%'"
+           if connections[alias].vendor == "postgresql"
+           else "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'aaa%%'")
+    with connections[alias].cursor() as cur:
+        cur.execute(sql)
+        return {name for (name,) in cur.fetchall()}
+
+
+def test_the_test_database_has_the_triggers(db_alias):
+    assert TRIGGERS <= triggers(db_alias)
+
+
+@pytest.mark.slow
+def test_a_fresh_database_migrates_forwards_back_and_forwards_again(tmp_path):
+    db = {"AAA_SQLITE_PATH": str(tmp_path / "fresh.sqlite3")}
+    result = manage("shell", "-c", "from django.core.management import call_command as c;"
+                    "c('migrate', verbosity=0); c('migrate', 'aaa', '0001', verbosity=0);"
+                    "c('migrate', 'aaa', verbosity=0)", **db)
+    assert result.returncode == 0, result.stderr
+    con = sqlite3.connect(db["AAA_SQLITE_PATH"])
+    found = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    con.close()
+    assert found >= TRIGGERS
