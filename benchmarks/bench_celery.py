@@ -10,7 +10,9 @@ Redis (the broker and the bus's coordination) and N Celery worker processes
 Measured in the same run, on the same workers and broker:
 
 - **bare hop**: a chain of no-op Celery tasks, each enqueueing the next (receive,
-  do nothing, send): the latency floor of one delivery.
+  do nothing, send) the way the engine sends its deliveries (the bus's
+  ``FastPublisher``): the latency floor of one delivery, like with like. The same
+  chain sent by ``app.send_task`` is printed for information.
 - **engine hop**: 5-turn ToolLoop runs (fake model, no-op tool), one at a time on an
   idle cluster; the time from each run's ``aaa.run.started`` to its
   ``aaa.run.completed`` divided by the hops on its causal chain (every event of a
@@ -77,14 +79,16 @@ def redis_server(tmp: Path) -> Iterator[str]:
 
 
 @contextmanager
-def workers(count: int, env: dict, tmp: Path) -> Iterator[list[subprocess.Popen]]:
+def workers(count: int, env: dict, tmp: Path, *, concurrency: int = 1,
+            queues: str = QUEUES) -> Iterator[list[subprocess.Popen]]:
+    """``count`` worker commands (prefork, ``-c concurrency`` each) taking ``queues``."""
     procs = []
     for i in range(count):
         ready = tmp / f"worker{i}.ready"
         log = open(tmp / f"worker{i}.log", "wb")
         procs.append((subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "celery_site", "worker", "-n", f"bench{i}@%h",
-             "-Q", QUEUES, "-c", "1", "-P", "prefork", "-l", "warning",
+             "-Q", queues, "-c", str(concurrency), "-P", "prefork", "-l", "warning",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=HERE, env={**env, "AAA_BENCH_READY": str(ready)}, stdout=log, stderr=subprocess.STDOUT,
         ), ready))
@@ -109,11 +113,12 @@ def workers(count: int, env: dict, tmp: Path) -> Iterator[list[subprocess.Popen]
 # -- measurements ------------------------------------------------------------------------------
 
 
-def bare_hop(app, r, hops: int) -> float:
-    """Seconds per hop of a chain of ``hops`` no-op tasks."""
+def bare_hop(app, r, hops: int, fast: bool = True) -> float:
+    """Seconds per hop of a chain of ``hops`` no-op tasks, each sending the next as the
+    engine sends (``fast``: the bus's ``FastPublisher``) or by ``send_task``."""
     key = f"hop-{uuid.uuid4().hex}"
     t0 = time.time()
-    app.send_task("bench.hop", (hops - 1, key), queue="bench.hop")
+    app.send_task("bench.hop", (hops - 1, key, fast), queue="bench.hop")
     while (end := r.get(key)) is None:
         time.sleep(0.002)
     return (float(end) - t0) / hops
@@ -236,6 +241,7 @@ def main() -> None:
         probe.execute("CREATE TABLE bench_commit (at timestamptz)")
         with workers(args.workers, env, tmp):
             rounds: list[tuple[float, float, float, float]] = []
+            slow: list[float] = []  # bare chains sent by send_task (information)
 
             async def cluster_part():
                 async with build_engine(poll_interval=0.25) as engine:  # polls cost the workers CPU
@@ -243,11 +249,13 @@ def main() -> None:
                     for _ in range(3):  # warm up every worker
                         await engine_hop(engine, args.turns)
                     bare_hop(app, r, 50)
+                    bare_hop(app, r, 50, fast=False)
                     hops = 0
                     for _ in range(idle_rounds):
                         bare = bare_hop(app, r, chain)
                         engine_s, first_s, hops = await engine_hops(engine, args.turns, chain)
                         rounds.append((bare, engine_s, commit_latency(probe, 20), first_s))
+                        slow.append(bare_hop(app, r, chain, fast=False))
                     loaded = await load(engine, runs, args.turns)
                     return hops, loaded
 
@@ -268,7 +276,10 @@ def main() -> None:
           f"{args.workers} worker processes (-c 1 prefork), PostgreSQL ({durability}), Redis broker")
     print()
     print(table([f"per hop (idle cluster, {idle_rounds} rounds)", "median", "ratio"], [
-        [f"bare Celery no-op hop (chains of {chain})", ms(bare_hop_s), "1.00x"],
+        [f"bare Celery no-op hop (chains of {chain}; sent as the engine sends: FastPublisher)",
+         ms(bare_hop_s), "1.00x"],
+        ["  the same chain sent by send_task (information)", ms(statistics.median(slow)),
+         f"{statistics.median(s / b for s, (b, *_) in zip(slow, rounds)):.2f}x"],
         [f"engine hop (ToolLoop, {args.turns} turns = {hops} hops; runs one after another, "
          f"{-(-chain // hops) * hops} hops a round)", ms(idle_hop_s), f"{ratio:.2f}x"],
         ["  the first run of a round alone (right after the bare chain)", ms(first_s),

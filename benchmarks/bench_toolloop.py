@@ -1,6 +1,6 @@
 """ToolLoop at 10, 100 and 1,000 turns: engine overhead, flatness, log growth.
 
-    .venv/bin/python benchmarks/bench_toolloop.py [--turns 10,100,1000] [--sqlite]
+    .venv/bin/python benchmarks/bench_toolloop.py [--turns 10,100,1000] [--stores memory,sqlite,postgres]
 
 The model is the scripted ``FakeLLMClient`` (it asks for the no-op tool until the
 last turn) and the tool does nothing, so nearly all the time measured is the engine:
@@ -16,9 +16,12 @@ the bus. Printed per run:
 - log bytes/turn: JSON bytes of event data per turn (constant per turn = linear log);
 - store calls and time in the store per turn.
 
-Two fold holders are compared: the default (its self-check refolds the whole log
-every 100 reads) and one with the self-check off. Ratios, not absolute times, are
-the point: they do not depend on the machine.
+Stores: the in-memory store, and ``DjangoEventStore`` on SQLite (WAL,
+synchronous=FULL) and on PostgreSQL (a durable cluster started for the run, see
+common.py); each store is warmed up by a 10-turn run first. Two fold holders are
+compared: the default (its self-check refolds the whole log every 100 reads) and one
+with the self-check off; the difference, the self-check's cost a turn, is printed
+last. Ratios, not absolute times, are the point: they do not depend on the machine.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from aaa_django.llm import FakeLLMClient, LLMHandler  # noqa: E402
 from aaa_django.llm.fake import text, tool_call  # noqa: E402
 from aaa_django.runtime import Engine  # noqa: E402
 from aaa_django.tools import ToolHandler, ToolRegistry, tool  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import CountingStore  # noqa: E402
 
 
 @tool(inline=True)
@@ -69,31 +75,6 @@ class TimedClient(FakeLLMClient):
         reply = await super().complete(request)
         self.inside += time.perf_counter() - t0
         return reply
-
-
-class CountingStore:
-    """Wraps a store: counts its calls and the time spent in them."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.cache_key = inner.cache_key
-        self.calls = 0
-        self.seconds = 0.0
-
-    def __getattr__(self, name):
-        attr = getattr(self.inner, name)
-        if not callable(attr) or name.startswith("_") or name.endswith("_sync"):
-            return attr
-
-        async def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return await attr(*args, **kwargs)
-            finally:
-                self.calls += 1
-                self.seconds += time.perf_counter() - t0
-
-        return timed
 
 
 async def one_run(turns: int, store, cache: FoldCache) -> dict:
@@ -131,20 +112,6 @@ async def one_run(turns: int, store, cache: FoldCache) -> dict:
     }
 
 
-def sqlite_store():
-    """DjangoEventStore on a fresh SQLite file: WAL, synchronous=FULL, IMMEDIATE
-    transactions (the durable settings bench_eventlog.py reports with)."""
-    import tempfile
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import setup_django
-
-    setup_django(Path(tempfile.mkdtemp(prefix="aaa-bench-toolloop-")), None)
-    from aaa_django.store import DjangoEventStore
-
-    return DjangoEventStore
-
-
 def report(label: str, r: dict) -> None:
     ratio = r["late_us"] / r["early_us"]
     mean_ratio = r["late_mean_us"] / r["early_mean_us"]
@@ -161,29 +128,55 @@ def report(label: str, r: dict) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--turns", default="10,100,1000")
-    p.add_argument("--sqlite", action="store_true", help="also run on SQLite (DjangoEventStore)")
+    p.add_argument("--stores", default="memory,sqlite,postgres",
+                   help="of memory, sqlite, postgres (DjangoEventStore; durable, see common.py)")
+    p.add_argument("--sqlite", action="store_true", help="(kept for old command lines: sqlite is a default store)")
     p.add_argument("--repeat", type=int, default=1)
     args = p.parse_args()
     sizes = [int(x) for x in args.turns.split(",")]
+    wanted = [s for s in args.stores.split(",") if s]
     holders = {
         "default holder (self-check/100)": lambda: FoldCache(),
         "holder, self-check off": lambda: FoldCache(check_every=0),
     }
-    stores = {"memory": InMemoryEventStore}
-    if args.sqlite:
-        django_store = sqlite_store()
-        if django_store is not None:
-            stores["sqlite"] = django_store
-    for store_name, make_store in stores.items():
-        for holder_name, make_cache in holders.items():
-            print(f"\n== {store_name} store, {holder_name}")
+    from contextlib import nullcontext
+
+    from common import postgres, setup_django, workdir
+
+    with workdir() as tmp, (postgres(tmp) if "postgres" in wanted else nullcontext(None)) as pg:
+        stores = {"memory": InMemoryEventStore}
+        if "sqlite" in wanted or "postgres" in wanted:
+            backends = setup_django(tmp, pg)
+            from aaa_django.store import DjangoEventStore
+
+            if "sqlite" in wanted:
+                stores["sqlite"] = lambda: DjangoEventStore(backends["SQLite"])
+            if pg is not None:
+                stores["postgres"] = lambda: DjangoEventStore(backends["PostgreSQL"])
+        if "memory" not in wanted:
+            del stores["memory"]
+        results: dict[tuple[str, str, int], dict] = {}
+        for store_name, make_store in stores.items():
+            # Warm up: imports, connections, the code paths of a turn (not measured).
+            asyncio.run(one_run(10, make_store(), FoldCache()))
+            for holder_name, make_cache in holders.items():
+                print(f"\n== {store_name} store, {holder_name}")
+                for n in sizes:
+                    best = None
+                    for _ in range(args.repeat):
+                        r = asyncio.run(one_run(n, make_store(), make_cache()))
+                        if best is None or r["total_s"] < best["total_s"]:
+                            best = r
+                    results[store_name, holder_name, n] = best
+                    report(f"{store_name} N={n}", best)
+        on, off = holders
+        print("\n== the self-check's cost (overhead/turn with it, less without it; its whole-log "
+              "fold every 100 holder reads)")
+        for store_name in stores:
             for n in sizes:
-                best = None
-                for _ in range(args.repeat):
-                    r = asyncio.run(one_run(n, make_store(), make_cache()))
-                    if best is None or r["total_s"] < best["total_s"]:
-                        best = r
-                report(f"{store_name} N={n}", best)
+                a, b = results[store_name, on, n], results[store_name, off, n]
+                print(f"{store_name} N={n}: {a['overhead_us'] - b['overhead_us']:+7.0f}us a turn "
+                      f"({(a['overhead_us'] / b['overhead_us'] - 1) * 100:+.0f}%)")
 
 
 if __name__ == "__main__":

@@ -57,12 +57,28 @@ HOP_QUEUE = "bench.hop"
 
 
 @app.task(name="bench.hop", ignore_result=True, acks_late=True)
-def hop(left: int, key: str) -> None:
-    """The bare hop: a no-op task that enqueues the next one; the last records when."""
+def hop(left: int, key: str, fast: bool = True) -> None:
+    """The bare hop: a no-op task that enqueues the next one; the last records when.
+    ``fast``: sent as the engine sends its deliveries (``FastPublisher``, the bus's
+    publisher, one per sending thread); else by ``app.send_task``."""
     if left > 0:
-        app.send_task("bench.hop", (left - 1, key), queue=HOP_QUEUE)
+        args = [left - 1, key, fast]
+        if not fast or not _publisher().send("bench.hop", args, HOP_QUEUE, repr(args)):
+            app.send_task("bench.hop", args, queue=HOP_QUEUE)
     else:
         _redis().set(key, repr(time.time()))
+
+
+_fast = None
+
+
+def _publisher():
+    global _fast
+    if _fast is None:
+        from aaa_django.publish import FastPublisher
+
+        _fast = FastPublisher(app)
+    return _fast
 
 
 @app.task(name="bench.noop", ignore_result=True, acks_late=True)
@@ -94,15 +110,21 @@ def _ready(**kwargs):
 # -- the workers' handlers -------------------------------------------------------------------
 
 
-def script(turns: int) -> str:
-    return json.dumps({"turns": turns})
+def script(turns: int, latency: float = 0.0) -> str:
+    """A run's task: how many model calls, and how long each takes (seconds)."""
+    return json.dumps({"turns": turns, "latency": latency})
 
 
-def scripted_model(request):
-    """``turns`` model calls: a no-op tool call each, then an answer."""
+async def scripted_model(request):
+    """``turns`` model calls, each answered after ``latency`` seconds: a no-op tool
+    call each, then an answer."""
+    import asyncio
+
     from aaa_django.llm.fake import text, tool_call
 
     plan = json.loads(next(m.content for m in request.messages if m.role == "user"))
+    if plan.get("latency"):
+        await asyncio.sleep(plan["latency"])
     done = sum(1 for m in request.messages if m.role == "tool")
     return text("done") if done >= plan["turns"] - 1 else tool_call("noop", n=done)
 

@@ -150,3 +150,95 @@ def workdir() -> Iterator[Path]:
         yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class CountingStore:
+    """Wraps an event store: counts its calls (by method) and the time spent in them.
+    ``appends`` counts the appends that stored something: one durable commit each."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.cache_key = inner.cache_key
+        self.calls = 0
+        self.by_method: dict[str, int] = {}
+        self.appends = 0
+        self.seconds = 0.0
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if not callable(attr) or name.startswith("_") or name.endswith("_sync"):
+            return attr
+
+        async def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                out = await attr(*args, **kwargs)
+            finally:
+                self.calls += 1
+                self.by_method[name] = self.by_method.get(name, 0) + 1
+                self.seconds += time.perf_counter() - t0
+            if name == "append" and out:
+                self.appends += 1
+            return out
+
+        return timed
+
+    def reset(self) -> None:
+        self.calls = self.appends = 0
+        self.by_method = {}
+        self.seconds = 0.0
+
+
+def rss(pid: int | str = "self") -> int:
+    """Resident set size of a process, in bytes (Linux: /proc)."""
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process under it (Linux: /proc), e.g. a prefork worker's pool."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except FileNotFoundError:
+            continue
+    return out
+
+
+def raw_commit_sqlite(path: str, count: int) -> float:
+    """Median seconds of a durable one-row transaction on SQLite (WAL, synchronous=FULL):
+    BEGIN IMMEDIATE, an event-sized INSERT, COMMIT; the raw driver, nothing else."""
+    import sqlite3
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(SQLITE_PRAGMAS)
+    conn.execute("CREATE TABLE IF NOT EXISTS bench_commit (at TEXT, data TEXT)")
+    times = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO bench_commit VALUES (datetime('now'), ?)", ["x" * 320])
+        conn.execute("COMMIT")
+        times.append(time.perf_counter() - t0)
+    conn.close()
+    return statistics.median(times)
+
+
+def raw_commit_postgres(pg: dict, count: int) -> float:
+    """Median seconds of a durable one-row commit on PostgreSQL: an event-sized INSERT
+    in autocommit (one round trip, one fsync), raw psycopg."""
+    import psycopg
+
+    with psycopg.connect(**pg, dbname=PG_DB, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_commit (at timestamptz, data text)")
+        times = []
+        for _ in range(count):
+            t0 = time.perf_counter()
+            conn.execute("INSERT INTO bench_commit VALUES (now(), %s)", ["x" * 320])
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)

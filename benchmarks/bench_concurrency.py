@@ -1,0 +1,271 @@
+"""Agent-scale concurrency: N runs x T turns with model latency L, started together.
+
+    .venv-bench/bin/python benchmarks/bench_concurrency.py                     # 200 x 3 x 1 s, every row
+    .venv-bench/bin/python benchmarks/bench_concurrency.py --runs 1000 --latency 2 --only inprocess-pg
+    .venv-bench/bin/python benchmarks/bench_concurrency.py --only celery --runs 50
+
+(``.venv-bench``: a venv with ``requirements/bench.txt``, see benchmarks/README.md.)
+
+Every run is a ToolLoop of T model calls (a no-op tool call after each but the last);
+the model is scripted and its reply comes after ``asyncio.sleep(L)``: a run waits
+T x L at the least, and that is the ideal wall time of N such runs started together
+(they wait at the same time). Printed per row: the wall time from the first start to
+the last result, the ideal T x L, their ratio, and the memory per in-flight run (the
+peak resident memory of the processes doing the work during the load, less what they
+held before it, over N).
+
+Rows (each in a process of its own, on the same durable databases, in one run):
+
+- ``inprocess-sqlite``, ``inprocess-pg``: the embedded default, ``Engine`` on the
+  in-process bus with ``DjangoEventStore`` (SQLite WAL + synchronous=FULL; PostgreSQL
+  15 with fsync on), the model and tool handlers in the same process;
+- ``celery``: the README's one-worker command for every queue, ``celery worker -Q
+  aaa.algorithms,aaa.llm,aaa.tools -c C`` (prefork, ``--celery-concurrency``, 2 by
+  default: two worker processes), on PostgreSQL and Redis; runs started by a driver
+  process's engine (``build_engine()``: the web process's side); memory is the
+  worker processes';
+- ``langgraph``: the same loop as a LangGraph 1.2 graph, ``ainvoke(...,
+  durability="sync")`` with ``AsyncPostgresSaver`` on a ``psycopg_pool`` pool
+  (``autocommit=True, row_factory=dict_row, prepare_threshold=0``; ``--pool`` connections).
+
+Goals (issue #15): 200 x 3 x 1 s within 1.3x ideal in-process on PostgreSQL and on
+Celery with 2 worker processes, ahead of LangGraph; 1,000 x 3 x 2 s on one process
+within 1.5x ideal, at most 200 KB per in-flight run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from common import PG_DB, ROOT, descendants, postgres, rss, setup_django, table, workdir  # noqa: E402
+
+ROWS = ["inprocess-sqlite", "inprocess-pg", "celery", "langgraph"]
+
+
+class PeakRSS:
+    """Samples the resident memory of some processes on a thread of its own (so a busy
+    event loop does not hide a peak); ``peak`` is the largest sum seen."""
+
+    def __init__(self, pids, every: float = 0.02) -> None:
+        self.pids, self.every = pids, every
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def now(self) -> int:
+        total = 0
+        for pid in self.pids():
+            try:
+                total += rss(pid)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        return total
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.now())
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> "PeakRSS":
+        self.base = self.now()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.now())
+
+
+# -- the rows, each run in a child process --------------------------------------------------
+
+
+async def inprocess(alias: str, runs: int, turns: int, latency: float) -> dict:
+    from bench_turn import noop_registry, scripted
+
+    from aaa_django.algos import ToolLoop
+    from aaa_django.llm import FakeLLMClient, LLMHandler
+    from aaa_django.runtime import Engine
+    from aaa_django.store import DjangoEventStore
+    from aaa_django.tools import ToolHandler
+
+    registry = noop_registry()
+    algo = ToolLoop(registry, max_turns=turns + 1)
+    async with Engine(store=DjangoEventStore(alias), close_timeout=30) as engine:
+        LLMHandler(FakeLLMClient(scripted(turns, latency))).attach(engine)
+        ToolHandler(registry).attach(engine)
+        warm = [await engine.start(algo, {"task": "warm-up"}) for _ in range(3)]
+        for run in warm:
+            await run.result()
+        await engine.drain()
+        gc.collect()
+        with PeakRSS(lambda: [os.getpid()]) as mem:
+            t0 = time.perf_counter()
+            started = await asyncio.gather(*(engine.start(algo, {"task": f"run {i}"}) for i in range(runs)))
+            outcomes = await asyncio.gather(*(r.result() for r in started))
+            wall = time.perf_counter() - t0
+        assert {o.outcome for o in outcomes} == {"success"}, outcomes
+    return {"wall": wall, "memory": mem.peak - mem.base, "processes": 1}
+
+
+async def langgraph(pg: dict, runs: int, turns: int, latency: float, pool_size: int) -> dict:
+    from bench_turn import langgraph_app, lg_config
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool
+
+    conninfo = f"host={pg['host']} port={pg['port']} user={pg['user']} dbname={PG_DB}"
+    kwargs = dict(autocommit=True, row_factory=dict_row, prepare_threshold=0)
+    async with AsyncConnectionPool(conninfo, kwargs=kwargs, min_size=pool_size, max_size=pool_size) as pool:
+        saver = AsyncPostgresSaver(pool)
+        await saver.setup()
+        app = langgraph_app(turns, saver, latency)
+        warm = langgraph_app(turns, saver)
+
+        async def one(graph, i: int) -> str:
+            out = await graph.ainvoke({"messages": [HumanMessage(f"run {i}")]}, lg_config(turns),
+                                      durability="sync")
+            return out["messages"][-1].content
+
+        for i in range(3):
+            await one(warm, i)
+        gc.collect()
+        with PeakRSS(lambda: [os.getpid()]) as mem:
+            t0 = time.perf_counter()
+            answers = await asyncio.gather(*(one(app, i) for i in range(runs)))
+            wall = time.perf_counter() - t0
+        assert set(answers) == {"done"}, answers
+    return {"wall": wall, "memory": mem.peak - mem.base, "processes": 1}
+
+
+def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int, tmp: Path) -> dict:
+    """Workers as the README starts them (one command, every queue), driven from here."""
+    from bench_celery import redis_server, workers
+
+    with redis_server(tmp) as broker:
+        env = {
+            **os.environ,
+            "AAA_BENCH_PG_HOST": pg["host"], "AAA_BENCH_PG_PORT": str(pg["port"]),
+            "AAA_BENCH_PG_NAME": PG_DB, "AAA_BENCH_REDIS": broker,
+            "DJANGO_SETTINGS_MODULE": "celery_site",
+            "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
+        }
+        os.environ.update({k: env[k] for k in ("AAA_BENCH_PG_HOST", "AAA_BENCH_PG_PORT",
+                                                "AAA_BENCH_PG_NAME", "AAA_BENCH_REDIS",
+                                                "DJANGO_SETTINGS_MODULE")})
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        from asgiref.sync import async_to_sync
+        from celery_site import registry, script
+
+        from aaa_django.algos import ToolLoop
+        from aaa_django.engines import build_engine
+
+        queues = "aaa.algorithms,aaa.llm,aaa.tools"
+        with workers(1, env, tmp, concurrency=concurrency, queues=queues) as procs:
+            pids = lambda: [p for w in procs for p in descendants(w.pid)]  # noqa: E731
+
+            async def drive() -> dict:
+                algo = ToolLoop(registry(), max_turns=turns + 1)
+                async with build_engine(poll_interval=0.25) as engine:
+                    warm = [await engine.start(algo, {"task": script(turns)}) for _ in range(2 * concurrency)]
+                    for run in warm:
+                        await run.result(timeout=120)
+                    task = script(turns, latency)
+                    with PeakRSS(pids, every=0.1) as mem:
+                        t0 = time.perf_counter()
+                        started = await asyncio.gather(*(engine.start(algo, {"task": task}) for _ in range(runs)))
+                        outcomes = await asyncio.gather(*(r.result(timeout=3600) for r in started))
+                        wall = time.perf_counter() - t0
+                    assert {o.outcome for o in outcomes} == {"success"}, outcomes
+                    return {"wall": wall, "memory": mem.peak - mem.base, "processes": len(pids())}
+
+            return async_to_sync(drive)()
+
+
+def child(args) -> None:
+    """One row, in this process; prints its result as JSON on the last line."""
+    pg = json.loads(os.environ["AAA_BENCH_PG"])
+    tmp = Path(os.environ["AAA_BENCH_TMP"])
+    if args.child == "celery":
+        out = celery_row(pg, args.runs, args.turns, args.latency, args.celery_concurrency, tmp)
+    elif args.child == "langgraph":
+        out = asyncio.run(langgraph(pg, args.runs, args.turns, args.latency, args.pool))
+    else:
+        setup_django(tmp, pg)
+        alias = "postgres" if args.child == "inprocess-pg" else "default"
+        out = asyncio.run(inprocess(alias, args.runs, args.turns, args.latency))
+    print(json.dumps(out))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--turns", type=int, default=3)
+    ap.add_argument("--latency", type=float, default=1.0, help="seconds of each model call")
+    ap.add_argument("--only", default=",".join(ROWS), help=f"rows to run, of {','.join(ROWS)}")
+    ap.add_argument("--celery-concurrency", type=int, default=2, help="worker processes (prefork -c)")
+    ap.add_argument("--pool", type=int, default=10, help="LangGraph's PostgreSQL pool size")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+    rows = [r for r in args.only.split(",") if r]
+    unknown = set(rows) - set(ROWS)
+    if unknown:
+        ap.error(f"unknown rows {sorted(unknown)}; choose from {ROWS}")
+    ideal = args.turns * args.latency
+    started = time.perf_counter()
+    results = {}
+    with workdir() as tmp, postgres(tmp) as pg:
+        for row in rows:
+            sub = tmp / row
+            sub.mkdir()
+            os.chmod(sub, 0o777)
+            cmd = [sys.executable, __file__, "--child", row, "--runs", str(args.runs), "--turns",
+                   str(args.turns), "--latency", str(args.latency), "--celery-concurrency",
+                   str(args.celery_concurrency), "--pool", str(args.pool)]
+            env = {**os.environ, "AAA_BENCH_PG": json.dumps(pg), "AAA_BENCH_TMP": str(sub),
+                   "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if proc.returncode:
+                print(f"# {row} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", file=sys.stderr)
+                continue
+            results[row] = json.loads(proc.stdout.strip().splitlines()[-1])
+            print(f"# {row}: {results[row]}", flush=True)
+    print(f"\n# bench_concurrency: Python {platform.python_version()}, {os.cpu_count()} CPUs; "
+          f"{args.runs} runs x {args.turns} turns x {args.latency:g} s model latency, started "
+          f"together; durable PostgreSQL 15 and SQLite")
+    out = []
+    labels = {
+        "inprocess-sqlite": "in-process bus, SQLite",
+        "inprocess-pg": "in-process bus, PostgreSQL",
+        "celery": f"Celery, one worker -c {args.celery_concurrency} (prefork), PostgreSQL",
+        "langgraph": f"LangGraph, AsyncPostgresSaver (pool {args.pool}), durability=sync",
+    }
+    for row, r in results.items():
+        out.append([labels[row], f"{r['wall']:.2f} s", f"{ideal:g} s", f"{r['wall'] / ideal:.2f}x",
+                    f"{r['memory'] / args.runs / 1024:.0f} KB", str(r["processes"])])
+    print(table(["row", "wall", "T x L", "wall / ideal", "memory per in-flight run", "processes"], out))
+    print(f"# total {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
