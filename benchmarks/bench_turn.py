@@ -122,8 +122,9 @@ def langgraph_app(turns: int, checkpointer, latency: float = 0.0):
     from langgraph.graph import END, START, StateGraph
     from langgraph.graph.message import add_messages
 
-    class State(TypedDict):
-        messages: Annotated[list, add_messages]
+    # (the functional form: this module's annotations are strings, and LangGraph
+    # resolves the state's at run time)
+    State = TypedDict("State", {"messages": Annotated[list, add_messages]})
 
     def reply(state):
         done = sum(1 for m in state["messages"] if isinstance(m, ToolMessage))
@@ -281,7 +282,7 @@ async def bench(label: str, alias: str, pg: dict | None, sqlite_path: str, turns
         rows.append({"ours": ours, "memory": memory, "lg_async": lg_async, "lg_sync": lg_sync,
                      "commit": commit, "thread_id": thread_id})
     await savers.close()
-    storage = storage_per_turn(pg, rows[-1]["ours"]["run_id"], rows[-1]["thread_id"], turns) if pg else None
+    storage = storage_per_turn(pg, rows[-1]["ours"]["run_id"], rows[-1]["thread_id"], turns) if label == "PostgreSQL" else None
     return summarise(rows, turns, storage)
 
 
