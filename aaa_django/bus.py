@@ -20,7 +20,7 @@
   site's ``WORKER_SETUP``).
 - **serial**: a run's algorithm step is an optimistic transaction on the run's stream:
   it reads the log, decides, and appends only if the stream's head is still the one
-  it read (the worker's store guards the appends, see :mod:`aaa_django.tailcache`);
+  it read (the engine's tail guards the appends, see :mod:`aaa_django.events.tail`);
   when another step or a handler appended meanwhile, the step runs again on the new
   log, and from its second try on under the run's Redis lock (see
   :mod:`aaa_django.coordination`), so a contended run still makes progress. Two
@@ -145,7 +145,7 @@ def store_spec(store: Any) -> list[Any]:
     the web process does) or ``["redis", url, prefix]``."""
     from .redis_store import RedisEventStore
     from .store import DjangoEventStore
-    from .tailcache import TailCachedStore
+    from .events.tail import TailCachedStore
 
     if isinstance(store, TailCachedStore):
         store = store.inner
@@ -188,8 +188,9 @@ _published: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("aa
 class DistributedBus:
     """The engine's bus over Celery (``AAA["BUS"] = "celery"``).
 
-    ``queues`` overrides ``AAA["CELERY_QUEUES"]``; ``serialize=False`` drops the step's
-    guard and lock (only to show, in a test, what they prevent); ``coordinator`` defaults to
+    ``queues`` overrides ``AAA["CELERY_QUEUES"]``; ``serialize=False`` drops the lock
+    of a contended step (with ``engine.guard_steps = False``, only to show, in a test,
+    what they prevent); ``coordinator`` defaults to
     the one the settings describe. ``in_worker=True`` (the workers' own engines) sends
     at once: a worker's appends are never inside a caller's transaction, they have
     committed when ``publish`` is called.
@@ -256,15 +257,14 @@ class DistributedBus:
         has just appended, the event itself with the id of the one before it (when it
         knows that id and the event is small)."""
         args = [self.spec, event.stream, event.seq, event.id]
-        fresh = getattr(self.engine.store, "fresh", None)
-        if fresh is None or not fresh(event.id):
+        tail = self.engine.tail
+        if not tail.fresh(event.id):
             return args  # not just appended here (a re-drive): the worker reads it
         seq = event.seq or 0
-        cached = getattr(self.engine.store, "cached", None)
 
         def known(at: int) -> Event | None:
             found = next((e for e in batch if e.stream == event.stream and e.seq == at), None)
-            return found if found is not None or cached is None else cached(event.stream, at)
+            return found if found is not None else tail.cached(event.stream, at)
 
         prev: str | None = None
         if seq > 1:
@@ -338,22 +338,12 @@ class DistributedBus:
 
     @contextlib.asynccontextmanager
     async def serial(self, key: str, *, contended: bool = False, synced: bool = False):
-        """A step of run ``key``: its reads catch up with the log, and its appends to
-        the run's stream are guarded by the head it read (the worker's cached store);
-        an append that finds the head moved raises ``ConcurrencyError`` and the caller
-        runs the step again with ``contended=True``, under the run's cluster-wide
-        lock. With a store that cannot guard, every step takes the lock. ``synced``:
-        the cached view of the run is known to be current (the message carried the
-        event that follows it), no catch-up read."""
-        store = self.engine.store if self.engine is not None else None
-        guard = getattr(store, "guard", None)
-        locked = self.serialize and (contended or guard is None)
-        async with self._coordinator().lock(key) if locked else contextlib.AsyncExitStack():
-            stale = getattr(store, "stale", None)
-            if stale is not None and not synced:
-                stale(key)
-            with guard(key) if guard is not None and self.serialize else contextlib.nullcontext():
-                yield
+        """A step of run ``key`` (see :meth:`Engine.step`): its appends are guarded by
+        the head of the view it read (the engine's tail); the first try takes no lock.
+        ``contended``: an earlier try found the log moved on: this one holds the run's
+        cluster-wide lock, so a contended run still makes progress."""
+        async with self._coordinator().lock(key) if self.serialize and contended else contextlib.AsyncExitStack():
+            yield
 
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` (an engine timer firing) on this loop; ``drain`` waits for it."""

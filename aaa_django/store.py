@@ -133,8 +133,11 @@ class DjangoEventStore(StatementAppends):
             return []
         for attempt in range(_RETRIES):
             try:
-                stored = self._append_once(stream, batch, texts, expected_seq, attempt > 0)
+                stored = EventList(self._append_once(stream, batch, texts, expected_seq, attempt > 0))
                 self._recent.add(stored)  # a bus may send them along (after their commit)
+                # Appended inside a caller's transaction: they may still roll back (a
+                # cache of the log must not take them as facts yet).
+                stored.committed = not connections[self.using].in_atomic_block
                 return stored
             except (IntegrityError, OperationalError) as exc:
                 # Lost a race with another appender (SQLite: "database is locked";

@@ -43,9 +43,6 @@ TOOL_WORK = frozenset({T.TOOL_REQUESTED, *T.APPROVAL_DECISIONS})
 #: a delivery still running after this many seconds takes a busy lease (and, for tool
 #: work, starts listening for its run's end); quicker ones never touch Redis for it
 SLOW_DELIVERY = 0.05
-#: tries of a run's step whose appends find the log moved on (the second and later
-#: under the run's lock); past them the delivery fails and Celery retries it
-STEP_TRIES = 8
 
 
 class WorkerRuntime:
@@ -204,7 +201,7 @@ def build_worker_engine(spec: Sequence[Any]) -> Any:
     ``AAA["WORKER_SETUP"]``) and their tool pools shared by the whole cluster."""
     from . import algos  # noqa: F401  (registers the built-in algorithms)
     from .engines import attach_site_handlers, build_engine
-    from .tailcache import TailCachedStore
+    from .events.tail import TailCachedStore
 
     using = spec[1] if spec[0] == "django" else "default"
     engine = build_engine(using=using, store=TailCachedStore(open_store(spec, inline=True)),
@@ -241,32 +238,27 @@ async def deliver_event(engine: Any, stream: str, seq: int, event_id: str, *, re
     """Deliver one stored event to ``engine`` as a worker does; returns what happened
     (``"delivered"``, or ``"missing"`` when the log no longer holds that event).
     ``wire``: the event itself from the message (see :meth:`DistributedBus._args`)."""
-    scope = getattr(engine.store, "delivery", contextlib.nullcontext)
-    with scope():
+    with engine.tail.delivery():
         # A first delivery whose message carries the event that follows this worker's
         # cached view of the run: the view is current without a query. Not after a
         # redelivery: the view may be old, and handlers would redo answered work.
-        synced = not redelivered and wire is not None and _accept(engine.store, stream, seq, event_id, wire)
+        synced = not redelivered and wire is not None and _accept(engine.tail, stream, seq, event_id, wire)
         return await _deliver(engine, stream, seq, event_id, redelivered, synced)
 
 
-def _accept(store: Any, stream: str, seq: int, event_id: str, wire: str) -> bool:
-    accept = getattr(store, "accept", None)
-    if accept is None:
-        return False
-    cached = getattr(store, "cached", None)
+def _accept(tail: Any, stream: str, seq: int, event_id: str, wire: str) -> bool:
     try:
         prev, data, *rest = json.loads(wire)
         event = Event.from_dict(data)
         # the events before it (a young run's message) matter only to a cache without the run
-        new_to_us = rest and (cached is None or cached(stream, 1) is None)
+        new_to_us = rest and tail.cached(stream, 1) is None
         earlier = [Event.from_dict(d) for d in rest[0]] if new_to_us else []
     except (ValueError, TypeError, KeyError, AttributeError, IndexError):
         log.warning("a delivery of %s %s carried an unreadable event; reading it", stream, seq)
         return False
     if (event.id, event.stream, event.seq) != (event_id, stream, seq):
         return False
-    return accept(event, prev, earlier) if earlier else accept(event, prev)
+    return tail.accept(event, prev, earlier)
 
 
 async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivered: bool, synced: bool) -> str:
@@ -304,33 +296,23 @@ async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivere
 
 async def _step(engine: Any, stream: str, seq: int, event_id: str, loaded: asyncio.Future,
                 synced: bool = False) -> Event | None:
-    """``engine.handle`` for the event at ``seq``. The step reads the event in the
-    run's step (that read brings this worker's view of the run up to date, which the
-    step needs anyway; ``synced``: the view is current already), and runs again when
-    its appends find that the log moved on since (see :meth:`DistributedBus.serial`)."""
-    event: Event | None = None
+    """``engine.handle`` for the event at ``seq``: the event, from the tail (the message
+    carried it: ``synced``) or one read that brings this worker's view of the run up
+    to date, which the step needs anyway; then the run's step (:meth:`Engine.step`:
+    guarded by that view, tried again when the log moved on) and the handlers."""
     try:
-        for attempt in range(STEP_TRIES):
-            try:
-                async with engine.bus.serial(stream, contended=attempt > 0, synced=synced and attempt == 0):
-                    found = await engine.store.read(stream, after=seq - 1, limit=1)
-                    if event is None:
-                        event = found[0] if found and found[0].id == event_id else None
-                        if not loaded.done():
-                            loaded.set_result(event)
-                        if event is None:
-                            return None
-                        event = await engine.hydrate(event)
-                    await engine.react(event)
-                break
-            except ConcurrencyError:
-                # Another step, or a handler, appended after this step read the log:
-                # nothing of this try was stored; decide again from the log as it is.
-                if attempt == STEP_TRIES - 1:
-                    raise
+        if not synced:
+            engine.tail.stale(stream)
+        found = await engine.store.read(stream, after=seq - 1, limit=1)
+        event = found[0] if found and found[0].id == event_id else None
+        loaded.set_result(event)
+        if event is None:
+            return None
+        event = await engine.hydrate(event)
     finally:
         if not loaded.done():
             loaded.set_result(None)
+    await engine.step(event, synced=True)
     await engine.dispatch(event)
     return event
 
@@ -356,7 +338,7 @@ async def _guard_slow(engine: Any, stream: str, loaded: asyncio.Future, work: as
 
 
 async def _cancel_on_end(engine: Any, run_id: str) -> None:
-    stale = getattr(engine.store, "stale", lambda stream: None)
+    stale = engine.tail.stale
 
     async def ended() -> bool:
         stale(run_id)  # this delivery's cached view of the run would not see the end

@@ -1,4 +1,4 @@
-"""The worker's read cache (aaa_django.tailcache) is an EventStore: outside a delivery
+"""The engine's tail (aaa_django.events.tail) is an EventStore: outside a delivery
 every read catches up, so it passes the contract over the memory store. Inside a
 delivery it serves synced streams from memory until the bus marks them stale."""
 
@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from aaa_django.events import ConcurrencyError, InMemoryEventStore
-from aaa_django.tailcache import TailCachedStore
+from aaa_django.events.tail import TailCachedStore
 from tests.contracts.eventstore import EventStoreContract, ev, run
 
 

@@ -10,6 +10,7 @@ from .event import Event, check_event, encode_json
 from .ids import derive_id, new_id
 from .projection import Loaded, Projection, fold, iterate
 from .store import EventStore, InMemoryEventStore, Snapshot
+from .tail import Tail, TailCachedStore
 
 __all__ = [
     "ConcurrencyError",
@@ -23,6 +24,8 @@ __all__ = [
     "Loaded",
     "Projection",
     "Snapshot",
+    "Tail",
+    "TailCachedStore",
     "check_event",
     "default_cache",
     "derive_id",

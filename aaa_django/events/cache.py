@@ -38,8 +38,9 @@ class FoldCache:
 
     Keys are ``(store.cache_key, stream, projection name, version)``. Publishing swaps
     one reference under a lock and never moves an entry backwards, so a slow reader
-    cannot replace a newer state with its older one. Least recently used entries are
-    dropped past ``max_entries``.
+    cannot replace a newer state with its older one. **Bound**: ``max_entries``
+    states (least recently used dropped); the engine forgets a run's states when the
+    run ends (:meth:`forget_stream`), so a long-lived process holds the runs in flight.
     """
 
     def __init__(
@@ -56,6 +57,8 @@ class FoldCache:
         self._due: OrderedDict[Hashable, Any] = OrderedDict()
         self._tasks: set[Any] = set()
         self._entries: OrderedDict[Hashable, Folded] = OrderedDict()
+        #: (cache_key, stream) -> its keys in ``_entries`` (forgetting a stream is cheap)
+        self._streams: dict[tuple, set[Hashable]] = {}
         self._lock = threading.Lock()
         self._reads = 0
         # Counters for tests, benchmarks and the admin.
@@ -77,24 +80,36 @@ class FoldCache:
             old = self._entries.get(key)
             if old is not None and old.cursor > entry.cursor:
                 return
+            if old is None:
+                self._streams.setdefault(_stream_of(key), set()).add(key)
             self._entries[key] = entry
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+                self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: Hashable) -> None:
+        del self._entries[key]
+        of = _stream_of(key)
+        keys = self._streams.get(of)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._streams[of]
 
     def reset(self, key: Hashable | None = None) -> None:
         """Forget one entry (or all): the next read folds from a snapshot or the log."""
         with self._lock:
             if key is None:
                 self._entries.clear()
-            else:
-                self._entries.pop(key, None)
+                self._streams.clear()
+            elif key in self._entries:
+                self._drop(key)
 
     def forget_stream(self, cache_key: str, stream: str) -> None:
-        """Drop every entry of a stream (after it was erased)."""
+        """Drop every entry of a stream (it was erased, or its run ended)."""
         with self._lock:
-            for key in [k for k in self._entries if k[:2] == (cache_key, stream)]:
-                del self._entries[key]
+            for key in self._streams.pop((cache_key, stream), ()):
+                self._entries.pop(key, None)
 
     def check_due(self) -> bool:
         """Count a read; True on every ``check_every``-th one."""
@@ -146,6 +161,10 @@ class FoldCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _stream_of(key: Hashable) -> tuple:
+    return key[:2] if isinstance(key, tuple) else (key,)
 
 
 #: The process's shared holder, used by the engine unless it is given another.

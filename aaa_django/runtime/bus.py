@@ -25,9 +25,10 @@ class Bus(Protocol):
     """What the engine needs from a bus (in-process here; Celery in the Django layer).
 
     ``publish`` must eventually call ``engine.handle(e)`` for each event, at least
-    once, anywhere (a bus may split it: ``engine.react(e)`` on an algorithm queue
-    under ``serial(run)``, ``engine.dispatch(e)`` on handler queues). ``serial(run)``
-    serialises the steps of one run; ``spawn`` runs the engine's timers' work.
+    once, anywhere (a bus may split it: ``engine.step(e)`` on an algorithm queue,
+    ``engine.dispatch(e)`` on handler queues). ``serial(run)`` serialises the steps
+    of one run (``contended``: the step's previous try found the log moved on;
+    ``synced``: its view of the run is current); ``spawn`` runs the engine's timers' work.
     Optional: ``watch_ends()``, called by ``Engine.wait``, for a bus that can hear of
     runs ended by other processes and call ``engine.wake(run_id)`` (the Celery bus).
     """
@@ -36,7 +37,7 @@ class Bus(Protocol):
 
     async def publish(self, events: Iterable[Event]) -> None: ...
 
-    def serial(self, key: str) -> AsyncContextManager[Any]: ...
+    def serial(self, key: str, *, contended: bool = False, synced: bool = False) -> AsyncContextManager[Any]: ...
 
     def spawn(self, coro: Any) -> None: ...
 
@@ -73,8 +74,8 @@ class InProcessBus:
             for _ in range(self.copies):
                 self._spawn(self.engine.handle(e))
 
-    def serial(self, key: str) -> asyncio.Lock:
-        """The lock that serialises the algorithm steps of run ``key``."""
+    def serial(self, key: str, *, contended: bool = False, synced: bool = False) -> asyncio.Lock:
+        """The lock that serialises the algorithm steps of run ``key`` in this process."""
         lock = self._locks.get(key)
         if lock is None:
             lock = asyncio.Lock()

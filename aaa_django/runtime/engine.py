@@ -31,6 +31,7 @@ from aaa_django.data import DEFAULT_HOT_FIELDS, InMemoryBlobStore, hydrate, is_c
 from aaa_django.data.claims import claim_payload, put_claim
 from aaa_django.data.errors import BlobError
 from aaa_django.events import (
+    ConcurrencyError,
     Event,
     EventStore,
     FoldCache,
@@ -41,6 +42,7 @@ from aaa_django.events import (
     derive_id,
     new_id,
 )
+from aaa_django.events.tail import Tail, TailCachedStore
 
 from . import registry
 from . import types as T
@@ -57,12 +59,18 @@ log = logging.getLogger("aaa_django.runtime")
 Handler = Callable[[Event], Awaitable[Any]]
 
 DEFAULT_CLAIM_THRESHOLD = 16_384
+#: tries of a run's step whose appends find the log moved on (another process wrote);
+#: past them the error is raised (a Celery delivery is then retried)
+STEP_TRIES = 8
 
 
 class Engine:
     """Runs algorithms as event streams; ``async with Engine(...) as engine``.
 
-    ``store`` defaults to an :class:`~aaa_django.events.InMemoryEventStore`; with
+    ``store`` defaults to an :class:`~aaa_django.events.InMemoryEventStore`; the engine
+    reads and appends through a :class:`~aaa_django.events.tail.TailCachedStore` over
+    it (unless ``store`` is one already): it knows what it has just appended and
+    never reads it back; with
     ``blobs`` (a :class:`~aaa_django.data.BlobStore`) event data over
     ``claim_threshold`` bytes of JSON is claim-checked; ``bus`` defaults to an
     :class:`InProcessBus`; ``cache`` (the in-process fold holder) defaults to the
@@ -84,7 +92,15 @@ class Engine:
         close_timeout: float = 2.0,
         poll_interval: float = 0.5,
     ) -> None:
-        self.store: EventStore = store if store is not None else InMemoryEventStore()
+        store = store if store is not None else InMemoryEventStore()
+        if not isinstance(store, Tail):
+            store = TailCachedStore(store)
+        self.store: EventStore = store
+        #: the store's tail (detected once, here): what this engine holds of the log
+        self.tail: Tail = store
+        #: a run's step appends only if the run's log is still the one it read (False:
+        #: only to show, in a test, what the guard prevents)
+        self.guard_steps = True
         self.blobs = blobs
         self.claim_threshold = claim_threshold
         self.hot_fields = tuple(hot_fields)
@@ -459,10 +475,34 @@ class Engine:
         """
         if self._closed:
             return
-        event = await self.hydrate(event)
-        async with self.bus.serial(event.stream):
-            await self.react(event)
-        await self.dispatch(event)
+        with self.tail.delivery():
+            # An event this engine appended (or read) is in its tail: the run's view is
+            # current without a read (the step's guard catches another process's write).
+            synced = self.tail.holds(event)
+            event = await self.hydrate(event)
+            await self.step(event, synced=synced)
+            await self.dispatch(event)
+
+    async def step(self, event: Event, *, synced: bool = False) -> None:
+        """The run's step for ``event`` (:meth:`react`), under the bus's serialisation
+        of the run, in a delivery (``store.delivery()``). Its appends to the run's
+        stream are guarded by the head of the view it read: when another process
+        appended meanwhile, nothing of the try is stored and the step runs again from
+        the log as it is now (from the second try on, ``contended``: a bus may then
+        take a stronger lock). ``synced``: the tail holds the run as it is, no read."""
+        tail, stream = self.tail, event.stream
+        for attempt in range(STEP_TRIES):
+            current = synced and attempt == 0
+            try:
+                async with self.bus.serial(stream, contended=attempt > 0, synced=current):
+                    if not current:
+                        tail.stale(stream)
+                    with tail.guard(stream) if self.guard_steps else contextlib.nullcontext():
+                        await self.react(event)
+                return
+            except ConcurrencyError:
+                if attempt == STEP_TRIES - 1:
+                    raise
 
     async def react(self, event: Event) -> None:
         """The engine's reaction and the algorithm step (the caller serialises runs)."""
@@ -562,6 +602,13 @@ class Engine:
         run_id = event.stream
         self._disarm(run_id)
         self._wake(run_id)
+        # What this process kept of the run (its log, its folded states, its algorithm)
+        # is dropped: it is read again only if asked for, and memory holds runs in flight.
+        self.tail.forget(run_id)
+        self.cache.forget_stream(self.store.cache_key, run_id)
+        started = self._started.pop(run_id, None)
+        if started is not None:
+            self._algorithms.pop(started.id, None)
         out: list[Event] = []
         if meta.parent:
             out.append(event.derive(

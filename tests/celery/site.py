@@ -201,6 +201,6 @@ class SerialProbe(Algorithm):
 def setup(engine) -> None:
     """Attach the handlers every worker needs (AAA["WORKER_SETUP"])."""
     # Only the negative control of the serialisation test turns the step's guard off.
-    engine.bus.serialize = os.environ.get("AAA_TEST_SERIALIZE", "1") == "1"
+    engine.bus.serialize = engine.guard_steps = os.environ.get("AAA_TEST_SERIALIZE", "1") == "1"
     LLMHandler(FakeLLMClient(scripted_model)).attach(engine)
     ToolHandler(REGISTRY, pools={"shared": POOL_SIZE}).attach(engine)

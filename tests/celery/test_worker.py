@@ -25,7 +25,7 @@ from aaa_django.events import Event, FoldCache
 from aaa_django.models import RunRecord
 from aaa_django.runtime import types as T
 from aaa_django.store import DjangoEventStore, _outside_loop
-from aaa_django.tailcache import TailCachedStore
+from aaa_django.events.tail import TailCachedStore
 from aaa_django.worker import WorkerRuntime, deliver_event
 from tests.scenarios import site
 

@@ -88,7 +88,7 @@ class ReplayBus:
     async def publish(self, events: Iterable[Event]) -> None:
         self.queue.extend(events)
 
-    def serial(self, key: str) -> asyncio.Lock:
+    def serial(self, key: str, *, contended: bool = False, synced: bool = False) -> asyncio.Lock:
         return asyncio.Lock()  # one delivery at a time already
 
     def spawn(self, coro: Any) -> None:

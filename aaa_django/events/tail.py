@@ -1,10 +1,15 @@
-"""``TailCachedStore``: a worker's read cache of the streams it delivers events of.
+"""``TailCachedStore``: the engine's cache of the streams it delivers events of.
 
 One delivery makes several reads of its run's stream (the engine's view of the run,
 the algorithm's projection, the handler's "is it answered already?"), each a query
 and a thread hop. Streams only ever grow at the end, and an event never changes, so a
-process can keep the events it has read and ask the database only for what is new:
-one query per *sync* instead of one per read.
+process can keep the events it has read or appended and ask the database only for
+what is new: one query per *sync* instead of one per read, and none for what this
+process has just appended. Every engine reads through one (``Engine`` wraps its store
+in one unless given one), on the in-process bus and in a Celery worker alike.
+
+**Bound**: the logs of at most ``max_streams`` streams (least recently used dropped;
+the engine drops a run's log when the run ends), each held whole while it is kept.
 
 When is the cached tail current enough? Outside a delivery, never: every read catches
 up first (one query for what is new), so the store behaves as any EventStore (it
@@ -32,10 +37,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections import OrderedDict
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
-from .events import ConcurrencyError, Event
-from .events.store import RecentIds
+from .errors import ConcurrencyError
+from .event import Event
+from .store import RecentIds
 
 #: a synced log shorter than this is folded from its start, no snapshot asked for
 SHORT_LOG = 64
@@ -57,14 +63,44 @@ class _Guard:
 _guarded: contextvars.ContextVar[_Guard | None] = contextvars.ContextVar("aaa_guarded", default=None)
 
 
+@runtime_checkable
+class Tail(Protocol):
+    """What the engine asks of a store that keeps the tails of the streams it serves
+    (detected once, where the engine is built): a delivery's scope, in which a synced
+    stream is read from memory; the step's guard; what it holds already."""
+
+    def delivery(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def stale(self, stream: str) -> None: ...
+
+    def guard(self, stream: str) -> contextlib.AbstractContextManager[None]: ...
+
+    def holds(self, event: Event) -> bool: ...
+
+    def forget(self, stream: str) -> None: ...
+
+    def accept(self, event: Event, prev_id: str | None, earlier: Sequence[Event] = ()) -> bool: ...
+
+    def cached(self, stream: str, seq: int) -> Event | None: ...
+
+    def fresh(self, event_id: str) -> bool: ...
+
+
+#: streams whose logs an engine keeps by default (see the module docstring)
+MAX_STREAMS = 2048
+
+
 class TailCachedStore:
     """Wraps an EventStore; the same log (``cache_key``), fewer queries."""
 
-    def __init__(self, inner: Any, *, max_streams: int = 512) -> None:
+    def __init__(self, inner: Any, *, max_streams: int = MAX_STREAMS) -> None:
         self.inner = inner
         self.cache_key = inner.cache_key
         self.max_streams = max_streams
         self._logs: OrderedDict[str, list[Event]] = OrderedDict()
+        #: stream -> (name, version) -> the snapshot this store saved last (for the
+        #: streams whose logs it keeps)
+        self._snapshots: dict[str, dict[tuple[str, int], Any]] = {}
         #: ids of events this store appended, until the bus publishes them (newest last)
         #: (a store that keeps its own, as DjangoEventStore does, answers ``fresh``)
         self._fresh = None if hasattr(inner, "fresh") else RecentIds()
@@ -81,11 +117,15 @@ class TailCachedStore:
     @staticmethod
     @contextlib.contextmanager
     def delivery() -> Iterator[None]:
-        """Within: reads of a synced stream are served from memory."""
+        """Within: reads of a synced stream are served from memory. A delivery never
+        inherits the guard of the step that published its event (in-process, a
+        delivery's task starts inside that step's context)."""
         token = _synced.set(set())
+        guarded = _guarded.set(None)
         try:
             yield
         finally:
+            _guarded.reset(guarded)
             _synced.reset(token)
 
     @staticmethod
@@ -148,12 +188,31 @@ class TailCachedStore:
             if observe is not None:
                 observe(new)  # (the store's hint of the run's head and row follows them)
         self._logs.move_to_end(stream)
-        while len(self._logs) > self.max_streams:
-            self._logs.popitem(last=False)
+        self._trim()
         synced = _synced.get()
         if synced is not None:
             synced.add(stream)
         return True
+
+    def holds(self, event: Event) -> bool:
+        """Does the cache hold ``event`` at its seq (this process appended or read it)?
+        Then, in this delivery, the stream counts as synced: the cache is the log as
+        this process wrote it, and the step's guard catches any later write of
+        another process (its append raises, and the step runs again from a sync)."""
+        log = self._logs.get(event.stream)
+        seq = event.seq or 0
+        if log is None or not 0 < seq <= len(log) or log[seq - 1].id != event.id:
+            return False
+        synced = _synced.get()
+        if synced is not None:
+            synced.add(event.stream)
+        self._logs.move_to_end(event.stream)
+        return True
+
+    def forget(self, stream: str) -> None:
+        """Drop ``stream``'s log (its run ended): the next read of it reads it whole."""
+        self._drop(stream)
+        self.stale(stream)
 
     def fresh(self, event_id: str) -> bool:
         """Was ``event_id`` appended by this store just now, and not asked about yet?
@@ -188,8 +247,7 @@ class TailCachedStore:
         self._logs.move_to_end(stream)
         if synced is not None:
             synced.add(stream)
-        while len(self._logs) > self.max_streams:
-            self._logs.popitem(last=False)
+        self._trim()
         return log
 
     async def read(self, stream: str, *, after: int = 0, limit: int | None = None,
@@ -214,14 +272,33 @@ class TailCachedStore:
                 self._fresh.add(stored)
             stream = stored[0].stream
             log = self._logs.get(stream)
-            if log is not None and stored[0].seq == len(log) + 1:
+            if not getattr(stored, "committed", True):
+                # Inside a caller's transaction: it may still roll back. Not a fact yet.
+                self._drop(stream)
+                self.stale(stream)
+            elif log is not None and stored[0].seq == len(log) + 1:
                 log.extend(stored)  # nobody wrote in between: still a prefix, caught up
+            elif log is None and stored[0].seq == 1:
+                self._keep(stream, list(stored))  # a new stream: all of it is ours
             else:
                 self.stale(stream)
         return stored
 
-    async def erase(self, stream: str) -> int:
+    def _keep(self, stream: str, log: list[Event]) -> None:
+        self._logs[stream] = log
+        self._logs.move_to_end(stream)
+        self._trim()
+
+    def _trim(self) -> None:
+        while len(self._logs) > self.max_streams:
+            self._drop(next(iter(self._logs)))
+
+    def _drop(self, stream: str) -> None:
         self._logs.pop(stream, None)
+        self._snapshots.pop(stream, None)
+
+    async def erase(self, stream: str) -> int:
+        self._drop(stream)
         self.stale(stream)
         return await self.inner.erase(stream)
 
@@ -231,15 +308,21 @@ class TailCachedStore:
     async def load_snapshot(self, stream: str, name: str, version: int) -> Any:
         synced = _synced.get()
         log = self._logs.get(stream)
-        if synced is not None and stream in synced and log is not None and len(log) < SHORT_LOG:
-            # In a delivery, with the whole (short) log in memory: folding it from its
-            # start costs less than asking for a snapshot (a snapshot only ever saves
-            # folds; without one, a projection replays the log: the same state).
-            return None
+        if synced is not None and stream in synced and log is not None:
+            # In a delivery, with the whole log in memory: the snapshot this process
+            # saved last, if any (it knows what it wrote); else, for a short log,
+            # none: folding it from its start costs less than asking (a snapshot
+            # only ever saves folds; without one, a projection replays the log).
+            saved = self._snapshots.get(stream, {}).get((name, version))
+            if saved is not None or len(log) < SHORT_LOG:
+                return saved
         return await self.inner.load_snapshot(stream, name, version)
 
     async def save_snapshot(self, snapshot: Any) -> bool:
-        return await self.inner.save_snapshot(snapshot)
+        saved = await self.inner.save_snapshot(snapshot)
+        if saved and snapshot.stream in self._logs:  # kept as long as the stream's log
+            self._snapshots.setdefault(snapshot.stream, {})[snapshot.name, snapshot.version] = snapshot
+        return saved
 
     async def streams(self) -> list[str]:
         return await self.inner.streams()
