@@ -247,6 +247,37 @@ def test_an_append_after_another_process_appended_still_lands(worker, pg_alias):
         assert rt.run(DjangoEventStore(pg_alias, inline=True).read(run_id)) == events
 
 
+def test_a_toolloop_turn_in_a_worker_is_its_appends_and_no_read_of_them(worker, pg_alias):
+    """As in-process (tests/engine/test_store_calls.py): a worker that takes every
+    delivery of a run holds its log, so a turn is its appends."""
+    from aaa_django.algos import ToolLoop
+    from aaa_django.llm import FakeLLMClient, LLMHandler
+    from aaa_django.tools import ToolHandler, ToolRegistry
+    from tests.engine.test_store_calls import TURNS, count_calls, model, noop
+
+    rt, engine, sent = worker
+    store = DjangoEventStore(pg_alias, inline=True)
+    counted = count_calls(store)
+    mine = build_engine(using=pg_alias, store=TailCachedStore(store), cache=FoldCache(check_every=0),
+                        bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator))
+    mine.bus._send = engine.bus._send
+    registry = ToolRegistry([noop])
+    LLMHandler(FakeLLMClient(model)).attach(mine)
+    ToolHandler(registry).attach(mine)
+
+    async def start():
+        return (await mine.start(ToolLoop(registry, max_turns=TURNS + 1), {"task": "count"})).run_id
+
+    run_id = rt.run(start())
+    drive(rt, mine, sent)
+    calls = list(counted)
+    assert rt.run(mine.outcome(run_id)).outcome == "success"
+    methods = [name for name, _ in calls]
+    assert methods.count("append") == 2 + 4 * TURNS - 2 + 1, calls
+    assert len(calls) / TURNS <= 5
+    assert set(methods) <= {"append", "save_snapshot"}, calls
+
+
 async def _start(engine):
     return (await engine.start(site.loop("add_then_answer"), {"task": "add 1 and 2"})).run_id
 
