@@ -252,7 +252,9 @@ class TailCachedStore:
 
     async def read(self, stream: str, *, after: int = 0, limit: int | None = None,
                    tenant: str | None = None) -> list[Event]:
-        if tenant is not None:
+        if tenant is not None or (_synced.get() is None and stream not in self._logs):
+            # (outside a delivery, a stream this engine does not hold, e.g. an ended
+            # run's: read through, and keep nothing of it)
             return await self.inner.read(stream, after=after, limit=limit, tenant=tenant)
         log = await self._log(stream)
         start = max(after, 0)

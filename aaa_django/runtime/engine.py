@@ -578,14 +578,26 @@ class Engine:
         return algo
 
     async def dispatch(self, event: Event) -> None:
-        """Run the handlers subscribed to the event's type, concurrently."""
+        """Run the handlers subscribed to the event's type, concurrently (the last part
+        of a delivery: after a run's end, what this process kept of the run goes)."""
         handlers = self._handlers.get(event.type)
-        if not handlers:
-            return
-        if len(handlers) == 1:
+        if len(handlers or ()) == 1:
             await self._call(handlers[0], event)
-        else:
+        elif handlers:
             await asyncio.gather(*(self._call(h, event) for h in handlers))
+        if event.type == T.RUN_COMPLETED:
+            self.forget(event.stream)
+
+    def forget(self, run_id: str) -> None:
+        """Drop what this process keeps of a run (its log in the tail, its folded
+        states, its rebuilt algorithm): read again only if asked for. The engine calls
+        it once a run's end is delivered, so a long-lived process holds the runs in
+        flight, not every run it has served."""
+        self.tail.forget(run_id)
+        self.cache.forget_stream(self.store.cache_key, run_id)
+        started = self._started.pop(run_id, None)
+        if started is not None:
+            self._algorithms.pop(started.id, None)
 
     async def _call(self, handler: Handler, event: Event) -> None:
         try:
@@ -602,13 +614,6 @@ class Engine:
         run_id = event.stream
         self._disarm(run_id)
         self._wake(run_id)
-        # What this process kept of the run (its log, its folded states, its algorithm)
-        # is dropped: it is read again only if asked for, and memory holds runs in flight.
-        self.tail.forget(run_id)
-        self.cache.forget_stream(self.store.cache_key, run_id)
-        started = self._started.pop(run_id, None)
-        if started is not None:
-            self._algorithms.pop(started.id, None)
         out: list[Event] = []
         if meta.parent:
             out.append(event.derive(
