@@ -145,10 +145,13 @@ class FoldCache:
             done += 1
 
     def spawn(self, coro: Any) -> None:
-        """Run a self-check off the read path (kept referenced until it ends)."""
+        """Run a self-check off the read path (kept referenced until it ends), in a
+        context of its own: it is not part of the delivery whose read made it due (a
+        store's per-delivery state, such as the engine's tail, does not follow it)."""
         import asyncio
+        import contextvars
 
-        task = asyncio.get_running_loop().create_task(coro)
+        task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
