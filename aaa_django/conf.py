@@ -67,7 +67,8 @@ API_STREAM_SECONDS  int >= 1         300           An event stream (SSE) closes 
                                                    Last-Event-ID.
 LLM                 dict or None     None          The model provider of the web process and
                                                    the demo: {"PROVIDER": "openai" |
-                                                   "anthropic", "BASE_URL", "API_KEY",
+                                                   "anthropic" | "pydantic-ai", "BASE_URL",
+                                                   "API_KEY",
                                                    "MODEL", "TIMEOUT", "MAX_RETRIES",
                                                    "PRICING"} (docs/models.md). None: no
                                                    provider (the demo's model is scripted).

@@ -2,7 +2,7 @@
 
     AAA = {
         "LLM": {
-            "PROVIDER": "openai",                  # or "anthropic"
+            "PROVIDER": "openai",                  # or "anthropic", "pydantic-ai"
             "BASE_URL": "http://localhost:11434/v1",
             "API_KEY": os.environ.get("AAA_LLM_API_KEY"),
             "MODEL": "llama3.1:8b",
@@ -17,7 +17,9 @@ Key             Type              Default    Meaning
 ==============  ================  =========  ============================================
 PROVIDER        str               "openai"   "openai": any OpenAI-compatible server
                                              (OpenAI, vLLM, Ollama, LM Studio, llama.cpp);
-                                             "anthropic": Anthropic's Messages API.
+                                             "anthropic": Anthropic's Messages API;
+                                             "pydantic-ai": any model Pydantic AI reaches,
+                                             MODEL in its "provider:model" form.
 BASE_URL        str or None       None       The server's URL (OpenAI-compatible: ending
                                              in /v1). None: the provider's own.
 API_KEY         str or None       None       The key. Read it from the environment or a
@@ -52,7 +54,9 @@ from django.core.exceptions import ImproperlyConfigured
 from .conf import site_aaa
 from .llm.pricing import Pricing
 
-PROVIDERS = ("openai", "anthropic")
+PROVIDERS = ("openai", "anthropic", "pydantic-ai")
+#: the package each provider's client needs (the pip extra is named after the provider)
+PACKAGES = {"openai": "openai", "anthropic": "anthropic", "pydantic-ai": "pydantic_ai"}
 DEFAULTS: dict[str, Any] = {
     "PROVIDER": "openai",
     "BASE_URL": None,
@@ -120,6 +124,10 @@ def client_from_settings() -> Any:
     if o is None:
         return None
     common = {"timeout": o["TIMEOUT"], "max_retries": o["MAX_RETRIES"], "pricing": o["PRICING"]}
+    if o["PROVIDER"] == "pydantic-ai":
+        from .llm.pydantic_ai_client import PydanticAIClient
+
+        return PydanticAIClient(o["MODEL"], base_url=o["BASE_URL"], api_key=o["API_KEY"], **common)
     if o["PROVIDER"] == "anthropic":
         from .llm.anthropic_client import AnthropicClient
 
@@ -138,10 +146,10 @@ def check_llm_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         return [Error(str(exc), hint="See docs/models.md.", id="aaa.E030")]
     if o is None:
         return []
-    package = "anthropic" if o["PROVIDER"] == "anthropic" else "openai"
+    package = PACKAGES[o["PROVIDER"]]
     try:
         __import__(package)
     except ImportError:
         return [Error(f"AAA['LLM'] uses PROVIDER {o['PROVIDER']!r}, but the {package!r} package is missing.",
-                      hint=f"pip install 'aaa_django[{package}]'", id="aaa.E030")]
+                      hint=f"pip install 'aaa_django[{o['PROVIDER']}]'", id="aaa.E030")]
     return []

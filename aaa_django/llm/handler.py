@@ -64,6 +64,7 @@ class LLMHandler:
             model=d.get("model"),
             tag=d.get("tag"),
             params=dict(d.get("params") or {}),
+            output=d.get("output"),
             request_id=event.id,
             run_id=event.stream,
         )

@@ -77,6 +77,9 @@ class LLMRequest:
     model: str | None = None
     tag: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    #: structured output: ``{"allow_text": bool}`` when some ``tools`` are output tools
+    #: (``"kind": "output"``; a client without the notion offers them as plain tools)
+    output: dict[str, Any] | None = None
     #: the ``aaa.llm.requested`` event id and its run
     request_id: str | None = None
     run_id: str | None = None

@@ -173,7 +173,7 @@ class ProviderClient:
             provider=self.provider,
             model=model,
         )
-        cost = self.pricing.cost(usage, answered, model)
+        cost = self.pricing.cost(usage, *self.price_names(answered, model))
         if not cost.priced and model not in self._unpriced_warned:
             self._unpriced_warned.add(model)
             log.warning("no price for model %r (answered as %r): its calls cost 0 in budgets; "
@@ -187,6 +187,11 @@ class ProviderClient:
             attempts=attempts,
             priced=cost.priced,
         )
+
+    def price_names(self, answered: str | None, model: str) -> tuple[str | None, ...]:
+        """The names a reply is priced by, first match wins: the one the provider
+        answered with, then the one asked for."""
+        return answered, model
 
     # -- secrets -----------------------------------------------------------------------------
 

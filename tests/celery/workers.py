@@ -126,7 +126,10 @@ class Cluster:
         self.workers: list[Worker] = []
         self._n = 0
 
-    def start(self, count: int = 1, **kw) -> list[Worker]:
+    def start(self, count: int = 1, *, ready_timeout: float = 30, **kw) -> list[Worker]:
+        """Start ``count`` workers and wait for each to be ready (``ready_timeout``
+        seconds: a worker whose setup imports a large library needs more on a busy
+        machine)."""
         started = []
         for _ in range(count):
             self._n += 1
@@ -135,7 +138,7 @@ class Cluster:
             self.workers.append(w)
             started.append(w)
         for w in started:
-            w.wait_ready()
+            w.wait_ready(ready_timeout)
         return started
 
     def live(self) -> list[Worker]:

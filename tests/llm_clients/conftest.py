@@ -45,12 +45,23 @@ def anthropic_client(server: RecordedServer, **kwargs: Any) -> AnthropicClient:
     return AnthropicClient(server.url, KEY, "claude-haiku-4-5", max_tokens=1024, **kwargs)
 
 
+def pydantic_ai_client(server: RecordedServer, **kwargs: Any) -> Any:
+    from aaa_django.llm.pydantic_ai_client import PydanticAIClient
+
+    return PydanticAIClient("openai-chat:gpt-4o-mini", base_url=server.url + "/v1", api_key=KEY, **kwargs)
+
+
 OPENAI = Provider("openai", openai_client, "openai/text", "openai/rate_limited", "openai/server_error")
 ANTHROPIC = Provider("anthropic", anthropic_client, "anthropic/text", "anthropic/rate_limited",
                      "anthropic/overloaded")
 
 
-@pytest.fixture(params=[OPENAI, ANTHROPIC], ids=lambda p: p.name)
+#: the OpenAI wire format again, through Pydantic AI's Model interface
+PYDANTIC_AI = Provider("pydantic-ai", pydantic_ai_client, "openai/text", "openai/rate_limited",
+                       "openai/server_error")
+
+
+@pytest.fixture(params=[OPENAI, ANTHROPIC, PYDANTIC_AI], ids=lambda p: p.name)
 def provider(request: pytest.FixtureRequest) -> Provider:
     return request.param
 

@@ -1,4 +1,5 @@
-"""The engine's LLMHandler with the OpenAI-compatible client against the local server:
+"""The engine's LLMHandler with the OpenAI-compatible client, and with the Pydantic AI
+client over OpenAI's chat completions, against the local server:
 a ToolLoop run asks the model, runs the tool it calls, sends the result back and ends
 ``success``; the log has usage and cost on every ``aaa.llm.completed`` and no secret."""
 
@@ -26,10 +27,29 @@ def get_weather(city: str) -> str:
     return {"Lyon": "18 C, sunny"}[city]
 
 
-def run_tool_loop(server: RecordedServer, **client_options):
+def openai_client(server: RecordedServer, **options):
+    return OpenAICompatibleClient(server.url + "/v1", KEY, "gpt-4o-mini", **options)
+
+
+def pydantic_ai_client(server: RecordedServer, **options):
+    from aaa_django.llm.pydantic_ai_client import PydanticAIClient
+
+    return PydanticAIClient("openai-chat:gpt-4o-mini", base_url=server.url + "/v1", api_key=KEY, **options)
+
+
+#: the client, and how it names itself in an error
+CLIENTS = [pytest.param((openai_client, "openai-compatible call to 'gpt-4o-mini'"), id="openai"),
+           pytest.param((pydantic_ai_client, "pydantic-ai call to 'openai-chat:gpt-4o-mini'"), id="pydantic-ai")]
+
+
+@pytest.fixture(params=CLIENTS)
+def client(request):
+    return request.param
+
+
+def run_tool_loop(server: RecordedServer, client, **client_options):
     registry = ToolRegistry([get_weather])
-    client = OpenAICompatibleClient(server.url + "/v1", KEY, "gpt-4o-mini", pricing=PRICES,
-                                    **{**FAST, **client_options})
+    client = client[0](server, pricing=PRICES, **{**FAST, **client_options})
 
     async def go():
         async with make_engine(registry=registry, client=client) as engine:
@@ -49,14 +69,19 @@ def no_secret_in(log) -> None:
     assert KEY not in dump
 
 
-def test_a_tool_loop_runs_to_success_on_a_real_wire_format():
+def test_a_tool_loop_runs_to_success_on_a_real_wire_format(client):
     with RecordedServer() as server:
         server.script(Reply.recorded("openai/tool_call"), Reply.recorded("openai/tool_result"))
-        outcome, log = run_tool_loop(server)
+        outcome, log = run_tool_loop(server, client)
         # the handler rebuilt the whole conversation from the log, and the mapping sent
         # it as OpenAI expects: the assistant's tool_calls, then the tool's result
-        assert server.requests[0].json == recording("openai/tool_call")["request"]
-        assert server.requests[1].json == recording("openai/tool_result")["request"]
+        for sent, name in zip(server.requests, ("openai/tool_call", "openai/tool_result")):
+            expected = recording(name)["request"]
+            if client[0] is openai_client:
+                assert sent.json == expected
+            else:  # Pydantic AI says more (strict, parallel_tool_calls...): the conversation is the same
+                assert [_essential(m) for m in sent.json["messages"]] == [_essential(m) for m in expected["messages"]]
+                assert [t["function"]["name"] for t in sent.json["tools"]] == ["get_weather"]
 
     assert (outcome.outcome, outcome.value) == ("success", {"text": "It is 18 C and sunny in Lyon."})
     completed = of_type(log, "aaa.llm.completed")
@@ -71,10 +96,20 @@ def test_a_tool_loop_runs_to_success_on_a_real_wire_format():
     no_secret_in(log)
 
 
-def test_a_model_that_keeps_failing_ends_the_run_failed_with_its_attempts_on_the_log():
+def _essential(message: dict) -> dict:
+    keep = {"role": message["role"], "content": message.get("content") or None}
+    if message.get("tool_calls"):
+        keep["tool_calls"] = [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
+                              for c in message["tool_calls"]]
+    if message.get("tool_call_id"):
+        keep["tool_call_id"] = message["tool_call_id"]
+    return keep
+
+
+def test_a_model_that_keeps_failing_ends_the_run_failed_with_its_attempts_on_the_log(client):
     with RecordedServer() as server:
         server.script(*[Reply.recorded("openai/server_error")] * 3)
-        outcome, log = run_tool_loop(server, max_retries=2)
+        outcome, log = run_tool_loop(server, client, max_retries=2)
         assert len(server.requests) == 3
 
     assert outcome.outcome == "failed"
@@ -84,19 +119,18 @@ def test_a_model_that_keeps_failing_ends_the_run_failed_with_its_attempts_on_the
     assert [(a["attempt"], a["status"], a.get("retry_in")) for a in failed.data["attempts"]] == [
         (1, 500, 0.01), (2, 500, 0.02), (3, 500, None)]
     error = failed.data["error"]
-    assert error.startswith("LLMCallError: openai-compatible call to 'gpt-4o-mini' failed "
-                            "(server_error, HTTP 500) after 3 attempts")
+    assert error.startswith(f"LLMCallError: {client[1]} failed (server_error, HTTP 500) after 3 attempts")
     assert "#1 HTTP 500" in error and "#3 HTTP 500" in error
     assert "httpx" not in json.dumps(failed.data)  # no SDK exception chained into the traceback
     no_secret_in(log)
 
 
-def test_an_auth_failure_never_writes_the_key_into_the_log():
+def test_an_auth_failure_never_writes_the_key_into_the_log(client):
     echo = f"Incorrect API key provided: {KEY}."
     with RecordedServer() as server:
         server.script(Reply(status=401, body={"error": {"message": echo, "type": "invalid_request_error",
                                                         "code": "invalid_api_key"}}))
-        outcome, log = run_tool_loop(server)
+        outcome, log = run_tool_loop(server, client)
     assert outcome.outcome == "failed"
     [failed] = of_type(log, "aaa.llm.failed")
     assert (failed.data["reason"], failed.data["status"]) == ("auth", 401)

@@ -47,6 +47,18 @@ def test_anthropic(settings):
     assert KEY not in repr(client)
 
 
+def test_any_model_pydantic_ai_reaches(settings):
+    from aaa_django.llm.pydantic_ai_client import PydanticAIClient
+
+    settings.AAA = {"LLM": {"PROVIDER": "pydantic-ai", "MODEL": "anthropic:claude-haiku-4-5", "API_KEY": KEY,
+                            "BASE_URL": "http://127.0.0.1:9/", "MAX_RETRIES": 3}}
+    client = client_from_settings()
+    assert isinstance(client, PydanticAIClient)
+    assert (client.model, client.base_url, client.max_retries) == ("anthropic:claude-haiku-4-5", "http://127.0.0.1:9/", 3)
+    assert KEY not in repr(client) and KEY not in str(vars(client))
+    assert check_llm_settings() == []
+
+
 @pytest.mark.parametrize("llm, says", [
     ({"API_KEY": KEY}, "MODEL is required"),
     ({"MODEL": "m", "PROVIDER": "gemini"}, "PROVIDER must be one of"),
@@ -72,3 +84,7 @@ def test_a_missing_sdk_is_reported_by_the_check(settings, monkeypatch):
     monkeypatch.setitem(sys.modules, "anthropic", None)
     [error] = check_llm_settings()
     assert "pip install 'aaa_django[anthropic]'" in error.hint
+    settings.AAA = {"LLM": {"PROVIDER": "pydantic-ai", "MODEL": "test"}}
+    monkeypatch.setitem(sys.modules, "pydantic_ai", None)
+    [error] = check_llm_settings()
+    assert "pip install 'aaa_django[pydantic-ai]'" in error.hint
