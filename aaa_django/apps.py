@@ -14,7 +14,9 @@ class AaaConfig(AppConfig):
 
         from .checks import check_aaa_settings, check_api_settings
         from .llm_settings import check_llm_settings
+        from .mcp_settings import check_mcp_settings
 
         checks.register(check_aaa_settings)
         checks.register(check_api_settings)
         checks.register(check_llm_settings)
+        checks.register(check_mcp_settings)

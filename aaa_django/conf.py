@@ -72,6 +72,10 @@ LLM                 dict or None     None          The model provider of the web
                                                    "MODEL", "TIMEOUT", "MAX_RETRIES",
                                                    "PRICING"} (docs/models.md). None: no
                                                    provider (the demo's model is scripted).
+MCP_SERVERS         dict             {}            MCP servers whose tools every engine the
+                                                   settings wire may run: {name: {"command",
+                                                   "args"... or "url", "prefix", "pool"...}}
+                                                   (aaa_django.mcp_settings).
 ==================  ===============  ============  ==========================================
 """
 
@@ -103,6 +107,8 @@ DEFAULTS: dict[str, Any] = {
     "API_STREAM_SECONDS": 300,
     # the model provider (aaa_django.llm_settings; docs/models.md)
     "LLM": None,
+    # MCP servers whose tools the site's engines may run (aaa_django.mcp_settings)
+    "MCP_SERVERS": {},
 }
 
 BUSES = frozenset({"inprocess", "celery"})

@@ -57,7 +57,8 @@ def attach_site_handlers(engine: Any) -> Any:
 
     - model: ``AAA["LLM_CLIENT"]`` (a factory), else ``AAA["LLM"]`` (a provider),
       else, unless ``WORKER_SETUP`` attaches one, a client that fails clearly;
-    - tools: ``AAA["TOOLS"]`` (dotted paths of @tool functions);
+    - tools: ``AAA["TOOLS"]`` (dotted paths of @tool functions) and the tools of the
+      ``AAA["MCP_SERVERS"]`` (listed now, from each server);
     - ``AAA["WORKER_SETUP"]``: ``setup(engine)`` for anything else.
     """
     from django.utils.module_loading import import_string
@@ -74,8 +75,13 @@ def attach_site_handlers(engine: Any) -> Any:
         LLMHandler(client).attach(engine)
     elif not setup:
         LLMHandler(NoModelClient()).attach(engine)
-    if conf.get("TOOLS"):
-        ToolHandler(ToolRegistry(import_string(p) for p in conf["TOOLS"])).attach(engine)
+    tools = [import_string(p) for p in conf.get("TOOLS") or ()]
+    if conf.get("MCP_SERVERS"):
+        from .mcp_settings import mcp_tools
+
+        tools += mcp_tools()
+    if tools:
+        ToolHandler(ToolRegistry(tools)).attach(engine)
     if setup:
         import_string(setup)(engine)
     return engine

@@ -2,6 +2,6 @@
 
 from .handler import ToolHandler
 from .registry import ToolRegistry
-from .tool import GuardConfig, Tool, tool
+from .tool import GuardConfig, SchemaTool, Tool, tool
 
-__all__ = ["GuardConfig", "Tool", "ToolHandler", "ToolRegistry", "tool"]
+__all__ = ["GuardConfig", "SchemaTool", "Tool", "ToolHandler", "ToolRegistry", "tool"]

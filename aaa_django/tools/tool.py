@@ -180,3 +180,52 @@ def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:
                 args[current] = (args[current] + " " + line.strip()).strip()
     summary = "\n".join(summary_lines).strip().split("\n\n")[0].replace("\n", " ")
     return summary, args
+
+
+class SchemaTool(Tool):
+    """A tool described by a JSON schema rather than a Python signature: what another
+    system (an MCP server, a Pydantic AI agent) says its tool takes. ``call(args,
+    idempotency_key)`` is awaited to run it; ``check(args)``, if given, raises pydantic's
+    ``ValidationError`` for arguments the tool would refuse (else the tool's own side
+    checks them). The limits (``timeout``, ``pool``, approvals, the guard) are ours, as for
+    any tool."""
+
+    def __init__(
+        self,
+        name: str,
+        parameters: dict[str, Any],
+        call: Callable[[dict[str, Any], str | None], Any],
+        *,
+        description: str = "",
+        check: Callable[[dict[str, Any]], Any] | None = None,
+        timeout: float | None = None,
+        pool: str | None = None,
+        requires_approval: bool = False,
+        approval_expires: float | None = None,
+        guard: GuardConfig | None = None,
+    ) -> None:
+        self.fn = call
+        self.name = name
+        self.description = description
+        self.schema = dict(parameters or {"type": "object", "properties": {}})
+        self.check = check
+        self.timeout = timeout
+        self.pool = pool
+        self.requires_approval = requires_approval
+        self.approval_expires = approval_expires
+        self.guard = guard or GuardConfig()
+        self.inline = False
+        self.is_async = True
+        self._takes_key = True
+
+    def spec(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "parameters": self.schema}
+
+    def validate(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self.check is not None:
+            self.check(args)
+        return dict(args)
+
+    async def invoke(self, args: dict[str, Any], *, idempotency_key: str | None = None) -> Any:
+        result = await self.fn(dict(args), idempotency_key)
+        return result if isinstance(result, str) else _ANY.dump_python(result, mode="json")

@@ -69,7 +69,7 @@ class Worker:
     def pid(self) -> int:
         return self.proc.pid
 
-    def wait_ready(self, timeout: float = 30) -> None:
+    def wait_ready(self, timeout: float = 120) -> None:
         end = time.monotonic() + timeout
         while not self.ready_file.exists():
             if self.proc.poll() is not None:
@@ -126,10 +126,10 @@ class Cluster:
         self.workers: list[Worker] = []
         self._n = 0
 
-    def start(self, count: int = 1, *, ready_timeout: float = 30, **kw) -> list[Worker]:
-        """Start ``count`` workers and wait for each to be ready (``ready_timeout``
-        seconds: a worker whose setup imports a large library needs more on a busy
-        machine)."""
+    def start(self, count: int = 1, *, ready_timeout: float = 120, **kw) -> list[Worker]:
+        """Start ``count`` workers and wait for each to be ready. ``ready_timeout`` only
+        catches a worker that never comes up: on a loaded 2-core machine a worker has
+        been seen to need more than 30 s."""
         started = []
         for _ in range(count):
             self._n += 1

@@ -38,7 +38,7 @@ def pai_cluster(celery_env, openai_server, tmp_path_factory):
            "AAA_TEST_WORKER_SETUP": "tests.pydantic_ai.site.setup"}
     cluster = Cluster(env, tmp_path_factory.mktemp("pydantic-ai"))
     try:
-        cluster.start(2, ready_timeout=90)  # pydantic_ai takes seconds to import
+        cluster.start(2)
         yield cluster
     finally:
         cluster.stop()
@@ -52,10 +52,10 @@ class Bus:
         self.cluster = cluster
 
     @contextlib.asynccontextmanager
-    async def engine(self):
+    async def engine(self, *, mcp: bool = False):
         if self.cluster is None:
             engine = Engine(store=InMemoryEventStore(), bus=InProcessBus(), cache=FoldCache())
-            site.attach(engine)
+            site.attach(engine, mcp=mcp)
             async with engine:
                 yield engine
         else:

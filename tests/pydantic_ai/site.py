@@ -10,9 +10,10 @@ server (``AAA_TEST_OPENAI_URL``, started by the test). A ``ToolLoop`` picks one 
 
 from __future__ import annotations
 
+import json
 import os
 
-from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from aaa_django.algos import ToolLoop
@@ -29,15 +30,35 @@ def get_weather(city: str) -> str:
     return {"Lyon": "18 C, sunny", "Porto": "21 C, windy"}[city]
 
 
+def mcp_server():
+    """The test MCP server over stdio: each process that runs tools starts its own."""
+    from aaa_django.tools.mcp import MCPServer
+    from tests.mcp.conftest import stdio_config
+
+    return MCPServer("calc", prefix="mcp_", only=["add", "fail"], **stdio_config())
+
+
 REGISTRY = ToolRegistry([get_weather])
+#: the specs a ToolLoop offers: ours and the MCP server's (the same in every process)
+MCP_SPECS = [
+    {"name": "mcp_add", "description": "Adds two numbers.", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}},
+]
 
 
 def reply(messages: list, info: AgentInfo) -> ModelResponse:
-    """The FunctionModel's script: ask for Porto's weather, then say what the tool said."""
-    returns = [p for m in messages for p in getattr(m, "parts", ()) if isinstance(p, ToolReturnPart)]
-    if not returns:
-        return ModelResponse(parts=[ToolCallPart("get_weather", {"city": "Porto"}, tool_call_id="fn-1")])
-    return ModelResponse(parts=[TextPart(f"In Porto: {returns[-1].content}")])
+    """The FunctionModel's script: ask for Porto's weather (or, for a task
+    ``{"call": tool, "args": {...}}``, call that), then say what the tool said."""
+    parts = [p for m in messages for p in getattr(m, "parts", ())]
+    returns = [p for p in parts if isinstance(p, ToolReturnPart)]
+    task = next(p.content for p in parts if isinstance(p, UserPromptPart))
+    if returns:
+        return ModelResponse(parts=[TextPart(f"In Porto: {returns[-1].content}" if not task.startswith("{")
+                                             else f"tool said: {returns[-1].content}")])
+    if task.startswith("{"):
+        plan = json.loads(task)
+        return ModelResponse(parts=[ToolCallPart(plan["call"], plan["args"], tool_call_id="fn-1")])
+    return ModelResponse(parts=[ToolCallPart("get_weather", {"city": "Porto"}, tool_call_id="fn-1")])
 
 
 def client() -> PydanticAIClient:
@@ -50,12 +71,13 @@ def loop(model: str | None = None) -> ToolLoop:
     return ToolLoop(REGISTRY, model=model, system="Use the tools to answer.")
 
 
-def attach(engine) -> None:
-    """The handlers every process that delivers events needs."""
+def attach(engine, *, mcp: bool = False) -> None:
+    """The handlers every process that delivers events needs (``mcp``: with the MCP
+    server's tools, listed now)."""
     LLMHandler(client()).attach(engine)
-    ToolHandler(REGISTRY).attach(engine)
+    ToolHandler(ToolRegistry([*REGISTRY, *(mcp_server().tools() if mcp else ())])).attach(engine)
 
 
 def setup(engine) -> None:
     """``AAA["WORKER_SETUP"]`` of this package's Celery workers."""
-    attach(engine)
+    attach(engine, mcp=True)
