@@ -1,0 +1,280 @@
+"""``PydanticAIAgent``: a ``pydantic_ai.Agent`` run durably on this engine.
+
+The way Pydantic AI's Temporal and DBOS integrations make a run durable -- the agent
+loop replays from the start, and every unit of work that already completed returns its
+recorded result instead of running -- with this engine's log as the record:
+
+- the agent's **model requests** become ``aaa.llm.requested`` (our messages, its tools,
+  its output tools marked ``"kind": "output"``); the engine's ``LLMHandler`` answers them
+  (give it a ``PydanticAIClient`` over the agent's model);
+- its **tool calls** become ``aaa.tool.requested``; the engine's ``ToolHandler`` runs them
+  (register the agent's tools with :func:`agent_tools`), with the guard, pools, timeouts
+  and claim-check of any tool; a tool that needs approval (``requires_approval=True`` in
+  Pydantic AI, or ``ApprovalRequired``) waits at our approval gate; a failed call reaches
+  the model as Pydantic AI's ``ToolFailed``;
+- every step of the run replays the agent (``agent.run``) with a capability that
+  answers each model request and tool call from the log. At the first one the log does
+  not answer, the step appends its request and stops: nothing is re-run, in this process
+  or in another one that adopts the run after a crash (a replay is deterministic, so it
+  asks for the same thing again, with the same deterministic ids).
+- its usage limits map to our budget (:func:`budget_for`): the engine ends the run
+  ``budget_exceeded``. A limit Pydantic AI checks itself during a replay ends it so too.
+
+The agent is found by a dotted path (``"myapp.agents:support"`` or
+``"myapp.agents.support"``) so any process can rebuild the run. Its output is validated
+by Pydantic AI (structured output, output validators, retries fed back to the model);
+the run's value is ``{"output": <the output as JSON>}``, and the output's JSON schema is
+in the run's config (``output_schema``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from aaa_django.events import Event, Projection
+from aaa_django.runtime import Budget
+from aaa_django.runtime import types as T
+
+from .base import Algorithm
+from .common import QUIET
+from .loops import TaskInput
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aaa_django.runtime import Ctx
+
+#: the tag of the agent's model request number k
+TAG = "agent-{}"
+
+
+# -- what the log has answered ---------------------------------------------------------------
+
+
+class ModelAnswer(BaseModel):
+    request_id: str
+    #: the ``aaa.llm.completed`` data's message, usage, model, finish reason; None while awaited
+    message: dict[str, Any] | None = None
+    usage: dict[str, Any] = Field(default_factory=dict)
+    model: str | None = None
+    finish_reason: str | None = None
+    #: ``{"reason", "error"}`` of an ``aaa.llm.failed``
+    error: dict[str, Any] | None = None
+
+
+class ToolAnswer(BaseModel):
+    ok: bool
+    result: Any = None
+    error: str | None = None
+
+
+class Journal(BaseModel):
+    """The agent's durable units as the log has them: model requests in order, tool
+    calls by call id."""
+
+    models: list[ModelAnswer] = Field(default_factory=list)
+    requested: list[str] = Field(default_factory=list)
+    tools: dict[str, ToolAnswer] = Field(default_factory=dict)
+
+    def __deepcopy__(self, memo: dict | None = None) -> "Journal":
+        new = self.model_copy()
+        new.models = [m.model_copy() for m in self.models]
+        new.requested = list(self.requested)
+        new.tools = dict(self.tools)
+        return new
+
+    @property
+    def waiting(self) -> bool:
+        """A model request or a tool call is still out."""
+        if self.models and self.models[-1].message is None and self.models[-1].error is None:
+            return True
+        return any(c not in self.tools for c in self.requested)
+
+
+def _apply(j: Journal, e: Event) -> Journal:
+    t, d = e.type, e.data
+    if t == T.LLM_REQUESTED and str(d.get("tag") or "").startswith("agent-"):
+        j.models.append(ModelAnswer(request_id=e.id))
+    elif t in (T.LLM_COMPLETED, T.LLM_FAILED):
+        for m in reversed(j.models):
+            if m.request_id == d.get("request_id"):
+                if t == T.LLM_COMPLETED:
+                    m.message = (d.get("response") or {}).get("message") or {}
+                    m.finish_reason = (d.get("response") or {}).get("finish_reason")
+                    m.usage = dict(d.get("usage") or {})
+                    m.model = d.get("model")
+                else:
+                    m.error = {"reason": d.get("reason"), "error": d.get("error")}
+                break
+    elif t == T.TOOL_REQUESTED:
+        j.requested.append(d["call_id"])
+    elif t == T.TOOL_COMPLETED:
+        j.tools[d["call_id"]] = ToolAnswer(ok=True, result=d.get("result"))
+    elif t == T.TOOL_FAILED:
+        j.tools[d["call_id"]] = ToolAnswer(ok=False, error=f"{d.get('reason')}: {d.get('error')}")
+    return j
+
+
+JOURNAL: Projection[Journal] = Projection(
+    Journal, _apply, name="aaa.algos.pydantic_agent.JOURNAL", version=1, state_type=Journal, every=64,
+)
+
+
+# -- the algorithm -----------------------------------------------------------------------------
+
+
+class AgentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    #: dotted path of the ``pydantic_ai.Agent`` (``"pkg.module:name"`` or ``"pkg.module.name"``)
+    agent: str = Field(min_length=1)
+    #: the model named in its requests (None: the LLM handler's client decides)
+    model: str | None = None
+    #: the JSON schema of the agent's output (shown in the admin; informative)
+    output_schema: dict[str, Any] | None = None
+
+
+class PydanticAIAgent(Algorithm):
+    """Run the agent at ``agent`` (a dotted path) on ``{"task": prompt}``; see the module
+    docstring. Ends ``success`` with ``{"output": ...}``, ``budget_exceeded`` when a
+    usage limit is hit during a replay, ``failed`` when the agent run fails (a model call
+    that failed, an output the model never got right within its retries)."""
+
+    name = "aaa.algos.PydanticAIAgent"
+    Input = TaskInput
+    Config = AgentConfig
+    projections = (JOURNAL,)
+    ignores = QUIET
+
+    def __init__(self, agent: str, *, model: str | None = None) -> None:
+        schema = output_schema(load_agent(agent))
+        super().__init__(agent=agent, model=model, output_schema=schema)
+
+    async def step(self, ctx: "Ctx", event: Event) -> None:
+        journal = await ctx.project(JOURNAL)
+        if journal.waiting:
+            return
+        failed = next((m for m in journal.models if m.error is not None), None)
+        if failed is not None:
+            ctx.complete("failed", {"error": failed.error, "request": len(journal.models)})
+            return
+        from ._pydantic_replay import replay
+
+        outcome = await replay(ctx, load_agent(self.cfg.agent), journal, model=self.cfg.model)
+        if outcome is not None:
+            ctx.complete(*outcome)
+
+
+def load_agent(path: str) -> Any:
+    """The ``pydantic_ai.Agent`` at a dotted path."""
+    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    agent = getattr(importlib.import_module(module), attr)
+    from pydantic_ai import Agent
+
+    if not isinstance(agent, Agent):
+        raise TypeError(f"{path} is not a pydantic_ai.Agent but {type(agent).__name__}")
+    return agent
+
+
+def output_schema(agent: Any) -> dict[str, Any] | None:
+    """The JSON schema of the agent's output type (None for plain text)."""
+    output_type = agent.output_type
+    if output_type is str:
+        return None
+    try:
+        return TypeAdapter(output_type).json_schema()
+    except Exception:  # noqa: BLE001 - an output spec a TypeAdapter does not take (ToolOutput...)
+        return None
+
+
+def budget_for(usage_limits: Any, budget: Budget | None = None) -> Budget:
+    """Pydantic AI ``UsageLimits`` as our :class:`~aaa_django.runtime.Budget` (the
+    tighter of the two where ``budget`` gives a limit too): ``request_limit`` ->
+    ``model_calls``, ``tool_calls_limit`` -> ``tool_calls``, ``total_tokens_limit`` ->
+    ``tokens``. Input- or output-only token limits have no equivalent here: Pydantic AI
+    still checks them during the replay."""
+    mapped = {
+        "model_calls": usage_limits.request_limit,
+        "tool_calls": usage_limits.tool_calls_limit,
+        "tokens": usage_limits.total_tokens_limit,
+    }
+    given = budget.model_dump() if budget is not None else {}
+    merged = dict(given)
+    for k, v in mapped.items():
+        if v is not None:
+            merged[k] = v if given.get(k) is None else min(v, given[k])
+    return Budget(**merged)
+
+
+# -- the agent's tools, for the ToolHandler ------------------------------------------------------
+
+
+async def list_agent_tools(agent: Any, *, deps: Any = None, timeout: float | None = None,
+                           pool: str | None = None, side_effects: Any = (), idempotent: Any = (),
+                           approval_expires: float | None = None) -> list[Any]:
+    """The agent's function tools as our tools (:class:`~aaa_django.tools.SchemaTool`),
+    for the ToolHandler of every process that serves the agent's runs.
+
+    A tool Pydantic AI marks ``requires_approval`` waits at our approval gate; ``timeout``,
+    ``pool``, ``approval_expires`` apply to every tool, ``side_effects`` / ``idempotent``
+    (names) put the named ones under the execution guard. A tool taking ``RunContext``
+    gets one with ``deps``, the agent's model, its tool name and call's retry 0 (the
+    conversation is not passed: a tool that reads ``ctx.messages`` sees none).
+    """
+    from pydantic_ai.models import infer_model
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.tools import RunContext
+    from pydantic_ai.usage import RunUsage
+
+    from aaa_django.tools import GuardConfig, SchemaTool
+
+    model = infer_model(agent.model) if agent.model is not None else TestModel()
+    base = RunContext(deps=deps, model=model, usage=RunUsage())
+    out = []
+    for toolset in agent.toolsets:
+        for name, t in (await toolset.get_tools(base)).items():
+            out.append(SchemaTool(
+                name,
+                dict(t.tool_def.parameters_json_schema),
+                _caller(toolset, t, base, name),
+                description=t.tool_def.description or "",
+                check=t.args_validator.validate_python,
+                timeout=timeout,
+                pool=pool,
+                requires_approval=t.tool_def.kind == "unapproved",
+                approval_expires=approval_expires,
+                guard=GuardConfig(side_effects=name in set(side_effects), idempotent=name in set(idempotent)),
+            ))
+    return out
+
+
+def _caller(toolset: Any, tool: Any, base: Any, name: str) -> Any:
+    from dataclasses import replace
+
+    async def call(args: dict[str, Any], key: str | None) -> Any:
+        validated = tool.args_validator.validate_python(args)
+        return await toolset.call_tool(name, validated, replace(base, tool_name=name), tool)
+
+    return call
+
+
+def agent_tools(agent: Any, **options: Any) -> list[Any]:
+    """:func:`list_agent_tools` from sync code (wiring an engine)."""
+    import asyncio
+    import threading
+
+    result: list[Any] = []
+
+    def main() -> None:
+        try:
+            result.extend(asyncio.run(list_agent_tools(agent, **options)))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            result.append(exc)
+
+    thread = threading.Thread(target=main, name="agent-tools", daemon=True)
+    thread.start()
+    thread.join()
+    if result and isinstance(result[-1], BaseException):
+        raise result[-1]
+    return result
