@@ -49,7 +49,7 @@ from . import types as T
 from .budget import Budget
 from .bus import InProcessBus
 from .ctx import Ctx, _budget, _plain, absolute_deadline
-from .meta import RUNMETA, RunMeta
+from .meta import FOLDED, RUNMETA, RunMeta
 from .outcome import BUDGET_EXCEEDED, CANCELLED, FAILED, INVALID_INPUT, TIMEOUT, Outcome
 from .run import Run
 from .view import HydratedView, StoreUnavailable
@@ -72,7 +72,9 @@ class Engine:
     it (unless ``store`` is one already): it knows what it has just appended and
     never reads it back; with
     ``blobs`` (a :class:`~aaa_django.data.BlobStore`) event data over
-    ``claim_threshold`` bytes of JSON is claim-checked; ``bus`` defaults to an
+    ``claim_threshold`` bytes of JSON is claim-checked (its stub keeps ``hot_fields``
+    and the fields ``RUNMETA`` folds, :data:`~aaa_django.runtime.meta.FOLDED`); ``bus``
+    defaults to an
     :class:`InProcessBus`; ``cache`` (the in-process fold holder) defaults to the
     process's shared ``aaa_django.events.default_cache``. A
     :class:`~aaa_django.validate.ValidationHandler` is attached unless
@@ -456,7 +458,8 @@ class Engine:
         if raw is None:
             return e  # small (the common case): nothing to write, no hop to the store's thread
         stub, ref = await self._blob_call(
-            put_claim, e.data, raw, store=self.blobs, namespace=e.stream, hot_fields=self.hot_fields,
+            put_claim, e.data, raw, store=self.blobs, namespace=e.stream,
+            hot_fields=(*self.hot_fields, *FOLDED.get(e.type, ())),
         )
         return replace(e, data=stub, blobs=(*e.blobs, ref))
 

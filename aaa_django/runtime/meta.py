@@ -1,8 +1,9 @@
 """``RUNMETA``: the engine's own view of a run, a projection like any other.
 
 The engine decides limits and completion from this state alone, so any process can
-adopt any run. It folds only small hot fields (usage, cost, ids): it never needs a
-claim-checked payload.
+adopt any run. It folds only small hot fields (usage, cost, ids, the run's limits):
+the engine keeps :data:`FOLDED` in a claim-checked event's stub, so this fold (the
+engine's and the run index's, over raw events) never needs a blob.
 """
 
 from __future__ import annotations
@@ -15,6 +16,23 @@ from aaa_django.events import Event, Projection
 
 from . import types as T
 from .budget import Budget, Spend
+
+#: The fields :func:`apply` reads, by event type: a claim-checked event keeps them in
+#: its stub (with the engine's ``hot_fields``), so a big input or big tool arguments
+#: never hide a run's budget, deadline or approval gate. (A rejected input's ``errors``
+#: are kept small by the ``ValidationHandler``: at most :data:`MAX_ERRORS`, big inputs
+#: cut short.)
+FOLDED: dict[str, tuple[str, ...]] = {
+    T.RUN_STARTED: ("algorithm", "parent", "key", "owner", "deadline", "budget"),
+    T.CANCEL_REQUESTED: ("reason", "by"),
+    T.CHILD_REQUESTED: ("child", "key"),
+    T.CHILD_COMPLETED: ("child",),
+    T.APPROVAL_REQUESTED: ("tool_request_id", "tool_request_seq", "call_id", "name", "expires_at"),
+    **{t: ("request_id",) for t in T.APPROVAL_DECISIONS},
+    T.LLM_COMPLETED: ("usage", "cost"),
+    T.LLM_FAILED: ("usage", "cost"),
+    T.INPUT_REJECTED: ("errors",),
+}
 
 #: Errors kept in the state for an ``invalid_input`` run (the event has them all).
 MAX_ERRORS = 20

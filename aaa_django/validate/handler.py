@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from aaa_django.events import Event
 from aaa_django.runtime import registry
 from aaa_django.runtime import types as T
+from aaa_django.runtime.meta import MAX_ERRORS
 
 if TYPE_CHECKING:  # pragma: no cover
     from aaa_django.runtime import Engine
@@ -43,10 +44,28 @@ class ValidationHandler:
             return
         errors = validate(registry.get(name), event.data.get("input"))
         if errors:
-            verdict = T.result_event(event, T.INPUT_REJECTED, {"errors": errors})
+            verdict = T.result_event(event, T.INPUT_REJECTED, {"errors": compact(errors)})
         else:
             verdict = T.result_event(event, T.INPUT_VALIDATED, {})
         await engine.append([verdict])
+
+
+#: longest input an error quotes in the log (canonical JSON characters)
+QUOTED = 200
+
+
+def compact(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first ``MAX_ERRORS`` errors, each quoting at most :data:`QUOTED` characters
+    of its input: small enough to stay in the rejection (``RUNMETA`` folds them, never
+    from a blob), however big the input was."""
+    out = []
+    for err in errors[:MAX_ERRORS]:
+        if "input" in err:
+            quoted = json.dumps(err["input"], ensure_ascii=False, sort_keys=True)
+            if len(quoted) > QUOTED:
+                err = {**err, "input": quoted[:QUOTED] + "..."}
+        out.append(err)
+    return out
 
 
 def validate(algorithm: Any, data: Any) -> list[dict[str, Any]]:
