@@ -20,3 +20,7 @@ class AaaConfig(AppConfig):
         checks.register(check_api_settings)
         checks.register(check_llm_settings)
         checks.register(check_mcp_settings)
+
+        from .engines import load_agents
+
+        load_agents()

@@ -9,9 +9,9 @@ aaa.E003   A value has the wrong type.
 aaa.E004   ``BUS`` is not one of "inprocess", "celery".
 aaa.E005   A number is out of range (negative).
 aaa.E006   ``BLOB_STORAGE`` names no alias in ``STORAGES``.
-aaa.E020   ``LLM_CLIENT``, a ``TOOLS`` or a ``PROJECTIONS`` entry is not an importable
-           dotted path to the right kind of object (a factory, a tool, a named
-           Projection).
+aaa.E020   ``LLM_CLIENT``, a ``TOOLS``, ``PROJECTIONS`` or ``AGENTS`` entry is not an
+           importable dotted path to the right kind of object (a factory, a tool, a
+           named Projection, a ``pydantic_ai.Agent``).
 aaa.E021   ``API_RATE`` is not "N/period" (period: s, sec, m, min, h, hour, d, day).
 aaa.E022   ``API_MAX_BODY`` or ``API_STREAM_SECONDS`` is below 1.
 aaa.W001   A SQLite database without ``transaction_mode: IMMEDIATE`` (appends inside
@@ -119,6 +119,7 @@ def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     for key, accepts, readable in (
         ("TOOLS", _is_tool, "a tool (@tool) or a function"),
         ("PROJECTIONS", _is_named_projection, "a Projection with a name"),
+        ("AGENTS", _is_agent, "a pydantic_ai.Agent"),
     ):
         if key not in site:
             continue
@@ -173,6 +174,14 @@ def _is_named_projection(obj: Any) -> bool:
     from .events import Projection
 
     return isinstance(obj, Projection) and bool(obj.name)
+
+
+def _is_agent(obj: Any) -> bool:
+    try:
+        from pydantic_ai import Agent
+    except ImportError:  # pragma: no cover - depends on the installation
+        return False
+    return isinstance(obj, Agent)
 
 
 def _valid_rate(rate: str) -> bool:

@@ -76,6 +76,11 @@ MCP_SERVERS         dict             {}            MCP servers whose tools every
                                                    settings wire may run: {name: {"command",
                                                    "args"... or "url", "prefix", "pool"...}}
                                                    (aaa_django.mcp_settings).
+AGENTS              list of str      []            Dotted paths of the pydantic_ai Agents
+                                                   whose runs (PydanticAIAgent) this site
+                                                   serves: every engine the settings wire
+                                                   runs their tools; a run's config may
+                                                   name only these (docs/agents.md).
 ==================  ===============  ============  ==========================================
 """
 
@@ -109,6 +114,8 @@ DEFAULTS: dict[str, Any] = {
     "LLM": None,
     # MCP servers whose tools the site's engines may run (aaa_django.mcp_settings)
     "MCP_SERVERS": {},
+    # Pydantic AI agents the site's engines serve (aaa_django.algos.pydantic_agent; docs/agents.md)
+    "AGENTS": [],
 }
 
 BUSES = frozenset({"inprocess", "celery"})

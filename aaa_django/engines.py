@@ -57,8 +57,9 @@ def attach_site_handlers(engine: Any) -> Any:
 
     - model: ``AAA["LLM_CLIENT"]`` (a factory), else ``AAA["LLM"]`` (a provider),
       else, unless ``WORKER_SETUP`` attaches one, a client that fails clearly;
-    - tools: ``AAA["TOOLS"]`` (dotted paths of @tool functions) and the tools of the
-      ``AAA["MCP_SERVERS"]`` (listed now, from each server);
+    - tools: ``AAA["TOOLS"]`` (dotted paths of @tool functions), the tools of the
+      ``AAA["MCP_SERVERS"]`` (listed now, from each server) and those of the
+      ``AAA["AGENTS"]`` (Pydantic AI agents, loaded now: their runs may be started);
     - ``AAA["WORKER_SETUP"]``: ``setup(engine)`` for anything else.
     """
     from django.utils.module_loading import import_string
@@ -80,8 +81,29 @@ def attach_site_handlers(engine: Any) -> Any:
         from .mcp_settings import mcp_tools
 
         tools += mcp_tools()
+    if conf.get("AGENTS"):
+        from .algos.pydantic_agent import agent_tools
+
+        tools += [t for path in conf["AGENTS"] for t in agent_tools(import_string(path))]
     if tools:
         ToolHandler(ToolRegistry(tools)).attach(engine)
     if setup:
         import_string(setup)(engine)
     return engine
+
+
+def load_agents() -> list[Any]:
+    """Import the ``AAA["AGENTS"]`` (at start-up, ``AaaConfig.ready``): a run's config
+    names only agents the process has loaded, and the REST API or the admin may start
+    one before any engine is wired. An entry that does not import is left to system
+    check ``aaa.E020``."""
+    from django.utils.module_loading import import_string
+
+    paths = aaa_settings().get("AGENTS")
+    loaded = []
+    for path in paths if isinstance(paths, (list, tuple)) else ():
+        try:
+            loaded.append(import_string(path))
+        except ImportError:
+            continue
+    return loaded

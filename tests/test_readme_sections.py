@@ -21,6 +21,9 @@ def first_python_block(heading: str) -> str:
 
 @pytest.mark.parametrize("heading, prints", [
     ("Add an MCP server", "{'text': '2 + 40 = {\"result\": 42}'}"),
+    ("Bring your Pydantic AI agent", "{'output': {'city': 'Lyon', 'celsius': 18}}\n"
+     "['aaa.llm.requested', 'aaa.llm.completed', 'aaa.tool.requested', 'aaa.tool.completed', "
+     "'aaa.llm.requested', 'aaa.llm.completed']\n"),
 ])
 def test_the_section_runs_as_written(heading, prints, tmp_path):
     script = tmp_path / "section.py"

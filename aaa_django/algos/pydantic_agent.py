@@ -30,9 +30,10 @@ in the run's config (``output_schema``).
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from aaa_django.events import Event, Projection
 from aaa_django.runtime import Budget
@@ -134,6 +135,21 @@ class AgentConfig(BaseModel):
     #: the JSON schema of the agent's output (shown in the admin; informative)
     output_schema: dict[str, Any] | None = None
 
+    @field_validator("agent")
+    @classmethod
+    def _loaded(cls, path: str) -> str:
+        # A config may come from a stranger (the REST API): it may name an agent this
+        # process has loaded (AAA["AGENTS"], WORKER_SETUP, or code that built the
+        # algorithm), never make it import a module of the caller's choosing.
+        loaded_agent(path)
+        return path
+
+    @model_validator(mode="after")
+    def _schema(self) -> "AgentConfig":
+        if self.output_schema is None:
+            self.output_schema = output_schema(loaded_agent(self.agent))
+        return self
+
 
 class PydanticAIAgent(Algorithm):
     """Run the agent at ``agent`` (a dotted path) on ``{"task": prompt}``; see the module
@@ -148,8 +164,8 @@ class PydanticAIAgent(Algorithm):
     ignores = QUIET
 
     def __init__(self, agent: str, *, model: str | None = None) -> None:
-        schema = output_schema(load_agent(agent))
-        super().__init__(agent=agent, model=model, output_schema=schema)
+        load_agent(agent)  # code that names an agent may import it
+        super().__init__(agent=agent, model=model)
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
         journal = await ctx.project(JOURNAL)
@@ -161,20 +177,37 @@ class PydanticAIAgent(Algorithm):
             return
         from ._pydantic_replay import replay
 
-        outcome = await replay(ctx, load_agent(self.cfg.agent), journal, model=self.cfg.model)
+        outcome = await replay(ctx, loaded_agent(self.cfg.agent), journal, model=self.cfg.model)
         if outcome is not None:
             ctx.complete(*outcome)
 
 
 def load_agent(path: str) -> Any:
-    """The ``pydantic_ai.Agent`` at a dotted path."""
-    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
-    agent = getattr(importlib.import_module(module), attr)
+    """The ``pydantic_ai.Agent`` at a dotted path (its module imported if need be)."""
+    importlib.import_module(_split(path)[0])
+    return loaded_agent(path)
+
+
+def loaded_agent(path: str) -> Any:
+    """The ``pydantic_ai.Agent`` at a dotted path whose module this process has
+    imported already; ``ValueError`` otherwise (a run's config names only those)."""
+    module, attr = _split(path)
+    if module not in sys.modules:
+        raise ValueError(f"{path!r}: no agent of that module is loaded in this process "
+                         "(list it in AAA['AGENTS'])")
+    agent = getattr(sys.modules[module], attr, None)
     from pydantic_ai import Agent
 
     if not isinstance(agent, Agent):
-        raise TypeError(f"{path} is not a pydantic_ai.Agent but {type(agent).__name__}")
+        raise ValueError(f"{path!r} is not a pydantic_ai.Agent but {type(agent).__name__}")
     return agent
+
+
+def _split(path: str) -> tuple[str, str]:
+    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    if not module or not attr:
+        raise ValueError(f"{path!r} is not a dotted path 'package.module:name'")
+    return module, attr
 
 
 def output_schema(agent: Any) -> dict[str, Any] | None:
@@ -218,7 +251,11 @@ async def list_agent_tools(agent: Any, *, deps: Any = None, timeout: float | Non
 
     A tool Pydantic AI marks ``requires_approval`` waits at our approval gate; ``timeout``,
     ``pool``, ``approval_expires`` apply to every tool, ``side_effects`` / ``idempotent``
-    (names) put the named ones under the execution guard. A tool taking ``RunContext``
+    (names) put the named ones under the execution guard. A tool may say the same where
+    it is defined, in Pydantic AI's ``timeout`` and ``metadata``
+    (``@agent.tool_plain(timeout=30, metadata={"side_effects": True, "pool": "db"})``;
+    keys ``side_effects``, ``idempotent``, ``pool``, ``approval_expires``), which wins
+    over the arguments here. A tool taking ``RunContext``
     gets one with ``deps``, the agent's model, its tool name and call's retry 0 (the
     conversation is not passed: a tool that reads ``ctx.messages`` sees none).
     """
@@ -234,17 +271,19 @@ async def list_agent_tools(agent: Any, *, deps: Any = None, timeout: float | Non
     out = []
     for toolset in agent.toolsets:
         for name, t in (await toolset.get_tools(base)).items():
+            meta = dict(t.tool_def.metadata or {})
             out.append(SchemaTool(
                 name,
                 dict(t.tool_def.parameters_json_schema),
                 _caller(toolset, t, base, name),
                 description=t.tool_def.description or "",
                 check=t.args_validator.validate_python,
-                timeout=timeout,
-                pool=pool,
+                timeout=t.tool_def.timeout if t.tool_def.timeout is not None else timeout,
+                pool=meta.get("pool", pool),
                 requires_approval=t.tool_def.kind == "unapproved",
-                approval_expires=approval_expires,
-                guard=GuardConfig(side_effects=name in set(side_effects), idempotent=name in set(idempotent)),
+                approval_expires=meta.get("approval_expires", approval_expires),
+                guard=GuardConfig(side_effects=bool(meta.get("side_effects", name in set(side_effects))),
+                                  idempotent=bool(meta.get("idempotent", name in set(idempotent)))),
             ))
     return out
 

@@ -128,6 +128,9 @@ def test_list_filters_and_pages(api, alice, make_run):
     ({"algorithm": "tests.api.gated", "config": {"calls": 9}}, ["body", "config", "calls"],
      "less than or equal"),
     ({"input": {"text": "x"}}, ["body", "payload", "algorithm"], "required"),
+    # a config names only an agent of AAA["AGENTS"] (loaded): never a module to import
+    ({"algorithm": "aaa.algos.PydanticAIAgent", "config": {"agent": "this:agent"}, "input": {"task": "x"}},
+     ["body", "config", "agent"], "no agent of that module is loaded"),
 ])
 def test_bad_input_is_422_and_creates_no_run(api, alice, body, loc, words):
     r = api.post("/runs", json=body, headers=alice.auth)

@@ -24,3 +24,6 @@ AAA = {
 if os.environ.get("AAA_TEST_QUEUE_SUFFIX"):
     AAA["CELERY_QUEUES"] = {k: f"aaa.{k}{os.environ['AAA_TEST_QUEUE_SUFFIX']}"
                             for k in ("algorithms", "llm", "tools")}
+# Pydantic AI agents whose tools the workers run (tests/pydantic_ai/test_agent_crash.py)
+if os.environ.get("AAA_TEST_AGENTS"):
+    AAA["AGENTS"] = os.environ["AAA_TEST_AGENTS"].split(",")

@@ -5,6 +5,7 @@ resumes it where it stopped, approvals are our gates, structured output is valid
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 from pydantic_ai.usage import UsageLimits
@@ -13,7 +14,7 @@ from aaa_django.algos.pydantic_agent import PydanticAIAgent, agent_tools, budget
 from aaa_django.events import InMemoryEventStore
 from aaa_django.llm import LLMHandler
 from aaa_django.llm.pydantic_ai_client import PydanticAIClient
-from aaa_django.runtime import Budget, Engine
+from aaa_django.runtime import Budget, Engine, registry
 from aaa_django.runtime import types as T
 from aaa_django.tools import ToolHandler, ToolRegistry
 
@@ -134,5 +135,32 @@ def test_usage_limits_map_to_the_budget():
 
 
 def test_a_path_that_is_not_an_agent_is_refused():
-    with pytest.raises(TypeError, match="not a pydantic_ai.Agent"):
+    with pytest.raises(ValueError, match="not a pydantic_ai.Agent"):
         PydanticAIAgent("tests.pydantic_ai.agents:Forecast")
+
+
+def test_a_config_names_only_an_agent_this_process_has_loaded():
+    # a run's config may come from a stranger (the REST API): naming a module must not import it
+    assert "this" not in sys.modules
+    with pytest.raises(ValueError, match="no agent of that module is loaded"):
+        registry.build(PydanticAIAgent.name, {"agent": "this:agent"})
+    assert "this" not in sys.modules
+    built = registry.build(PydanticAIAgent.name, {"agent": "tests.pydantic_ai.agents:forecaster"})
+    assert built.cfg.output_schema["title"] == "Forecast"  # filled in, as code that builds it gets
+
+
+def test_the_agents_in_settings_give_their_tools_to_the_site_engine(settings):
+    from aaa_django.checks import check_api_settings
+    from aaa_django.engines import attach_site_handlers
+
+    settings.AAA = {"AGENTS": ["tests.pydantic_ai.agents.planner"], "TOOLS": []}
+    assert check_api_settings() == []
+    engine = attach_site_handlers(Engine())
+    [handler] = engine.subscribers(T.TOOL_REQUESTED)
+    tools = {t.name: t for t in handler.__self__.registry}
+    assert set(tools) == {"find_hotel", "look_at_sky", "reserve"}
+    assert tools["reserve"].guard.side_effects and not tools["find_hotel"].guard.side_effects  # its metadata
+
+    settings.AAA = {"AGENTS": ["tests.pydantic_ai.agents.Trip"]}
+    [error] = check_api_settings()
+    assert error.id == "aaa.E020" and "not a pydantic_ai.Agent" in error.msg
