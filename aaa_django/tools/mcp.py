@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 import threading
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -189,9 +190,10 @@ class MCPServer:
         """What the SDK's ``Client`` connects to."""
         if self.url is not None:
             return self.url
-        from mcp.client.stdio import StdioServerParameters
+        from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        return StdioServerParameters(command=self.command or "", args=self.args, env=self.env, cwd=self.cwd)
+        params = StdioServerParameters(command=self.command or "", args=self.args, env=self.env, cwd=self.cwd)
+        return stdio_client(params, errlog=_errlog())
 
     # -- the tools --------------------------------------------------------------------------
 
@@ -332,3 +334,15 @@ def _describe(exc: BaseException | None) -> str:
 def servers_from_settings(config: Mapping[str, Mapping[str, Any]] | None) -> list[MCPServer]:
     """``AAA["MCP_SERVERS"]`` (name -> constructor keywords) as :class:`MCPServer` objects."""
     return [MCPServer.from_config(name, entry) for name, entry in (config or {}).items()]
+
+
+def _errlog() -> Any:
+    """Where a stdio server's stderr goes: this process's ``sys.stderr`` when it is a
+    file, else the process's own stderr. The SDK's default is the ``sys.stderr`` of the
+    moment it was imported, which in a Celery worker can be Celery's logging proxy (it
+    redirects ``sys.stderr`` to its logger), and a subprocess cannot write to that."""
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__
+    return sys.stderr

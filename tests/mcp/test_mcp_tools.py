@@ -143,3 +143,23 @@ def test_a_large_mcp_result_is_claim_checked(transport):
     [done] = of_type(log, T.TOOL_COMPLETED)
     assert is_claimed(done.data)  # 3 KB of result went to the blob store
     assert outcome.outcome == "success" and json.dumps({"result": loud.upper() + "!"}) in outcome.value["text"]
+
+
+def test_a_stdio_server_starts_where_sys_stderr_is_not_a_file():
+    # A Celery worker replaces sys.stderr with its logging proxy; the SDK's default
+    # stderr for the server is the sys.stderr of the moment it was imported.
+    import subprocess
+    import sys
+
+    from .conftest import ROOT, SERVER
+
+    script = (
+        "import asyncio, io, sys\n"
+        "sys.stderr = io.StringIO()  # as Celery's proxy: no file descriptor\n"
+        "from aaa_django.tools.mcp import MCPServer\n"
+        f"server = MCPServer('calc', command=sys.executable, args=[{str(SERVER)!r}, 'stdio'])\n"
+        "print(sorted(t.name for t in server.tools()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "['add', 'fail', 'hang', 'shout']"
