@@ -259,6 +259,7 @@ class RunAdmin(RunActions, admin.ModelAdmin):
             meta=meta,
             input_text=_pretty(started_data.get("input", started_data.get("$error"))),
             config_text=_pretty(started_data.get("config")),
+            schema_text=_schema_text(started_data.get("config")),
             outcome_text=_pretty((reading.data_of(ended) or {}).get("value")) if ended else None,
             approvals=self._approvals(run.run_id, meta, using),
             parent=RunRecord.objects.using(using).filter(pk=run.parent).first() if run.parent else None,
@@ -450,6 +451,13 @@ def _int(raw: Any) -> int | None:
         return int(raw)
     except (TypeError, ValueError):
         return None
+
+
+def _schema_text(config: Any) -> str | None:
+    """The JSON schema of the run's structured result, if its config has one
+    (``output_schema``: ToolLoop, ReAct, PydanticAIAgent)."""
+    schema = config.get("output_schema") if isinstance(config, dict) else None
+    return _pretty(schema) if schema else None
 
 
 def _pretty(value: Any) -> str:

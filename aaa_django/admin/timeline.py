@@ -225,11 +225,14 @@ def _completed(d: dict) -> str:
     return f"ended {d.get('outcome')}: " + (value if isinstance(value, str) else _json(value))
 
 
-def _rejected(d: dict) -> str:
-    errors = d.get("errors") or []
-    first = errors[0] if errors else {}
-    where = ".".join(str(p) for p in first.get("loc", ())) or "input"
-    return f"input rejected ({len(errors)} error{'s' * (len(errors) != 1)}): {where}: {first.get('msg', '')}"
+def _rejected(what: str) -> Callable[[dict], str]:
+    def line(d: dict) -> str:
+        errors = d.get("errors") or []
+        first = errors[0] if errors else {}
+        where = ".".join(str(p) for p in first.get("loc", ())) or what
+        return f"{what} rejected ({len(errors)} error{'s' * (len(errors) != 1)}): {where}: {first.get('msg', '')}"
+
+    return line
 
 
 def _llm_requested(d: dict) -> str:
@@ -294,7 +297,10 @@ _SUMMARIES: dict[str, Callable[[dict], str]] = {
     T.CANCEL_REQUESTED: lambda d: f"cancel requested by {d.get('by') or 'someone'}"
     + (f": {d['reason']}" if d.get("reason") else ""),
     T.INPUT_VALIDATED: lambda d: "input is valid",
-    T.INPUT_REJECTED: _rejected,
+    T.INPUT_REJECTED: _rejected("input"),
+    T.OUTPUT_PROPOSED: lambda d: f"answer proposed, to fit {d.get('schema')}: {_json(d.get('value'))}",
+    T.OUTPUT_VALIDATED: lambda d: "answer fits its schema",
+    T.OUTPUT_REJECTED: _rejected("answer"),
     T.LLM_REQUESTED: _llm_requested,
     T.LLM_COMPLETED: _llm_completed,
     T.LLM_FAILED: _failed("model"),

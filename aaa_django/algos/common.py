@@ -24,7 +24,7 @@ from aaa_django.runtime import registry
 from aaa_django.runtime import types as T
 
 #: Events that never change what an algorithm decides: the requests it made itself
-#: (their results will), the tool guard's intent, approval gates (the tool's result
+#: (their results will; a proposed structured result too), the tool guard's intent, approval gates (the tool's result
 #: follows the decision) and a cancel request (the engine ends the run). Not stepping
 #: on them (``Algorithm.ignores``) halves the steps and reads of a run, as the spec's
 #: fold measurement does (it reads on results only).
@@ -36,6 +36,7 @@ QUIET = frozenset({
     T.APPROVAL_REQUESTED,
     *T.APPROVAL_DECISIONS,
     T.CANCEL_REQUESTED,
+    T.OUTPUT_PROPOSED,
 })
 
 

@@ -11,11 +11,13 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from aaa_django.events import Event, Projection
 from aaa_django.llm.messages import Message
+from aaa_django.runtime import dotted
 from aaa_django.runtime import types as T
+from aaa_django.validate.output import describe, output_model
 
 from .base import Algorithm
 from .common import QUIET, opening
@@ -49,6 +51,12 @@ class LoopState(BaseModel):
     calls: list[LoopCall] = Field(default_factory=list)
     #: their results by call id
     results: dict[str, LoopResult] = Field(default_factory=dict)
+    #: this turn's answer proposed as the run's structured result: its event id
+    proposal: str | None = None
+    #: its verdict: ``{"ok": True, "value"}`` or ``{"ok": False, "errors", "fatal"?}``
+    verdict: dict[str, Any] | None = None
+    #: answers rejected so far (every turn)
+    rejected: int = 0
 
     def __deepcopy__(self, memo: dict | None = None) -> "LoopState":
         # Only the call list and the result dict are mutated in place by the fold.
@@ -70,6 +78,7 @@ def apply(s: LoopState, e: Event) -> LoopState:
         s.response = s.error = None
         s.calls = []
         s.results = {}
+        s.proposal = s.verdict = None
     elif t == T.LLM_COMPLETED and d.get("request_id") == s.request_id:
         m = (d.get("response") or {}).get("message") or {}
         s.response = {"content": m.get("content"), "tool_calls": m.get("tool_calls") or []}
@@ -81,6 +90,13 @@ def apply(s: LoopState, e: Event) -> LoopState:
         call_id = d.get("call_id")
         if any(c.call_id == call_id for c in s.calls):
             s.results[call_id] = _result(t, d)
+    elif t == T.OUTPUT_PROPOSED:
+        s.proposal, s.verdict = e.id, None
+    elif t == T.OUTPUT_VALIDATED and e.causation == s.proposal:
+        s.verdict = {"ok": True, "value": d.get("value")}
+    elif t == T.OUTPUT_REJECTED and e.causation == s.proposal:
+        s.verdict = {"ok": False, "errors": d.get("errors") or [], "fatal": bool(d.get("fatal"))}
+        s.rejected += 1
     return s
 
 
@@ -95,7 +111,7 @@ LOOP: Projection[LoopState] = Projection(
     LoopState,
     apply,
     name="aaa.algos.loops.LOOP",
-    version=1,
+    version=2,  # 2: structured results (proposal, verdict, rejected)
     state_type=LoopState,
     every=64,
 )
@@ -118,13 +134,46 @@ class LoopConfig(BaseModel):
     #: the JSON specs of the tools offered (saved in the run, so any process has them)
     tools: list[dict[str, Any]] = Field(default_factory=list)
     model: str | None = None
+    #: a structured result: the dotted path of the pydantic model the answer must fit
+    #: (``"myapp.schemas:Forecast"``; a model this process has loaded)
+    output: str | None = None
+    #: its JSON schema (filled in from ``output``): offered to the model, shown in the admin
+    output_schema: dict[str, Any] | None = None
+    #: answers that do not fit, each sent back to the model with the errors, before
+    #: the run ends ``no_solution``
+    output_retries: int = Field(default=2, ge=0)
+
+    @field_validator("output")
+    @classmethod
+    def _loaded(cls, path: str | None) -> str | None:
+        if path is not None:
+            output_model(path)  # a config names a model of this process, never a module to import
+        return path
+
+    @model_validator(mode="after")
+    def _schema(self) -> "LoopConfig":
+        if self.output is not None and self.output_schema is None:
+            self.output_schema = output_model(self.output).model_json_schema()
+        return self
+
+
+#: the tool a ToolLoop with a structured result offers for the final answer
+FINAL = "final_result"
+RETRY = "That answer does not fit the required schema:\n{errors}\nAnswer again, {how}."
 
 
 class ToolLoop(Algorithm):
     """Ask the model; run the tools it calls; give it the results; repeat until it
     answers in text (``success``, value ``{"text": ...}``) or ``max_turns`` model
     calls are used up (``no_solution``). A failed model call ends the run ``failed``;
-    a failed tool call is shown to the model, which decides."""
+    a failed tool call is shown to the model, which decides.
+
+    With ``output`` (a pydantic model), the answer is a structured result: the model
+    is offered a ``final_result`` tool with the model's JSON schema (a text answer is
+    read as JSON), the ValidationHandler checks it, and the run ends ``success`` with
+    ``{"output": <the validated value>}``; an answer that does not fit goes back to the
+    model with the errors, ``output_retries`` times, then ends the run ``no_solution``
+    (``"reason": "invalid_output"``)."""
 
     projections = (LOOP,)
 
@@ -140,17 +189,28 @@ class ToolLoop(Algorithm):
         max_turns: int = 10,
         system: str | None = None,
         model: str | None = None,
+        output: "type[BaseModel] | str | None" = None,
+        output_retries: int = 2,
     ) -> None:
         tools = registry.specs() if registry is not None else []
-        super().__init__(max_turns=max_turns, system=system, tools=tools, model=model)
+        if isinstance(output, str):
+            output_model(output, trusted=True)  # code that names a model may import it
+        elif output is not None:
+            output = dotted.path_of(output)
+        super().__init__(max_turns=max_turns, system=system, tools=tools, model=model,
+                         output=output, output_retries=output_retries)
 
     def first_messages(self, ctx: "Ctx") -> list[Message]:
         return opening(self.cfg.system, ctx.input.task)
 
     def ask(self, ctx: "Ctx", s: LoopState, messages: list[Message]) -> None:
         turn = s.turns + 1
-        ctx.llm(messages, tools=self.cfg.tools or None, tag=f"turn-{turn}", key=turn,
-                model=self.cfg.model)
+        tools = list(self.cfg.tools)
+        if self.cfg.output_schema is not None:
+            tools.append({"name": FINAL, "description": "Give the final answer, in this schema.",
+                          "parameters": self.cfg.output_schema, "kind": "output"})
+        ctx.llm(messages, tools=tools or None, tag=f"turn-{turn}", key=turn, model=self.cfg.model,
+                output={"allow_text": False} if self.cfg.output is not None else None)
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
         s = await ctx.project(LOOP)
@@ -160,26 +220,70 @@ class ToolLoop(Algorithm):
             ctx.complete("failed", {"error": s.error, "turn": s.turns})
         elif s.response is None:
             return  # the model is thinking
+        elif s.proposal is not None:
+            if s.verdict is not None:
+                self.judged(ctx, s)  # else the answer is being checked
         elif not s.calls:
             self.decide(ctx, s)
         elif not s.waiting_for_tools:
-            self.ask(ctx, s, [
-                Message(role="tool", content=s.results[c.call_id].content,
-                        tool_call_id=c.call_id, name=c.name)
-                for c in s.calls
-            ])
+            self.ask(ctx, s, self.tool_results(s))
+
+    def tool_results(self, s: LoopState) -> list[Message]:
+        """What the model is told once this turn's tools have answered."""
+        return [Message(role="tool", content=s.results[c.call_id].content, tool_call_id=c.call_id, name=c.name)
+                for c in s.calls]
 
     def decide(self, ctx: "Ctx", s: LoopState) -> None:
-        """The model replied: finish, or run the tools it asked for."""
+        """The model replied: finish (or propose a structured result), or run the
+        tools it asked for."""
         assert s.response is not None
         calls = s.response["tool_calls"]
-        if not calls:
-            ctx.complete("success", {"text": s.response.get("content") or ""})
+        final = next((c for c in calls if c["name"] == FINAL), None) if self.cfg.output else None
+        if final is not None:
+            self.propose(ctx, s, final.get("arguments") or {})
+        elif not calls:
+            text = s.response.get("content") or ""
+            if self.cfg.output is not None:
+                self.propose(ctx, s, text)  # an answer in text: read as JSON
+            else:
+                ctx.complete("success", {"text": text})
         elif s.turns >= self.cfg.max_turns:
             ctx.complete("no_solution", {"reason": "max_turns", "turns": s.turns})
         else:
             for c in calls:
                 ctx.tool(c["name"], c.get("arguments") or {}, call_id=c["id"], key=(s.turns, c["id"]))
+
+    def propose(self, ctx: "Ctx", s: LoopState, value: Any) -> None:
+        """Ask the ValidationHandler whether ``value`` fits ``output`` (the verdict
+        steps the run on)."""
+        ctx.emit(T.OUTPUT_PROPOSED, {"value": value, "schema": self.cfg.output}, key=("output", s.turns))
+
+    def judged(self, ctx: "Ctx", s: LoopState) -> None:
+        """The answer was checked: the run's result, or the errors back to the model."""
+        assert s.verdict is not None
+        if s.verdict["ok"]:
+            ctx.complete("success", {"output": s.verdict["value"]})
+        elif s.verdict.get("fatal"):
+            ctx.complete("failed", {"error": s.verdict["errors"]})
+        elif s.rejected > self.cfg.output_retries:
+            ctx.complete("no_solution", {"reason": "invalid_output", "errors": s.verdict["errors"],
+                                         "answers": s.rejected})
+        elif s.turns >= self.cfg.max_turns:
+            ctx.complete("no_solution", {"reason": "max_turns", "turns": s.turns})
+        else:
+            self.ask(ctx, s, self.retry(s, describe(s.verdict["errors"])))
+
+    def retry(self, s: LoopState, errors: str) -> list[Message]:
+        """The errors, as the answer to the model's ``final_result`` call (and every
+        other call of that reply, not run), or as the user's reply to a text answer."""
+        assert s.response is not None
+        calls = s.response["tool_calls"]
+        if not calls:
+            return [Message(role="user", content=RETRY.format(errors=errors, how="as JSON that fits it"))]
+        return [Message(role="tool", tool_call_id=c["id"], name=c["name"],
+                        content=RETRY.format(errors=errors, how=f"with {FINAL}") if c["name"] == FINAL
+                        else f"not run: {FINAL} was called")
+                for c in calls]
 
 
 REACT_SYSTEM = """Solve the task step by step. You can use these tools:
@@ -227,6 +331,8 @@ class ReAct(ToolLoop):
                           f"(arguments: {json.dumps(t.get('parameters', {}).get('properties', {}))})"
                           for t in self.cfg.tools) or "(none)"
         system = REACT_SYSTEM.format(tools=tools)
+        if self.cfg.output_schema is not None:
+            system += "\n\nThe Final Answer must be JSON that fits this schema: " + json.dumps(self.cfg.output_schema)
         if self.cfg.system:
             system = self.cfg.system + "\n\n" + system
         return opening(system, ctx.input.task)
@@ -235,24 +341,19 @@ class ReAct(ToolLoop):
         turn = s.turns + 1
         ctx.llm(messages, tag=f"turn-{turn}", key=turn, model=self.cfg.model)
 
-    async def step(self, ctx: "Ctx", event: Event) -> None:
-        s = await ctx.project(LOOP)
-        if s.turns == 0:
-            self.ask(ctx, s, self.first_messages(ctx))
-        elif s.error is not None:
-            ctx.complete("failed", {"error": s.error, "turn": s.turns})
-        elif s.response is None:
-            return
-        elif not s.calls:
-            self.decide(ctx, s)
-        elif not s.waiting_for_tools:
-            result = s.results[s.calls[0].call_id]
-            self.ask(ctx, s, [Message(role="user", content=f"Observation: {result.content}")])
+    def tool_results(self, s: LoopState) -> list[Message]:
+        return [Message(role="user", content=f"Observation: {s.results[s.calls[0].call_id].content}")]
+
+    def retry(self, s: LoopState, errors: str) -> list[Message]:
+        how = "with a Final Answer in JSON that fits it"
+        return [Message(role="user", content="Observation: " + RETRY.format(errors=errors, how=how))]
 
     def decide(self, ctx: "Ctx", s: LoopState) -> None:
         assert s.response is not None
         kind, value = parse_react(s.response.get("content") or "")
-        if kind == "final":
+        if kind == "final" and self.cfg.output is not None:
+            self.propose(ctx, s, value)
+        elif kind == "final":
             ctx.complete("success", {"text": value})
         elif s.turns >= self.cfg.max_turns:
             ctx.complete("no_solution", {"reason": "max_turns", "turns": s.turns})

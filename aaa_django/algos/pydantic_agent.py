@@ -29,14 +29,13 @@ in the run's config (``output_schema``).
 
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from aaa_django.events import Event, Projection
-from aaa_django.runtime import Budget
+from aaa_django.runtime import Budget, dotted
 from aaa_django.runtime import types as T
 
 from .base import Algorithm
@@ -184,30 +183,22 @@ class PydanticAIAgent(Algorithm):
 
 def load_agent(path: str) -> Any:
     """The ``pydantic_ai.Agent`` at a dotted path (its module imported if need be)."""
-    importlib.import_module(_split(path)[0])
+    dotted.load(path)
     return loaded_agent(path)
 
 
 def loaded_agent(path: str) -> Any:
     """The ``pydantic_ai.Agent`` at a dotted path whose module this process has
     imported already; ``ValueError`` otherwise (a run's config names only those)."""
-    module, attr = _split(path)
-    if module not in sys.modules:
+    if dotted.split(path)[0] not in sys.modules:
         raise ValueError(f"{path!r}: no agent of that module is loaded in this process "
                          "(list it in AAA['AGENTS'])")
-    agent = getattr(sys.modules[module], attr, None)
+    agent = dotted.loaded(path)
     from pydantic_ai import Agent
 
     if not isinstance(agent, Agent):
         raise ValueError(f"{path!r} is not a pydantic_ai.Agent but {type(agent).__name__}")
     return agent
-
-
-def _split(path: str) -> tuple[str, str]:
-    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
-    if not module or not attr:
-        raise ValueError(f"{path!r} is not a dotted path 'package.module:name'")
-    return module, attr
 
 
 def output_schema(agent: Any) -> dict[str, Any] | None:

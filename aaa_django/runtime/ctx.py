@@ -102,6 +102,7 @@ class Ctx:
         thread: str = "main",
         model: str | None = None,
         params: Mapping[str, Any] | None = None,
+        output: Mapping[str, Any] | None = None,
     ) -> str:
         """Ask a model; return the request id (its result is ``aaa.llm.completed``).
 
@@ -109,7 +110,9 @@ class Ctx:
         request (the previous reply is part of the conversation already): the
         handler rebuilds the whole conversation from the log, so the log grows
         linearly. ``key`` (default: ``tag``, else the run's request count) makes the
-        id deterministic.
+        id deterministic. ``output`` (``{"allow_text": bool}``) goes with tools marked
+        ``"kind": "output"``: whether a text answer may end the request
+        (``LLMRequest.output``).
         """
         self._llm_count += 1
         if key is None:
@@ -123,6 +126,8 @@ class Ctx:
             data["tools"] = [_spec(t) for t in tools]
         if model is not None:
             data["model"] = model
+        if output is not None:
+            data["output"] = dict(output)
         if params:
             data["params"] = dict(params)
         return self.emit(T.LLM_REQUESTED, data, key=("llm", key)).id

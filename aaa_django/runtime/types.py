@@ -17,6 +17,11 @@ CANCEL_REQUESTED = "aaa.cancel.requested"
 INPUT_VALIDATED = "aaa.input.validated"
 INPUT_REJECTED = "aaa.input.rejected"
 
+#: a structured result: an answer proposed, then checked by the ValidationHandler
+OUTPUT_PROPOSED = "aaa.output.proposed"
+OUTPUT_VALIDATED = "aaa.output.validated"
+OUTPUT_REJECTED = "aaa.output.rejected"
+
 LLM_REQUESTED = "aaa.llm.requested"
 LLM_COMPLETED = "aaa.llm.completed"
 LLM_FAILED = "aaa.llm.failed"

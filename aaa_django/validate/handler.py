@@ -1,9 +1,13 @@
-"""``ValidationHandler``: a run's input is checked against its algorithm's schema.
+"""``ValidationHandler``: a run's input, and its structured result, checked against
+their schemas.
 
 On ``aaa.run.started`` it validates ``input`` with the algorithm's ``Input`` model
 and appends ``aaa.input.validated`` (the algorithm may start) or
 ``aaa.input.rejected`` with the errors (the engine ends the run ``invalid_input``).
-Both share one result id, so a run gets exactly one verdict.
+On ``aaa.output.proposed`` it checks the proposed answer against the pydantic model the
+proposal names (:mod:`aaa_django.validate.output`) and appends ``aaa.output.validated``
+or ``aaa.output.rejected`` (the algorithm sends the errors back to the model). A
+request's verdicts share one result id, so it gets exactly one.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from aaa_django.runtime import registry
 from aaa_django.runtime import types as T
 from aaa_django.runtime.meta import MAX_ERRORS
 
+from .output import check, output_model
+
 if TYPE_CHECKING:  # pragma: no cover
     from aaa_django.runtime import Engine
 
@@ -31,11 +37,15 @@ class ValidationHandler:
     def attach(self, engine: "Engine") -> "ValidationHandler":
         self.engine = engine
         engine.subscribe(T.RUN_STARTED, self)
+        engine.subscribe(T.OUTPUT_PROPOSED, self)
         return self
 
     async def __call__(self, event: Event) -> None:
         engine = self.engine
         assert engine is not None, "attach the handler to an engine first"
+        if event.type == T.OUTPUT_PROPOSED:
+            await self._output(engine, event)
+            return
         name = event.data.get("algorithm") or ""
         if not registry.known(name):
             return  # the engine ends the run `failed`: nothing to validate against
@@ -47,6 +57,24 @@ class ValidationHandler:
             verdict = T.result_event(event, T.INPUT_REJECTED, {"errors": compact(errors)})
         else:
             verdict = T.result_event(event, T.INPUT_VALIDATED, {})
+        await engine.append([verdict])
+
+    async def _output(self, engine: "Engine", event: Event) -> None:
+        rid = T.result_id(event.id)
+        if await engine.find_after(event, [rid]):
+            return
+        # The path comes from the run's config, validated where the algorithm was built.
+        try:
+            model = output_model(event.data["schema"], trusted=True)
+        except (ImportError, ValueError) as exc:  # this process lacks the site's code: the run cannot end well
+            error = {"type": "schema_unavailable", "loc": [], "msg": f"{type(exc).__name__}: {exc}"}
+            await engine.append([T.result_event(event, T.OUTPUT_REJECTED, {"errors": [error], "fatal": True})])
+            return
+        value, errors = check(model, event.data.get("value"))
+        if errors:
+            verdict = T.result_event(event, T.OUTPUT_REJECTED, {"errors": compact(errors)})
+        else:
+            verdict = T.result_event(event, T.OUTPUT_VALIDATED, {"value": value})
         await engine.append([verdict])
 
 

@@ -68,8 +68,8 @@ def site(transactional_db, settings):
     EngineHost.reset()
 
 
-def start(host: EngineHost, task: str, owner=None) -> str:
-    run = host.call(lambda e: e.start(support.loop(), {"task": task},
+def start(host: EngineHost, task: str, owner=None, **config) -> str:
+    run = host.call(lambda e: e.start(support.loop(**config), {"task": task},
                                       owner=str(owner.pk) if owner else None))
     return run.run_id
 

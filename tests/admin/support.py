@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from pydantic import BaseModel
+
 from aaa_django.algos import ToolLoop
 from aaa_django.llm import FakeLLMClient
 from aaa_django.llm.fake import text, tool_call
@@ -56,8 +58,15 @@ def fake_client() -> FakeLLMClient:
     return FakeLLMClient(script)
 
 
-def loop() -> ToolLoop:
-    return ToolLoop(ToolRegistry([lookup, deploy]), max_turns=4)
+def loop(**config: Any) -> ToolLoop:
+    return ToolLoop(ToolRegistry([lookup, deploy]), max_turns=4, **config)
+
+
+class Summary(BaseModel):
+    """A structured result the scripted model never gives (it answers in prose)."""
+
+    topic: str
+    facts: int
 
 
 def wait_until(check: Callable[[], Any], timeout: float = 15.0, every: float = 0.02) -> Any:

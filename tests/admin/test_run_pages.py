@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from zoneinfo import ZoneInfo
@@ -9,6 +10,7 @@ from zoneinfo import ZoneInfo
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
+from aaa_django import runindex
 from aaa_django.models import EventRecord, RunRecord
 from aaa_django.runtime import types as T
 
@@ -183,3 +185,18 @@ def test_a_runs_deadline_is_shown_as_a_date_and_time(client, admin_user, site, s
     assert shown == at.strftime("%Y-%m-%d %H:%M:%S ") + at.tzname()
     assert "epoch" not in page
     site.call(lambda e: e.cancel(run_id))
+
+
+def test_run_page_shows_the_schema_of_a_structured_result_and_its_verdicts(client, admin_user, site):
+    from .conftest import start
+    from .support import Summary, wait_until
+
+    run_id = start(site, "look up the admin", owner=admin_user, output=Summary, output_retries=0)
+    wait_until(lambda: (r := runindex.refresh("default", run_id)) and r.outcome)
+    client.force_login(admin_user)
+    page = text(client.get(run_url(run_id)))
+
+    schema = re.search(r'<pre class="aaa-json" id="aaa-output-schema">(.*?)</pre>', page, re.S).group(1)
+    assert json.loads(html.unescape(schema)) == Summary.model_json_schema()
+    assert "answer rejected (1 error): answer: Invalid JSON" in page
+    assert "completed · no_solution" in page

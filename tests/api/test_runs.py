@@ -131,6 +131,8 @@ def test_list_filters_and_pages(api, alice, make_run):
     # a config names only an agent of AAA["AGENTS"] (loaded): never a module to import
     ({"algorithm": "aaa.algos.PydanticAIAgent", "config": {"agent": "this:agent"}, "input": {"task": "x"}},
      ["body", "config", "agent"], "no agent of that module is loaded"),
+    ({"algorithm": "aaa.algos.ToolLoop", "config": {"output": "this:Zen"}, "input": {"task": "x"}},
+     ["body", "config", "output"], "its module is not loaded"),
 ])
 def test_bad_input_is_422_and_creates_no_run(api, alice, body, loc, words):
     r = api.post("/runs", json=body, headers=alice.auth)
