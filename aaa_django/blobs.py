@@ -18,13 +18,22 @@ from django.core.files.storage import Storage, storages
 from aaa_django.data.errors import BlobNotFoundError
 from aaa_django.data.keys import (
     META_SUFFIX,
+    check_segment,
     decode_meta,
     encode_meta,
     is_blob_name,
+    is_segment,
     namespace_segment,
     shards,
 )
-from aaa_django.data.refs import DEFAULT_MEDIA_TYPE, BlobRef, as_bytes, as_ref, check_namespace
+from aaa_django.data.refs import (
+    DEFAULT_MEDIA_TYPE,
+    BlobRef,
+    as_bytes,
+    as_ref,
+    check_namespace,
+    check_sha256,
+)
 
 _SHARD_DEPTH = 1  # prefix/<namespace>/ab/<sha256>: few listdir calls per namespace
 
@@ -143,11 +152,50 @@ class StorageBlobStore:
                         refs.append(ref)
         return sorted(refs, key=lambda r: r.sha256)
 
+    # -- BlobInventory (the orphan sweep) ---------------------------------------------
+
+    def segments(self) -> builtins.list[str]:
+        """The segments of every namespace under the prefix (one listing)."""
+        try:
+            dirs, _ = self.storage.listdir(self.prefix)
+        except FileNotFoundError:  # FileSystemStorage: nothing stored yet
+            return []
+        return sorted(d for d in dirs if is_segment(d))
+
+    def hashes(self, segment: str) -> builtins.list[str]:
+        """The hashes of the blobs under ``segment``."""
+        top = posixpath.join(self.prefix, check_segment(segment))
+        return sorted(n for _, names in self._walk(self.storage, top) for n in names if is_blob_name(n))
+
+    def written_at(self, segment: str, sha256: str) -> float | None:
+        """The object's modification time (on S3 a HEAD: the sweep asks only about
+        blobs no event refers to)."""
+        key = self._segment_key(segment, sha256)
+        try:
+            return self.storage.get_modified_time(key).timestamp()
+        except (FileNotFoundError, NotImplementedError):
+            return None
+        except Exception as exc:
+            if _s3_missing(exc):
+                return None
+            raise
+
+    def discard(self, segment: str, sha256: str) -> None:
+        """Remove one blob (sidecar first) by segment and hash."""
+        key = self._segment_key(segment, sha256)
+        storage = self.storage
+        storage.delete(key + META_SUFFIX)
+        storage.delete(key)
+
     def _top(self, namespace: str) -> str:
         return posixpath.join(self.prefix, namespace_segment(namespace))
 
     def _key(self, namespace: str, sha256: str) -> str:
         return posixpath.join(self._top(namespace), *shards(sha256, _SHARD_DEPTH), sha256)
+
+    def _segment_key(self, segment: str, sha256: str) -> str:
+        check_sha256(sha256)
+        return posixpath.join(self.prefix, check_segment(segment), *shards(sha256, _SHARD_DEPTH), sha256)
 
     @staticmethod
     def _walk(storage: Storage, top: str) -> builtins.list[tuple[str, builtins.list[str]]]:
@@ -217,7 +265,7 @@ def _read_s3(storage: Storage, key: str, limit: int) -> bytes:
     try:
         response = storage.bucket.Object(name).get(**params)
     except ClientError as e:
-        if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+        if _s3_missing(e):
             raise FileNotFoundError(name) from None
         raise
     body = response["Body"]
@@ -237,6 +285,13 @@ def _read_s3(storage: Storage, key: str, limit: int) -> bytes:
         return b"".join(chunks)
     finally:
         body.close()
+
+
+def _s3_missing(exc: BaseException) -> bool:
+    """Whether ``exc`` is botocore's answer for an object that does not exist."""
+    botocore = sys.modules.get("botocore.exceptions")
+    return (botocore is not None and isinstance(exc, botocore.ClientError)
+            and exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404)
 
 
 def _check_prefix(prefix: str) -> str:

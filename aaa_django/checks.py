@@ -338,3 +338,50 @@ def check_sqlite_transaction_mode(app_configs: Any = None, databases: Any = None
                 )
             )
     return warnings
+
+
+# --- retention (aaa_django.retention) ---------------------------------------------------
+#
+# =========  =====================================================================
+# Id         Problem
+# =========  =====================================================================
+# aaa.E030   ``RETENTION`` is not a dict of outcome -> days (a number > 0, or None).
+# aaa.E031   ``RETENTION`` names an outcome that does not exist.
+# aaa.E032   ``RETENTION_BATCH`` is not an int >= 1, or ``ORPHAN_GRACE`` not a number
+#            of seconds >= 0.
+# =========  =====================================================================
+
+
+@register()
+def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """``RETENTION``, ``RETENTION_BATCH`` and ``ORPHAN_GRACE``."""
+    from .runtime.outcome import OUTCOMES
+
+    site = site_aaa()
+    if not isinstance(site, dict):
+        return []  # aaa.E001 says so
+    errors: list[Error] = []
+    keys = (*OUTCOMES, "*")
+    policy = site.get("RETENTION", {})
+    if not isinstance(policy, dict):
+        errors.append(Error(f"AAA['RETENTION'] must be a dict, not {type(policy).__name__}.",
+                            hint='e.g. {"success": 30, "failed": 90, "*": 365} (days).',
+                            id="aaa.E030"))
+        policy = {}
+    for outcome, days in policy.items():
+        if outcome not in keys:
+            errors.append(Error(f"AAA['RETENTION'] names an unknown outcome {outcome!r}.",
+                                hint="Outcomes: " + ", ".join(keys) + ".", id="aaa.E031"))
+        elif days is not None and (isinstance(days, bool) or not isinstance(days, (int, float))
+                                   or days <= 0):
+            errors.append(Error(f"AAA['RETENTION'][{outcome!r}] must be a number of days > 0 "
+                                f"or None (keep), not {days!r}.", id="aaa.E030"))
+    batch = site.get("RETENTION_BATCH", 1)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        errors.append(Error(f"AAA['RETENTION_BATCH'] must be an int >= 1, not {batch!r}.",
+                            id="aaa.E032"))
+    grace = site.get("ORPHAN_GRACE", 0)
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+        errors.append(Error(f"AAA['ORPHAN_GRACE'] must be a number of seconds >= 0, not {grace!r}.",
+                            id="aaa.E032"))
+    return errors

@@ -81,6 +81,15 @@ AGENTS              list of str      []            Dotted paths of the pydantic_
                                                    serves: every engine the settings wire
                                                    runs their tools; a run's config may
                                                    name only these (docs/agents.md).
+-- retention (``aaa_django.retention``, ``manage.py aaa_retain``, task ``aaa.retain``) ----
+RETENTION           dict             {}            Days an ended run is kept, by outcome:
+                                                   {"success": 30, "failed": 90, "*": 365};
+                                                   "*" is every outcome not named; an
+                                                   outcome with no entry is kept forever.
+RETENTION_BATCH     int >= 1         500           Run trees erased per transaction.
+ORPHAN_GRACE        number >= 0      86400         A blob no event refers to is removed by
+                                                   the orphan sweep once it is this many
+                                                   seconds old (its event may be on its way).
 ==================  ===============  ============  ==========================================
 """
 
@@ -116,6 +125,10 @@ DEFAULTS: dict[str, Any] = {
     "MCP_SERVERS": {},
     # Pydantic AI agents the site's engines serve (aaa_django.algos.pydantic_agent; docs/agents.md)
     "AGENTS": [],
+    # retention (aaa_django.retention; docs/retention.md)
+    "RETENTION": {},
+    "RETENTION_BATCH": 500,
+    "ORPHAN_GRACE": 86400,
 }
 
 BUSES = frozenset({"inprocess", "celery"})

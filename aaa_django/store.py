@@ -35,7 +35,7 @@ from .eventrows import (
 )
 from .events import ConcurrencyError, Event, Snapshot
 from .events.store import RecentIds, prepare_batch
-from .models import EventRecord, SnapshotRecord
+from .models import EventRecord
 from .runtime import types as T
 
 __all__ = ["DjangoEventStore", "EventList"]
@@ -107,6 +107,7 @@ class DjangoEventStore(StatementAppends):
         self.load_snapshot = wrap(self.load_snapshot_sync)
         self.save_snapshot = wrap(self.save_snapshot_sync)
         self.erase = wrap(self.erase_sync)
+        self.erase_many = wrap(self.erase_many_sync)
         self.streams = wrap(self.streams_sync)
         self.unfinished = wrap(self.unfinished_sync)
 
@@ -219,14 +220,27 @@ class DjangoEventStore(StatementAppends):
         return (row[0][0], row[0][1]) if row else None
 
     def erase_sync(self, stream: str) -> int:
-        from .runindex import forget
+        return self.erase_many_sync([stream])
 
-        self._forget(stream)
-
-        with transaction.atomic(using=self.using):
-            SnapshotRecord.objects.using(self.using).filter(stream=stream).delete()
-            deleted, _ = self._events.filter(stream=stream).delete()
-            forget(self.using, stream)
+    def erase_many_sync(self, streams: Sequence[str]) -> int:
+        """Erase ``streams`` (events, snapshots, index rows) in one transaction; return
+        the number of events erased. Plain DELETEs by the stream index, in chunks."""
+        streams = list(dict.fromkeys(streams))
+        for stream in streams:
+            self._forget(stream)
+        conn = connections[self.using]
+        pg = conn.vendor == "postgresql"
+        deleted = 0
+        with transaction.atomic(using=self.using), conn.cursor() as cur:
+            for i in range(0, len(streams), SQLITE_CHUNK):
+                chunk = streams[i : i + SQLITE_CHUNK]
+                where, params = ("= ANY(%s)", [chunk]) if pg else (
+                    f"IN ({', '.join(['%s'] * len(chunk))})", chunk)
+                cur.execute(f"DELETE FROM aaa_snapshot WHERE stream {where}", params)
+                cur.execute(f"DELETE FROM aaa_event WHERE stream {where}", params)
+                deleted += cur.rowcount
+                # the run index is derived from the log: its rows go with it
+                cur.execute(f"DELETE FROM aaa_run WHERE run_id {where}", params)
         return deleted
 
     def streams_sync(self) -> list[str]:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from aaa_django.blobs import StorageBlobStore
 from aaa_django.data import BlobIntegrityError, BlobRef, FileBlobStore, InMemoryBlobStore
-from aaa_django.data.keys import namespace_segment
+from aaa_django.data.keys import is_segment, namespace_segment, segment_namespace
 from tests.conftest import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY
 from tests.contracts.blobstore import BlobStoreContract
 
@@ -276,3 +276,20 @@ def test_namespace_segments_are_safe_and_distinct(a, b):
     assert re.fullmatch(r"[A-Za-z0-9_~-]{1,150}", seg)
     assert seg not in (".", "..")
     assert (namespace_segment(b) == seg) == (a == b)
+
+
+@given(st.text())
+def test_a_segment_names_its_namespace_unless_it_is_a_hash(namespace):
+    seg = namespace_segment(namespace)
+
+    assert is_segment(seg)
+    if len(seg) <= 150 and not (seg.startswith("~~") and namespace):
+        assert segment_namespace(seg) == namespace
+    else:
+        assert segment_namespace(seg) is None  # a hash: the sweep compares segments
+
+
+@pytest.mark.parametrize("name", [".", "..", "", "a/b", "~2e", "~41", "~~", "~~abc", "é", "~G0"])
+def test_only_what_namespace_segment_makes_is_a_segment(name):
+    made = name == "~~"  # the empty namespace's
+    assert is_segment(name) == made

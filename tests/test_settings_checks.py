@@ -81,3 +81,28 @@ def test_sqlite_without_immediate_transactions_is_warned():
     immediate = {"default": {**deferred["default"], "OPTIONS": {"transaction_mode": "IMMEDIATE"}}}
     with override_settings(DATABASES=immediate):
         assert check_sqlite_transaction_mode() == []
+
+
+def retention_ids(aaa) -> list[str]:
+    from aaa_django.checks import check_retention_settings
+
+    with override_settings(AAA=aaa):
+        return sorted(error.id for error in check_retention_settings())
+
+
+@pytest.mark.parametrize(
+    "aaa, expected",
+    [
+        ({"RETENTION": {"success": 30, "failed": 90.5, "*": None}, "RETENTION_BATCH": 10,
+          "ORPHAN_GRACE": 0}, []),
+        ({"RETENTION": [("success", 30)]}, ["aaa.E030"]),
+        ({"RETENTION": {"success": 0}}, ["aaa.E030"]),
+        ({"RETENTION": {"success": "30d"}}, ["aaa.E030"]),
+        ({"RETENTION": {"succes": 30}}, ["aaa.E031"]),
+        ({"RETENTION_BATCH": 0}, ["aaa.E032"]),
+        ({"RETENTION_BATCH": True}, ["aaa.E032"]),
+        ({"ORPHAN_GRACE": -1}, ["aaa.E032"]),
+    ],
+)
+def test_retention_settings_are_checked(aaa, expected):
+    assert retention_ids(aaa) == expected

@@ -3,7 +3,8 @@
 - :class:`BlobRef`: the JSON-able pointer an event keeps to its payload.
 - :class:`BlobStore`: the protocol; :class:`InMemoryBlobStore` and
   :class:`FileBlobStore` implement it here, ``aaa_django.blobs.StorageBlobStore``
-  over any Django storage (S3 via django-storages).
+  over any Django storage (S3 via django-storages). All three also offer
+  :class:`BlobInventory` (listing and ageing every blob: the orphan sweep).
 - :func:`claim` / :func:`hydrate`: move a large ``dict`` payload into a store and
   back, leaving a ``{"$claim": true, <hot fields>}`` stub in the event.
 """
@@ -20,7 +21,7 @@ from .claims import (
 from .errors import BlobError, BlobIntegrityError, BlobNotFoundError
 from .files import FileBlobStore
 from .memory import InMemoryBlobStore
-from .protocol import BlobStore
+from .protocol import BlobInventory, BlobStore
 from .refs import DEFAULT_MEDIA_TYPE, BlobRef
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "DEFAULT_MEDIA_TYPE",
     "BlobError",
     "BlobIntegrityError",
+    "BlobInventory",
     "BlobNotFoundError",
     "BlobRef",
     "BlobStore",

@@ -9,8 +9,17 @@ import tempfile
 from pathlib import Path
 
 from .errors import BlobNotFoundError
-from .keys import META_SUFFIX, decode_meta, encode_meta, is_blob_name, namespace_segment, shards
-from .refs import DEFAULT_MEDIA_TYPE, BlobRef, as_bytes, as_ref, check_namespace
+from .keys import (
+    META_SUFFIX,
+    check_segment,
+    decode_meta,
+    encode_meta,
+    is_blob_name,
+    is_segment,
+    namespace_segment,
+    shards,
+)
+from .refs import DEFAULT_MEDIA_TYPE, BlobRef, as_bytes, as_ref, check_namespace, check_sha256
 
 _SHARD_DEPTH = 2  # root/<namespace>/ab/cd/<sha256>: at most 256 entries per level
 
@@ -104,10 +113,45 @@ class FileBlobStore:
                         refs.append(ref)
         return sorted(refs, key=lambda r: r.sha256)
 
+    # -- BlobInventory (the orphan sweep) ---------------------------------------------
+
+    def segments(self) -> builtins.list[str]:
+        """The segments (top directories) of every namespace that holds blobs."""
+        try:
+            entries = list(os.scandir(self.root))
+        except FileNotFoundError:
+            return []
+        return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False) and is_segment(e.name))
+
+    def hashes(self, segment: str) -> builtins.list[str]:
+        """The hashes of the blobs under ``segment``."""
+        found = []
+        for _, _, filenames in os.walk(self._segment_dir(segment)):
+            found.extend(name for name in filenames if is_blob_name(name))
+        return sorted(found)
+
+    def written_at(self, segment: str, sha256: str) -> float | None:
+        """The blob file's modification time."""
+        try:
+            return self._blob_path(self._segment_dir(segment), check_sha256(sha256)).stat().st_mtime
+        except FileNotFoundError:
+            return None
+
+    def discard(self, segment: str, sha256: str) -> None:
+        """Remove one blob (and its sidecar) by segment and hash."""
+        path = self._blob_path(self._segment_dir(segment), check_sha256(sha256))
+        path.with_name(path.name + META_SUFFIX).unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+
+    def _segment_dir(self, segment: str) -> Path:
+        return self.root / check_segment(segment)
+
     def _path(self, ref: BlobRef) -> Path:
-        return self.root.joinpath(
-            namespace_segment(ref.namespace), *shards(ref.sha256, _SHARD_DEPTH), ref.sha256
-        )
+        return self._blob_path(self.root / namespace_segment(ref.namespace), ref.sha256)
+
+    @staticmethod
+    def _blob_path(top: Path, sha256: str) -> Path:
+        return top.joinpath(*shards(sha256, _SHARD_DEPTH), sha256)
 
     def _listed(self, path: Path, namespace: str) -> BlobRef | None:
         """The ref of a listed blob file, or None if it vanished meanwhile."""

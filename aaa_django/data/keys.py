@@ -29,10 +29,12 @@ META_SUFFIX = ".meta.json"
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _ESCAPE = "~"
 # Path segments are limited to 255 bytes on common filesystems; longer encodings
-# are replaced by a hash (one-way, which is fine: we never list namespaces).
+# are replaced by a hash (one-way: the orphan sweep compares segments, not names).
 _MAX_SEGMENT = 150
 _EMPTY_SEGMENT = "~~"
 _BLOB_NAME_RE = re.compile(r"[0-9a-f]{64}")
+#: the segment of a namespace too long to spell out: "~~" and the SHA-256 of its name
+HASHED_SEGMENT = re.compile(r"~~[0-9a-f]{64}")
 
 
 def namespace_segment(namespace: str) -> str:
@@ -53,6 +55,34 @@ def namespace_segment(namespace: str) -> str:
     if len(encoded) > _MAX_SEGMENT:
         return _EMPTY_SEGMENT + hashlib.sha256(raw).hexdigest()
     return encoded
+
+
+def segment_namespace(segment: str) -> str | None:
+    """The namespace :func:`namespace_segment` turned into ``segment``, or None when
+    the segment does not say (a long namespace's hash, or a name no store wrote)."""
+    if segment == _EMPTY_SEGMENT:
+        return ""
+    if segment.startswith(_EMPTY_SEGMENT) or len(segment) > _MAX_SEGMENT or not segment:
+        return None
+    out = bytearray()
+    i = 0
+    while i < len(segment):
+        c = segment[i]
+        if c == _ESCAPE:
+            code = segment[i + 1 : i + 3]
+            if len(code) != 2 or not re.fullmatch(r"[0-9A-F]{2}", code) or int(code, 16) in _SAFE:
+                return None
+            out.append(int(code, 16))
+            i += 3
+        elif ord(c) < 128 and ord(c) in _SAFE:
+            out.append(ord(c))
+            i += 1
+        else:
+            return None
+    try:
+        return out.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return None
 
 
 def shards(sha256: str, depth: int) -> list[str]:
@@ -83,3 +113,17 @@ def decode_meta(raw: bytes) -> tuple[str, int | None]:
         return media_type, size if type(size) is int and size >= 0 else None
     except (ValueError, TypeError, KeyError):
         return DEFAULT_MEDIA_TYPE, None
+
+
+def is_segment(name: str) -> bool:
+    """Whether ``name`` is a segment :func:`namespace_segment` can make."""
+    return segment_namespace(name) is not None or bool(HASHED_SEGMENT.fullmatch(name))
+
+
+def check_segment(segment: object) -> str:
+    """Return ``segment`` if :func:`is_segment`, else raise (it becomes a path or key)."""
+    if not isinstance(segment, str):
+        raise TypeError(f"a segment is a str, not {type(segment).__name__}")
+    if not is_segment(segment):
+        raise ValueError(f"not a namespace segment: {segment[:80]!r}")
+    return segment

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import builtins
 import threading
+import time
 
 from .errors import BlobNotFoundError
-from .refs import DEFAULT_MEDIA_TYPE, BlobRef, as_bytes, as_ref, check_namespace
+from .keys import check_segment, namespace_segment
+from .refs import DEFAULT_MEDIA_TYPE, BlobRef, as_bytes, as_ref, check_namespace, check_sha256
 
 
 class InMemoryBlobStore:
@@ -19,6 +21,8 @@ class InMemoryBlobStore:
     def __init__(self) -> None:
         # (namespace, sha256) -> (bytes, media type recorded by the first put)
         self._blobs: dict[tuple[str, str], tuple[bytes, str]] = {}
+        # (namespace, sha256) -> when the first put stored it (epoch seconds)
+        self._written: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
 
     def put(
@@ -27,8 +31,11 @@ class InMemoryBlobStore:
         """Store ``data`` (once per namespace) and return its ref."""
         data = as_bytes(data)
         ref = BlobRef.for_bytes(data, media_type, namespace=namespace)
+        key = (ref.namespace, ref.sha256)
         with self._lock:
-            self._blobs.setdefault((ref.namespace, ref.sha256), (data, ref.media_type))
+            if key not in self._blobs:
+                self._blobs[key] = (data, ref.media_type)
+                self._written[key] = time.time()
         return ref
 
     def get(self, ref: BlobRef) -> bytes:
@@ -50,6 +57,7 @@ class InMemoryBlobStore:
         ref = as_ref(ref)
         with self._lock:
             self._blobs.pop((ref.namespace, ref.sha256), None)
+            self._written.pop((ref.namespace, ref.sha256), None)
 
     def delete_namespace(self, namespace: str) -> int:
         """Remove every blob of ``namespace``; return how many were removed."""
@@ -58,6 +66,7 @@ class InMemoryBlobStore:
             keys = [k for k in self._blobs if k[0] == namespace]
             for k in keys:
                 del self._blobs[k]
+                self._written.pop(k, None)
         return len(keys)
 
     def list(self, namespace: str) -> builtins.list[BlobRef]:
@@ -70,3 +79,35 @@ class InMemoryBlobStore:
             for sha, (data, media_type) in sorted(items, key=lambda item: item[0])
         ]
 
+
+    # -- BlobInventory (the orphan sweep) ---------------------------------------------
+
+    def segments(self) -> builtins.list[str]:
+        """The segments of every namespace that holds blobs."""
+        with self._lock:
+            return sorted({namespace_segment(ns) for ns, _ in self._blobs})
+
+    def hashes(self, segment: str) -> builtins.list[str]:
+        """The hashes of the blobs under ``segment``."""
+        return [sha for _, sha in self._keys(segment)]
+
+    def written_at(self, segment: str, sha256: str) -> float | None:
+        """When the blob was first stored."""
+        for key in self._keys(segment):
+            if key[1] == sha256:
+                return self._written.get(key)
+        return None
+
+    def discard(self, segment: str, sha256: str) -> None:
+        """Remove one blob by segment and hash."""
+        check_segment(segment)
+        check_sha256(sha256)
+        with self._lock:
+            for key in [k for k in self._blobs if k[1] == sha256 and namespace_segment(k[0]) == segment]:
+                del self._blobs[key]
+                self._written.pop(key, None)
+
+    def _keys(self, segment: str) -> builtins.list[tuple[str, str]]:
+        check_segment(segment)
+        with self._lock:
+            return sorted(k for k in self._blobs if namespace_segment(k[0]) == segment)

@@ -51,3 +51,31 @@ class BlobStore(Protocol):
     def list(self, namespace: str) -> builtins.list[BlobRef]:
         """The refs of every blob in ``namespace``, sorted by hash."""
         ...
+
+
+@runtime_checkable
+class BlobInventory(Protocol):
+    """What a blob store offers beyond :class:`BlobStore` to the orphan sweep
+    (``aaa_django.retention``): every blob it holds, its age, and deleting one.
+
+    Namespaces are named by their segment (``aaa_django.data.keys.namespace_segment``):
+    a long namespace is stored under its hash, which cannot be turned back into the
+    name, so the sweep compares the segments of the streams it knows with these.
+    """
+
+    def segments(self) -> builtins.list[str]:
+        """The segments of every namespace that holds blobs (in no set order)."""
+        ...
+
+    def hashes(self, segment: str) -> builtins.list[str]:
+        """The SHA-256 of every blob stored under ``segment``."""
+        ...
+
+    def written_at(self, segment: str, sha256: str) -> float | None:
+        """When the blob was stored (epoch seconds); None when the store cannot say
+        or the blob is gone."""
+        ...
+
+    def discard(self, segment: str, sha256: str) -> None:
+        """Remove one blob named by segment and hash; no error if it is gone."""
+        ...

@@ -9,11 +9,12 @@ from .errors import ConcurrencyError, EventError, InvalidEventError
 from .event import Event, check_event, encode_json
 from .ids import derive_id, new_id
 from .projection import Loaded, Projection, fold, iterate
-from .store import EventStore, InMemoryEventStore, Snapshot
+from .store import ErasesMany, EventStore, InMemoryEventStore, Snapshot
 from .tail import Tail, TailCachedStore
 
 __all__ = [
     "ConcurrencyError",
+    "ErasesMany",
     "Event",
     "EventError",
     "EventStore",

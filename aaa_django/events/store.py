@@ -69,6 +69,17 @@ class EventStore(Protocol):
     async def streams(self) -> list[str]: ...
 
 
+@runtime_checkable
+class ErasesMany(Protocol):
+    """A store that erases many streams in one transaction (retention erases runs by
+    the hundred: one commit per batch, not per run). Detected once, by the engine."""
+
+    async def erase_many(self, streams: Sequence[str]) -> int:
+        """Erase every stream of ``streams`` (events and snapshots), all or none;
+        return the number of events erased."""
+        ...
+
+
 def prepare_batch(events: Iterable[Event]) -> tuple[str, list[Event], list[str]]:
     """Validate a batch for ``append``: one stream, every event valid.
 

@@ -32,6 +32,7 @@ from aaa_django.data.claims import claim_payload, put_claim
 from aaa_django.data.errors import BlobError
 from aaa_django.events import (
     ConcurrencyError,
+    ErasesMany,
     Event,
     EventStore,
     FoldCache,
@@ -103,6 +104,8 @@ class Engine:
         #: a run's step appends only if the run's log is still the one it read (False:
         #: only to show, in a test, what the guard prevents)
         self.guard_steps = True
+        #: the store erases many streams in one transaction (through the tail: its inner's)
+        self._erases_many = isinstance(store, ErasesMany)
         self.blobs = blobs
         self.claim_threshold = claim_threshold
         self.hot_fields = tuple(hot_fields)
@@ -288,14 +291,34 @@ class Engine:
         Returns the number of events erased. Child runs are separate runs: erase them
         on their own.
         """
-        count = await self.store.erase(run_id)
-        if self.blobs is not None:
-            await self._blob_call(self.blobs.delete_namespace, run_id)
-        self.cache.forget_stream(self.store.cache_key, run_id)
-        self._started.pop(run_id, None)
-        for key in [k for k, e in self._hydrated.items() if e.stream == run_id]:
+        return await self.erase_runs([run_id])
+
+    async def erase_runs(self, run_ids: Iterable[str]) -> int:
+        """Erase runs as :meth:`erase` does, their logs in one transaction where the
+        store can (:class:`~aaa_django.events.ErasesMany`); return the events erased.
+
+        The logs go first, then the blobs: a crash in between leaves blobs no stream
+        refers to, which the orphan sweep (``aaa_django.retention``) removes.
+        """
+        run_ids = list(dict.fromkeys(run_ids))
+        if not run_ids:
+            return 0
+        for run_id in run_ids:
+            self.forget(run_id)  # the tail's log of it first: the erase must not be read back
+        if self._erases_many:
+            count = await self.store.erase_many(run_ids)
+        else:
+            count = 0
+            for run_id in run_ids:
+                count += await self.store.erase(run_id)
+        for run_id in run_ids:
+            if self.blobs is not None:
+                await self._blob_call(self.blobs.delete_namespace, run_id)
+            self.forget(run_id)  # again: a read during the erase may have kept some of it
+            self._disarm(run_id)
+        gone = set(run_ids)
+        for key in [k for k, e in self._hydrated.items() if e.stream in gone]:
             del self._hydrated[key]
-        self._disarm(run_id)
         return count
 
     async def resume(self, run_ids: Iterable[str] | None = None) -> list[str]:

@@ -19,10 +19,12 @@ import pytest
 
 from aaa_django.data import (
     BlobIntegrityError,
+    BlobInventory,
     BlobNotFoundError,
     BlobRef,
     BlobStore,
 )
+from aaa_django.data.keys import namespace_segment
 
 # Namespaces are stream names from outside; these must be stored, isolated from each
 # other, and never turned into a path or key that leaves the store's area.
@@ -214,6 +216,55 @@ class BlobStoreContract:
 
     def test_delete_namespace_of_an_unknown_namespace_is_zero(self, store):
         assert store.delete_namespace("never-written") == 0
+
+    # --- inventory (the orphan sweep) -------------------------------------------------
+
+    def test_lists_every_namespace_by_segment_and_its_hashes(self, store):
+        assert isinstance(store, BlobInventory)
+        a = [store.put(b"a1", namespace="run-a"), store.put(b"a2", namespace="run-a")]
+        long = store.put(b"l", namespace="x" * 1000)  # a hashed segment
+        odd = store.put(b"o", namespace="../../etc")
+
+        segments = set(store.segments())
+
+        expected = {namespace_segment(ns) for ns in ("run-a", "x" * 1000, "../../etc")}
+        assert expected <= segments and len(segments - expected) == 0
+        assert store.hashes(namespace_segment("run-a")) == sorted(r.sha256 for r in a)
+        assert store.hashes(namespace_segment("x" * 1000)) == [long.sha256]
+        assert store.hashes(namespace_segment("never-written")) == []
+        assert store.hashes(namespace_segment("../../etc")) == [odd.sha256]
+
+    def test_written_at_is_when_the_blob_was_stored(self, store):
+        import time
+
+        before = time.time()
+        ref = store.put(b"dated", namespace="run-1")
+        when = store.written_at(namespace_segment("run-1"), ref.sha256)
+
+        assert when is not None and before - 5 <= when <= time.time() + 5  # storage clocks
+        assert store.written_at(namespace_segment("run-1"), "0" * 64) is None
+
+    def test_discard_removes_one_blob_by_segment(self, store):
+        gone = store.put(b"gone", namespace="run-1")
+        kept = [store.put(b"kept", namespace="run-1"), store.put(b"gone", namespace="run-2")]
+
+        store.discard(namespace_segment("run-1"), gone.sha256)
+        store.discard(namespace_segment("run-1"), gone.sha256)  # idempotent
+
+        assert not store.exists(gone)
+        assert all(store.exists(r) for r in kept)
+        assert self.escaped(store) == []
+
+    def test_a_forged_segment_is_rejected_before_any_io(self, store):
+        real = store.put(b"x", namespace="run-1")
+        for segment in ("..", "../run-1", "a/b", "", ".", "~~" + "0" * 10):
+            with pytest.raises(ValueError):
+                store.discard(segment, real.sha256)
+            with pytest.raises(ValueError):
+                store.hashes(segment)
+        with pytest.raises(ValueError):
+            store.discard(namespace_segment("run-1"), "../" + real.sha256[3:])
+        assert store.get(real) == b"x"
 
     # --- failures --------------------------------------------------------------------
 
