@@ -38,7 +38,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping
 
 from django.db import connections
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 
 from .conf import aaa_settings
 from .data import BlobInventory
@@ -123,20 +123,18 @@ async def apply_retention(
     now = datetime.now(timezone.utc) if now is None else now
     batch = int(aaa_settings()["RETENTION_BATCH"] if batch is None else batch)
     report = RetentionReport(dry_run=dry_run)
-    skip: set[str] = set()
+    after: tuple[datetime, str] | None = None  # the last root looked at: a keyset cursor
     roots = 0
     while policy and (limit is None or roots < limit):
         room = batch if limit is None else min(batch, limit - roots)
-        trees, held = await sync_to_async(due_trees)(using, policy, now, room, skip)
+        trees, held, after = await sync_to_async(due_trees)(using, policy, now, room, after)
         report.held.extend(held)
-        skip.update(held)
-        if not trees and not held:
+        if after is None:
             break
         roots += len(trees)
         runs = [run for tree in trees for run in tree]
         report.runs.extend(runs)
         if dry_run:
-            skip.update(tree[0] for tree in trees)
             report.events += await sync_to_async(_count_events)(using, runs)
         elif runs:
             report.events += await engine.erase_runs(runs)
@@ -152,8 +150,9 @@ async def apply_retention(
 
 
 def due_roots(using: str, policy: Policy, now: datetime, limit: int,
-              skip: Iterable[str] = ()) -> list[str]:
-    """Ids of up to ``limit`` ended root runs the policy says are due, oldest first."""
+              after: tuple[datetime, str] | None = None) -> list[tuple[str, datetime]]:
+    """Up to ``limit`` ended root runs the policy says are due, as (id, ended_at),
+    oldest first, after the root ``after`` (its ended_at and id) if given."""
     rows = RunRecord.objects.using(using)
     due = rows.none()
     for outcome in OUTCOMES:
@@ -161,42 +160,58 @@ def due_roots(using: str, policy: Policy, now: datetime, limit: int,
         if keep is not None:
             due = due | rows.filter(status="completed", outcome=outcome, ended_at__lt=now - keep)
     root = ~Exists(rows.filter(run_id=OuterRef("parent")))  # a child goes with its root
-    due = due.filter(root).exclude(run_id__in=list(skip))
-    return list(due.order_by("ended_at", "run_id").values_list("run_id", flat=True)[:limit])
+    due = due.filter(root)
+    if after is not None:
+        at, run_id = after
+        due = due.filter(Q(ended_at__gt=at) | Q(ended_at=at, run_id__gt=run_id))
+    return list(due.order_by("ended_at", "run_id").values_list("run_id", "ended_at")[:limit])
 
 
 def due_trees(using: str, policy: Policy, now: datetime, limit: int,
-              skip: Iterable[str] = ()) -> tuple[list[list[str]], list[str]]:
-    """Of the next ``limit`` due roots: the run trees (root first) whose every run
-    has ended, and the roots held back because one of their runs has not."""
-    roots = due_roots(using, policy, now, limit, skip)
-    trees, held = [], []
-    for root in roots:
-        tree = _tree(using, root)
-        if _all_ended(using, tree):
-            trees.append(tree)
-        else:
-            held.append(root)
-    return trees, held
-
-
-def _tree(using: str, root: str) -> list[str]:
-    runs, frontier = [root], [root]
+              after: tuple[datetime, str] | None = None,
+              ) -> tuple[list[list[str]], list[str], tuple[datetime, str] | None]:
+    """Of the next ``limit`` due roots (after ``after``): the run trees (root first)
+    whose every run has ended, the roots held back because one of their runs has not,
+    and the cursor of the last root (None: there were none). A few queries per batch,
+    whatever its size: one per tree level, one per 500 runs."""
+    due = due_roots(using, policy, now, limit, after)
+    if not due:
+        return [], [], None
+    roots = [run for run, _ in due]
+    trees = {root: [root] for root in roots}
+    root_of = {root: root for root in roots}
     rows = RunRecord.objects.using(using)
+    frontier = list(roots)
     while frontier:
-        frontier = list(rows.filter(parent__in=frontier).values_list("run_id", flat=True))
-        frontier = [r for r in frontier if r not in runs]  # a cycle would be a bug; never loop
-        runs.extend(frontier)
-    return runs
+        children = []
+        for chunk in _chunks(frontier):
+            children += rows.filter(parent__in=chunk).values_list("run_id", "parent")
+        frontier = []
+        for child, parent in children:
+            if child not in root_of:  # a cycle would be a bug; never loop on one
+                root_of[child] = root_of[parent]
+                trees[root_of[parent]].append(child)
+                frontier.append(child)
+    ended = _ended(using, list(root_of))
+    complete = [tree for tree in trees.values() if all(run in ended for run in tree)]
+    held = [root for root, tree in trees.items() if not all(run in ended for run in tree)]
+    return complete, held, (due[-1][1], due[-1][0])
 
 
-def _all_ended(using: str, runs: list[str]) -> bool:
-    """Does every run's log hold its completion? (The log is the fact; the index row
-    could lag.) One lookup by primary key per run."""
-    ids = {T.completion_id(r): r for r in runs}
-    ended = set(EventRecord.objects.using(using).filter(pk__in=list(ids))
-                .values_list("stream", flat=True))
-    return ended == set(runs)
+def _ended(using: str, runs: list[str]) -> set[str]:
+    """Which runs' logs hold their completion (the log is the fact; the index row could
+    lag): lookups by primary key."""
+    ended: set[str] = set()
+    events = EventRecord.objects.using(using)
+    for chunk in _chunks(runs):
+        ids = [T.completion_id(r) for r in chunk]
+        ended.update(events.filter(pk__in=ids).values_list("stream", flat=True))
+    return ended
+
+
+def _chunks(items: list[str], size: int = 500) -> Iterable[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
 
 
 def _count_events(using: str, runs: list[str]) -> int:
@@ -248,8 +263,7 @@ def _live_streams(using: str, segments: list[str]) -> dict[str, str]:
     spelled = [n for n in names.values() if n is not None]
     streams: set[str] = set()
     events = EventRecord.objects.using(using)
-    for i in range(0, len(spelled), 500):
-        chunk = spelled[i : i + 500]
+    for chunk in _chunks(spelled):
         streams.update(events.filter(stream__in=chunk).values_list("stream", flat=True).distinct())
     live = {seg: name for seg, name in names.items() if name in streams}
     if any(name is None for name in names.values()):
