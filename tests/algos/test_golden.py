@@ -72,6 +72,10 @@ def test_a_changed_prompt_fails_the_replay(monkeypatch):
     assert not r.same
     assert [d["data"]["tag"] for d in r.missing] == ["generate-2"]
     assert [d["data"]["tag"] for d in r.extra] == ["generate-2"]
+    first = r.first_difference()  # where it parts: the revision's request, its messages
+    revision = next(e for e in load("generator_critic") if e.data.get("tag") == "generate-2")
+    assert first.seq == revision.seq and first.recorded["id"] == first.replayed["id"]
+    assert "messages: recorded" in first.describe() and "Please improve it" in first.describe()
 
 
 def test_a_changed_rule_fails_the_replay(monkeypatch):
@@ -106,6 +110,24 @@ def test_a_different_model_reply_leads_to_different_decisions():
     assert not r.same
     (done,) = [d for d in r.extra if d["type"] == "aaa.run.completed"]
     assert done["data"]["value"]["iterations"] == 1
+
+
+def test_an_unchanged_log_has_no_first_difference():
+    assert replay_file("generator_critic").first_difference() is None
+
+
+def test_a_decision_the_recording_lacks_is_placed_after_its_cause(monkeypatch):
+    events = load("generator_critic")
+    i = next(i for i, e in enumerate(events)
+             if e.type == "aaa.llm.completed" and e.data["tag"] == "critique-1")
+    data = json.loads(json.dumps(events[i].data))
+    data["response"]["message"]["content"] = "APPROVED"
+    events[i] = replace(events[i], data=data)
+    first = replay_events(events).first_difference()
+    # the approval now ends the run at once: the first thing decided otherwise comes
+    # right after the critique (the recorded revision request is no longer made)
+    assert first.seq == events[i].seq + 1 and first.replayed is None
+    assert first.recorded["data"]["tag"] == "generate-2"
 
 
 def test_the_replay_decides_everything_it_compares():
