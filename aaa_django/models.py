@@ -111,6 +111,9 @@ class RunRecord(models.Model):
     last_seq = models.PositiveBigIntegerField(default=0)
     #: sha256 of the API request that started the run with an Idempotency-Key
     request_hash = models.CharField(max_length=64, blank=True, default="")
+    #: a fork's origin: the run it was forked from, and the seq of the last event kept
+    forked_from = models.CharField("forked from run", max_length=200, null=True, blank=True)
+    forked_at = models.PositiveBigIntegerField("forked at event", null=True, blank=True)
 
     class Meta:
         db_table = "aaa_run"
@@ -120,6 +123,7 @@ class RunRecord(models.Model):
             ("cancel_run", "Can cancel any run"),
             ("approve_run", "Can grant or deny any run's approvals"),
             ("erase_run", "Can erase any run"),
+            ("import_run", "Can import runs from an export file"),
         ]
         indexes = [
             models.Index(fields=["owner", "-started_at"], name="aaa_run_owner_started"),
@@ -127,6 +131,9 @@ class RunRecord(models.Model):
             models.Index(fields=["status"], name="aaa_run_status"),
             models.Index(fields=["algorithm"], name="aaa_run_algorithm"),
             models.Index(fields=["parent"], name="aaa_run_parent"),
+            models.Index(fields=["forked_from"], name="aaa_run_forked_from"),
+            # retention: the due runs of an outcome, oldest first
+            models.Index(fields=["outcome", "ended_at"], name="aaa_run_outcome_ended"),
         ]
 
     def __str__(self) -> str:

@@ -34,6 +34,7 @@ from .events import Event
 from .models import RunRecord
 from .runtime import types as T
 from .runtime.budget import Spend
+from .runtime.lineage import FORKED_FROM
 from .runtime.meta import RUNMETA, RunMeta
 from .store import DjangoEventStore
 
@@ -156,7 +157,7 @@ def _fold_row(row: Sequence[Any] | None, events: list[Event]) -> tuple[Any, dict
 #: the columns a new run's row is inserted with (``owner_id`` follows, see ``row_insert``)
 _INSERTED = ("run_id", "algorithm", "status", "outcome", "parent", "tokens_in", "tokens_out", "cost",
              "model_calls", "tool_calls", "started_at", "ended_at", "updated_at", "last_seq",
-             "request_hash")
+             "request_hash", "forked_from", "forked_at")
 
 
 def row_insert(conn: Any, events: list[Event]) -> tuple[str, list, tuple] | None:
@@ -198,8 +199,18 @@ def _new_row(events: Sequence[Event]) -> dict[str, Any] | None:
         owner = _owner_value(meta.owner)
     except Exception:
         return None  # the general path logs it
-    return {**fields, "run_id": events[0].stream, "started_at": events[0].time, "request_hash": "",
+    return {**fields, **origin(events[0]), "run_id": events[0].stream, "started_at": events[0].time,
+            "request_hash": "",
             "owner_id": owner}
+
+
+def origin(started: Event) -> dict[str, Any]:
+    """The row's ``forked_from`` and ``forked_at``: the run a fork's start names, and
+    the seq it was forked at (None for a run that is not a fork)."""
+    fork = started.data.get(FORKED_FROM) if started.type == T.RUN_STARTED else None
+    if not isinstance(fork, dict):
+        return {"forked_from": None, "forked_at": None}
+    return {"forked_from": fork.get("run"), "forked_at": fork.get("seq")}
 
 
 def starts_run(events: Sequence[Event]) -> bool:
@@ -311,6 +322,7 @@ def _meta_of(row: Any) -> RunMeta:
 def _fields(meta: RunMeta, new: list[Event], row: Any, using: str) -> dict[str, Any]:
     fields = _folded(meta, new, row)
     if row is None:
+        fields.update(origin(new[0]))
         fields["started_at"] = new[0].time
         fields["owner_id"] = owner_pk(meta.owner, using)
     return fields

@@ -4,7 +4,8 @@ A step reads state with :meth:`Ctx.project` and asks for work with :meth:`llm`,
 :meth:`tool`, :meth:`child` and :meth:`complete`. Requests are buffered and appended
 by the engine when the step returns (one batch per step). Every request id is a
 deterministic function of the run and a ``key``, so deciding the same thing twice
-(after a redelivery, in two processes) writes it once.
+(after a redelivery, in two processes) writes it once; in a fork, the ids its copied
+decisions have (:mod:`.lineage`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from aaa_django.events import Event, Projection, derive_id, encode_json
+from aaa_django.events import Event, Projection, encode_json
 
 from . import types as T
 from .budget import Budget
+from .lineage import decision_id
 from .outcome import Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,7 +84,7 @@ class Ctx:
     def emit(self, type: str, data: Mapping[str, Any] | None = None, *, key: object) -> Event:
         """Append a custom event (e.g. ``acme.plan.made``) with a deterministic id."""
         e = Event(
-            id=derive_id(self.started.id, type, key),
+            id=decision_id(self.started, type, key),
             stream=self.run_id,
             type=type,
             data=dict(data or {}),
@@ -167,7 +169,7 @@ class Ctx:
         if key is None:
             digest = hashlib.sha256(encode_json([name, config, _plain(input)]).encode()).hexdigest()
             key = f"{name}:{digest[:16]}"
-        child_id = "run-" + derive_id(self.started.id, "aaa.child", key)
+        child_id = "run-" + decision_id(self.started, "aaa.child", key)
         data = {
             "child": child_id,
             "key": str(key),
