@@ -21,16 +21,14 @@ def build_engine(*, using: str = "default", **overrides: Any):
     :class:`~aaa_django.bus.DistributedBus`.
     Use it as ``async with build_engine() as engine:``.
     """
-    from .blobs import StorageBlobStore
     from .runtime import Engine
     from .store import DjangoEventStore
 
     conf = aaa_settings()
     default_cache.check_every = conf["FOLD_CHECK_EVERY"]
-    blobs = StorageBlobStore(alias=conf["BLOB_STORAGE"]) if conf["BLOB_STORAGE"] else None
     options: dict[str, Any] = {
         "store": DjangoEventStore(using),
-        "blobs": blobs,
+        "blobs": site_blobs(),
         "claim_threshold": conf["CLAIM_THRESHOLD"],
     }
     if conf["BUS"] == "celery" and "bus" not in overrides:
@@ -39,6 +37,15 @@ def build_engine(*, using: str = "default", **overrides: Any):
         options["bus"] = DistributedBus()
     options.update(overrides)
     return Engine(**options)
+
+
+def site_blobs() -> Any:
+    """The site's blob store: a :class:`~aaa_django.blobs.StorageBlobStore` over
+    ``AAA["BLOB_STORAGE"]``, or None when the site keeps no blobs."""
+    from .blobs import StorageBlobStore
+
+    alias = aaa_settings()["BLOB_STORAGE"]
+    return StorageBlobStore(alias=alias) if alias else None
 
 
 class NoModelClient:

@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable, Mapping
 from aaa_django import runindex
 from aaa_django.host import EngineHost, EngineUnavailable
 
-__all__ = ["EngineUnavailable", "approve", "cancel", "deny", "erase", "redrive", "start"]
+__all__ = ["EngineUnavailable", "approve", "cancel", "deny", "erase", "fork", "redrive", "start"]
 
 
 def call(fn: Callable[[Any], Awaitable[Any]], timeout: float | None = 30.0) -> Any:
@@ -54,4 +54,15 @@ def start(algorithm: Any, input: Any, *, user: Any, budget: Mapping[str, Any] | 
     """Start a run owned by ``user``; return its id."""
     run = call(lambda e: e.start(algorithm, input, budget=budget, deadline=deadline,
                                  owner=str(user.pk)))
+    return run.run_id
+
+
+def fork(run_id: str, at: int, *, user: Any, config: Mapping[str, Any] | None,
+         budget: Mapping[str, Any] | None, deadline: Any = ...) -> str:
+    """Fork ``run_id`` at event ``at`` for ``user`` (see
+    :func:`aaa_django.runtime.fork.fork`); return the new run's id."""
+    from aaa_django.runtime.fork import fork as fork_run
+
+    run = call(lambda e: fork_run(e, run_id, at, config=config, budget=budget,
+                                  deadline=deadline, owner=str(user.pk)))
     return run.run_id

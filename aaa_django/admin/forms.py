@@ -119,3 +119,44 @@ class StartRunForm(forms.Form):
         except Exception as exc:
             self.add_error("config", f"{type(exc).__name__}: {exc}")
         return data
+
+
+class ImportForm(forms.Form):
+    """An export file (``aaa_export``, the API's or this admin's Export)."""
+
+    file = forms.FileField(help_text="A run exported as JSON Lines, its blobs inlined.")
+
+
+class ForkForm(StartRunForm):
+    """Where to fork (the seq of the last event kept) and the new run's configuration,
+    budget and deadline (the original's, edited)."""
+
+    at = forms.IntegerField(min_value=1, label="Keep events 1 to",
+                            help_text="The new run starts from the run's log up to this event "
+                                      "and decides anew after it: pick the event before the "
+                                      "decision to redo.")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        del self.fields["algorithm"], self.fields["input"]
+        self.fields["config"].help_text = "The algorithm's config for the new run (edit it)."
+        self.fields["budget"].help_text = "The new run's budget; empty: none. What the kept " \
+                                          "events spent counts against it."
+        self.fields["deadline"].help_text = "Seconds from now; empty: as long as the run had."
+        self.order_fields(["at", "config", "budget", "deadline"])
+
+    @staticmethod
+    def initial_for(run: Any, started: dict[str, Any], query: Any) -> dict[str, Any]:
+        at = query.get("at")
+        return {
+            "at": int(at) if str(at or "").isdigit() else max(run.last_seq - 1, 1),
+            "config": json.dumps(started.get("config") or {}, indent=2, ensure_ascii=False),
+            "budget": json.dumps(started["budget"], ensure_ascii=False) if started.get("budget") else "",
+        }
+
+    def clean(self) -> dict[str, Any]:
+        return forms.Form.clean(self)  # the config is checked by the fork, with the algorithm
+
+    def clean_deadline(self) -> Any:
+        value = self.cleaned_data.get("deadline")
+        return ... if value is None else value

@@ -38,6 +38,7 @@ from aaa_django.runtime import RUNMETA
 
 from . import reading, timeline
 from .actions import RunActions
+from .exchange import RunExchange, forks_of
 
 #: blobs listed (and verified) per page of the run page
 BLOBS_PER_PAGE = 10
@@ -84,7 +85,7 @@ def status_label(run: RunRecord) -> str:
     return f"{run.status} · {run.outcome}" if run.outcome else run.status
 
 
-class RunAdmin(RunActions, admin.ModelAdmin):
+class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
     list_display = (
         "run_link",
         "algorithm",
@@ -147,7 +148,9 @@ class RunAdmin(RunActions, admin.ModelAdmin):
         return format_duration(duration(run))
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        return super().changelist_view(request, {"title": "Runs", **(extra_context or {})})
+        may_import = request.user.has_perm("aaa.import_run")
+        return super().changelist_view(request, {"title": "Runs", "may_import": may_import,
+                                                 **(extra_context or {})})
 
     # -- who sees and acts -------------------------------------------------------------
 
@@ -186,6 +189,9 @@ class RunAdmin(RunActions, admin.ModelAdmin):
             path(f"{run}/deny/", wrap(self.deny_view), name=f"{name}_deny"),
             path(f"{run}/redrive/", wrap(self.redrive_view), name=f"{name}_redrive"),
             path(f"{run}/erase/", wrap(self.erase_view), name=f"{name}_erase"),
+            path(f"{run}/export/", wrap(self.export_view), name=f"{name}_export"),
+            path(f"{run}/fork/", wrap(self.fork_view), name=f"{name}_fork"),
+            path("import/", wrap(self.import_view), name=f"{name}_import"),
         ]
         return mine + super().get_urls()
 
@@ -222,7 +228,8 @@ class RunAdmin(RunActions, admin.ModelAdmin):
             "run_url": self._url("change", run.run_id),
             # the run's own URLs are below this one: live/, events/N/, cancel/, ...
             "run_base": self._url("live", run.run_id)[: -len("live/")],
-            "can": access.allowed_actions(request.user, run.owner_id),
+            "can": {**access.allowed_actions(request.user, run.owner_id),
+                    "fork": self.has_add_permission(request)},
         }
         ctx.update(extra)
         return ctx
@@ -265,6 +272,9 @@ class RunAdmin(RunActions, admin.ModelAdmin):
             parent=RunRecord.objects.using(using).filter(pk=run.parent).first() if run.parent else None,
             children=list(RunRecord.objects.using(using).filter(parent=run.run_id)
                           .order_by("started_at")[:CHILDREN_SHOWN]),
+            origin=RunRecord.objects.using(using).filter(pk=run.forked_from).first()
+            if run.forked_from else None,
+            forks=forks_of(using, run.run_id, CHILDREN_SHOWN),
             blob_views=blob_views,
             blobs_page=blobs_page,
             more_blobs=more_blobs,

@@ -9,5 +9,6 @@
 """
 
 from .router import router
+from . import exchange  # noqa: E402,F401  (export, import and fork, on the same router)
 
 __all__ = ["router"]

@@ -1,7 +1,7 @@
 """The HTTP boundary every request of the router crosses before django-ninja sees it.
 
 In order: who is calling (401), the rate limit (429), the body's size (413), its
-content type (415) and whether it is JSON at all (400). Each failure is answered in
+content type (415) and whether it is JSON at all (400; JSON Lines: every line). Each failure is answered in
 the API's one error shape, whatever ``NinjaAPI`` the site mounts the router in; an
 unexpected exception becomes a 500 in the same shape (never an HTML page), reported as
 Django reports one: ``got_request_exception`` and the ``django.request`` logger.
@@ -23,6 +23,8 @@ from . import auth
 from .errors import ApiError, error_response, server_error
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: the media types of JSON Lines (a run's export): one JSON value per line
+JSON_LINES = frozenset({"application/jsonl", "application/x-ndjson", "application/x-jsonlines"})
 
 
 def boundary(run: Callable[..., Any]) -> Callable[..., Any]:
@@ -69,6 +71,11 @@ def check_body(request: HttpRequest, limit: int) -> None:
     if not body:
         return
     ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    if ctype in JSON_LINES:  # a run's export (POST /imports): each line is JSON
+        for line in body.splitlines():
+            if line.strip():
+                parse_json(line)
+        return
     if not (ctype == "application/json" or (ctype.startswith("application/") and ctype.endswith("+json"))):
         raise ApiError(415, ["header", "Content-Type"],
                        f"the body must be JSON (Content-Type: application/json), not {ctype or 'untyped'}",

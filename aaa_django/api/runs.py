@@ -82,9 +82,14 @@ def load(p: auth.Principal, run_id: str, action: str | None = None) -> RunRecord
 
 def run_url(request: HttpRequest, run_id: str) -> str:
     """The absolute URL of a run, from the URL of any of the router's endpoints."""
-    path = request.path
+    path = request.path.rstrip("/")
     cut = path.rfind("/runs/")
-    base = path[: cut + len("/runs")] if cut >= 0 else path.rstrip("/")
+    if cut >= 0:
+        base = path[: cut + len("/runs")]
+    elif path.endswith("/imports"):  # the router's one path outside /runs
+        base = path[: -len("/imports")] + "/runs"
+    else:
+        base = path
     return request.build_absolute_uri(f"{base}/{run_id}")
 
 
@@ -97,6 +102,7 @@ def run_out(request: HttpRequest, row: RunRecord) -> dict[str, Any]:
         "outcome": row.outcome,
         "owner": row.owner.get_username() if row.owner_id is not None and row.owner else None,
         "parent": row.parent,
+        "forked_from": {"run": row.forked_from, "seq": row.forked_at} if row.forked_from else None,
         "spend": {
             "tokens": row.tokens,
             "tokens_in": row.tokens_in,
@@ -130,6 +136,8 @@ def run_detail(request: HttpRequest, row: RunRecord) -> dict[str, Any]:
             "stream": f"{url}/events/stream",
             "approvals": f"{url}/approvals",
             "cancel": f"{url}/cancel",
+            "export": f"{url}/export",
+            "fork": f"{url}/fork",
         },
     )
     return out

@@ -119,35 +119,64 @@ class StartIn(Schema):
     @field_validator("deadline")
     @classmethod
     def _deadline(cls, v: Any) -> float | datetime | None:
-        if v is None:
-            return v
-        if isinstance(v, bool) or not isinstance(v, (int, float, str, datetime)):
-            raise ValueError("a deadline is a number of seconds or a date-time string")
-        if isinstance(v, str):
-            _rfc3339(v)
-            try:
-                v = _DATETIME.validate_python(v)
-            except ValueError:
-                raise ValueError("not a valid date-time") from None
-        if isinstance(v, datetime):
-            if v.tzinfo is None or v.utcoffset() is None:
-                raise ValueError("a deadline time needs a timezone (e.g. 2030-01-01T12:00:00Z)")
-            try:
-                ahead = v.timestamp() - time.time()
-            except (OverflowError, ValueError, OSError):
-                raise ValueError("the deadline is out of range") from None
-            if ahead <= 0:
-                raise ValueError("the deadline is in the past")
-        else:
-            try:
-                ahead = v = float(v)
-            except OverflowError:
-                raise ValueError("the deadline is more than ten years away") from None
-            if not ahead > 0:
-                raise ValueError("a deadline in seconds must be greater than 0")
-        if ahead > MAX_DEADLINE_SECONDS:
-            raise ValueError("the deadline is more than ten years away")
+        return valid_deadline(v)
+
+
+class ForkIn(Schema):
+    """``at``: the seq of the last event kept from the run; ``config``: a JSON merge
+    patch (RFC 7386) on the run's config (``{"model": "x"}``; ``null`` removes a key);
+    ``budget`` and ``deadline``: the new run's (left out: the run's budget, and a
+    deadline as far off as the run's was; ``null``: none)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"at": 7, "config": {"model": "gpt-4o"},
+                                         "budget": {"model_calls": 10}}]},
+    )
+
+    at: StrictInt = Field(ge=1, le=MAX_SEQ)
+    config: dict[str, Any] | None = None
+    budget: BudgetIn | None = None
+    deadline: Deadline = None
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline(cls, v: Any) -> float | datetime | None:
+        return valid_deadline(v)
+
+
+def valid_deadline(v: Any) -> float | datetime | None:
+    """A deadline as given: seconds from now (> 0) or an aware date-time in the future,
+    at most ten years away."""
+    if v is None:
         return v
+    if isinstance(v, bool) or not isinstance(v, (int, float, str, datetime)):
+        raise ValueError("a deadline is a number of seconds or a date-time string")
+    if isinstance(v, str):
+        _rfc3339(v)
+        try:
+            v = _DATETIME.validate_python(v)
+        except ValueError:
+            raise ValueError("not a valid date-time") from None
+    if isinstance(v, datetime):
+        if v.tzinfo is None or v.utcoffset() is None:
+            raise ValueError("a deadline time needs a timezone (e.g. 2030-01-01T12:00:00Z)")
+        try:
+            ahead = v.timestamp() - time.time()
+        except (OverflowError, ValueError, OSError):
+            raise ValueError("the deadline is out of range") from None
+        if ahead <= 0:
+            raise ValueError("the deadline is in the past")
+    else:
+        try:
+            ahead = v = float(v)
+        except OverflowError:
+            raise ValueError("the deadline is more than ten years away") from None
+        if not ahead > 0:
+            raise ValueError("a deadline in seconds must be greater than 0")
+    if ahead > MAX_DEADLINE_SECONDS:
+        raise ValueError("the deadline is more than ten years away")
+    return v
 
 
 # -- runs -----------------------------------------------------------------------------
@@ -162,6 +191,13 @@ class SpendOut(Schema):
     tool_calls: int
 
 
+class ForkedFrom(Schema):
+    """The run a fork was made from, and the seq of the last event it kept."""
+
+    run: str
+    seq: int
+
+
 class RunOut(Schema):
     id: str
     url: str
@@ -170,6 +206,7 @@ class RunOut(Schema):
     outcome: OutcomeName | None = None
     owner: str | None = None
     parent: str | None = None
+    forked_from: ForkedFrom | None = None
     spend: SpendOut
     started_at: datetime
     ended_at: datetime | None = None

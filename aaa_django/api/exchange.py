@@ -1,0 +1,108 @@
+"""The REST API's export, import and fork of runs (on the same router as the rest).
+
+- ``GET /runs/{id}/export``: the run as JSON Lines, its blobs inlined (whoever may see
+  the run may export it).
+- ``POST /imports``: an export as the body (``Content-Type: application/jsonl``);
+  checked whole, every blob against its hash, before anything is stored; the caller
+  owns the imported run. Needs ``aaa.import_run``.
+- ``POST /runs/{id}/fork``: a new run from the run's first ``at`` events, with its
+  configuration changed by a JSON merge patch, and a new budget or deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from ninja.responses import Status
+
+from aaa_django import exchange, runindex
+from aaa_django.engines import site_blobs
+from aaa_django.runtime.fork import ForkError, fork, merge_patch
+
+from . import auth, runs
+from .errors import ApiError
+from .router import _READ, _WRITE, RunId, host, router
+from .schemas import ForkIn, RunDetailOut
+
+log = logging.getLogger("aaa_django.api")
+
+IMPORT = "aaa.import_run"
+
+
+@router.get(
+    "/runs/{run_id}/export",
+    response={200: None, **_READ},
+    summary="Export a run",
+    openapi_extra={"responses": {"200": {
+        "description": "The run as JSON Lines: a header, its events, its blobs (base64).",
+        "content": {exchange.MEDIA_TYPE: {"schema": {"type": "string"}}},
+    }}},
+)
+def export_run(request: HttpRequest, run_id: str = RunId):
+    """The run's log and blobs as one JSON Lines file (``manage.py aaa_import`` or
+    ``POST /imports`` on another site reads it)."""
+    runs.load(request.auth, run_id)
+    try:
+        lines = exchange.export_run(run_id, using=runs.USING, blobs=site_blobs())
+    except exchange.ExchangeError as exc:
+        raise ApiError(409, ["path", "run_id"], str(exc), "not_exportable") from None
+    response = StreamingHttpResponse((line.encode("utf-8") for line in lines),
+                                     content_type=f"{exchange.MEDIA_TYPE}; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{run_id}.jsonl"'
+    return response
+
+
+@router.post("/imports", response={201: RunDetailOut, **_WRITE}, summary="Import a run",
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 exchange.MEDIA_TYPE: {"schema": {"type": "string"}}}}})
+def import_run(request: HttpRequest, response: HttpResponse):
+    """Store an exported run (the body) with its ids; 409 if it exists here, 422 if the
+    file is not a sound export (a blob that does not match its hash, a missing line)."""
+    p: auth.Principal = request.auth
+    if not p.user.has_perm(IMPORT):
+        raise ApiError(403, ["body"], f"importing runs needs the permission {IMPORT}",
+                       "permission_denied")
+    try:
+        export = exchange.read_export(request.body.splitlines())
+    except exchange.ExchangeError as exc:
+        raise ApiError(422, ["body"], str(exc), "invalid_export") from None
+    try:
+        exchange.import_run(export, using=runs.USING, blobs=site_blobs(), owner=p.owner)
+    except exchange.ExchangeConflict as exc:
+        raise ApiError(409, ["body"], str(exc), "exists") from None
+    except exchange.ExchangeError as exc:
+        raise ApiError(422, ["body"], str(exc), "invalid_export") from None
+    row = runindex.refresh(runs.USING, export.run_id)
+    response["Location"] = runs.run_url(request, export.run_id)
+    log.info("run %s imported (%s events) by %s", export.run_id, len(export.events), p.label)
+    return Status(201, runs.run_detail(request, row))
+
+
+@router.post("/runs/{run_id}/fork", response={201: RunDetailOut, **_WRITE}, summary="Fork a run")
+def fork_run(request: HttpRequest, response: HttpResponse, payload: ForkIn, run_id: str = RunId):
+    """A new run from this run's events 1..``at``, with its ``config`` changed by a JSON
+    merge patch (RFC 7386), and a new ``budget`` or ``deadline`` if given. The new run
+    records where it came from (``forked_from``); the caller owns it."""
+    p: auth.Principal = request.auth
+    row = runs.load(p, run_id)
+    given = payload.model_fields_set
+    config = None
+    if payload.config is not None:
+        started = runs.store().read_sync(run_id, limit=1)
+        config = merge_patch(runs.hydrated(started[0]).data.get("config") or {}, payload.config)
+    budget = payload.budget.model_dump(exclude_none=True) if payload.budget else None
+    options = {"budget": budget} if "budget" in given else {}
+    if "deadline" in given:
+        options["deadline"] = payload.deadline
+    try:
+        run = host().call(lambda engine: fork(engine, run_id, payload.at, config=config,
+                                              owner=p.owner, **options))
+    except ForkError as exc:
+        raise ApiError(422, ["body", exc.field], str(exc), "invalid_fork") from None
+    new = runindex.refresh(runs.USING, run.run_id)
+    if new is None:
+        raise ApiError(503, ["server", "index"], "the run index is behind; retry", "unavailable")
+    response["Location"] = runs.run_url(request, new.run_id)
+    log.info("run %s forked from %s at %s by %s", new.run_id, row.run_id, payload.at, p.label)
+    return Status(201, runs.run_detail(request, new))
