@@ -23,7 +23,7 @@ from aaa_django.runtime.fork import ForkError, fork, merge_patch
 from . import auth, runs
 from .errors import ApiError
 from .router import _READ, _WRITE, RunId, host, router
-from .schemas import ForkIn, RunDetailOut
+from .schemas import ErrorOut, ForkIn, RunDetailOut
 
 log = logging.getLogger("aaa_django.api")
 
@@ -32,8 +32,10 @@ IMPORT = "aaa.import_run"
 
 @router.get(
     "/runs/{run_id}/export",
-    response={200: None, **_READ},
+    response={**_READ, 409: ErrorOut},
     summary="Export a run",
+    # 200 is declared here alone (a string key; ninja keys its own by int: see the
+    # event stream's route)
     openapi_extra={"responses": {"200": {
         "description": "The run as JSON Lines: a header, its events, its blobs (base64).",
         "content": {exchange.MEDIA_TYPE: {"schema": {"type": "string"}}},
