@@ -12,7 +12,7 @@ class AaaConfig(AppConfig):
     def ready(self) -> None:
         from django.core import checks
 
-        from .checks import check_aaa_settings, check_api_settings
+        from .checks import check_aaa_settings, check_api_settings, check_otel_settings
         from .llm_settings import check_llm_settings
         from .mcp_settings import check_mcp_settings
 
@@ -20,6 +20,7 @@ class AaaConfig(AppConfig):
         checks.register(check_api_settings)
         checks.register(check_llm_settings)
         checks.register(check_mcp_settings)
+        checks.register(check_otel_settings)
 
         from .engines import load_agents
 

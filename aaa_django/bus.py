@@ -51,10 +51,12 @@ from typing import Any, Iterable, Sequence
 
 from asgiref.sync import sync_to_async
 from celery import shared_task
+from celery.signals import task_postrun, task_prerun
 from django.db import connections, transaction
 
 from .conf import aaa_settings
 from .events import Event
+from .runtime import logcontext
 from .runtime import types as T
 from .sweeper import BEAT_SCHEDULE  # noqa: F401  (re-exported)
 
@@ -217,6 +219,13 @@ class DistributedBus:
         self.sent = 0
         self._spawned: set[asyncio.Task] = set()
         self._listener: asyncio.Task | None = None
+        #: what carries a run's trace context in the messages (OpenTelemetry), or None
+        self.trace: Any = None
+
+    def carry(self, carrier: Any) -> None:
+        """Carry a run's trace context in every delivery message (``carrier``: a
+        :class:`~aaa_django.runtime.observe.TraceCarrier`, the OpenTelemetry observer)."""
+        self.trace = carrier
 
     def bind(self, engine: Any) -> None:
         """Attach the engine; its store must be one a worker can open (Django, Redis)."""
@@ -239,7 +248,9 @@ class DistributedBus:
         seen = _published.get()
         if seen is not None:
             seen.update(e.id for e in events)
-        messages = [(queue_for(e.type, self.queues), self._args(e, events)) for e in events]
+        carrier = self.trace
+        messages = [(queue_for(e.type, self.queues), self._args(e, events),
+                     carrier.headers(e) if carrier is not None else None) for e in events]
         ended = [e.stream for e in events if e.type == T.RUN_COMPLETED]
         if self.in_worker:
             # A broker round trip inline is cheaper than a thread hop. A failure raises:
@@ -306,6 +317,7 @@ class DistributedBus:
         return fast
 
     def _send(self, messages: list, ended: list[str], *, swallow: bool = True) -> None:
+        # messages: (queue, args) or (queue, args, headers: the run's trace context)
         try:
             if self._app is None:
                 self._app = celery_app()
@@ -314,16 +326,17 @@ class DistributedBus:
             fast = self.publisher() if messages else None
             done = 0
             if fast is not None:  # in order; the first it leaves, and all after it, go by send_task
-                for queue, args in messages:
-                    if not fast.send(DELIVER, args, queue, repr(args[1:4])):
+                for queue, args, *headers in messages:
+                    if not fast.send(DELIVER, args, queue, repr(args[1:4]), *headers):
                         break
                     done += 1
             self.sent += done
             rest = messages[done:]
             if rest:
                 with self._app.producer_or_acquire() as producer:  # one for the batch
-                    for queue, args in rest:
+                    for queue, args, *headers in rest:
                         self._app.send_task(DELIVER, args, queue=queue, producer=producer,
+                                            headers=headers[0] if headers else None,
                                             argsrepr=repr(args[1:4]), kwargsrepr="{}", ignore_result=True)
                         self.sent += 1
             for run_id in ended:
@@ -430,6 +443,8 @@ def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wi
 
     rt = runtime(threaded=needs_thread(self))
     engine = rt.engine(spec)
+    if engine.bus.trace is not None:  # the run's trace context, from the message
+        engine.bus.trace.received(stream, self.request.headers)
     redelivered = bool((self.request.delivery_info or {}).get("redelivered")) or self.request.retries > 0
     try:
         return rt.run(deliver_event(engine, stream, seq, event_id, redelivered=redelivered, wire=wire))
@@ -438,6 +453,25 @@ def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wi
         if spec[0] == "django":  # in the thread that holds the store's connection
             rt.call(lambda: connections[spec[1]].close_if_unusable_or_obsolete())
         raise self.retry(exc=exc, countdown=min(2 ** self.request.retries * 0.1, 10), max_retries=12)
+
+
+# Log records of a delivery carry its run id and seq (and its event type once read):
+# Celery's own lines about the task too (its "succeeded" line is written after the task
+# returns, before task_postrun). See aaa_django.runtime.logcontext.
+_log_tokens: dict[str, Any] = {}
+
+
+@task_prerun.connect
+def _enter_log_context(task_id: str = "", task: Any = None, args: Any = (), **_: Any) -> None:
+    if task is not None and task.name == DELIVER and len(args) >= 3:
+        _log_tokens[task_id] = logcontext.enter(logcontext.Delivery(args[1], args[2]))
+
+
+@task_postrun.connect
+def _leave_log_context(task_id: str = "", **_: Any) -> None:
+    token = _log_tokens.pop(task_id, None)
+    if token is not None:
+        logcontext.leave(token)
 
 
 def _site_store(using: str) -> Any:

@@ -14,6 +14,8 @@ aaa.E020   ``LLM_CLIENT``, a ``TOOLS``, ``PROJECTIONS`` or ``AGENTS`` entry is n
            named Projection, a ``pydantic_ai.Agent``).
 aaa.E021   ``API_RATE`` is not "N/period" (period: s, sec, m, min, h, hour, d, day).
 aaa.E022   ``API_MAX_BODY`` or ``API_STREAM_SECONDS`` is below 1.
+aaa.E050   ``OTEL`` is not a bool, or it is True and the ``otel`` extra
+           (``opentelemetry-api``) is not installed.
 aaa.W001   A SQLite database without ``transaction_mode: IMMEDIATE`` (appends inside
            a caller's transaction may fail with "database is locked").
 =========  =====================================================================
@@ -91,6 +93,22 @@ def check_aaa_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         )
     return errors
+
+
+def check_otel_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """``aaa.E050``: ``AAA["OTEL"]`` is a bool, and True only with OpenTelemetry installed."""
+    site = site_aaa()
+    value = site.get("OTEL", False) if isinstance(site, dict) else False
+    if not isinstance(value, bool):
+        return [Error(f"AAA['OTEL'] must be True or False, not {type(value).__name__}.", id="aaa.E050")]
+    if value:
+        try:
+            import opentelemetry.metrics  # noqa: F401
+            import opentelemetry.trace  # noqa: F401
+        except ImportError:
+            return [Error("AAA['OTEL'] is True but OpenTelemetry is not installed.",
+                          hint="pip install 'aaa_django[otel]', or set AAA['OTEL'] = False.", id="aaa.E050")]
+    return []
 
 
 # -- the web process's engine and the REST API (LLM_CLIENT ... API_STREAM_SECONDS) -------

@@ -90,6 +90,10 @@ RETENTION_BATCH     int >= 1         500           Run trees erased per transact
 ORPHAN_GRACE        number >= 0      86400         A blob no event refers to is removed by
                                                    the orphan sweep once it is this many
                                                    seconds old (its event may be on its way).
+OTEL                bool             False         OpenTelemetry spans and metrics of runs
+                                                   from every engine the settings build
+                                                   (the ``otel`` extra;
+                                                   aaa_django.observe.otel, docs/observe.md).
 ==================  ===============  ============  ==========================================
 """
 
@@ -129,6 +133,8 @@ DEFAULTS: dict[str, Any] = {
     "RETENTION": {},
     "RETENTION_BATCH": 500,
     "ORPHAN_GRACE": 86400,
+    # OpenTelemetry spans and metrics of runs (aaa_django.observe.otel; docs/observe.md)
+    "OTEL": False,
 }
 
 BUSES = frozenset({"inprocess", "celery"})

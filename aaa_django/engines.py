@@ -18,7 +18,9 @@ def build_engine(*, using: str = "default", **overrides: Any):
 
     ``overrides`` go to the Engine as they are (``bus=...``, ``blobs=...``, ...). The
     bus is the one ``AAA["BUS"]`` names unless given: with ``"celery"``, a
-    :class:`~aaa_django.bus.DistributedBus`.
+    :class:`~aaa_django.bus.DistributedBus`. The engine sends the signals of
+    :mod:`aaa_django.signals`, and with ``AAA["OTEL"]`` OpenTelemetry spans and metrics
+    (:mod:`aaa_django.observe.otel`).
     Use it as ``async with build_engine() as engine:``.
     """
     from .runtime import Engine
@@ -36,7 +38,19 @@ def build_engine(*, using: str = "default", **overrides: Any):
 
         options["bus"] = DistributedBus()
     options.update(overrides)
-    return Engine(**options)
+    engine = Engine(**options)
+    from .signals import SignalSender  # the run's signals, after commit
+
+    engine.observe(SignalSender(engine, using))
+    if conf["OTEL"]:  # OpenTelemetry (the otel extra): imported only when asked for
+        from .observe.otel import OtelObserver
+        from .runtime.observe import CarriesTrace
+
+        otel = OtelObserver(engine)
+        engine.observe(otel)
+        if isinstance(engine.bus, CarriesTrace):
+            engine.bus.carry(otel)
+    return engine
 
 
 def site_blobs() -> Any:

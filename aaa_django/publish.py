@@ -103,9 +103,11 @@ class FastPublisher:
         mode = exchange.delivery_mode or self.app.conf.task_default_delivery_mode
         return q, mode
 
-    def send(self, name: str, args: list[Any], queue: str, argsrepr: str) -> bool:
-        """Publish task ``name`` with ``args`` to ``queue``; False: not sent, use
-        ``send_task`` (this configuration or this moment is not one for it)."""
+    def send(self, name: str, args: list[Any], queue: str, argsrepr: str,
+             extra_headers: dict[str, str] | None = None) -> bool:
+        """Publish task ``name`` with ``args`` to ``queue`` (and ``extra_headers``, as
+        ``send_task(headers=...)`` adds them); False: not sent, use ``send_task``
+        (this configuration or this moment is not one for it)."""
         from celery import signals
 
         route = self._route(name, queue) if self.usable() else None
@@ -125,6 +127,8 @@ class FastPublisher:
             root_id=(parent.request.root_id or parent.request.id) if parent is not None else None,
             parent_id=parent.request.id if parent is not None else None,
         )
+        if extra_headers:
+            headers.update(extra_headers)
         try:
             producer = self._get_producer()
             bound = self._bound.get(queue)

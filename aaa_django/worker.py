@@ -312,8 +312,9 @@ async def _step(engine: Any, stream: str, seq: int, event_id: str, loaded: async
     finally:
         if not loaded.done():
             loaded.set_result(None)
-    await engine.step(event, synced=True)
-    await engine.dispatch(event)
+    with engine.observing(event):  # log lines carry the event; observers watch it
+        await engine.step(event, synced=True)
+        await engine.dispatch(event)
     return event
 
 
@@ -380,8 +381,10 @@ async def _schedule_timers(engine: Any, event: Event) -> None:
         return
     args = [engine.bus.spec, event.stream, event.seq, event.id]
     eta = max(at, time.time()) + 0.05  # the engine decides "due" by its own clock: not early
+    headers = engine.bus.trace.headers(event) if engine.bus.trace is not None else None
     await asyncio.to_thread(
         celery_app().send_task, DELIVER, args, eta=_utc(eta), queue=queue_for(event.type, engine.bus.queues),
+        headers=headers,
     )
 
 

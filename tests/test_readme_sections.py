@@ -24,6 +24,7 @@ def first_python_block(heading: str) -> str:
     ("Bring your Pydantic AI agent", "{'output': {'city': 'Lyon', 'celsius': 18}}\n"
      "['aaa.llm.requested', 'aaa.llm.completed', 'aaa.tool.requested', 'aaa.tool.completed', "
      "'aaa.llm.requested', 'aaa.llm.completed']\n"),
+    ("Watching runs", '"logger": "mysite.tools", "message": "greeting Ada", "run_id": "run-'),
 ])
 def test_the_section_runs_as_written(heading, prints, tmp_path):
     script = tmp_path / "section.py"

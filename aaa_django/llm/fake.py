@@ -57,6 +57,9 @@ class FakeLLMClient:
     (a redelivered request that was answered already is never sent again).
     """
 
+    #: the provider it stands for (tracing: ``gen_ai.provider.name``)
+    provider = "fake"
+
     def __init__(
         self,
         model_fn: ModelFn,

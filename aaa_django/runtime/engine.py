@@ -25,7 +25,7 @@ from collections import OrderedDict, defaultdict
 from dataclasses import replace
 from datetime import datetime
 from itertools import groupby
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping
 
 from aaa_django.data import DEFAULT_HOT_FIELDS, InMemoryBlobStore, hydrate, is_claimed
 from aaa_django.data.claims import claim_payload, put_claim
@@ -50,7 +50,9 @@ from . import types as T
 from .budget import Budget
 from .bus import InProcessBus
 from .ctx import Ctx, _budget, _plain, absolute_deadline
+from .logcontext import delivering
 from .meta import FOLDED, RUNMETA, RunMeta
+from .observe import Observer, around, check_observer, notify_appended
 from .outcome import BUDGET_EXCEEDED, CANCELLED, FAILED, INVALID_INPUT, TIMEOUT, Outcome
 from .run import Run
 from .view import HydratedView, StoreUnavailable
@@ -79,7 +81,8 @@ class Engine:
     :class:`InProcessBus`; ``cache`` (the in-process fold holder) defaults to the
     process's shared ``aaa_django.events.default_cache``. A
     :class:`~aaa_django.validate.ValidationHandler` is attached unless
-    ``validate=False``.
+    ``validate=False``. ``observers`` (:class:`~aaa_django.runtime.observe.Observer`)
+    watch its work: signals, tracing (more with :meth:`observe`).
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class Engine:
         hot_fields: Iterable[str] = DEFAULT_HOT_FIELDS,
         close_timeout: float = 2.0,
         poll_interval: float = 0.5,
+        observers: Iterable[Observer] = (),
     ) -> None:
         store = store if store is not None else InMemoryEventStore()
         if not isinstance(store, Tail):
@@ -124,6 +128,8 @@ class Engine:
         self._hydrated: OrderedDict[str, Event] = OrderedDict()
         self._algorithms: dict[str, Any] = {}
         self._closed = False
+        #: what watches this engine's work (see :mod:`aaa_django.runtime.observe`)
+        self.observers: list[Observer] = [check_observer(o) for o in observers]
         if validate:
             from aaa_django.validate import ValidationHandler
 
@@ -166,6 +172,25 @@ class Engine:
     def subscribers(self, type: str) -> list[Handler]:
         """The handlers subscribed to ``type``, in subscription order."""
         return list(self._handlers.get(type, ()))
+
+    def observe(self, observer: Observer) -> Observer:
+        """Add ``observer`` (an :class:`~aaa_django.runtime.observe.Observer`): it is
+        called around this engine's deliveries, steps and handlers, and after its
+        appends. Returns it."""
+        self.observers.append(check_observer(observer))
+        return observer
+
+    @contextlib.contextmanager
+    def observing(self, event: Event) -> Iterator[None]:
+        """Around one event's delivery (the run's step and the handlers; a bus that
+        splits the delivery wraps both): log records carry the event
+        (:mod:`~aaa_django.runtime.logcontext`), the observers watch it."""
+        with delivering(event):
+            if not self.observers:
+                yield
+                return
+            with around(self.observers, lambda o: o.delivery(event)):
+                yield
 
     # -- starting and stopping runs -----------------------------------------------------
 
@@ -466,7 +491,10 @@ class Engine:
         stored: list[Event] = []
         for _, group in groupby(events, key=lambda e: e.stream):
             batch = [await self._claim(e) for e in group]
-            stored.extend(await self.store.append(batch))
+            added = await self.store.append(batch)
+            if added and self.observers:
+                await notify_appended(self.observers, added)
+            stored.extend(added)
         for e in stored:
             if e.type == T.RUN_COMPLETED:
                 self._wake(e.stream)
@@ -501,7 +529,7 @@ class Engine:
         """
         if self._closed:
             return
-        with self.tail.delivery():
+        with self.tail.delivery(), self.observing(event):
             # An event this engine appended (or read) is in its tail: the run's view is
             # current without a read (the step's guard catches another process's write).
             synced = self.tail.holds(event)
@@ -573,7 +601,12 @@ class Engine:
             if event.type in getattr(algorithm, "ignores", ()):
                 return
             ctx = Ctx(self, started, event, meta, algorithm)
-            await algorithm.step(ctx, event)
+            if self.observers:
+                name = started.data["algorithm"]
+                with around(self.observers, lambda o: o.step(event, name)):
+                    await algorithm.step(ctx, event)
+            else:
+                await algorithm.step(ctx, event)
             if ctx._out:
                 for e in ctx._out:  # the algorithm's own bad output is its failure
                     check_event(e)
@@ -627,7 +660,11 @@ class Engine:
 
     async def _call(self, handler: Handler, event: Event) -> None:
         try:
-            await handler(event)
+            if self.observers:
+                with around(self.observers, lambda o: o.handler(handler, event)):
+                    await handler(event)
+            else:
+                await handler(event)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a handler bug must not stop the other handlers

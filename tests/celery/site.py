@@ -75,6 +75,15 @@ def where(n: int = 0, tag: str = "where") -> int:
     return n
 
 
+@tool(inline=True)
+def chatty(n: int = 0) -> int:
+    """Writes a log line (tests/celery/test_observe.py reads the worker's log)."""
+    import logging
+
+    logging.getLogger("tests.celery.site").warning("chatty tool ran with n=%s", n)
+    return n
+
+
 @tool(side_effects=True)
 def record(n: int = 0, idempotency_key: str = "") -> str:
     """A side effect that must happen at most once per call: one row per execution."""
@@ -126,7 +135,7 @@ def gated_briefly(n: int = 0) -> str:
     return "approved"
 
 
-REGISTRY = ToolRegistry([noop, where, record, pooled, slow, gated, gated_briefly])
+REGISTRY = ToolRegistry([noop, where, chatty, record, pooled, slow, gated, gated_briefly])
 
 
 def loop(max_turns: int = 50) -> ToolLoop:
@@ -195,6 +204,38 @@ class SerialProbe(Algorithm):
             r.delete(inside)
 
 
+# -- signals: every process records what it sent, in Redis ------------------------------------
+
+SIGNAL_NAMES = ("run_started", "run_ended", "approval_requested", "event_appended")
+
+
+def _recorder(name: str):
+    def receive(sender, run_id, event, **kw):
+        entry = {"signal": name, "pid": os.getpid(), "event": event.id}
+        if name == "run_ended":
+            entry["outcome"] = kw["outcome"].outcome
+        r = _redis()
+        r.rpush(f"aaa-test:signals:{run_id}", json.dumps(entry))
+        if name == "approval_requested":
+            r.rpush(f"aaa-test:approval:{run_id}", kw["request_id"])
+        elif name == "event_appended" and event.type == T.RUN_COMPLETED:  # the last signal of a run
+            r.rpush(f"aaa-test:ended:{run_id}", event.id)
+
+    return receive
+
+
+def connect_signals(connect: bool = True) -> None:
+    """Record every aaa_django signal this process sends (under ``aaa-test:signals:<run>``)."""
+    from aaa_django import signals
+
+    for name in SIGNAL_NAMES:
+        signal, uid = getattr(signals, name), f"tests.celery.site.{name}"
+        if connect:
+            signal.connect(_recorder(name), weak=False, dispatch_uid=uid)
+        else:
+            signal.disconnect(dispatch_uid=uid)
+
+
 # -- WORKER_SETUP ---------------------------------------------------------------------------
 
 
@@ -204,3 +245,4 @@ def setup(engine) -> None:
     engine.bus.serialize = engine.guard_steps = os.environ.get("AAA_TEST_SERIALIZE", "1") == "1"
     LLMHandler(FakeLLMClient(scripted_model)).attach(engine)
     ToolHandler(REGISTRY, pools={"shared": POOL_SIZE}).attach(engine)
+    connect_signals()

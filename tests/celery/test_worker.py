@@ -48,7 +48,7 @@ def worker(request, pg_alias, redis_url):
 
     def send(messages, ended, *, swallow=True):
         held = [m[1][1] for m in messages if coord.client.exists(coord.key("lock", m[1][1]))]
-        sent.append({"messages": [args for _, args in messages], "ended": list(ended), "held": held,
+        sent.append({"messages": [m[1] for m in messages], "ended": list(ended), "held": held,
                      "thread": threading.get_ident()})
 
     engine.bus._send = send

@@ -27,3 +27,33 @@ if os.environ.get("AAA_TEST_QUEUE_SUFFIX"):
 # Pydantic AI agents whose tools the workers run (tests/pydantic_ai/test_agent_crash.py)
 if os.environ.get("AAA_TEST_AGENTS"):
     AAA["AGENTS"] = os.environ["AAA_TEST_AGENTS"].split(",")
+# Workers of tests/celery/test_observe.py log JSON lines with each delivery's context
+# (the README's LOGGING, to a file).
+if os.environ.get("AAA_TEST_LOG_FILE"):
+    LOGGING = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"aaa": {"()": "aaa_django.runtime.logcontext.DeliveryContext"}},
+        "formatters": {"json": {"()": "aaa_django.runtime.logcontext.JsonFormatter"}},
+        "handlers": {"file": {"class": "logging.FileHandler", "filename": os.environ["AAA_TEST_LOG_FILE"],
+                              "filters": ["aaa"], "formatter": "json"}},
+        "root": {"handlers": ["file"], "level": "WARNING"},
+        "loggers": {"celery.app.trace": {"level": "INFO"}},  # Celery's "Task ... succeeded"
+    }
+# Workers of tests/celery/test_observe.py's tracing test: OpenTelemetry on, every span
+# written as a JSON line to a file, with the process that wrote it.
+if os.environ.get("AAA_TEST_OTEL_FILE"):
+    AAA["OTEL"] = True
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    class _Pid(SpanProcessor):
+        def on_start(self, span, parent_context=None):
+            span.set_attribute("test.pid", os.getpid())
+
+    _provider = TracerProvider()
+    _provider.add_span_processor(_Pid())
+    _provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(
+        out=open(os.environ["AAA_TEST_OTEL_FILE"], "a"), formatter=lambda s: s.to_json(indent=None) + "\n")))
+    trace.set_tracer_provider(_provider)

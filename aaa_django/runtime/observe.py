@@ -1,0 +1,128 @@
+"""Watching an engine: the observers it calls around its work (pure core).
+
+An engine has a list of observers, wired once (``Engine(observers=[...])`` or
+``engine.observe(observer)``; each checked against :class:`Observer` there). It calls
+them around what it does, in every process that delivers (the web process, a
+command, a Celery worker):
+
+- ``delivery(event)``: around one event's delivery (the run's step and the handlers);
+- ``step(event, algorithm)``: around the algorithm's step for that event;
+- ``handler(handler, event)``: around each handler's call (a model call for
+  ``aaa.llm.requested``, a tool call for ``aaa.tool.requested``, ...);
+- ``await appended(events)``: after the store took new events (one stream's batch, in
+  the order they were stored), before they are published.
+
+Django signals (:mod:`aaa_django.observe.signals`) and OpenTelemetry
+(:mod:`aaa_django.observe.otel`) are observers. Observers must not raise: what they
+watch goes on whatever they do (an observer's error is logged and dropped).
+
+The log context (:mod:`aaa_django.runtime.logcontext`) is not an observer: it is
+always set, it costs one context variable per delivery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence, runtime_checkable
+
+from aaa_django.events import Event
+
+log = logging.getLogger("aaa_django.runtime")
+
+
+@runtime_checkable
+class Observer(Protocol):
+    """What an engine calls around its work (see the module docstring)."""
+
+    def delivery(self, event: Event) -> ContextManager[Any]: ...
+
+    def step(self, event: Event, algorithm: str) -> ContextManager[Any]: ...
+
+    def handler(self, handler: Any, event: Event) -> ContextManager[Any]: ...
+
+    async def appended(self, events: Sequence[Event]) -> None: ...
+
+
+@runtime_checkable
+class TraceCarrier(Protocol):
+    """What carries a run's trace context in a bus's messages (the OpenTelemetry
+    observer): the headers a delivery message of an event carries, and what a
+    delivery that received them does with them."""
+
+    def headers(self, event: Event) -> dict[str, str]: ...
+
+    def received(self, run_id: str, headers: Any) -> None: ...
+
+
+@runtime_checkable
+class CarriesTrace(Protocol):
+    """A bus whose messages can carry a run's trace context (the Celery bus)."""
+
+    def carry(self, carrier: TraceCarrier) -> None: ...
+
+
+class BaseObserver:
+    """An observer that watches nothing: subclass it and override what you need."""
+
+    def delivery(self, event: Event) -> ContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def step(self, event: Event, algorithm: str) -> ContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def handler(self, handler: Any, event: Event) -> ContextManager[Any]:
+        return contextlib.nullcontext()
+
+    async def appended(self, events: Sequence[Event]) -> None:
+        return None
+
+
+def check_observer(observer: Any) -> Observer:
+    """``observer`` if it is an :class:`Observer`, else a TypeError saying so."""
+    if not isinstance(observer, Observer):
+        raise TypeError(
+            f"{observer!r} is not an engine observer: it needs delivery, step, handler "
+            "and an async appended (subclass aaa_django.runtime.observe.BaseObserver)"
+        )
+    return observer
+
+
+@contextlib.contextmanager
+def around(observers: Sequence[Observer], hook: Callable[[Observer], ContextManager[Any]]) -> Iterator[None]:
+    """Enter ``hook(observer)`` (e.g. ``lambda o: o.step(event, name)``) of each
+    observer, in order, around the block; an observer that fails to enter or exit is
+    logged and left out."""
+    with contextlib.ExitStack() as stack:
+        for observer in observers:
+            try:
+                stack.enter_context(_guarded(hook(observer), observer))
+            except Exception:
+                log.exception("observer %r failed entering", observer)
+        yield
+
+
+@contextlib.contextmanager
+def _guarded(cm: ContextManager[Any], observer: Observer) -> Iterator[None]:
+    cm.__enter__()
+    try:
+        yield
+    except BaseException as exc:
+        try:
+            cm.__exit__(type(exc), exc, exc.__traceback__)
+        except Exception:
+            log.exception("observer %r failed", observer)
+        raise
+    try:
+        cm.__exit__(None, None, None)
+    except Exception:
+        log.exception("observer %r failed", observer)
+
+
+async def notify_appended(observers: Sequence[Observer], events: Sequence[Event]) -> None:
+    """``await observer.appended(events)`` for each observer; errors logged."""
+    for observer in observers:
+        try:
+            await observer.appended(events)
+        except Exception:
+            log.exception("observer %r failed on appended events", observer)
