@@ -61,8 +61,8 @@ class SignalSender(BaseObserver):
         self.using = using
 
     async def appended(self, events: Sequence[Event]) -> None:
-        if not any(s.has_listeners() for s in SIGNALS):
-            return  # nobody listens: no thread hop
+        if not any(s.receivers for s in SIGNALS):
+            return  # nobody listens: no thread hop (has_listeners() takes a lock: slower per append)
         # on_commit must be called in the thread that owns the store's connection (and
         # the caller's transaction): the thread-sensitive executor the store runs in.
         await sync_to_async(self._after_commit, thread_sensitive=True)(list(events))
