@@ -65,27 +65,34 @@ def forget(using: str, run_id: str) -> None:
     RunRecord.objects.using(using).filter(pk=run_id).delete()
 
 
-def reindex(using: str = "default", run_ids: Iterable[str] | None = None) -> dict[str, int]:
+def reindex(using: str = "default", run_ids: Iterable[str] | None = None, *,
+            progress: Any = None) -> dict[str, int]:
     """Rebuild rows from the log with a whole-log ``RUNMETA`` fold.
 
     All streams by default: rows of streams that no longer exist are deleted. The
     ``request_hash`` of an existing row (not in the log) is kept. Returns counts of
     ``indexed``, ``skipped`` (streams that are not runs) and ``deleted`` rows.
+    ``progress``: an :class:`~aaa_django.progress.Progress`, given the number of
+    streams and advanced by each.
     """
     store = DjangoEventStore(using)
     streams = list(run_ids) if run_ids is not None else store.streams_sync()
     counts = {"indexed": 0, "skipped": 0, "deleted": 0}
+    if progress is not None:
+        progress.total = len(streams)
     for stream in streams:
         events = read_all(store, stream)
         if not events or events[0].type != T.RUN_STARTED:
             counts["skipped"] += 1
             if not events:
                 counts["deleted"] += RunRecord.objects.using(using).filter(pk=stream).delete()[0]
-            continue
-        meta = _fold(RunMeta(), events)
-        fields = _fields(meta, events, None, using)
-        RunRecord.objects.using(using).update_or_create(pk=stream, defaults=fields)
-        counts["indexed"] += 1
+        else:
+            meta = _fold(RunMeta(), events)
+            fields = _fields(meta, events, None, using)
+            RunRecord.objects.using(using).update_or_create(pk=stream, defaults=fields)
+            counts["indexed"] += 1
+        if progress is not None:
+            progress.advance()
     if run_ids is None:
         counts["deleted"] += (
             RunRecord.objects.using(using).exclude(pk__in=streams).delete()[0]

@@ -12,6 +12,9 @@ from __future__ import annotations
 from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand
 
+from aaa_django.progress import Progress
+from aaa_django.runtime.observe import BaseObserver
+
 POPULATIONS = {"Lyon": 522_250, "Porto": 231_800}
 
 
@@ -34,6 +37,16 @@ def _scripted_model(request):
     return text(f"Lyon and Porto have {total:,} inhabitants together.")
 
 
+class _Counted(BaseObserver):
+    """Advances the progress bar by each event the run appends."""
+
+    def __init__(self, bar: Progress) -> None:
+        self.bar = bar
+
+    async def appended(self, events) -> None:
+        self.bar.advance(len(events))
+
+
 class Command(BaseCommand):
     help = "Run a ToolLoop with a scripted model (no provider is called) and print its outcome."
 
@@ -47,7 +60,8 @@ class Command(BaseCommand):
         from aaa_django.llm_settings import client_from_settings
 
         client = client_from_settings()
-        outcome, run_id, events = async_to_sync(self._run)(task, client)
+        with Progress("events", stream=self.stderr) as bar:  # on a terminal only
+            outcome, run_id, events = async_to_sync(self._run)(task, client, bar)
         if not quiet:
             if client is None:
                 self.stdout.write(
@@ -62,7 +76,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {e.seq:>3}  {e.type}")
         self.stdout.write(f"Outcome: {outcome.outcome}  value: {outcome.value}")
 
-    async def _run(self, task: str, client):
+    async def _run(self, task: str, client, bar):
         from aaa_django.algos import ToolLoop
         from aaa_django.engines import build_engine
         from aaa_django.llm import FakeLLMClient, LLMHandler
@@ -73,6 +87,7 @@ class Command(BaseCommand):
         # The in-process bus whatever AAA["BUS"] says: this command's own handlers
         # (the scripted model, the demo tool) must be the ones that answer.
         async with build_engine(bus=InProcessBus()) as engine:
+            engine.observe(_Counted(bar))
             LLMHandler(client or FakeLLMClient(_scripted_model)).attach(engine)
             ToolHandler(registry).attach(engine)
             run = await engine.start(ToolLoop(registry), {"task": task})

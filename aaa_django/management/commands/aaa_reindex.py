@@ -4,13 +4,14 @@
 
 Each run's row is refolded from its whole log (``RUNMETA`` plus event times); rows
 of runs that are no longer in the log are deleted. Safe to run at any time: the
-index is derived data.
+index is derived data. On a terminal, a progress bar on stderr.
 """
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
+from aaa_django.progress import Progress
 from aaa_django.runindex import reindex
 
 
@@ -23,7 +24,8 @@ class Command(BaseCommand):
         parser.add_argument("--database", default="default", help="the database alias")
 
     def handle(self, *args, runs, database, **options):
-        counts = reindex(database, runs)
+        with Progress("re-indexing", stream=self.stderr) as bar:  # on a terminal only
+            counts = reindex(database, runs, progress=bar)
         self.stdout.write(
             f"Indexed {counts['indexed']} runs; skipped {counts['skipped']} streams that "
             f"are not runs; deleted {counts['deleted']} rows of erased runs."

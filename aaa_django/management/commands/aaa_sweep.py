@@ -5,7 +5,7 @@ Finds the runs that have started, not completed, had no new event for
 delivers their events again (see :mod:`aaa_django.sweeper`). With ``AAA["BUS"] =
 "celery"`` the deliveries are enqueued for the workers; with the in-process bus they
 run here, with the handlers ``AAA["WORKER_SETUP"]`` attaches, until the runs end or
-``--wait`` seconds pass.
+``--wait`` seconds pass (on a terminal, a progress bar on stderr counts them ending).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import asyncio
 
 from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand
+
+from aaa_django.progress import Progress
 
 
 class Command(BaseCommand):
@@ -38,6 +40,11 @@ class Command(BaseCommand):
         for run_id in report.redriven:
             self.stdout.write(f"  {run_id}")
 
+    async def _ended(self, engine, run_ids, bar) -> None:
+        for ended in asyncio.as_completed([engine.wait(r) for r in run_ids]):
+            await ended
+            bar.advance()
+
     async def _sweep(self, stall_after, database, dry_run, limit, wait):
         from django.utils.module_loading import import_string
 
@@ -56,9 +63,10 @@ class Command(BaseCommand):
                 import_string(conf["WORKER_SETUP"])(engine)
             report = await sweep(engine, stall_after=stall_after, dry_run=dry_run, limit=limit)
             if report.redriven and not dry_run:
-                waits = [engine.wait(r) for r in report.redriven]
-                try:
-                    await asyncio.wait_for(asyncio.gather(*waits), wait)
-                except asyncio.TimeoutError:
-                    self.stderr.write(f"some re-driven runs were still going after {wait} s")
+                with Progress("re-driven runs ended", total=len(report.redriven), stream=self.stderr) as bar:
+                    try:
+                        await asyncio.wait_for(self._ended(engine, report.redriven, bar), wait)
+                    except asyncio.TimeoutError:
+                        bar.close()
+                        self.stderr.write(f"some re-driven runs were still going after {wait} s")
             return report
