@@ -36,7 +36,7 @@ from aaa_django.events import Event
 from aaa_django.models import EventRecord, RunRecord
 from aaa_django.runtime import RUNMETA
 
-from . import reading, timeline
+from . import pictures, reading, timeline
 from .actions import RunActions
 from .exchange import RunExchange, forks_of
 
@@ -280,6 +280,7 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
             more_blobs=more_blobs,
             duration=format_duration(duration(run)),
             deadline=_from_epoch(meta.deadline) if meta else None,
+            budget_svg=pictures.budget_bars(meta.budget, meta.spend) if meta else None,
             status_label=status_label(run),
             live_url=self._url("live", run.run_id),
             poll_ms=int(POLL_SECONDS * 1000),
