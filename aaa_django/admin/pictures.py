@@ -2,6 +2,8 @@
 
 - :func:`budget_bars`: a bar per budgeted dimension (tokens, cost, model calls, tool
   calls), how much of its limit the run has used; amber from 80 %, red over the limit.
+- :func:`timeline`: a run's model calls, tool calls and approval waits over time, one
+  lane each, every call a bar from its request to its answer (or to the end / now).
 
 Every text in a picture is escaped (``format_html``); the pictures carry ``<title>``s,
 so a screen reader and a hover say what a bar is.
@@ -13,6 +15,8 @@ from typing import Any
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+
+from aaa_django.runtime import types as T
 
 #: (dimension, label) in the order the bars are drawn
 DIMENSIONS = (("tokens", "tokens"), ("cost", "cost"), ("model_calls", "model calls"),
@@ -62,4 +66,106 @@ def budget_bars(budget: Any, spend: Any) -> SafeString | None:
         '<svg class="aaa-budget" role="img" aria-label="Budget use" width="{}" height="{}" '
         'viewBox="0 0 {} {}" xmlns="http://www.w3.org/2000/svg">{}</svg>',
         WIDTH, height, WIDTH, height, format_html_join("", "{}", ((p,) for p in parts)),
+    )
+
+
+# -- a run's timeline ----------------------------------------------------------------------
+
+#: lane -> (label, request type)
+LANES = (("model", "model calls", T.LLM_REQUESTED), ("tool", "tool calls", T.TOOL_REQUESTED),
+         ("approval", "approval waits", T.APPROVAL_REQUESTED))
+TL_WIDTH, TL_LABEL, TL_ROW, TL_AXIS, MAX_ROWS = 760, 100, 14, 18, 6
+
+
+def timeline_spans(events: list[tuple[str, int, str, float, str]], now: float) -> tuple[list[dict], float, float]:
+    """The bars of a run's timeline from its events ``(id, seq, type, epoch seconds,
+    name)``: each model call, tool call and approval wait from its request to its result
+    (``result_id`` / ``decision_id``), or to the run's end (or ``now``) when it has none.
+    Returns the bars and the picture's time range."""
+    if not events:
+        return [], now, now
+    by_id = {e[0]: e for e in events}
+    start = events[0][3]
+    end = next((e[3] for e in events if e[2] == T.RUN_COMPLETED), None)
+    stop = end if end is not None else max(now, events[-1][3])
+    bars = []
+    for lane, _, request_type in LANES:
+        for eid, seq, etype, at, name in events:
+            if etype != request_type:
+                continue
+            answer = by_id.get(T.decision_id(eid) if lane == "approval" else T.result_id(eid))
+            failed = answer is not None and answer[2] in (T.LLM_FAILED, T.TOOL_FAILED, T.APPROVAL_DENIED,
+                                                         T.APPROVAL_EXPIRED)
+            bars.append({"lane": lane, "seq": seq, "name": name, "start": at,
+                         "end": answer[3] if answer is not None else stop,
+                         "open": answer is None, "failed": failed,
+                         "answer": answer[2] if answer is not None else None})
+    return bars, start, stop
+
+
+def _rows(bars: list[dict]) -> int:
+    """Give each bar of one lane a row where it overlaps no other (greedy; past
+    ``MAX_ROWS`` rows, the row that frees first); returns the rows used."""
+    ends: list[float] = []
+    for bar in sorted(bars, key=lambda b: b["start"]):
+        free = [i for i, end in enumerate(ends) if end <= bar["start"]]
+        if free:
+            row = free[0]
+        elif len(ends) < MAX_ROWS:
+            row = len(ends)
+            ends.append(bar["end"])
+        else:
+            row = min(range(len(ends)), key=ends.__getitem__)
+        ends[row] = max(ends[row], bar["end"])
+        bar["row"] = row
+    return max(len(ends), 1)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def timeline(events: list[tuple[str, int, str, float, str]], now: float) -> SafeString:
+    """A run's model calls, tool calls and approval waits over time, as an SVG: one
+    lane each (overlapping calls on rows of their own), each a bar from its request to
+    its answer; a call still waiting is drawn faded to the run's end (or now)."""
+    bars, start, stop = timeline_spans(events, now)
+    span = max(stop - start, 1e-6)
+    track = TL_WIDTH - TL_LABEL - 10
+    parts, y = [], 0
+    for lane, label, _ in LANES:
+        mine = [b for b in bars if b["lane"] == lane]
+        rows = _rows(mine)
+        height = rows * TL_ROW + 6
+        parts.append(format_html('<text x="0" y="{}" class="aaa-lane-label">{} ({})</text>'
+                                 '<line x1="{}" x2="{}" y1="{}" y2="{}" class="aaa-grid-line"/>',
+                                 y + 12, label, len(mine), TL_LABEL, TL_WIDTH, y + height, y + height))
+        for b in mine:
+            x = TL_LABEL + (b["start"] - start) / span * track
+            w = max((b["end"] - b["start"]) / span * track, 1.0)
+            css = f"aaa-span-{'failed' if b['failed'] else lane}{' aaa-span-open' if b['open'] else ''}"
+            what = b["name"] or lane
+            answer = "waiting" if b["open"] else b["answer"]
+            parts.append(format_html(
+                '<rect x="{}" y="{}" width="{}" height="{}" class="{}" data-seq="{}">'
+                "<title>#{} {}: {} ({})</title></rect>",
+                f"{x:.1f}", y + 3 + b["row"] * TL_ROW, f"{w:.1f}", TL_ROW - 3, css, b["seq"],
+                b["seq"], what, _duration(b["end"] - b["start"]), answer))
+        y += height
+    for i in range(5):  # the time axis: 0, a quarter, ... the whole run
+        x = TL_LABEL + track * i / 4
+        parts.append(format_html('<line x1="{}" x2="{}" y1="0" y2="{}" class="aaa-grid-line"/>'
+                                 '<text x="{}" y="{}" class="aaa-axis" text-anchor="{}">{}</text>',
+                                 f"{x:.1f}", f"{x:.1f}", y, f"{x:.1f}", y + 13,
+                                 "start" if i == 0 else "end" if i == 4 else "middle",
+                                 _duration(span * i / 4) if bars else ("no model or tool calls yet" if i == 0 else "")))
+    height = y + TL_AXIS
+    return format_html(
+        '<svg class="aaa-timeline" role="img" aria-label="The run over time" width="{}" height="{}" '
+        'viewBox="0 0 {} {}" xmlns="http://www.w3.org/2000/svg">{}</svg>',
+        TL_WIDTH, height, TL_WIDTH, height, format_html_join("", "{}", ((p,) for p in parts)),
     )

@@ -10,6 +10,7 @@ an event.
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,6 +36,7 @@ from aaa_django.data.errors import BlobError
 from aaa_django.events import Event
 from aaa_django.models import EventRecord, RunRecord
 from aaa_django.runtime import RUNMETA
+from aaa_django.runtime import types as T
 
 from . import pictures, reading, timeline
 from .actions import RunActions
@@ -83,6 +85,20 @@ def may_use_runs(user: Any) -> bool:
 
 def status_label(run: RunRecord) -> str:
     return f"{run.status} · {run.outcome}" if run.outcome else run.status
+
+
+def _timeline_events(run_id: str, using: str) -> list[tuple[str, int, str, float, str]]:
+    """What the timeline picture needs of each event: id, seq, type, time and (a
+    tool's, an approval's) name, in one query."""
+    rows = EventRecord.objects.using(using).filter(stream=run_id)
+    named = {}  # a tool call's (and its approval's) name: their data is small
+    for seq, data in rows.filter(type__in=(T.TOOL_REQUESTED, T.APPROVAL_REQUESTED)).values_list("seq", "data"):
+        try:
+            named[seq] = str((json.loads(data) if isinstance(data, str) else data).get("name") or "")
+        except (ValueError, AttributeError):
+            pass
+    return [(eid, seq, etype, at.timestamp(), named.get(seq, ""))
+            for eid, seq, etype, at in rows.order_by("seq").values_list("id", "seq", "type", "time")]
 
 
 class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
@@ -281,6 +297,7 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
             duration=format_duration(duration(run)),
             deadline=_from_epoch(meta.deadline) if meta else None,
             budget_svg=pictures.budget_bars(meta.budget, meta.spend) if meta else None,
+            timeline_svg=pictures.timeline(_timeline_events(run.run_id, using), time.time()),
             status_label=status_label(run),
             live_url=self._url("live", run.run_id),
             poll_ms=int(POLL_SECONDS * 1000),

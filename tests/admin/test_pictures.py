@@ -45,3 +45,61 @@ def test_the_run_page_draws_the_budget_of_a_run_that_has_one(client, admin_user,
     assert bars(text(client.get(run_url(within)))) == {"model_calls": ("near", 1.0), "tool_calls": ("ok", 0.25)}
     assert bars(text(client.get(run_url(over)))) == {"model_calls": ("over", 2.0)}  # the 2nd request ended it
     assert 'class="aaa-budget"' not in text(client.get(run_url(unlimited)))
+
+
+def test_the_timeline_bars_go_from_each_request_to_its_answer():
+    from aaa_django.admin.pictures import timeline, timeline_spans
+    from aaa_django.runtime import types as T
+
+    model, tool, ask = "e-model", "e-tool", "e-ask"
+    events = [
+        ("e-start", 1, T.RUN_STARTED, 100.0, ""),
+        (model, 2, T.LLM_REQUESTED, 100.0, ""),
+        (T.result_id(model), 3, T.LLM_COMPLETED, 101.0, ""),
+        (tool, 4, T.TOOL_REQUESTED, 101.0, "deploy"),
+        (ask, 5, T.APPROVAL_REQUESTED, 101.5, "deploy"),
+        (T.decision_id(ask), 6, T.APPROVAL_DENIED, 103.0, ""),
+    ]
+    bars, start, stop = timeline_spans(events, now=104.0)
+    assert (start, stop) == (100.0, 104.0)  # the run goes on: up to now
+    assert [(b["lane"], b["start"], b["end"], b["open"], b["failed"]) for b in bars] == [
+        ("model", 100.0, 101.0, False, False),
+        ("tool", 101.0, 104.0, True, False),   # no result yet: to now, faded
+        ("approval", 101.5, 103.0, False, True),  # denied
+    ]
+    svg = str(timeline(events, now=104.0))
+    assert svg.count("<rect") == 3 and "aaa-span-tool aaa-span-open" in svg and "aaa-span-failed" in svg
+    assert "<title>#4 deploy: 3.0 s (waiting)</title>" in svg
+    empty = str(timeline(events[:1], now=100.0))
+    assert "<rect" not in empty and "no model or tool calls yet" in empty
+
+
+def test_the_run_page_draws_a_run_of_a_thousand_events_and_an_empty_one(client, admin_user, site):
+    from aaa_django.events import Event
+    from aaa_django.runtime import types as T
+    from aaa_django.store import DjangoEventStore
+
+    store, run_id = DjangoEventStore(), "run-thousand"
+    events = [Event(id=T.started_id(run_id), stream=run_id, type=T.RUN_STARTED,
+                    data={"algorithm": "tests.none", "config": {}, "input": {}})]
+    calls = 0
+    while len(events) < 1000:  # model calls and tool calls, one after the other
+        kind = (T.LLM_REQUESTED, T.LLM_COMPLETED) if calls % 2 == 0 else (T.TOOL_REQUESTED, T.TOOL_COMPLETED)
+        request = Event(id=f"req-{calls}", stream=run_id, type=kind[0], data={"name": "noop"})
+        events += [request, Event(id=T.result_id(request.id), stream=run_id, type=kind[1], data={},
+                                  causation=request.id)]
+        calls += 1
+    for i in range(0, len(events), 100):
+        store.append_sync(events[i:i + 100])
+    store.append_sync([Event(id=T.started_id("run-empty"), stream="run-empty", type=T.RUN_STARTED,
+                             data={"algorithm": "tests.none", "config": {}, "input": {}})])
+    for r in (run_id, "run-empty"):
+        runindex.refresh("default", r)
+    client.force_login(admin_user)
+
+    page = text(client.get(run_url(run_id)))
+    picture = re.search(r'<svg class="aaa-timeline".*?</svg>', page, re.S).group(0)
+    assert picture.count("<rect") == calls  # a bar per call
+    assert f"model calls ({(calls + 1) // 2})" in picture and f"tool calls ({calls // 2})" in picture
+    empty = re.search(r'<svg class="aaa-timeline".*?</svg>', text(client.get(run_url("run-empty"))), re.S).group(0)
+    assert "<rect" not in empty and "no model or tool calls yet" in empty
