@@ -75,6 +75,8 @@ def budget_bars(budget: Any, spend: Any) -> SafeString | None:
 LANES = (("model", "model calls", T.LLM_REQUESTED), ("tool", "tool calls", T.TOOL_REQUESTED),
          ("approval", "approval waits", T.APPROVAL_REQUESTED))
 TL_WIDTH, TL_LABEL, TL_ROW, TL_AXIS, MAX_ROWS = 760, 100, 14, 18, 6
+#: the run page draws the timeline of runs up to this many events (it reads them all)
+TIMELINE_EVENTS = 5000
 
 
 def timeline_spans(events: list[tuple[str, int, str, float, str]], now: float) -> tuple[list[dict], float, float]:

@@ -297,7 +297,9 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
             duration=format_duration(duration(run)),
             deadline=_from_epoch(meta.deadline) if meta else None,
             budget_svg=pictures.budget_bars(meta.budget, meta.spend) if meta else None,
-            timeline_svg=pictures.timeline(_timeline_events(run.run_id, using), time.time()),
+            timeline_svg=pictures.timeline(_timeline_events(run.run_id, using), time.time())
+            if run.last_seq <= pictures.TIMELINE_EVENTS else None,
+            timeline_max=pictures.TIMELINE_EVENTS,
             status_label=status_label(run),
             live_url=self._url("live", run.run_id),
             poll_ms=int(POLL_SECONDS * 1000),
