@@ -103,7 +103,7 @@ def check_otel_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         return [Error(f"AAA['OTEL'] must be True or False, not {type(value).__name__}.", id="aaa.E050")]
     if value:
         try:
-            import opentelemetry.metrics  # noqa: F401
+            import opentelemetry.metrics
             import opentelemetry.trace  # noqa: F401
         except ImportError:
             return [Error("AAA['OTEL'] is True but OpenTelemetry is not installed.",

@@ -53,7 +53,14 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 
 from aaa_django.events import Event
 from aaa_django.llm import LLMHandler
