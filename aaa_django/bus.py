@@ -15,9 +15,11 @@
   dies) loads the event from the store and calls ``engine.handle(event)``: the same
   step function the in-process bus calls. A message may also carry the event itself
   (when it is small, with the id of the event before it): a worker whose cache holds
-  the run's log up to that event then needs no query to catch up. Each worker thread
-  keeps one event loop and one engine per store (built by ``build_engine`` and the
-  site's ``WORKER_SETUP``).
+  the run's log up to that event then needs no query to catch up. Each worker
+  process keeps one event loop (in a thread of its own) and one engine per store
+  (built by ``build_engine`` and the site's ``WORKER_SETUP``): a model or tool call
+  waits there after its task has returned, and what a worker appends for a queue it
+  takes is delivered on that loop without a message (see :mod:`aaa_django.worker`).
 - **serial**: a run's algorithm step is an optimistic transaction on the run's stream:
   it reads the log, decides, and appends only if the stream's head is still the one
   it read (the engine's tail guards the appends, see :mod:`aaa_django.events.tail`);
@@ -52,7 +54,7 @@ from typing import Any, Iterable, Sequence
 from asgiref.sync import sync_to_async
 from celery import shared_task
 from celery.signals import task_postrun, task_prerun
-from django.db import connections, transaction
+from django.db import transaction
 
 from .conf import aaa_settings
 from .events import Event
@@ -96,19 +98,13 @@ def queue_for(event_type: str, names: dict[str, str] | None = None) -> str:
 
 
 def celery_app() -> Any:
-    """The site's Celery app. ``current_app`` is per thread (an app is current in the
-    thread that made it), and the engine's loop may run in another thread: fall back
-    to any app in the process that has a broker configured."""
+    """The site's Celery app: Celery's default app, which is the site's in every
+    thread (Celery's Django fixup makes the site's app the default; a site without it
+    calls ``app.set_default()``). A worker's engines are given the app of the task
+    that delivers (``DistributedBus(app=...)``)."""
     from celery import current_app
-    from celery._state import _get_active_apps
 
-    app = current_app._get_current_object()
-    if app.conf.broker_url:
-        return app
-    for other in list(_get_active_apps()):
-        if other.conf.broker_url:
-            return other
-    return app
+    return current_app._get_current_object()
 
 
 def redis_url() -> str | None:
@@ -190,7 +186,8 @@ _published: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("aa
 class DistributedBus:
     """The engine's bus over Celery (``AAA["BUS"] = "celery"``).
 
-    ``queues`` overrides ``AAA["CELERY_QUEUES"]``; ``serialize=False`` drops the lock
+    ``queues`` overrides ``AAA["CELERY_QUEUES"]``; ``app``: the Celery app that sends
+    (default: the site's, see :func:`celery_app`); ``serialize=False`` drops the lock
     of a contended step (with ``engine.guard_steps = False``, only to show, in a test,
     what they prevent); ``coordinator`` defaults to
     the one the settings describe. ``in_worker=True`` (the workers' own engines) sends
@@ -199,14 +196,14 @@ class DistributedBus:
     """
 
     def __init__(self, *, coordinator: Any = None, serialize: bool = True,
-                 queues: dict[str, str] | None = None, in_worker: bool = False) -> None:
+                 queues: dict[str, str] | None = None, in_worker: bool = False, app: Any = None) -> None:
         self.coordinator = coordinator
         self.serialize = serialize
         self.in_worker = in_worker
         self.engine: Any = None
         self.spec: list[Any] | None = None
         self.queues = {**_queues(), **(queues or {})}
-        self._app: Any = None
+        self._app: Any = app
         #: the publisher of each thread that sends (see :meth:`publisher`): held by the
         #: thread (a thread that ends drops its own, and its connection), seen here weakly
         self._fast = threading.local()
@@ -217,6 +214,9 @@ class DistributedBus:
         self.errors: list[BaseException] = []
         #: messages sent (one per event)
         self.sent = 0
+        #: ``local(engine, event) -> bool``: a worker's runtime delivering ``event`` on
+        #: its own loop instead of sending it (see ``WorkerRuntime.take``); None: send all
+        self.local: Any = None
         self._spawned: set[asyncio.Task] = set()
         self._listener: asyncio.Task | None = None
         #: what carries a run's trace context in the messages (OpenTelemetry), or None
@@ -248,10 +248,12 @@ class DistributedBus:
         seen = _published.get()
         if seen is not None:
             seen.update(e.id for e in events)
+        ended = [e.stream for e in events if e.type == T.RUN_COMPLETED]
+        if self.local is not None:  # a worker's loop delivers what it can itself
+            events = [e for e in events if not self.local(self.engine, e)]
         carrier = self.trace
         messages = [(queue_for(e.type, self.queues), self._args(e, events),
                      carrier.headers(e) if carrier is not None else None) for e in events]
-        ended = [e.stream for e in events if e.type == T.RUN_COMPLETED]
         if self.in_worker:
             # A broker round trip inline is cheaper than a thread hop. A failure raises:
             # the delivery is retried, and its retry enqueues what this one could not.
@@ -439,19 +441,18 @@ class DistributedBus:
 def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wire: str | None = None) -> str:
     """Deliver one stored event to this worker's engine (``engine.handle``); ``wire``:
     the event itself, as :meth:`DistributedBus._args` writes it."""
-    from .worker import deliver_event, needs_thread, runtime, transient_errors
+    from .worker import runtime, transient_errors
 
-    rt = runtime(threaded=needs_thread(self))
-    engine = rt.engine(spec)
+    rt = runtime()
+    engine = rt.engine(spec, self.app)
     if engine.bus.trace is not None:  # the run's trace context, from the message
         engine.bus.trace.received(stream, self.request.headers)
     redelivered = bool((self.request.delivery_info or {}).get("redelivered")) or self.request.retries > 0
     try:
-        return rt.run(deliver_event(engine, stream, seq, event_id, redelivered=redelivered, wire=wire))
+        return rt.deliver(engine, stream, seq, event_id, redelivered=redelivered, wire=wire)
     except transient_errors() as exc:
-        # A database or Redis hiccup: drop a broken connection, try again later.
-        if spec[0] == "django":  # in the thread that holds the store's connection
-            rt.call(lambda: connections[spec[1]].close_if_unusable_or_obsolete())
+        # A database or Redis hiccup (the store's thread closed a broken connection):
+        # try again later.
         raise self.retry(exc=exc, countdown=min(2 ** self.request.retries * 0.1, 10), max_retries=12)
 
 
@@ -485,9 +486,9 @@ def _site_store(using: str) -> Any:
 def sweep(self: Any, stall_after: float | None = None, using: str = "default") -> dict[str, Any]:
     """The sweeper as a Celery (beat) task: re-drive stalled runs; returns a summary."""
     from .sweeper import sweep as sweep_runs
-    from .worker import needs_thread, runtime
+    from .worker import runtime
 
-    rt = runtime(threaded=needs_thread(self))
-    engine = rt.engine(store_spec(_site_store(using)))
+    rt = runtime()
+    engine = rt.engine(store_spec(_site_store(using)), self.app)
     report = rt.run(sweep_runs(engine, stall_after=stall_after))
     return report.summary()

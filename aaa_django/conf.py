@@ -47,6 +47,9 @@ LEASE_TTL           number > 0       30            Seconds a tool-pool lease or 
 STALL_AFTER         number > 0       60            The sweeper re-drives an unfinished run
                                                    with no new event and no live delivery
                                                    for this many seconds.
+WORKER_IN_FLIGHT    int >= 1         1000          Deliveries one worker process carries at
+                                                   once on its loop (model and tool calls
+                                                   waiting); past it, the next task waits.
 -- the web process's engine (``aaa_django.host``) and the REST API (``aaa_django.api``) --
 LLM_CLIENT          str or None      None          Dotted path of a factory returning the
                                                    LLMClient the web process's engine uses.
@@ -116,6 +119,7 @@ DEFAULTS: dict[str, Any] = {
     "RUN_LOCK_TTL": 10,
     "LEASE_TTL": 30,
     "STALL_AFTER": 60,
+    "WORKER_IN_FLIGHT": 1000,
     # the web process's engine (aaa_django.host) and the REST API (aaa_django.api)
     "LLM_CLIENT": None,
     "TOOLS": [],

@@ -132,10 +132,11 @@ class Coordinator:
             # wait for when the step is quick), which starts the renewing task only
             # for a step that is still running at a third of the TTL.
             renewing: list[asyncio.Future] = []
+            stop = asyncio.Event()
 
             def start_renewing() -> None:
                 renewing.append(asyncio.ensure_future(self._keep(
-                    lambda: scripts["renew_lock"](keys=[key], args=[token, ttl_ms]), self.lock_ttl, key,
+                    lambda: scripts["renew_lock"](keys=[key], args=[token, ttl_ms]), self.lock_ttl, key, stop,
                     first=0)))
 
             timer = asyncio.get_running_loop().call_later(self.lock_ttl / 3, start_renewing)
@@ -143,6 +144,7 @@ class Coordinator:
                 yield
             finally:
                 timer.cancel()
+                stop.set()
                 for renew in renewing:
                     renew.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -155,12 +157,19 @@ class Coordinator:
             lock = self._local_locks[key] = asyncio.Lock()
         return lock
 
-    async def _keep(self, renew: Callable[[], Awaitable[Any]], ttl: float, what: str,
+    async def _keep(self, renew: Callable[[], Awaitable[Any]], ttl: float, what: str, stop: asyncio.Event,
                     *, first: float | None = None) -> None:
-        """Renew every third of ``ttl`` (the first time after ``first`` seconds)."""
+        """Renew every third of ``ttl`` (the first time after ``first`` seconds) until
+        ``stop`` is set. The holder sets ``stop`` before it cancels this task: redis-py
+        may swallow a cancellation that lands in the middle of a command, and a renewal
+        that went on would keep the lease alive for ever (its holder waiting on it)."""
         wait = ttl / 3 if first is None else first
         while True:
-            await asyncio.sleep(wait)
+            try:
+                await asyncio.wait_for(stop.wait(), wait)
+                return
+            except asyncio.TimeoutError:
+                pass
             wait = ttl / 3
             try:
                 if not await renew():
@@ -181,11 +190,13 @@ class Coordinator:
         while not await scripts["acquire"](keys=[key], args=[int(size), ttl_ms, token]):
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 1.5, 0.2)
+        stop = asyncio.Event()
         renew = asyncio.ensure_future(self._keep(
-            lambda: scripts["renew_lease"](keys=[key], args=[ttl_ms, token]), self.lease_ttl, key))
+            lambda: scripts["renew_lease"](keys=[key], args=[ttl_ms, token]), self.lease_ttl, key, stop))
         try:
             yield
         finally:
+            stop.set()
             renew.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renew

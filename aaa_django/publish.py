@@ -81,11 +81,10 @@ class FastPublisher:
         """The kombu queue and delivery mode ``send_task`` would use, when its route
         to ``queue``, and the task's own options, set nothing but where the message
         goes; else None."""
-        task = self.app._tasks.get(name)  # as send_task looks (without finalizing the app)
-        own = getattr(task, "_get_exec_options", None)
-        if own is not None and any(
+        task = self.app.tasks.get(name)
+        if task is not None and any(
             v is not None and k not in _WHERE and not (k == "serializer" and v == self.app.conf.task_serializer)
-            for k, v in own().items()
+            for k, v in _exec_options(task).items()
         ):
             return None  # e.g. a priority or time limit the task sets: send_task adds it
         amqp = self.app.amqp
@@ -164,6 +163,16 @@ class FastPublisher:
                 producer.connection.release()
             except Exception:
                 log.debug("closing the fast publisher's connection failed", exc_info=True)
+
+
+#: the options of a task that ``send_task`` applies to its messages (Celery's
+#: ``Task`` attributes of those names)
+_EXEC_OPTIONS = ("queue", "routing_key", "exchange", "priority", "expires", "serializer", "delivery_mode",
+                 "compression", "time_limit", "soft_time_limit")
+
+
+def _exec_options(task: Any) -> dict[str, Any]:
+    return {name: getattr(task, name, None) for name in _EXEC_OPTIONS}
 
 
 def _reuse_redis_client(channel: Any) -> None:

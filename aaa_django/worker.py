@@ -1,36 +1,42 @@
 """The worker side of the Celery bus: one long-lived loop and engine per worker
-process (thread), and the delivery of one event.
+process, and the delivery of one event.
 
-The task's own thread runs the loop for the length of a delivery (or, under a soft
-time limit, the loop runs in a thread of its own: see :class:`WorkerRuntime`), and the
-engine's store makes its queries on the loop's thread (``DjangoEventStore(inline=True)``),
-on a connection that lives as long as the process (Celery's Django fixup closes the
-task thread's own connections around every task): no thread hop per query.
+Each worker process runs one event loop in a thread of its own, for its whole life,
+whatever Celery pool it runs under (:class:`WorkerRuntime`); every delivery runs
+there, and the task's thread only hands it over. A model or tool call is handed off:
+the task returns (its message is acknowledged) once the run's step is done and the
+call has started, and the call goes on waiting on the loop, hundreds at once. What
+the worker appends for a queue it takes is delivered on the same loop, without a
+message (:meth:`WorkerRuntime.take`). The store's statements run on a few threads of
+the process (:func:`on_threads`), so the loop goes on while a commit waits.
 
 A delivery is the engine's step (``engine.handle``) split as the bus protocol allows:
 the run's step (see :meth:`DistributedBus.serial`): bring this worker's view of the
 run up to date (from the message when it carries the event that follows the view,
-else one read), then the engine's reaction and the algorithm's step
-(``engine.react``), whose appends are guarded by the head of that view and which runs
-again when the log moved on; after it, the handlers (``engine.dispatch``). Around it: a
-busy lease when it runs long (the sweeper leaves the run alone), cancelling tool work
-when the run ends in another worker, re-enqueueing what an interrupted earlier
-delivery of the same event may have left unenqueued, and the run's deadline or an
-approval's expiry as a Celery task with an ETA. See :mod:`aaa_django.bus` for the bus
-itself.
+from this process's own tail for a local delivery, else one read), then the engine's
+reaction and the algorithm's step (``engine.react``), whose appends are guarded by
+the head of that view and which runs again when the log moved on; after it, the
+handlers (``engine.dispatch``). Around it: the run's busy lease for a call that runs
+longer than ``SLOW_DELIVERY`` (the sweeper leaves the run alone; a dead worker's
+lease expires and the sweeper re-drives the run), cancelling tool work when the run
+ends in another worker, re-enqueueing what an interrupted earlier delivery of the
+same event may have left unenqueued, and the run's deadline or an approval's expiry
+as a Celery task with an ETA. See :mod:`aaa_django.bus` for the bus itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
+import functools
 import json
 import logging
 import os
 import threading
 import time
-import weakref
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from .bus import DELIVER, DistributedBus, _published, celery_app, coordinator, open_store, queue_for
 from .events import ConcurrencyError, Event
@@ -40,175 +46,275 @@ log = logging.getLogger("aaa_django.bus")
 
 #: deliveries that may run a tool: they listen for their run's end
 TOOL_WORK = frozenset({T.TOOL_REQUESTED, *T.APPROVAL_DECISIONS})
-#: a delivery still running after this many seconds takes a busy lease (and, for tool
-#: work, starts listening for its run's end); quicker ones never touch Redis for it
+#: events whose handlers wait (a model call, a tool call): once the run's step is done
+#: their delivery is handed off, and its task returns (the message is acknowledged)
+#: while the call goes on on the worker's loop. What makes that safe: the request is
+#: durable before the call starts, its result has a deterministic id (a second one is
+#: absorbed), a call past SLOW_DELIVERY holds its run's busy lease (renewed while
+#: held), and the sweeper re-drives a run that no live process holds
+HANDED_OFF = frozenset({T.LLM_REQUESTED, T.TOOL_REQUESTED, *T.APPROVAL_DECISIONS})
+#: a model or tool call still running after this many seconds takes its run's busy
+#: lease (and, for tool work, starts listening for its run's end); quicker ones never
+#: touch Redis for it
 SLOW_DELIVERY = 0.05
+#: a run's step (no call) takes the lease after this many seconds (a step is quick; the
+#: sweeper leaves a run alone for STALL_AFTER after its newest event anyway)
+SLOW_STEP = 1.0
 
 
 class WorkerRuntime:
-    """One event loop and one engine per store, per worker thread (prefork: process).
+    """The worker process's event loop, in a thread of its own for the life of the
+    process, and its engines (one per store).
 
-    The loop lives as long as the process, so the engine's caches, the Redis clients
-    and the database connection are reused from one task to the next. Two ways to run
-    it:
+    Every delivery of the process runs on this loop, whatever Celery pool calls it
+    (prefork: the child's task thread; threads: any of them; solo): the task's thread
+    only hands the delivery over and waits until it may acknowledge the message
+    (:meth:`deliver`). A model or tool call goes on waiting on the loop after its
+    task has returned, hundreds at once. The engine's caches, the Redis clients and
+    the database connection (the loop thread's own: Celery's Django fixup closes only
+    the task thread's around every task) are reused from one delivery to the next.
 
-    - ``threaded=False`` (a delivery without a soft time limit, the default task):
-      the task's own thread runs the loop for the length of the delivery, on database
-      connections the runtime owns. They stand in for the thread's own connections
-      only while the loop runs, so Celery's Django fixup, which closes the thread's
-      connections around every task, never sees (nor closes) them.
-    - ``threaded=True``: the loop runs in a thread of its own and the task's thread
-      waits for it; a soft time limit (Celery raises it in the task's thread) then
-      interrupts the wait, and the delivery is cancelled on its loop, never cut off
-      halfway through the loop's own code. The loop thread owns its connections.
+    ``max_in_flight``: deliveries the loop carries at once (``AAA["WORKER_IN_FLIGHT"]``);
+    when they are all taken, the next task waits for one to end, holding its pool slot
+    (the broker keeps the rest of the queue for other workers).
     """
 
-    def __init__(self, *, threaded: bool = True) -> None:
+    def __init__(self, *, max_in_flight: int | None = None) -> None:
+        from .conf import aaa_settings
+
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self.engines: dict[tuple, Any] = {}
-        #: alias -> the connection an inline runtime's loop uses
-        self._own: dict[str, Any] = {}
-        self.thread: threading.Thread | None = None
-        if threaded:
-            self.thread = threading.Thread(target=self._serve, name="aaa-worker-loop", daemon=True)
-            self.thread.start()
+        self._engines_lock = threading.Lock()
+        self.max_in_flight = int(max_in_flight or aaa_settings()["WORKER_IN_FLIGHT"])
+        #: the deliveries on the loop now (their asyncio tasks; the loop's thread only)
+        self.in_flight: set[asyncio.Task] = set()
+        #: tasks waiting for room (futures, oldest first)
+        self._waiting: list[asyncio.Future] = []
+        #: deliveries whose task returned while they went on (a call handed off)
+        self.handed_off = 0
+        #: queues this worker takes: an event bound for one of them that this process
+        #: appended is delivered here, on the loop, without a message (:meth:`take`)
+        self.local_queues: frozenset[str] = frozenset()
+        #: deliveries taken that way
+        self.taken = 0
+        #: the threads that make the store's calls (see :func:`on_threads`)
+        self.db = concurrent.futures.ThreadPoolExecutor(DB_THREADS, thread_name_prefix="aaa-worker-db")
+        self.thread = threading.Thread(target=self._serve, name="aaa-worker-loop", daemon=True)
+        self.thread.start()
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
     def run(self, coro: Any) -> Any:
-        """Run ``coro`` on the loop; return its result."""
-        if self.thread is None:
-            with self._connections():
-                task = self.loop.create_task(coro)
-                try:
-                    return self.loop.run_until_complete(task)
-                except BaseException:
-                    if not task.done():  # interrupted from outside the loop: stop the delivery too
-                        task.cancel()
-                        with contextlib.suppress(BaseException):
-                            self.loop.run_until_complete(task)
-                    raise
+        """Run ``coro`` on the loop; return its result. An interruption of the waiting
+        thread (a soft time limit, a signal) cancels it on the loop."""
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result()
         except BaseException:
-            future.cancel()  # the task's thread was interrupted (a time limit): stop too
+            future.cancel()
             raise
 
     def call(self, fn: Any, *args: Any) -> Any:
         """Run the sync ``fn`` where the loop runs (e.g. on its DB connection)."""
-        if self.thread is None:
-            with self._connections():
-                return fn(*args)
         from .store import _outside_loop
 
         return self.run(_outside_loop(fn)(*args))
 
-    @contextlib.contextmanager
-    def _connections(self) -> Iterator[None]:
-        """Within: this thread's ``connections[alias]`` are the runtime's own."""
-        from django.db import connections
+    def deliver(self, engine: Any, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
+                wire: str | None = None) -> str:
+        """Deliver one event on the loop (:func:`deliver_event`) and return as soon as
+        its message may be acknowledged: ``"handed off"`` once the run's step is done
+        and a model or tool call it carries is under way on the loop (see
+        :data:`HANDED_OFF`), else when the delivery ends (its result, or its error
+        raised here: the task retries). Waits while the loop carries
+        ``max_in_flight`` deliveries."""
+        return self.run(self._begin(engine, stream, seq, event_id, redelivered, wire))
 
-        local = connections._connections
-        saved: dict[str, Any] = {}
-        for alias in connections:
-            own = self._own.get(alias)
-            if own is None:
-                own = self._own[alias] = connections.create_connection(alias)
-            saved[alias] = getattr(local, alias, None)
-            setattr(local, alias, own)
+    async def _begin(self, engine: Any, stream: str, seq: int, event_id: str, redelivered: bool,
+                     wire: str | None) -> str:
+        while len(self.in_flight) >= self.max_in_flight:
+            room = self.loop.create_future()
+            self._waiting.append(room)
+            try:
+                await room
+            finally:
+                if room in self._waiting:
+                    self._waiting.remove(room)
+        handed = self.loop.create_future()
+        task = self._track(deliver_event(engine, stream, seq, event_id, redelivered=redelivered,
+                                         wire=wire, handed=handed))
         try:
-            yield
-        finally:
-            for alias, previous in saved.items():
-                if previous is None:
-                    with contextlib.suppress(AttributeError):
-                        delattr(local, alias)
-                else:
-                    setattr(local, alias, previous)
+            await asyncio.wait({task, handed}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            if not handed.done():  # the task's thread gave up on it: stop the delivery too
+                task.cancel()
+            raise
+        if task.done():
+            return task.result()
+        self.handed_off += 1
+        return "handed off"
+
+    def take(self, engine: Any, event: Event) -> bool:
+        """On the loop, from ``engine``'s bus: deliver ``event``, which this process has
+        just appended, here (as a delivery of its own on the loop) rather than through
+        the broker, when this worker takes the event's queue and the loop has room.
+        The run's log is in this process's tail: the step reads nothing. If the
+        process dies meanwhile, the sweeper re-drives the run, as for any delivery
+        that no live process holds (a call past ``SLOW_DELIVERY`` holds the run's
+        busy lease). False: send it."""
+        if (len(self.in_flight) >= self.max_in_flight or self._waiting
+                or queue_for(event.type, engine.bus.queues) not in self.local_queues):
+            return False
+        # A context of its own: not the publishing delivery's (its tail state, its
+        # record of what it published).
+        self._track(deliver_event(engine, event.stream, event.seq, event.id, event=event),
+                    context=contextvars.Context())
+        self.taken += 1
+        return True
+
+    def _track(self, coro: Any, context: contextvars.Context | None = None) -> asyncio.Task:
+        task = self.loop.create_task(coro, context=context)
+        self.in_flight.add(task)
+        task.add_done_callback(self._ended)
+        return task
+
+    def _ended(self, task: asyncio.Task) -> None:
+        self.in_flight.discard(task)
+        for room in self._waiting:
+            if not room.done():
+                room.set_result(None)
+                break
+        if not task.cancelled() and task.exception() is not None:
+            # (raised by deliver() too when the task still waited; logged for a handed-off one)
+            log.warning("a delivery failed on the worker's loop: %r", task.exception())
+
+    async def idle(self) -> None:
+        """Wait until no delivery is in flight on the loop (run it on the loop)."""
+        while self.in_flight:
+            await asyncio.wait(set(self.in_flight))
 
     def close(self) -> None:
-        """Close the loop's database connections and stop the loop (a process that
-        ends need not: the loop thread is a daemon; tests do)."""
+        """Close the database connections of the loop and of the store's threads, and
+        stop the loop (a process that ends need not; tests do)."""
         from django.db import connections
 
-        if self.thread is None:
-            for own in self._own.values():
-                with contextlib.suppress(Exception):
-                    own.close()
-            self._own.clear()
-        elif self.thread.is_alive():
+        if self.thread.is_alive():
             self.call(connections.close_all)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
         self.loop.close()
+        # one close_all on every thread of the pool: each waits for the others
+        everyone = threading.Barrier(DB_THREADS, timeout=10)
 
-    def engine(self, spec: Sequence[Any]) -> Any:
+        def close_all() -> None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                everyone.wait()
+            connections.close_all()
+
+        for done in [self.db.submit(close_all) for _ in range(DB_THREADS)]:
+            done.result()
+        self.db.shutdown()
+
+    def engine(self, spec: Sequence[Any], app: Any = None) -> Any:
+        """The engine for the store ``spec`` names (built on first use); ``app``: the
+        Celery app that sends its deliveries (the delivering task's)."""
         key = tuple(spec)
         engine = self.engines.get(key)
         if engine is None:
-            engine = self.engines[key] = build_worker_engine(spec)
+            with self._engines_lock:
+                engine = self.engines.get(key)
+                if engine is None:
+                    engine = build_worker_engine(spec, app=app, db=self.db)
+                    if app is not None:
+                        # the queues this worker consumes (-Q): set before the pool starts
+                        self.local_queues = frozenset(app.amqp.queues.consume_from or ())
+                        engine.bus.local = self.take
+                    self.engines[key] = engine
         return engine
 
 
-#: this thread's runtimes, by kind (a thread that ends drops its own)
-_local = threading.local()
-#: every runtime of the process, seen weakly (see :func:`runtimes`)
-_all: "weakref.WeakSet[WorkerRuntime]" = weakref.WeakSet()
+#: the process's runtime (a forked child makes its own)
+_runtime: WorkerRuntime | None = None
+_runtime_lock = threading.Lock()
 
 
-def runtime(*, threaded: bool = True) -> WorkerRuntime:
-    """This thread's :class:`WorkerRuntime` of that kind (new ones in a forked child)."""
-    mine = getattr(_local, "runtimes", None)
-    if mine is None or mine[0] != os.getpid():
-        mine = _local.runtimes = (os.getpid(), {})
-    rt = mine[1].get(threaded)
-    if rt is None:
-        rt = mine[1][threaded] = WorkerRuntime(threaded=threaded)
-        _all.add(rt)
+def runtime() -> WorkerRuntime:
+    """This process's :class:`WorkerRuntime` (made on first use, anew in a forked child)."""
+    global _runtime
+    rt = _runtime
+    if rt is None or rt.pid != os.getpid():
+        with _runtime_lock:
+            rt = _runtime
+            if rt is None or rt.pid != os.getpid():
+                rt = _runtime = WorkerRuntime()
     return rt
 
 
 def runtimes() -> list[WorkerRuntime]:
-    """This process's runtimes (all threads, both kinds)."""
-    pid = os.getpid()
-    return [rt for rt in list(_all) if rt.pid == pid]
+    """This process's runtime, if it has one (a list: none or one)."""
+    rt = _runtime
+    return [rt] if rt is not None and rt.pid == os.getpid() else []
 
 
-def needs_thread(task: Any) -> bool:
-    """Does a Celery task (``bind=True``'s ``self``) run under a soft time limit? Then
-    its deliveries run on a loop thread (see :class:`WorkerRuntime`)."""
-    limits = getattr(task.request, "timelimit", None) or (None, None)
-    if limits[1]:
-        return True  # this message's own limit
-    default = _soft_limits.get(task.name)
-    if default is None:  # the task's and the app's: fixed for the process
-        default = _soft_limits[task.name] = bool(task.soft_time_limit or task.app.conf.task_soft_time_limit)
-    return default
-
-
-#: task name -> whether its soft time limit (the task's or the app's) is set
-_soft_limits: dict[str, bool] = {}
-
-
-def build_worker_engine(spec: Sequence[Any]) -> Any:
+def build_worker_engine(spec: Sequence[Any], app: Any = None, db: Any = None) -> Any:
     """The engine a worker delivers with: the site's engine on ``spec``'s store, on a
-    :class:`DistributedBus`, with the site's handlers (as the web process's
+    :class:`DistributedBus` that sends through the Celery ``app`` (default: the
+    site's), with the site's handlers (as the web process's
     ``EngineHost`` attaches them: ``AAA["LLM_CLIENT"]``, ``AAA["TOOLS"]``,
-    ``AAA["WORKER_SETUP"]``) and their tool pools shared by the whole cluster."""
+    ``AAA["WORKER_SETUP"]``) and their tool pools shared by the whole cluster.
+    ``db``: an executor whose threads make a Django store's calls (:func:`on_threads`;
+    default: the store queries on the loop's thread, blocking it for each)."""
     from . import algos  # noqa: F401  (registers the built-in algorithms)
     from .engines import attach_site_handlers, build_engine
     from .events.tail import TailCachedStore
 
     using = spec[1] if spec[0] == "django" else "default"
-    engine = build_engine(using=using, store=TailCachedStore(open_store(spec, inline=True)),
-                          bus=DistributedBus(in_worker=True))
+    store = open_store(spec, inline=db is None)
+    if db is not None and spec[0] == "django":
+        on_threads(store, db)
+    engine = build_engine(using=using, store=TailCachedStore(store),
+                          bus=DistributedBus(in_worker=True, app=app))
     attach_site_handlers(engine)
     share_pools(engine)
     return engine
+
+
+#: threads that make a worker process's store calls, each on a database connection of
+#: its own: the loop goes on with other deliveries while a statement waits for the
+#: database (a commit's fsync), and concurrent commits share the server's flushes
+DB_THREADS = 8
+
+
+def on_threads(store: Any, executor: concurrent.futures.Executor) -> Any:
+    """Make a Django store's async methods run its sync ones (``append`` runs
+    ``append_sync``, and so on) on ``executor``'s threads; returns the store. A call
+    that finds its connection broken closes it (the next call opens a new one)."""
+    from django.db import InterfaceError, OperationalError, connections
+
+    alias = store.using
+
+    def on_thread(fn: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (InterfaceError, OperationalError):
+            connections[alias].close_if_unusable_or_obsolete()
+            raise
+
+    def wrap(fn: Any) -> Any:
+        @functools.wraps(fn)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.get_running_loop().run_in_executor(executor, on_thread, fn, args, kwargs)
+
+        return call
+
+    for name in [n for n, v in vars(store).items() if callable(v)]:
+        sync = getattr(store, f"{name}_sync", None)
+        if sync is not None:
+            setattr(store, name, wrap(sync))
+    return store
 
 
 def shared_pool(name: str, size: int) -> Any:
@@ -234,16 +340,23 @@ def share_pools(engine: Any) -> int:
 
 
 async def deliver_event(engine: Any, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
-                        wire: str | None = None) -> str:
+                        wire: str | None = None, handed: asyncio.Future | None = None,
+                        event: Event | None = None) -> str:
     """Deliver one stored event to ``engine`` as a worker does; returns what happened
     (``"delivered"``, or ``"missing"`` when the log no longer holds that event).
-    ``wire``: the event itself from the message (see :meth:`DistributedBus._args`)."""
+    ``wire``: the event itself from the message (see :meth:`DistributedBus._args`).
+    ``handed``: set once the step is done when the event is one whose handlers wait
+    (:data:`HANDED_OFF`), before they start: from then on the message is not needed
+    (see :meth:`WorkerRuntime.deliver`). ``event``: the event itself, when this
+    process has just appended it (:meth:`WorkerRuntime.take`)."""
     with engine.tail.delivery():
+        if event is not None and engine.tail.holds(event):
+            return await _deliver(engine, stream, seq, event_id, redelivered, True, handed)
         # A first delivery whose message carries the event that follows this worker's
         # cached view of the run: the view is current without a query. Not after a
         # redelivery: the view may be old, and handlers would redo answered work.
         synced = not redelivered and wire is not None and _accept(engine.tail, stream, seq, event_id, wire)
-        return await _deliver(engine, stream, seq, event_id, redelivered, synced)
+        return await _deliver(engine, stream, seq, event_id, redelivered, synced, handed)
 
 
 def _accept(tail: Any, stream: str, seq: int, event_id: str, wire: str) -> bool:
@@ -261,7 +374,8 @@ def _accept(tail: Any, stream: str, seq: int, event_id: str, wire: str) -> bool:
     return tail.accept(event, prev, earlier)
 
 
-async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivered: bool, synced: bool) -> str:
+async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivered: bool, synced: bool,
+                   handed: asyncio.Future | None = None) -> str:
     bus: DistributedBus = engine.bus
     published: set[str] = set()
     token = _published.set(published)
@@ -269,15 +383,27 @@ async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivere
     loaded: asyncio.Future = loop.create_future()
     finished: asyncio.Future = loop.create_future()
     guard: list[asyncio.Future] = []
+
+    def start_guard() -> None:
+        guard.append(asyncio.ensure_future(_guard_slow(engine, stream, loaded, finished)))
+
+    def calling() -> None:
+        # The step is done and a model or tool call starts: hand it off, and hold the
+        # run's lease if the call takes longer than SLOW_DELIVERY.
+        if handed is not None and not handed.done():
+            handed.set_result(None)
+        timers[0].cancel()
+        if not guard:
+            timers[0] = loop.call_later(SLOW_DELIVERY, start_guard)
+
     try:
-        # Most deliveries end well before SLOW_DELIVERY: a timer starts the guard of
-        # the others, no task and no wait for the quick ones.
-        timer = loop.call_later(SLOW_DELIVERY, lambda: guard.append(
-            asyncio.ensure_future(_guard_slow(engine, stream, loaded, finished))))
+        # Most steps end well before SLOW_STEP, most calls before SLOW_DELIVERY: a
+        # timer starts the guard of the others, no task and no wait for the quick ones.
+        timers = [loop.call_later(SLOW_STEP, start_guard)]
         try:
-            event = await _step(engine, stream, seq, event_id, loaded, synced)
+            event = await _step(engine, stream, seq, event_id, loaded, synced, calling)
         finally:
-            timer.cancel()
+            timers[0].cancel()
             if not finished.done():
                 finished.set_result(None)
             for g in guard:
@@ -295,11 +421,12 @@ async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivere
 
 
 async def _step(engine: Any, stream: str, seq: int, event_id: str, loaded: asyncio.Future,
-                synced: bool = False) -> Event | None:
+                synced: bool = False, calling: Callable[[], None] | None = None) -> Event | None:
     """``engine.handle`` for the event at ``seq``: the event, from the tail (the message
     carried it: ``synced``) or one read that brings this worker's view of the run up
     to date, which the step needs anyway; then the run's step (:meth:`Engine.step`:
-    guarded by that view, tried again when the log moved on) and the handlers."""
+    guarded by that view, tried again when the log moved on) and the handlers
+    (``calling()`` first when they make a model or tool call: :data:`HANDED_OFF`)."""
     try:
         if not synced:
             engine.tail.stale(stream)
@@ -314,6 +441,8 @@ async def _step(engine: Any, stream: str, seq: int, event_id: str, loaded: async
             loaded.set_result(None)
     with engine.observing(event):  # log lines carry the event; observers watch it
         await engine.step(event, synced=True)
+        if calling is not None and event.type in HANDED_OFF:
+            calling()
         await engine.dispatch(event)
     return event
 

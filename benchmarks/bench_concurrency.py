@@ -183,7 +183,10 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
 
             async def drive() -> dict:
                 algo = ToolLoop(registry(), max_turns=turns + 1)
-                async with build_engine(poll_interval=0.25) as engine:
+                # The waiters wake on the workers' run-ended notices: polling each run
+                # every fraction of a second (200 reads at a time) would load the
+                # machine the workers share more than the workers do.
+                async with build_engine(poll_interval=30) as engine:
                     warm = [await engine.start(algo, {"task": script(turns)}) for _ in range(2 * concurrency)]
                     for run in warm:
                         await run.result(timeout=120)

@@ -136,10 +136,10 @@ def run(args) -> None:
     base.BaseDatabaseWrapper.connect = counted_connect
     connections.close_all()
 
-    rt = WorkerRuntime(threaded=False)  # as a worker without a soft time limit runs
+    rt = WorkerRuntime()  # the loop in a thread of its own, the store's calls on its db threads
     engines = []
     for _ in range(args.engines):
-        engine = build_worker_engine(["django", "default", "aaa_django.store.DjangoEventStore"])
+        engine = build_worker_engine(["django", "default", "aaa_django.store.DjangoEventStore"], db=rt.db)
         engine.cache = FoldCache(check_every=engine.cache.check_every)  # a holder per "worker"
         engines.append(engine)
 

@@ -29,8 +29,6 @@ app.conf.update(
     worker_hijack_root_logger=False,
     worker_send_task_events=False,
 )
-if os.environ.get("AAA_TEST_SOFT_TIME_LIMIT"):  # workers whose tasks run under a soft limit
-    app.conf.task_soft_time_limit = float(os.environ["AAA_TEST_SOFT_TIME_LIMIT"])
 app.autodiscover_tasks(["aaa_django"])
 app.set_default()  # also the app of threads other than the one that imported this
 

@@ -69,6 +69,8 @@ def test_a_non_redis_broker_needs_a_redis_url():
     ({"RUN_LOCK_TTL": 0}, "aaa.E104"),
     ({"LEASE_TTL": "30"}, "aaa.E104"),
     ({"STALL_AFTER": True}, "aaa.E104"),
+    ({"WORKER_IN_FLIGHT": 0}, "aaa.E104"),
+    ({"WORKER_IN_FLIGHT": 2.5}, "aaa.E104"),
     ({"WORKER_SETUP": 42}, "aaa.E104"),
     ({"WORKER_SETUP": "no.such.module.setup"}, "aaa.E105"),
 ], ids=lambda v: str(v) if isinstance(v, str) else next(iter(v)))

@@ -36,15 +36,20 @@ def _redis():
 # -- the scripted model -------------------------------------------------------------------
 
 
-def script(turns: int, tool: str = "noop", args: dict | None = None, parallel: int = 1) -> str:
+def script(turns: int, tool: str = "noop", args: dict | None = None, parallel: int = 1,
+           latency: float = 0.0) -> str:
     """A task text the model below follows: ``turns`` model calls, the first
-    ``turns - 1`` asking for ``parallel`` calls of ``tool`` each, the last answering."""
-    return json.dumps({"turns": turns, "tool": tool, "args": args or {}, "parallel": parallel})
+    ``turns - 1`` asking for ``parallel`` calls of ``tool`` each, the last answering;
+    each call answers after ``latency`` seconds."""
+    return json.dumps({"turns": turns, "tool": tool, "args": args or {}, "parallel": parallel,
+                       "latency": latency})
 
 
-def scripted_model(request):
+async def scripted_model(request):
     """Follows the JSON script in the user message (see :func:`script`)."""
     plan = json.loads(next(m.content for m in request.messages if m.role == "user"))
+    if plan.get("latency"):
+        await asyncio.sleep(plan["latency"])
     done = sum(1 for m in request.messages if m.role == "tool") // plan["parallel"]
     if done >= plan["turns"] - 1:
         return text(f"done after {done} tool turns")
@@ -63,15 +68,17 @@ def noop(n: int = 0) -> int:
 
 @tool(inline=True)
 def where(n: int = 0, tag: str = "where") -> int:
-    """Says in Redis which thread of the worker ran it, and how many messages the
-    worker's engines have sent through the fast publisher so far."""
+    """Says in Redis which thread of the worker ran it, how many messages the worker's
+    engines have sent through the fast publisher so far, and how many deliveries its
+    loop took without a message."""
     import threading
 
     from aaa_django.worker import runtimes
 
     fast = [p.sent for rt in runtimes() for e in rt.engines.values() for p in e.bus._publishers]
     _redis().rpush(f"aaa-test:{tag}", json.dumps({"thread": threading.current_thread().name,
-                                                  "fast": sum(fast)}))
+                                                  "fast": sum(fast),
+                                                  "taken": sum(rt.taken for rt in runtimes())}))
     return n
 
 

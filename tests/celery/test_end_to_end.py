@@ -96,9 +96,10 @@ def _where(tag: str) -> list[dict]:
     return [json.loads(x) for x in _redis().lrange(f"aaa-test:{tag}", 0, -1)]
 
 
-def test_a_delivery_runs_in_the_task_thread_and_publishes_fast(cluster, arun):
-    # The default task (no soft time limit): the worker runs its loop in the task's
-    # own thread, and sends its deliveries through the fast publisher.
+def test_a_delivery_runs_on_the_worker_loop_which_delivers_its_own_events(cluster, arun):
+    # Every delivery of a worker process runs on its loop's thread (the task's thread
+    # hands it over); what the worker appends for the queues it takes is delivered
+    # on that loop, without a message.
     import uuid
 
     tag = f"where-{uuid.uuid4().hex[:8]}"
@@ -110,27 +111,7 @@ def test_a_delivery_runs_in_the_task_thread_and_publishes_fast(cluster, arun):
 
     assert arun(main()).outcome == "success"
     seen = _where(tag)
-    assert len(seen) >= 3 and {s["thread"] for s in seen} == {"MainThread"}
-    # a worker that has delivered before has sent the fast way (a tool call can be a
-    # worker's first delivery: then it has sent nothing yet)
-    assert max(s["fast"] for s in seen) > 0
+    assert len(seen) >= 3 and {s["thread"] for s in seen} == {"aaa-worker-loop"}
+    # the run's first delivery came by message; the tool calls, by the worker's loop
+    assert min(s["taken"] for s in seen) > 0
     assert cluster.errors() == []
-
-
-def test_under_a_soft_time_limit_a_delivery_runs_on_a_loop_thread(new_cluster, arun):
-    # A soft time limit is raised in the task's thread: there the worker keeps its loop
-    # in a thread of its own, and the limit interrupts only the wait for it.
-    import uuid
-
-    workers = new_cluster(1, suffix="-soft", env={"AAA_TEST_SOFT_TIME_LIMIT": "60"})
-    tag = f"where-{uuid.uuid4().hex[:8]}"
-
-    async def main():
-        async with make_engine(workers.queues) as engine:
-            run = await engine.start(loop(), {"task": script(turns=3, tool="where", args={"tag": tag})})
-            return await run.result(timeout=30)
-
-    assert arun(main()).outcome == "success"
-    seen = _where(tag)
-    assert len(seen) >= 2 and {s["thread"] for s in seen} == {"aaa-worker-loop"}
-    assert workers.errors() == []

@@ -1,6 +1,7 @@
 """A worker's delivery, without Celery: the loop thread, the store queries made on it,
 a message that carries its event (no read to catch up), the step's guarded appends,
-and what a step publishes sent at once (no run lock is held in the common case).
+what a step publishes sent at once (no run lock is held in the common case), and a
+call handed off (the task returns while it waits on the loop).
 
 ``deliver_event`` is called as the ``aaa.deliver`` task calls it (on a
 ``WorkerRuntime``); what the bus would send to the broker is kept in a list instead,
@@ -24,7 +25,7 @@ from aaa_django.engines import build_engine
 from aaa_django.events import Event, FoldCache
 from aaa_django.models import RunRecord
 from aaa_django.runtime import types as T
-from aaa_django.store import DjangoEventStore, _outside_loop
+from aaa_django.store import DjangoEventStore
 from aaa_django.events.tail import TailCachedStore
 from aaa_django.worker import WorkerRuntime, deliver_event
 from tests.scenarios import site
@@ -33,11 +34,10 @@ pytestmark = [pytest.mark.django_db(databases=["default", "postgres"], transacti
               pytest.mark.postgres, pytest.mark.redis]
 
 
-@pytest.fixture(params=[False, True], ids=["task-thread", "loop-thread"])
-def worker(request, pg_alias, redis_url):
-    """A runtime (of both kinds) and an engine built as a worker builds them; sends
-    are recorded."""
-    rt = WorkerRuntime(threaded=request.param)
+@pytest.fixture
+def worker(pg_alias, redis_url):
+    """A runtime and an engine built as a worker builds them; sends are recorded."""
+    rt = WorkerRuntime()
     coord = Coordinator(redis_url, prefix=f"test-{id(rt)}")
     store = TailCachedStore(DjangoEventStore(pg_alias, inline=True))
     engine = build_engine(using=pg_alias, store=store, cache=FoldCache(),
@@ -88,7 +88,7 @@ def test_a_run_delivered_where_the_loop_runs(worker, pg_alias):
     assert outcome.outcome == "success" and outcome.value == {"text": "1 + 2 = 3"}
     events = rt.run(engine.store.read(run_id))
     assert deliveries == len(events)
-    loop_thread = rt.thread.ident if rt.thread is not None else threading.get_ident()
+    loop_thread = rt.thread.ident
     assert set(queries) == {loop_thread}
     assert {s["thread"] for s in sent} == {loop_thread}
     # nothing was sent while the run's lock was held: the next delivery never waits
@@ -292,55 +292,95 @@ def test_the_runtime_runs_sync_calls_on_its_thread():
     assert not rt.thread.is_alive()
 
 
-def test_a_task_thread_runtime_keeps_its_connection_across_tasks(pg_alias):
-    """Celery's Django fixup closes the task thread's connections around every task:
-    a runtime that runs its loop in that thread queries on a connection of its own,
-    which stands in for the thread's only while the runtime runs."""
-    rt = WorkerRuntime(threaded=False)
-    mine = connections[pg_alias]
-    try:
-        used = [rt.call(lambda: connections[pg_alias]) for _ in range(2)]
-        pids = []
-        for _ in range(2):
-            pids.append(rt.call(lambda: connections[pg_alias].cursor().execute("SELECT pg_backend_pid()")
-                                .fetchone()[0]))
-            connections.close_all()  # what the fixup does after (and before) a task
-
-        assert used[0] is used[1] is not mine
-        # in a delivery: what the inline store sees (it queries with the loop hidden)
-        assert rt.run(_outside_loop(lambda: connections[pg_alias])()) is used[0]
-        assert connections[pg_alias] is mine  # the thread's own, back after each call
-        assert pids[0] == pids[1]  # one session: the close did not reach it
-        assert rt.thread is None
-    finally:
-        rt.close()
-    assert used[0].connection is None  # closed with the runtime
-
-
-def test_an_interrupted_task_thread_runtime_cancels_its_delivery():
-    """A signal handler's exception (Celery's shutdown, say) that cuts into a delivery
-    the task's thread is running stops the delivery too, and the loop stays usable."""
+def test_an_interrupted_wait_cancels_its_delivery():
+    """A signal handler's exception (Celery's soft time limit, its shutdown) that cuts
+    into the task thread's wait for a delivery stops the delivery on the loop too,
+    and the loop stays usable."""
     import asyncio
+    import signal
 
-    rt = WorkerRuntime(threaded=False)
-    cancelled: list[bool] = []
+    rt = WorkerRuntime()
+    started, cancelled = threading.Event(), threading.Event()
 
-    def interrupt():
-        raise KeyboardInterrupt  # (asyncio lets it out of the loop, as a signal's would)
+    class Limit(Exception):
+        pass
+
+    def limit(signum, frame):
+        if not started.is_set():  # (the delivery is not under way yet: look again)
+            signal.setitimer(signal.ITIMER_REAL, 0.01)
+            return
+        raise Limit
 
     async def delivery():
-        rt.loop.call_soon(interrupt)
+        started.set()
         try:
-            await asyncio.sleep(10)
+            await asyncio.sleep(30)
         except asyncio.CancelledError:
-            cancelled.append(True)
+            cancelled.set()
             raise
 
+    previous = signal.signal(signal.SIGALRM, limit)
     try:
-        with pytest.raises(KeyboardInterrupt):
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+        with pytest.raises(Limit):
             rt.run(delivery())
-        assert cancelled == [True]
-        assert not asyncio.all_tasks(rt.loop)  # nothing left behind on the loop
+        assert cancelled.wait(10)
         assert rt.run(asyncio.sleep(0, "next")) == "next"
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
         rt.close()
+
+
+def test_a_model_call_is_handed_off_its_task_returns_while_it_waits(worker, pg_alias):
+    """The delivery of a model request returns once the run's step is done and the call
+    is under way on the loop (the task acknowledges its message); the call goes on,
+    and its result is appended and sent when the model answers."""
+    import asyncio
+
+    from aaa_django.algos import ToolLoop
+    from aaa_django.llm import FakeLLMClient, LLMHandler
+    from aaa_django.llm.fake import text
+    from aaa_django.tools import ToolRegistry
+
+    rt, engine, sent = worker
+    gate: list[asyncio.Event] = []
+    asked: list[str] = []
+
+    async def model(request):
+        asked.append("asked")
+        gate.append(asyncio.Event())
+        await gate[-1].wait()
+        return text("done")
+
+    mine = build_engine(using=pg_alias, store=TailCachedStore(DjangoEventStore(pg_alias, inline=True)),
+                        cache=FoldCache(), bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator))
+    mine.bus._send = engine.bus._send
+    LLMHandler(FakeLLMClient(model)).attach(mine)
+
+    async def start():
+        return (await mine.start(ToolLoop(ToolRegistry([]), max_turns=2), {"task": "wait"})).run_id
+
+    run_id = rt.run(start())
+    returned = []
+    while not asked:
+        spec, stream, seq, event_id, *wire = [m for s in sent for m in s["messages"]][len(returned)]
+        returned.append(rt.deliver(mine, stream, seq, event_id, wire=wire[0] if wire else None))
+    types = [e.type for e in rt.run(mine.store.read(run_id))]
+    assert types[-1] == T.LLM_REQUESTED and T.LLM_COMPLETED not in types
+    assert returned[-1] == "handed off"  # the request's task returned, the call waits
+    assert set(returned[:-1]) == {"delivered"}
+    assert len(rt.in_flight) == 1 and rt.handed_off == 1
+
+    rt.loop.call_soon_threadsafe(gate[0].set)  # the model answers
+    rt.run(rt.idle())
+    assert not rt.in_flight
+    events = rt.run(mine.store.read(run_id))
+    assert [e.type for e in events] == [*types, T.LLM_COMPLETED]
+    assert [m[3] for s in sent for m in s["messages"]][-1] == events[-1].id  # and sent on
+    done = len(returned)
+    while done < sum(len(s["messages"]) for s in sent):
+        spec, stream, seq, event_id, *wire = [m for s in sent for m in s["messages"]][done]
+        assert rt.deliver(mine, stream, seq, event_id, wire=wire[0] if wire else None) == "delivered"
+        done += 1
+    assert rt.run(mine.outcome(run_id)).outcome == "success"
