@@ -78,11 +78,11 @@ def test_worker_log_lines_carry_their_delivery(new_cluster, arun, tmp_path):
     request = next(e for e in events if e.type == T.TOOL_REQUESTED)
     assert (tool_line["run_id"], tool_line["seq"], tool_line["event_type"]) == (run_id, request.seq, T.TOOL_REQUESTED)
     assert tool_line["logger"] == "tests.celery.site" and tool_line["level"] == "WARNING"
-    # Celery's own line about each delivery task names the event it delivered (the end's
-    # delivery may come after the test stopped waiting: left out)
+    # Celery's own line about each delivery task names the event it carried: the run's
+    # start (the worker delivered the rest on its own loop, without a message)
     done = [x for x in lines if x["logger"] == "celery.app.trace" and "succeeded" in x["message"]]
-    delivered = {(x["seq"], x["event_type"]) for x in done if x.get("run_id") == run_id}
-    assert delivered - {(events[-1].seq, T.RUN_COMPLETED)} == {(e.seq, e.type) for e in events[:-1]}
+    delivered = {x["seq"] for x in done if x.get("run_id") == run_id}
+    assert 1 in delivered and delivered <= {e.seq for e in events}
 
 
 def test_one_run_delivered_by_two_workers_is_one_trace(new_cluster, arun, tmp_path):
