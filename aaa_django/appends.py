@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import threading
 from functools import lru_cache
-from typing import Sequence
+from typing import Any, Generator, Sequence
 
 from django.db import IntegrityError
 
@@ -42,6 +42,15 @@ from .eventrows import (
 from .events import ConcurrencyError, Event
 from .runtime.types import RUN_STARTED
 
+#: An append's statements as a generator: it yields ``(sql, params)`` and is sent
+#: ``(rowcount, first row or None)`` back, or has the statement's ``IntegrityError``
+#: thrown into it; it returns the stored events, or None (not the common case,
+#: nothing written). It yields ``(CATCH_UP, stored)`` when the run's index row must be
+#: caught up with ``stored`` (:func:`~aaa_django.runindex.index_events`) once they
+#: are committed. A sync cursor runs it (:func:`run_steps`), or an async one.
+Steps = Generator[tuple[Any, Any], Any, "list[Event] | None"]
+CATCH_UP = object()
+
 #: the run's index row in a query (``r``: ``aaa_run``, NULLs when there is none)
 _ROW = ", ".join(f"r.{c}" for c in ROW_COLUMNS)
 # The events of a stream after a seq, each row with the run's index row (one row of
@@ -57,6 +66,9 @@ _HEAD_KNOWN_AND_ROW_PG = (
     f"SELECT COALESCE(({HEAD}), 0), ARRAY(SELECT id FROM aaa_event WHERE id = ANY(%s)), "
     f"{_ROW} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s"
 )
+#: the one statement of an append's :data:`Steps` that is not its last (the query of
+#: an append without a hint: its insert follows)
+QUERY = _HEAD_KNOWN_AND_ROW_PG
 # The same on SQLite: the stored ids as a JSON array (Django's JSONField needs
 # SQLite's JSON functions, so they are there).
 _HEAD_KNOWN_AND_ROW_SQLITE = (
@@ -103,24 +115,32 @@ class StatementAppends:
         if len(batch) > INSERT_CHUNK:
             return None
         with cursor(conn) as cur:
-            if seen is None and batch[0].type == RUN_STARTED and batch[0].seq in (None, 1):
-                seen = (0, None)  # a new run (most likely): its events and its row at once
-            if seen is not None:
-                head, row = seen
-                stored = self._write_pg(conn, cur, stream, batch, texts, expected_seq, head, (), row)
-                if stored is not None:
-                    return stored
-            cur.execute(_HEAD_KNOWN_AND_ROW_PG, [stream, [e.id for e in batch], stream])
-            head, known, *row = cur.fetchone()
-            row = tuple(row) if row[0] is not None else None
-            return self._write_pg(conn, cur, stream, batch, texts, expected_seq, head, known, row,
-                                  optimistic=False)
+            return run_steps(cur, self.using,
+                             self._pg_steps(conn, stream, batch, texts, expected_seq, seen))
 
-    def _write_pg(self, conn, cur, stream, batch, texts, expected_seq, head: int, known,
-                  row: tuple | None, *, optimistic: bool = True) -> list[Event] | None:
+    def _pg_steps(self, conn, stream: str, batch: list[Event], texts: list[str], expected_seq,
+                  seen: tuple[int, tuple | None] | None) -> Steps:
+        """The statements of :meth:`_append_pg_statement`, as :data:`Steps` (the sync
+        store and the async one, :mod:`aaa_django.pgstore`, run the same ones). ``conn``
+        is a Django connection of the store's alias: only its ``ops`` are used."""
+        if seen is None and batch[0].type == RUN_STARTED and batch[0].seq in (None, 1):
+            seen = (0, None)  # a new run (most likely): its events and its row at once
+        if seen is not None:
+            head, row = seen
+            stored = yield from self._write_pg(conn, stream, batch, texts, expected_seq, head, (), row)
+            if stored is not None:
+                return stored
+        _, found = yield _HEAD_KNOWN_AND_ROW_PG, [stream, [e.id for e in batch], stream]
+        head, known, *row = found
+        row = tuple(row) if row[0] is not None else None
+        return (yield from self._write_pg(conn, stream, batch, texts, expected_seq, head, known, row,
+                                          optimistic=False))
+
+    def _write_pg(self, conn, stream, batch, texts, expected_seq, head: int, known,
+                  row: tuple | None, *, optimistic: bool = True) -> Steps:
         """The events after ``head`` and the run's row after ``row`` in one statement.
         None: not the common case, or (``optimistic``) the log moved since ``head``."""
-        from .runindex import index_events, row_insert, row_update, starts_run  # (imports this module)
+        from .runindex import row_insert, row_update, starts_run  # (imports this module)
 
         try:
             stored, rows = number(conn, batch, texts, head, known, expected_seq)
@@ -142,15 +162,15 @@ class StatementAppends:
                 return None
             statement, params, after = f"WITH stored AS ({sql}) {fold[0]}", params + fold[1], fold[2]
         try:
-            cur.execute(statement, params)
+            rowcount, first = yield statement, params
         except IntegrityError:
             if optimistic:
                 return None  # the log moved, or the run is not new (autocommit: nothing to undo)
             raise
         if row is None and after is not None:  # the new row's owner: the user, if it exists
-            after = (*after[:_OWNER], cur.fetchone()[0], *after[_OWNER + 1:])
-        elif row is not None and cur.rowcount != 1:  # the row moved meanwhile (no event did)
-            index_events(self.using, stored)
+            after = (*after[:_OWNER], first[0], *after[_OWNER + 1:])
+        elif row is not None and rowcount != 1:  # the row moved meanwhile (no event did)
+            yield CATCH_UP, stored
             return stored
         self._remember(stream, stored[-1].seq, after)
         return stored
@@ -262,9 +282,14 @@ class StatementAppends:
         with cursor(conn) as cur:
             cur.execute(_READ_AND_ROW_PG, [stream, stream, after])
             rows = cur.fetchall()
+        return self._read_rows(stream, rows, committed=not conn.in_atomic_block)
+
+    def _read_rows(self, stream: str, rows, *, committed: bool) -> list[Event]:
+        """The events of rows of ``_READ_AND_ROW_PG``; the head and the run's row they
+        show are remembered for the next append when they are committed."""
         events = EventList(to_event(r[:9]) for r in rows if r[0] is not None)
-        events.committed = not conn.in_atomic_block
-        if events and events.committed:
+        events.committed = committed
+        if events and committed:
             row = tuple(rows[0][9:])
             self._remember(stream, events[-1].seq, row if row[0] is not None else None)
         else:
@@ -275,3 +300,25 @@ class StatementAppends:
 @lru_cache(maxsize=64)
 def _head_known_and_row_sqlite(n: int) -> str:
     return _HEAD_KNOWN_AND_ROW_SQLITE.format(ids=", ".join(["%s"] * n))
+
+
+def run_steps(cur, using: str, steps: Steps) -> list[Event] | None:
+    """Run an append's :data:`Steps` on the sync cursor ``cur`` of alias ``using``."""
+    from .runindex import index_events  # runindex imports this module
+
+    try:
+        step = next(steps)
+        while True:
+            sql, params = step
+            if sql is CATCH_UP:
+                index_events(using, params)
+                step = steps.send(None)
+                continue
+            try:
+                cur.execute(sql, params)
+            except IntegrityError as exc:
+                step = steps.throw(exc)
+                continue
+            step = steps.send((cur.rowcount, cur.fetchone() if cur.description else None))
+    except StopIteration as done:
+        return done.value

@@ -16,6 +16,9 @@ from .events import default_cache
 def build_engine(*, using: str = "default", **overrides: Any):
     """An :class:`~aaa_django.runtime.Engine` over the site's database and storage.
 
+    The store is :func:`~aaa_django.pgstore.site_store`'s: on PostgreSQL (psycopg 3)
+    its calls are awaits on connections of its own, else Django's store.
+
     ``overrides`` go to the Engine as they are (``bus=...``, ``blobs=...``, ...). The
     bus is the one ``AAA["BUS"]`` names unless given: with ``"celery"``, a
     :class:`~aaa_django.bus.DistributedBus`. The engine sends the signals of
@@ -23,13 +26,13 @@ def build_engine(*, using: str = "default", **overrides: Any):
     (:mod:`aaa_django.observe.otel`).
     Use it as ``async with build_engine() as engine:``.
     """
+    from .pgstore import site_store
     from .runtime import Engine
-    from .store import DjangoEventStore
 
     conf = aaa_settings()
     default_cache.check_every = conf["FOLD_CHECK_EVERY"]
     options: dict[str, Any] = {
-        "store": DjangoEventStore(using),
+        "store": site_store(using),
         "blobs": site_blobs(),
         "claim_threshold": conf["CLAIM_THRESHOLD"],
     }

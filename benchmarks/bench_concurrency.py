@@ -17,8 +17,12 @@ held before it, over N).
 Rows (each in a process of its own, on the same durable databases, in one run):
 
 - ``inprocess-sqlite``, ``inprocess-pg``: the embedded default, ``Engine`` on the
-  in-process bus with ``DjangoEventStore`` (SQLite WAL + synchronous=FULL; PostgreSQL
-  15 with fsync on), the model and tool handlers in the same process;
+  in-process bus with the site's store (``site_store``: ``DjangoEventStore`` on SQLite
+  WAL + synchronous=FULL; on PostgreSQL 15 with fsync on, ``PgEventStore``, its calls
+  awaits on psycopg's async connections, with group commit), the model and tool
+  handlers in the same process; ``inprocess-pg-django`` (the Django store: every call
+  through Django's thread-sensitive executor) and ``inprocess-pg-nogroup`` (the async
+  store without group commit) measure the same in the same run;
 - ``celery``: the README's one-worker command for every queue, ``celery worker -Q
   aaa.algorithms,aaa.llm,aaa.tools -c C`` (prefork, ``--celery-concurrency``, 2 by
   default: two worker processes), on PostgreSQL and Redis; runs started by a driver
@@ -51,7 +55,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from common import PG_DB, ROOT, descendants, postgres, rss, setup_django, table, workdir  # noqa: E402
 
-ROWS = ["inprocess-sqlite", "inprocess-pg", "celery", "langgraph"]
+ROWS = ["inprocess-sqlite", "inprocess-pg-django", "inprocess-pg-nogroup", "inprocess-pg", "celery",
+        "langgraph"]
 
 
 class PeakRSS:
@@ -92,18 +97,33 @@ class PeakRSS:
 # -- the rows, each run in a child process --------------------------------------------------
 
 
-async def inprocess(alias: str, runs: int, turns: int, latency: float) -> dict:
+def inprocess_store(row: str):
+    """The store of an in-process row: the site's (``site_store``: on PostgreSQL the
+    async store with group commit), or, to compare in the same run, the Django store
+    (every call through Django's thread-sensitive executor) or the async store
+    without group commit."""
+    from aaa_django.pgstore import PgEventStore, site_store
+    from aaa_django.store import DjangoEventStore
+
+    if row == "inprocess-pg-django":
+        return DjangoEventStore("postgres")
+    if row == "inprocess-pg-nogroup":
+        return PgEventStore("postgres", group_commit=False)
+    return site_store("postgres" if row == "inprocess-pg" else "default")
+
+
+async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
     from bench_turn import noop_registry, scripted
 
     from aaa_django.algos import ToolLoop
     from aaa_django.llm import FakeLLMClient, LLMHandler
     from aaa_django.runtime import Engine
-    from aaa_django.store import DjangoEventStore
     from aaa_django.tools import ToolHandler
 
     registry = noop_registry()
     algo = ToolLoop(registry, max_turns=turns + 1)
-    async with Engine(store=DjangoEventStore(alias), close_timeout=30) as engine:
+    store = inprocess_store(row)
+    async with Engine(store=store, close_timeout=30) as engine:
         LLMHandler(FakeLLMClient(scripted(turns, latency))).attach(engine)
         ToolHandler(registry).attach(engine)
         warm = [await engine.start(algo, {"task": "warm-up"}) for _ in range(3)]
@@ -112,12 +132,18 @@ async def inprocess(alias: str, runs: int, turns: int, latency: float) -> dict:
         await engine.drain()
         gc.collect()
         with PeakRSS(lambda: [os.getpid()]) as mem:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             started = await asyncio.gather(*(engine.start(algo, {"task": f"run {i}"}) for i in range(runs)))
             outcomes = await asyncio.gather(*(r.result() for r in started))
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         assert {o.outcome for o in outcomes} == {"success"}, outcomes
-    return {"wall": wall, "memory": mem.peak - mem.base, "processes": 1}
+    out = {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": 1,
+           "store": repr(store)}
+    group = getattr(store, "group", None)
+    if group is not None:  # group commit: transactions of several appends, and their appends
+        out["groups"], out["grouped"], out["rolled_back"] = group.groups, group.grouped, group.rolled_back
+        out["connections"] = store.pg.opened
+    return out
 
 
 async def langgraph(pg: dict, runs: int, turns: int, latency: float, pool_size: int) -> dict:
@@ -144,11 +170,11 @@ async def langgraph(pg: dict, runs: int, turns: int, latency: float, pool_size: 
             await one(warm, i)
         gc.collect()
         with PeakRSS(lambda: [os.getpid()]) as mem:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             answers = await asyncio.gather(*(one(app, i) for i in range(runs)))
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         assert set(answers) == {"done"}, answers
-    return {"wall": wall, "memory": mem.peak - mem.base, "processes": 1}
+    return {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": 1}
 
 
 def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int, tmp: Path) -> dict:
@@ -212,8 +238,7 @@ def child(args) -> None:
         out = asyncio.run(langgraph(pg, args.runs, args.turns, args.latency, args.pool))
     else:
         setup_django(tmp, pg)
-        alias = "postgres" if args.child == "inprocess-pg" else "default"
-        out = asyncio.run(inprocess(alias, args.runs, args.turns, args.latency))
+        out = asyncio.run(inprocess(args.child, args.runs, args.turns, args.latency))
     print(json.dumps(out))
 
 
@@ -259,14 +284,28 @@ def main() -> None:
     out = []
     labels = {
         "inprocess-sqlite": "in-process bus, SQLite",
-        "inprocess-pg": "in-process bus, PostgreSQL",
+        "inprocess-pg-django": "in-process bus, PostgreSQL, Django store (before)",
+        "inprocess-pg-nogroup": "in-process bus, PostgreSQL, async store, no group commit",
+        "inprocess-pg": "in-process bus, PostgreSQL (async store, group commit)",
         "celery": f"Celery, one worker -c {args.celery_concurrency} (prefork), PostgreSQL",
         "langgraph": f"LangGraph, AsyncPostgresSaver (pool {args.pool}), durability=sync",
     }
     for row, r in results.items():
         out.append([labels[row], f"{r['wall']:.2f} s", f"{ideal:g} s", f"{r['wall'] / ideal:.2f}x",
-                    f"{r['memory'] / args.runs / 1024:.0f} KB", str(r["processes"])])
-    print(table(["row", "wall", "T x L", "wall / ideal", "memory per in-flight run", "processes"], out))
+                    f"{r['memory'] / args.runs / 1024:.0f} KB", str(r["processes"]),
+                    f"{r['cpu']:.1f} s" if "cpu" in r else ""])
+    print(table(["row", "wall", "T x L", "wall / ideal", "memory per in-flight run", "processes",
+                 "process CPU"], out))
+    for row, r in results.items():
+        if "groups" in r:
+            print(f"# {labels[row]}: {r['grouped']} appends in {r['groups']} group commits "
+                  f"(the others alone; {r['rolled_back']} groups rolled back and made again "
+                  f"alone); {r['connections']} connections opened")
+    lg = results.get("langgraph")
+    if lg is not None:
+        for row, r in results.items():
+            if row != "langgraph":
+                print(f"# {labels[row]}: {r['wall'] / lg['wall']:.2f}x LangGraph's wall time")
     print(f"# total {time.perf_counter() - started:.0f} s")
 
 

@@ -27,8 +27,14 @@ the same rows into the same table (its triggers included), four ways:
                       own (as aiosqlite does), one hop per transaction;
 - append_sync:        ``DjangoEventStore.append_sync`` (as a Celery task calls it),
                       compared with raw driver, sync;
-- append (async):     ``DjangoEventStore.append`` awaited (as the engine does: a hop to
-                      Django's thread-sensitive executor), compared with raw driver, async.
+- append (async):     ``DjangoEventStore.append`` awaited (a hop to Django's
+                      thread-sensitive executor), compared with raw driver, async;
+- append (async), inline: ``DjangoEventStore(inline=True).append`` awaited: the query
+                      on the loop's thread with the loop hidden (asyncio's private
+                      ``_set_running_loop``, what a Celery worker's SQLite store does);
+                      this row against the one above is what that private use buys;
+- PgEventStore append (PostgreSQL): ``PgEventStore.append`` awaited, the engine's
+                      store on PostgreSQL (psycopg's async connections, no hop).
 
 The store's common append on PostgreSQL is one autocommit statement (it remembers the
 stream's head from its previous append), where raw psycopg's transaction per call is
@@ -328,6 +334,12 @@ HOWS = {
     # a run's stream: every append also folds the events into the run's index row
     "append_sync, a run's stream": "raw driver, sync",
     "append (async), a run's stream": "raw driver, async",
+    # DjangoEventStore(inline=True), a Celery worker's: the queries on the loop's
+    # thread with the loop hidden (asyncio's private _set_running_loop), no hop
+    "append (async), inline": "raw driver, async",
+    # PostgreSQL only: PgEventStore, the async store (its own psycopg connections)
+    "PgEventStore append": "raw driver, async",
+    "PgEventStore append, a run's stream": "raw driver, async",
 }
 
 
@@ -342,13 +354,17 @@ def run_started(stream: str):
 
 def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, plan: dict,
                   runs: int) -> list:
+    from aaa_django.pgstore import PgEventStore
     from aaa_django.store import DjangoEventStore
 
     store = DjangoEventStore(using=alias)
+    inline = DjangoEventStore(using=alias, inline=True)
+    pgstore = PgEventStore(using=alias) if label == "PostgreSQL" else None
+    hows = [h for h in HOWS if pgstore is not None or not h.startswith("PgEventStore")]
     results = []
     counter = iter(range(10**6))
     for batch, total in plan.items():
-        rates: dict[str, list[float]] = {how: [] for how in HOWS}
+        rates: dict[str, list[float]] = {how: [] for how in hows}
         for _ in range(runs):
             # Each store row right after its raw row.
             rows = rows_of(events_for(f"raw-{next(counter)}", 0, total))
@@ -369,13 +385,15 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
 
             events = events_for(f"async-{next(counter)}", 0, total)
 
-            async def go(events=events):
+            async def go(events=events, store=store):
                 t0 = time.perf_counter()
                 for i in range(0, total, batch):
                     await store.append(events[i: i + batch])
                 return time.perf_counter() - t0
 
             rates["append (async)"].append(total / asyncio.run(go()))
+            events = events_for(f"inline-{next(counter)}", 0, total)
+            rates["append (async), inline"].append(total / asyncio.run(go(events, inline)))
 
             # A run's stream: started (untimed), then the same appends.
             stream = f"run-sync-{next(counter)}"
@@ -390,13 +408,22 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
             store.append_sync([run_started(stream)])
             events = events_for(stream, 0, total)
             rates["append (async), a run's stream"].append(total / asyncio.run(go(events)))
+            if pgstore is not None:
+                events = events_for(f"pg-{next(counter)}", 0, total)
+                rates["PgEventStore append"].append(total / asyncio.run(go(events, pgstore)))
+                stream = f"run-pg-{next(counter)}"
+                store.append_sync([run_started(stream)])
+                events = events_for(stream, 0, total)
+                rates["PgEventStore append, a run's stream"].append(
+                    total / asyncio.run(go(events, pgstore)))
         if label == "PostgreSQL":
             floor = []
             for _ in range(runs):
                 rows = rows_of(events_for(f"floor-{next(counter)}", 0, total))
                 floor.append(total / raw_postgres_floor(pg, rows, batch))
             FLOOR[batch] = statistics.median(s / f for s, f in zip(rates["append_sync"], floor))
-        for how, baseline in HOWS.items():
+        for how in hows:
+            baseline = HOWS[how]
             rate = statistics.median(rates[how])
             # The median of each run's own ratio: a busy moment of the machine moves
             # both sides of it alike.

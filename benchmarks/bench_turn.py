@@ -13,7 +13,9 @@ run the same conversation (T model calls, a tool call after each but the last) o
 same database in the same process, in rounds (ours, LangGraph's, the raw commits),
 so a busy moment of this 2-core machine moves every side alike:
 
-- **aaa_django**: ``Engine`` on the in-process bus with ``DjangoEventStore`` (the
+- **aaa_django**: ``Engine`` on the in-process bus with the site's store
+  (``site_store``: on PostgreSQL ``PgEventStore``, whose calls are awaits; the Django
+  store is measured in the same rounds beside it) (the
   embedded default's path: awaited from the loop as the engine does), a ToolLoop run of
   T turns; per turn = the run's wall time / T. Also its store calls per turn (of them,
   reads), the durable commits per turn (appends that stored something), and the
@@ -260,30 +262,37 @@ def storage_per_turn(pg: dict, run_id: str, thread_id: str, turns: int) -> tuple
 
 async def bench(label: str, alias: str, pg: dict | None, sqlite_path: str, turns: int, rounds: int) -> dict:
     from aaa_django.events import InMemoryEventStore
+    from aaa_django.pgstore import site_store
     from aaa_django.store import DjangoEventStore
 
     savers = await Savers(label, pg, sqlite_path).open()
     app_async = langgraph_app(turns, savers.async_saver)
     app_sync = langgraph_app(turns, savers.sync_saver)
-    store = DjangoEventStore(alias)
+    store = site_store(alias)
+    # The Django store (every call through Django's thread-sensitive executor), where
+    # the site's store is another (PostgreSQL: the async store), in the same rounds.
+    django = DjangoEventStore(alias) if type(store) is not DjangoEventStore else None
     # Warm up every path (imports, connections, the model of each code path).
     for _ in range(2):
         await aaa_run(store, turns)
+        if django is not None:
+            await aaa_run(django, turns)
         await aaa_run(InMemoryEventStore(), turns)
         await lg_run_async(app_async, turns)
         await asyncio.to_thread(lg_run_sync, app_sync, turns)
     rows: list[dict] = []
     for _ in range(rounds):
         ours = await aaa_run(store, turns)
+        before = await aaa_run(django, turns) if django is not None else None
         memory = await aaa_run(InMemoryEventStore(), turns)
         lg_async, thread_id = await lg_run_async(app_async, turns)
         lg_sync = await asyncio.to_thread(lg_run_sync, app_sync, turns)
         commit = (raw_commit_postgres(pg, 10) if label == "PostgreSQL" else raw_commit_sqlite(sqlite_path, 10))
-        rows.append({"ours": ours, "memory": memory, "lg_async": lg_async, "lg_sync": lg_sync,
+        rows.append({"ours": ours, "before": before, "memory": memory, "lg_async": lg_async, "lg_sync": lg_sync,
                      "commit": commit, "thread_id": thread_id})
     await savers.close()
     storage = storage_per_turn(pg, rows[-1]["ours"]["run_id"], rows[-1]["thread_id"], turns) if label == "PostgreSQL" else None
-    return summarise(rows, turns, storage)
+    return {**summarise(rows, turns, storage), "store": repr(store)}
 
 
 def summarise(rows: list[dict], turns: int, storage) -> dict:
@@ -297,7 +306,9 @@ def summarise(rows: list[dict], turns: int, storage) -> dict:
     for r in rows:
         for k, v in r["ours"]["by_method"].items():
             by_method[k] = by_method.get(k, 0) + v / turns / len(rows)
+    before = [turn(r["before"]["seconds"]) for r in rows if r["before"] is not None]
     return {
+        "before": med(before) if before else None,
         "ours": med(ours),
         "ours_cpu": med(turn(r["ours"]["cpu"]) for r in rows),
         "memory": med(turn(r["memory"]["seconds"]) for r in rows),
@@ -351,6 +362,11 @@ def main() -> None:
                         ms(r["ours_cpu"]), f"{r['calls']:.1f} ({calls})"])
         print(table(["aaa_django per turn", "durable commits x raw commit", "engine (memory store)",
                      "process CPU", "store calls"], out))
+        for label, r in results.items():
+            if r["before"] is not None:
+                print(f"\n{label}: {r['store']} {ms(r['ours'])} per turn; the Django store "
+                      f"(a thread hop per call) {ms(r['before'])} in the same rounds "
+                      f"({r['ours'] / r['before']:.2f}x)")
         for label, r in results.items():
             if r["storage"]:
                 print(f"\n{label} storage per turn at {args.turns} turns: aaa_django "

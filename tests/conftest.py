@@ -50,6 +50,19 @@ def require_service(name: str, available: bool) -> None:
     pytest.skip(message)
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """pytest-django's, and before its test databases are dropped: the async store's
+    own PostgreSQL connections closed (:mod:`aaa_django.pgconnections`; an open one
+    would keep its database)."""
+    yield
+    from asgiref.sync import async_to_sync
+
+    from aaa_django.pgconnections import close_all
+
+    async_to_sync(close_all)()
+
+
 @pytest.fixture
 def pg_alias() -> str:
     require_service("postgres", "postgres" in settings.DATABASES)

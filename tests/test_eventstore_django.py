@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from django.db import connections
 
+from aaa_django.pgstore import PgEventStore
 from aaa_django.store import DjangoEventStore
 from tests.contracts.eventstore import Concurrently, EventStoreContract
 
@@ -36,8 +37,10 @@ class TestDjangoEventStoreOnSQLite(DjangoStoreContract):
     alias = "default"
 
 
-@pytest.mark.django_db(databases=["postgres"])
-class TestDjangoEventStoreOnPostgreSQL(DjangoStoreContract):
+class OnPostgreSQL(DjangoStoreContract):
+    """(Unmarked: a subclass's own ``django_db`` mark is the one pytest-django reads,
+    where a marked base class's would win.)"""
+
     alias = "postgres"
 
     @pytest.fixture(autouse=True)
@@ -45,8 +48,30 @@ class TestDjangoEventStoreOnPostgreSQL(DjangoStoreContract):
         """Skip (developer run) or fail (bin/test, CI) without the PostgreSQL service."""
 
 
+@pytest.mark.django_db(databases=["postgres"])
+class TestDjangoEventStoreOnPostgreSQL(OnPostgreSQL):
+    pass
+
+
 @pytest.mark.django_db(databases=["postgres"], transaction=True)
-class TestDjangoEventStoreOnPostgreSQLOutsideATransaction(TestDjangoEventStoreOnPostgreSQL):
+class TestDjangoEventStoreOnPostgreSQLOutsideATransaction(OnPostgreSQL):
     """Appends made outside any transaction (as a Celery worker's are) take the
     two-round-trip path: one query, then one statement for the events and the run
     index."""
+
+    def test_the_test_runs_outside_a_transaction(self):
+        assert not connections[self.alias].in_atomic_block
+
+
+@pytest.mark.django_db(databases=["postgres"], transaction=True)
+class TestPgEventStore(OnPostgreSQL):
+    """The store whose async calls await psycopg's async connections (its own, so
+    outside any transaction of the test's: ``transaction=True``)."""
+
+    def make_store(self, request):
+        store = PgEventStore(using=self.alias)
+        assert store.pg is not None, "the async path is what this class tests"
+        return store
+
+    def same_log(self, store):
+        return PgEventStore(using=self.alias)

@@ -16,6 +16,7 @@ from aaa_django.events import FoldCache
 from aaa_django.llm import FakeLLMClient, LLMHandler
 from aaa_django.llm.fake import text, tool_call
 from aaa_django.runtime import Engine
+from aaa_django.pgstore import PgEventStore, site_store
 from aaa_django.store import DjangoEventStore
 from aaa_django.tools import ToolHandler, ToolRegistry, tool
 from tests.contracts.eventstore import run
@@ -76,8 +77,17 @@ async def toolloop_run(store, calls: list) -> list:
 
 @pytest.mark.django_db(databases="__all__", transaction=True)
 def test_a_toolloop_turn_is_its_appends_and_no_read_of_them(db_alias):
-    store = DjangoEventStore(db_alias)
+    assert_a_turn_is_its_appends(DjangoEventStore(db_alias))
 
+
+@pytest.mark.django_db(databases=["postgres"], transaction=True)
+def test_a_toolloop_turn_on_the_async_store_is_its_appends_too(pg_alias):
+    store = site_store(pg_alias)
+    assert isinstance(store, PgEventStore)
+    assert_a_turn_is_its_appends(store)
+
+
+def assert_a_turn_is_its_appends(store) -> None:
     calls = run(toolloop_run(store, count_calls(store)))
 
     methods = [name for name, _ in calls]

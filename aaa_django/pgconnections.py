@@ -1,0 +1,150 @@
+"""The async PostgreSQL connections of the event store: psycopg 3's ``AsyncConnection``,
+built from Django's ``DATABASES`` entry, so an await is a database call and no
+thread hop.
+
+The parameters are the ones Django itself connects with
+(``DatabaseWrapper.get_connection_params()``: the name, user, host, ``OPTIONS``, and
+Django's adapters, so rows load as they do through the ORM), read when a connection
+is opened (a test database's name is the current one). Django is not patched and
+its own connections are left alone: these are the store's, in autocommit, one per
+concurrent call, at most ``size`` per event loop.
+
+Why not ``psycopg_pool``: its async pool belongs to the event loop that opened it
+(its workers are tasks of that loop), while one store serves every loop of its
+process (the web process's engine host, ``async_to_sync``'s loop of each call, the
+tests' threads). A psycopg connection is used by one call at a time and waits on
+whichever loop is running, so the idle connections here are shared by every loop;
+only the bound on connections in use is per loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import weakref
+from typing import Any, AsyncIterator
+
+#: alias -> the process's connections to it (one set, whatever the number of stores)
+_BY_ALIAS: dict[str, "PgConnections"] = {}
+_BY_ALIAS_LOCK = threading.Lock()
+#: connections in use at once per event loop, by default
+SIZE = 10
+
+
+def async_capable(using: str) -> bool:
+    """Is ``using`` a PostgreSQL database that psycopg 3 reaches (its async
+    connections then serve the store)?"""
+    from django.db import connections
+
+    if connections.settings[using]["ENGINE"] != "django.db.backends.postgresql":
+        return False
+    try:
+        from django.db.backends.postgresql.psycopg_any import is_psycopg3
+    except ImportError:  # pragma: no cover - no driver at all
+        return False
+    return bool(is_psycopg3)
+
+
+class PgConnections:
+    """The store's async connections to one database alias (see the module)."""
+
+    def __init__(self, using: str, size: int = SIZE) -> None:
+        from django.db import connections
+
+        self.using = using
+        self.size = size
+        #: a Django connection of the alias that never connects: the store builds its
+        #: statements' parameters with its ``ops``, as the sync store does
+        self.django = connections.create_connection(using)
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self._slots: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = (
+            weakref.WeakKeyDictionary())
+        self.opened = 0  # connections opened so far (tests, benchmarks)
+        self._pid = os.getpid()
+
+    @classmethod
+    def of(cls, using: str) -> "PgConnections":
+        """The process's connections to ``using``."""
+        with _BY_ALIAS_LOCK:
+            found = _BY_ALIAS.get(using)
+            if found is None:
+                found = _BY_ALIAS[using] = cls(using)
+            return found
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        """A connection for one call (autocommit), back to the idle ones after it
+        unless the call left it broken or inside a transaction."""
+        async with self._slot():
+            conn = self._take()
+            if conn is None:
+                conn = await self._open()
+            try:
+                yield conn
+            finally:
+                self._give(conn)
+
+    def _slot(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            slots = self._slots.get(loop)
+            if slots is None:
+                slots = self._slots[loop] = asyncio.Semaphore(self.size)
+            return slots
+
+    def _take(self) -> Any:
+        with self._lock:
+            if self._pid != os.getpid():
+                # A forked child (a prefork worker): the parent's connections are the
+                # parent's; dropped here unclosed (psycopg closes a connection only in
+                # the process that opened it).
+                self._idle, self._pid = [], os.getpid()
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed:
+                    return conn
+        return None
+
+    def _give(self, conn: Any) -> None:
+        from psycopg.pq import TransactionStatus
+
+        if conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
+            # Broken, cancelled mid-call, or left in a transaction: never reused.
+            # (Closing it is a local call: libpq's PQfinish.)
+            conn.pgconn.finish()
+            return
+        with self._lock:
+            self._idle.append(conn)
+
+    async def _open(self) -> Any:
+        import psycopg
+        from psycopg import sql
+
+        params = dict(self.django.get_connection_params())
+        params.pop("cursor_factory", None)  # Django's sync cursor classes
+        conn = await psycopg.AsyncConnection.connect(autocommit=True, **params)
+        role = self.django.settings_dict["OPTIONS"].get("assume_role")
+        if role:  # as Django's own connections do
+            await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+        self.opened += 1
+        return conn
+
+    async def close(self) -> None:
+        """Close the idle connections (those in use close when given back broken, or
+        stay open: call this when nothing uses them)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
+
+
+async def close_all() -> None:
+    """Close the idle async connections of every alias (before a test database is
+    dropped; at a process's orderly end)."""
+    with _BY_ALIAS_LOCK:
+        every = list(_BY_ALIAS.values())
+    for conns in every:
+        await conns.close()
