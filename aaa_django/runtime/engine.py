@@ -67,6 +67,19 @@ DEFAULT_CLAIM_THRESHOLD = 16_384
 STEP_TRIES = 8
 
 
+#: the longest wait between two polls of a run's end, in ``poll_interval``s
+POLL_BACKOFF = 8
+
+
+def poll_intervals(first: float) -> Iterator[float]:
+    """The waits between polls of a run's end: ``first``, then doubling, up to
+    ``POLL_BACKOFF * first``, for ever."""
+    interval = first
+    while True:
+        yield interval
+        interval = min(interval * 2, first * POLL_BACKOFF)
+
+
 class Engine:
     """Runs algorithms as event streams; ``async with Engine(...) as engine``.
 
@@ -390,21 +403,25 @@ class Engine:
         return Outcome.from_dict(e.data) if e is not None else None
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> Outcome:
-        """Wait for a run to end (also when another process ends it: polled every
-        ``poll_interval``, and woken at once by a bus that hears of other processes'
-        ends: ``bus.watch_ends()``)."""
+        """Wait for a run to end: woken at once when this engine ends it, or when a
+        bus that hears of other processes' ends does (``bus.watch_ends()``), and
+        polled for an end no one announces (another process's), first after
+        ``poll_interval``, then at intervals doubling up to ``POLL_BACKOFF`` times it
+        (:func:`poll_intervals`): a poll is a read of the run, and a thousand runs
+        waited on at once must not read their logs a thousand times a second."""
         watch = getattr(self.bus, "watch_ends", None)
         if watch is not None:
             watch()
 
         async def loop() -> Outcome:
-            while True:
+            for interval in poll_intervals(self.poll_interval):
                 waiter = self._waiters.setdefault(run_id, asyncio.Event())
                 outcome = await self.outcome(run_id)
                 if outcome is not None:
                     return outcome
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(waiter.wait(), self.poll_interval)
+                    await asyncio.wait_for(waiter.wait(), interval)
+            raise AssertionError("unreachable")  # (poll_intervals never ends)
 
         return await asyncio.wait_for(loop(), timeout)
 
