@@ -13,11 +13,10 @@ run the same conversation (T model calls, a tool call after each but the last) o
 same database in the same process, in rounds (ours, LangGraph's, the raw commits),
 so a busy moment of this 2-core machine moves every side alike:
 
-- **aaa_django**: ``Engine`` on the in-process bus with the site's store
-  (``site_store``: on PostgreSQL ``PgEventStore``, whose calls are awaits; the Django
-  store is measured in the same rounds beside it) (the
-  embedded default's path: awaited from the loop as the engine does), a ToolLoop run of
-  T turns; per turn = the run's wall time / T. Also its store calls per turn (of them,
+- **aaa_django**: ``Engine`` on the in-process bus with the site's store (the embedded
+  default's path, ``site_store``: on PostgreSQL ``PgEventStore``, whose calls are
+  awaits; the Django store, a thread hop per call, is measured in the same rounds
+  beside it), a ToolLoop run of T turns; per turn = the run's wall time / T. Also its store calls per turn (of them,
   reads), the durable commits per turn (appends that stored something), and the
   process's CPU per turn.
 - **LangGraph** 1.2: the same loop as a graph (an agent node and a tool node over
