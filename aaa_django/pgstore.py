@@ -48,10 +48,8 @@ class PgEventStore(DjangoEventStore):
     """A :class:`~aaa_django.store.DjangoEventStore` whose async methods await
     PostgreSQL on the store's own psycopg connections (see the module).
 
-    ``inline`` (a Celery worker opens its store with ``inline=True``) changes nothing
-    on PostgreSQL: the calls are awaits on the loop's thread already, and the loop
-    never blocks on a query. Elsewhere (psycopg 2, another vendor) the store is the
-    Django store, ``inline`` as there.
+    ``inline=True`` (a Celery worker's store, ``bus.open_store``) keeps the Django
+    store's inline path: the worker side decides when its loop awaits this store.
     """
 
     def __init__(self, using: str = "default", *, inline: bool = False,
@@ -59,7 +57,7 @@ class PgEventStore(DjangoEventStore):
         super().__init__(using, inline=inline)
         self.pg: PgConnections | None = None
         self.group: GroupCommit | None = None
-        if not async_capable(using):
+        if inline or not async_capable(using):
             return
         self.pg = PgConnections.of(using)
         if group_commit:
