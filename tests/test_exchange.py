@@ -30,7 +30,9 @@ from aaa_django.store import DjangoEventStore
 
 from tests.algos.scenarios import reviewed
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+# transaction=True: the engine on PostgreSQL (PgEventStore) writes on connections of its
+# own, outside a test transaction (its rows would outlive the test)
+pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
 
 LYON = {"task": "How many people live in Lyon?"}
 #: over the claim threshold below: every model reply, and the requests that quote them

@@ -218,7 +218,7 @@ def reader(request):
     return text(f"{request.model or 'default'} read {len(request.messages[-1].content)} chars")
 
 
-@pytest.mark.django_db(databases="__all__")
+@pytest.mark.django_db(databases="__all__", transaction=True)  # the engine on PostgreSQL writes on its own connections
 def test_a_fork_on_the_site_has_its_own_blobs_and_outlives_its_origin(site_store):
     from asgiref.sync import async_to_sync
 

@@ -27,7 +27,9 @@ from aaa_django.tools import ToolHandler, ToolRegistry, tool
 
 from tests.engine import algos as engine_algos  # noqa: F401  (registers tests.parent)
 
-pytestmark = pytest.mark.django_db(databases="__all__")
+# transaction=True: the engine on PostgreSQL (PgEventStore) writes on connections of its
+# own, outside a test transaction (its rows would outlive the test)
+pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
 
 ALIAS = "retention_blobs"
 BIG = "x" * 2000  # over the test's claim threshold: a blob
