@@ -53,7 +53,16 @@ def test_signals_are_sent_by_the_process_that_appended(cluster, arun, redis):
 async def _blpop(redis, key: str, timeout: int = 60):
     import asyncio
 
-    found = await asyncio.to_thread(redis.blpop, [key], timeout)
+    import redis as redis_py
+
+    # a client of its own without redis-py's default 5 s socket timeout (redis 8), which
+    # would cut a longer BLPOP short (a loaded machine takes longer than 5 s to get there)
+    waiting = redis_py.Redis.from_url(os.environ["AAA_TEST_CELERY_BROKER"], decode_responses=True,
+                                      socket_timeout=None)
+    try:
+        found = await asyncio.to_thread(waiting.blpop, [key], timeout)
+    finally:
+        waiting.close()
     assert found is not None, f"nothing on {key} within {timeout} s"
     return found
 
