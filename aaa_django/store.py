@@ -50,9 +50,12 @@ _SNAPSHOT_UPDATE = (
     "UPDATE aaa_snapshot SET seq = %s, event_id = %s, state = %s, saved_at = %s "
     "WHERE stream = %s AND name = %s AND version = %s AND seq < %s"
 )
+# Only when there is no row (SQLite's trigger against REPLACE refuses an insert below a
+# stored seq, even one that ON CONFLICT would have ignored).
 _SNAPSHOT_INSERT = (
     "INSERT INTO aaa_snapshot (stream, name, version, seq, event_id, state, saved_at) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (stream, name, version) DO NOTHING"
+    "SELECT %s, %s, %s, %s, %s, %s, %s WHERE NOT EXISTS (SELECT 1 FROM aaa_snapshot "
+    "WHERE stream = %s AND name = %s AND version = %s) ON CONFLICT (stream, name, version) DO NOTHING"
 )
 # Appenders that lose a race (SQLite's single writer, or a concurrent insert of the same
 # id) re-read and try again; past this many tries the error is real.
@@ -289,7 +292,7 @@ class DjangoEventStore(StatementAppends):
                 cur.execute(_SNAPSHOT_UPDATE, [*values, *key, snapshot.seq])
                 if cur.rowcount:
                     return True
-                cur.execute(_SNAPSHOT_INSERT, [*key, *values])
+                cur.execute(_SNAPSHOT_INSERT, [*key, *values, *key])
                 if cur.rowcount:
                     return True
         return False  # a row at the same or a later seq is there

@@ -104,3 +104,47 @@ def test_stream_reads_use_indexes(pg_alias):
     assert "aaa_event_stream_seq" in plans["head"], plans["head"]
     assert "aaa_snapshot_stream_name_version" in plans["snapshot"], plans["snapshot"]
     assert "Seq Scan" not in plans["tail"] + plans["head"]
+
+
+# SQLite's INSERT OR REPLACE / REPLACE INTO delete the conflicting row without firing
+# DELETE or UPDATE triggers: BEFORE INSERT triggers keep the rules for them too.
+REPLACE = [
+    "INSERT OR REPLACE INTO aaa_event (id, stream, seq, type, data, causation, time, blobs, tenant) "
+    "VALUES (%s, %s, %s, 'aaa.test.forged', '{\"n\": 99}', NULL, '2026-01-01 00:00:00', '[]', NULL)",
+    "REPLACE INTO aaa_event (id, stream, seq, type, data, causation, time, blobs, tenant) "
+    "VALUES (%s, %s, %s, 'aaa.test.forged', '{\"n\": 99}', NULL, '2026-01-01 00:00:00', '[]', NULL)",
+]
+
+
+@pytest.fixture
+def sqlite_stored():
+    store = DjangoEventStore("default")
+    store.append_sync([Event.new("s", "aaa.test.one", {"n": 1}, id="e1")])
+    store.append_sync([Event.new("s", "aaa.test.two", {"n": 2}, id="e2")])
+    return store
+
+
+@pytest.mark.parametrize("sql", REPLACE, ids=["insert-or-replace", "replace-into"])
+def test_sqlite_replace_cannot_move_an_event(sqlite_stored, sql):
+    _refused("default", sql, ["e1", "s", 3])  # e1 from seq 1 to the next seq, new data
+    _refused("default", sql, ["other", "s", 1])  # another event at seq 1
+    assert [(e.id, e.seq, e.data) for e in sqlite_stored.read_sync("s")] == [
+        ("e1", 1, {"n": 1}),
+        ("e2", 2, {"n": 2}),
+    ]
+
+
+@pytest.mark.parametrize("verb", ["INSERT OR REPLACE", "REPLACE"])
+def test_sqlite_replace_cannot_move_a_snapshot_back(sqlite_stored, verb):
+    store = sqlite_stored
+    assert store.save_snapshot_sync(Snapshot("s", "p", 1, 2, "e2", '{"n": 2}'))
+    _refused(
+        "default",
+        f"{verb} INTO aaa_snapshot (stream, name, version, seq, event_id, state, saved_at) "
+        "VALUES ('s', 'p', 1, 1, 'e1', '{\"n\": 1}', '2026-01-01 00:00:00')",
+    )
+    snap = store.load_snapshot_sync("s", "p", 1)
+    assert (snap.seq, snap.state) == (2, '{"n": 2}')
+    # Forward is allowed, as an UPDATE is; an older save is still refused quietly.
+    assert store.save_snapshot_sync(Snapshot("s", "p", 1, 2, "e2", '{"n": 2}')) is False
+    assert store.save_snapshot_sync(Snapshot("s", "p", 1, 1, "e1", '{"n": 1}')) is False
