@@ -26,7 +26,8 @@ class Budget(BaseModel):
     - ``tokens`` (input + output) and ``cost`` are known only after a model call, so
       the run ends ``budget_exceeded`` as soon as the spend goes *over* the limit;
     - ``model_calls`` and ``tool_calls`` are counted when requested: the request that
-      would be call number ``limit + 1`` ends the run instead of being executed.
+      would be call number ``limit + 1`` ends the run instead of being recorded (see
+      :meth:`refuses`), so the spend says the calls made, never one that was not.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -46,5 +47,18 @@ class Budget(BaseModel):
         )
         for dimension, limit, spent in checks:
             if limit is not None and spent > limit:
+                return {"dimension": dimension, "limit": limit, "spent": spent}
+        return None
+
+    def refuses(self, spend: Spend, *, model_calls: int = 0, tool_calls: int = 0) -> dict | None:
+        """Would ``model_calls`` and ``tool_calls`` more requests take a call count over
+        its limit? Then the first such dimension, as ``{"dimension", "limit", "spent"}``
+        with what was spent before them (the requests are never made)."""
+        checks = (
+            ("model_calls", self.model_calls, spend.model_calls, model_calls),
+            ("tool_calls", self.tool_calls, spend.tool_calls, tool_calls),
+        )
+        for dimension, limit, spent, more in checks:
+            if limit is not None and more and spent + more > limit:
                 return {"dimension": dimension, "limit": limit, "spent": spent}
         return None

@@ -637,6 +637,10 @@ class Engine:
             await self.complete(run_id, Outcome(FAILED, value), cause=event)
             return
         if ctx._out:
+            over = _over_budget(meta, ctx._out)
+            if over is not None:  # the requests are refused, not recorded: never made
+                await self.complete(run_id, Outcome(BUDGET_EXCEEDED, over), cause=event)
+                return
             await self.append(ctx._out)
 
     def algorithm(self, started: Event) -> Any:
@@ -784,3 +788,18 @@ class Engine:
         waiter = self._waiters.pop(run_id, None)
         if waiter is not None:
             waiter.set()
+
+
+def _over_budget(meta: RunMeta, out: list[Event]) -> dict | None:
+    """The call budget a step's requests would exceed, if any (a step that ends its run
+    asks for nothing more)."""
+    if meta.budget is None:
+        return None
+    counts = {T.LLM_REQUESTED: 0, T.TOOL_REQUESTED: 0, T.RUN_COMPLETED: 0}
+    for e in out:
+        if e.type in counts and e.stream == meta.run_id:
+            counts[e.type] += 1
+    if counts[T.RUN_COMPLETED]:
+        return None
+    return meta.budget.refuses(meta.spend, model_calls=counts[T.LLM_REQUESTED],
+                               tool_calls=counts[T.TOOL_REQUESTED])

@@ -277,7 +277,7 @@ def test_self_consistency_without_enough_votes_is_no_solution():
 
 def test_self_consistency_budget_stops_the_samples_before_they_are_sent():
     r = outcome("sc_budget")
-    assert r.outcome.value["dimension"] == "model_calls"
+    assert r.outcome.value == {"dimension": "model_calls", "limit": 2, "spent": 0}
     assert of_type(r.log, "aaa.llm.completed") == []
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from .helpers import arun, of_type, types
-from .scenarios import EXPECTED, RUN
+from aaa_django.runtime import Budget
+
+from .scenarios import EXPECTED, RUN, always_add, budget_scenario
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
@@ -55,11 +57,29 @@ def test_each_budget_dimension(name, dimension):
     r = arun(EXPECTED[name][0](False))
     assert r.outcome.outcome == "budget_exceeded"
     assert r.outcome.value["dimension"] == dimension
-    assert r.outcome.value["spent"] > r.outcome.value["limit"]
+    if dimension in ("model_calls", "tool_calls"):
+        # counted when asked: the request over budget is refused, never recorded nor sent
+        assert r.outcome.value["spent"] == r.outcome.value["limit"] == 1
+    else:  # known after the call: the run ends once the spend is over
+        assert r.outcome.value["spent"] > r.outcome.value["limit"]
     if dimension == "model_calls":
         assert r.seen["model"] == 1  # the request over budget was never sent
     if dimension == "tool_calls":
         assert r.seen["tool"] == 1  # the call over budget never ran
+
+
+@pytest.mark.parametrize("dimension", ["model_calls", "tool_calls"])
+def test_a_call_budget_reports_the_calls_made_not_the_one_refused(dimension):
+    """A budget of 3 calls: three are made, the fourth is refused (never recorded, never
+    sent), and the run says it spent 3, as its log and its meta do."""
+    r = arun(budget_scenario(Budget(**{dimension: 3}), always_add)(False))
+    assert r.outcome.outcome == "budget_exceeded"
+    assert r.outcome.value == {"dimension": dimension, "limit": 3, "spent": 3}
+    requested = "aaa.llm.requested" if dimension == "model_calls" else "aaa.tool.requested"
+    assert len(of_type(r.log, requested)) == 3
+    assert r.seen["model" if dimension == "model_calls" else "tool"] == 3
+    meta = arun(r.engine.meta(r.log[0].stream))
+    assert getattr(meta.spend, dimension) == 3
 
 
 def test_spend_is_recorded_on_llm_completed():

@@ -61,8 +61,8 @@ def _budget(budget: Budget, model: str, task: str):
 # call (10 tokens) is within 15, the second (13 more) is not.
 budget_tokens = _budget(Budget(tokens=15), "add_then_answer", "add 1 and 2")
 budget_cost = _budget(Budget(cost=0.00002), "add_then_answer", "x" * 100)
-budget_model_calls = _budget(Budget(model_calls=1), "always_add", "add forever")
-budget_tool_calls = _budget(Budget(tool_calls=1), "always_add", "add forever")
+budget_model_calls = _budget(Budget(model_calls=3), "always_add", "add forever")
+budget_tool_calls = _budget(Budget(tool_calls=3), "always_add", "add forever")
 
 
 async def invalid_input(h: Harness) -> Result:
@@ -267,11 +267,15 @@ def check_timeout(r: Result) -> None:
 def _check_budget(dimension: str):
     def check(r: Result) -> None:
         assert r.outcome.value["dimension"] == dimension
-        assert r.outcome.value["spent"] > r.outcome.value["limit"]
+        if dimension in ("model_calls", "tool_calls"):
+            # a budget of 3 calls: 3 made, the 4th refused (never recorded, never sent)
+            assert r.outcome.value == {"dimension": dimension, "limit": 3, "spent": 3}
+        else:
+            assert r.outcome.value["spent"] > r.outcome.value["limit"]
         if dimension == "model_calls":
-            assert r.seen["model"] == 1  # the request over budget was never sent
+            assert r.seen["model"] == 3  # the request over budget was never sent
         if dimension == "tool_calls":
-            assert r.seen["tool"] == 1  # the call over budget never ran
+            assert r.seen["tool"] == 3  # the call over budget never ran
 
     return check
 
@@ -358,9 +362,9 @@ SCENARIOS: dict[str, tuple[Scenario, str, list[str], Callable[[Result], None]]] 
                       _check_budget("tokens")),
     "budget_cost": (budget_cost, "budget_exceeded", STARTED + LLM + DONE, _check_budget("cost")),
     "budget_model_calls": (budget_model_calls, "budget_exceeded",
-                           STARTED + LLM + TOOL_OK + [T.LLM_REQUESTED] + DONE, _check_budget("model_calls")),
+                           STARTED + (LLM + TOOL_OK) * 3 + DONE, _check_budget("model_calls")),
     "budget_tool_calls": (budget_tool_calls, "budget_exceeded",
-                          STARTED + LLM + TOOL_OK + LLM + [T.TOOL_REQUESTED] + DONE, _check_budget("tool_calls")),
+                          STARTED + (LLM + TOOL_OK) * 3 + LLM + DONE, _check_budget("tool_calls")),
     "invalid_input": (invalid_input, "invalid_input", [T.RUN_STARTED, T.INPUT_REJECTED] + DONE,
                       check_invalid_input),
     "cancelled": (cancelled, "cancelled",
