@@ -1,7 +1,8 @@
 """Claim-checked blob storage (pure Python: no Django, no storage SDKs).
 
 - :class:`BlobRef`: the JSON-able pointer an event keeps to its payload.
-- :class:`BlobStore`: the protocol; :class:`InMemoryBlobStore` and
+- :class:`BlobStore`: the protocol (spec 004's four methods), :class:`NamespacedBlobStore`
+  the optional capability every store here has; :class:`InMemoryBlobStore` and
   :class:`FileBlobStore` implement it here, ``aaa_django.blobs.StorageBlobStore``
   over any Django storage (S3 via django-storages). All three also offer
   :class:`BlobInventory` (listing and ageing every blob: the orphan sweep).
@@ -21,7 +22,7 @@ from .claims import (
 from .errors import BlobError, BlobIntegrityError, BlobNotFoundError
 from .files import FileBlobStore
 from .memory import InMemoryBlobStore
-from .protocol import BlobInventory, BlobStore
+from .protocol import BlobInventory, BlobStore, NamespacedBlobStore
 from .refs import DEFAULT_MEDIA_TYPE, BlobRef
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "BlobStore",
     "FileBlobStore",
     "InMemoryBlobStore",
+    "NamespacedBlobStore",
     "canonical_json",
     "claim",
     "hydrate",

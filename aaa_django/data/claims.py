@@ -11,7 +11,7 @@ import json
 from typing import Any, Iterable
 
 from .errors import BlobError
-from .protocol import BlobStore
+from .protocol import BlobStore, NamespacedBlobStore
 from .refs import BlobRef
 
 DEFAULT_CLAIM_THRESHOLD = 16_384
@@ -22,6 +22,9 @@ DEFAULT_HOT_FIELDS: tuple[str, ...] = ("usage", "cost", "tag", "call_id", "name"
 
 CLAIM_MARKER = "$claim"
 CLAIM_MEDIA_TYPE = "application/json"
+#: the key naming the stream in a payload stored in a store without namespaces (see
+#: :func:`put_claim`); the payload itself is under ``"data"``
+STREAM_KEY = "$stream"
 
 
 def canonical_json(data: Any) -> bytes:
@@ -55,12 +58,15 @@ def claim(
     ``store`` under ``namespace`` (the stream) with media type ``application/json``.
 
     A payload that itself has a ``"$claim"`` key is always claim-checked, whatever
-    its size, so that a stub can never be confused with ordinary data.
+    its size, so that a stub can never be confused with ordinary data. A store without
+    namespaces (a plain :class:`BlobStore`) gets the payload with its namespace in it
+    (see :func:`put_claim`).
     """
     raw = claim_payload(data, threshold)
     if raw is None:
         return data, None
-    return put_claim(data, raw, store=store, namespace=namespace, hot_fields=hot_fields)
+    return put_claim(data, raw, store=store, namespace=namespace, hot_fields=hot_fields,
+                     namespaced=isinstance(store, NamespacedBlobStore))
 
 
 def claim_payload(data: dict[str, Any], threshold: int) -> bytes | None:
@@ -84,9 +90,19 @@ def put_claim(
     store: BlobStore,
     namespace: str,
     hot_fields: Iterable[str] = DEFAULT_HOT_FIELDS,
+    namespaced: bool = True,
 ) -> tuple[dict[str, Any], BlobRef]:
-    """Put ``raw`` (``claim_payload(data, ...)``) in ``store``; the stub and its ref."""
-    ref = store.put(raw, CLAIM_MEDIA_TYPE, namespace=namespace)
+    """Put ``raw`` (``claim_payload(data, ...)``) in ``store``; the stub and its ref.
+
+    ``namespaced``: the store is a :class:`NamespacedBlobStore` (the caller detects it
+    once). A plain store (spec 004's ``put(data, media_type)``) gets
+    ``{"$stream": namespace, "data": data}`` instead, so identical payloads of two
+    streams are still two blobs and erasing one stream's never removes another's;
+    :func:`hydrate` unwraps it."""
+    if namespaced:
+        ref = store.put(raw, CLAIM_MEDIA_TYPE, namespace=namespace)
+    else:
+        ref = store.put(canonical_json({STREAM_KEY: namespace, "data": data}), CLAIM_MEDIA_TYPE)
     stub = {CLAIM_MARKER: True, **{k: data[k] for k in hot_fields if k in data}}
     return stub, ref
 
@@ -105,6 +121,8 @@ def hydrate(data: dict[str, Any], ref: BlobRef | None, *, store: BlobStore) -> d
         full = json.loads(store.get(ref))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BlobError(f"claimed blob {ref.key!r} is not JSON: {e}") from None
+    if not ref.namespace and isinstance(full, dict) and full.keys() == {STREAM_KEY, "data"}:
+        full = full["data"]  # a payload put in a store without namespaces (see put_claim)
     if not isinstance(full, dict):
         raise BlobError(f"claimed blob {ref.key!r} holds a {type(full).__name__}, not an object")
     return full

@@ -1,4 +1,5 @@
-"""The ``BlobStore`` protocol every blob store implements."""
+"""The ``BlobStore`` protocol every blob store implements, and the optional
+``NamespacedBlobStore`` capability."""
 
 from __future__ import annotations
 
@@ -10,26 +11,23 @@ from .refs import DEFAULT_MEDIA_TYPE, BlobRef
 
 @runtime_checkable
 class BlobStore(Protocol):
-    """Content-addressed, namespaced, hash-verified storage of byte strings.
+    """Content-addressed, hash-verified storage of byte strings (spec 004's four
+    methods: all the engine needs).
 
-    - ``put`` stores ``data`` under ``namespace`` and returns its ref. Putting the
-      same bytes twice in one namespace stores them once; the same bytes in two
-      namespaces are two blobs, so deleting one namespace never touches another.
+    - ``put`` stores ``data`` and returns its ref; the same bytes are stored once.
     - ``get`` returns the bytes after checking their SHA-256 and size against the ref
       on every read: ``BlobIntegrityError`` on a mismatch, ``BlobNotFoundError`` when
-      nothing is stored under the ref's namespace and hash.
-    - ``delete`` is idempotent; ``delete_namespace`` erases every blob of a namespace
-      (a stream) and returns how many there were.
-    - A malformed ref or namespace raises ``TypeError`` / ``ValueError`` before any
-      I/O. Methods are synchronous; async callers run them in a thread.
+      nothing is stored under the ref.
+    - ``delete`` is idempotent.
+    - A malformed ref raises ``TypeError`` / ``ValueError`` before any I/O. Methods are
+      synchronous; async callers run them in a thread.
 
-    ``tests/contracts/blobstore.py`` is the executable form of this contract.
+    A store that also keeps namespaces is a :class:`NamespacedBlobStore` (every store
+    shipped here is). ``tests/contracts/blobstore.py`` is the executable form of both.
     """
 
-    def put(
-        self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE, *, namespace: str = ""
-    ) -> BlobRef:
-        """Store ``data`` (once per namespace) and return its ref."""
+    def put(self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE) -> BlobRef:
+        """Store ``data`` (once) and return its ref."""
         ...
 
     def get(self, ref: BlobRef) -> bytes:
@@ -37,11 +35,35 @@ class BlobStore(Protocol):
         ...
 
     def exists(self, ref: BlobRef) -> bool:
-        """Whether a blob is stored under ``ref``'s namespace and hash (not verified)."""
+        """Whether a blob is stored under ``ref`` (not verified)."""
         ...
 
     def delete(self, ref: BlobRef) -> None:
         """Remove the blob; no error if it is already gone."""
+        ...
+
+
+@runtime_checkable
+class NamespacedBlobStore(BlobStore, Protocol):
+    """A blob store with namespaces (a stream each): the optional capability the
+    engine detects once, when it is given the store.
+
+    - ``put(..., namespace=)`` stores ``data`` under ``namespace``: the same bytes in
+      two namespaces are two blobs, so deleting one namespace never touches another;
+      the ref carries the namespace, and ``get`` / ``exists`` / ``delete`` look there.
+    - ``delete_namespace`` erases every blob of a namespace and returns how many
+      there were (the engine erases a run's blobs with one call).
+    - ``list`` gives the refs of a namespace.
+
+    A plain :class:`BlobStore` works too: the engine then makes each claim-checked
+    payload its stream's own in the payload itself (see
+    :func:`aaa_django.data.claims.put_claim`), and erases a run's blobs ref by ref.
+    """
+
+    def put(
+        self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE, *, namespace: str = ""
+    ) -> BlobRef:
+        """Store ``data`` (once per namespace) and return its ref."""
         ...
 
     def delete_namespace(self, namespace: str) -> int:

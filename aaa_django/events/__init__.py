@@ -2,21 +2,41 @@
 
 Pure Python: nothing here imports Django, so the engine and the algorithms run on
 any store (memory, Django ORM on SQLite or PostgreSQL, Redis).
+
+``InProcessBus`` and ``DistributedBus`` are importable from here as spec 001 lists
+them; they live in ``aaa_django.runtime.bus`` and ``aaa_django.bus`` and are loaded
+only when asked for (``DistributedBus`` is Django and Celery's: a process that never
+asks for it never imports them).
 """
+
+import importlib
 
 from .cache import FoldCache, Folded, default_cache
 from .errors import ConcurrencyError, EventError, InvalidEventError
 from .event import Event, check_event, encode_json
 from .ids import derive_id, new_id
 from .projection import Loaded, Projection, fold, iterate
-from .store import ErasesMany, EventStore, InMemoryEventStore, Snapshot
+from .store import ErasesMany, EventReader, EventStore, InMemoryEventStore, Snapshot, SnapshotStore
 from .tail import Tail, TailCachedStore
+
+#: names spec 001 lists here that live elsewhere -> their module (loaded on first use)
+_ELSEWHERE = {"InProcessBus": "aaa_django.runtime.bus", "DistributedBus": "aaa_django.bus"}
+
+
+def __getattr__(name: str):
+    module = _ELSEWHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # By name, not by an import statement: the core imports nothing of the Django layer.
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "ConcurrencyError",
     "ErasesMany",
     "Event",
     "EventError",
+    "EventReader",
     "EventStore",
     "FoldCache",
     "Folded",
@@ -25,6 +45,7 @@ __all__ = [
     "Loaded",
     "Projection",
     "Snapshot",
+    "SnapshotStore",
     "Tail",
     "TailCachedStore",
     "check_event",

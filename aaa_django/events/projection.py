@@ -11,7 +11,7 @@ from pydantic import TypeAdapter
 
 from .cache import FoldCache, Folded
 from .event import Event
-from .store import EventStore, Snapshot
+from .store import EventReader, EventStore, Snapshot, SnapshotStore
 
 log = logging.getLogger("aaa_django.events")
 
@@ -124,7 +124,7 @@ class Projection(Generic[S]):
 
     async def load(
         self,
-        store: EventStore,
+        store: EventReader,
         stream: str,
         *,
         cache: FoldCache | None = None,
@@ -135,7 +135,7 @@ class Projection(Generic[S]):
 
     async def load_info(
         self,
-        store: EventStore,
+        store: EventReader,
         stream: str,
         *,
         cache: FoldCache | None = None,
@@ -149,7 +149,12 @@ class Projection(Generic[S]):
         3. else a replay from the first event.
         Then fold the tail, and save a snapshot once ``every`` events were folded
         since the last one. Every failure of a snapshot degrades to a replay.
+
+        A reader that only reads (not a :class:`SnapshotStore`) is replayed: no
+        snapshot, and no holder (nothing names its log).
         """
+        if not _keeps_snapshots(store):
+            return await self._replay(store, stream, at)
         if at is not None:
             return await self._load_at(store, stream, at)
         key = (store.cache_key, stream, self.key, self.version)
@@ -267,6 +272,14 @@ class Projection(Generic[S]):
             log.warning("projection %s: saving a snapshot of %s failed", self.key, stream,
                         exc_info=True)
 
+    async def _replay(self, reader: EventReader, stream: str, at: int | None) -> Loaded[S]:
+        """The whole-log fold (up to event ``at``) of a reader that only reads."""
+        if at is not None and at < 0:
+            raise ValueError("at must be a seq >= 0")
+        tail = await reader.read(stream, limit=at) if at != 0 else []
+        state = self.fold(tail)
+        return Loaded(self.result(state), tail[-1].seq if tail else 0, "replay", 0, len(tail))
+
     async def _load_at(self, store, stream, at: int) -> Loaded[S]:
         """Time travel: the state as of event ``at`` (from a snapshot at or before it)."""
         if at < 0:
@@ -282,6 +295,19 @@ class Projection(Generic[S]):
         state = self.fold(tail, state)
         last = tail[-1].seq if tail else base_seq
         return Loaded(self.result(state), last, source, base_seq, len(tail))
+
+
+#: reader class -> whether its instances are SnapshotStores (asked once per class: a
+#: Protocol check costs more than a warm read)
+_SNAPSHOTS: dict[type, bool] = {}
+
+
+def _keeps_snapshots(reader: Any) -> bool:
+    cls = type(reader)
+    keeps = _SNAPSHOTS.get(cls)
+    if keeps is None:
+        keeps = _SNAPSHOTS[cls] = isinstance(reader, SnapshotStore)
+    return keeps
 
 
 def _same_event(event: Event, entry: Folded) -> bool:

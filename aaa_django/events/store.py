@@ -80,6 +80,35 @@ class ErasesMany(Protocol):
         ...
 
 
+@runtime_checkable
+class EventReader(Protocol):
+    """What a projection needs of a log at the least: its events (spec 002's
+    store-agnostic reader). ``Projection.load`` folds from any reader; one that is
+    also a :class:`SnapshotStore` gets snapshots and the in-process holder."""
+
+    async def read(
+        self,
+        stream: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        tenant: str | None = None,
+    ) -> list[Event]: ...
+
+
+@runtime_checkable
+class SnapshotStore(Protocol):
+    """What a reader offers beyond ``read()`` for fast projection reads: snapshots,
+    and a ``cache_key`` naming its log (so the holder's states are shared only between
+    readers of the same log). Every :class:`EventStore` is one."""
+
+    cache_key: str
+
+    async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None: ...
+
+    async def save_snapshot(self, snapshot: Snapshot) -> bool: ...
+
+
 def prepare_batch(events: Iterable[Event]) -> tuple[str, list[Event], list[str]]:
     """Validate a batch for ``append``: one stream, every event valid.
 

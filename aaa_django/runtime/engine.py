@@ -27,7 +27,13 @@ from datetime import datetime
 from itertools import groupby
 from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping
 
-from aaa_django.data import DEFAULT_HOT_FIELDS, InMemoryBlobStore, hydrate, is_claimed
+from aaa_django.data import (
+    DEFAULT_HOT_FIELDS,
+    InMemoryBlobStore,
+    NamespacedBlobStore,
+    hydrate,
+    is_claimed,
+)
 from aaa_django.data.claims import claim_payload, put_claim
 from aaa_django.data.errors import BlobError
 from aaa_django.events import (
@@ -87,7 +93,9 @@ class Engine:
     reads and appends through a :class:`~aaa_django.events.tail.TailCachedStore` over
     it (unless ``store`` is one already): it knows what it has just appended and
     never reads it back; with
-    ``blobs`` (a :class:`~aaa_django.data.BlobStore`) event data over
+    ``blobs`` (a :class:`~aaa_django.data.BlobStore`: spec 004's four methods suffice;
+    a :class:`~aaa_django.data.NamespacedBlobStore` keeps each run's payloads in a
+    namespace of its own) event data over
     ``claim_threshold`` bytes of JSON is claim-checked (its stub keeps ``hot_fields``
     and the fields ``RUNMETA`` folds, :data:`~aaa_django.runtime.meta.FOLDED`); ``bus``
     defaults to an
@@ -124,6 +132,8 @@ class Engine:
         #: the store erases many streams in one transaction (through the tail: its inner's)
         self._erases_many = isinstance(store, ErasesMany)
         self.blobs = blobs
+        #: the blob store keeps namespaces (a run's blobs are erased in one call)
+        self._namespaced = isinstance(blobs, NamespacedBlobStore)
         self.claim_threshold = claim_threshold
         self.hot_fields = tuple(hot_fields)
         self.bus = bus if bus is not None else InProcessBus()
@@ -341,6 +351,10 @@ class Engine:
         run_ids = list(dict.fromkeys(run_ids))
         if not run_ids:
             return 0
+        refs: set = set()
+        if self.blobs is not None and not self._namespaced:  # their refs, read before they go
+            for run_id in run_ids:
+                refs.update(ref for e in await self.store.read(run_id) for ref in e.blobs)
         for run_id in run_ids:
             self.forget(run_id)  # the tail's log of it first: the erase must not be read back
         if self._erases_many:
@@ -350,10 +364,12 @@ class Engine:
             for run_id in run_ids:
                 count += await self.store.erase(run_id)
         for run_id in run_ids:
-            if self.blobs is not None:
+            if self.blobs is not None and self._namespaced:
                 await self._blob_call(self.blobs.delete_namespace, run_id)
             self.forget(run_id)  # again: a read during the erase may have kept some of it
             self._disarm(run_id)
+        for ref in refs:
+            await self._blob_call(self.blobs.delete, ref)
         gone = set(run_ids)
         for key in [k for k, e in self._hydrated.items() if e.stream in gone]:
             del self._hydrated[key]
@@ -528,6 +544,7 @@ class Engine:
         stub, ref = await self._blob_call(
             put_claim, e.data, raw, store=self.blobs, namespace=e.stream,
             hot_fields=(*self.hot_fields, *FOLDED.get(e.type, ())),
+            namespaced=self._namespaced,
         )
         return replace(e, data=stub, blobs=(*e.blobs, ref))
 
