@@ -25,6 +25,11 @@ SELECT = "SELECT id, stream, seq, type, data, causation, time, blobs, tenant FRO
 HEAD = "SELECT seq FROM aaa_event WHERE stream = %s ORDER BY seq DESC LIMIT 1"
 # SQLite caps the variables of one statement; ids are checked in chunks of this many.
 SQLITE_CHUNK = 500
+#: how the triggers' refusals of a closed stream begin (migration 0006): the store
+#: raises ``ClosedStreamError`` for them, and no retry
+CLOSED = "aaa_event stream closed"
+#: ... and how the one of a run that has ended goes on
+ENDED = CLOSED + ": nothing is appended after"
 #: the columns of a run's index row (``aaa_run``) that the fold of its next events
 #: reads (see ``aaa_django.runindex.row_update``); appends read them with the head
 ROW_COLUMNS = ("run_id", "algorithm", "status", "outcome", "parent", "owner_id", "tokens_in",

@@ -7,6 +7,7 @@ one slot and the scripts may touch all of its keys):
 ``{prefix}:ev:<stream>``     a LIST of the stream's events; position i holds seq i+1
 ``{prefix}:ids``             a HASH event id -> stream (ids are unique in the log)
 ``{prefix}:streams``         a SET of the streams that hold events
+``{prefix}:closed``          a SET of the streams whose run has completed
 ``{prefix}:snap:<stream>``   a HASH: ``seq|<name>|<version>`` -> the snapshot's
                              seq, ``val|<name>|<version>`` -> ``[event_id, state]``
 ===========================  ====================================================
@@ -30,22 +31,26 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Sequence
 
-from .events import ConcurrencyError, Event, Snapshot
+from .events import ClosedStreamError, ConcurrencyError, Event, Snapshot
 from .events.event import decode_blobs, encode_blobs
-from .events.store import prepare_batch
+from .events.store import closed_reason, prepare_batch
 
-# KEYS: events list, ids hash, streams set. ARGV: stream, expected seq ('' = any),
-# then (id, claimed seq or '', record) per event. Returns {'ok', head, i1, i2...}
-# (1-based positions of the stored events in the batch) or {'conflict', message}.
+# KEYS: events list, ids hash, streams set, closed set. ARGV: stream, expected seq
+# ('' = any), then (id, claimed seq or '', type, record) per event. Returns {'ok',
+# head, i1, i2...} (1-based positions of the stored events in the batch),
+# {'conflict', message} or {'closed', 'ended' or the refused first type} (see
+# events.store.check_open).
 _APPEND = """
 local head = redis.call('LLEN', KEYS[1])
 local expected = ARGV[2]
 if expected ~= '' and tonumber(expected) ~= head then
   return {'conflict', 'stream head is ' .. head .. ', expected ' .. expected}
 end
+local closed = redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1
+local ends = false
 local fresh = {}
 local nxt = head
-for i = 3, #ARGV, 3 do
+for i = 3, #ARGV, 4 do
   if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 0 then
     nxt = nxt + 1
     local claimed = ARGV[i + 1]
@@ -53,16 +58,26 @@ for i = 3, #ARGV, 3 do
       return {'conflict', 'event ' .. ARGV[i] .. ' claims seq ' .. claimed ..
               ' but the next seq is ' .. nxt}
     end
+    local t = ARGV[i + 2]
+    if closed then return {'closed', 'ended'} end
+    if nxt == 1 and string.sub(t, 1, 4) == 'aaa.' and t ~= 'aaa.run.started' then
+      return {'closed', t}
+    end
+    if t == 'aaa.run.completed' then
+      closed = true
+      ends = true
+    end
     fresh[#fresh + 1] = i
   end
 end
 local out = {'ok', head}
 for _, i in ipairs(fresh) do
-  redis.call('RPUSH', KEYS[1], ARGV[i + 2])
+  redis.call('RPUSH', KEYS[1], ARGV[i + 3])
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[1])
-  out[#out + 1] = (i - 3) / 3 + 1
+  out[#out + 1] = (i - 3) / 4 + 1
 end
 if #fresh > 0 then redis.call('SADD', KEYS[3], ARGV[1]) end
+if ends then redis.call('SADD', KEYS[4], ARGV[1]) end
 return out
 """
 
@@ -74,7 +89,7 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[3], ARGV[2], ARGV[4])
 return 1
 """
 
-# KEYS: events list, ids hash, streams set, snapshot hash. ARGV: stream.
+# KEYS: events list, ids hash, streams set, snapshot hash, closed set. ARGV: stream.
 _ERASE = """
 local n = redis.call('LLEN', KEYS[1])
 local batch = 500
@@ -86,6 +101,7 @@ for start = 0, n - 1, batch do
 end
 redis.call('DEL', KEYS[1], KEYS[4])
 redis.call('SREM', KEYS[3], ARGV[1])
+redis.call('SREM', KEYS[5], ARGV[1])
 return n
 """
 
@@ -136,6 +152,10 @@ class RedisEventStore:
     def _streams_key(self) -> str:
         return f"{self._tag}:streams"
 
+    @property
+    def _closed_key(self) -> str:
+        return f"{self._tag}:closed"
+
     # -- the async protocol -----------------------------------------------------------
 
     async def append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
@@ -168,13 +188,17 @@ class RedisEventStore:
             return []
         args: list[Any] = [stream, "" if expected_seq is None else int(expected_seq)]
         for e, text in zip(batch, texts):
-            args += [e.id, "" if e.seq is None else e.seq, _record(e, text)]
+            args += [e.id, "" if e.seq is None else e.seq, e.type, _record(e, text)]
         reply = self._append(
-            keys=[self._events_key(stream), self._ids_key, self._streams_key], args=args
+            keys=[self._events_key(stream), self._ids_key, self._streams_key, self._closed_key],
+            args=args,
         )
         status = reply[0].decode()
         if status == "conflict":
             raise ConcurrencyError(reply[1].decode())
+        if status == "closed":
+            what = reply[1].decode()
+            raise ClosedStreamError(closed_reason(stream, ended=what == "ended", type=what))
         head = int(reply[1])
         return [
             # What the caller gets back is what a reader will get: the decoded text.
@@ -217,7 +241,8 @@ class RedisEventStore:
         return int(n), json.loads(last)[0]
 
     def erase_sync(self, stream: str) -> int:
-        keys = [self._events_key(stream), self._ids_key, self._streams_key, self._snap_key(stream)]
+        keys = [self._events_key(stream), self._ids_key, self._streams_key, self._snap_key(stream),
+                self._closed_key]
         return int(self._erase(keys=keys, args=[stream]))
 
     def streams_sync(self) -> list[str]:

@@ -21,6 +21,8 @@ from django.utils.timezone import now
 
 from .appends import StatementAppends
 from .eventrows import (
+    CLOSED,
+    ENDED,
     HEAD,
     INSERT_CHUNK,
     ROW,
@@ -33,8 +35,8 @@ from .eventrows import (
     number,
     to_event,
 )
-from .events import ConcurrencyError, Event, Snapshot
-from .events.store import RecentIds, prepare_batch
+from .events import ClosedStreamError, ConcurrencyError, Event, Snapshot
+from .events.store import RecentIds, closed_reason, prepare_batch
 from .models import EventRecord
 from .runtime import types as T
 
@@ -144,6 +146,9 @@ class DjangoEventStore(StatementAppends):
                 stored.committed = not connections[self.using].in_atomic_block
                 return stored
             except (IntegrityError, OperationalError) as exc:
+                if isinstance(exc, IntegrityError) and CLOSED in str(exc):
+                    # The triggers refused it (a run that has ended, or was erased): final.
+                    raise ClosedStreamError(closed_reason(stream, ended=ENDED in str(exc))) from exc
                 # Lost a race with another appender (SQLite: "database is locked";
                 # both: the same seq or id inserted first by someone else). Re-read
                 # and decide again; inside a caller's transaction our atomic block was

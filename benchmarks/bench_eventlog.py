@@ -98,7 +98,9 @@ def payload(i: int) -> dict:
 def events_for(stream: str, start: int, n: int):
     from aaa_django.events import Event
 
-    return [Event.new(stream, TYPES[i % 4], payload(i)) for i in range(start, start + n)]
+    # A run's stream starts with its start (the store refuses anything else first).
+    return [Event.new(stream, "aaa.run.started" if i == 0 else TYPES[i % 4], payload(i))
+            for i in range(start, start + n)]
 
 
 def loop_projection():

@@ -119,7 +119,7 @@ def _broker_url(base: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def celery_env(django_db_setup, django_db_blocker) -> dict[str, str]:
+def celery_env(django_db_setup, django_db_blocker, tmp_path_factory) -> dict[str, str]:
     from django.db import connections
 
     from tests.celery.site import EXEC_TABLE
@@ -145,8 +145,11 @@ def celery_env(django_db_setup, django_db_blocker) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "tests.celery.worker_settings",
         "AAA_TEST_WORKER_DB": db_name,
         "AAA_TEST_CELERY_BROKER": broker,
+        # claim-checked payloads: a directory the workers and the tests share
+        "AAA_TEST_BLOB_DIR": str(tmp_path_factory.mktemp("blobs")),
         "PYTHONUNBUFFERED": "1",
     }
+    os.environ["AAA_TEST_BLOB_DIR"] = env["AAA_TEST_BLOB_DIR"]
     env.pop("PYTEST_XDIST_WORKER", None)
     return env
 

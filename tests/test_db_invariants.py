@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db(databases="__all__")
 
 INSERT = (
     "INSERT INTO aaa_event (id, stream, seq, type, data, causation, time, blobs, tenant) "
-    "VALUES (%s, %s, %s, 'aaa.test.raw', '{}', NULL, '2026-01-01 00:00:00+00:00', '[]', NULL)"
+    "VALUES (%s, %s, %s, 'test.raw', '{}', NULL, '2026-01-01 00:00:00+00:00', '[]', NULL)"
 )
 
 
@@ -26,8 +26,8 @@ def _refused(alias: str, sql: str, params=()) -> None:
 @pytest.fixture
 def stored(db_alias):
     store = DjangoEventStore(db_alias)
-    store.append_sync([Event.new("s", "aaa.test.one", {"n": 1}, id="e1")])
-    store.append_sync([Event.new("s", "aaa.test.two", {"n": 2}, id="e2")])
+    store.append_sync([Event.new("s", "test.one", {"n": 1}, id="e1")])
+    store.append_sync([Event.new("s", "test.two", {"n": 2}, id="e2")])
     return db_alias
 
 
@@ -57,12 +57,12 @@ def test_seq_is_dense(stored):
 
 
 def test_events_are_never_updated(stored):
-    _refused(stored, "UPDATE aaa_event SET type = 'aaa.test.forged' WHERE id = 'e1'")
+    _refused(stored, "UPDATE aaa_event SET type = 'test.forged' WHERE id = 'e1'")
     _refused(stored, "UPDATE aaa_event SET seq = 5 WHERE id = 'e2'")
     events = DjangoEventStore(stored).read_sync("s")
     assert [(e.id, e.seq, e.type) for e in events] == [
-        ("e1", 1, "aaa.test.one"),
-        ("e2", 2, "aaa.test.two"),
+        ("e1", 1, "test.one"),
+        ("e2", 2, "test.two"),
     ]
 
 
@@ -85,7 +85,7 @@ def test_stream_reads_use_indexes(pg_alias):
     even with many streams in the table."""
     store = DjangoEventStore(pg_alias)
     for s in range(200):
-        store.append_sync([Event.new(f"s{s}", "aaa.test.e", {"i": i}) for i in range(20)])
+        store.append_sync([Event.new(f"s{s}", "test.e", {"i": i}) for i in range(20)])
     with connections[pg_alias].cursor() as cur:
         cur.execute("ANALYZE aaa_event")
         cur.execute("ANALYZE aaa_snapshot")
@@ -110,17 +110,17 @@ def test_stream_reads_use_indexes(pg_alias):
 # DELETE or UPDATE triggers: BEFORE INSERT triggers keep the rules for them too.
 REPLACE = [
     "INSERT OR REPLACE INTO aaa_event (id, stream, seq, type, data, causation, time, blobs, tenant) "
-    "VALUES (%s, %s, %s, 'aaa.test.forged', '{\"n\": 99}', NULL, '2026-01-01 00:00:00', '[]', NULL)",
+    "VALUES (%s, %s, %s, 'test.forged', '{\"n\": 99}', NULL, '2026-01-01 00:00:00', '[]', NULL)",
     "REPLACE INTO aaa_event (id, stream, seq, type, data, causation, time, blobs, tenant) "
-    "VALUES (%s, %s, %s, 'aaa.test.forged', '{\"n\": 99}', NULL, '2026-01-01 00:00:00', '[]', NULL)",
+    "VALUES (%s, %s, %s, 'test.forged', '{\"n\": 99}', NULL, '2026-01-01 00:00:00', '[]', NULL)",
 ]
 
 
 @pytest.fixture
 def sqlite_stored():
     store = DjangoEventStore("default")
-    store.append_sync([Event.new("s", "aaa.test.one", {"n": 1}, id="e1")])
-    store.append_sync([Event.new("s", "aaa.test.two", {"n": 2}, id="e2")])
+    store.append_sync([Event.new("s", "test.one", {"n": 1}, id="e1")])
+    store.append_sync([Event.new("s", "test.two", {"n": 2}, id="e2")])
     return store
 
 
@@ -148,3 +148,26 @@ def test_sqlite_replace_cannot_move_a_snapshot_back(sqlite_stored, verb):
     # Forward is allowed, as an UPDATE is; an older save is still refused quietly.
     assert store.save_snapshot_sync(Snapshot("s", "p", 1, 2, "e2", '{"n": 2}')) is False
     assert store.save_snapshot_sync(Snapshot("s", "p", 1, 1, "e1", '{"n": 1}')) is False
+
+
+TYPED = (
+    "INSERT INTO aaa_event (id, stream, seq, type, data, causation, time, blobs, tenant) "
+    "VALUES (%s, %s, %s, %s, '{}', NULL, '2026-01-01 00:00:00+00:00', '[]', NULL)"
+)
+
+
+def test_nothing_follows_a_run_completion_even_in_raw_sql(db_alias):
+    DjangoEventStore(db_alias).append_sync([
+        Event.new("r", "aaa.run.started", {}, id="r1"), Event.new("r", "aaa.run.completed", {}, id="r2")])
+    _refused(db_alias, TYPED, ["r3", "r", 3, "aaa.tool.completed"])
+    _refused(db_alias, TYPED, ["r3", "r", 3, "acme.late.note"])
+    assert _count(db_alias, "WHERE stream = %s", ["r"]) == 2
+
+
+def test_a_run_stream_starts_with_its_start_even_in_raw_sql(db_alias):
+    _refused(db_alias, TYPED, ["o1", "orphan", 1, "aaa.tool.completed"])
+    assert _count(db_alias, "WHERE stream = %s", ["orphan"]) == 0
+    with transaction.atomic(using=db_alias), connections[db_alias].cursor() as cur:
+        cur.execute(TYPED, ["o1", "other", 1, "acme.thing.happened"])  # not a run's stream
+        cur.execute(TYPED, ["o2", "run", 1, "aaa.run.started"])
+    assert _count(db_alias) == 2

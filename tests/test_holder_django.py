@@ -22,10 +22,10 @@ COUNT = Projection(dict, _count, name="test.count", version=1, state_type=dict, 
 @pytest.mark.django_db(databases="__all__", transaction=True)
 def test_holder_publishes_committed_reads(db_alias):
     store, cache = DjangoEventStore(db_alias), FoldCache(check_every=0)
-    store.append_sync([Event.new("h", "aaa.test.e", {}) for _ in range(5)])
+    store.append_sync([Event.new("h", "test.e", {}) for _ in range(5)])
     first = async_to_sync(COUNT.load_info)(store, "h", cache=cache)
     assert (first.source, first.state, len(cache)) == ("replay", {"n": 5}, 1)
-    store.append_sync([Event.new("h", "aaa.test.e", {})])
+    store.append_sync([Event.new("h", "test.e", {})])
     second = async_to_sync(COUNT.load_info)(store, "h", cache=cache)
     assert (second.source, second.folded, second.state) == ("cache", 1, {"n": 6})
 
@@ -33,7 +33,7 @@ def test_holder_publishes_committed_reads(db_alias):
 @pytest.mark.django_db(databases="__all__", transaction=True)
 def test_holder_never_shares_uncommitted_rows(db_alias):
     store, cache = DjangoEventStore(db_alias), FoldCache(check_every=0)
-    store.append_sync([Event.new("u", "aaa.test.e", {}) for _ in range(3)])
+    store.append_sync([Event.new("u", "test.e", {}) for _ in range(3)])
     async_to_sync(COUNT.load)(store, "u", cache=cache)  # committed: published at seq 3
 
     class Rollback(Exception):
@@ -41,7 +41,7 @@ def test_holder_never_shares_uncommitted_rows(db_alias):
 
     with pytest.raises(Rollback):
         with transaction.atomic(using=db_alias):
-            store.append_sync([Event.new("u", "aaa.test.e", {}) for _ in range(2)])
+            store.append_sync([Event.new("u", "test.e", {}) for _ in range(2)])
             inside = async_to_sync(COUNT.load_info)(store, "u", cache=cache)
             assert inside.state == {"n": 5}  # the caller sees its own rows...
             raise Rollback

@@ -30,12 +30,13 @@ from aaa_django.events import (
 )
 
 STREAM = "run-1"
+# Not the runtime's ``aaa.`` types: a stream of those is a run's, which starts with its start.
 TYPES = [
-    "aaa.run.started",
-    "aaa.llm.requested",
-    "aaa.llm.completed",
-    "aaa.tool.requested",
-    "aaa.tool.completed",
+    "test.run.started",
+    "test.llm.requested",
+    "test.llm.completed",
+    "test.tool.requested",
+    "test.tool.completed",
     "acme.unknown.happened",  # folds must ignore types they do not know
 ]
 
@@ -56,9 +57,9 @@ def apply_stats(s: Stats, e: Event) -> Stats:
     s.counts[e.type] = s.counts.get(e.type, 0) + 1
     s.total += e.data.get("n", 0)
     s.trail = (s.trail + [e.type.split(".")[1]])[-5:]
-    if e.type == "aaa.tool.requested":
+    if e.type == "test.tool.requested":
         s.pending.append(e.data.get("call", ""))
-    elif e.type == "aaa.tool.completed" and e.data.get("call", "") in s.pending:
+    elif e.type == "test.tool.completed" and e.data.get("call", "") in s.pending:
         s.pending.remove(e.data.get("call", ""))
     if "tag" in e.data:
         s.last_tag = e.data["tag"]
@@ -66,7 +67,7 @@ def apply_stats(s: Stats, e: Event) -> Stats:
 
 
 def apply_plain(s: dict, e: Event) -> dict:
-    if e.type.startswith("aaa."):
+    if e.type.startswith("test."):
         s["types"].append(e.type)
         s["n"] = s["n"] * 31 + e.data.get("n", 0)  # order-sensitive
     return s
@@ -80,9 +81,9 @@ class Pairs(BaseModel):
 
 def apply_pairs(s: Pairs, e: Event) -> Pairs:
     call = e.data.get("call", "")
-    if e.type == "aaa.tool.requested":
+    if e.type == "test.tool.requested":
         s.requested.setdefault(call, e.seq)
-    elif e.type == "aaa.tool.completed":
+    elif e.type == "test.tool.completed":
         s.completed[call] = e.seq
     return s
 
@@ -311,13 +312,13 @@ def test_a_holder_entry_from_another_log_is_rejected(kind, old, new, data):
 def test_a_holder_entry_from_another_log_of_the_same_length_is_rejected():
     async def body():
         store = InMemoryEventStore()
-        spec = [("aaa.llm.requested", {"n": 1}), ("aaa.llm.completed", {"n": 2})]
+        spec = [("test.llm.requested", {"n": 1}), ("test.llm.completed", {"n": 2})]
         await write(store, spec)
         cache = FoldCache()
         p = stats_projection()
         await p.load_info(store, STREAM, cache=cache)
         await store.erase(STREAM)
-        events = await write(store, [("aaa.tool.requested", {"n": 5}), ("aaa.tool.completed", {"n": 7})])
+        events = await write(store, [("test.tool.requested", {"n": 5}), ("test.tool.completed", {"n": 7})])
 
         info = await p.load_info(store, STREAM, cache=cache)
 
@@ -347,7 +348,7 @@ def test_the_self_check_replaces_a_wrong_holder_entry(kind, caplog):
         served = []
         for i in range(1, N + 1):
             if i % 2 == 0:  # some reads see new events, folded onto the wrong state
-                events += await write(store, [("aaa.llm.requested", {"n": 100 + i})])
+                events += await write(store, [("test.llm.requested", {"n": 100 + i})])
             with caplog.at_level(logging.WARNING, logger="aaa_django.events"):
                 served.append(await p.load_info(store, STREAM, cache=cache))
 
@@ -371,7 +372,7 @@ def test_the_self_check_keeps_a_correct_holder_entry(caplog):
         cache = FoldCache(check_every=3, background=False)
         p = stats_projection()
         for i in range(9):
-            await write(store, [("aaa.llm.requested", {"n": i})])
+            await write(store, [("test.llm.requested", {"n": i})])
             with caplog.at_level(logging.WARNING, logger="aaa_django.events"):
                 await p.load_info(store, STREAM, cache=cache)
 
@@ -422,12 +423,12 @@ def test_an_erased_stream_rewritten_with_the_same_ids_is_not_served_from_the_hol
 
     async def body():
         store, cache = InMemoryEventStore(), FoldCache(check_every=0)
-        root = Event.new(STREAM, "aaa.test.e", {"n": 1}, id="root")
-        await store.append([root, root.derive("aaa.test.e", {"n": 2})])
+        root = Event.new(STREAM, "test.e", {"n": 1}, id="root")
+        await store.append([root, root.derive("test.e", {"n": 2})])
         assert (await p.load(store, STREAM, cache=cache)) == {"total": 3}
         await store.erase(STREAM)
-        root2 = Event.new(STREAM, "aaa.test.e", {"n": 100}, id="root")
-        await store.append([root2, root2.derive("aaa.test.e", {"n": 200})])
+        root2 = Event.new(STREAM, "test.e", {"n": 100}, id="root")
+        await store.append([root2, root2.derive("test.e", {"n": 200})])
         info = await p.load_info(store, STREAM, cache=cache)
         assert (info.source, info.state) == ("replay", {"total": 300})
         assert cache.rejected == 1

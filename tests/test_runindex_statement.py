@@ -19,8 +19,7 @@ pytestmark = [pytest.mark.django_db(databases=["postgres"], transaction=True), p
 
 
 def log_of(run_id: str) -> list[Event]:
-    """The run index tests' log (no owner): a run with spend, a completion, and late
-    results after it."""
+    """The run index tests' log (no owner): a run with spend, and its completion."""
     return api_log_of(run_id, None)
 
 

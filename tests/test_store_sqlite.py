@@ -57,10 +57,10 @@ def row(run_id: str) -> dict:
 
 def test_an_append_outside_a_transaction_is_one_transaction_of_its_own():
     store = DjangoEventStore(ALIAS)
-    store.append_sync([Event.new("plain", "aaa.test.happened", {"i": 0})])
+    store.append_sync([Event.new("plain", "test.happened", {"i": 0})])
 
     with statements() as sql:
-        stored = store.append_sync([Event.new("plain", "aaa.test.happened", {"i": i})
+        stored = store.append_sync([Event.new("plain", "test.happened", {"i": i})
                                     for i in (1, 2, 3)])
 
     assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "COMMIT"]
@@ -70,7 +70,7 @@ def test_an_append_outside_a_transaction_is_one_transaction_of_its_own():
 
 def test_an_append_of_stored_ids_only_reads():
     store = DjangoEventStore(ALIAS)
-    events = [Event.new("plain", "aaa.test.happened", {"i": i}) for i in range(3)]
+    events = [Event.new("plain", "test.happened", {"i": i}) for i in range(3)]
     store.append_sync(events[:2])
 
     with statements() as sql:
@@ -103,9 +103,9 @@ def test_a_runs_row_is_updated_in_the_same_transaction_as_its_events(batches):
 
 def test_a_runs_start_behind_an_id_stored_elsewhere_still_makes_its_row():
     store, events = DjangoEventStore(ALIAS), log_of("run-e")
-    other = Event.new("elsewhere", "aaa.test.happened", {})
+    other = Event.new("elsewhere", "test.happened", {})
     store.append_sync([other])
-    again = Event(id=other.id, stream="run-e", type="aaa.test.happened", data={})
+    again = Event(id=other.id, stream="run-e", type="test.happened", data={})
 
     stored = store.append_sync([again, *events[:3]])  # the first one is absorbed
 
@@ -128,14 +128,14 @@ def test_a_row_behind_its_log_is_caught_up_by_the_transactional_path():
 
 def test_a_refused_append_rolls_back_and_writes_nothing():
     store = DjangoEventStore(ALIAS)
-    store.append_sync([Event.new("plain", "aaa.test.happened", {})])
+    store.append_sync([Event.new("plain", "test.happened", {})])
 
     with statements() as sql, pytest.raises(ConcurrencyError):
-        store.append_sync([Event.new("plain", "aaa.test.happened", {})], expected_seq=0)
+        store.append_sync([Event.new("plain", "test.happened", {})], expected_seq=0)
 
     assert sql == ["BEGIN IMMEDIATE", "SELECT", "ROLLBACK"]
     assert len(store.read_sync("plain")) == 1 and no_transaction_open()
-    assert store.append_sync([Event.new("plain", "aaa.test.happened", {})])[0].seq == 2
+    assert store.append_sync([Event.new("plain", "test.happened", {})])[0].seq == 2
 
 
 @pytest.mark.parametrize("at", ["UPDATE aaa_run", "COMMIT"])
@@ -159,14 +159,14 @@ def test_a_lost_race_is_retried_from_scratch():
     # "database is locked" (another writer) at any statement: the attempt is rolled
     # back and the append starts again.
     store = DjangoEventStore(ALIAS)
-    store.append_sync([Event.new("plain", "aaa.test.happened", {})])
+    store.append_sync([Event.new("plain", "test.happened", {})])
     failures = iter([OperationalError("database is locked")])
 
     def fail(kind):
         return next(failures, None) if kind == "COMMIT" else None
 
     with statements(fail) as sql:
-        stored = store.append_sync([Event.new("plain", "aaa.test.happened", {"n": n})
+        stored = store.append_sync([Event.new("plain", "test.happened", {"n": n})
                                     for n in range(2)])
 
     assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "ROLLBACK",

@@ -12,7 +12,7 @@ asks for it never imports them).
 import importlib
 
 from .cache import FoldCache, Folded, default_cache
-from .errors import ConcurrencyError, EventError, InvalidEventError
+from .errors import ClosedStreamError, ConcurrencyError, EventError, InvalidEventError
 from .event import Event, check_event, encode_json
 from .ids import derive_id, new_id
 from .projection import Loaded, Projection, fold, iterate
@@ -32,6 +32,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "ClosedStreamError",
     "ConcurrencyError",
     "ErasesMany",
     "Event",

@@ -21,3 +21,14 @@ class ConcurrencyError(EventError):
     ``expected_seq`` does not match the stream head. Nothing is written; re-read the
     stream and decide again.
     """
+
+
+class ClosedStreamError(EventError):
+    """The stream takes no such event: nothing follows a run's ``aaa.run.completed``,
+    and a run's stream (one whose first event is of the runtime's ``aaa.`` types)
+    starts with its ``aaa.run.started``, so nothing is written to a run that has
+    ended, was erased or never started.
+
+    Raised before anything is written. The engine drops what was refused: a late
+    result of a run that has ended is not part of its log.
+    """

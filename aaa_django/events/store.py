@@ -7,8 +7,14 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
-from .errors import ConcurrencyError, InvalidEventError
+from .errors import ClosedStreamError, ConcurrencyError, InvalidEventError
 from .event import Event, check_event
+
+#: a run's first event, and its last
+RUN_STARTED = "aaa.run.started"
+RUN_COMPLETED = "aaa.run.completed"
+#: the runtime's event types: a stream whose first event is one of them is a run's
+RUN_TYPES = "aaa."
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +42,9 @@ class EventStore(Protocol):
       stored (returning only the newly stored events), and raises
       :class:`ConcurrencyError` for a write that would break ``seq``. A batch is
       atomic: all of it is stored or none.
+    - ``append`` raises :class:`ClosedStreamError` for an event after a run's
+      ``aaa.run.completed``, or for a run's stream whose first event would not be
+      its ``aaa.run.started`` (see :func:`check_open`).
     - ``read`` returns events with ``seq > after`` in order, at most ``limit``.
     - snapshots are keyed by (stream, name, version); ``save_snapshot`` is monotonic:
       it stores nothing (and returns False) unless its seq is newer than the stored one.
@@ -134,6 +143,28 @@ def prepare_batch(events: Iterable[Event]) -> tuple[str, list[Event], list[str]]
     return stream, kept, texts
 
 
+def check_open(stream: str, head_type: str | None, events: Sequence[Event]) -> None:
+    """Refuse (``ClosedStreamError``) new ``events`` that would follow a run's
+    completion, or begin a run's stream with anything but the run's start.
+    ``head_type``: the type of the stream's last stored event (None: it is empty).
+    The SQL stores keep the same rule in their triggers (migration 0006)."""
+    last = head_type
+    for e in events:
+        if last == RUN_COMPLETED:
+            raise ClosedStreamError(closed_reason(stream, ended=True))
+        if last is None and e.type.startswith(RUN_TYPES) and e.type != RUN_STARTED:
+            raise ClosedStreamError(closed_reason(stream, ended=False, type=e.type))
+        last = e.type
+
+
+def closed_reason(stream: str, *, ended: bool, type: str | None = None) -> str:
+    """The words of a :class:`ClosedStreamError` (every store says the same)."""
+    if ended:
+        return f"{stream}: the run has completed; nothing is appended after {RUN_COMPLETED}"
+    return (f"{stream}: a run's stream starts with {RUN_STARTED}"
+            f"{f', not {type}' if type else ''} (the run was erased, or never started)")
+
+
 def assign_seqs(events: list[Event], head: int, expected_seq: int | None) -> list[Event]:
     """Number new events after ``head``; refuse any write that would break ``seq``."""
     if expected_seq is not None and expected_seq != head:
@@ -199,6 +230,7 @@ class InMemoryEventStore:
                 if e.id not in self._ids
             ]
             stored = assign_seqs(fresh, len(log), expected_seq)
+            check_open(stream, log[-1].type if log else None, stored)
             if stored:
                 log.extend(stored)
                 self._streams[stream] = log

@@ -37,6 +37,7 @@ from aaa_django.data import (
 from aaa_django.data.claims import claim_payload, put_claim
 from aaa_django.data.errors import BlobError
 from aaa_django.events import (
+    ClosedStreamError,
     ConcurrencyError,
     ErasesMany,
     Event,
@@ -520,11 +521,18 @@ class Engine:
         """Claim-check, append (per stream, in order) and publish; return the new events.
 
         Events already in the store (same id) are absorbed and not published again.
+        Nothing is appended after a run's ``aaa.run.completed``, nor to a run that was
+        erased or never started: the store refuses it (``ClosedStreamError``), and the
+        refused events are dropped here (a late result of an ended run).
         """
         stored: list[Event] = []
-        for _, group in groupby(events, key=lambda e: e.stream):
-            batch = [await self._claim(e) for e in group]
-            added = await self.store.append(batch)
+        for stream, group in groupby(events, key=lambda e: e.stream):
+            batch = [await self._claim(e) for e in _through_completion(group)]
+            try:
+                added = await self.store.append(batch)
+            except ClosedStreamError as exc:
+                log.debug("not appended to %s: %s", stream, exc)
+                continue
             if added and self.observers:
                 await notify_appended(self.observers, added)
             stored.extend(added)
@@ -805,6 +813,17 @@ class Engine:
         waiter = self._waiters.pop(run_id, None)
         if waiter is not None:
             waiter.set()
+
+
+def _through_completion(events: Iterable[Event]) -> list[Event]:
+    """``events`` up to their run's completion: a step's output after it is not part of
+    the run (and the store would refuse the whole batch)."""
+    out = []
+    for e in events:
+        out.append(e)
+        if e.type == T.RUN_COMPLETED:
+            break
+    return out
 
 
 def _over_budget(meta: RunMeta, out: list[Event]) -> dict | None:

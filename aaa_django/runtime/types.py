@@ -9,9 +9,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from aaa_django.events import Event, derive_id
+from aaa_django.events.store import RUN_COMPLETED, RUN_STARTED  # the log's rules name them
 
-RUN_STARTED = "aaa.run.started"
-RUN_COMPLETED = "aaa.run.completed"
 CANCEL_REQUESTED = "aaa.cancel.requested"
 
 INPUT_VALIDATED = "aaa.input.validated"

@@ -36,10 +36,10 @@ def log_of(run_id: str, owner: str | None) -> list[Event]:
         ev(T.TOOL_REQUESTED, 2, call_id="c", name="t", args={}),
         ev(T.TOOL_COMPLETED, 2, content="ok"),
         ev(T.LLM_REQUESTED, 3),
+        ev(T.LLM_COMPLETED, 3, usage=usage, cost=0.5),
+        ev("acme.note.made", 4, text="an algorithm's own record"),
         Event(id=T.completion_id(run_id), stream=run_id, type=T.RUN_COMPLETED,
-              data={"outcome": "success", "value": 1}),
-        ev(T.LLM_COMPLETED, 3, usage=usage, cost=0.5),  # late: still paid for
-        ev(T.TOOL_REQUESTED, 4, call_id="d", name="t", args={}),  # late: not counted
+              data={"outcome": "success", "value": 1}),  # last: nothing follows a completion
     ]
 
 

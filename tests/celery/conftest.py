@@ -88,9 +88,16 @@ def redis(celery_env):
 
 
 def make_engine(queues: dict[str, str] | None = None, **kw):
-    """An engine on the test database whose bus is the Celery bus (on ``queues``)."""
+    """An engine on the test database whose bus is the Celery bus (on ``queues``), and
+    the workers' blob store (see ``worker_settings``)."""
+    import os
+
+    from django.core.files.storage import FileSystemStorage
+
+    from aaa_django.blobs import StorageBlobStore
     from aaa_django.bus import DistributedBus
     from aaa_django.engines import build_engine
 
     kw.setdefault("poll_interval", 0.05)
+    kw.setdefault("blobs", StorageBlobStore(FileSystemStorage(location=os.environ["AAA_TEST_BLOB_DIR"])))
     return build_engine(using="postgres", bus=DistributedBus(queues=queues), **kw)

@@ -5,7 +5,7 @@ PostgreSQL alias pointing at the pytest process's *test* database (AAA_TEST_WORK
 import os
 
 from tests.settings import *  # noqa: F401,F403
-from tests.settings import DATABASES
+from tests.settings import DATABASES, STORAGES
 
 DATABASES["postgres"]["NAME"] = os.environ["AAA_TEST_WORKER_DB"]
 DATABASES["postgres"]["TEST"] = {"NAME": os.environ["AAA_TEST_WORKER_DB"]}
@@ -19,6 +19,12 @@ AAA = {
     "RUN_LOCK_TTL": 3,
     "LEASE_TTL": 4,
 }
+# Claim-checked payloads in a directory the tests' engines share (celery_env).
+STORAGES = {**STORAGES, "aaa-test-blobs": {
+    "BACKEND": "django.core.files.storage.FileSystemStorage",
+    "OPTIONS": {"location": os.environ["AAA_TEST_BLOB_DIR"]},
+}}
+AAA["BLOB_STORAGE"] = "aaa-test-blobs"
 # A test with workers of its own uses queues of its own (AAA_TEST_QUEUE_SUFFIX), so
 # the shared workers never take its messages.
 if os.environ.get("AAA_TEST_QUEUE_SUFFIX"):

@@ -32,6 +32,7 @@ from asgiref.sync import async_to_sync
 from pydantic import BaseModel, Field
 
 from aaa_django.events import (
+    ClosedStreamError,
     ConcurrencyError,
     Event,
     EventStore,
@@ -55,14 +56,14 @@ def run(awaitable: Awaitable[T]) -> T:
     return async_to_sync(main)()
 
 
-def ev(stream: str = "run-1", type: str = "aaa.test.happened", data: Any = None, **kw: Any) -> Event:
+def ev(stream: str = "run-1", type: str = "test.happened", data: Any = None, **kw: Any) -> Event:
     """A root event; ``data`` defaults to ``{}``, ``**kw`` sets any other field."""
     return Event.new(stream, type, {} if data is None else data, **kw)
 
 
 def raw(**fields: Any) -> Event:
     """An event built field by field, bypassing ``Event.new`` (for malformed input)."""
-    base = dict(id=Event.new("x", "a.b").id, stream="run-1", type="aaa.test.happened", data={})
+    base = dict(id=Event.new("x", "a.b").id, stream="run-1", type="test.happened", data={})
     base.update(fields)
     return Event(**base)
 
@@ -304,6 +305,48 @@ class EventStoreContract:
 
         self.assert_unchanged(store, before)
 
+    # --- append: a run's stream is closed at both ends --------------------------------
+
+    @staticmethod
+    def a_run(stream: str = "run-1", *, ended: bool = True) -> list[Event]:
+        events = [ev(stream, "aaa.run.started", id=f"{stream}:start"), ev(stream, "aaa.llm.requested")]
+        return events + ([ev(stream, "aaa.run.completed", id=f"{stream}:end")] if ended else [])
+
+    def test_nothing_is_appended_after_a_run_completes(self, store):
+        before = self.append(store, *self.a_run())
+        for batch in ([ev(type="aaa.tool.completed")], [ev()], [ev(type="aaa.run.completed")]):
+            with pytest.raises(ClosedStreamError, match="completed"):
+                self.append(store, *batch)
+        self.assert_unchanged(store, before)
+        # The completion delivered again is absorbed, as any stored id is; not what follows it.
+        assert self.append(store, before[-1]) == []
+        with pytest.raises(ClosedStreamError):
+            self.append(store, before[-1], ev())
+        self.assert_unchanged(store, before)
+
+    def test_a_batch_that_goes_on_after_its_completion_writes_nothing(self, store):
+        with pytest.raises(ClosedStreamError):
+            self.append(store, *self.a_run(), ev(type="aaa.tool.completed"))
+        self.assert_unchanged(store, [])
+
+    def test_a_run_stream_starts_with_the_run_start(self, store):
+        for first in ("aaa.tool.completed", "aaa.cancel.requested", "aaa.run.completed"):
+            with pytest.raises(ClosedStreamError, match="aaa.run.started"):
+                self.append(store, ev(type=first), ev(type="aaa.run.started"))
+        self.assert_unchanged(store, [])
+        # Streams of other types are not runs' (and may hold the runtime's types later).
+        assert len(self.append(store, ev("acme-1", "acme.thing.happened"), ev("acme-1", "aaa.tool.completed"))) == 2
+        assert len(self.append(store, *self.a_run(ended=False))) == 2
+
+    def test_an_erased_run_takes_no_late_result(self, store):
+        self.append(store, *self.a_run(ended=False))
+        run(store.erase("run-1"))
+        with pytest.raises(ClosedStreamError, match="erased"):
+            self.append(store, ev(type="aaa.tool.completed"))
+        self.assert_unchanged(store, [])
+        # Erased, then started again (a run id may be reused once it is gone).
+        assert len(self.append(store, *self.a_run())) == 3
+
     # --- append: bad input writes nothing ------------------------------------------
 
     BAD_DATA = {
@@ -380,7 +423,7 @@ class EventStoreContract:
 
     def test_something_that_is_not_an_event_raises(self, store):
         with pytest.raises(InvalidEventError):
-            self.append(store, ev(), {"stream": "run-1", "type": "aaa.test.happened"})
+            self.append(store, ev(), {"stream": "run-1", "type": "test.happened"})
         assert run(store.streams()) == []
 
     def test_a_batch_over_two_streams_raises_and_writes_nothing(self, store):

@@ -10,8 +10,8 @@ A scenario gets a :class:`Harness` and uses only this:
                          returns a :class:`Result`
 
 ``inprocess``: an :class:`~aaa_django.events.InMemoryEventStore` and the asyncio bus in
-the pytest process; the handlers are attached to the test's engine. ``celery``: the
-Django store on PostgreSQL and the Celery bus; the test's engine only starts runs and
+the pytest process (blobs in memory); the handlers are attached to the test's engine. ``celery``: the
+Django store on PostgreSQL and the Celery bus (blobs in a directory the workers share); the test's engine only starts runs and
 asks for things (cancel, approve), every delivery happens in real worker processes
 (``tests.scenarios.site.setup`` attaches their handlers).
 """
@@ -26,6 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
+from aaa_django.data import InMemoryBlobStore
 from aaa_django.events import Event, FoldCache, InMemoryEventStore
 from aaa_django.runtime import Engine, InProcessBus, Outcome
 
@@ -99,7 +100,8 @@ class InProcess(Harness):
 
     @contextlib.asynccontextmanager
     async def engine(self) -> AsyncIterator[Engine]:
-        engine = Engine(store=InMemoryEventStore(), bus=InProcessBus(), cache=FoldCache())
+        engine = Engine(store=InMemoryEventStore(), bus=InProcessBus(), cache=FoldCache(),
+                        blobs=InMemoryBlobStore())
         site.attach(engine)
         async with engine:
             yield engine
@@ -130,8 +132,8 @@ class Celery(Harness):
             yield engine
 
     async def settle(self, engine: Engine, run_ids: list[str]) -> None:
-        # Deliveries run elsewhere: a run's late events (a tool cancelled after the
-        # end, a model answer nobody waits for) arrive after its completion.
+        # Deliveries run elsewhere: other runs' events may follow the first run's end,
+        # and late results (a tool cancelled at the end) are tried, and refused, then.
         if self.expected_events is not None:
             async def enough() -> bool:
                 return len(await read_logs(engine, run_ids)) >= self.expected_events

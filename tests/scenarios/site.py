@@ -206,7 +206,14 @@ def provider_down(request):
 async def thinks_for_a_second(request):
     probe().set(f"{request.run_id}:model:called", os.getpid())
     await asyncio.sleep(1.0)
+    probe().set(f"{request.run_id}:model:answered", os.getpid())
     return text("an answer nobody waits for")
+
+
+def echo_size(request):
+    """Says how long the task it was given is (it saw all of it)."""
+    task = next(m.content for m in request.messages if m.role == "user")
+    return text(f"{len(task)} chars")
 
 
 def call_once_then_report(name: str, args: dict[str, Any], request):
@@ -227,6 +234,7 @@ SCRIPTS: dict[str, Callable[[Any], Any]] = {
     "always_add": always_add,
     "provider_down": provider_down,
     "thinks_for_a_second": thinks_for_a_second,
+    "echo_size": echo_size,
 }
 
 
