@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 
 from aaa_django import runindex
 from aaa_django.models import EventRecord, RunRecord
+from aaa_django.runtime import RunNotEndedError
 
 from . import engine
 from .forms import ApprovalForm, ReasonForm, StartRunForm
@@ -108,6 +109,9 @@ class RunActions:
                 count = engine.erase(run.run_id, using=self._using())
             except engine.EngineUnavailable as exc:
                 return self._engine_failed(request, run, exc)
+            except RunNotEndedError:  # the engine's rule, as over the API
+                messages.error(request, f"Run {run.run_id} has not ended: cancel it, then erase it.")
+                return self._back(request, run)
             messages.success(request, f"Run {run.run_id} erased: {count} events, its snapshots and blobs.")
             return HttpResponseRedirect(self._changelist_url())
         blob_events = (EventRecord.objects.using(self._using()).filter(stream=run.run_id)

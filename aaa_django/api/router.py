@@ -33,7 +33,7 @@ from aaa_django.data import is_claimed
 from aaa_django.events import default_cache, derive_id
 from aaa_django.host import EngineHost
 from aaa_django.models import EventRecord, RunRecord
-from aaa_django.runtime import registry
+from aaa_django.runtime import RunNotEndedError, registry
 from aaa_django.runtime import types as T
 from aaa_django.validate import validate
 
@@ -399,10 +399,14 @@ def erase_run(request: HttpRequest, run_id: str = RunId):
     that is still going first (409 until it has ended)."""
     p: auth.Principal = request.auth
     row = runs.load(p, run_id, "erase")
-    if row.status != "completed":
-        raise ApiError(409, ["path", "run_id"],
-                       "the run has not ended: cancel it, then erase it", "run_not_ended")
-    count = host().call(lambda engine: engine.erase(run_id))
+    not_ended = ApiError(409, ["path", "run_id"], "the run has not ended: cancel it, then erase it",
+                         "run_not_ended")
+    if row.status != "completed":  # the index (written with the log) says so without a call
+        raise not_ended
+    try:  # the engine's rule, the admin's too
+        count = host().call(lambda engine: engine.erase(run_id))
+    except RunNotEndedError:
+        raise not_ended from None
     runindex.forget(runs.USING, run_id)
     log.info("run %s erased (%s events) by %s", run_id, count, p.label)
     return Status(204, None)

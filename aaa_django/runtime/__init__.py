@@ -9,6 +9,7 @@ from .budget import Budget, Spend
 from .bus import Bus, InProcessBus
 from .ctx import Ctx
 from .engine import Engine
+from .errors import RunNotEndedError
 from .meta import RUNMETA, RunMeta
 from .outcome import (
     BUDGET_EXCEEDED,
@@ -43,6 +44,7 @@ __all__ = [
     "Outcome",
     "Run",
     "RunMeta",
+    "RunNotEndedError",
     "Spend",
     "StoreUnavailable",
     "UnknownAlgorithmError",

@@ -57,6 +57,7 @@ from . import types as T
 from .budget import Budget
 from .bus import InProcessBus
 from .ctx import Ctx, _budget, _plain, absolute_deadline
+from .errors import RunNotEndedError
 from .logcontext import delivering
 from .meta import FOLDED, RUNMETA, RunMeta
 from .observe import Observer, around, check_observer, notify_appended
@@ -335,16 +336,25 @@ class Engine:
         return bool(await self.append([e]))
 
     async def erase(self, run_id: str) -> int:
-        """Erase a run: its events, snapshots, blobs and in-process cached state.
+        """Erase a run that has ended: its events, snapshots, blobs and in-process
+        cached state.
 
-        Returns the number of events erased. Child runs are separate runs: erase them
-        on their own.
+        Returns the number of events erased. A run that has started and not ended is
+        refused (:class:`RunNotEndedError`: cancel it, then erase it), so no handler
+        still at work can write to it after (and a late result to an erased run is
+        refused by the store: a run's stream starts with its start). Child runs are
+        separate runs: erase them on their own.
         """
+        meta = await self.meta(run_id)
+        if meta.started and not meta.completed:
+            raise RunNotEndedError(f"run {run_id} has not ended: cancel it, then erase it")
         return await self.erase_runs([run_id])
 
     async def erase_runs(self, run_ids: Iterable[str]) -> int:
         """Erase runs as :meth:`erase` does, their logs in one transaction where the
         store can (:class:`~aaa_django.events.ErasesMany`); return the events erased.
+        For runs known to have ended (retention selects them by their end): unlike
+        :meth:`erase`, it does not read each run to check.
 
         The logs go first, then the blobs: a crash in between leaves blobs no stream
         refers to, which the orphan sweep (``aaa_django.retention``) removes.

@@ -86,6 +86,19 @@ def test_redrive_finishes_a_stalled_run(client, operator, site):
     assert "nothing to re-drive" in text(r)
 
 
+def test_a_run_that_has_not_ended_is_not_erased_as_over_the_api(client, operator, gated_run):
+    """The engine's one rule: cancel it, then erase it (the API answers 409)."""
+    client.force_login(operator)
+    count = EventRecord.objects.filter(stream=gated_run).count()
+    assert "cancel it, then erase it" in text(client.get(run_url(gated_run, "erase")))
+
+    r = client.post(run_url(gated_run, "erase"), {"confirm": gated_run}, follow=True)
+
+    assert r.status_code == 200 and f"Run {gated_run} has not ended: cancel it, then erase it." in text(r)
+    assert EventRecord.objects.filter(stream=gated_run).count() == count
+    assert RunRecord.objects.filter(pk=gated_run).exists()
+
+
 def test_erase_asks_for_confirmation_then_erases_through_the_engine(client, operator, finished_run,
                                                                      media_root):
     client.force_login(operator)
