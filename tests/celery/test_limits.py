@@ -45,8 +45,9 @@ def test_cancel_reaches_a_tool_running_in_another_worker(cluster, arun, redis):
             t0 = time.monotonic()
             await run.cancel("enough")
             outcome = await run.result(timeout=20)
-            # the tool's worker records the cancelled call after the end
-            while not [e for e in await run.events() if e.type == T.TOOL_FAILED]:
+            # the tool, in its worker, sees the cancellation (its result is not
+            # recorded: nothing follows a run's end)
+            while not redis.get("aaa-test:slow-a:cancelled"):
                 assert time.monotonic() - t0 < 10, "the tool call was not cancelled"
                 await _sleep(0.02)
             return outcome, await run.events(), time.monotonic() - t0
@@ -54,9 +55,7 @@ def test_cancel_reaches_a_tool_running_in_another_worker(cluster, arun, redis):
     outcome, events, took = arun(main())
 
     assert outcome.outcome == "cancelled"
-    (failed,) = [e for e in events if e.type == T.TOOL_FAILED]
-    assert failed.data["reason"] == "cancelled"
-    assert [e.type for e in events].index(T.TOOL_FAILED) > [e.type for e in events].index(T.RUN_COMPLETED)
+    assert events[-1].type == T.RUN_COMPLETED and T.TOOL_FAILED not in [e.type for e in events]
     assert redis.get("aaa-test:slow-a:cancelled") == redis.get("aaa-test:slow-a:started")
     # a notice, not the 60 s the tool would take: the worker recorded the tool's cancellation
     del took
