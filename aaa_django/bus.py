@@ -360,6 +360,11 @@ class DistributedBus:
         async with self._coordinator().lock(key) if self.serialize and contended else contextlib.AsyncExitStack():
             yield
 
+    def exclusive(self, name: str):
+        """``async with``: the one cluster-wide lease on ``name`` (see
+        :class:`~aaa_django.runtime.bus.ExclusiveLeases`; ``LEASE_TTL``)."""
+        return self._coordinator().lease("exclusive", name, 1)
+
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` (an engine timer firing) on this loop; ``drain`` waits for it."""
         if self.closed:

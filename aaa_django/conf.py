@@ -42,8 +42,9 @@ RUN_LOCK_TTL        number > 0       10            Seconds the lock a step takes
                                                    lost a race on its run's stream lives
                                                    unless renewed (a killed worker's lock
                                                    frees itself after this).
-LEASE_TTL           number > 0       30            Seconds a tool-pool lease or a delivery's
-                                                   busy mark lives unless renewed.
+LEASE_TTL           number > 0       30            Seconds a tool-pool lease, a delivery's
+                                                   busy mark or a guarded tool call's
+                                                   lease lives unless renewed.
 STALL_AFTER         number > 0       60            The sweeper re-drives an unfinished run
                                                    with no new event and no live delivery
                                                    for this many seconds.

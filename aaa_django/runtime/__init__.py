@@ -6,7 +6,7 @@
 
 from . import types
 from .budget import Budget, Spend
-from .bus import Bus, InProcessBus
+from .bus import Bus, ExclusiveLeases, InProcessBus
 from .ctx import Ctx
 from .engine import Engine
 from .errors import RunNotEndedError
@@ -40,6 +40,7 @@ __all__ = [
     "Bus",
     "Ctx",
     "Engine",
+    "ExclusiveLeases",
     "InProcessBus",
     "Outcome",
     "Run",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from typing import TYPE_CHECKING, Any, AsyncContextManager, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, AsyncContextManager, Iterable, Protocol, runtime_checkable
 
 from aaa_django.events import Event
 
@@ -44,6 +44,20 @@ class Bus(Protocol):
     async def drain(self, timeout: float | None = None) -> None: ...
 
     async def close(self, *, cancel: bool = True) -> None: ...
+
+
+@runtime_checkable
+class ExclusiveLeases(Protocol):
+    """A bus whose deliveries of one event may run in several processes at once (the
+    Celery bus) offers exclusive leases across them: ``async with bus.exclusive(name)``
+    holds the one lease on ``name`` while inside, waiting while a live holder has it.
+    A holder that dies loses its lease after a while (its TTL), so a waiter then gets
+    it. The ``ToolHandler`` holds a guarded call's intent with one: a second delivery
+    of the request waits for the first instead of calling the call uncertain. (In one
+    process the handler itself sees a delivery that is already running.)
+    """
+
+    def exclusive(self, name: str) -> AsyncContextManager[None]: ...
 
 
 class InProcessBus:

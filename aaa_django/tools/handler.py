@@ -4,7 +4,8 @@ Results are ``aaa.tool.completed`` ``{"call_id", "name", "result"}`` or
 ``aaa.tool.failed`` ``{"call_id", "name", "reason", "error"}`` with reason one of
 ``error`` (the tool raised; ``traceback`` included), ``timeout``, ``cancelled`` (the
 run ended while it ran), ``denied`` / ``expired`` (approval gate), ``uncertain`` (the
-guard refused a second execution), ``unknown_tool``, ``invalid_arguments``. Both
+guard refused a second execution: the call's intent is in the log, its result is not,
+and no live delivery holds it), ``unknown_tool``, ``invalid_arguments``. Both
 share the request's one result id.
 
 Limits enforced here: per-tool timeouts, named concurrency pools, approval gates,
@@ -25,6 +26,7 @@ from pydantic import ValidationError
 
 from aaa_django.events import Event, derive_id
 from aaa_django.runtime import types as T
+from aaa_django.runtime.bus import ExclusiveLeases
 
 from .registry import ToolRegistry
 from .tool import Tool
@@ -65,6 +67,8 @@ class ToolHandler:
         self.timeout = timeout
         self.approval_expires = approval_expires
         self.engine: "Engine | None" = None
+        #: the bus's cluster-wide leases, if it has them (detected once, in ``attach``)
+        self._leases: ExclusiveLeases | None = None
         self._semaphores: dict[str, AsyncContextManager[Any]] = {}
         self._inflight: set[str] = set()
         #: run id -> request id -> the task running the tool
@@ -76,6 +80,7 @@ class ToolHandler:
     def attach(self, engine: "Engine") -> "ToolHandler":
         """Subscribe to tool requests, approval decisions and run completions."""
         self.engine = engine
+        self._leases = engine.bus if isinstance(engine.bus, ExclusiveLeases) else None
         engine.subscribe(T.TOOL_REQUESTED, self.on_request)
         for decision in T.APPROVAL_DECISIONS:
             engine.subscribe(decision, self.on_decision)
@@ -170,6 +175,21 @@ class ToolHandler:
         await self._engine().append([request.derive(T.APPROVAL_REQUESTED, data)])
 
     async def _execute(self, request: Event, tool: Tool, done: dict[str, Event]) -> None:
+        if tool.guard.side_effects and self._leases is not None:
+            # Another delivery of this request may be running the call in another
+            # process. The call's lease makes a duplicate wait for it, then find its
+            # result; an intent without a result is "uncertain" only once its holder
+            # is gone (its lease expired), never while the call still runs.
+            async with self._leases.exclusive(request.derive(T.TOOL_STARTED).id):
+                engine = self._engine()
+                engine.tail.stale(request.stream)  # what the holder wrote meanwhile
+                done = await self._progress(request)
+                if T.result_id(request.id) not in done:
+                    await self._run(request, tool, done)
+            return
+        await self._run(request, tool, done)
+
+    async def _run(self, request: Event, tool: Tool, done: dict[str, Event]) -> None:
         engine = self._engine()
         key = derive_id(request.id, "aaa.idempotency")
         if tool.guard.side_effects:

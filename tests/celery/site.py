@@ -102,6 +102,17 @@ def record(n: int = 0, idempotency_key: str = "") -> str:
     return f"recorded {n}"
 
 
+@tool(side_effects=True)
+def slow_record(n: int = 0, tag: str = "slow-record", seconds: float = 3.0,
+                idempotency_key: str = "") -> str:
+    """``record``, slowly: one row per execution, a word in Redis once it is written,
+    then ``seconds`` of work before it returns."""
+    record.fn(n=n, idempotency_key=idempotency_key)
+    _redis().set(f"aaa-test:{tag}:started", os.getpid())
+    time.sleep(seconds)
+    return f"recorded {n} slowly"
+
+
 @tool(pool="shared")
 def pooled(n: int = 0, ms: int = 100, tag: str = "pool") -> int:
     """Holds a slot of the cluster-wide pool ``shared`` for ``ms`` milliseconds; keeps
@@ -142,7 +153,7 @@ def gated_briefly(n: int = 0) -> str:
     return "approved"
 
 
-REGISTRY = ToolRegistry([noop, where, chatty, record, pooled, slow, gated, gated_briefly])
+REGISTRY = ToolRegistry([noop, where, chatty, record, slow_record, pooled, slow, gated, gated_briefly])
 
 
 def loop(max_turns: int = 50) -> ToolLoop:
