@@ -34,6 +34,7 @@ from .eventrows import (
     ROW_PG,
     SQLITE_CHUNK,
     EventList,
+    closed_refusal,
     cursor,
     insert,
     number,
@@ -163,7 +164,10 @@ class StatementAppends:
             statement, params, after = f"WITH stored AS ({sql}) {fold[0]}", params + fold[1], fold[2]
         try:
             rowcount, first = yield statement, params
-        except IntegrityError:
+        except IntegrityError as exc:
+            closed = closed_refusal(stream, exc)
+            if closed is not None:  # the triggers: the run has ended, or was erased
+                raise closed from exc
             if optimistic:
                 return None  # the log moved, or the run is not new (autocommit: nothing to undo)
             raise

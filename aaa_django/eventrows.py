@@ -10,8 +10,9 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from .events import ConcurrencyError, Event
+from .events import ClosedStreamError, ConcurrencyError, Event
 from .events.event import decode_blobs, encode_blobs
+from .events.store import closed_reason
 
 COLUMNS = "(id, stream, seq, type, data, causation, time, blobs, tenant)"
 INSERT = f"INSERT INTO aaa_event {COLUMNS} VALUES "
@@ -30,6 +31,16 @@ SQLITE_CHUNK = 500
 CLOSED = "aaa_event stream closed"
 #: ... and how the one of a run that has ended goes on
 ENDED = CLOSED + ": nothing is appended after"
+
+
+def closed_refusal(stream: str, exc: Exception) -> ClosedStreamError | None:
+    """The :class:`ClosedStreamError` that the database's refusal ``exc`` stands for
+    (the triggers of migration 0006: final, no retry), or None (another refusal, such
+    as a lost race)."""
+    text = str(exc)
+    if CLOSED not in text:
+        return None
+    return ClosedStreamError(closed_reason(stream, ended=ENDED in text))
 #: the columns of a run's index row (``aaa_run``) that the fold of its next events
 #: reads (see ``aaa_django.runindex.row_update``); appends read them with the head
 ROW_COLUMNS = ("run_id", "algorithm", "status", "outcome", "parent", "owner_id", "tokens_in",

@@ -31,7 +31,7 @@ from .events import Event, Snapshot
 from .events.store import prepare_batch
 from .groupcommit import GroupCommit
 from .pgconnections import PgConnections, async_capable
-from .store import _LOAD_SNAPSHOT, _SNAPSHOT_INSERT, _SNAPSHOT_UPDATE, DjangoEventStore
+from .store import _LOAD_SNAPSHOT, DjangoEventStore, snapshot_writes
 
 __all__ = ["PgEventStore", "site_store"]
 
@@ -175,15 +175,13 @@ class PgEventStore(DjangoEventStore):
     async def _save_snapshot(self, snapshot: Snapshot) -> bool:
         """As :meth:`DjangoEventStore.save_snapshot_sync`: a conditional UPDATE, else an
         INSERT that yields to a row inserted meanwhile, then the UPDATE again."""
-        key = [snapshot.stream, snapshot.name, snapshot.version]
-        values = [snapshot.seq, snapshot.event_id, snapshot.state,
-                  self.pg.django.ops.adapt_datetimefield_value(now())]
+        update, insert_ = snapshot_writes(snapshot, self.pg.django.ops.adapt_datetimefield_value(now()))
         async with self.pg.connection() as conn, conn.transaction(), conn.cursor() as cur:
             for _ in range(2):
-                await cur.execute(_SNAPSHOT_UPDATE, [*values, *key, snapshot.seq])
+                await cur.execute(*update)
                 if cur.rowcount:
                     return True
-                await cur.execute(_SNAPSHOT_INSERT, [*key, *values])
+                await cur.execute(*insert_)
                 if cur.rowcount:
                     return True
         return False

@@ -21,8 +21,6 @@ from django.utils.timezone import now
 
 from .appends import StatementAppends
 from .eventrows import (
-    CLOSED,
-    ENDED,
     HEAD,
     INSERT_CHUNK,
     ROW,
@@ -30,13 +28,14 @@ from .eventrows import (
     SELECT,
     SQLITE_CHUNK,
     EventList,
+    closed_refusal,
     cursor,
     insert,
     number,
     to_event,
 )
-from .events import ClosedStreamError, ConcurrencyError, Event, Snapshot
-from .events.store import RecentIds, closed_reason, prepare_batch
+from .events import ConcurrencyError, Event, Snapshot
+from .events.store import RecentIds, prepare_batch
 from .models import EventRecord
 from .runtime import types as T
 
@@ -59,6 +58,16 @@ _SNAPSHOT_INSERT = (
     "SELECT %s, %s, %s, %s, %s, %s, %s WHERE NOT EXISTS (SELECT 1 FROM aaa_snapshot "
     "WHERE stream = %s AND name = %s AND version = %s) ON CONFLICT (stream, name, version) DO NOTHING"
 )
+
+
+def snapshot_writes(snapshot: Snapshot, saved_at: Any) -> tuple[tuple[str, list], tuple[str, list]]:
+    """The conditional UPDATE and the INSERT of a snapshot's save, with their
+    parameters (the sync store and the async one, ``aaa_django.pgstore``, run these)."""
+    key = [snapshot.stream, snapshot.name, snapshot.version]
+    values = [snapshot.seq, snapshot.event_id, snapshot.state, saved_at]
+    return (_SNAPSHOT_UPDATE, [*values, *key, snapshot.seq]), (_SNAPSHOT_INSERT, [*key, *values, *key])
+
+
 # Appenders that lose a race (SQLite's single writer, or a concurrent insert of the same
 # id) re-read and try again; past this many tries the error is real.
 _RETRIES = 20
@@ -146,9 +155,9 @@ class DjangoEventStore(StatementAppends):
                 stored.committed = not connections[self.using].in_atomic_block
                 return stored
             except (IntegrityError, OperationalError) as exc:
-                if isinstance(exc, IntegrityError) and CLOSED in str(exc):
-                    # The triggers refused it (a run that has ended, or was erased): final.
-                    raise ClosedStreamError(closed_reason(stream, ended=ENDED in str(exc))) from exc
+                closed = closed_refusal(stream, exc) if isinstance(exc, IntegrityError) else None
+                if closed is not None:  # a run that has ended, or was erased: final
+                    raise closed from exc
                 # Lost a race with another appender (SQLite: "database is locked";
                 # both: the same seq or id inserted first by someone else). Re-read
                 # and decide again; inside a caller's transaction our atomic block was
@@ -289,15 +298,13 @@ class DjangoEventStore(StatementAppends):
         a newer save: 1.
         """
         conn = connections[self.using]
-        key = [snapshot.stream, snapshot.name, snapshot.version]
-        values = [snapshot.seq, snapshot.event_id, snapshot.state,
-                  conn.ops.adapt_datetimefield_value(now())]
+        update, insert_ = snapshot_writes(snapshot, conn.ops.adapt_datetimefield_value(now()))
         with transaction.atomic(using=self.using), conn.cursor() as cur:
             for _ in range(2):
-                cur.execute(_SNAPSHOT_UPDATE, [*values, *key, snapshot.seq])
+                cur.execute(*update)
                 if cur.rowcount:
                     return True
-                cur.execute(_SNAPSHOT_INSERT, [*key, *values, *key])
+                cur.execute(*insert_)
                 if cur.rowcount:
                     return True
         return False  # a row at the same or a later seq is there

@@ -12,7 +12,7 @@ import asyncio
 
 import pytest
 
-from aaa_django.events import ConcurrencyError, Event
+from aaa_django.events import ClosedStreamError, ConcurrencyError, Event
 from aaa_django.groupcommit import GroupCommit
 from aaa_django.models import RunRecord
 from aaa_django.pgstore import PgEventStore
@@ -106,3 +106,23 @@ def test_a_lost_race_in_a_group_makes_each_append_again_alone(store, pg_alias):
     assert [(e.type, e.seq) for e in results[1]] == [("b.here", 2)]
     assert [e.type for e in run(store.read("run-a"))] == [T.RUN_STARTED, "a.elsewhere", "a.here"]
     assert RunRecord.objects.using(pg_alias).get(run_id="run-b").last_seq == 2
+
+
+def test_an_append_to_a_closed_run_in_a_group_fails_only_itself(store):
+    run(store.append([started("run-ended"), ev("run-ended", T.RUN_COMPLETED)]))
+    run(store.append([started("run-going")]))
+
+    results = together(
+        store.append([ev("run-ended", T.TOOL_COMPLETED)]),  # a late result of an ended run
+        store.append([ev("run-going", "a.b")]),
+        store.append([ev("run-erased", T.TOOL_COMPLETED)]),  # no start: an orphan stream
+    )
+
+    # The triggers refused it in the group's transaction: rolled back whole, each
+    # append made again alone, and the refusals are final (no retry, nothing written).
+    assert store.group.rolled_back == 1
+    assert isinstance(results[0], ClosedStreamError) and "completed" in str(results[0])
+    assert [(e.type, e.seq) for e in results[1]] == [("a.b", 2)]
+    assert isinstance(results[2], ClosedStreamError) and T.RUN_STARTED in str(results[2])
+    assert [e.type for e in run(store.read("run-ended"))] == [T.RUN_STARTED, T.RUN_COMPLETED]
+    assert run(store.read("run-erased")) == []
