@@ -20,7 +20,10 @@ writes anything: the header and the event count, one stream, dense seqs from 1, 
 Then it stores the blobs and appends the log in one transaction; if the run or any
 of its event ids exists on this site, nothing is kept. The run's owner is a user of
 the site that exported it: the import names this site's owner instead (or none). An
-imported run is not driven: ``engine.resume([run_id])`` adopts an unfinished one.
+imported run is not driven: ``engine.resume([run_id])`` adopts an unfinished one. A
+blob store without namespaces (spec 004's four methods) takes the blobs of an export
+whose refs name none (one from a site with such a store); a run whose blobs are in
+namespaces is refused there, before anything is written.
 
 Used by ``manage.py aaa_export`` / ``aaa_import``, the REST API (``GET
 /runs/{id}/export``, ``POST /imports``) and the admin (Export, Import).
@@ -38,7 +41,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from django.db import transaction
 
-from .data import BlobRef, hydrate, is_claimed
+from .data import BlobRef, NamespacedBlobStore, hydrate, is_claimed
 from .data.errors import BlobError
 from .events import ConcurrencyError, Event
 from .models import EventRecord
@@ -296,14 +299,21 @@ def _check_log(export: RunExport) -> None:
 
 def import_run(export: RunExport, *, using: str = "default", blobs: Any = None,
                owner: str | None = None) -> list[Event]:
-    """Store ``export`` on database ``using`` (its blobs in ``blobs``), owned by
-    ``owner`` (a user pk as text, or None). All or nothing; returns the stored events."""
+    """Store ``export`` on database ``using`` (its blobs in ``blobs``: a BlobStore,
+    namespaced or not), owned by ``owner`` (a user pk as text, or None). All or
+    nothing; returns the stored events."""
     store = DjangoEventStore(using)
     refs = export.refs()
     if refs and export.mode == "none":
         raise ExchangeError("the export has no blobs and its events refer to some")
     if refs and blobs is None:
         raise ExchangeError("the run has blobs and this site stores none (AAA['BLOB_STORAGE'])")
+    namespaced = isinstance(blobs, NamespacedBlobStore)
+    if not namespaced and any(ref.namespace for ref in refs.values()):
+        # A store without namespaces cannot keep the refs the events name; and two runs'
+        # identical payloads would be one blob, which erasing either run would take.
+        raise ExchangeError("the run's blobs are in namespaces and this site's blob store "
+                            "keeps none: import it where the blob store keeps namespaces")
     if store.head_sync(export.run_id) is not None:
         raise ExchangeConflict(f"run {export.run_id} exists on this site already")
     started = export.events[0]
@@ -312,7 +322,10 @@ def import_run(export: RunExport, *, using: str = "default", blobs: Any = None,
     try:
         for key, ref in refs.items():
             if not blobs.exists(ref):
-                stored = blobs.put(export.blobs[key], ref.media_type, namespace=ref.namespace)
+                if namespaced:
+                    stored = blobs.put(export.blobs[key], ref.media_type, namespace=ref.namespace)
+                else:
+                    stored = blobs.put(export.blobs[key], ref.media_type)
                 added.append(stored)
         with transaction.atomic(using=using):
             try:

@@ -20,15 +20,19 @@ from django.core.management import CommandError, call_command
 from aaa_django import exchange
 from aaa_django.algos import GeneratorCritic
 from aaa_django.blobs import StorageBlobStore
-from aaa_django.data import is_claimed
+from aaa_django.data import claim, hydrate, is_claimed
+from aaa_django.data.files import FileBlobStore
 from aaa_django.engines import build_engine
 from aaa_django.llm import FakeLLMClient, LLMHandler
 from aaa_django.llm.fake import text
 from aaa_django.models import EventRecord, RunRecord
+from aaa_django.events import Event
 from aaa_django.runtime import InProcessBus
+from aaa_django.runtime import types as T
 from aaa_django.store import DjangoEventStore
 
 from tests.algos.scenarios import reviewed
+from tests.contracts.blobstore import SpecBlobStore
 
 # transaction=True: the engine on PostgreSQL (PgEventStore) writes on connections of its
 # own, outside a test transaction (its rows would outlive the test)
@@ -201,3 +205,29 @@ def test_an_exported_production_run_replays_as_a_golden_test(sites, settings, tm
                     if e.type == "aaa.llm.requested" and e.data.get("tag") == "generate-2")
     assert f"event {revision.seq}" in str(caught.value)
     assert "Please improve it" in out.getvalue() and "messages" in out.getvalue()
+
+
+REPORT = {"call_id": "c1", "name": "fetch_report", "result": "lorem ipsum " * 100}
+
+
+def exported(run_id, blobs):
+    """The export of a run with one claim-checked tool result, its blobs in ``blobs``."""
+    stub, ref = claim(REPORT, store=blobs, namespace=run_id, threshold=0)
+    events = [replace(Event.new(run_id, T.RUN_STARTED, {"algorithm": "tests.Algo", "input": {}}), seq=1),
+              replace(Event.new(run_id, T.TOOL_COMPLETED, stub, blobs=[ref]), seq=2)]
+    return exchange.read_export(exchange.export_lines(run_id, events, len(events), blob=blobs.get))
+
+
+def test_a_blob_store_with_only_the_four_methods_takes_the_runs_of_a_site_like_it(tmp_path):
+    plain = SpecBlobStore()
+    exchange.import_run(exported("run-plain", SpecBlobStore()), blobs=plain)
+
+    got = log_of("default", "run-plain")
+    assert hydrate(got[-1].data, got[-1].blobs[-1], store=plain) == REPORT
+
+    # A run whose blobs are in namespaces: the events' refs name what this store cannot
+    # keep; refused before anything is written.
+    with pytest.raises(exchange.ExchangeError, match="keeps none"):
+        exchange.import_run(exported("run-spaced", FileBlobStore(tmp_path)), blobs=plain)
+    assert not EventRecord.objects.filter(stream="run-spaced").exists()
+    assert len(plain.blobs) == 1

@@ -14,6 +14,7 @@ and fill in the hooks:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import pytest
 
@@ -68,6 +69,29 @@ HOSTILE_SHAS = [
     "0" * 63 + "\0",
     "../" + "0" * 61,
 ]
+
+
+class SpecBlobStore:
+    """Spec 004's "your own" store: the four methods, nothing more."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+
+    def put(self, data: bytes, media_type: str) -> BlobRef:
+        self.blobs[hashlib.sha256(data).hexdigest()] = data
+        return BlobRef.for_bytes(data, media_type)
+
+    def get(self, ref: BlobRef) -> bytes:
+        try:
+            return ref.verify(self.blobs[ref.sha256])
+        except KeyError:
+            raise BlobNotFoundError(ref.key) from None
+
+    def exists(self, ref: BlobRef) -> bool:
+        return ref.sha256 in self.blobs
+
+    def delete(self, ref: BlobRef) -> None:
+        self.blobs.pop(ref.sha256, None)
 
 
 def forged(ref: BlobRef, **changes: object) -> BlobRef:

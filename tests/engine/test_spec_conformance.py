@@ -9,41 +9,18 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
 
 from aaa_django.algos import ToolLoop
-from aaa_django.data import BlobNotFoundError, BlobRef
 from aaa_django.events import Event, FoldCache, InMemoryEventStore, Projection
 from aaa_django.llm.fake import text, tool_call
 from aaa_django.tools import ToolRegistry, tool
 
+from tests.contracts.blobstore import SpecBlobStore
+
 from .helpers import arun, make_engine, of_type
-
-
-class SpecBlobStore:
-    """Spec 004's "your own" store: the four methods, nothing more."""
-
-    def __init__(self) -> None:
-        self.blobs: dict[str, bytes] = {}
-
-    def put(self, data: bytes, media_type: str) -> BlobRef:
-        self.blobs[hashlib.sha256(data).hexdigest()] = data
-        return BlobRef.for_bytes(data, media_type)
-
-    def get(self, ref: BlobRef) -> bytes:
-        try:
-            return ref.verify(self.blobs[ref.sha256])
-        except KeyError:
-            raise BlobNotFoundError(ref.key) from None
-
-    def exists(self, ref: BlobRef) -> bool:
-        return ref.sha256 in self.blobs
-
-    def delete(self, ref: BlobRef) -> None:
-        self.blobs.pop(ref.sha256, None)
 
 
 @tool
