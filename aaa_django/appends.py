@@ -165,11 +165,14 @@ class StatementAppends:
         try:
             rowcount, first = yield statement, params
         except IntegrityError as exc:
+            if optimistic:
+                # The log moved, the run is not new, or the events are stored already (a
+                # completion delivered again is absorbed, not refused): autocommit,
+                # nothing to undo; ask.
+                return None
             closed = closed_refusal(stream, exc)
             if closed is not None:  # the triggers: the run has ended, or was erased
                 raise closed from exc
-            if optimistic:
-                return None  # the log moved, or the run is not new (autocommit: nothing to undo)
             raise
         if row is None and after is not None:  # the new row's owner: the user, if it exists
             after = (*after[:_OWNER], first[0], *after[_OWNER + 1:])
