@@ -13,8 +13,8 @@ class AaaConfig(AppConfig):
         from django.core import checks
 
         from .checks import check_aaa_settings, check_api_settings, check_otel_settings
-        from .llm_settings import check_llm_settings
-        from .mcp_settings import check_mcp_settings
+        from .site.llm_settings import check_llm_settings
+        from .site.mcp_settings import check_mcp_settings
 
         checks.register(check_aaa_settings)
         checks.register(check_api_settings)
@@ -22,6 +22,6 @@ class AaaConfig(AppConfig):
         checks.register(check_mcp_settings)
         checks.register(check_otel_settings)
 
-        from .engines import load_agents
+        from .site.engines import load_agents
 
         load_agents()

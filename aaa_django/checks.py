@@ -117,7 +117,7 @@ _RATE_PERIODS = ("s", "sec", "m", "min", "h", "hour", "d", "day")
 
 
 def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """Checks of the keys read by ``aaa_django.host`` and ``aaa_django.api``."""
+    """Checks of the keys read by ``aaa_django.site.host`` and ``aaa_django.api``."""
     site = site_aaa()
     if not isinstance(site, dict):
         return []  # aaa.E001 says so already
@@ -211,7 +211,7 @@ def _valid_rate(rate: str) -> bool:
     return unit in _RATE_PERIODS and (multiplier == "" or int(multiplier) >= 1)
 
 
-# --- cluster mode: the Celery bus (aaa_django.bus) -------------------------------------
+# --- cluster mode: the Celery bus (aaa_django.celery.bus) -------------------------------------
 #
 # =========  =====================================================================
 # Id         Problem
@@ -363,7 +363,7 @@ def check_sqlite_transaction_mode(app_configs: Any = None, databases: Any = None
     return warnings
 
 
-# --- retention (aaa_django.retention) ---------------------------------------------------
+# --- retention (aaa_django.site.retention) ---------------------------------------------------
 #
 # =========  =====================================================================
 # Id         Problem

@@ -21,7 +21,7 @@ BLOB_STORAGE        str or None      None          An alias in the site's ``STOR
 FOLD_CHECK_EVERY    int >= 0         100           Every this many incremental folds, check
                                                    the cached state against a whole-log fold;
                                                    0 never checks.
--- cluster mode (``BUS = "celery"``; see ``aaa_django.bus``) ------------------------------
+-- cluster mode (``BUS = "celery"``; see ``aaa_django.celery.bus``) ------------------------------
 REDIS_URL           str or None      None          Redis for the Celery bus's coordination:
                                                    locks of contended steps, shared pools,
                                                    cancel notices, delivery leases. None:
@@ -31,7 +31,7 @@ CELERY_QUEUES       dict             see below     Queue per kind of work: {"alg
                                                    "tools": "aaa.tools"}; give only the
                                                    ones you rename.
 CELERY_FAST_PUBLISH bool             True          Deliveries are sent through
-                                                   ``aaa_django.publish.FastPublisher`` (the
+                                                   ``aaa_django.celery.publish.FastPublisher`` (the
                                                    message ``send_task`` sends, with less CPU;
                                                    it falls back to ``send_task`` where the
                                                    two could differ). False: ``send_task``.
@@ -51,7 +51,7 @@ STALL_AFTER         number > 0       60            The sweeper re-drives an unfi
 WORKER_IN_FLIGHT    int >= 1         1000          Deliveries one worker process carries at
                                                    once on its loop (model and tool calls
                                                    waiting); past it, the next task waits.
--- the web process's engine (``aaa_django.host``) and the REST API (``aaa_django.api``) --
+-- the web process's engine (``aaa_django.site.host``) and the REST API (``aaa_django.api``) --
 LLM_CLIENT          str or None      None          Dotted path of a factory returning the
                                                    LLMClient the web process's engine uses.
                                                    None: model requests fail with a clear
@@ -79,13 +79,13 @@ LLM                 dict or None     None          The model provider of the web
 MCP_SERVERS         dict             {}            MCP servers whose tools every engine the
                                                    settings wire may run: {name: {"command",
                                                    "args"... or "url", "prefix", "pool"...}}
-                                                   (aaa_django.mcp_settings).
+                                                   (aaa_django.site.mcp_settings).
 AGENTS              list of str      []            Dotted paths of the pydantic_ai Agents
                                                    whose runs (PydanticAIAgent) this site
                                                    serves: every engine the settings wire
                                                    runs their tools; a run's config may
                                                    name only these (docs/agents.md).
--- retention (``aaa_django.retention``, ``manage.py aaa_retain``, task ``aaa.retain``) ----
+-- retention (``aaa_django.site.retention``, ``manage.py aaa_retain``, task ``aaa.retain``) ----
 RETENTION           dict             {}            Days an ended run is kept, by outcome:
                                                    {"success": 30, "failed": 90, "*": 365};
                                                    "*" is every outcome not named; an
@@ -112,7 +112,7 @@ DEFAULTS: dict[str, Any] = {
     "CLAIM_THRESHOLD": 16384,
     "BLOB_STORAGE": None,
     "FOLD_CHECK_EVERY": 100,
-    # cluster mode (aaa_django.bus)
+    # cluster mode (aaa_django.celery.bus)
     "REDIS_URL": None,
     "CELERY_QUEUES": {"algorithms": "aaa.algorithms", "llm": "aaa.llm", "tools": "aaa.tools"},
     "CELERY_FAST_PUBLISH": True,
@@ -121,20 +121,20 @@ DEFAULTS: dict[str, Any] = {
     "LEASE_TTL": 30,
     "STALL_AFTER": 60,
     "WORKER_IN_FLIGHT": 1000,
-    # the web process's engine (aaa_django.host) and the REST API (aaa_django.api)
+    # the web process's engine (aaa_django.site.host) and the REST API (aaa_django.api)
     "LLM_CLIENT": None,
     "TOOLS": [],
     "PROJECTIONS": [],
     "API_MAX_BODY": 1024 * 1024,
     "API_RATE": "600/min",
     "API_STREAM_SECONDS": 300,
-    # the model provider (aaa_django.llm_settings; docs/models.md)
+    # the model provider (aaa_django.site.llm_settings; docs/models.md)
     "LLM": None,
-    # MCP servers whose tools the site's engines may run (aaa_django.mcp_settings)
+    # MCP servers whose tools the site's engines may run (aaa_django.site.mcp_settings)
     "MCP_SERVERS": {},
     # Pydantic AI agents the site's engines serve (aaa_django.algos.pydantic_agent; docs/agents.md)
     "AGENTS": [],
-    # retention (aaa_django.retention; docs/retention.md)
+    # retention (aaa_django.site.retention; docs/retention.md)
     "RETENTION": {},
     "RETENTION_BATCH": 500,
     "ORPHAN_GRACE": 86400,

@@ -6,7 +6,7 @@ never updated in place, ``seq`` is dense per stream, a snapshot's ``seq`` never 
 backwards. Unique constraints give one event per (stream, seq) and per id.
 
 ``RunRecord`` is derived data: an index of runs for listing and filtering, kept by
-:mod:`aaa_django.runindex` and rebuilt from the log by ``manage.py aaa_reindex``.
+:mod:`aaa_django.store.runindex` and rebuilt from the log by ``manage.py aaa_reindex``.
 ``ApiKey`` holds the REST API's keys, hashed.
 """
 

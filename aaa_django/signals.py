@@ -22,7 +22,7 @@ loop (the ORM is theirs to use); their errors are logged and dropped
 (``send_robust``): a receiver never stops a run. An ``event``'s ``data`` is as stored:
 a claim-checked event carries its ``$claim`` stub and its hot fields.
 
-The engines the site's settings build (:func:`~aaa_django.engines.build_engine`: the
+The engines the site's settings build (:func:`~aaa_django.site.engines.build_engine`: the
 web process's host, the commands, every Celery worker) send them; an engine of your
 own does with ``engine.observe(SignalSender(engine, using))``.
 """
@@ -38,7 +38,7 @@ from django.db import transaction
 from django.dispatch import Signal
 
 from .events import Event
-from .runtime import types as T
+from .runtime.event_types import APPROVAL_REQUESTED, RUN_COMPLETED, RUN_STARTED
 from .runtime.observe import BaseObserver
 from .runtime.outcome import Outcome
 
@@ -77,11 +77,11 @@ class SignalSender(BaseObserver):
         """Send the signals of ``events`` (committed) now."""
         for e in events:
             kw: dict[str, Any] = {"run_id": e.stream, "event": e}
-            if e.type == T.RUN_STARTED:
+            if e.type == RUN_STARTED:
                 self._send(run_started, **kw, algorithm=e.data.get("algorithm"))
-            elif e.type == T.RUN_COMPLETED:
+            elif e.type == RUN_COMPLETED:
                 self._send(run_ended, **kw, outcome=Outcome.from_dict(e.data))
-            elif e.type == T.APPROVAL_REQUESTED:
+            elif e.type == APPROVAL_REQUESTED:
                 self._send(approval_requested, **kw, request_id=e.id, tool=e.data.get("name"))
             self._send(event_appended, **kw)
 

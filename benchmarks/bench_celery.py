@@ -146,8 +146,9 @@ def chain_hops(events) -> int:
 
 
 async def start_runs(engine, count: int, turns: int):
-    from aaa_django.algos import ToolLoop
     from celery_site import registry, script
+
+    from aaa_django.algos import ToolLoop
 
     algo = ToolLoop(registry(), max_turns=turns + 1)
     return [await engine.start(algo, {"task": script(turns)}) for _ in range(count)]
@@ -232,7 +233,7 @@ def main() -> None:
         from asgiref.sync import async_to_sync
         from celery_site import app
 
-        from aaa_django.engines import build_engine
+        from aaa_django.site.engines import build_engine
 
         r = redis.Redis.from_url(broker)
         import psycopg

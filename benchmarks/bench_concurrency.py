@@ -102,8 +102,8 @@ def inprocess_store(row: str):
     async store with group commit), or, to compare in the same run, the Django store
     (every call through Django's thread-sensitive executor) or the async store
     without group commit."""
-    from aaa_django.pgstore import PgEventStore, site_store
     from aaa_django.store import DjangoEventStore
+    from aaa_django.store.postgres import PgEventStore, site_store
 
     if row == "inprocess-pg-django":
         return DjangoEventStore("postgres")
@@ -201,7 +201,7 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
         from celery_site import registry, script
 
         from aaa_django.algos import ToolLoop
-        from aaa_django.engines import build_engine
+        from aaa_django.site.engines import build_engine
 
         queues = "aaa.algorithms,aaa.llm,aaa.tools"
         with workers(1, env, tmp, concurrency=concurrency, queues=queues) as procs:

@@ -356,8 +356,8 @@ def run_started(stream: str):
 
 def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, plan: dict,
                   runs: int) -> list:
-    from aaa_django.pgstore import PgEventStore
     from aaa_django.store import DjangoEventStore
+    from aaa_django.store.postgres import PgEventStore
 
     store = DjangoEventStore(using=alias)
     inline = DjangoEventStore(using=alias, inline=True)

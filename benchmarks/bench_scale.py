@@ -147,7 +147,7 @@ def setup(pg: dict, aliases: list[str]) -> None:
 
 def fill(alias: str, runs: int) -> float:
     """Empty the tables and fill them with ``runs`` runs; seconds it took."""
-    from aaa_django.runtime import types as T
+    from aaa_django.runtime.event_types import completion_id
 
     t0 = time.perf_counter()
     with connection(alias).cursor() as cur:
@@ -180,7 +180,7 @@ def fill(alias: str, runs: int) -> float:
         cur.execute("VACUUM (ANALYZE) aaa_event, aaa_run")
         cur.execute("SELECT run_id(1), completion_id(1)")
         run, completion = cur.fetchone()
-    assert completion == T.completion_id(run), "the SQL completion id is the engine's"
+    assert completion == completion_id(run), "the SQL completion id is the engine's"
     return time.perf_counter() - t0
 
 
@@ -263,9 +263,9 @@ def measure(aliases: list[str], samples: int) -> dict[str, dict[str, float]]:
 def sweep(alias: str) -> dict[str, float]:
     from asgiref.sync import async_to_sync
 
-    from aaa_django.engines import build_engine
-    from aaa_django.retention import Policy, apply_retention, vacuum_tables
     from aaa_django.runtime import InProcessBus
+    from aaa_django.site.engines import build_engine
+    from aaa_django.site.retention import Policy, apply_retention, vacuum_tables
 
     async def erase():
         async with build_engine(using=alias, bus=InProcessBus()) as engine:

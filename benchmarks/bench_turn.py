@@ -60,7 +60,6 @@ from common import (  # noqa: E402
     workdir,
 )
 
-
 # -- aaa_django ---------------------------------------------------------------------------
 
 
@@ -261,8 +260,8 @@ def storage_per_turn(pg: dict, run_id: str, thread_id: str, turns: int) -> tuple
 
 async def bench(label: str, alias: str, pg: dict | None, sqlite_path: str, turns: int, rounds: int) -> dict:
     from aaa_django.events import InMemoryEventStore
-    from aaa_django.pgstore import site_store
     from aaa_django.store import DjangoEventStore
+    from aaa_django.store.postgres import site_store
 
     savers = await Savers(label, pg, sqlite_path).open()
     app_async = langgraph_app(turns, savers.async_saver)

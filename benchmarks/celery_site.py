@@ -75,7 +75,7 @@ _fast = None
 def _publisher():
     global _fast
     if _fast is None:
-        from aaa_django.publish import FastPublisher
+        from aaa_django.celery.publish import FastPublisher
 
         _fast = FastPublisher(app)
     return _fast

@@ -6,9 +6,9 @@
     .venv/bin/python benchmarks/profile_delivery.py --async-commit   # without waiting for fsync
 
 It starts a durable PostgreSQL 15 and a Redis (as ``bench_celery.py`` does), builds
-the engine a worker builds (``aaa_django.worker.build_worker_engine``: the tail cache,
+the engine a worker builds (``aaa_django.celery.worker.build_worker_engine``: the tail cache,
 the Celery bus with its Redis lock, the site's handlers from ``celery_site.setup``),
-and drives ToolLoop runs by calling :func:`aaa_django.worker.deliver_event` for each
+and drives ToolLoop runs by calling :func:`aaa_django.celery.worker.deliver_event` for each
 published event, the way the ``aaa.deliver`` task does, on one long-lived loop. The
 messages the bus would send to the broker are kept in a queue instead, and
 ``--engines 2`` hands them to two engines in turn (two workers, each with its own
@@ -81,13 +81,13 @@ def run(args) -> None:
         trace_hops.install()
     import django.db.backends.base.base as base
     from asgiref.sync import async_to_sync
+    from celery_site import registry, script
     from django.db import connections
 
-    from aaa_django.bus import DistributedBus
-    from aaa_django.engines import build_engine
+    from aaa_django.celery.bus import DistributedBus
+    from aaa_django.celery.worker import WorkerRuntime, build_worker_engine, deliver_event
     from aaa_django.events import FoldCache
-    from aaa_django.worker import WorkerRuntime, build_worker_engine, deliver_event
-    from celery_site import registry, script
+    from aaa_django.site.engines import build_engine
 
     queue: collections.deque = collections.deque()
 
@@ -102,8 +102,9 @@ def run(args) -> None:
             if args.send:
                 publisher = sink["publisher"]
                 if publisher is None:
-                    from aaa_django.publish import FastPublisher
                     from celery_site import app
+
+                    from aaa_django.celery.publish import FastPublisher
 
                     publisher = sink["publisher"] = FastPublisher(app)
                 assert publisher.send("aaa.deliver", margs, "profile.sink", repr(margs[1:4]))

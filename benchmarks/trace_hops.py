@@ -72,8 +72,9 @@ def install() -> None:
     """Wrap the worker's functions (in a worker child, after the fork)."""
     import atexit
 
-    from aaa_django import appends, bus, worker
+    from aaa_django.celery import bus, worker
     from aaa_django.runtime.engine import Engine
+    from aaa_django.store import appends
 
     if os.environ.get("AAA_BENCH_PROFILE"):  # cProfile of the deliveries, per worker child
         import cProfile
@@ -104,8 +105,8 @@ def install() -> None:
 
         _timed(CursorWrapper, "execute", "sql")
     if os.environ.get("AAA_BENCH_TRACE_FINE"):  # more marks, more overhead
-        from aaa_django import store
         from aaa_django.llm.handler import LLMHandler
+        from aaa_django.store import database as store
         from aaa_django.tools.handler import ToolHandler
 
         _timed(worker, "_accept", "accept")
@@ -119,7 +120,12 @@ def install() -> None:
 
 
 def connect() -> None:
-    from celery.signals import task_postrun, task_prerun, worker_process_init, worker_process_shutdown
+    from celery.signals import (
+        task_postrun,
+        task_prerun,
+        worker_process_init,
+        worker_process_shutdown,
+    )
 
     task_prerun.connect(lambda task=None, **kw: mark("pre:" + task.name), weak=False)
     task_postrun.connect(lambda task=None, **kw: mark("post:" + task.name), weak=False)

@@ -54,6 +54,6 @@ def _script(request):
 def scripted_model():
     """The LLM_CLIENT factory: the provider of ``AAA["LLM"]`` when the environment
     configures one, else a scripted FakeLLMClient (no provider is called)."""
-    from aaa_django.llm_settings import client_from_settings
+    from aaa_django.site.llm_settings import client_from_settings
 
     return client_from_settings() or FakeLLMClient(_script)

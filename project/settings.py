@@ -133,7 +133,7 @@ STORAGES = {
 AAA = {
     "BUS": env("AAA_BUS", "inprocess"),
     "BLOB_STORAGE": "aaa_blobs",
-    # The REST API's engine (aaa_django.host): a SCRIPTED model, no provider is called
+    # The REST API's engine (aaa_django.site.host): a SCRIPTED model, no provider is called
     # (project/api_demo.py). Point AAA_LLM_CLIENT at a real client factory to change it.
     "LLM_CLIENT": env("AAA_LLM_CLIENT", "project.api_demo.scripted_model"),
     "TOOLS": ["project.api_demo.lookup_population", "project.api_demo.publish_answer"],

@@ -87,9 +87,9 @@ def test_good_cluster_settings_pass():
 
 
 def test_the_setting_chooses_the_bus():
-    from aaa_django.bus import DistributedBus
-    from aaa_django.engines import build_engine
+    from aaa_django.celery.bus import DistributedBus
     from aaa_django.runtime import InProcessBus
+    from aaa_django.site.engines import build_engine
 
     with override_settings(AAA={"BUS": "celery"}):
         assert isinstance(build_engine().bus, DistributedBus)

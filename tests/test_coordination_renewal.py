@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from aaa_django.coordination import Coordinator
+from aaa_django.celery.coordination import Coordinator
 
 
 def test_a_renewal_that_swallows_its_cancellation_still_stops():

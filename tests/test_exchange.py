@@ -17,22 +17,20 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.core.management import CommandError, call_command
 
-from aaa_django import exchange
 from aaa_django.algos import GeneratorCritic
-from aaa_django.blobs import StorageBlobStore
 from aaa_django.data import claim, hydrate, is_claimed
 from aaa_django.data.files import FileBlobStore
-from aaa_django.engines import build_engine
+from aaa_django.events import Event
 from aaa_django.llm import FakeLLMClient, LLMHandler
 from aaa_django.llm.fake import text
 from aaa_django.models import EventRecord, RunRecord
-from aaa_django.events import Event
 from aaa_django.runtime import InProcessBus
-from aaa_django.runtime import types as T
-from aaa_django.store import DjangoEventStore
-
+from aaa_django.runtime.event_types import RUN_STARTED, TOOL_COMPLETED
+from aaa_django.site.blobs import StorageBlobStore
+from aaa_django.site.engines import build_engine
+from aaa_django.store import DjangoEventStore, exchange
+from aaa_django.testing.blobstore import SpecBlobStore
 from tests.algos.scenarios import reviewed
-from tests.contracts.blobstore import SpecBlobStore
 
 # transaction=True: the engine on PostgreSQL (PgEventStore) writes on connections of its
 # own, outside a test transaction (its rows would outlive the test)
@@ -213,8 +211,8 @@ REPORT = {"call_id": "c1", "name": "fetch_report", "result": "lorem ipsum " * 10
 def exported(run_id, blobs):
     """The export of a run with one claim-checked tool result, its blobs in ``blobs``."""
     stub, ref = claim(REPORT, store=blobs, namespace=run_id, threshold=0)
-    events = [replace(Event.new(run_id, T.RUN_STARTED, {"algorithm": "tests.Algo", "input": {}}), seq=1),
-              replace(Event.new(run_id, T.TOOL_COMPLETED, stub, blobs=[ref]), seq=2)]
+    events = [replace(Event.new(run_id, RUN_STARTED, {"algorithm": "tests.Algo", "input": {}}), seq=1),
+              replace(Event.new(run_id, TOOL_COMPLETED, stub, blobs=[ref]), seq=2)]
     return exchange.read_export(exchange.export_lines(run_id, events, len(events), blob=blobs.get))
 
 

@@ -12,13 +12,20 @@ import pytest
 from aaa_django.algos import ToolLoop
 from aaa_django.llm.fake import text, tool_call
 from aaa_django.runtime import registry
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    CHILD_COMPLETED,
+    CHILD_REQUESTED,
+    LLM_COMPLETED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    TOOL_COMPLETED,
+    TOOL_REQUESTED,
+)
 from aaa_django.runtime.fork import FORKED_FROM, ForkError, fork, merge_patch
 from aaa_django.runtime.replay import replay
 from aaa_django.tools import ToolRegistry, tool
-
-from tests.engine import algos  # noqa: F401  (registers tests.parent)
-from tests.engine.helpers import arun, make_engine, of_type, types
+from tests.runtime import algos  # noqa: F401  (registers tests.parent)
+from tests.runtime.helpers import arun, make_engine, of_type, types
 
 CALLS = {"fetch": 0, "model": []}
 
@@ -61,7 +68,7 @@ def test_a_fork_keeps_what_was_decided_and_decides_anew_after():
     async def scenario():
         async with make_engine(model, TOOLS) as engine:
             x = await run_to_end(engine, ToolLoop(TOOLS), {"task": "Lyon?"}, "run-x")
-            at = seq_of(x, T.TOOL_COMPLETED)  # before the second model request
+            at = seq_of(x, TOOL_COMPLETED)  # before the second model request
             before = (CALLS["fetch"], len(CALLS["model"]))
             y = await fork(engine, "run-x", at, config={**x[0].data["config"], "model": "better"},
                            owner="7")
@@ -75,15 +82,15 @@ def test_a_fork_keeps_what_was_decided_and_decides_anew_after():
     assert CALLS["model"][asked:] == ["better"]  # one new model call, with the new model
     # The copy: the same events in the same order, under the fork's ids.
     assert types(y[:at]) == types(x[:at])
-    assert [e.data for e in y[1:at] if e.type == T.TOOL_COMPLETED] == [
-        e.data for e in x[1:at] if e.type == T.TOOL_COMPLETED]
+    assert [e.data for e in y[1:at] if e.type == TOOL_COMPLETED] == [
+        e.data for e in x[1:at] if e.type == TOOL_COMPLETED]
     assert not {e.id for e in y} & {e.id for e in x}
     origin = y[0].data[FORKED_FROM]
     assert (origin["run"], origin["seq"], origin["event"]) == ("run-x", at, x[at - 1].id)
     assert y[0].data["owner"] == "7" and y[0].data["config"]["model"] == "better"
     # Each request has exactly one result, and the causation links stay inside the fork.
-    requests = [e.id for e in y if e.type in (T.LLM_REQUESTED, T.TOOL_REQUESTED)]
-    results = [e.causation for e in y if e.type in (T.LLM_COMPLETED, T.TOOL_COMPLETED)]
+    requests = [e.id for e in y if e.type in (LLM_REQUESTED, TOOL_REQUESTED)]
+    results = [e.causation for e in y if e.type in (LLM_COMPLETED, TOOL_COMPLETED)]
     assert sorted(requests) == sorted(results)
     ids = {e.id for e in y}
     assert all(e.causation in ids for e in y[1:])
@@ -93,7 +100,7 @@ def test_delivering_a_forks_events_again_writes_nothing():
     async def scenario():
         async with make_engine(model, TOOLS) as engine:
             x = await run_to_end(engine, ToolLoop(TOOLS), {"task": "Lyon?"}, "run-x")
-            y = await fork(engine, "run-x", seq_of(x, T.LLM_COMPLETED) + 1)
+            y = await fork(engine, "run-x", seq_of(x, LLM_COMPLETED) + 1)
             await y.result(timeout=10)
             await engine.drain(5)
             log = await engine.store.read(y.run_id)
@@ -113,10 +120,10 @@ def test_a_fork_of_a_fork_and_a_fork_replay_as_recorded():
     async def scenario():
         async with make_engine(model, TOOLS) as engine:
             x = await run_to_end(engine, ToolLoop(TOOLS), {"task": "Lyon?"}, "run-x")
-            y = await fork(engine, "run-x", seq_of(x, T.TOOL_COMPLETED), new_run_id="run-y")
+            y = await fork(engine, "run-x", seq_of(x, TOOL_COMPLETED), new_run_id="run-y")
             await y.result(timeout=10)
             y_log = await engine.store.read("run-y")
-            z = await fork(engine, "run-y", seq_of(y_log, T.LLM_COMPLETED), new_run_id="run-z",
+            z = await fork(engine, "run-y", seq_of(y_log, LLM_COMPLETED), new_run_id="run-z",
                            config=merge_patch(x[0].data["config"], {"model": "z"}))
             await z.result(timeout=10)
             await engine.drain(5)
@@ -124,7 +131,7 @@ def test_a_fork_of_a_fork_and_a_fork_replay_as_recorded():
 
     y, z, handle = arun(scenario())
     assert z[0].data[FORKED_FROM]["lineage"] == [y[0].data[FORKED_FROM]["lineage"][0], y[0].id]
-    assert of_type(z, T.RUN_COMPLETED)[0].data["value"] == {"text": "z: 522,250"}
+    assert of_type(z, RUN_COMPLETED)[0].data["value"] == {"text": "z: 522,250"}
     for log in (y, z):
         r = arun(replay(log))
         assert r.same, r.explain()
@@ -137,9 +144,9 @@ def test_a_child_that_had_ended_stays_ended_and_an_open_one_starts_afresh():
     async def scenario():
         async with make_engine(model, TOOLS) as engine:
             x = await run_to_end(engine, parent, {"task": "Lyon?"}, "run-p")
-            (x_child,) = [e.data["child"] for e in of_type(x, T.CHILD_REQUESTED)]
-            ended = await fork(engine, "run-p", seq_of(x, T.CHILD_COMPLETED))
-            open_ = await fork(engine, "run-p", seq_of(x, T.CHILD_REQUESTED))
+            (x_child,) = [e.data["child"] for e in of_type(x, CHILD_REQUESTED)]
+            ended = await fork(engine, "run-p", seq_of(x, CHILD_COMPLETED))
+            open_ = await fork(engine, "run-p", seq_of(x, CHILD_REQUESTED))
             done = [await ended.result(timeout=10), await open_.result(timeout=10)]
             await engine.drain(5)
             return (x_child, done, await engine.store.read(ended.run_id),
@@ -147,14 +154,14 @@ def test_a_child_that_had_ended_stays_ended_and_an_open_one_starts_afresh():
 
     x_child, done, ended, open_, engine = arun(scenario())
     assert [o.outcome for o in done] == ["success", "success"]
-    (kept,) = [e.data["child"] for e in of_type(ended, T.CHILD_REQUESTED)]
+    (kept,) = [e.data["child"] for e in of_type(ended, CHILD_REQUESTED)]
     assert kept != x_child  # the fork's own name for it...
-    assert of_type(ended, T.CHILD_COMPLETED)[0].data["child"] == kept  # ...ended, as it was
+    assert of_type(ended, CHILD_COMPLETED)[0].data["child"] == kept  # ...ended, as it was
     assert arun(engine.store.read(kept)) == []  # and never started again
-    (fresh,) = [e.data["child"] for e in of_type(open_, T.CHILD_REQUESTED)]
+    (fresh,) = [e.data["child"] for e in of_type(open_, CHILD_REQUESTED)]
     child_log = arun(engine.store.read(fresh))
     assert child_log[0].data["parent"] == open_[0].stream  # started afresh, under the fork
-    assert of_type(open_, T.CHILD_COMPLETED)[0].data["child"] == fresh
+    assert of_type(open_, CHILD_COMPLETED)[0].data["child"] == fresh
 
 
 @pytest.mark.parametrize("at, config, why", [
@@ -190,7 +197,7 @@ def test_merge_patch_follows_rfc_7386():
 
 @pytest.fixture(params=[("default", "files"), ("postgres", "s3")], ids=["sqlite-files", "postgres-s3"])
 def site_store(request, settings, tmp_path):
-    from aaa_django.blobs import StorageBlobStore
+    from aaa_django.site.blobs import StorageBlobStore
 
     alias, kind = request.param
     if alias == "postgres":
@@ -222,9 +229,9 @@ def reader(request):
 def test_a_fork_on_the_site_has_its_own_blobs_and_outlives_its_origin(site_store):
     from asgiref.sync import async_to_sync
 
-    from aaa_django.engines import build_engine
     from aaa_django.llm import FakeLLMClient, LLMHandler
     from aaa_django.runtime import InProcessBus
+    from aaa_django.site.engines import build_engine
     from aaa_django.tools import ToolHandler
 
     alias, blobs = site_store
@@ -236,7 +243,7 @@ def test_a_fork_on_the_site_has_its_own_blobs_and_outlives_its_origin(site_store
             LLMHandler(FakeLLMClient(reader)).attach(engine)
             ToolHandler(tools).attach(engine)
             x = await run_to_end(engine, ToolLoop(tools), {"task": "Read it."}, "run-site-x")
-            y = await fork(engine, "run-site-x", seq_of(x, T.TOOL_COMPLETED),
+            y = await fork(engine, "run-site-x", seq_of(x, TOOL_COMPLETED),
                            config={**x[0].data["config"], "model": "m2"})
             assert (await y.result(timeout=120)).value == {"text": "m2 read 3000 chars"}
             await engine.drain(30)

@@ -19,7 +19,13 @@ from aaa_django.events import FoldCache, InMemoryEventStore
 from aaa_django.llm import FakeLLMClient, LLMHandler
 from aaa_django.llm.fake import text
 from aaa_django.runtime import Engine
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    INPUT_VALIDATED,
+    LLM_COMPLETED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+)
 from aaa_django.store import DjangoEventStore
 from aaa_django.tools import ToolRegistry
 
@@ -67,8 +73,8 @@ def test_a_run_with_a_large_input_succeeds_and_keeps_its_routing_in_its_start(st
         store, task, budget={"model_calls": 2}, deadline=120))
 
     assert outcome.outcome == "success" and outcome.value == {"text": f"{len(task)} chars"}
-    assert [e.type for e in log] == [T.RUN_STARTED, T.INPUT_VALIDATED, T.LLM_REQUESTED,
-                                     T.LLM_COMPLETED, T.RUN_COMPLETED]
+    assert [e.type for e in log] == [RUN_STARTED, INPUT_VALIDATED, LLM_REQUESTED,
+                                     LLM_COMPLETED, RUN_COMPLETED]
     stub = log[0].data
     assert is_claimed(stub) and "input" not in stub  # only the input moved to the blob
     assert {k: stub[k] for k in ROUTING} == {k: started.data[k] for k in ROUTING}

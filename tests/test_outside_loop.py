@@ -15,7 +15,7 @@ import asyncio
 import pytest
 from django.db import connections
 
-from aaa_django.store import _outside_loop
+from aaa_django.store.database import _outside_loop
 
 
 def test_the_loop_is_hidden_during_the_call_and_back_after_it():

@@ -1,4 +1,4 @@
-"""Progress bars of long commands (aaa_django.progress): drawn on a terminal, nothing
+"""Progress bars of long commands (aaa_django.management.progress): drawn on a terminal, nothing
 anywhere else."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import io
 import pytest
 from django.core.management import call_command
 
+from aaa_django.management.progress import Progress
 from aaa_django.models import EventRecord
-from aaa_django.progress import Progress
 
 
 class Terminal(io.StringIO):
@@ -60,13 +60,13 @@ def test_the_demo_and_the_reindex_draw_on_a_terminal_only():
 @pytest.mark.django_db(transaction=True)
 def test_the_sweep_counts_the_runs_it_re_drove_ending():
     from aaa_django.events import Event
-    from aaa_django.runtime import types as T
+    from aaa_django.runtime.event_types import RUN_STARTED, started_id
     from aaa_django.store import DjangoEventStore
 
     # a stalled run (nothing delivered its start) whose algorithm this process lacks:
     # re-driven, the engine ends it failed
-    DjangoEventStore().append_sync([Event(id=T.started_id("run-stalled"), stream="run-stalled",
-                                          type=T.RUN_STARTED, data={"algorithm": "tests.nowhere", "input": {}})])
+    DjangoEventStore().append_sync([Event(id=started_id("run-stalled"), stream="run-stalled",
+                                          type=RUN_STARTED, data={"algorithm": "tests.nowhere", "input": {}})])
     tty = Terminal()
     call_command("aaa_sweep", "--stall-after", "0", stdout=io.StringIO(), stderr=tty)
     assert last_line(tty.getvalue()).startswith("re-driven runs ended [")

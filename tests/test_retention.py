@@ -12,20 +12,19 @@ from asgiref.sync import async_to_sync
 from django.core.management import call_command
 
 from aaa_django.algos import ToolLoop
-from aaa_django.blobs import StorageBlobStore
 from aaa_django.data.keys import namespace_segment
-from aaa_django.engines import build_engine
 from aaa_django.events import Event
 from aaa_django.llm import FakeLLMClient, LLMHandler
 from aaa_django.llm.fake import text, tool_call
 from aaa_django.models import EventRecord, RunRecord, SnapshotRecord
-from aaa_django.retention import Policy, apply_retention, retain, sweep_orphans
 from aaa_django.runtime import InProcessBus
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED, completion_id, started_id
+from aaa_django.site.blobs import StorageBlobStore
+from aaa_django.site.engines import build_engine
+from aaa_django.site.retention import Policy, apply_retention, retain, sweep_orphans
 from aaa_django.store import DjangoEventStore
 from aaa_django.tools import ToolHandler, ToolRegistry, tool
-
-from tests.engine import algos as engine_algos  # noqa: F401  (registers tests.parent)
+from tests.runtime import algos as engine_algos  # noqa: F401  (registers tests.parent)
 
 # transaction=True: the engine on PostgreSQL (PgEventStore) writes on connections of its
 # own, outside a test transaction (its rows would outlive the test)
@@ -163,12 +162,12 @@ def test_a_run_tree_goes_with_its_root_and_a_running_run_never(site):
     (child,) = RunRecord.objects.using(db_alias).filter(parent=root).values_list("pk", flat=True)
     # A finished root whose child never ended (written by hand: the engine would cancel it).
     store = DjangoEventStore(db_alias)
-    store.append_sync([Event(id=T.started_id("run-held"), stream="run-held", type=T.RUN_STARTED,
+    store.append_sync([Event(id=started_id("run-held"), stream="run-held", type=RUN_STARTED,
                              data={"algorithm": "aaa.algos.ToolLoop", "input": {"task": "t"}}),
-                       Event(id=T.completion_id("run-held"), stream="run-held",
-                             type=T.RUN_COMPLETED, data={"outcome": "success", "value": None})])
-    store.append_sync([Event(id=T.started_id("run-held-child"), stream="run-held-child",
-                             type=T.RUN_STARTED, data={"algorithm": "aaa.algos.ToolLoop",
+                       Event(id=completion_id("run-held"), stream="run-held",
+                             type=RUN_COMPLETED, data={"outcome": "success", "value": None})])
+    store.append_sync([Event(id=started_id("run-held-child"), stream="run-held-child",
+                             type=RUN_STARTED, data={"algorithm": "aaa.algos.ToolLoop",
                                                        "input": {"task": "t"},
                                                        "parent": "run-held"})])
 

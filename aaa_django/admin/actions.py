@@ -17,9 +17,9 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from aaa_django import runindex
 from aaa_django.models import EventRecord, RunRecord
 from aaa_django.runtime import RunNotEndedError
+from aaa_django.store import runindex
 
 from . import engine
 from .forms import ApprovalForm, ReasonForm, StartRunForm

@@ -2,15 +2,15 @@
 
 Views are synchronous; the engine is async and its in-process bus must outlive the
 request (a started run goes on after the response). So the calls go to the web
-process's :class:`~aaa_django.host.EngineHost`, whose loop thread keeps the engine.
+process's :class:`~aaa_django.site.host.EngineHost`, whose loop thread keeps the engine.
 """
 
 from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Mapping
 
-from aaa_django import runindex
-from aaa_django.host import EngineHost, EngineUnavailable
+from aaa_django.site.host import EngineHost, EngineUnavailable
+from aaa_django.store import runindex
 
 __all__ = ["EngineUnavailable", "approve", "cancel", "deny", "erase", "fork", "redrive", "start"]
 

@@ -1,5 +1,5 @@
 """The admin's export, import and fork: each a page or a download that calls
-:mod:`aaa_django.exchange` or the engine (fork), never an ORM write on the log.
+:mod:`aaa_django.store.exchange` or the engine (fork), never an ORM write on the log.
 
 - **Export** (a run's page): the run as one JSON Lines file, blobs inlined, streamed.
   Whoever may see the run may export it.
@@ -19,9 +19,9 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.template.response import TemplateResponse
 
-from aaa_django import exchange, runindex
-from aaa_django.engines import site_blobs
 from aaa_django.runtime.fork import ForkError
+from aaa_django.site.engines import site_blobs
+from aaa_django.store import exchange, runindex
 
 from . import engine, reading
 from .forms import ForkForm, ImportForm

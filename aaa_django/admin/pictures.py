@@ -16,7 +16,18 @@ from typing import Any
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    APPROVAL_DENIED,
+    APPROVAL_EXPIRED,
+    APPROVAL_REQUESTED,
+    LLM_FAILED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+    decision_id,
+    result_id,
+)
 
 #: (dimension, label) in the order the bars are drawn
 DIMENSIONS = (("tokens", "tokens"), ("cost", "cost"), ("model_calls", "model calls"),
@@ -72,8 +83,8 @@ def budget_bars(budget: Any, spend: Any) -> SafeString | None:
 # -- a run's timeline ----------------------------------------------------------------------
 
 #: lane -> (label, request type)
-LANES = (("model", "model calls", T.LLM_REQUESTED), ("tool", "tool calls", T.TOOL_REQUESTED),
-         ("approval", "approval waits", T.APPROVAL_REQUESTED))
+LANES = (("model", "model calls", LLM_REQUESTED), ("tool", "tool calls", TOOL_REQUESTED),
+         ("approval", "approval waits", APPROVAL_REQUESTED))
 TL_WIDTH, TL_LABEL, TL_ROW, TL_AXIS, MAX_ROWS = 760, 100, 14, 18, 6
 #: the run page draws the timeline of runs up to this many events (it reads them all)
 TIMELINE_EVENTS = 5000
@@ -88,16 +99,16 @@ def timeline_spans(events: list[tuple[str, int, str, float, str]], now: float) -
         return [], now, now
     by_id = {e[0]: e for e in events}
     start = events[0][3]
-    end = next((e[3] for e in events if e[2] == T.RUN_COMPLETED), None)
+    end = next((e[3] for e in events if e[2] == RUN_COMPLETED), None)
     stop = end if end is not None else max(now, events[-1][3])
     bars = []
     for lane, _, request_type in LANES:
         for eid, seq, etype, at, name in events:
             if etype != request_type:
                 continue
-            answer = by_id.get(T.decision_id(eid) if lane == "approval" else T.result_id(eid))
-            failed = answer is not None and answer[2] in (T.LLM_FAILED, T.TOOL_FAILED, T.APPROVAL_DENIED,
-                                                         T.APPROVAL_EXPIRED)
+            answer = by_id.get(decision_id(eid) if lane == "approval" else result_id(eid))
+            failed = answer is not None and answer[2] in (LLM_FAILED, TOOL_FAILED, APPROVAL_DENIED,
+                                                         APPROVAL_EXPIRED)
             bars.append({"lane": lane, "seq": seq, "name": name, "start": at,
                          "end": answer[3] if answer is not None else stop,
                          "open": answer is None, "failed": failed,

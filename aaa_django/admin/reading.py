@@ -15,11 +15,11 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from aaa_django import projections as registry
 from aaa_django.conf import aaa_settings
 from aaa_django.data import BlobRef, hydrate, is_claimed
 from aaa_django.data.errors import BlobError, BlobIntegrityError, BlobNotFoundError
 from aaa_django.events import Event, Projection, default_cache
+from aaa_django.reading import projections as registry
 from aaa_django.runtime import RUNMETA
 from aaa_django.store import DjangoEventStore, EventList
 
@@ -34,7 +34,7 @@ EAGER_REPLAY_LIMIT = 2_000
 
 def blob_store() -> Any:
     """The site's blob store (``AAA["BLOB_STORAGE"]``), or None when it has none."""
-    from aaa_django.blobs import StorageBlobStore
+    from aaa_django.site.blobs import StorageBlobStore
 
     alias = aaa_settings()["BLOB_STORAGE"]
     return StorageBlobStore(alias=alias) if alias else None

@@ -30,13 +30,14 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from aaa_django import access, runindex
+from aaa_django import access
 from aaa_django.data import is_claimed
 from aaa_django.data.errors import BlobError
 from aaa_django.events import Event
 from aaa_django.models import EventRecord, RunRecord
 from aaa_django.runtime import RUNMETA
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import APPROVAL_REQUESTED, TOOL_REQUESTED
+from aaa_django.store import runindex
 
 from . import pictures, reading, timeline
 from .actions import RunActions
@@ -92,7 +93,7 @@ def _timeline_events(run_id: str, using: str) -> list[tuple[str, int, str, float
     tool's, an approval's) name, in one query."""
     rows = EventRecord.objects.using(using).filter(stream=run_id)
     named = {}  # a tool call's (and its approval's) name: their data is small
-    for seq, data in rows.filter(type__in=(T.TOOL_REQUESTED, T.APPROVAL_REQUESTED)).values_list("seq", "data"):
+    for seq, data in rows.filter(type__in=(TOOL_REQUESTED, APPROVAL_REQUESTED)).values_list("seq", "data"):
         try:
             named[seq] = str((json.loads(data) if isinstance(data, str) else data).get("name") or "")
         except (ValueError, AttributeError):

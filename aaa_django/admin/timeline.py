@@ -15,7 +15,29 @@ from typing import Any, Callable
 
 from aaa_django.data import CLAIM_MARKER
 from aaa_django.models import EventRecord
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    APPROVAL_DENIED,
+    APPROVAL_EXPIRED,
+    APPROVAL_GRANTED,
+    APPROVAL_REQUESTED,
+    CANCEL_REQUESTED,
+    CHILD_COMPLETED,
+    CHILD_REQUESTED,
+    INPUT_REJECTED,
+    INPUT_VALIDATED,
+    LLM_COMPLETED,
+    LLM_FAILED,
+    LLM_REQUESTED,
+    OUTPUT_PROPOSED,
+    OUTPUT_REJECTED,
+    OUTPUT_VALIDATED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+    TOOL_STARTED,
+)
 
 #: events per timeline page by default, and the most a page may show
 PAGE_SIZE = 50
@@ -292,26 +314,26 @@ def _decision(word: str) -> Callable[[dict], str]:
 
 
 _SUMMARIES: dict[str, Callable[[dict], str]] = {
-    T.RUN_STARTED: _started,
-    T.RUN_COMPLETED: _completed,
-    T.CANCEL_REQUESTED: lambda d: f"cancel requested by {d.get('by') or 'someone'}"
+    RUN_STARTED: _started,
+    RUN_COMPLETED: _completed,
+    CANCEL_REQUESTED: lambda d: f"cancel requested by {d.get('by') or 'someone'}"
     + (f": {d['reason']}" if d.get("reason") else ""),
-    T.INPUT_VALIDATED: lambda d: "input is valid",
-    T.INPUT_REJECTED: _rejected("input"),
-    T.OUTPUT_PROPOSED: lambda d: f"answer proposed, to fit {d.get('schema')}: {_json(d.get('value'))}",
-    T.OUTPUT_VALIDATED: lambda d: "answer fits its schema",
-    T.OUTPUT_REJECTED: _rejected("answer"),
-    T.LLM_REQUESTED: _llm_requested,
-    T.LLM_COMPLETED: _llm_completed,
-    T.LLM_FAILED: _failed("model"),
-    T.TOOL_REQUESTED: _tool_requested,
-    T.TOOL_STARTED: lambda d: f"{d.get('name')} running (idempotency key {d.get('idempotency_key')})",
-    T.TOOL_COMPLETED: _tool_completed,
-    T.TOOL_FAILED: _failed("tool"),
-    T.APPROVAL_REQUESTED: _approval_requested,
-    T.APPROVAL_GRANTED: _decision("approved"),
-    T.APPROVAL_DENIED: _decision("denied"),
-    T.APPROVAL_EXPIRED: _decision("approval expired"),
-    T.CHILD_REQUESTED: lambda d: f"child run {d.get('key')!r}: {d.get('algorithm')} ({d.get('child')})",
-    T.CHILD_COMPLETED: lambda d: f"child {d.get('key')!r} ended {d.get('outcome')}",
+    INPUT_VALIDATED: lambda d: "input is valid",
+    INPUT_REJECTED: _rejected("input"),
+    OUTPUT_PROPOSED: lambda d: f"answer proposed, to fit {d.get('schema')}: {_json(d.get('value'))}",
+    OUTPUT_VALIDATED: lambda d: "answer fits its schema",
+    OUTPUT_REJECTED: _rejected("answer"),
+    LLM_REQUESTED: _llm_requested,
+    LLM_COMPLETED: _llm_completed,
+    LLM_FAILED: _failed("model"),
+    TOOL_REQUESTED: _tool_requested,
+    TOOL_STARTED: lambda d: f"{d.get('name')} running (idempotency key {d.get('idempotency_key')})",
+    TOOL_COMPLETED: _tool_completed,
+    TOOL_FAILED: _failed("tool"),
+    APPROVAL_REQUESTED: _approval_requested,
+    APPROVAL_GRANTED: _decision("approved"),
+    APPROVAL_DENIED: _decision("denied"),
+    APPROVAL_EXPIRED: _decision("approval expired"),
+    CHILD_REQUESTED: lambda d: f"child run {d.get('key')!r}: {d.get('algorithm')} ({d.get('child')})",
+    CHILD_COMPLETED: lambda d: f"child {d.get('key')!r} ended {d.get('outcome')}",
 }

@@ -21,9 +21,9 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 from pydantic_core import to_jsonable_python
 
 from aaa_django.llm.conversation import CONVERSATION
-from aaa_django.runtime import types as T
 from aaa_django.llm.messages import Message, Usage
 from aaa_django.llm.pydantic_ai_messages import from_model_messages, to_model_response, tool_specs
+from aaa_django.runtime.event_types import LLM_REQUESTED
 
 if TYPE_CHECKING:  # pragma: no cover
     from aaa_django.runtime import Ctx
@@ -129,7 +129,7 @@ async def _ask_model(ctx: "Ctx", capability: Replay, model: str | None) -> None:
     params = _params(request.model_settings)
     if params:
         data["params"] = params
-    ctx.emit(T.LLM_REQUESTED, data, key=("llm", ("agent", k + 1)))
+    ctx.emit(LLM_REQUESTED, data, key=("llm", ("agent", k + 1)))
 
 
 def _with_instructions(request: Any) -> list[pm.ModelMessage]:

@@ -21,7 +21,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aaa_django.llm.messages import Message
 from aaa_django.runtime import registry
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    APPROVAL_DECISIONS,
+    APPROVAL_REQUESTED,
+    CANCEL_REQUESTED,
+    CHILD_REQUESTED,
+    LLM_REQUESTED,
+    OUTPUT_PROPOSED,
+    TOOL_REQUESTED,
+    TOOL_STARTED,
+)
 
 #: Events that never change what an algorithm decides: the requests it made itself
 #: (their results will; a proposed structured result too), the tool guard's intent, approval gates (the tool's result
@@ -29,14 +38,14 @@ from aaa_django.runtime import types as T
 #: on them (``Algorithm.ignores``) halves the steps and reads of a run, as the spec's
 #: fold measurement does (it reads on results only).
 QUIET = frozenset({
-    T.LLM_REQUESTED,
-    T.TOOL_REQUESTED,
-    T.TOOL_STARTED,
-    T.CHILD_REQUESTED,
-    T.APPROVAL_REQUESTED,
-    *T.APPROVAL_DECISIONS,
-    T.CANCEL_REQUESTED,
-    T.OUTPUT_PROPOSED,
+    LLM_REQUESTED,
+    TOOL_REQUESTED,
+    TOOL_STARTED,
+    CHILD_REQUESTED,
+    APPROVAL_REQUESTED,
+    *APPROVAL_DECISIONS,
+    CANCEL_REQUESTED,
+    OUTPUT_PROPOSED,
 })
 
 

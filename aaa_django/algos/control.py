@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aaa_django.events import Event, Projection
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    CHILD_COMPLETED,
+    CHILD_REQUESTED,
+    LLM_COMPLETED,
+    LLM_FAILED,
+    LLM_REQUESTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+)
 
 from .base import Algorithm
 from .common import (
@@ -65,27 +74,27 @@ def _node_of(value: Any) -> str | None:
 
 def apply_wf(s: WorkflowState, e: Event) -> WorkflowState:
     t, d = e.type, e.data
-    if t == T.LLM_REQUESTED:
+    if t == LLM_REQUESTED:
         node = _node_of(d.get("tag"))
-    elif t == T.TOOL_REQUESTED:
+    elif t == TOOL_REQUESTED:
         node = _node_of(d.get("call_id"))
-    elif t == T.CHILD_REQUESTED:
+    elif t == CHILD_REQUESTED:
         node = _node_of(d.get("key"))
     else:
         node = None
     if node is not None:
         s.nodes[node] = NodeRun()
-    elif t in (T.LLM_COMPLETED, T.LLM_FAILED):
+    elif t in (LLM_COMPLETED, LLM_FAILED):
         node = _node_of(d.get("tag"))
         if node in s.nodes:
-            s.nodes[node] = (NodeRun(status="done", result=reply_text(d)) if t == T.LLM_COMPLETED
+            s.nodes[node] = (NodeRun(status="done", result=reply_text(d)) if t == LLM_COMPLETED
                              else NodeRun(status="failed", error=failure_text(d)))
-    elif t in (T.TOOL_COMPLETED, T.TOOL_FAILED):
+    elif t in (TOOL_COMPLETED, TOOL_FAILED):
         node = _node_of(d.get("call_id"))
         if node in s.nodes:
             s.nodes[node] = (NodeRun(status="done", result=as_text(d.get("result")))
-                             if t == T.TOOL_COMPLETED else NodeRun(status="failed", error=failure_text(d)))
-    elif t == T.CHILD_COMPLETED:
+                             if t == TOOL_COMPLETED else NodeRun(status="failed", error=failure_text(d)))
+    elif t == CHILD_COMPLETED:
         node = _node_of(d.get("key"))
         if node in s.nodes:
             ok, text = child_result(d)
@@ -340,20 +349,20 @@ def apply_fsm(s: FsmRun, e: Event) -> FsmRun:
             s.last = s.output
         s.path.append(str(d.get("state")))
         s.request_id, s.done, s.ok, s.output, s.label, s.error = None, False, True, None, None, None
-    elif t == T.LLM_REQUESTED and tag_index(d.get("tag"), "fsm") == len(s.path) - 1:
+    elif t == LLM_REQUESTED and tag_index(d.get("tag"), "fsm") == len(s.path) - 1:
         s.request_id = e.id
-    elif t == T.TOOL_REQUESTED and tag_index(d.get("call_id"), "fsm") == len(s.path) - 1:
+    elif t == TOOL_REQUESTED and tag_index(d.get("call_id"), "fsm") == len(s.path) - 1:
         s.request_id = e.id
     elif s.request_id is None or s.done:
         return s
-    elif t == T.LLM_COMPLETED and d.get("request_id") == s.request_id:
+    elif t == LLM_COMPLETED and d.get("request_id") == s.request_id:
         s.done = True
         s.output, s.label = read_llm_choice(reply_text(d))
-    elif t == T.LLM_FAILED and d.get("request_id") == s.request_id:
+    elif t == LLM_FAILED and d.get("request_id") == s.request_id:
         s.error = {"reason": d.get("reason"), "error": d.get("error")}
-    elif t in (T.TOOL_COMPLETED, T.TOOL_FAILED) and e.causation == s.request_id:
+    elif t in (TOOL_COMPLETED, TOOL_FAILED) and e.causation == s.request_id:
         s.done = True
-        if t == T.TOOL_COMPLETED:
+        if t == TOOL_COMPLETED:
             s.output, s.label = read_tool_choice(d.get("result"))
         else:  # a failed tool call takes the state's `error` transition, if it has one
             s.ok, s.output, s.label = False, failure_text(d), "error"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from aaa_django.events import Event, Projection
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import LLM_COMPLETED, LLM_FAILED, LLM_REQUESTED
 
 from .base import Algorithm
 from .common import QUIET, failure_text, opening, reply_text, tag_index
@@ -47,14 +47,14 @@ class SamplesState(BaseModel):
 
 def apply(s: SamplesState, e: Event) -> SamplesState:
     t, d = e.type, e.data
-    if t not in (T.LLM_REQUESTED, T.LLM_COMPLETED, T.LLM_FAILED):
+    if t not in (LLM_REQUESTED, LLM_COMPLETED, LLM_FAILED):
         return s
     i = tag_index(d.get("tag"), "sample")
     if i is None:
         return s
-    if t == T.LLM_REQUESTED:
+    if t == LLM_REQUESTED:
         s.requested += 1
-    elif t == T.LLM_COMPLETED:
+    elif t == LLM_COMPLETED:
         s.samples[i] = reply_text(d)
     else:
         s.failures += 1

@@ -16,7 +16,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from aaa_django.events import Event, Projection
 from aaa_django.llm.messages import Message
 from aaa_django.runtime import dotted
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    LLM_COMPLETED,
+    LLM_FAILED,
+    LLM_REQUESTED,
+    OUTPUT_PROPOSED,
+    OUTPUT_REJECTED,
+    OUTPUT_VALIDATED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+)
 from aaa_django.validate.output import describe, output_model
 
 from .base import Algorithm
@@ -72,36 +82,36 @@ class LoopState(BaseModel):
 
 def apply(s: LoopState, e: Event) -> LoopState:
     t, d = e.type, e.data
-    if t == T.LLM_REQUESTED:
+    if t == LLM_REQUESTED:
         s.turns += 1
         s.request_id = e.id
         s.response = s.error = None
         s.calls = []
         s.results = {}
         s.proposal = s.verdict = None
-    elif t == T.LLM_COMPLETED and d.get("request_id") == s.request_id:
+    elif t == LLM_COMPLETED and d.get("request_id") == s.request_id:
         m = (d.get("response") or {}).get("message") or {}
         s.response = {"content": m.get("content"), "tool_calls": m.get("tool_calls") or []}
-    elif t == T.LLM_FAILED and d.get("request_id") == s.request_id:
+    elif t == LLM_FAILED and d.get("request_id") == s.request_id:
         s.error = {"reason": d.get("reason"), "error": d.get("error")}
-    elif t == T.TOOL_REQUESTED:
+    elif t == TOOL_REQUESTED:
         s.calls.append(LoopCall(call_id=d["call_id"], name=d.get("name", "")))
-    elif t in (T.TOOL_COMPLETED, T.TOOL_FAILED):
+    elif t in (TOOL_COMPLETED, TOOL_FAILED):
         call_id = d.get("call_id")
         if any(c.call_id == call_id for c in s.calls):
             s.results[call_id] = _result(t, d)
-    elif t == T.OUTPUT_PROPOSED:
+    elif t == OUTPUT_PROPOSED:
         s.proposal, s.verdict = e.id, None
-    elif t == T.OUTPUT_VALIDATED and e.causation == s.proposal:
+    elif t == OUTPUT_VALIDATED and e.causation == s.proposal:
         s.verdict = {"ok": True, "value": d.get("value")}
-    elif t == T.OUTPUT_REJECTED and e.causation == s.proposal:
+    elif t == OUTPUT_REJECTED and e.causation == s.proposal:
         s.verdict = {"ok": False, "errors": d.get("errors") or [], "fatal": bool(d.get("fatal"))}
         s.rejected += 1
     return s
 
 
 def _result(t: str, d: dict[str, Any]) -> LoopResult:
-    if t == T.TOOL_COMPLETED:
+    if t == TOOL_COMPLETED:
         r = d.get("result")
         return LoopResult(ok=True, content=r if isinstance(r, str) else json.dumps(r, ensure_ascii=False))
     return LoopResult(ok=False, content=f"error ({d.get('reason')}): {d.get('error')}")
@@ -256,7 +266,7 @@ class ToolLoop(Algorithm):
     def propose(self, ctx: "Ctx", s: LoopState, value: Any) -> None:
         """Ask the ValidationHandler whether ``value`` fits ``output`` (the verdict
         steps the run on)."""
-        ctx.emit(T.OUTPUT_PROPOSED, {"value": value, "schema": self.cfg.output}, key=("output", s.turns))
+        ctx.emit(OUTPUT_PROPOSED, {"value": value, "schema": self.cfg.output}, key=("output", s.turns))
 
     def judged(self, ctx: "Ctx", s: LoopState) -> None:
         """The answer was checked: the run's result, or the errors back to the model."""

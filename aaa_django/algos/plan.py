@@ -18,7 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aaa_django.events import Event, Projection
 from aaa_django.llm.messages import Message
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    CHILD_COMPLETED,
+    CHILD_REQUESTED,
+    LLM_COMPLETED,
+    LLM_FAILED,
+    LLM_REQUESTED,
+)
 
 from .base import Algorithm
 from .common import QUIET, AlgorithmRef, child_result, failure_text, opening, reply_text, tag_index
@@ -80,29 +86,29 @@ class PlanState(BaseModel):
 
 def apply(s: PlanState, e: Event) -> PlanState:
     t, d = e.type, e.data
-    if t == T.LLM_REQUESTED:
+    if t == LLM_REQUESTED:
         if tag_index(d.get("tag"), "plan") is not None:
             s.plans += 1
             s.plan_request, s.planning, s.reply, s.error = e.id, "asked", None, None
         else:
             _start(s, tag_index(d.get("tag"), "step"))
-    elif t == T.CHILD_REQUESTED:
+    elif t == CHILD_REQUESTED:
         _start(s, tag_index(d.get("key"), "step"))
-    elif t in (T.LLM_COMPLETED, T.LLM_FAILED) and tag_index(d.get("tag"), "plan") is not None:
+    elif t in (LLM_COMPLETED, LLM_FAILED) and tag_index(d.get("tag"), "plan") is not None:
         if d.get("request_id") == s.plan_request and s.planning == "asked":  # else: not awaited
-            if t == T.LLM_COMPLETED:
+            if t == LLM_COMPLETED:
                 s.planning, s.reply = "answered", reply_text(d)
             else:
                 s.error = {"reason": d.get("reason"), "error": d.get("error")}
-    elif t == T.LLM_COMPLETED:
+    elif t == LLM_COMPLETED:
         text = reply_text(d)
         if text.strip().upper().startswith(STEP_FAILED):
             _finish(s, tag_index(d.get("tag"), "step"), error=text.strip()[len(STEP_FAILED):].strip())
         else:
             _finish(s, tag_index(d.get("tag"), "step"), result=text)
-    elif t == T.LLM_FAILED:
+    elif t == LLM_FAILED:
         _finish(s, tag_index(d.get("tag"), "step"), error=failure_text(d))
-    elif t == T.CHILD_COMPLETED:
+    elif t == CHILD_COMPLETED:
         i = tag_index(d.get("key"), "step")
         ok, text = child_result(d)
         if ok:

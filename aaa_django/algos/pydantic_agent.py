@@ -36,7 +36,14 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator,
 
 from aaa_django.events import Event, Projection
 from aaa_django.runtime import Budget, dotted
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    LLM_COMPLETED,
+    LLM_FAILED,
+    LLM_REQUESTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+)
 
 from .base import Algorithm
 from .common import QUIET
@@ -94,12 +101,12 @@ class Journal(BaseModel):
 
 def _apply(j: Journal, e: Event) -> Journal:
     t, d = e.type, e.data
-    if t == T.LLM_REQUESTED and str(d.get("tag") or "").startswith("agent-"):
+    if t == LLM_REQUESTED and str(d.get("tag") or "").startswith("agent-"):
         j.models.append(ModelAnswer(request_id=e.id))
-    elif t in (T.LLM_COMPLETED, T.LLM_FAILED):
+    elif t in (LLM_COMPLETED, LLM_FAILED):
         for m in reversed(j.models):
             if m.request_id == d.get("request_id"):
-                if t == T.LLM_COMPLETED:
+                if t == LLM_COMPLETED:
                     m.message = (d.get("response") or {}).get("message") or {}
                     m.finish_reason = (d.get("response") or {}).get("finish_reason")
                     m.usage = dict(d.get("usage") or {})
@@ -107,11 +114,11 @@ def _apply(j: Journal, e: Event) -> Journal:
                 else:
                     m.error = {"reason": d.get("reason"), "error": d.get("error")}
                 break
-    elif t == T.TOOL_REQUESTED:
+    elif t == TOOL_REQUESTED:
         j.requested.append(d["call_id"])
-    elif t == T.TOOL_COMPLETED:
+    elif t == TOOL_COMPLETED:
         j.tools[d["call_id"]] = ToolAnswer(ok=True, result=d.get("result"))
-    elif t == T.TOOL_FAILED:
+    elif t == TOOL_FAILED:
         j.tools[d["call_id"]] = ToolAnswer(ok=False, error=f"{d.get('reason')}: {d.get('error')}")
     return j
 

@@ -16,7 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from aaa_django.events import Event, Projection
 from aaa_django.llm.messages import Message
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    LLM_COMPLETED,
+    LLM_FAILED,
+    LLM_REQUESTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+)
 
 from .base import Algorithm
 from .common import QUIET, as_text, opening, reply_text
@@ -62,7 +69,7 @@ GENERATE, CRITIQUE = "generate", "critique"
 
 def apply(s: RefineState, e: Event) -> RefineState:
     t, d = e.type, e.data
-    if t == T.LLM_REQUESTED:
+    if t == LLM_REQUESTED:
         tag = d.get("tag") or ""
         if tag.startswith(CRITIQUE + "-"):
             s.request_id, s.stage, s.error = e.id, "critique", None
@@ -72,18 +79,18 @@ def apply(s: RefineState, e: Event) -> RefineState:
             s.iteration += 1
             s.generate_id, s.candidate = e.id, None
             s.check_id = s.check = None
-    elif t == T.LLM_COMPLETED:
+    elif t == LLM_COMPLETED:
         rid = d.get("request_id")
         if rid is not None and rid == s.generate_id:
             s.candidate = reply_text(d)
         elif rid is not None and rid == s.check_id:
             s.check = Check(ok=True, result=reply_text(d))
-    elif t == T.LLM_FAILED and d.get("request_id") == s.request_id:
+    elif t == LLM_FAILED and d.get("request_id") == s.request_id:
         s.error = {"reason": d.get("reason"), "error": d.get("error")}
-    elif t == T.TOOL_REQUESTED and str(d.get("call_id", "")).startswith("test-"):
+    elif t == TOOL_REQUESTED and str(d.get("call_id", "")).startswith("test-"):
         s.check_id, s.check = e.id, None
-    elif t in (T.TOOL_COMPLETED, T.TOOL_FAILED) and e.causation is not None and e.causation == s.check_id:
-        if t == T.TOOL_COMPLETED:
+    elif t in (TOOL_COMPLETED, TOOL_FAILED) and e.causation is not None and e.causation == s.check_id:
+        if t == TOOL_COMPLETED:
             s.check = Check(ok=True, result=d.get("result"))
         else:
             s.check = Check(ok=False, reason=d.get("reason"), error=d.get("error"))

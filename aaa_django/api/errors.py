@@ -73,8 +73,8 @@ def to_response(exc: BaseException) -> JsonResponse | None:
     """The HTTP answer to an exception a view raised, or None if it is a bug."""
     from aaa_django.data.errors import BlobError
     from aaa_django.events import ConcurrencyError, InvalidEventError
-    from aaa_django.host import EngineUnavailable
     from aaa_django.runtime import UnknownAlgorithmError
+    from aaa_django.site.host import EngineUnavailable
 
     if isinstance(exc, ApiError):
         return error_response(exc.status, exc.errors, exc.headers)

@@ -16,9 +16,9 @@ import logging
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja.responses import Status
 
-from aaa_django import exchange, runindex
-from aaa_django.engines import site_blobs
 from aaa_django.runtime.fork import ForkError, fork, merge_patch
+from aaa_django.site.engines import site_blobs
+from aaa_django.store import exchange, runindex
 
 from . import auth, runs
 from .errors import ApiError

@@ -9,7 +9,7 @@
 
 Endpoints (all authenticated; see :mod:`.auth`): start, list and get runs; page a
 run's events or stream them (SSE); fold a projection; cancel; list and answer
-approvals; erase. Writes go through the process's :class:`~aaa_django.host.EngineHost`
+approvals; erase. Writes go through the process's :class:`~aaa_django.site.host.EngineHost`
 so the run goes on after the request returns; reads come from the log and the run
 index. Errors: :mod:`.errors`.
 """
@@ -27,14 +27,15 @@ from ninja import Body, Header, Path, Query, Router
 from ninja.responses import Status
 
 import aaa_django.algos  # noqa: F401  (registers the built-in algorithms by name)
-from aaa_django import projections, runindex
 from aaa_django.conf import aaa_settings
 from aaa_django.data import is_claimed
 from aaa_django.events import default_cache, derive_id
-from aaa_django.host import EngineHost
 from aaa_django.models import EventRecord, RunRecord
+from aaa_django.reading import projections
 from aaa_django.runtime import RunNotEndedError, registry
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import APPROVAL_EXPIRED, decision_id
+from aaa_django.site.host import EngineHost
+from aaa_django.store import runindex
 from aaa_django.validate import validate
 
 from . import auth, runs, stream
@@ -375,7 +376,7 @@ def decide_approval(
     recorded = host().call(decide)
     decision = (
         EventRecord.objects.using(runs.USING)
-        .filter(pk=T.decision_id(request_id), stream=run_id)
+        .filter(pk=decision_id(request_id), stream=run_id)
         .values_list("type", flat=True)
         .first()
     )
@@ -385,7 +386,7 @@ def decide_approval(
             "it was decided meanwhile")
         raise ApiError(409, ["path", "request_id"], f"this approval is not pending: {why}",
                        "decided")
-    if decision == T.APPROVAL_EXPIRED:
+    if decision == APPROVAL_EXPIRED:
         raise ApiError(409, ["path", "request_id"],
                        "this approval had expired; it is recorded as expired", "expired")
     log.info("approval %s of run %s %s by %s", request_id, run_id, decision, p.label)

@@ -10,13 +10,19 @@ from typing import Any, Iterable
 from django.db import DatabaseError
 from django.http import HttpRequest
 
-from aaa_django import access, runindex
+from aaa_django import access
 from aaa_django.conf import aaa_settings
 from aaa_django.data import hydrate, is_claimed
 from aaa_django.events import Event
 from aaa_django.models import EventRecord, RunRecord
-from aaa_django.runtime import types as T
-from aaa_django.store import DjangoEventStore
+from aaa_django.runtime.event_types import (
+    APPROVAL_DECISIONS,
+    APPROVAL_REQUESTED,
+    RUN_COMPLETED,
+    TOOL_REQUESTED,
+    completion_id,
+)
+from aaa_django.store import DjangoEventStore, runindex
 
 from . import auth
 from .errors import ApiError, not_found
@@ -35,7 +41,7 @@ def blob_store() -> Any:
     alias = aaa_settings()["BLOB_STORAGE"]
     if not alias:
         return None
-    from aaa_django.blobs import StorageBlobStore
+    from aaa_django.site.blobs import StorageBlobStore
 
     return StorageBlobStore(alias=alias)
 
@@ -164,7 +170,7 @@ def completion(run_id: str) -> Event | None:
 def completion_seq(run_id: str) -> int | None:
     return (
         EventRecord.objects.using(USING)
-        .filter(pk=T.completion_id(run_id), stream=run_id)
+        .filter(pk=completion_id(run_id), stream=run_id)
         .values_list("seq", flat=True)
         .first()
     )
@@ -180,9 +186,9 @@ def approvals(run_id: str) -> list[dict[str, Any]]:
     by_id: dict[str, dict[str, Any]] = {}
     requests: dict[str, Event] = {}
     for e in events:
-        if e.type == T.TOOL_REQUESTED:
+        if e.type == TOOL_REQUESTED:
             requests[e.id] = e
-        elif e.type == T.APPROVAL_REQUESTED:
+        elif e.type == APPROVAL_REQUESTED:
             d = e.data
             tool_request = requests.get(d.get("tool_request_id"))
             args = None
@@ -202,7 +208,7 @@ def approvals(run_id: str) -> list[dict[str, Any]]:
                 "decided_by": None,
                 "reason": None,
             }
-        elif e.type in T.APPROVAL_DECISIONS:
+        elif e.type in APPROVAL_DECISIONS:
             a = by_id.get(e.data.get("request_id"))
             if a is not None and a["status"] == "pending":
                 a.update(
@@ -211,7 +217,7 @@ def approvals(run_id: str) -> list[dict[str, Any]]:
                     decided_by=_text(e.data.get("by")),
                     reason=_text(e.data.get("reason")),
                 )
-        elif e.type == T.RUN_COMPLETED:
+        elif e.type == RUN_COMPLETED:
             why = f"the run ended ({e.data.get('outcome')}) before an answer"
             for a in by_id.values():
                 if a["status"] == "pending":

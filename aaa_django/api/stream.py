@@ -16,7 +16,7 @@ import time
 from typing import Callable, Iterator
 
 from aaa_django.events import Event
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import RUN_COMPLETED
 from aaa_django.store import DjangoEventStore
 
 #: seconds between reads of the log while nothing new arrives
@@ -55,7 +55,7 @@ def events(
         for e in page:
             yield message(shape(e))
             after = e.seq or after
-            if e.type == T.RUN_COMPLETED:
+            if e.type == RUN_COMPLETED:
                 return
         now = clock()
         if page:

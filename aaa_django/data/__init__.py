@@ -3,7 +3,7 @@
 - :class:`BlobRef`: the JSON-able pointer an event keeps to its payload.
 - :class:`BlobStore`: the protocol (spec 004's four methods), :class:`NamespacedBlobStore`
   the optional capability every store here has; :class:`InMemoryBlobStore` and
-  :class:`FileBlobStore` implement it here, ``aaa_django.blobs.StorageBlobStore``
+  :class:`FileBlobStore` implement it here, ``aaa_django.site.blobs.StorageBlobStore``
   over any Django storage (S3 via django-storages). All three also offer
   :class:`BlobInventory` (listing and ageing every blob: the orphan sweep).
 - :func:`claim` / :func:`hydrate`: move a large ``dict`` payload into a store and

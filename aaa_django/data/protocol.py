@@ -23,7 +23,7 @@ class BlobStore(Protocol):
       synchronous; async callers run them in a thread.
 
     A store that also keeps namespaces is a :class:`NamespacedBlobStore` (every store
-    shipped here is). ``tests/contracts/blobstore.py`` is the executable form of both.
+    shipped here is). ``aaa_django/testing/blobstore.py`` is the executable form of both.
     """
 
     def put(self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE) -> BlobRef:
@@ -78,7 +78,7 @@ class NamespacedBlobStore(BlobStore, Protocol):
 @runtime_checkable
 class BlobInventory(Protocol):
     """What a blob store offers beyond :class:`BlobStore` to the orphan sweep
-    (``aaa_django.retention``): every blob it holds, its age, and deleting one.
+    (``aaa_django.site.retention``): every blob it holds, its age, and deleting one.
 
     Namespaces are named by their segment (``aaa_django.data.keys.namespace_segment``):
     a long namespace is stored under its hash, which cannot be turned back into the

@@ -4,7 +4,7 @@ Pure Python: nothing here imports Django, so the engine and the algorithms run o
 any store (memory, Django ORM on SQLite or PostgreSQL, Redis).
 
 ``InProcessBus`` and ``DistributedBus`` are importable from here as spec 001 lists
-them; they live in ``aaa_django.runtime.bus`` and ``aaa_django.bus`` and are loaded
+them; they live in ``aaa_django.runtime.bus`` and ``aaa_django.celery.bus`` and are loaded
 only when asked for (``DistributedBus`` is Django and Celery's: a process that never
 asks for it never imports them).
 """
@@ -20,7 +20,7 @@ from .store import ErasesMany, EventReader, EventStore, InMemoryEventStore, Snap
 from .tail import Tail, TailCachedStore
 
 #: names spec 001 lists here that live elsewhere -> their module (loaded on first use)
-_ELSEWHERE = {"InProcessBus": "aaa_django.runtime.bus", "DistributedBus": "aaa_django.bus"}
+_ELSEWHERE = {"InProcessBus": "aaa_django.runtime.bus", "DistributedBus": "aaa_django.celery.bus"}
 
 
 def __getattr__(name: str):

@@ -181,7 +181,7 @@ class RecentIds:
     """Ids of the events a store has just appended, each until it is asked about once
     (the newest ``size`` kept). A bus sends such an event along with its delivery; an
     event it re-drives (read, not just appended) is not here, and travels by id
-    (see ``aaa_django.bus.DistributedBus``). Thread-safe."""
+    (see ``aaa_django.celery.bus.DistributedBus``). Thread-safe."""
 
     def __init__(self, size: int = 1024) -> None:
         self.size = size

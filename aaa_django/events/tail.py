@@ -16,7 +16,7 @@ up first (one query for what is new), so the store behaves as any EventStore (it
 passes the contract suite). Inside :meth:`TailCachedStore.delivery` a stream is
 synced on its first read and stays synced while this delivery appends to it, until
 the bus marks it stale (when a run's step begins, see
-:class:`aaa_django.bus.DistributedBus`). Reads outside a step (handlers) may miss an
+:class:`aaa_django.celery.bus.DistributedBus`). Reads outside a step (handlers) may miss an
 event another worker appended meanwhile; they only decide whether work is still
 needed, and the work's result has a deterministic id, so a second result is absorbed.
 

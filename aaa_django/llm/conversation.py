@@ -17,7 +17,7 @@ from collections import OrderedDict
 from typing import Any
 
 from aaa_django.events import Event, Projection
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import LLM_COMPLETED, LLM_REQUESTED
 
 from .messages import Message
 
@@ -78,12 +78,12 @@ class Conversation:
 
 
 def apply(state: Conversation, e: Event) -> Conversation:
-    if e.type == T.LLM_REQUESTED:
+    if e.type == LLM_REQUESTED:
         thread = e.data.get("thread") or "main"
         for m in e.data.get("messages") or ():
             state.push(thread, Message.model_validate(m))
         state.mark(e.id, thread)
-    elif e.type == T.LLM_COMPLETED:
+    elif e.type == LLM_COMPLETED:
         message = (e.data.get("response") or {}).get("message")
         if message is not None:
             state.push(e.data.get("thread") or "main", Message.model_validate(message))

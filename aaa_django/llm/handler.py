@@ -15,7 +15,13 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from aaa_django.events import Event, InvalidEventError, derive_id, encode_json
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    LLM_COMPLETED,
+    LLM_FAILED,
+    LLM_REQUESTED,
+    result_event,
+    result_id,
+)
 
 from .client import LLMClient
 from .conversation import conversation_of
@@ -37,7 +43,7 @@ class LLMHandler:
     def attach(self, engine: "Engine") -> "LLMHandler":
         """Subscribe to ``aaa.llm.requested`` on ``engine``."""
         self.engine = engine
-        engine.subscribe(T.LLM_REQUESTED, self)
+        engine.subscribe(LLM_REQUESTED, self)
         return self
 
     async def __call__(self, event: Event) -> None:
@@ -54,7 +60,7 @@ class LLMHandler:
         assert engine is not None, "attach the handler to an engine first"
         if await engine.over(event):
             return
-        rid = T.result_id(event.id)
+        rid = result_id(event.id)
         if await engine.find_after(event, [rid]):
             return
         d = event.data
@@ -75,7 +81,7 @@ class LLMHandler:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            await engine.append([T.result_event(event, T.LLM_FAILED, {**base, **self.failure(exc)})])
+            await engine.append([result_event(event, LLM_FAILED, {**base, **self.failure(exc)})])
             return
         message = _with_call_ids(response.message, event.id)
         data = {
@@ -88,7 +94,7 @@ class LLMHandler:
             "cost": response.cost,
             "model": response.model,
         }
-        await engine.append([T.result_event(event, T.LLM_COMPLETED, data)])
+        await engine.append([result_event(event, LLM_COMPLETED, data)])
 
     def failure(self, exc: BaseException) -> dict[str, Any]:
         """The data of ``aaa.llm.failed`` for ``exc``: ``reason`` (a client error's own

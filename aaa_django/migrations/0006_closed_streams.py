@@ -9,7 +9,7 @@ triggers of their own):
   result written to a run that was erased, or never started: an orphan stream).
 
 The messages start with ``aaa_event stream closed``: the store turns them into
-:class:`~aaa_django.events.ClosedStreamError` (``aaa_django.eventrows.CLOSED``).
+:class:`~aaa_django.events.ClosedStreamError` (``aaa_django.store.rows.CLOSED``).
 """
 
 from django.db import migrations

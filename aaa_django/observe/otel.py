@@ -1,6 +1,6 @@
 """OpenTelemetry traces and metrics of runs: an engine observer (the ``otel`` extra).
 
-Turned on by ``AAA["OTEL"] = True`` (every engine :func:`~aaa_django.engines.build_engine`
+Turned on by ``AAA["OTEL"] = True`` (every engine :func:`~aaa_django.site.engines.build_engine`
 builds gets an :class:`OtelObserver`), or by hand: ``engine.observe(OtelObserver(engine))``.
 It uses the process's tracer and meter providers (configure the SDK, its exporters and
 sampler, before the engines are built) unless given its own.
@@ -64,7 +64,17 @@ from opentelemetry.trace import (
 
 from aaa_django.events import Event
 from aaa_django.llm import LLMHandler
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    APPROVAL_GRANTED,
+    LLM_COMPLETED,
+    LLM_FAILED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+)
 from aaa_django.runtime.observe import BaseObserver
 
 SCOPE = "aaa_django"
@@ -216,7 +226,7 @@ class OtelObserver(BaseObserver):
 
     def _describe(self, handler: Any, event: Event) -> tuple[str, SpanKind, dict[str, Any]]:
         d = event.data
-        if event.type == T.LLM_REQUESTED:
+        if event.type == LLM_REQUESTED:
             provider = self._provider(handler)
             genai: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider,
                                      "gen_ai.system": provider}
@@ -224,7 +234,7 @@ class OtelObserver(BaseObserver):
             if model:
                 genai["gen_ai.request.model"] = model
             return (f"chat {model}" if model else "chat"), SpanKind.CLIENT, genai
-        if event.type in (T.TOOL_REQUESTED, T.APPROVAL_GRANTED):
+        if event.type in (TOOL_REQUESTED, APPROVAL_GRANTED):
             genai = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": str(d.get("name"))}
             if d.get("call_id"):
                 genai["gen_ai.tool.call.id"] = str(d["call_id"])
@@ -242,11 +252,11 @@ class OtelObserver(BaseObserver):
 
     async def appended(self, events: Sequence[Event]) -> None:
         for e in events:
-            if e.type == T.RUN_STARTED:
+            if e.type == RUN_STARTED:
                 self._run_started(e)
-            elif e.type in (T.LLM_COMPLETED, T.LLM_FAILED, T.TOOL_COMPLETED, T.TOOL_FAILED):
+            elif e.type in (LLM_COMPLETED, LLM_FAILED, TOOL_COMPLETED, TOOL_FAILED):
                 self._result(e)
-            elif e.type == T.RUN_COMPLETED:
+            elif e.type == RUN_COMPLETED:
                 await self._run_ended(e)
 
     def _run_started(self, e: Event) -> None:
@@ -264,7 +274,7 @@ class OtelObserver(BaseObserver):
         opened = self._open.get(e.causation or "")
         d = e.data
         span, genai = opened if opened is not None else (None, {})
-        if e.type == T.LLM_COMPLETED:
+        if e.type == LLM_COMPLETED:
             usage = d.get("usage") or {}
             model = d.get("model")
             tokens_in, tokens_out = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
@@ -281,7 +291,7 @@ class OtelObserver(BaseObserver):
                                      "gen_ai.usage.output_tokens": tokens_out, "aaa.cost": cost})
                 if model:
                     span.set_attribute("gen_ai.response.model", model)
-        elif span is not None and e.type in (T.LLM_FAILED, T.TOOL_FAILED):
+        elif span is not None and e.type in (LLM_FAILED, TOOL_FAILED):
             reason = str(d.get("reason") or "error")
             span.set_attribute("error.type", reason)
             span.set_status(Status(StatusCode.ERROR, str(d.get("error") or reason)[:500]))

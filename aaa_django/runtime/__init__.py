@@ -4,7 +4,7 @@
 ``outcome = await run.result()``. See :mod:`aaa_django.runtime.engine`.
 """
 
-from . import types
+from . import event_types as types
 from .budget import Budget, Spend
 from .bus import Bus, ExclusiveLeases, InProcessBus
 from .ctx import Ctx

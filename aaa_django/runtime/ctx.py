@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from aaa_django.events import Event, Projection, encode_json
 
-from . import types as T
 from .budget import Budget
+from .event_types import CHILD_REQUESTED, LLM_REQUESTED, TOOL_REQUESTED
 from .lineage import decision_id
 from .outcome import Outcome
 
@@ -132,7 +132,7 @@ class Ctx:
             data["output"] = dict(output)
         if params:
             data["params"] = dict(params)
-        return self.emit(T.LLM_REQUESTED, data, key=("llm", key)).id
+        return self.emit(LLM_REQUESTED, data, key=("llm", key)).id
 
     def tool(
         self,
@@ -145,7 +145,7 @@ class Ctx:
         """Ask for a tool call; return the request id (result: ``aaa.tool.completed``
         or ``aaa.tool.failed`` with a ``reason``). ``key`` defaults to ``call_id``."""
         data = {"call_id": call_id, "name": name, "args": dict(args or {})}
-        return self.emit(T.TOOL_REQUESTED, data, key=("tool", key if key is not None else call_id)).id
+        return self.emit(TOOL_REQUESTED, data, key=("tool", key if key is not None else call_id)).id
 
     def child(
         self,
@@ -179,7 +179,7 @@ class Ctx:
             "budget": _budget(budget),
             "deadline": absolute_deadline(deadline) or self.meta.deadline,
         }
-        self.emit(T.CHILD_REQUESTED, data, key=("child", key))
+        self.emit(CHILD_REQUESTED, data, key=("child", key))
         return child_id
 
     def complete(self, outcome: str | Outcome, value: Any = None) -> None:

@@ -53,11 +53,26 @@ from aaa_django.events import (
 from aaa_django.events.tail import Tail, TailCachedStore
 
 from . import registry
-from . import types as T
 from .budget import Budget
 from .bus import InProcessBus
 from .ctx import Ctx, _budget, _plain, absolute_deadline
 from .errors import RunNotEndedError
+from .event_types import (
+    APPROVAL_DENIED,
+    APPROVAL_EXPIRED,
+    APPROVAL_GRANTED,
+    APPROVAL_REQUESTED,
+    CANCEL_REQUESTED,
+    CHILD_COMPLETED,
+    CHILD_REQUESTED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    TOOL_REQUESTED,
+    completion_id,
+    decision_id,
+    started_id,
+)
 from .logcontext import delivering
 from .meta import FOLDED, RUNMETA, RunMeta
 from .observe import Observer, around, check_observer, notify_appended
@@ -262,7 +277,7 @@ class Engine:
             "parent": parent,
             "owner": owner,
         }
-        await self.append([Event(id=T.started_id(run_id), stream=run_id, type=T.RUN_STARTED, data=data)])
+        await self.append([Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data=data)])
         return Run(self, run_id)
 
     def run(self, run_id: str) -> Run:
@@ -272,9 +287,9 @@ class Engine:
     def completion(self, run_id: str, outcome: Outcome, *, cause: Event | None = None) -> Event:
         """The run's one ``aaa.run.completed`` event (not yet appended)."""
         return Event(
-            id=T.completion_id(run_id),
+            id=completion_id(run_id),
             stream=run_id,
-            type=T.RUN_COMPLETED,
+            type=RUN_COMPLETED,
             data=outcome.to_dict(),
             causation=cause.id if cause is not None else None,
             tenant=cause.tenant if cause is not None else None,
@@ -293,9 +308,9 @@ class Engine:
         if not meta.started or meta.completed:
             return False
         e = Event(
-            id=derive_id(run_id, T.CANCEL_REQUESTED),
+            id=derive_id(run_id, CANCEL_REQUESTED),
             stream=run_id,
-            type=T.CANCEL_REQUESTED,
+            type=CANCEL_REQUESTED,
             data={"reason": reason, "by": by},
         )
         return bool(await self.append([e]))
@@ -308,13 +323,13 @@ class Engine:
         Returns False if there is no such pending approval or it was decided already;
         an approval given after its expiry records ``aaa.approval.expired`` instead.
         """
-        return await self._decide(run_id, request_id, T.APPROVAL_GRANTED, by=by, reason=reason)
+        return await self._decide(run_id, request_id, APPROVAL_GRANTED, by=by, reason=reason)
 
     async def deny(
         self, run_id: str, request_id: str, *, by: str | None = None, reason: str | None = None
     ) -> bool:
         """Deny a pending approval: the tool call fails with reason ``denied``."""
-        return await self._decide(run_id, request_id, T.APPROVAL_DENIED, by=by, reason=reason)
+        return await self._decide(run_id, request_id, APPROVAL_DENIED, by=by, reason=reason)
 
     async def _decide(self, run_id: str, request_id: str, type: str, **extra: Any) -> bool:
         meta = await self.meta(run_id)
@@ -322,7 +337,7 @@ class Engine:
         if pending is None or meta.completed:
             return False
         if pending.expires_at is not None and time.time() >= pending.expires_at:
-            type = T.APPROVAL_EXPIRED
+            type = APPROVAL_EXPIRED
         data = {
             "request_id": request_id,
             "tool_request_id": pending.tool_request_id,
@@ -331,7 +346,7 @@ class Engine:
             "name": pending.name,
             **extra,
         }
-        e = Event(id=T.decision_id(request_id), stream=run_id, type=type, data=data,
+        e = Event(id=decision_id(request_id), stream=run_id, type=type, data=data,
                   causation=request_id)
         return bool(await self.append([e]))
 
@@ -357,7 +372,7 @@ class Engine:
         :meth:`erase`, it does not read each run to check.
 
         The logs go first, then the blobs: a crash in between leaves blobs no stream
-        refers to, which the orphan sweep (``aaa_django.retention``) removes.
+        refers to, which the orphan sweep (``aaa_django.site.retention``) removes.
         """
         run_ids = list(dict.fromkeys(run_ids))
         if not run_ids:
@@ -457,7 +472,7 @@ class Engine:
         e = self._started.get(run_id)
         if e is None:
             first = await self.store.read(run_id, limit=1)
-            if not first or first[0].type != T.RUN_STARTED:
+            if not first or first[0].type != RUN_STARTED:
                 return None
             e = await self.hydrate(first[0])
             self._started[run_id] = e
@@ -547,14 +562,14 @@ class Engine:
                 await notify_appended(self.observers, added)
             stored.extend(added)
         for e in stored:
-            if e.type == T.RUN_COMPLETED:
+            if e.type == RUN_COMPLETED:
                 self._wake(e.stream)
         if stored:
             await self.bus.publish(stored)
         return stored
 
     async def _claim(self, e: Event) -> Event:
-        if self.blobs is None or e.type == T.RUN_COMPLETED or not e.data:
+        if self.blobs is None or e.type == RUN_COMPLETED or not e.data:
             return e
         raw = claim_payload(e.data, self.claim_threshold)
         if raw is None:
@@ -616,12 +631,12 @@ class Engine:
         meta = await self.meta(run_id)
         if not meta.started:
             return
-        if event.type == T.RUN_COMPLETED:
+        if event.type == RUN_COMPLETED:
             await self._after_completion(event, meta)
             return
         if meta.completed:
             return  # recorded, changes nothing
-        if event.type == T.RUN_STARTED:
+        if event.type == RUN_STARTED:
             if not registry.known(meta.algorithm or ""):
                 await self.complete(run_id, Outcome(FAILED, {
                     "error": f"unknown algorithm {meta.algorithm!r}: "
@@ -629,7 +644,7 @@ class Engine:
                 return
             if meta.deadline is not None:
                 self._arm(("deadline", run_id, ""), meta.deadline, lambda: self._time_out(run_id))
-        elif event.type == T.APPROVAL_REQUESTED:
+        elif event.type == APPROVAL_REQUESTED:
             pending = meta.approvals.get(event.id)
             if pending is not None and pending.expires_at is not None:
                 self._arm(("approval", run_id, event.id), pending.expires_at,
@@ -638,7 +653,7 @@ class Engine:
         if breach is not None:
             await self.complete(run_id, breach, cause=event)
             return
-        if event.type == T.CHILD_REQUESTED and event.data.get("child") in meta.children:
+        if event.type == CHILD_REQUESTED and event.data.get("child") in meta.children:
             await self._start_child(event, meta)
         if meta.validated:
             await self._step(event, meta)
@@ -700,7 +715,7 @@ class Engine:
             await self._call(handlers[0], event)
         elif handlers:
             await asyncio.gather(*(self._call(h, event) for h in handlers))
-        if event.type == T.RUN_COMPLETED:
+        if event.type == RUN_COMPLETED:
             self.forget(event.stream)
 
     def forget(self, run_id: str) -> None:
@@ -736,7 +751,7 @@ class Engine:
         out: list[Event] = []
         if meta.parent:
             out.append(event.derive(
-                T.CHILD_COMPLETED,
+                CHILD_COMPLETED,
                 {
                     "child": run_id,
                     "key": meta.child_key,
@@ -751,7 +766,7 @@ class Engine:
 
     def _cascade_cancel(self, completion: Event, child: str) -> Event:
         return completion.derive(
-            T.CANCEL_REQUESTED,
+            CANCEL_REQUESTED,
             {"reason": f"parent run ended {completion.data.get('outcome')}",
              "by": completion.stream},
             key=child,
@@ -771,7 +786,7 @@ class Engine:
             "owner": meta.owner,
         }
         child = d["child"]
-        await self.append([Event(id=T.started_id(child), stream=child, type=T.RUN_STARTED,
+        await self.append([Event(id=started_id(child), stream=child, type=RUN_STARTED,
                                  data=data, causation=event.id, tenant=event.tenant)])
 
     async def _completion_event(self, run_id: str) -> Event | None:
@@ -796,7 +811,7 @@ class Engine:
         pending = meta.approvals.get(approval_id)
         if pending is None or meta.completed:
             return
-        await self._decide(run_id, approval_id, T.APPROVAL_EXPIRED, by=None, reason="expired")
+        await self._decide(run_id, approval_id, APPROVAL_EXPIRED, by=None, reason="expired")
 
     # -- timers and waiters -------------------------------------------------------------
 
@@ -831,7 +846,7 @@ def _through_completion(events: Iterable[Event]) -> list[Event]:
     out = []
     for e in events:
         out.append(e)
-        if e.type == T.RUN_COMPLETED:
+        if e.type == RUN_COMPLETED:
             break
     return out
 
@@ -841,11 +856,11 @@ def _over_budget(meta: RunMeta, out: list[Event]) -> dict | None:
     asks for nothing more)."""
     if meta.budget is None:
         return None
-    counts = {T.LLM_REQUESTED: 0, T.TOOL_REQUESTED: 0, T.RUN_COMPLETED: 0}
+    counts = {LLM_REQUESTED: 0, TOOL_REQUESTED: 0, RUN_COMPLETED: 0}
     for e in out:
         if e.type in counts and e.stream == meta.run_id:
             counts[e.type] += 1
-    if counts[T.RUN_COMPLETED]:
+    if counts[RUN_COMPLETED]:
         return None
-    return meta.budget.refuses(meta.spend, model_calls=counts[T.LLM_REQUESTED],
-                               tool_calls=counts[T.TOOL_REQUESTED])
+    return meta.budget.refuses(meta.spend, model_calls=counts[LLM_REQUESTED],
+                               tool_calls=counts[TOOL_REQUESTED])

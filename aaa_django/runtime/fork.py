@@ -36,10 +36,17 @@ from typing import Any, Mapping
 from aaa_django.data import is_claimed
 from aaa_django.events import Event, derive_id, new_id
 
-from . import registry
-from . import types as T
+from . import event_types, registry
 from .budget import Budget
 from .ctx import _budget, absolute_deadline
+from .event_types import (
+    CHILD_REQUESTED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    completion_id,
+    result_id,
+    started_id,
+)
 from .lineage import FORK, FORKED_FROM, decision_id
 from .run import Run
 
@@ -93,11 +100,11 @@ async def fork(
     if isinstance(at, bool) or not isinstance(at, int) or at < 1:
         raise ForkError(f"fork at an event's seq (1 or more), not {at!r}")
     events = await engine.store.read(run_id, limit=at)
-    if not events or events[0].type != T.RUN_STARTED:
+    if not events or events[0].type != RUN_STARTED:
         raise ForkError(f"no run {run_id!r}", "run")
     if len(events) < at:
         raise ForkError(f"run {run_id} has {len(events)} events; fork at 1..{len(events)}")
-    ended = next((e for e in events if e.type == T.RUN_COMPLETED), None)
+    ended = next((e for e in events if e.type == RUN_COMPLETED), None)
     if ended is not None:
         raise ForkError(f"event {at} is at or after the run's end (event {ended.seq}): "
                         f"fork from an event before {ended.seq}")
@@ -122,7 +129,7 @@ async def fork(
     origin = d.get(FORKED_FROM) or {}
     y = new_run_id or f"run-{new_id()}"
     y_started = Event(
-        id=T.started_id(y), stream=y, type=T.RUN_STARTED, tenant=started.tenant,
+        id=started_id(y), stream=y, type=RUN_STARTED, tenant=started.tenant,
         data={**d, "config": new_config, "budget": new_budget, "deadline": new_deadline,
               "parent": None, "key": None, "owner": owner,
               FORKED_FROM: {"run": run_id, "seq": at, "event": events[-1].id,
@@ -146,7 +153,7 @@ class _Translation:
         return [self._copy(e) for e in events]
 
     def _copy(self, e: Event) -> Event:
-        if e.type == T.CHILD_REQUESTED and isinstance(e.data.get("child"), str):
+        if e.type == CHILD_REQUESTED and isinstance(e.data.get("child"), str):
             child = e.data["child"]
             bare = child[len(_CHILD_PREFIX):] if child.startswith(_CHILD_PREFIX) else child
             self.runs[child] = _CHILD_PREFIX + derive_id(self.y_started.id, FORK, bare)
@@ -160,11 +167,11 @@ class _Translation:
         c = e.causation
         if c is not None and c in self.ids:
             mc = self.ids[c]
-            for derived in (lambda p: T.result_id(p), lambda p: T.decision_id(p),
+            for derived in (lambda p: result_id(p), lambda p: event_types.decision_id(p),
                             lambda p: derive_id(p, e.type, "")):
                 if e.id == derived(c):
                     return derived(mc)
-        for run_level in (T.completion_id, lambda r: derive_id(r, e.type)):
+        for run_level in (completion_id, lambda r: derive_id(r, e.type)):
             if e.id == run_level(self.x):
                 return run_level(self.y)
         # An algorithm's decision (or an event from outside): the id decision_id

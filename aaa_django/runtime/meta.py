@@ -14,8 +14,24 @@ from pydantic import BaseModel, Field
 
 from aaa_django.events import Event, Projection
 
-from . import types as T
 from .budget import Budget, Spend
+from .event_types import (
+    APPROVAL_DECISIONS,
+    APPROVAL_REQUESTED,
+    CANCEL_REQUESTED,
+    CHILD_COMPLETED,
+    CHILD_REQUESTED,
+    INPUT_REJECTED,
+    INPUT_VALIDATED,
+    LLM_COMPLETED,
+    LLM_FAILED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+)
 
 #: The fields :func:`apply` reads, by event type: a claim-checked event keeps them in
 #: its stub (with the engine's ``hot_fields``), so a big input or big tool arguments
@@ -23,15 +39,15 @@ from .budget import Budget, Spend
 #: are kept small by the ``ValidationHandler``: at most :data:`MAX_ERRORS`, big inputs
 #: cut short.)
 FOLDED: dict[str, tuple[str, ...]] = {
-    T.RUN_STARTED: ("algorithm", "parent", "key", "owner", "deadline", "budget"),
-    T.CANCEL_REQUESTED: ("reason", "by"),
-    T.CHILD_REQUESTED: ("child", "key"),
-    T.CHILD_COMPLETED: ("child",),
-    T.APPROVAL_REQUESTED: ("tool_request_id", "tool_request_seq", "call_id", "name", "expires_at"),
-    **{t: ("request_id",) for t in T.APPROVAL_DECISIONS},
-    T.LLM_COMPLETED: ("usage", "cost"),
-    T.LLM_FAILED: ("usage", "cost"),
-    T.INPUT_REJECTED: ("errors",),
+    RUN_STARTED: ("algorithm", "parent", "key", "owner", "deadline", "budget"),
+    CANCEL_REQUESTED: ("reason", "by"),
+    CHILD_REQUESTED: ("child", "key"),
+    CHILD_COMPLETED: ("child",),
+    APPROVAL_REQUESTED: ("tool_request_id", "tool_request_seq", "call_id", "name", "expires_at"),
+    **{t: ("request_id",) for t in APPROVAL_DECISIONS},
+    LLM_COMPLETED: ("usage", "cost"),
+    LLM_FAILED: ("usage", "cost"),
+    INPUT_REJECTED: ("errors",),
 }
 
 #: Errors kept in the state for an ``invalid_input`` run (the event has them all).
@@ -101,14 +117,14 @@ def apply(s: RunMeta, e: Event) -> RunMeta:
     t, d = e.type, e.data
     if s.completed:
         # After the end only bookkeeping changes: late results are still paid for.
-        if t in (T.LLM_COMPLETED, T.LLM_FAILED):
+        if t in (LLM_COMPLETED, LLM_FAILED):
             _tally(s.spend, d)
-        elif t == T.CHILD_COMPLETED:
+        elif t == CHILD_COMPLETED:
             s.children.pop(d.get("child"), None)
-        elif t in T.APPROVAL_DECISIONS:
+        elif t in APPROVAL_DECISIONS:
             s.approvals.pop(d.get("request_id"), None)
         return s
-    if t == T.RUN_STARTED:
+    if t == RUN_STARTED:
         s.run_id = e.stream
         s.status = "pending"
         s.algorithm = d.get("algorithm")
@@ -117,29 +133,29 @@ def apply(s: RunMeta, e: Event) -> RunMeta:
         s.owner = d.get("owner")
         s.deadline = d.get("deadline")
         s.budget = Budget(**d["budget"]) if d.get("budget") else None
-    elif t == T.INPUT_VALIDATED:
+    elif t == INPUT_VALIDATED:
         if s.status == "pending":
             s.status = "running"
-    elif t == T.INPUT_REJECTED:
+    elif t == INPUT_REJECTED:
         s.input_errors = list(d.get("errors") or [])[:MAX_ERRORS]
-    elif t == T.LLM_REQUESTED:
+    elif t == LLM_REQUESTED:
         s.spend.model_calls += 1
         s.llm_open += 1
-    elif t in (T.LLM_COMPLETED, T.LLM_FAILED):
+    elif t in (LLM_COMPLETED, LLM_FAILED):
         s.llm_open = max(0, s.llm_open - 1)
         _tally(s.spend, d)
-    elif t == T.TOOL_REQUESTED:
+    elif t == TOOL_REQUESTED:
         s.spend.tool_calls += 1
         s.tool_open += 1
-    elif t in (T.TOOL_COMPLETED, T.TOOL_FAILED):
+    elif t in (TOOL_COMPLETED, TOOL_FAILED):
         s.tool_open = max(0, s.tool_open - 1)
-    elif t == T.CANCEL_REQUESTED:
+    elif t == CANCEL_REQUESTED:
         s.cancel = s.cancel or {"reason": d.get("reason"), "by": d.get("by")}
-    elif t == T.CHILD_REQUESTED:
+    elif t == CHILD_REQUESTED:
         s.children[d["child"]] = d.get("key") or ""
-    elif t == T.CHILD_COMPLETED:
+    elif t == CHILD_COMPLETED:
         s.children.pop(d.get("child"), None)
-    elif t == T.APPROVAL_REQUESTED:
+    elif t == APPROVAL_REQUESTED:
         s.approvals[e.id] = PendingApproval(
             seq=e.seq or 0,
             tool_request_id=d["tool_request_id"],
@@ -148,9 +164,9 @@ def apply(s: RunMeta, e: Event) -> RunMeta:
             name=d.get("name"),
             expires_at=d.get("expires_at"),
         )
-    elif t in T.APPROVAL_DECISIONS:
+    elif t in APPROVAL_DECISIONS:
         s.approvals.pop(d.get("request_id"), None)
-    elif t == T.RUN_COMPLETED:
+    elif t == RUN_COMPLETED:
         s.status = "completed"
         s.outcome = d.get("outcome")
         s.completion_seq = e.seq

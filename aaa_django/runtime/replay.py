@@ -32,33 +32,47 @@ from typing import Any, Iterable
 from aaa_django.data import is_claimed
 from aaa_django.events import Event, FoldCache, InMemoryEventStore
 
-from . import types as T
 from .engine import Engine
+from .event_types import (
+    APPROVAL_DECISIONS,
+    APPROVAL_REQUESTED,
+    CANCEL_REQUESTED,
+    CHILD_COMPLETED,
+    INPUT_REJECTED,
+    INPUT_VALIDATED,
+    LLM_COMPLETED,
+    LLM_FAILED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_STARTED,
+)
 from .lineage import FORKED_FROM
 from .meta import RunMeta
 from .outcome import TIMEOUT, Outcome
 
 #: What the world writes into a run: fed to the replay, never decided by it.
 FED = frozenset({
-    T.RUN_STARTED,
-    T.INPUT_VALIDATED,
-    T.INPUT_REJECTED,
-    T.LLM_COMPLETED,
-    T.LLM_FAILED,
-    T.TOOL_STARTED,
-    T.TOOL_COMPLETED,
-    T.TOOL_FAILED,
-    T.APPROVAL_REQUESTED,
-    *T.APPROVAL_DECISIONS,
-    T.CHILD_COMPLETED,
-    T.CANCEL_REQUESTED,
+    RUN_STARTED,
+    INPUT_VALIDATED,
+    INPUT_REJECTED,
+    LLM_COMPLETED,
+    LLM_FAILED,
+    TOOL_STARTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    APPROVAL_REQUESTED,
+    *APPROVAL_DECISIONS,
+    CHILD_COMPLETED,
+    CANCEL_REQUESTED,
 })
 
 
 def is_fed(e: Event) -> bool:
     """Whether the replay feeds ``e`` rather than expects the code to decide it. A
     timeout is the clock's doing (a timer rang), like an approval's expiry."""
-    return e.type in FED or (e.type == T.RUN_COMPLETED and e.data.get("outcome") == TIMEOUT)
+    return e.type in FED or (e.type == RUN_COMPLETED and e.data.get("outcome") == TIMEOUT)
 
 
 class ReplayBus:
@@ -204,7 +218,7 @@ class Replay:
 
 async def replay(events: list[Event]) -> Replay:
     """Feed ``events`` (one run's log, hydrated) to the current code; compare decisions."""
-    if not events or events[0].type != T.RUN_STARTED:
+    if not events or events[0].type != RUN_STARTED:
         raise ValueError("a run's log starts with aaa.run.started")
     run_id = events[0].stream
     mine = [e for e in events if e.stream == run_id]

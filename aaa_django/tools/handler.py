@@ -25,8 +25,20 @@ from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Mapping
 from pydantic import ValidationError
 
 from aaa_django.events import Event, derive_id
-from aaa_django.runtime import types as T
 from aaa_django.runtime.bus import ExclusiveLeases
+from aaa_django.runtime.event_types import (
+    APPROVAL_DECISIONS,
+    APPROVAL_EXPIRED,
+    APPROVAL_GRANTED,
+    APPROVAL_REQUESTED,
+    RUN_COMPLETED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+    TOOL_STARTED,
+    result_event,
+    result_id,
+)
 
 from .registry import ToolRegistry
 from .tool import Tool
@@ -81,10 +93,10 @@ class ToolHandler:
         """Subscribe to tool requests, approval decisions and run completions."""
         self.engine = engine
         self._leases = engine.bus if isinstance(engine.bus, ExclusiveLeases) else None
-        engine.subscribe(T.TOOL_REQUESTED, self.on_request)
-        for decision in T.APPROVAL_DECISIONS:
+        engine.subscribe(TOOL_REQUESTED, self.on_request)
+        for decision in APPROVAL_DECISIONS:
             engine.subscribe(decision, self.on_decision)
-        engine.subscribe(T.RUN_COMPLETED, self.on_run_completed)
+        engine.subscribe(RUN_COMPLETED, self.on_run_completed)
         return self
 
     def running(self, run_id: str) -> int:
@@ -103,7 +115,7 @@ class ToolHandler:
             if await engine.over(request):
                 return
             done = await self._progress(request)
-            if T.result_id(request.id) in done:
+            if result_id(request.id) in done:
                 return
             tool = self.registry.get(request.data.get("name", ""))
             if tool is None:
@@ -130,16 +142,16 @@ class ToolHandler:
         self._inflight.add(request.id)
         try:
             done = await self._progress(request)
-            if T.result_id(request.id) in done or await engine.over(request):
+            if result_id(request.id) in done or await engine.over(request):
                 return
-            if decision.type == T.APPROVAL_GRANTED:
+            if decision.type == APPROVAL_GRANTED:
                 tool = self.registry.get(request.data.get("name", ""))
                 if tool is None:
                     await self._fail(request, "unknown_tool", f"no tool named {request.data.get('name')!r}")
                 else:
                     await self._execute(request, tool, done)
             else:
-                reason = "expired" if decision.type == T.APPROVAL_EXPIRED else "denied"
+                reason = "expired" if decision.type == APPROVAL_EXPIRED else "denied"
                 why = d.get("reason")
                 await self._fail(request, reason, f"approval {reason}" + (f": {why}" if why else ""))
         finally:
@@ -155,10 +167,10 @@ class ToolHandler:
     async def _progress(self, request: Event) -> dict[str, Event]:
         """The request's result and (for a guarded tool) its intent, if they are in
         the log."""
-        ids = [T.result_id(request.id)]
+        ids = [result_id(request.id)]
         tool = self.registry.get(request.data.get("name", ""))
         if tool is not None and tool.guard.side_effects:
-            ids.append(request.derive(T.TOOL_STARTED).id)
+            ids.append(request.derive(TOOL_STARTED).id)
         return await self._engine().find_after(request, ids)
 
     async def _ask_approval(self, request: Event, tool: Tool) -> None:
@@ -172,7 +184,7 @@ class ToolHandler:
             "args": d.get("args") or {},
             "expires_at": time.time() + expires if expires is not None else None,
         }
-        await self._engine().append([request.derive(T.APPROVAL_REQUESTED, data)])
+        await self._engine().append([request.derive(APPROVAL_REQUESTED, data)])
 
     async def _execute(self, request: Event, tool: Tool, done: dict[str, Event]) -> None:
         if tool.guard.side_effects and self._leases is not None:
@@ -180,11 +192,11 @@ class ToolHandler:
             # process. The call's lease makes a duplicate wait for it, then find its
             # result; an intent without a result is "uncertain" only once its holder
             # is gone (its lease expired), never while the call still runs.
-            async with self._leases.exclusive(request.derive(T.TOOL_STARTED).id):
+            async with self._leases.exclusive(request.derive(TOOL_STARTED).id):
                 engine = self._engine()
                 engine.tail.stale(request.stream)  # what the holder wrote meanwhile
                 done = await self._progress(request)
-                if T.result_id(request.id) not in done:
+                if result_id(request.id) not in done:
                     await self._run(request, tool, done)
             return
         await self._run(request, tool, done)
@@ -194,7 +206,7 @@ class ToolHandler:
         key = derive_id(request.id, "aaa.idempotency")
         if tool.guard.side_effects:
             intent = request.derive(
-                T.TOOL_STARTED,
+                TOOL_STARTED,
                 {"call_id": request.data.get("call_id"), "name": tool.name, "idempotency_key": key},
             )
             if intent.id in done:
@@ -241,7 +253,7 @@ class ToolHandler:
         else:
             data = {"call_id": request.data.get("call_id"), "name": tool.name,
                     "result": task.result()}
-            await engine.append([T.result_event(request, T.TOOL_COMPLETED, data)])
+            await engine.append([result_event(request, TOOL_COMPLETED, data)])
 
     async def _invoke(self, tool: Tool, args: dict[str, Any], key: str) -> Any:
         pool = self._pool(tool.pool)
@@ -269,7 +281,7 @@ class ToolHandler:
     async def _fail(self, request: Event, reason: str, error: str, **extra: Any) -> None:
         data = {"call_id": request.data.get("call_id"), "name": request.data.get("name"),
                 "reason": reason, "error": error, **extra}
-        await self._engine().append([T.result_event(request, T.TOOL_FAILED, data)])
+        await self._engine().append([result_event(request, TOOL_FAILED, data)])
 
     def _engine(self) -> "Engine":
         assert self.engine is not None, "attach the handler to an engine first"

@@ -19,7 +19,16 @@ from pydantic import BaseModel, ValidationError
 
 from aaa_django.events import Event
 from aaa_django.runtime import registry
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    INPUT_REJECTED,
+    INPUT_VALIDATED,
+    OUTPUT_PROPOSED,
+    OUTPUT_REJECTED,
+    OUTPUT_VALIDATED,
+    RUN_STARTED,
+    result_event,
+    result_id,
+)
 from aaa_django.runtime.meta import MAX_ERRORS
 
 from .output import check, output_model
@@ -36,31 +45,31 @@ class ValidationHandler:
 
     def attach(self, engine: "Engine") -> "ValidationHandler":
         self.engine = engine
-        engine.subscribe(T.RUN_STARTED, self)
-        engine.subscribe(T.OUTPUT_PROPOSED, self)
+        engine.subscribe(RUN_STARTED, self)
+        engine.subscribe(OUTPUT_PROPOSED, self)
         return self
 
     async def __call__(self, event: Event) -> None:
         engine = self.engine
         assert engine is not None, "attach the handler to an engine first"
-        if event.type == T.OUTPUT_PROPOSED:
+        if event.type == OUTPUT_PROPOSED:
             await self._output(engine, event)
             return
         name = event.data.get("algorithm") or ""
         if not registry.known(name):
             return  # the engine ends the run `failed`: nothing to validate against
-        rid = T.result_id(event.id)
+        rid = result_id(event.id)
         if await engine.find_after(event, [rid]):
             return
         errors = validate(registry.get(name), event.data.get("input"))
         if errors:
-            verdict = T.result_event(event, T.INPUT_REJECTED, {"errors": compact(errors)})
+            verdict = result_event(event, INPUT_REJECTED, {"errors": compact(errors)})
         else:
-            verdict = T.result_event(event, T.INPUT_VALIDATED, {})
+            verdict = result_event(event, INPUT_VALIDATED, {})
         await engine.append([verdict])
 
     async def _output(self, engine: "Engine", event: Event) -> None:
-        rid = T.result_id(event.id)
+        rid = result_id(event.id)
         if await engine.find_after(event, [rid]):
             return
         # The path comes from the run's config, validated where the algorithm was built.
@@ -68,13 +77,13 @@ class ValidationHandler:
             model = output_model(event.data["schema"], trusted=True)
         except (ImportError, ValueError) as exc:  # this process lacks the site's code: the run cannot end well
             error = {"type": "schema_unavailable", "loc": [], "msg": f"{type(exc).__name__}: {exc}"}
-            await engine.append([T.result_event(event, T.OUTPUT_REJECTED, {"errors": [error], "fatal": True})])
+            await engine.append([result_event(event, OUTPUT_REJECTED, {"errors": [error], "fatal": True})])
             return
         value, errors = check(model, event.data.get("value"))
         if errors:
-            verdict = T.result_event(event, T.OUTPUT_REJECTED, {"errors": compact(errors)})
+            verdict = result_event(event, OUTPUT_REJECTED, {"errors": compact(errors)})
         else:
-            verdict = T.result_event(event, T.OUTPUT_VALIDATED, {"value": value})
+            verdict = result_event(event, OUTPUT_VALIDATED, {"value": value})
         await engine.append([verdict])
 
 

@@ -19,9 +19,9 @@ import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth.models import Permission
 
-from aaa_django import runindex
-from aaa_django.host import EngineHost
 from aaa_django.models import RunRecord
+from aaa_django.site.host import EngineHost
+from aaa_django.store import runindex
 
 from . import support
 
@@ -86,11 +86,11 @@ def finished_run(transactional_db, site, admin_user) -> str:
 @pytest.fixture
 def gated_run(transactional_db, site, admin_user) -> str:
     """A ToolLoop run waiting for someone to approve its ``deploy`` call."""
-    from aaa_django.runtime import types as T
     from aaa_django.models import EventRecord
+    from aaa_django.runtime.event_types import APPROVAL_REQUESTED
 
     run_id = start(site, "deploy the web service", owner=admin_user)
     support.wait_until(lambda: EventRecord.objects.filter(
-        stream=run_id, type=T.APPROVAL_REQUESTED).exists())
+        stream=run_id, type=APPROVAL_REQUESTED).exists())
     runindex.refresh("default", run_id)
     return run_id

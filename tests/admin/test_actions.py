@@ -6,11 +6,19 @@ import json
 
 from django.urls import reverse
 
-from aaa_django import runindex
 from aaa_django.events import Event, new_id
 from aaa_django.models import EventRecord, RunRecord
-from aaa_django.runtime import types as T
-from aaa_django.store import DjangoEventStore
+from aaa_django.runtime.event_types import (
+    APPROVAL_DENIED,
+    APPROVAL_GRANTED,
+    APPROVAL_REQUESTED,
+    CANCEL_REQUESTED,
+    RUN_STARTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    started_id,
+)
+from aaa_django.store import DjangoEventStore, runindex
 
 from . import support
 from .test_run_pages import run_url, text
@@ -27,14 +35,14 @@ def events(run_id: str, type_: str) -> list[dict]:
 
 def test_approving_a_gate_lets_the_run_finish(client, operator, gated_run):
     client.force_login(operator)
-    request_id = EventRecord.objects.get(stream=gated_run, type=T.APPROVAL_REQUESTED).id
+    request_id = EventRecord.objects.get(stream=gated_run, type=APPROVAL_REQUESTED).id
     r = client.post(run_url(gated_run, "approve"), {"request_id": request_id, "reason": "looks safe"})
     assert r.status_code == 302 and r["Location"] == run_url(gated_run)
     assert outcome_of(gated_run) == "success"
-    [granted] = events(gated_run, T.APPROVAL_GRANTED)
+    [granted] = events(gated_run, APPROVAL_GRANTED)
     assert granted["reason"] == "looks safe"
     assert granted["by"] == f"operator (user {operator.pk}, admin)"
-    assert events(gated_run, T.TOOL_COMPLETED)[0]["result"] == "deployed web"
+    assert events(gated_run, TOOL_COMPLETED)[0]["result"] == "deployed web"
     # approving again: nothing pending any more, said plainly
     r = client.post(run_url(gated_run, "approve"), {"request_id": request_id}, follow=True)
     assert "no longer pending" in text(r)
@@ -42,12 +50,12 @@ def test_approving_a_gate_lets_the_run_finish(client, operator, gated_run):
 
 def test_denying_a_gate_fails_the_tool_call_with_the_reason(client, operator, gated_run):
     client.force_login(operator)
-    request_id = EventRecord.objects.get(stream=gated_run, type=T.APPROVAL_REQUESTED).id
+    request_id = EventRecord.objects.get(stream=gated_run, type=APPROVAL_REQUESTED).id
     client.post(run_url(gated_run, "deny"), {"request_id": request_id, "reason": "not today"})
     outcome_of(gated_run)
-    [denied] = events(gated_run, T.APPROVAL_DENIED)
+    [denied] = events(gated_run, APPROVAL_DENIED)
     assert denied["reason"] == "not today"
-    [failed] = events(gated_run, T.TOOL_FAILED)
+    [failed] = events(gated_run, TOOL_FAILED)
     assert failed["reason"] == "denied" and "not today" in failed["error"]
 
 
@@ -56,7 +64,7 @@ def test_cancelling_ends_the_run_cancelled(client, operator, gated_run):
     r = client.post(run_url(gated_run, "cancel"), {"reason": "wrong task"}, follow=True)
     assert "Cancellation requested." in text(r)
     assert outcome_of(gated_run) == "cancelled"
-    assert events(gated_run, T.CANCEL_REQUESTED)[0]["reason"] == "wrong task"
+    assert events(gated_run, CANCEL_REQUESTED)[0]["reason"] == "wrong task"
     r = client.post(run_url(gated_run, "cancel"), {}, follow=True)
     assert "ended already" in text(r)
 
@@ -72,7 +80,7 @@ def test_redrive_finishes_a_stalled_run(client, operator, site):
     adopted by the web process's engine and driven to the end."""
     run_id = f"run-{new_id()}"
     loop = support.loop()
-    started = Event(id=T.started_id(run_id), stream=run_id, type=T.RUN_STARTED, data={
+    started = Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data={
         "algorithm": loop.name, "config": loop.config(), "input": {"task": "look up"},
         "budget": None, "deadline": None, "parent": None, "owner": None,
     })
@@ -159,6 +167,6 @@ def test_start_form_starts_a_run_owned_by_the_user(client, operator, site):
     assert r["Location"] == run_url(run.run_id)
     assert run.owner == operator
     assert outcome_of(run.run_id) == "success"
-    started = events(run.run_id, T.RUN_STARTED)[0]
+    started = events(run.run_id, RUN_STARTED)[0]
     assert started["budget"] == {"tokens": 100000}
     assert started["config"]["max_turns"] == 3

@@ -9,7 +9,7 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from aaa_django.models import EventRecord
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import APPROVAL_REQUESTED, TOOL_REQUESTED
 
 from ..browser import browser, shot, wait  # noqa: F401  (browser: the fixture)
 
@@ -93,7 +93,7 @@ def test_staff_read_a_finished_toolloop_run(browser, live_server, admin_user, fi
     shot(browser, "02-run-page-finished")
 
     # a projection as of an earlier event: the tool was asked for, not answered yet
-    tool_seq = EventRecord.objects.get(stream=finished_run, type=T.TOOL_REQUESTED).seq
+    tool_seq = EventRecord.objects.get(stream=finished_run, type=TOOL_REQUESTED).seq
     row = browser.find_element(By.ID, f"e{tool_seq}")
     row.find_element(By.LINK_TEXT, "state here").click()
     wait(browser, lambda d: f"Projections as of event {tool_seq}" in d.page_source)
@@ -162,7 +162,7 @@ def test_a_live_page_updates_itself_when_someone_else_acts(browser, live_server,
     browser.get(run_page(live_server, gated_run))
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".aaa-approval"))
     before = len(read_run_page(browser)["rows"])
-    request_id = EventRecord.objects.get(stream=gated_run, type=T.APPROVAL_REQUESTED).id
+    request_id = EventRecord.objects.get(stream=gated_run, type=APPROVAL_REQUESTED).id
     assert site.call(lambda e: e.approve(gated_run, request_id, by="someone else"))
     # new rows arrive by polling while the tool runs (no reload yet)
     page = wait(browser, lambda d: (p := read_run_page(d))["polled_rows"] and p)

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from aaa_django.admin import reading
 from aaa_django.models import EventRecord, RunRecord
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import LLM_REQUESTED, TOOL_COMPLETED
 from aaa_django.store import DjangoEventStore
 
 from .conftest import make_staff
@@ -84,7 +84,7 @@ def test_a_fork_from_the_admin_goes_on_with_the_edited_config(client, operator, 
                                                               finished_run):
     events = list(EventRecord.objects.filter(stream=finished_run).order_by("seq")
                   .values_list("seq", "type"))
-    at = next(seq for seq, t in events if t == T.TOOL_COMPLETED)  # before the answer
+    at = next(seq for seq, t in events if t == TOOL_COMPLETED)  # before the answer
     client.force_login(operator)
     form = client.get(run_url(finished_run, "fork") + f"?at={at}")
     assert form.status_code == 200 and f'value="{at}"' in text(form)
@@ -102,7 +102,7 @@ def test_a_fork_from_the_admin_goes_on_with_the_edited_config(client, operator, 
     assert outcome_of(fork.run_id) == "success"
     assert (fork.forked_from, fork.forked_at, fork.owner) == (finished_run, at, operator)
     asked = [reading.data_of(e) for e in DjangoEventStore().read_sync(fork.run_id)
-             if e.type == T.LLM_REQUESTED]  # hydrated: the second quotes a long document
+             if e.type == LLM_REQUESTED]  # hydrated: the second quotes a long document
     assert [a.get("model") for a in asked] == [None, "scripted-2"]  # copied, then new
     page = text(client.get(run_url(fork.run_id)))
     assert "Forked from" in page and run_url(finished_run) in page

@@ -4,7 +4,7 @@ gets its updates from the live/ endpoint."""
 from __future__ import annotations
 
 from aaa_django.models import EventRecord
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import APPROVAL_REQUESTED, TOOL_COMPLETED
 
 from . import support
 from .test_run_pages import run_url, text
@@ -20,7 +20,7 @@ def tamper(media_root, sha256: str) -> None:
 def test_a_tampered_blob_shows_an_integrity_error_not_a_crash(client, admin_user, finished_run,
                                                              media_root):
     client.force_login(admin_user)
-    e = EventRecord.objects.get(stream=finished_run, type=T.TOOL_COMPLETED)
+    e = EventRecord.objects.get(stream=finished_run, type=TOOL_COMPLETED)
     sha = e.blobs[0]["sha256"]
     tamper(media_root, sha)
 
@@ -54,7 +54,7 @@ def test_a_tampered_blob_shows_an_integrity_error_not_a_crash(client, admin_user
 
 def test_a_missing_blob_is_reported_too(client, admin_user, finished_run, media_root):
     client.force_login(admin_user)
-    e = EventRecord.objects.get(stream=finished_run, type=T.TOOL_COMPLETED)
+    e = EventRecord.objects.get(stream=finished_run, type=TOOL_COMPLETED)
     for p in support.blob_files(media_root, e.blobs[0]["sha256"]):
         p.unlink()
     r = client.get(run_url(finished_run, "blob", e.seq, 0))
@@ -75,7 +75,7 @@ def test_live_endpoint_sends_new_rows_status_and_actions(client, admin_user, gat
     assert data["status"] == "running" and data["outcome"] is None
     assert data["last_seq"] == last and data["after"] == last
     assert data["rows_html"].count('class="aaa-event') == 2
-    assert T.APPROVAL_REQUESTED in data["rows_html"]
+    assert APPROVAL_REQUESTED in data["rows_html"]
     assert "Approve" in data["actions_html"] and "deploy" in data["actions_html"]
 
     # nothing new: no rows

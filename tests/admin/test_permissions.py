@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from aaa_django.models import EventRecord, RunRecord, SnapshotRecord
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import APPROVAL_DECISIONS, APPROVAL_REQUESTED, CANCEL_REQUESTED
 
 from .conftest import make_staff
 from .test_run_pages import run_url, text
@@ -24,7 +24,7 @@ def test_a_viewer_sees_a_gated_run_without_action_buttons_and_gets_403(client, v
     for label in BUTTONS:
         assert label not in page, label
     assert "no permission to act" in page
-    request_id = EventRecord.objects.get(stream=gated_run, type=T.APPROVAL_REQUESTED).id
+    request_id = EventRecord.objects.get(stream=gated_run, type=APPROVAL_REQUESTED).id
 
     for what, data in (("cancel", {"reason": "x"}),
                        ("approve", {"request_id": request_id}),
@@ -39,8 +39,8 @@ def test_a_viewer_sees_a_gated_run_without_action_buttons_and_gets_403(client, v
 
     # nothing happened to the run
     types = list(EventRecord.objects.filter(stream=gated_run).values_list("type", flat=True))
-    assert T.CANCEL_REQUESTED not in types
-    assert not set(types) & set(T.APPROVAL_DECISIONS)
+    assert CANCEL_REQUESTED not in types
+    assert not set(types) & set(APPROVAL_DECISIONS)
     assert RunRecord.objects.get(pk=gated_run).status == "running"
 
 
@@ -53,9 +53,10 @@ def test_an_operator_sees_every_button(client, operator, gated_run):
 
 def test_without_view_all_runs_staff_see_only_their_own_runs(client, django_user_model,
                                                              finished_run, site):
-    from .conftest import start
+    from aaa_django.store import runindex
+
     from . import support
-    from aaa_django import runindex
+    from .conftest import start
 
     dana = make_staff(django_user_model, "dana", "view_runrecord", "view_eventrecord")
     own = start(site, "look up my own", owner=dana)
@@ -86,7 +87,7 @@ def test_an_action_permission_without_view_all_runs_shows_no_one_elses_run(clien
     r = client.post(run_url(gated_run, "cancel"), {"reason": "by id"})
     assert r.status_code == 302
     types = EventRecord.objects.filter(stream=gated_run).values_list("type", flat=True)
-    assert T.CANCEL_REQUESTED in types
+    assert CANCEL_REQUESTED in types
     # back to the run list, not to the run's page (a 404 for her), with the message
     changelist = reverse("admin:aaa_runrecord_changelist")
     assert r["Location"] == changelist

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from aaa_django import runindex
 from aaa_django.admin.pictures import budget_bars
 from aaa_django.runtime import Budget, Spend
+from aaa_django.store import runindex
 
 from . import support
 from .test_run_pages import run_url, text
@@ -50,16 +50,27 @@ def test_the_run_page_draws_the_budget_of_a_run_that_has_one(client, admin_user,
 
 def test_the_timeline_bars_go_from_each_request_to_its_answer():
     from aaa_django.admin.pictures import timeline, timeline_spans
-    from aaa_django.runtime import types as T
+    from aaa_django.runtime.event_types import (
+        APPROVAL_DENIED,
+        APPROVAL_REQUESTED,
+        LLM_COMPLETED,
+        LLM_REQUESTED,
+        RUN_STARTED,
+        TOOL_COMPLETED,
+        TOOL_REQUESTED,
+        decision_id,
+        result_id,
+        started_id,
+    )
 
     model, tool, ask = "e-model", "e-tool", "e-ask"
     events = [
-        ("e-start", 1, T.RUN_STARTED, 100.0, ""),
-        (model, 2, T.LLM_REQUESTED, 100.0, ""),
-        (T.result_id(model), 3, T.LLM_COMPLETED, 101.0, ""),
-        (tool, 4, T.TOOL_REQUESTED, 101.0, "deploy"),
-        (ask, 5, T.APPROVAL_REQUESTED, 101.5, "deploy"),
-        (T.decision_id(ask), 6, T.APPROVAL_DENIED, 103.0, ""),
+        ("e-start", 1, RUN_STARTED, 100.0, ""),
+        (model, 2, LLM_REQUESTED, 100.0, ""),
+        (result_id(model), 3, LLM_COMPLETED, 101.0, ""),
+        (tool, 4, TOOL_REQUESTED, 101.0, "deploy"),
+        (ask, 5, APPROVAL_REQUESTED, 101.5, "deploy"),
+        (decision_id(ask), 6, APPROVAL_DENIED, 103.0, ""),
     ]
     bars, start, stop = timeline_spans(events, now=104.0)
     assert (start, stop) == (100.0, 104.0)  # the run goes on: up to now
@@ -77,22 +88,22 @@ def test_the_timeline_bars_go_from_each_request_to_its_answer():
 
 def test_the_run_page_draws_a_run_of_a_thousand_events_and_an_empty_one(client, admin_user, site):
     from aaa_django.events import Event
-    from aaa_django.runtime import types as T
+    from aaa_django.runtime import event_types as T
     from aaa_django.store import DjangoEventStore
 
     store, run_id = DjangoEventStore(), "run-thousand"
-    events = [Event(id=T.started_id(run_id), stream=run_id, type=T.RUN_STARTED,
+    events = [Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED,
                     data={"algorithm": "tests.none", "config": {}, "input": {}})]
     calls = 0
     while len(events) < 1000:  # model calls and tool calls, one after the other
-        kind = (T.LLM_REQUESTED, T.LLM_COMPLETED) if calls % 2 == 0 else (T.TOOL_REQUESTED, T.TOOL_COMPLETED)
+        kind = (LLM_REQUESTED, LLM_COMPLETED) if calls % 2 == 0 else (TOOL_REQUESTED, TOOL_COMPLETED)
         request = Event(id=f"req-{calls}", stream=run_id, type=kind[0], data={"name": "noop"})
-        events += [request, Event(id=T.result_id(request.id), stream=run_id, type=kind[1], data={},
+        events += [request, Event(id=result_id(request.id), stream=run_id, type=kind[1], data={},
                                   causation=request.id)]
         calls += 1
     for i in range(0, len(events), 100):
         store.append_sync(events[i:i + 100])
-    store.append_sync([Event(id=T.started_id("run-empty"), stream="run-empty", type=T.RUN_STARTED,
+    store.append_sync([Event(id=started_id("run-empty"), stream="run-empty", type=RUN_STARTED,
                              data={"algorithm": "tests.none", "config": {}, "input": {}})])
     for r in (run_id, "run-empty"):
         runindex.refresh("default", r)

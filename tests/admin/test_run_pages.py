@@ -10,9 +10,9 @@ from zoneinfo import ZoneInfo
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
-from aaa_django import runindex
 from aaa_django.models import EventRecord, RunRecord
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import CHILD_REQUESTED, TOOL_COMPLETED, TOOL_REQUESTED
+from aaa_django.store import runindex
 
 
 def run_url(run_id: str, what: str = "change", *args) -> str:
@@ -80,7 +80,7 @@ def test_run_page_shows_summary_timeline_projections_and_blobs(client, admin_use
 
 def test_time_travel_folds_projections_as_of_an_earlier_event(client, admin_user, finished_run):
     client.force_login(admin_user)
-    first_tool = EventRecord.objects.get(stream=finished_run, type=T.TOOL_REQUESTED).seq
+    first_tool = EventRecord.objects.get(stream=finished_run, type=TOOL_REQUESTED).seq
     r = client.get(run_url(finished_run) + f"?at={first_tool}")
     page = text(r)
     assert "Projections as of event" in page
@@ -96,7 +96,7 @@ def test_time_travel_folds_projections_as_of_an_earlier_event(client, admin_user
 
 def test_event_page_hydrates_a_claim_checked_event_on_demand(client, admin_user, finished_run):
     client.force_login(admin_user)
-    e = EventRecord.objects.get(stream=finished_run, type=T.TOOL_COMPLETED)
+    e = EventRecord.objects.get(stream=finished_run, type=TOOL_COMPLETED)
     assert json.loads(e.data) == {"$claim": True, "call_id": json.loads(e.data)["call_id"],
                                   "name": "lookup"}
     page = text(client.get(run_url(finished_run, "event", e.seq)))
@@ -107,7 +107,7 @@ def test_event_page_hydrates_a_claim_checked_event_on_demand(client, admin_user,
 
 def test_blob_preview_and_download_are_verified(client, admin_user, finished_run):
     client.force_login(admin_user)
-    e = EventRecord.objects.get(stream=finished_run, type=T.TOOL_COMPLETED)
+    e = EventRecord.objects.get(stream=finished_run, type=TOOL_COMPLETED)
     r = client.get(run_url(finished_run, "blob", e.seq, 0))
     assert r.status_code == 200
     page = text(r)
@@ -125,8 +125,8 @@ def test_blob_preview_and_download_are_verified(client, admin_user, finished_run
 
 
 def test_parent_and_child_runs_link_to_each_other(client, admin_user, site):
-    from aaa_django import runindex
-    from tests.engine.algos import Parent  # registers tests.parent
+    from aaa_django.store import runindex
+    from tests.runtime.algos import Parent  # registers tests.parent
 
     from . import support
 
@@ -146,13 +146,13 @@ def test_parent_and_child_runs_link_to_each_other(client, admin_user, site):
     page = text(client.get(run_url(child_id)))
     assert f'Parent: <a href="{run_url(parent_id)}">{parent_id}</a>' in page
     # the child's start was caused by the parent's request: a link into the parent's log
-    requested = EventRecord.objects.get(stream=parent_id, type=T.CHILD_REQUESTED).seq
+    requested = EventRecord.objects.get(stream=parent_id, type=CHILD_REQUESTED).seq
     assert f"{run_url(parent_id)}?page=1&amp;per=50#e{requested}" in page
 
 
 def test_projections_are_listed_runmeta_own_other_folded_deferred_each_by_name(finished_run):
-    from aaa_django import projections as registry
     from aaa_django.admin import reading
+    from aaa_django.reading import projections as registry
     from aaa_django.runtime import RUNMETA
 
     run = RunRecord.objects.get(pk=finished_run)
@@ -169,7 +169,7 @@ def test_projections_are_listed_runmeta_own_other_folded_deferred_each_by_name(f
 def test_a_runs_deadline_is_shown_as_a_date_and_time(client, admin_user, site, settings):
     from datetime import datetime, timezone
 
-    from aaa_django import runindex
+    from aaa_django.store import runindex
 
     from . import support
 

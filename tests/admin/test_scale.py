@@ -9,10 +9,18 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from aaa_django import runindex
 from aaa_django.events import Event, derive_id, new_id
-from aaa_django.runtime import types as T
-from aaa_django.store import DjangoEventStore
+from aaa_django.runtime.event_types import (
+    INPUT_VALIDATED,
+    LLM_COMPLETED,
+    LLM_REQUESTED,
+    RUN_STARTED,
+    TOOL_COMPLETED,
+    TOOL_REQUESTED,
+    result_id,
+    started_id,
+)
+from aaa_django.store import DjangoEventStore, runindex
 
 from .test_run_pages import run_url, text
 
@@ -25,31 +33,31 @@ def build_run(n_events: int, owner=None) -> str:
     in batches, then indexed."""
     store = DjangoEventStore()
     run_id = f"run-{new_id()}"
-    started = Event(id=T.started_id(run_id), stream=run_id, type=T.RUN_STARTED, data={
+    started = Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data={
         "algorithm": "aaa.algos.ToolLoop", "config": {}, "input": {"task": "count"},
         "budget": None, "deadline": None, "parent": None,
         "owner": str(owner.pk) if owner else None,
     })
-    events = [started, Event(id=T.result_id(started.id), stream=run_id,
-                             type=T.INPUT_VALIDATED, data={}, causation=started.id)]
+    events = [started, Event(id=result_id(started.id), stream=run_id,
+                             type=INPUT_VALIDATED, data={}, causation=started.id)]
     i = 0
     while len(events) < n_events:
         message = ({"role": "user", "content": "count"} if i == 0 else
                    {"role": "tool", "content": str(i - 1), "tool_call_id": f"c{i - 1}", "name": "tick"})
-        llm = Event(id=derive_id(started.id, "llm", i), stream=run_id, type=T.LLM_REQUESTED,
+        llm = Event(id=derive_id(started.id, "llm", i), stream=run_id, type=LLM_REQUESTED,
                     data={"messages": [message], "thread": "main", "tag": f"turn-{i + 1}"},
                     causation=events[-1].id)
-        reply = Event(id=T.result_id(llm.id), stream=run_id, type=T.LLM_COMPLETED, data={
+        reply = Event(id=result_id(llm.id), stream=run_id, type=LLM_COMPLETED, data={
             "request_id": llm.id, "tag": f"turn-{i + 1}", "thread": "main",
             "response": {"message": {"role": "assistant", "content": None, "tool_calls": [
                 {"id": f"c{i}", "name": "tick", "arguments": {"i": i}}]},
                 "finish_reason": "tool_calls"},
             "usage": {"input_tokens": 5, "output_tokens": 3}, "cost": 0.00001,
         }, causation=llm.id)
-        req = Event(id=derive_id(started.id, "tool", i), stream=run_id, type=T.TOOL_REQUESTED,
+        req = Event(id=derive_id(started.id, "tool", i), stream=run_id, type=TOOL_REQUESTED,
                     data={"call_id": f"c{i}", "name": "tick", "args": {"i": i}},
                     causation=reply.id)
-        done = Event(id=T.result_id(req.id), stream=run_id, type=T.TOOL_COMPLETED,
+        done = Event(id=result_id(req.id), stream=run_id, type=TOOL_COMPLETED,
                      data={"call_id": f"c{i}", "name": "tick", "result": i}, causation=req.id)
         events += [llm, reply, req, done]
         i += 1
@@ -105,7 +113,7 @@ def test_a_50000_event_run_opens_with_bounded_queries_and_page(client, admin_use
     assert "not folded yet" in page and "fold=all" in page
     # Folding every registered projection costs a few queries each, never more with
     # the length of the log.
-    from aaa_django.projections import all_projections
+    from aaa_django.reading.projections import all_projections
 
     with django_assert_max_num_queries(10 + 5 * len(all_projections())):
         page = text(client.get(run_url(big) + "?fold=all"))

@@ -25,9 +25,8 @@ from aaa_django.algos import (
 from aaa_django.llm.fake import text, tool_call
 from aaa_django.runtime import Budget
 from aaa_django.tools import ToolRegistry, tool
-
-from tests.engine.helpers import make_engine, tool_messages
-from tests.engine.scenarios import Result, finish
+from tests.runtime.helpers import make_engine, tool_messages
+from tests.runtime.scenarios import Result, finish
 
 RUN = "run-algos"
 

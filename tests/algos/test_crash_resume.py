@@ -9,8 +9,7 @@ import asyncio
 import pytest
 
 from aaa_django.events import InMemoryEventStore
-
-from tests.engine.helpers import CrashingStore, arun, trace
+from tests.runtime.helpers import CrashingStore, arun, trace
 
 from .scenarios import GOLDEN, RUN
 

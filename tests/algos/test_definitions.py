@@ -30,9 +30,8 @@ from aaa_django.algos.plan import parse_plan
 from aaa_django.algos.refine import Check, approved, extract_fenced, verdict_of
 from aaa_django.runtime import registry
 from aaa_django.tools import ToolRegistry
-
-from tests.engine.helpers import arun, types
 from tests.golden.replay import load
+from tests.runtime.helpers import arun, types
 
 from .scenarios import ARTICLE, GOLDEN, SUPPORT, population, run_tests, scenario, writes
 

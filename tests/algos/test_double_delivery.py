@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine.helpers import arun, trace
-from tests.engine.test_double_delivery import comparable
+from tests.runtime.helpers import arun, trace
+from tests.runtime.test_double_delivery import comparable
 
 from .scenarios import EXPECTED
 

@@ -28,8 +28,7 @@ from aaa_django.algos import (
 )
 from aaa_django.events import FoldCache
 from aaa_django.llm.fake import text
-
-from tests.engine.helpers import arun
+from tests.runtime.helpers import arun
 
 from .scenarios import (
     ADD,

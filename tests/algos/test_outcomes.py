@@ -8,8 +8,7 @@ import pytest
 
 from aaa_django.algos import FSM
 from aaa_django.runtime import OUTCOMES
-
-from tests.engine.helpers import arun, of_type, types
+from tests.runtime.helpers import arun, of_type, types
 
 from .scenarios import EXPECTED, REPORT, RUN, SUPPORT, reproduce, scenario, support_model
 

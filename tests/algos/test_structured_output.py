@@ -13,10 +13,15 @@ from pydantic import BaseModel, Field
 from aaa_django.algos import ReAct, ToolLoop
 from aaa_django.llm.fake import text, tool_call, tool_calls
 from aaa_django.runtime import registry
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    LLM_REQUESTED,
+    OUTPUT_PROPOSED,
+    OUTPUT_REJECTED,
+    OUTPUT_VALIDATED,
+    TOOL_REQUESTED,
+)
 from aaa_django.tools import ToolRegistry, tool
-
-from ..engine.helpers import arun, make_engine, trace
+from tests.runtime.helpers import arun, make_engine, trace
 
 
 class Forecast(BaseModel):
@@ -65,11 +70,11 @@ def test_an_answer_that_does_not_fit_goes_back_with_the_errors_then_fits():
 
     assert (outcome.outcome, outcome.value) == ("success", {"output": {"city": "Lyon", "celsius": 18}})
     assert [e.type for e in log if e.type.startswith("aaa.output")] == [
-        T.OUTPUT_PROPOSED, T.OUTPUT_REJECTED, T.OUTPUT_PROPOSED, T.OUTPUT_VALIDATED]
-    rejected = next(e for e in log if e.type == T.OUTPUT_REJECTED)
+        OUTPUT_PROPOSED, OUTPUT_REJECTED, OUTPUT_PROPOSED, OUTPUT_VALIDATED]
+    rejected = next(e for e in log if e.type == OUTPUT_REJECTED)
     assert [(err["loc"], err["type"]) for err in rejected.data["errors"]] == [(["celsius"], "less_than_equal")]
     # the model was told, as the answer to its final_result call
-    retry = [e for e in log if e.type == T.LLM_REQUESTED][2]
+    retry = [e for e in log if e.type == LLM_REQUESTED][2]
     [told] = retry.data["messages"]
     assert told["role"] == "tool" and told["name"] == "final_result"
     assert "- celsius: Input should be less than or equal to 60" in told["content"]
@@ -84,7 +89,7 @@ def test_answers_that_never_fit_end_the_run_no_solution():
     assert outcome.outcome == "no_solution"
     assert outcome.value["reason"] == "invalid_output" and outcome.value["answers"] == 2
     assert outcome.value["errors"][0]["msg"] == "Field required"
-    assert [e.type for e in log].count(T.OUTPUT_REJECTED) == 2
+    assert [e.type for e in log].count(OUTPUT_REJECTED) == 2
 
 
 def test_a_text_answer_is_read_as_json_and_react_proposes_its_final_answer():
@@ -101,7 +106,7 @@ def test_a_text_answer_is_read_as_json_and_react_proposes_its_final_answer():
 
     outcome, log = run(react, ReAct(output=Forecast))
     assert outcome.value == {"output": {"city": "Lyon", "celsius": 18}}
-    assert [e.type for e in log].count(T.OUTPUT_REJECTED) == 1
+    assert [e.type for e in log].count(OUTPUT_REJECTED) == 1
 
 
 def test_a_reply_calling_tools_besides_final_result_gets_an_answer_for_each():
@@ -112,9 +117,9 @@ def test_a_reply_calling_tools_besides_final_result_gets_an_answer_for_each():
 
     outcome, log = run(model, ToolLoop(REGISTRY, output=Forecast))
     assert outcome.outcome == "success"
-    retry = [e for e in log if e.type == T.LLM_REQUESTED][1]
+    retry = [e for e in log if e.type == LLM_REQUESTED][1]
     assert [m["content"][:7] for m in retry.data["messages"]] == ["not run", "That an"]
-    assert [e for e in log if e.type == T.TOOL_REQUESTED] == []  # the final answer wins
+    assert [e for e in log if e.type == TOOL_REQUESTED] == []  # the final answer wins
 
 
 def test_every_event_delivered_twice_gives_the_same_log():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from aaa_django.algos import LOOP, Algorithm
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import INPUT_VALIDATED
 from aaa_django.tools import tool
 
 
@@ -22,7 +22,7 @@ class Echo(Algorithm):
     Input = EchoIn
 
     async def step(self, ctx, event):
-        if event.type == T.INPUT_VALIDATED:
+        if event.type == INPUT_VALIDATED:
             ctx.complete("success", {"echo": ctx.input.text})
 
 
@@ -52,7 +52,7 @@ class Gated(Algorithm):
     async def step(self, ctx, event):
         s = await ctx.project(LOOP)
         if not s.calls:
-            if event.type == T.INPUT_VALIDATED:
+            if event.type == INPUT_VALIDATED:
                 for i in range(self.cfg.calls):
                     ctx.tool(self.cfg.tool, {"x": i + 1}, call_id=f"c{i + 1}")
         elif not s.waiting_for_tools:

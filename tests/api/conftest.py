@@ -19,13 +19,18 @@ from django.contrib.auth.models import Permission
 from django.core.cache import cache
 from ninja.testing import TestClient
 
-from aaa_django import runindex
 from aaa_django.api import router
 from aaa_django.events import Event, derive_id, new_id
-from aaa_django.host import EngineHost
 from aaa_django.models import ApiKey
-from aaa_django.runtime import types as T
-from aaa_django.store import DjangoEventStore
+from aaa_django.runtime.event_types import (
+    INPUT_VALIDATED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    completion_id,
+    started_id,
+)
+from aaa_django.site.host import EngineHost
+from aaa_django.store import DjangoEventStore, runindex
 
 from . import algos  # noqa: F401  (registers the test algorithms)
 
@@ -84,19 +89,19 @@ def make_run(db):
     """``make_run(owner, types=[...], algorithm=...)``: a run's log, written directly."""
     store = DjangoEventStore("default")
 
-    def make(owner=None, *, types=(T.INPUT_VALIDATED,), algorithm="tests.api.echo",
+    def make(owner=None, *, types=(INPUT_VALIDATED,), algorithm="tests.api.echo",
              outcome="success", value=None, data=None, run_id=None) -> str:
         run_id = run_id or f"run-{new_id()}"
-        started = Event(id=T.started_id(run_id), stream=run_id, type=T.RUN_STARTED, data={
+        started = Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data={
             "algorithm": algorithm, "config": {}, "input": {"text": "hi"}, "budget": None,
             "deadline": None, "parent": None, "owner": str(owner.pk) if owner else None,
         })
         events = [started]
         for i, t in enumerate(types):
             d = dict((data or {}).get(t, {}))
-            if t == T.RUN_COMPLETED:
+            if t == RUN_COMPLETED:
                 d = {"outcome": outcome, "value": value}
-                events.append(Event(id=T.completion_id(run_id), stream=run_id, type=t, data=d))
+                events.append(Event(id=completion_id(run_id), stream=run_id, type=t, data=d))
             else:
                 events.append(Event(id=derive_id(started.id, t, i), stream=run_id, type=t, data=d))
         stored = store.append_sync(events)

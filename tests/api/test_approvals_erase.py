@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aaa_django.models import RunRecord
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import APPROVAL_DENIED, INPUT_VALIDATED, RUN_COMPLETED
 from aaa_django.store import DjangoEventStore
 
 from .conftest import wait_for, wait_until
@@ -61,7 +61,7 @@ def test_a_denied_approval_fails_the_tool_call(api, alice, bob, django_user_mode
     done = wait_for(api, run_id, alice.auth)
     assert done["outcome"] == "no_solution"
     events = DjangoEventStore().read_sync(run_id)
-    (denial,) = [e for e in events if e.type == T.APPROVAL_DENIED]
+    (denial,) = [e for e in events if e.type == APPROVAL_DENIED]
     assert denial.data["reason"] == "not today"
 
 
@@ -74,7 +74,7 @@ def test_bad_decisions_are_4xx(api, alice, make_run):
 
 
 def test_projections_now_and_as_of_an_event(api, alice, make_run):
-    run_id = make_run(alice, types=[T.INPUT_VALIDATED, T.RUN_COMPLETED])
+    run_id = make_run(alice, types=[INPUT_VALIDATED, RUN_COMPLETED])
     now = api.get(f"/runs/{run_id}/projections/RUNMETA", headers=alice.auth)
     assert now.status_code == 200, now.json()
     assert now.json()["name"] == "aaa.runtime.engine.RUNMETA"

@@ -6,7 +6,12 @@ import pytest
 from django.test import Client
 
 from aaa_django.models import ApiKey
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    APPROVAL_REQUESTED,
+    INPUT_VALIDATED,
+    RUN_COMPLETED,
+    TOOL_REQUESTED,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -83,7 +88,7 @@ def test_another_owners_run_is_404_like_an_unknown_one(api, alice, bob, make_run
 
 
 def test_the_stream_of_another_owners_run_is_404(api, alice, bob, make_run):
-    run_id = make_run(alice, types=[T.INPUT_VALIDATED, T.RUN_COMPLETED])
+    run_id = make_run(alice, types=[INPUT_VALIDATED, RUN_COMPLETED])
     assert api.get(f"/runs/{run_id}/events/stream", headers=bob.auth).status_code == 404
     r = api.get(f"/runs/{run_id}/events/stream", headers=alice.auth)
     assert r.status_code == 200
@@ -93,14 +98,14 @@ def test_the_stream_of_another_owners_run_is_404(api, alice, bob, make_run):
 def _approval_events():
     """Data of a tool request and the approval gate in front of it (make_run's ``data``)."""
     return {
-        T.TOOL_REQUESTED: {"call_id": "c1", "name": "guarded", "args": {"x": 1}},
-        T.APPROVAL_REQUESTED: {"tool_request_id": "will-be-set", "tool_request_seq": 3,
+        TOOL_REQUESTED: {"call_id": "c1", "name": "guarded", "args": {"x": 1}},
+        APPROVAL_REQUESTED: {"tool_request_id": "will-be-set", "tool_request_seq": 3,
                                "call_id": "c1", "name": "guarded", "expires_at": None},
     }
 
 
 def test_approving_without_the_permission_is_403(api, alice, carol, make_run):
-    run_id = make_run(alice, types=[T.INPUT_VALIDATED, T.TOOL_REQUESTED, T.APPROVAL_REQUESTED],
+    run_id = make_run(alice, types=[INPUT_VALIDATED, TOOL_REQUESTED, APPROVAL_REQUESTED],
                       data=_approval_events())
     (gate,) = api.get(f"/runs/{run_id}/approvals", headers=carol.auth).json()
     r = api.post(f"/runs/{run_id}/approvals/{gate['request_id']}",

@@ -46,7 +46,7 @@ def test_api_settings_checks():
                 "API_MAX_BODY": 10, "API_STREAM_SECONDS": 1}) == []
     assert ids({"LLM_CLIENT": "no.such.factory"}) == ["aaa.E020"]
     assert ids({"TOOLS": ["tests.api.algos.NOPE"]}) == ["aaa.E020"]
-    assert ids({"PROJECTIONS": ["aaa_django.runtime.types.RUN_STARTED"]}) == ["aaa.E020"]
+    assert ids({"PROJECTIONS": ["aaa_django.runtime.event_types.RUN_STARTED"]}) == ["aaa.E020"]
     assert ids({"TOOLS": "tests.api.algos.guarded"}) == ["aaa.E003"]
     assert ids({"API_RATE": "often"}) == ["aaa.E021"]
     assert ids({"API_RATE": "10/ms"}) == ["aaa.E021"]
@@ -56,7 +56,7 @@ def test_api_settings_checks():
 def test_a_host_without_a_model_client_fails_model_requests_clearly():
     import asyncio
 
-    from aaa_django.host import NoModelClient
+    from aaa_django.site.host import NoModelClient
 
     with pytest.raises(RuntimeError, match="AAA\\['LLM_CLIENT'\\]"):
         asyncio.run(NoModelClient().complete(None))

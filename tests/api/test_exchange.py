@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import INPUT_VALIDATED
 
 from .conftest import _user, wait_for, wait_until
 from .test_approvals_erase import pending, start_gated
@@ -80,7 +80,7 @@ def test_a_fork_goes_on_with_the_new_config_and_says_where_it_came_from(api, ali
     run_id = start_gated(api, alice)  # one tool call, waiting for an approval
     (gate,) = pending(api, alice, run_id)
     events = api.get(f"/runs/{run_id}/events", headers=alice.auth).json()["items"]
-    validated = next(e["seq"] for e in events if e["type"] == T.INPUT_VALIDATED)
+    validated = next(e["seq"] for e in events if e["type"] == INPUT_VALIDATED)
 
     # carol sees every run: she may fork alice's; the fork is hers.
     r = api.post(f"/runs/{run_id}/fork", json={"at": validated, "config": {"calls": 2}},

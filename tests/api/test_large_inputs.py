@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from aaa_django.data import canonical_json, is_claimed
-from aaa_django.host import EngineHost
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import RUN_COMPLETED
+from aaa_django.site.host import EngineHost
 from aaa_django.store import DjangoEventStore
 
 from .conftest import TOOLS, wait_for
@@ -37,4 +37,4 @@ def test_the_api_starts_a_run_with_a_large_input_and_its_owner_sees_it(api, alic
     (started,) = DjangoEventStore().read_sync(run["id"], limit=1)
     assert is_claimed(started.data) and started.data["owner"] == str(alice.pk)
     events = api.get(f"/runs/{run['id']}/events", headers=alice.auth).json()["items"]
-    assert [e["type"] for e in events][-1] == T.RUN_COMPLETED  # nothing after it
+    assert [e["type"] for e in events][-1] == RUN_COMPLETED  # nothing after it

@@ -8,12 +8,21 @@ import pytest
 from django.core.management import call_command
 from django.forms.models import model_to_dict
 
-from aaa_django import runindex
 from aaa_django.events import Event, derive_id
 from aaa_django.models import RunRecord
 from aaa_django.runtime import RUNMETA
-from aaa_django.runtime import types as T
-from aaa_django.store import DjangoEventStore
+from aaa_django.runtime.event_types import (
+    INPUT_VALIDATED,
+    LLM_COMPLETED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    TOOL_COMPLETED,
+    TOOL_REQUESTED,
+    completion_id,
+    started_id,
+)
+from aaa_django.store import DjangoEventStore, runindex
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +30,7 @@ STORE = DjangoEventStore("default")
 
 
 def log_of(run_id: str, owner: str | None) -> list[Event]:
-    started = Event(id=T.started_id(run_id), stream=run_id, type=T.RUN_STARTED, data={
+    started = Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data={
         "algorithm": "tests.api.echo", "input": {}, "owner": owner, "parent": "run-parent"})
 
     def ev(type, key, **data):
@@ -30,15 +39,15 @@ def log_of(run_id: str, owner: str | None) -> list[Event]:
     usage = {"input_tokens": 7, "output_tokens": 3}
     return [
         started,
-        ev(T.INPUT_VALIDATED, 0),
-        ev(T.LLM_REQUESTED, 1),
-        ev(T.LLM_COMPLETED, 1, usage=usage, cost=0.25),
-        ev(T.TOOL_REQUESTED, 2, call_id="c", name="t", args={}),
-        ev(T.TOOL_COMPLETED, 2, content="ok"),
-        ev(T.LLM_REQUESTED, 3),
-        ev(T.LLM_COMPLETED, 3, usage=usage, cost=0.5),
+        ev(INPUT_VALIDATED, 0),
+        ev(LLM_REQUESTED, 1),
+        ev(LLM_COMPLETED, 1, usage=usage, cost=0.25),
+        ev(TOOL_REQUESTED, 2, call_id="c", name="t", args={}),
+        ev(TOOL_COMPLETED, 2, content="ok"),
+        ev(LLM_REQUESTED, 3),
+        ev(LLM_COMPLETED, 3, usage=usage, cost=0.5),
         ev("acme.note.made", 4, text="an algorithm's own record"),
-        Event(id=T.completion_id(run_id), stream=run_id, type=T.RUN_COMPLETED,
+        Event(id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED,
               data={"outcome": "success", "value": 1}),  # last: nothing follows a completion
     ]
 
@@ -127,6 +136,6 @@ def test_the_store_indexes_runs_in_the_append_transaction(db_alias, django_user_
 
 def test_a_log_the_index_cannot_fold_never_fails_the_append(db):
     store = DjangoEventStore("default")
-    odd = Event(id="odd-start", stream="run-odd", type=T.RUN_STARTED, data={"budget": "lots"})
+    odd = Event(id="odd-start", stream="run-odd", type=RUN_STARTED, data={"budget": "lots"})
     assert store.append_sync([odd])[0].seq == 1
     assert not RunRecord.objects.filter(pk="run-odd").exists()

@@ -7,7 +7,12 @@ import json
 import pytest
 
 from aaa_django.models import RunRecord
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    CANCEL_REQUESTED,
+    INPUT_VALIDATED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+)
 from aaa_django.store import DjangoEventStore
 
 from .conftest import wait_for
@@ -54,28 +59,28 @@ def test_the_started_event_records_the_owner_budget_and_deadline(api, alice, hos
 
 
 def test_events_are_paged_in_order(api, alice, make_run):
-    run_id = make_run(alice, types=[T.INPUT_VALIDATED, T.RUN_COMPLETED])
+    run_id = make_run(alice, types=[INPUT_VALIDATED, RUN_COMPLETED])
     r = api.get(f"/runs/{run_id}/events?limit=2", headers=alice.auth)
     page = r.json()
     assert [e["seq"] for e in page["items"]] == [1, 2]
     assert page["has_more"] is True and page["next_after"] == 2
     rest = api.get(f"/runs/{run_id}/events?after=2", headers=alice.auth).json()
-    assert [e["type"] for e in rest["items"]] == [T.RUN_COMPLETED]
+    assert [e["type"] for e in rest["items"]] == [RUN_COMPLETED]
     assert rest["has_more"] is False and rest["next_after"] == 3
-    assert page["items"][0]["type"] == T.RUN_STARTED
+    assert page["items"][0]["type"] == RUN_STARTED
     assert page["items"][0]["data"]["algorithm"] == "tests.api.echo"
 
 
 def test_claim_checked_events_are_hydrated_on_request(api, alice, make_run, settings, tmp_path):
-    from aaa_django.blobs import StorageBlobStore
     from aaa_django.data import claim
     from aaa_django.events import Event, derive_id, new_id
+    from aaa_django.site.blobs import StorageBlobStore
 
     settings.STORAGES = {**settings.STORAGES, "blobs": {
         "BACKEND": "django.core.files.storage.FileSystemStorage",
         "OPTIONS": {"location": str(tmp_path)}}}
     settings.AAA = {**settings.AAA, "BLOB_STORAGE": "blobs"}
-    run_id = make_run(alice, types=[T.INPUT_VALIDATED])
+    run_id = make_run(alice, types=[INPUT_VALIDATED])
     big = {"name": "report", "text": "x" * 50_000}
     stub, ref = claim(big, store=StorageBlobStore(alias="blobs"), namespace=run_id, threshold=100)
     DjangoEventStore().append_sync([Event(id=derive_id(run_id, "big"), stream=run_id,
@@ -87,9 +92,9 @@ def test_claim_checked_events_are_hydrated_on_request(api, alice, make_run, sett
 
 
 def test_list_filters_and_pages(api, alice, make_run):
-    done = make_run(alice, types=[T.INPUT_VALIDATED, T.RUN_COMPLETED], outcome="no_solution")
-    running = make_run(alice, types=[T.INPUT_VALIDATED])
-    other = make_run(alice, types=[T.INPUT_VALIDATED], algorithm="tests.api.idle")
+    done = make_run(alice, types=[INPUT_VALIDATED, RUN_COMPLETED], outcome="no_solution")
+    running = make_run(alice, types=[INPUT_VALIDATED])
+    other = make_run(alice, types=[INPUT_VALIDATED], algorithm="tests.api.idle")
 
     def ids(query):
         r = api.get(f"/runs{query}", headers=alice.auth)
@@ -214,7 +219,7 @@ def test_cancel_ends_the_run_cancelled_and_records_who(api, alice, host):
     assert r.json()["cancel_requested"] is True
     done = wait_for(api, run["id"], alice.auth)
     assert done["outcome"] == "cancelled"
-    (cancel,) = [e for e in DjangoEventStore().read_sync(run["id"]) if e.type == T.CANCEL_REQUESTED]
+    (cancel,) = [e for e in DjangoEventStore().read_sync(run["id"]) if e.type == CANCEL_REQUESTED]
     assert cancel.data["reason"] == "changed my mind"
     assert cancel.data["by"].startswith("alice (user ")
     again = api.post(f"/runs/{run['id']}/cancel", headers=alice.auth)
@@ -223,7 +228,7 @@ def test_cancel_ends_the_run_cancelled_and_records_who(api, alice, host):
 
 
 def test_cancel_without_a_body_and_with_a_bad_one(api, alice, make_run):
-    run_id = make_run(alice, types=[T.INPUT_VALIDATED, T.RUN_COMPLETED])
+    run_id = make_run(alice, types=[INPUT_VALIDATED, RUN_COMPLETED])
     assert api.post(f"/runs/{run_id}/cancel", headers=alice.auth).status_code == 409
     r = api.post(f"/runs/{run_id}/cancel", json={"reason": 5}, headers=alice.auth)
     assert r.status_code == 422
@@ -242,7 +247,7 @@ def test_without_a_model_client_a_model_run_fails_with_a_clear_reason(api, alice
 
 @pytest.mark.django_db(transaction=True)
 def test_the_configured_model_client_answers(api, alice, settings):
-    from aaa_django.host import EngineHost
+    from aaa_django.site.host import EngineHost
 
     settings.AAA = {**settings.AAA, "LLM_CLIENT": "tests.api.algos.fake_model"}
     EngineHost.reset()

@@ -22,7 +22,7 @@ from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import INPUT_VALIDATED, RUN_COMPLETED
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -47,7 +47,7 @@ EXCLUDED = [positive_data_acceptance]
 
 @pytest.fixture
 def world(host, alice, make_run):
-    make_run(alice, types=[T.INPUT_VALIDATED, T.RUN_COMPLETED], run_id=RUN_ID)
+    make_run(alice, types=[INPUT_VALIDATED, RUN_COMPLETED], run_id=RUN_ID)
     return alice
 
 

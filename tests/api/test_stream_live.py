@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import APPROVAL_REQUESTED, RUN_COMPLETED, TOOL_COMPLETED
 
 from .conftest import wait_until
 
@@ -96,7 +96,7 @@ def test_a_resumed_stream_loses_and_repeats_nothing(live_server, alice, host):
     part1 = client.stream(f"/runs/{run_id}/events/stream")
     assert part1.status == 200 and part1.content_type.startswith("text/event-stream")
     seen: list[tuple[int, dict]] = []
-    while not seen or seen[-1][1]["type"] != T.APPROVAL_REQUESTED:
+    while not seen or seen[-1][1]["type"] != APPROVAL_REQUESTED:
         message = part1.next()
         assert message is not None, "the stream closed early"
         seen.append(message)
@@ -107,7 +107,7 @@ def test_a_resumed_stream_loses_and_repeats_nothing(live_server, alice, host):
     assert client.json("POST", f"/runs/{run_id}/approvals/{first['request_id']}",
                        {"decision": "grant"})[0] == 200
     wait_until(lambda: client.json("GET", f"/runs/{run_id}/events?after={cut}")[1]["items"][-1]["type"]
-               == T.TOOL_COMPLETED)
+               == TOOL_COMPLETED)
 
     # Part 2: resume from the last id seen; the second call is approved while we listen.
     part2 = client.stream(f"/runs/{run_id}/events/stream", last_event_id=cut)
@@ -124,7 +124,7 @@ def test_a_resumed_stream_loses_and_repeats_nothing(live_server, alice, host):
     got = seen + resumed
     assert [i for i, _ in got] == [e["seq"] for e in log] == list(range(1, len(log) + 1))
     assert [e for _, e in got] == log
-    assert got[-1][1]["type"] == T.RUN_COMPLETED and got[-1][1]["data"]["outcome"] == "success"
+    assert got[-1][1]["type"] == RUN_COMPLETED and got[-1][1]["data"]["outcome"] == "success"
 
     # The run has ended and nothing is left: 204 tells EventSource to stop reconnecting.
     done = client.stream(f"/runs/{run_id}/events/stream", last_event_id=got[-1][0])

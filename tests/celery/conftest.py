@@ -94,9 +94,9 @@ def make_engine(queues: dict[str, str] | None = None, **kw):
 
     from django.core.files.storage import FileSystemStorage
 
-    from aaa_django.blobs import StorageBlobStore
-    from aaa_django.bus import DistributedBus
-    from aaa_django.engines import build_engine
+    from aaa_django.celery.bus import DistributedBus
+    from aaa_django.site.blobs import StorageBlobStore
+    from aaa_django.site.engines import build_engine
 
     kw.setdefault("poll_interval", 0.05)
     kw.setdefault("blobs", StorageBlobStore(FileSystemStorage(location=os.environ["AAA_TEST_BLOB_DIR"])))

@@ -19,7 +19,12 @@ from aaa_django.algos import Algorithm, ToolLoop
 from aaa_django.events import Projection
 from aaa_django.llm import FakeLLMClient, LLMHandler
 from aaa_django.llm.fake import text, tool_calls
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    RUN_COMPLETED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+)
 from aaa_django.tools import ToolHandler, ToolRegistry, tool
 
 #: the table the guarded tool records each execution in (created by the fixture)
@@ -73,7 +78,7 @@ def where(n: int = 0, tag: str = "where") -> int:
     loop took without a message."""
     import threading
 
-    from aaa_django.worker import runtimes
+    from aaa_django.celery.worker import runtimes
 
     fast = [p.sent for rt in runtimes() for e in rt.engines.values() for p in e.bus._publishers]
     _redis().rpush(f"aaa-test:{tag}", json.dumps({"thread": threading.current_thread().name,
@@ -170,9 +175,9 @@ class Tally(BaseModel):
 
 
 def _tally(s: Tally, e) -> Tally:
-    if e.type == T.TOOL_REQUESTED:
+    if e.type == TOOL_REQUESTED:
         s.requested += 1
-    elif e.type in (T.TOOL_COMPLETED, T.TOOL_FAILED):
+    elif e.type in (TOOL_COMPLETED, TOOL_FAILED):
         s.results += 1
     elif e.type == "test.step.decided":
         s.decisions += 1
@@ -236,7 +241,7 @@ def _recorder(name: str):
         r.rpush(f"aaa-test:signals:{run_id}", json.dumps(entry))
         if name == "approval_requested":
             r.rpush(f"aaa-test:approval:{run_id}", kw["request_id"])
-        elif name == "event_appended" and event.type == T.RUN_COMPLETED:  # the last signal of a run
+        elif name == "event_appended" and event.type == RUN_COMPLETED:  # the last signal of a run
             r.rpush(f"aaa-test:ended:{run_id}", event.id)
 
     return receive

@@ -17,8 +17,14 @@ from collections import Counter
 
 from django.db import connections
 
-from aaa_django.runtime import types as T
-from aaa_django.sweeper import sweep
+from aaa_django.celery.sweeper import sweep
+from aaa_django.runtime.event_types import (
+    LLM_COMPLETED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    TOOL_COMPLETED,
+    TOOL_REQUESTED,
+)
 
 from .conftest import CELERY_DB, make_engine
 from .site import loop, script
@@ -36,12 +42,12 @@ def _calls() -> tuple[int, int]:
     """Model calls asked for and answered so far."""
     with connections["postgres"].cursor() as cur:
         cur.execute("SELECT count(*) FILTER (WHERE type = %s), count(*) FILTER (WHERE type = %s) "
-                    "FROM aaa_event", [T.LLM_REQUESTED, T.LLM_COMPLETED])
+                    "FROM aaa_event", [LLM_REQUESTED, LLM_COMPLETED])
         return cur.fetchone()
 
 
 def test_a_worker_killed_holding_200_calls_loses_and_duplicates_nothing(new_cluster, arun):
-    from aaa_django.bus import coordinator
+    from aaa_django.celery.bus import coordinator
 
     cluster = new_cluster(1, suffix="-inflight", concurrency=2)
     (worker,) = cluster.workers
@@ -85,18 +91,18 @@ def test_a_worker_killed_holding_200_calls_loses_and_duplicates_nothing(new_clus
     assert redriven  # what the killed worker held came back through the sweeper
     executions = _executions()
     for events in logs:
-        assert Counter(e.type for e in events)[T.RUN_COMPLETED] == 1
+        assert Counter(e.type for e in events)[RUN_COMPLETED] == 1
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
         assert len({e.id for e in events}) == len(events)
         _each_request_has_one_result(events)
-        assert [e.data["tag"] for e in events if e.type == T.LLM_REQUESTED] == \
+        assert [e.data["tag"] for e in events if e.type == LLM_REQUESTED] == \
             [f"turn-{t}" for t in range(1, TURNS + 1)]
-        for request in (e for e in events if e.type == T.TOOL_REQUESTED):
+        for request in (e for e in events if e.type == TOOL_REQUESTED):
             from aaa_django.events import derive_id
 
             key = derive_id(request.id, "aaa.idempotency")
             (result,) = [e for e in events if e.causation == request.id
-                         and e.type in REQUEST_TYPES[T.TOOL_REQUESTED]]
+                         and e.type in REQUEST_TYPES[TOOL_REQUESTED]]
             ran = executions.get(key, 0)
             assert ran <= 1, f"the guarded tool ran {ran} times for one call"
-            assert ran == 1 if result.type == T.TOOL_COMPLETED else result.data["reason"] == "uncertain"
+            assert ran == 1 if result.type == TOOL_COMPLETED else result.data["reason"] == "uncertain"

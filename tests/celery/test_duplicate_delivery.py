@@ -14,7 +14,7 @@ import asyncio
 import time
 
 from aaa_django.events import derive_id
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import TOOL_COMPLETED, TOOL_FAILED, TOOL_REQUESTED
 
 from .conftest import CELERY_DB, make_engine
 from .site import loop, script
@@ -33,16 +33,16 @@ def test_a_duplicate_delivery_of_a_running_guarded_call_does_not_make_it_uncerta
             while not redis.get("aaa-test:dup-a:started"):  # the call is running
                 assert time.monotonic() < end, "the guarded tool never started"
                 await asyncio.sleep(0.02)
-            (request,) = [e for e in await run.events() if e.type == T.TOOL_REQUESTED]
+            (request,) = [e for e in await run.events() if e.type == TOOL_REQUESTED]
             await engine.bus.publish([request])  # delivered again, to another worker
             return await run.result(timeout=60), await run.events()
 
     outcome, events = arun(main())
 
-    (request,) = [e for e in events if e.type == T.TOOL_REQUESTED]
+    (request,) = [e for e in events if e.type == TOOL_REQUESTED]
     (result,) = [e for e in events if e.causation == request.id
-                 and e.type in (T.TOOL_COMPLETED, T.TOOL_FAILED)]
-    assert (result.type, result.data.get("reason")) == (T.TOOL_COMPLETED, None), result.data
+                 and e.type in (TOOL_COMPLETED, TOOL_FAILED)]
+    assert (result.type, result.data.get("reason")) == (TOOL_COMPLETED, None), result.data
     assert result.data["result"] == "recorded 0 slowly"
     assert _executions()[derive_id(request.id, "aaa.idempotency")] == 1  # it ran once
     assert outcome.outcome == "success"

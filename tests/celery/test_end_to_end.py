@@ -8,14 +8,22 @@ from __future__ import annotations
 
 from collections import Counter
 
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    INPUT_VALIDATED,
+    LLM_COMPLETED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    TOOL_COMPLETED,
+    TOOL_REQUESTED,
+)
 
 from .conftest import CELERY_DB, make_engine
 from .site import loop, script
 
 pytestmark = [CELERY_DB]
 
-TURN = [T.LLM_REQUESTED, T.LLM_COMPLETED, T.TOOL_REQUESTED, T.TOOL_COMPLETED]
+TURN = [LLM_REQUESTED, LLM_COMPLETED, TOOL_REQUESTED, TOOL_COMPLETED]
 
 
 def test_a_tool_loop_runs_to_success_in_the_workers(cluster, arun):
@@ -29,7 +37,7 @@ def test_a_tool_loop_runs_to_success_in_the_workers(cluster, arun):
 
     assert outcome.outcome == "success" and outcome.value == {"text": "done after 4 tool turns"}
     assert [e.type for e in events] == [
-        T.RUN_STARTED, T.INPUT_VALIDATED, *TURN * 4, T.LLM_REQUESTED, T.LLM_COMPLETED, T.RUN_COMPLETED,
+        RUN_STARTED, INPUT_VALIDATED, *TURN * 4, LLM_REQUESTED, LLM_COMPLETED, RUN_COMPLETED,
     ]
     assert sent == 1  # the test process enqueued the start; the workers did the rest
 
@@ -46,18 +54,18 @@ def test_many_runs_at_once_each_end_once(cluster, arun):
     assert {o.outcome for o in outcomes} == {"success"}
     for events in logs:
         counts = Counter(e.type for e in events)
-        assert counts[T.RUN_COMPLETED] == 1
-        assert counts[T.LLM_REQUESTED] == counts[T.LLM_COMPLETED] == 3
-        assert counts[T.TOOL_REQUESTED] == counts[T.TOOL_COMPLETED] == 4
+        assert counts[RUN_COMPLETED] == 1
+        assert counts[LLM_REQUESTED] == counts[LLM_COMPLETED] == 3
+        assert counts[TOOL_REQUESTED] == counts[TOOL_COMPLETED] == 4
 
 
 def test_a_run_whose_log_is_in_redis(cluster, arun, celery_env):
     # The message names the store ("redis", url, prefix): the workers open the same log.
     import uuid
 
-    from aaa_django.bus import DistributedBus
-    from aaa_django.engines import build_engine
-    from aaa_django.redis_store import RedisEventStore
+    from aaa_django.celery.bus import DistributedBus
+    from aaa_django.site.engines import build_engine
+    from aaa_django.store.redis import RedisEventStore
 
     store = RedisEventStore(celery_env["AAA_TEST_CELERY_BROKER"], prefix=f"log-{uuid.uuid4().hex[:8]}")
 
@@ -69,7 +77,7 @@ def test_a_run_whose_log_is_in_redis(cluster, arun, celery_env):
     outcome, events = arun(main())
 
     assert outcome.outcome == "success"
-    assert [e.type for e in events].count(T.TOOL_COMPLETED) == 2
+    assert [e.type for e in events].count(TOOL_COMPLETED) == 2
     assert cluster.errors() == []
 
 

@@ -24,9 +24,17 @@ from collections import Counter
 
 from django.db import connections
 
+from aaa_django.celery.sweeper import sweep
 from aaa_django.events import derive_id
-from aaa_django.runtime import types as T
-from aaa_django.sweeper import sweep
+from aaa_django.runtime.event_types import (
+    LLM_COMPLETED,
+    LLM_FAILED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+)
 
 from .conftest import CELERY_DB, make_engine
 from .site import EXEC_TABLE, loop, script
@@ -34,8 +42,8 @@ from .site import EXEC_TABLE, loop, script
 pytestmark = [CELERY_DB]
 
 RUNS, TURNS = 20, 5
-REQUEST_TYPES = {T.LLM_REQUESTED: (T.LLM_COMPLETED, T.LLM_FAILED),
-                 T.TOOL_REQUESTED: (T.TOOL_COMPLETED, T.TOOL_FAILED)}
+REQUEST_TYPES = {LLM_REQUESTED: (LLM_COMPLETED, LLM_FAILED),
+                 TOOL_REQUESTED: (TOOL_COMPLETED, TOOL_FAILED)}
 
 
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(new_cluster, arun):
@@ -95,19 +103,19 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(new_cluster, aru
     executions = _executions()
     for events in logs:
         types = Counter(e.type for e in events)
-        assert types[T.RUN_COMPLETED] == 1
+        assert types[RUN_COMPLETED] == 1
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
         assert len({e.id for e in events}) == len(events)
         _each_request_has_one_result(events)
         # each turn asked once: no lost turn, no duplicated one
-        assert [e.data["tag"] for e in events if e.type == T.LLM_REQUESTED] == \
+        assert [e.data["tag"] for e in events if e.type == LLM_REQUESTED] == \
             [f"turn-{t}" for t in range(1, TURNS + 1)]
-        for request in (e for e in events if e.type == T.TOOL_REQUESTED):
+        for request in (e for e in events if e.type == TOOL_REQUESTED):
             key = derive_id(request.id, "aaa.idempotency")
-            (result,) = [e for e in events if e.causation == request.id and e.type in REQUEST_TYPES[T.TOOL_REQUESTED]]
+            (result,) = [e for e in events if e.causation == request.id and e.type in REQUEST_TYPES[TOOL_REQUESTED]]
             ran = executions.get(key, 0)
             assert ran <= 1, f"the guarded tool ran {ran} times for one call"
-            if result.type == T.TOOL_COMPLETED:
+            if result.type == TOOL_COMPLETED:
                 assert ran == 1
             else:  # a crash between its intent and its result: refused, not re-run
                 assert result.data["reason"] == "uncertain"

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import time
 
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    APPROVAL_EXPIRED,
+    APPROVAL_REQUESTED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+)
 
 from .conftest import CELERY_DB, make_engine
 from .site import POOL_SIZE, loop, script
@@ -27,7 +34,7 @@ def test_a_tool_pool_holds_across_workers(new_cluster, arun, redis):
     outcome, events = arun(main())
 
     assert outcome.outcome == "success"
-    assert [e.type for e in events].count(T.TOOL_COMPLETED) == 6
+    assert [e.type for e in events].count(TOOL_COMPLETED) == 6
     assert int(redis.get("aaa-test:pool-a:max")) == POOL_SIZE
     assert wide.errors() == []
 
@@ -55,7 +62,7 @@ def test_cancel_reaches_a_tool_running_in_another_worker(cluster, arun, redis):
     outcome, events, took = arun(main())
 
     assert outcome.outcome == "cancelled"
-    assert events[-1].type == T.RUN_COMPLETED and T.TOOL_FAILED not in [e.type for e in events]
+    assert events[-1].type == RUN_COMPLETED and TOOL_FAILED not in [e.type for e in events]
     assert redis.get("aaa-test:slow-a:cancelled") == redis.get("aaa-test:slow-a:started")
     # a notice, not the 60 s the tool would take: the worker recorded the tool's cancellation
     del took
@@ -73,10 +80,10 @@ def test_a_deadline_fires_when_no_worker_is_busy_with_the_run(cluster, arun):
     outcome, events, took = arun(main())
 
     assert outcome.outcome == "timeout" and "deadline" in outcome.value
-    assert T.APPROVAL_REQUESTED in [e.type for e in events]
+    assert APPROVAL_REQUESTED in [e.type for e in events]
     # the deadline fired on the log's clock, not before it was due
-    started = next(e for e in events if e.type == T.RUN_STARTED)
-    ended = next(e for e in events if e.type == T.RUN_COMPLETED)
+    started = next(e for e in events if e.type == RUN_STARTED)
+    ended = next(e for e in events if e.type == RUN_COMPLETED)
     assert (ended.time - started.time).total_seconds() >= 1.5
     del took
 
@@ -90,8 +97,8 @@ def test_an_approval_expires_while_nobody_looks(cluster, arun):
     outcome, events = arun(main())
 
     types = [e.type for e in events]
-    assert T.APPROVAL_EXPIRED in types
-    (failed,) = [e for e in events if e.type == T.TOOL_FAILED]
+    assert APPROVAL_EXPIRED in types
+    (failed,) = [e for e in events if e.type == TOOL_FAILED]
     assert failed.data["reason"] == "expired"
     assert outcome.outcome == "success"  # the model was told, and answered
 

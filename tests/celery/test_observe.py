@@ -6,7 +6,12 @@ from __future__ import annotations
 import json
 import os
 
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    APPROVAL_GRANTED,
+    APPROVAL_REQUESTED,
+    RUN_STARTED,
+    TOOL_REQUESTED,
+)
 
 from .conftest import CELERY_DB, make_engine
 from .site import connect_signals, loop, script
@@ -39,14 +44,14 @@ def test_signals_are_sent_by_the_process_that_appended(cluster, arun, redis):
         [e.type for e in events if e.id not in {s["event"] for s in appended}])
     by = {s["event"]: s["pid"] for s in appended}
     # this process appended the start and the approval; the workers all the rest
-    ours = {e.id for e in events if e.type in (T.RUN_STARTED, T.APPROVAL_GRANTED)}
+    ours = {e.id for e in events if e.type in (RUN_STARTED, APPROVAL_GRANTED)}
     assert {by[i] for i in ours} == {os.getpid()}
     workers = {pid for event, pid in by.items() if event not in ours}
     assert os.getpid() not in workers and workers <= {p for w in cluster.live() for p in w.children()}
     [ended] = [s for s in sent if s["signal"] == "run_ended"]
     assert ended["outcome"] == "success" and ended["pid"] in workers
     [asked] = [s for s in sent if s["signal"] == "approval_requested"]
-    assert asked["event"] == next(e.id for e in events if e.type == T.APPROVAL_REQUESTED)
+    assert asked["event"] == next(e.id for e in events if e.type == APPROVAL_REQUESTED)
     assert [s["signal"] for s in sent if s["signal"] == "run_started"] == ["run_started"]
 
 
@@ -84,8 +89,8 @@ def test_worker_log_lines_carry_their_delivery(new_cluster, arun, tmp_path):
     lines = [json.loads(line) for line in log_file.read_text().splitlines()]
     # the tool's own line, written during the delivery of its request
     [tool_line] = [x for x in lines if x["message"] == "chatty tool ran with n=0"]
-    request = next(e for e in events if e.type == T.TOOL_REQUESTED)
-    assert (tool_line["run_id"], tool_line["seq"], tool_line["event_type"]) == (run_id, request.seq, T.TOOL_REQUESTED)
+    request = next(e for e in events if e.type == TOOL_REQUESTED)
+    assert (tool_line["run_id"], tool_line["seq"], tool_line["event_type"]) == (run_id, request.seq, TOOL_REQUESTED)
     assert tool_line["logger"] == "tests.celery.site" and tool_line["level"] == "WARNING"
     # Celery's own line about each delivery task names the event it carried: the run's
     # start (the worker delivered the rest on its own loop, without a message)

@@ -1,4 +1,4 @@
-"""The fast publisher of a worker's deliveries (aaa_django.publish), against a real Redis
+"""The fast publisher of a worker's deliveries (aaa_django.celery.publish), against a real Redis
 broker: the message it leaves in the queue is the one ``send_task`` leaves (but for
 the ids every message gets), and it steps aside wherever the two could differ."""
 
@@ -11,8 +11,8 @@ import uuid
 import pytest
 from celery import Celery, signals
 
-from aaa_django.bus import DELIVER, DistributedBus
-from aaa_django.publish import FastPublisher
+from aaa_django.celery.bus import DELIVER, DistributedBus
+from aaa_django.celery.publish import FastPublisher
 
 ARGS = [["django", "postgres", "aaa_django.store.DjangoEventStore"], "run-1", 3, "ev-3",
         json.dumps(["ev-2", {"id": "ev-3", "data": {"text": "héllo"}}])]
@@ -127,7 +127,7 @@ def test_another_broker_is_left_to_send_task():
 
 
 def test_a_failed_publish_falls_back_to_send_task(app, queue, monkeypatch):
-    monkeypatch.setattr("aaa_django.bus.celery_app", lambda: app)
+    monkeypatch.setattr("aaa_django.celery.bus.celery_app", lambda: app)
     with override_fast(True):
         bus = DistributedBus(in_worker=True)
         bus.spec = ARGS[0]
@@ -147,7 +147,7 @@ def test_a_failed_publish_falls_back_to_send_task(app, queue, monkeypatch):
 
 
 def test_the_setting_turns_it_off(app, queue, monkeypatch):
-    monkeypatch.setattr("aaa_django.bus.celery_app", lambda: app)
+    monkeypatch.setattr("aaa_django.celery.bus.celery_app", lambda: app)
     with override_fast(False):
         bus = DistributedBus(in_worker=True)
         bus.spec = ARGS[0]
@@ -169,7 +169,7 @@ def test_each_sending_thread_has_its_own_publisher(app, queue, monkeypatch):
     # not shared between threads, so each thread that sends gets its own publisher.
     import threading
 
-    monkeypatch.setattr("aaa_django.bus.celery_app", lambda: app)
+    monkeypatch.setattr("aaa_django.celery.bus.celery_app", lambda: app)
     with override_fast(True):
         bus = DistributedBus()  # the web process's
         bus.spec = ARGS[0]
@@ -196,7 +196,7 @@ def test_a_thread_that_ends_drops_its_publisher(app, queue, monkeypatch):
     import gc
     import threading
 
-    monkeypatch.setattr("aaa_django.bus.celery_app", lambda: app)
+    monkeypatch.setattr("aaa_django.celery.bus.celery_app", lambda: app)
     with override_fast(True):
         bus = DistributedBus()
         bus.spec = ARGS[0]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import RUN_COMPLETED
 
 from .conftest import CELERY_DB, make_engine
 from .site import SerialProbe
@@ -47,7 +47,7 @@ def test_overlapping_steps_of_one_run_never_fork_a_decision(cluster, arun, redis
         # each decision saw at least as many results as the one before it
         seen = [d["results_seen"] for d in decided]
         assert seen == sorted(seen) and all(s > d["k"] for s, d in zip(seen, decided))
-        assert [e.type for e in events].count(T.RUN_COMPLETED) == 1
+        assert [e.type for e in events].count(RUN_COMPLETED) == 1
     assert overlaps(redis, runs) > 0  # the steps did run at the same moment
     assert cluster.errors() == []
 

@@ -19,15 +19,15 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.db import connections
 
-from aaa_django.bus import DistributedBus
-from aaa_django.coordination import Coordinator
-from aaa_django.engines import build_engine
+from aaa_django.celery.bus import DistributedBus
+from aaa_django.celery.coordination import Coordinator
+from aaa_django.celery.worker import WorkerRuntime, deliver_event
 from aaa_django.events import Event, FoldCache
-from aaa_django.models import RunRecord
-from aaa_django.runtime import types as T
-from aaa_django.store import DjangoEventStore
 from aaa_django.events.tail import TailCachedStore
-from aaa_django.worker import WorkerRuntime, deliver_event
+from aaa_django.models import RunRecord
+from aaa_django.runtime.event_types import LLM_COMPLETED, LLM_REQUESTED, RUN_COMPLETED, RUN_STARTED
+from aaa_django.site.engines import build_engine
+from aaa_django.store import DjangoEventStore
 from tests.scenarios import site
 
 pytestmark = [pytest.mark.django_db(databases=["default", "postgres"], transaction=True),
@@ -131,7 +131,7 @@ def test_a_delivery_makes_one_statement_and_no_query(worker, pg_alias):
     drive(rt, engine, sent, each=current.append)
     current.append(0)  # (the test's own reads)
     events = rt.run(engine.store.read(run_id))
-    assert events[-1].type == T.RUN_COMPLETED
+    assert events[-1].type == RUN_COMPLETED
     assert statements.pop(0) == ["SELECT"]
     # each delivery appends once, without a query (the start made the run's row and
     # left its head); the end's appends nothing
@@ -205,7 +205,7 @@ def test_two_workers_taking_turns_never_read(worker, pg_alias, redis_url):
     current.append(0)
     events = rt.run(engine.store.read(run_id))
     statements.pop(0, None)
-    assert events[-1].type == T.RUN_COMPLETED and done == len(events)
+    assert events[-1].type == RUN_COMPLETED and done == len(events)
     assert set(map(tuple, statements.values())) == {("WITH",)}
     assert syncs == (0, 0)  # no delivery caught up with the log by reading it
 
@@ -236,7 +236,7 @@ def test_an_append_after_another_process_appended_still_lands(worker, pg_alias):
     rt.call(lambda: other.append_sync([Event.new(run_id, "tests.other.appended", {})]))
     rt.run(engine.store.append([Event.new(run_id, "tests.worker.appended", {})]))
     events = rt.run(DjangoEventStore(pg_alias, inline=True).read(run_id))
-    assert [e.type for e in events] == [T.RUN_STARTED, "tests.other.appended", "tests.worker.appended"]
+    assert [e.type for e in events] == [RUN_STARTED, "tests.other.appended", "tests.worker.appended"]
     assert [e.seq for e in events] == [1, 2, 3]
     row = rt.call(lambda: RunRecord.objects.using(pg_alias).get(pk=run_id))
     assert row.last_seq == 3
@@ -248,12 +248,12 @@ def test_an_append_after_another_process_appended_still_lands(worker, pg_alias):
 
 
 def test_a_toolloop_turn_in_a_worker_is_its_appends_and_no_read_of_them(worker, pg_alias):
-    """As in-process (tests/engine/test_store_calls.py): a worker that takes every
+    """As in-process (tests/runtime/test_store_calls.py): a worker that takes every
     delivery of a run holds its log, so a turn is its appends."""
     from aaa_django.algos import ToolLoop
     from aaa_django.llm import FakeLLMClient, LLMHandler
     from aaa_django.tools import ToolHandler, ToolRegistry
-    from tests.engine.test_store_calls import TURNS, count_calls, model, noop
+    from tests.runtime.test_store_calls import TURNS, count_calls, model, noop
 
     rt, engine, sent = worker
     store = DjangoEventStore(pg_alias, inline=True)
@@ -367,7 +367,7 @@ def test_a_model_call_is_handed_off_its_task_returns_while_it_waits(worker, pg_a
         spec, stream, seq, event_id, *wire = [m for s in sent for m in s["messages"]][len(returned)]
         returned.append(rt.deliver(mine, stream, seq, event_id, wire=wire[0] if wire else None))
     types = [e.type for e in rt.run(mine.store.read(run_id))]
-    assert types[-1] == T.LLM_REQUESTED and T.LLM_COMPLETED not in types
+    assert types[-1] == LLM_REQUESTED and LLM_COMPLETED not in types
     assert returned[-1] == "handed off"  # the request's task returned, the call waits
     assert set(returned[:-1]) == {"delivered"}
     assert len(rt.in_flight) == 1 and rt.handed_off == 1
@@ -376,7 +376,7 @@ def test_a_model_call_is_handed_off_its_task_returns_while_it_waits(worker, pg_a
     rt.run(rt.idle())
     assert not rt.in_flight
     events = rt.run(mine.store.read(run_id))
-    assert [e.type for e in events] == [*types, T.LLM_COMPLETED]
+    assert [e.type for e in events] == [*types, LLM_COMPLETED]
     assert [m[3] for s in sent for m in s["messages"]][-1] == events[-1].id  # and sent on
     done = len(returned)
     while done < sum(len(s["messages"]) for s in sent):

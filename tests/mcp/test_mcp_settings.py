@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aaa_django.mcp_settings import check_mcp_settings, mcp_tools
+from aaa_django.site.mcp_settings import check_mcp_settings, mcp_tools
 
 from .conftest import stdio_config
 
@@ -19,13 +19,13 @@ def test_the_servers_in_settings_give_their_tools(settings):
 
 
 def test_the_site_engine_gets_them_in_its_tool_handler(settings):
-    from aaa_django.engines import attach_site_handlers
     from aaa_django.runtime import Engine
-    from aaa_django.runtime import types as T
+    from aaa_django.runtime.event_types import TOOL_REQUESTED
+    from aaa_django.site.engines import attach_site_handlers
 
     settings.AAA = {"MCP_SERVERS": {"calc": {**stdio_config(), "only": ["add"]}}}
     engine = attach_site_handlers(Engine())
-    [handler] = [h for h in engine.subscribers(T.TOOL_REQUESTED)]
+    [handler] = [h for h in engine.subscribers(TOOL_REQUESTED)]
     assert handler.__self__.registry.names() == ["add"]
 
 

@@ -9,11 +9,15 @@ import json
 from aaa_django.algos import ToolLoop
 from aaa_django.data import InMemoryBlobStore, is_claimed
 from aaa_django.llm.fake import text, tool_call
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    APPROVAL_GRANTED,
+    APPROVAL_REQUESTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+)
 from aaa_django.tools import ToolRegistry
 from aaa_django.tools.mcp import MCPServer
-
-from ..engine.helpers import arun, make_engine, of_type
+from tests.runtime.helpers import arun, make_engine, of_type
 
 
 def call_then_report(name, **args):
@@ -61,14 +65,14 @@ def test_a_tool_loop_calls_an_mcp_tool(transport):
     config, _ = transport
     _, outcome, log = arun(run_loop(MCPServer("t", **config), call_then_report("add", a=2, b=40)), timeout=90)
     assert (outcome.outcome, outcome.value) == ("success", {"text": 'tool said: {"result": 42}'})
-    [done] = of_type(log, T.TOOL_COMPLETED)
+    [done] = of_type(log, TOOL_COMPLETED)
     assert done.data["result"] == {"result": 42}
 
 
 def test_a_tool_error_is_a_failure_the_model_sees(transport):
     config, _ = transport
     _, outcome, log = arun(run_loop(MCPServer("t", **config), call_then_report("fail", why="no disk")), timeout=90)
-    [failed] = of_type(log, T.TOOL_FAILED)
+    [failed] = of_type(log, TOOL_FAILED)
     assert failed.data["reason"] == "error" and "MCPToolError" in failed.data["error"]
     assert "cannot do it: no disk" in failed.data["error"]
     assert outcome.outcome == "success" and "cannot do it: no disk" in outcome.value["text"]
@@ -84,7 +88,7 @@ def test_a_server_killed_mid_call_is_a_failure_not_a_hung_run(transport, mark):
 
     _, outcome, log = arun(run_loop(MCPServer("t", **config), call_then_report("hang", seconds=120),
                                     act=kill_when_started), timeout=90)
-    [failed] = of_type(log, T.TOOL_FAILED)
+    [failed] = of_type(log, TOOL_FAILED)
     assert failed.data["reason"] == "error" and "MCPConnectionError" in failed.data["error"], failed.data
     # the model was told, and the run ended on its answer: nothing waited for the dead server
     assert outcome.outcome == "success" and "MCPConnectionError" in outcome.value["text"]
@@ -130,7 +134,7 @@ def test_an_approval_gate_applies_to_an_mcp_tool(transport):
 
     registry, outcome, log = arun(run_loop(server, call_then_report("add", a=1, b=1), act=approve), timeout=90)
     assert registry["add"].requires_approval and not registry["shout"].requires_approval
-    assert [e.type for e in log if e.type.startswith("aaa.approval")] == [T.APPROVAL_REQUESTED, T.APPROVAL_GRANTED]
+    assert [e.type for e in log if e.type.startswith("aaa.approval")] == [APPROVAL_REQUESTED, APPROVAL_GRANTED]
     assert outcome.outcome == "success" and outcome.value["text"] == 'tool said: {"result": 2}'
 
 
@@ -140,7 +144,7 @@ def test_a_large_mcp_result_is_claim_checked(transport):
     _, outcome, log = arun(run_loop(MCPServer("t", **config), call_then_report("shout", text=loud),
                                     engine_kw={"blobs": InMemoryBlobStore(), "claim_threshold": 1024}),
                            timeout=90)
-    [done] = of_type(log, T.TOOL_COMPLETED)
+    [done] = of_type(log, TOOL_COMPLETED)
     assert is_claimed(done.data)  # 3 KB of result went to the blob store
     assert outcome.outcome == "success" and json.dumps({"result": loud.upper() + "!"}) in outcome.value["text"]
 

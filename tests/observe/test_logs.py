@@ -9,11 +9,10 @@ import logging
 
 from aaa_django.algos import ToolLoop
 from aaa_django.llm.fake import text, tool_calls
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import LLM_REQUESTED, TOOL_REQUESTED
 from aaa_django.runtime.logcontext import DeliveryContext, JsonFormatter
 from aaa_django.tools import ToolRegistry, tool
-
-from ..engine.helpers import arun, make_engine
+from tests.runtime.helpers import arun, make_engine
 
 log = logging.getLogger("tests.observe")
 
@@ -62,17 +61,17 @@ def test_log_records_carry_the_event_being_delivered():
     finally:
         log.removeHandler(handler)
 
-    tool_request = next(e for e in events if e.type == T.TOOL_REQUESTED)
-    second_call = [e for e in events if e.type == T.LLM_REQUESTED][1]
+    tool_request = next(e for e in events if e.type == TOOL_REQUESTED)
+    second_call = [e for e in events if e.type == LLM_REQUESTED][1]
     seen = {r.getMessage(): (r.run_id, r.seq, r.event_type) for r in handler.records}
     assert seen == {
-        "chatty ran with n=7": (run_id, tool_request.seq, T.TOOL_REQUESTED),
-        "the model answers": (run_id, second_call.seq, T.LLM_REQUESTED),
+        "chatty ran with n=7": (run_id, tool_request.seq, TOOL_REQUESTED),
+        "the model answers": (run_id, second_call.seq, LLM_REQUESTED),
         "after the run": (None, None, None),  # outside any delivery
     }
     lines = {json.loads(r.json)["message"]: json.loads(r.json) for r in handler.records}
     assert {k: lines["chatty ran with n=7"][k] for k in ("run_id", "seq", "event_type", "logger", "level")} == {
-        "run_id": run_id, "seq": tool_request.seq, "event_type": T.TOOL_REQUESTED,
+        "run_id": run_id, "seq": tool_request.seq, "event_type": TOOL_REQUESTED,
         "logger": "tests.observe", "level": "WARNING"}
     assert "run_id" not in lines["after the run"]
 

@@ -22,10 +22,15 @@ from opentelemetry.trace import StatusCode
 from aaa_django.algos import ToolLoop
 from aaa_django.llm.fake import text, tool_calls
 from aaa_django.observe.otel import OtelObserver, RunTrace
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    LLM_COMPLETED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+)
 from aaa_django.tools import ToolRegistry, tool
-
-from ..engine.helpers import arun, make_engine
+from tests.runtime.helpers import arun, make_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,9 +115,9 @@ def test_a_run_is_one_trace_of_steps_model_calls_and_tool_calls(otel):
     # a step per event the algorithm saw; two model calls, one tool call, validation
     steps = by_name["aaa.step aaa.algos.ToolLoop"]
     assert sorted(s.attributes["aaa.event.seq"] for s in steps) == sorted(
-        e.seq for e in events if e.type not in (T.RUN_COMPLETED,) and s_for(e, steps))
+        e.seq for e in events if e.type not in (RUN_COMPLETED,) and s_for(e, steps))
     chats = by_name["chat m-1"]
-    completed = [e for e in events if e.type == T.LLM_COMPLETED]
+    completed = [e for e in events if e.type == LLM_COMPLETED]
     assert [(c.attributes["gen_ai.operation.name"], c.attributes["gen_ai.provider.name"],
              c.attributes["gen_ai.request.model"], c.attributes["gen_ai.response.model"],
              c.attributes["gen_ai.usage.input_tokens"], c.attributes["gen_ai.usage.output_tokens"])
@@ -121,12 +126,12 @@ def test_a_run_is_one_trace_of_steps_model_calls_and_tool_calls(otel):
         for e in completed]
     assert {c.kind for c in chats} == {trace.SpanKind.CLIENT}
     [tool_span] = by_name["execute_tool lookup"]
-    request = next(e for e in events if e.type == T.TOOL_REQUESTED)
+    request = next(e for e in events if e.type == TOOL_REQUESTED)
     assert (tool_span.attributes["gen_ai.tool.name"], tool_span.attributes["gen_ai.tool.call.id"],
             tool_span.attributes["aaa.event.seq"]) == ("lookup", request.data["call_id"], request.seq)
     assert tool_span.status.status_code == StatusCode.UNSET
     # the run span covers the run and totals it
-    spend = [e for e in events if e.type == T.LLM_COMPLETED]
+    spend = [e for e in events if e.type == LLM_COMPLETED]
     assert run_span.attributes["aaa.outcome"] == "success"
     assert run_span.attributes["gen_ai.usage.input_tokens"] == sum(e.data["usage"]["input_tokens"] for e in spend)
     assert run_span.start_time == int(events[0].time.timestamp() * 1e9)
@@ -145,14 +150,14 @@ def test_the_metrics_of_a_run(otel):
     assert (started.value, dict(started.attributes)) == (1, {"aaa.algorithm": "aaa.algos.ToolLoop"})
     [ended] = points["aaa.runs.ended"]
     assert (ended.value, dict(ended.attributes)) == (1, {"aaa.outcome": "success"})
-    completed = [e for e in events if e.type == T.LLM_COMPLETED]
+    completed = [e for e in events if e.type == LLM_COMPLETED]
     tokens = {p.attributes["gen_ai.token.type"]: p.sum for p in points["gen_ai.client.token.usage"]}
     assert tokens == {"input": sum(e.data["usage"]["input_tokens"] for e in completed),
                       "output": sum(e.data["usage"]["output_tokens"] for e in completed)}
     [cost] = points["aaa.cost"]
     assert cost.value == pytest.approx(sum(e.data["cost"] for e in completed))
     handled = {p.attributes["aaa.event.type"]: p.count for p in points["aaa.handler.duration"]}
-    assert handled[T.LLM_REQUESTED] == 2 and handled[T.TOOL_REQUESTED] == 1
+    assert handled[LLM_REQUESTED] == 2 and handled[TOOL_REQUESTED] == 1
     lag = {p.attributes["aaa.event.type"]: p.count for p in points["aaa.queue.lag"]}
     assert sum(lag.values()) == len(events)  # one delivery per event, in process
 
@@ -172,7 +177,7 @@ def test_a_failed_tool_call_is_an_error_span(otel):
     [tool_span] = [s for s in otel[2].get_finished_spans() if s.name == "execute_tool broken"]
 
     assert tool_span.status.status_code == StatusCode.ERROR
-    assert tool_span.attributes["error.type"] == next(e for e in events if e.type == T.TOOL_FAILED).data["reason"]
+    assert tool_span.attributes["error.type"] == next(e for e in events if e.type == TOOL_FAILED).data["reason"]
 
 
 def test_the_trace_context_a_message_carries():
@@ -200,7 +205,7 @@ import asyncio
 from django.core.checks import run_checks
 from django.test import override_settings
 from asgiref.sync import async_to_sync
-from aaa_django.engines import build_engine
+from aaa_django.site.engines import build_engine
 from aaa_django.events import InMemoryEventStore
 from aaa_django.algos import ToolLoop
 from aaa_django.llm import FakeLLMClient, LLMHandler

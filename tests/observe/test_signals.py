@@ -13,12 +13,12 @@ from django.db import transaction
 
 from aaa_django import signals
 from aaa_django.algos import ToolLoop
-from aaa_django.engines import build_engine
 from aaa_django.events import Event, FoldCache
 from aaa_django.llm import FakeLLMClient, LLMHandler
 from aaa_django.llm.fake import text, tool_calls
 from aaa_django.models import EventRecord
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import APPROVAL_REQUESTED, RUN_STARTED
+from aaa_django.site.engines import build_engine
 from aaa_django.tools import ToolHandler, ToolRegistry, tool
 
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
@@ -103,9 +103,9 @@ def test_signals_follow_a_run_with_an_approval(db_alias, received):
     # every event once, in the log's order, each after its commit
     assert [kw["event"].id for kw in received.named("event_appended")] == [e.id for e in events]
     [started] = received.named("run_started")
-    assert (started["run_id"], started["algorithm"], started["event"].type) == (run_id, "aaa.algos.ToolLoop", T.RUN_STARTED)
+    assert (started["run_id"], started["algorithm"], started["event"].type) == (run_id, "aaa.algos.ToolLoop", RUN_STARTED)
     [asked] = received.named("approval_requested")
-    request = next(e for e in events if e.type == T.APPROVAL_REQUESTED)
+    request = next(e for e in events if e.type == APPROVAL_REQUESTED)
     assert (asked["request_id"], asked["tool"]) == (request.id, "gated")
     [ended] = received.named("run_ended")
     assert (ended["outcome"].outcome, ended["outcome"].value) == ("success", {"text": "done"})

@@ -17,8 +17,8 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connections
 
 from aaa_django.algos import PydanticAIAgent
-from aaa_django.runtime import types as T
-from aaa_django.sweeper import sweep
+from aaa_django.celery.sweeper import sweep
+from aaa_django.runtime.event_types import LLM_REQUESTED, TOOL_FAILED
 from tests.celery.conftest import CELERY_DB, make_engine
 
 pytestmark = [CELERY_DB, pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres]
@@ -103,6 +103,6 @@ def test_an_agent_killed_mid_run_resumes_to_the_same_result_running_no_tool_twic
     assert ran_clean == ran_crashed == expected  # every tool ran once, crash or not
     # the same work on the log: three model requests, three tool calls, one result each
     assert Counter(e.type for e in crashed_log) == Counter(e.type for e in clean_log)
-    assert Counter(e.type for e in crashed_log)[T.LLM_REQUESTED] == 3
-    assert [e for e in crashed_log if e.type == T.TOOL_FAILED] == []
+    assert Counter(e.type for e in crashed_log)[LLM_REQUESTED] == 3
+    assert [e for e in crashed_log if e.type == TOOL_FAILED] == []
     assert workers.errors() == []

@@ -15,10 +15,21 @@ from aaa_django.events import InMemoryEventStore
 from aaa_django.llm import LLMHandler
 from aaa_django.llm.pydantic_ai_client import PydanticAIClient
 from aaa_django.runtime import Budget, Engine, registry
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    APPROVAL_GRANTED,
+    APPROVAL_REQUESTED,
+    INPUT_VALIDATED,
+    LLM_COMPLETED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+)
 from aaa_django.tools import ToolHandler, ToolRegistry
+from tests.runtime.helpers import arun
 
-from ..engine.helpers import arun
 from . import agents
 
 
@@ -57,12 +68,12 @@ def test_a_test_model_agent_runs_as_handler_events():
     outcome, log = arun(main())
     assert outcome.outcome == "success"
     # TestModel called both tools in one reply: both were asked for in one step, and each ran once
-    assert types(log) == [T.RUN_STARTED, T.INPUT_VALIDATED, T.LLM_REQUESTED, T.LLM_COMPLETED,
-                          T.TOOL_REQUESTED, T.TOOL_REQUESTED, T.TOOL_COMPLETED, T.TOOL_COMPLETED,
-                          T.LLM_REQUESTED, T.LLM_COMPLETED, T.RUN_COMPLETED]
+    assert types(log) == [RUN_STARTED, INPUT_VALIDATED, LLM_REQUESTED, LLM_COMPLETED,
+                          TOOL_REQUESTED, TOOL_REQUESTED, TOOL_COMPLETED, TOOL_COMPLETED,
+                          LLM_REQUESTED, LLM_COMPLETED, RUN_COMPLETED]
     assert sorted(agents.EXECUTIONS) == [("get_sky", "a"), ("get_temperature", "a")]
     # the second request carried only what was new: the tools' results
-    second = [e for e in log if e.type == T.LLM_REQUESTED][1]
+    second = [e for e in log if e.type == LLM_REQUESTED][1]
     assert [m["role"] for m in second.data["messages"]] == ["tool", "tool"]
     # the same answer as the agent run on its own (TestModel reports tool results as text here)
     assert outcome.value["output"].replace('"18"', "18") == direct
@@ -94,8 +105,8 @@ def test_structured_output_approvals_and_a_crash_resume_without_re_running_anyth
     assert before == [("temperature", "Lyon")]
     assert agents.EXECUTIONS == [("temperature", "Lyon"), ("book", "Lyon")]  # nothing ran twice
     assert (outcome.outcome, outcome.value) == ("success", {"output": {"city": "Lyon", "temperature": 18}})
-    assert types(log).count(T.LLM_REQUESTED) == 2  # no model call made again either
-    assert [e.type for e in log if e.type.startswith("aaa.approval")] == [T.APPROVAL_REQUESTED, T.APPROVAL_GRANTED]
+    assert types(log).count(LLM_REQUESTED) == 2  # no model call made again either
+    assert [e.type for e in log if e.type.startswith("aaa.approval")] == [APPROVAL_REQUESTED, APPROVAL_GRANTED]
     started = log[0].data["config"]
     assert started["output_schema"]["required"] == ["city", "temperature"]
 
@@ -110,10 +121,10 @@ def test_a_denied_tool_is_a_failure_the_agent_sees():
             return await run.result(timeout=30), await run.events()
 
     outcome, log = arun(main())
-    [failed] = [e for e in log if e.type == T.TOOL_FAILED]
+    [failed] = [e for e in log if e.type == TOOL_FAILED]
     assert failed.data["reason"] == "denied"
     # the model was told (Pydantic AI's ToolFailed), and the agent went on to its answer
-    second = [e for e in log if e.type == T.LLM_REQUESTED][1]
+    second = [e for e in log if e.type == LLM_REQUESTED][1]
     booking = next(m for m in second.data["messages"] if m.get("tool_call_id") == "t2")
     assert "denied" in booking["content"] and "no budget" in booking["content"]
     assert outcome.outcome == "success"
@@ -151,12 +162,12 @@ def test_a_config_names_only_an_agent_this_process_has_loaded():
 
 def test_the_agents_in_settings_give_their_tools_to_the_site_engine(settings):
     from aaa_django.checks import check_api_settings
-    from aaa_django.engines import attach_site_handlers
+    from aaa_django.site.engines import attach_site_handlers
 
     settings.AAA = {"AGENTS": ["tests.pydantic_ai.agents.planner"], "TOOLS": []}
     assert check_api_settings() == []
     engine = attach_site_handlers(Engine())
-    [handler] = engine.subscribers(T.TOOL_REQUESTED)
+    [handler] = engine.subscribers(TOOL_REQUESTED)
     tools = {t.name: t for t in handler.__self__.registry}
     assert set(tools) == {"find_hotel", "look_at_sky", "reserve"}
     assert tools["reserve"].guard.side_effects and not tools["find_hotel"].guard.side_effects  # its metadata

@@ -9,7 +9,7 @@ import json
 from asgiref.sync import async_to_sync
 
 from aaa_django.algos import ToolLoop
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import TOOL_COMPLETED
 
 from . import site
 
@@ -24,6 +24,6 @@ def test_a_tool_loop_calls_an_mcp_tool(bus):
 
     outcome, log = async_to_sync(main)()
     assert (outcome.outcome, outcome.value) == ("success", {"text": 'tool said: {"result": 42}'})
-    [done] = [e for e in log if e.type == T.TOOL_COMPLETED]
+    [done] = [e for e in log if e.type == TOOL_COMPLETED]
     assert done.data["name"] == "mcp_add" and done.data["result"] == {"result": 42}
     assert bus.errors() == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import async_to_sync
 
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import LLM_COMPLETED, TOOL_COMPLETED, TOOL_FAILED
 
 from . import site
 
@@ -23,13 +23,13 @@ def run(bus, model, task="What is the weather?"):
 
 
 def completed(log):
-    return [e for e in log if e.type == T.LLM_COMPLETED]
+    return [e for e in log if e.type == LLM_COMPLETED]
 
 
 def test_a_function_model(bus):
     outcome, log = run(bus, None)
     assert (outcome.outcome, outcome.value) == ("success", {"text": "In Porto: 21 C, windy"})
-    [tool] = [e for e in log if e.type == T.TOOL_COMPLETED]
+    [tool] = [e for e in log if e.type == TOOL_COMPLETED]
     assert tool.data["result"] == "21 C, windy"
     assert [c.data["model"] for c in completed(log)] == ["function:reply:"] * 2
     assert all(c.data["usage"]["input_tokens"] > 0 for c in completed(log))
@@ -41,7 +41,7 @@ def test_pydantic_ais_test_model(bus):
     # TestModel calls every tool offered with arguments it makes up ("a" for a str): our
     # tool refuses an unknown city, the model sees the failure and answers with a summary
     assert outcome.outcome == "success"
-    [failed] = [e for e in log if e.type == T.TOOL_FAILED]
+    [failed] = [e for e in log if e.type == TOOL_FAILED]
     assert failed.data["name"] == "get_weather" and "KeyError" in failed.data["error"]
     assert [c.data["model"] for c in completed(log)] == ["test", "test"]
     first = completed(log)[0].data

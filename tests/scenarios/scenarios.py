@@ -13,7 +13,25 @@ from typing import Any, Awaitable, Callable
 
 from aaa_django.data import is_claimed
 from aaa_django.runtime import Budget
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import (
+    APPROVAL_DENIED,
+    APPROVAL_EXPIRED,
+    APPROVAL_GRANTED,
+    APPROVAL_REQUESTED,
+    CANCEL_REQUESTED,
+    CHILD_COMPLETED,
+    CHILD_REQUESTED,
+    INPUT_REJECTED,
+    INPUT_VALIDATED,
+    LLM_COMPLETED,
+    LLM_FAILED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_REQUESTED,
+)
 
 from . import site
 from .harness import Harness, Result
@@ -176,7 +194,7 @@ async def child_run(h: Harness) -> Result:
     async with h.engine() as engine:
         await engine.start(_parent(CHILD), {"task": "add"}, run_id=run_id)
         outcome = await engine.run(run_id).result(timeout=h.patience)
-        (child,) = {e.data["child"] for e in await engine.store.read(run_id) if e.type == T.CHILD_REQUESTED}
+        (child,) = {e.data["child"] for e in await engine.store.read(run_id) if e.type == CHILD_REQUESTED}
         result = await h.finish(engine, [run_id, child])
         result.outcome = outcome
         result.seen.update(child=child, open=dict((await engine.meta(run_id)).children))
@@ -190,12 +208,12 @@ async def cascade_cancel(h: Harness) -> Result:
         run = await engine.start(_parent(child_config), {"task": "slow child"}, run_id=run_id)
 
         async def child_started() -> str | None:
-            found = [e.data["child"] for e in await engine.store.read(run_id) if e.type == T.CHILD_REQUESTED]
+            found = [e.data["child"] for e in await engine.store.read(run_id) if e.type == CHILD_REQUESTED]
             return found and h.probe.get(f"{found[0]}:slow:started")
 
         await h.until(child_started)
         await run.cancel("stop everything")
-        (child,) = {e.data["child"] for e in await engine.store.read(run_id) if e.type == T.CHILD_REQUESTED}
+        (child,) = {e.data["child"] for e in await engine.store.read(run_id) if e.type == CHILD_REQUESTED}
         result = await h.finish(engine, [run_id, child])
         result.seen["child_outcome"] = await engine.run(child).result(timeout=h.patience)
         return result
@@ -232,7 +250,7 @@ def check_large_input(r: Result) -> None:
 
 
 def _parent(child: dict):
-    from tests.engine.algos import Parent
+    from tests.runtime.algos import Parent
 
     return Parent(child=child)
 
@@ -263,10 +281,10 @@ async def crash_resume(h: Harness, cut: int) -> tuple[Result, Result, list[str]]
 
 # -- what each must produce ----------------------------------------------------------------
 
-STARTED = [T.RUN_STARTED, T.INPUT_VALIDATED]
-LLM = [T.LLM_REQUESTED, T.LLM_COMPLETED]
-TOOL_OK = [T.TOOL_REQUESTED, T.TOOL_COMPLETED]
-DONE = [T.RUN_COMPLETED]
+STARTED = [RUN_STARTED, INPUT_VALIDATED]
+LLM = [LLM_REQUESTED, LLM_COMPLETED]
+TOOL_OK = [TOOL_REQUESTED, TOOL_COMPLETED]
+DONE = [RUN_COMPLETED]
 RESUME_LOG = STARTED + (LLM + TOOL_OK) * (RESUME_TURNS - 1) + LLM + DONE
 
 
@@ -280,7 +298,7 @@ def _no_check(r: Result) -> None:
 
 def check_success(r: Result) -> None:
     assert r.outcome.value == {"text": "1 + 2 = 3"}
-    (done,) = of_type(r.log, T.TOOL_COMPLETED)
+    (done,) = of_type(r.log, TOOL_COMPLETED)
     assert done.data["name"] == "add" and done.data["result"] == 3
 
 
@@ -289,7 +307,7 @@ def check_no_solution(r: Result) -> None:
 
 
 def check_timeout(r: Result) -> None:
-    assert r.log[-1].type == T.RUN_COMPLETED  # the cancelled call's result is not recorded
+    assert r.log[-1].type == RUN_COMPLETED  # the cancelled call's result is not recorded
     assert "deadline" in r.outcome.value
     assert r.seen["cancelled"]  # the tool itself saw the cancellation
 
@@ -311,14 +329,14 @@ def _check_budget(dimension: str):
 
 
 def check_invalid_input(r: Result) -> None:
-    (rejected,) = of_type(r.log, T.INPUT_REJECTED)
+    (rejected,) = of_type(r.log, INPUT_REJECTED)
     assert ("job",) in {tuple(e["loc"]) for e in rejected.data["errors"]}
     assert r.outcome.value["errors"] == rejected.data["errors"]
 
 
 def check_cancelled(r: Result) -> None:
     assert r.outcome.value == {"reason": "changed my mind", "by": "tester"}
-    assert r.log[-1].type == T.RUN_COMPLETED  # the cancelled call's result is not recorded
+    assert r.log[-1].type == RUN_COMPLETED  # the cancelled call's result is not recorded
     assert r.seen["cancelled"]
 
 
@@ -328,37 +346,37 @@ def check_failed(r: Result) -> None:
 
 
 def check_failed_model(r: Result) -> None:
-    (failed,) = of_type(r.log, T.LLM_FAILED)
+    (failed,) = of_type(r.log, LLM_FAILED)
     assert "ConnectionError: the provider is down" in failed.data["error"]
 
 
 def check_granted(r: Result) -> None:
     assert r.seen["decided"] is True and r.seen["deployed"] == 1
-    (granted,) = of_type(r.log, T.APPROVAL_GRANTED)
+    (granted,) = of_type(r.log, APPROVAL_GRANTED)
     assert granted.data["by"] == "alice" and granted.data["request_id"] == r.seen["request_id"]
     assert r.outcome.value == {"text": "tool said: deployed to prod"}
 
 
 def check_denied(r: Result) -> None:
     assert r.seen["decided"] is True and r.seen["deployed"] == 0
-    (failed,) = of_type(r.log, T.TOOL_FAILED)
+    (failed,) = of_type(r.log, TOOL_FAILED)
     assert failed.data["reason"] == "denied" and "not today" in failed.data["error"]
 
 
 def check_expired(r: Result) -> None:
     assert r.seen["deployed"] == 0
-    (failed,) = of_type(r.log, T.TOOL_FAILED)
+    (failed,) = of_type(r.log, TOOL_FAILED)
     assert failed.data["reason"] == "expired"
 
 
 def check_tool_timeout(r: Result) -> None:
-    (failed,) = of_type(r.log, T.TOOL_FAILED)
+    (failed,) = of_type(r.log, TOOL_FAILED)
     assert failed.data["reason"] == "timeout"
     assert r.outcome.value["text"].startswith("tool said: error (timeout)")
 
 
 def check_tool_crash(r: Result) -> None:
-    (failed,) = of_type(r.log, T.TOOL_FAILED)
+    (failed,) = of_type(r.log, TOOL_FAILED)
     assert failed.data["reason"] == "error" and failed.data["error"] == "ValueError: cannot handle 7"
 
 
@@ -376,7 +394,7 @@ def check_child(r: Result) -> None:
 def check_cascade(r: Result) -> None:
     assert r.seen["child_outcome"].outcome == "cancelled"
     # the parent ended first: no notice of its child's end follows its own
-    assert of_type(r.log, T.CHILD_COMPLETED) == []
+    assert of_type(r.log, CHILD_COMPLETED) == []
 
 
 Scenario = Callable[[Harness], Awaitable[Result]]
@@ -386,7 +404,7 @@ SCENARIOS: dict[str, tuple[Scenario, str, list[str], Callable[[Result], None]]] 
     "success": (success, "success", STARTED + LLM + TOOL_OK + LLM + DONE, check_success),
     "no_solution": (no_solution, "no_solution", STARTED + LLM + TOOL_OK + LLM + DONE, check_no_solution),
     # nothing follows a run's end: late results (a cancelled tool's, a model's) are refused
-    "timeout": (timeout, "timeout", STARTED + LLM + [T.TOOL_REQUESTED] + DONE, check_timeout),
+    "timeout": (timeout, "timeout", STARTED + LLM + [TOOL_REQUESTED] + DONE, check_timeout),
     "budget_tokens": (budget_tokens, "budget_exceeded", STARTED + LLM + TOOL_OK + LLM + DONE,
                       _check_budget("tokens")),
     "budget_cost": (budget_cost, "budget_exceeded", STARTED + LLM + DONE, _check_budget("cost")),
@@ -394,36 +412,36 @@ SCENARIOS: dict[str, tuple[Scenario, str, list[str], Callable[[Result], None]]] 
                            STARTED + (LLM + TOOL_OK) * 3 + DONE, _check_budget("model_calls")),
     "budget_tool_calls": (budget_tool_calls, "budget_exceeded",
                           STARTED + (LLM + TOOL_OK) * 3 + LLM + DONE, _check_budget("tool_calls")),
-    "invalid_input": (invalid_input, "invalid_input", [T.RUN_STARTED, T.INPUT_REJECTED] + DONE,
+    "invalid_input": (invalid_input, "invalid_input", [RUN_STARTED, INPUT_REJECTED] + DONE,
                       check_invalid_input),
     "cancelled": (cancelled, "cancelled",
-                  STARTED + LLM + [T.TOOL_REQUESTED, T.CANCEL_REQUESTED] + DONE, check_cancelled),
+                  STARTED + LLM + [TOOL_REQUESTED, CANCEL_REQUESTED] + DONE, check_cancelled),
     "failed": (failed, "failed", STARTED + DONE, check_failed),
-    "failed_model": (failed_model, "failed", STARTED + [T.LLM_REQUESTED, T.LLM_FAILED] + DONE,
+    "failed_model": (failed_model, "failed", STARTED + [LLM_REQUESTED, LLM_FAILED] + DONE,
                      check_failed_model),
     "approval_granted": (approval_granted, "success",
-                         STARTED + LLM + [T.TOOL_REQUESTED, T.APPROVAL_REQUESTED, T.APPROVAL_GRANTED,
-                                          T.TOOL_COMPLETED] + LLM + DONE, check_granted),
+                         STARTED + LLM + [TOOL_REQUESTED, APPROVAL_REQUESTED, APPROVAL_GRANTED,
+                                          TOOL_COMPLETED] + LLM + DONE, check_granted),
     "approval_denied": (approval_denied, "success",
-                        STARTED + LLM + [T.TOOL_REQUESTED, T.APPROVAL_REQUESTED, T.APPROVAL_DENIED,
-                                         T.TOOL_FAILED] + LLM + DONE, check_denied),
+                        STARTED + LLM + [TOOL_REQUESTED, APPROVAL_REQUESTED, APPROVAL_DENIED,
+                                         TOOL_FAILED] + LLM + DONE, check_denied),
     "approval_expired": (approval_expired, "success",
-                         STARTED + LLM + [T.TOOL_REQUESTED, T.APPROVAL_REQUESTED, T.APPROVAL_EXPIRED,
-                                          T.TOOL_FAILED] + LLM + DONE, check_expired),
+                         STARTED + LLM + [TOOL_REQUESTED, APPROVAL_REQUESTED, APPROVAL_EXPIRED,
+                                          TOOL_FAILED] + LLM + DONE, check_expired),
     "tool_timeout": (tool_timeout, "success",
-                     STARTED + LLM + [T.TOOL_REQUESTED, T.TOOL_FAILED] + LLM + DONE, check_tool_timeout),
+                     STARTED + LLM + [TOOL_REQUESTED, TOOL_FAILED] + LLM + DONE, check_tool_timeout),
     "tool_crash": (tool_crash, "success",
-                   STARTED + LLM + [T.TOOL_REQUESTED, T.TOOL_FAILED] + LLM + DONE, check_tool_crash),
-    "pool": (pool, "success", STARTED + [T.TOOL_REQUESTED] * 10 + [T.TOOL_COMPLETED] * 10 + DONE, check_pool),
+                   STARTED + LLM + [TOOL_REQUESTED, TOOL_FAILED] + LLM + DONE, check_tool_crash),
+    "pool": (pool, "success", STARTED + [TOOL_REQUESTED] * 10 + [TOOL_COMPLETED] * 10 + DONE, check_pool),
     "late_model_result": (late_model_result, "cancelled",
-                          STARTED + [T.LLM_REQUESTED, T.CANCEL_REQUESTED] + DONE, _no_check),
+                          STARTED + [LLM_REQUESTED, CANCEL_REQUESTED] + DONE, _no_check),
     "child_run": (child_run, "success",
-                  STARTED + [T.CHILD_REQUESTED, T.CHILD_COMPLETED] + DONE
+                  STARTED + [CHILD_REQUESTED, CHILD_COMPLETED] + DONE
                   + STARTED + LLM + TOOL_OK + LLM + DONE, check_child),
     # inputs of any size (the claim threshold is 16 KiB): what routes a run stays in its start
     **{f"input_{size}": (_large_input(size), "success", STARTED + LLM + DONE, check_large_input)
        for size in (16_383, 16_385, 1_000_000)},
     "cascade_cancel": (cascade_cancel, "cancelled",
-                       STARTED + [T.CHILD_REQUESTED, T.CANCEL_REQUESTED] + DONE
-                       + STARTED + LLM + [T.TOOL_REQUESTED, T.CANCEL_REQUESTED] + DONE, check_cascade),
+                       STARTED + [CHILD_REQUESTED, CANCEL_REQUESTED] + DONE
+                       + STARTED + LLM + [TOOL_REQUESTED, CANCEL_REQUESTED] + DONE, check_cascade),
 }

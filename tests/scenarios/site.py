@@ -26,8 +26,7 @@ from aaa_django.algos import LOOP, Algorithm, ToolLoop
 from aaa_django.llm import FakeLLMClient, LLMHandler
 from aaa_django.llm.fake import text, tool_call
 from aaa_django.tools import ToolHandler, ToolRegistry, tool
-
-from tests.engine import algos as engine_algos  # noqa: F401  (registers tests.boom, tests.parent)
+from tests.runtime import algos as engine_algos  # noqa: F401  (registers tests.boom, tests.parent)
 
 POOLS = {"db": 2}
 

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 from asgiref.sync import async_to_sync
 
-from aaa_django.runtime import types as T
+from aaa_django.runtime.event_types import RUN_COMPLETED
 
 from .scenarios import RESUME_LOG, SCENARIOS
 
@@ -36,7 +36,7 @@ def test_scenario(bus, name):
     assert result.outcome.outcome == outcome, result.outcome
     assert [e.type for e in result.log] == expected
     for stream in {e.stream for e in result.log}:  # one end per run, whatever raced
-        assert [e.type for e in result.log if e.stream == stream].count(T.RUN_COMPLETED) == 1
+        assert [e.type for e in result.log if e.stream == stream].count(RUN_COMPLETED) == 1
     assert len({e.id for e in result.log}) == len(result.log)
     check(result)
     assert result.errors == []
@@ -59,7 +59,7 @@ def test_resume_after_a_crash(bus, cut):
     assert adopted == [resumed.log[0].stream]
     assert resumed.outcome == reference.outcome
     # the very same events, id for id (but the completion's, which names its run)
-    same = lambda log: [(e.type, e.id if e.type != T.RUN_COMPLETED else None) for e in log]  # noqa: E731
+    same = lambda log: [(e.type, e.id if e.type != RUN_COMPLETED else None) for e in log]  # noqa: E731
     assert same(resumed.log) == same(reference.log)
-    assert Counter(e.type for e in resumed.log)[T.RUN_COMPLETED] == 1
+    assert Counter(e.type for e in resumed.log)[RUN_COMPLETED] == 1
     assert resumed.errors == []

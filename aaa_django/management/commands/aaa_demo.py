@@ -12,7 +12,7 @@ from __future__ import annotations
 from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand
 
-from aaa_django.progress import Progress
+from aaa_django.management.progress import Progress
 from aaa_django.runtime.observe import BaseObserver
 
 POPULATIONS = {"Lyon": 522_250, "Porto": 231_800}
@@ -57,7 +57,7 @@ class Command(BaseCommand):
         parser.add_argument("--quiet", action="store_true", help="print the outcome only")
 
     def handle(self, *args, task: str, quiet: bool, **options):
-        from aaa_django.llm_settings import client_from_settings
+        from aaa_django.site.llm_settings import client_from_settings
 
         client = client_from_settings()
         with Progress("events", stream=self.stderr) as bar:  # on a terminal only
@@ -78,9 +78,9 @@ class Command(BaseCommand):
 
     async def _run(self, task: str, client, bar):
         from aaa_django.algos import ToolLoop
-        from aaa_django.engines import build_engine
         from aaa_django.llm import FakeLLMClient, LLMHandler
         from aaa_django.runtime import InProcessBus
+        from aaa_django.site.engines import build_engine
         from aaa_django.tools import ToolHandler, ToolRegistry, tool
 
         registry = ToolRegistry([tool(_lookup_population, name="lookup_population")])

@@ -1,6 +1,6 @@
 """Export a run: ``python manage.py aaa_export RUN_ID [-o FILE] [--blobs inline|beside|none]``.
 
-Writes the run's log as JSON Lines (see :mod:`aaa_django.exchange`): to ``FILE`` or
+Writes the run's log as JSON Lines (see :mod:`aaa_django.store.exchange`): to ``FILE`` or
 standard output, its blobs inlined (default), in ``FILE.blobs/`` (``beside``) or left
 out (``none``).
 """
@@ -24,8 +24,8 @@ class Command(BaseCommand):
         parser.add_argument("--database", default="default", help="the database alias of the log")
 
     def handle(self, *args, run_id, output, blobs, database, **options):
-        from aaa_django.engines import site_blobs
-        from aaa_django.exchange import ExchangeError, blob_dir, export_run
+        from aaa_django.site.engines import site_blobs
+        from aaa_django.store.exchange import ExchangeError, blob_dir, export_run
 
         if blobs == "beside" and not output:
             raise CommandError("--blobs beside needs --output FILE (the blobs go to FILE.blobs/)")

@@ -25,8 +25,8 @@ class Command(BaseCommand):
         parser.add_argument("--database", default="default", help="the database alias of the log")
 
     def handle(self, *args, file, owner, blobs, database, **options):
-        from aaa_django.engines import site_blobs
-        from aaa_django.exchange import ExchangeError, blob_dir, import_run, read_export
+        from aaa_django.site.engines import site_blobs
+        from aaa_django.store.exchange import ExchangeError, blob_dir, import_run, read_export
 
         path = Path(file)
         owner_pk = None

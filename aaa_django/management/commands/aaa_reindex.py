@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from aaa_django.progress import Progress
-from aaa_django.runindex import reindex
+from aaa_django.management.progress import Progress
+from aaa_django.store.runindex import reindex
 
 
 class Command(BaseCommand):

@@ -31,8 +31,8 @@ class Command(BaseCommand):
 
         import aaa_django.algos  # noqa: F401  (the built-in algorithms)
         from aaa_django.conf import aaa_settings
-        from aaa_django.exchange import ExchangeError, blob_dir, read_export
         from aaa_django.runtime.replay import replay
+        from aaa_django.store.exchange import ExchangeError, blob_dir, read_export
 
         setup = aaa_settings().get("WORKER_SETUP")
         for module in [*([setup.rpartition(".")[0]] if setup else []), *modules]:

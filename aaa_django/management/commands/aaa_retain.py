@@ -2,7 +2,7 @@
 
 Erases the ended runs ``AAA["RETENTION"]`` says are due (with their child runs,
 snapshots and blobs) and removes orphaned blobs older than ``AAA["ORPHAN_GRACE"]``
-(see :mod:`aaa_django.retention`). ``--dry-run`` prints what it would erase and erases
+(see :mod:`aaa_django.site.retention`). ``--dry-run`` prints what it would erase and erases
 nothing.
 """
 
@@ -27,7 +27,7 @@ class Command(BaseCommand):
                             help="PostgreSQL: do not VACUUM (ANALYZE) the tables afterwards")
 
     def handle(self, *args, dry_run, database, limit, no_orphans, grace, no_vacuum, **options):
-        from aaa_django.retention import Policy, retain
+        from aaa_django.site.retention import Policy, retain
 
         if limit is not None and limit < 1:
             raise CommandError("--limit must be at least 1")

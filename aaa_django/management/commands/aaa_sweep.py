@@ -2,7 +2,7 @@
 
 Finds the runs that have started, not completed, had no new event for
 ``--stall-after`` seconds (default ``AAA["STALL_AFTER"]``) and no live delivery, and
-delivers their events again (see :mod:`aaa_django.sweeper`). With ``AAA["BUS"] =
+delivers their events again (see :mod:`aaa_django.celery.sweeper`). With ``AAA["BUS"] =
 "celery"`` the deliveries are enqueued for the workers; with the in-process bus they
 run here, with the handlers ``AAA["WORKER_SETUP"]`` attaches, until the runs end or
 ``--wait`` seconds pass (on a terminal, a progress bar on stderr counts them ending).
@@ -15,7 +15,7 @@ import asyncio
 from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand
 
-from aaa_django.progress import Progress
+from aaa_django.management.progress import Progress
 
 
 class Command(BaseCommand):
@@ -48,13 +48,13 @@ class Command(BaseCommand):
     async def _sweep(self, stall_after, database, dry_run, limit, wait):
         from django.utils.module_loading import import_string
 
+        from aaa_django.celery.sweeper import sweep
         from aaa_django.conf import aaa_settings
-        from aaa_django.engines import build_engine
-        from aaa_django.sweeper import sweep
+        from aaa_django.site.engines import build_engine
 
         conf = aaa_settings()
         if conf["BUS"] == "celery":
-            from aaa_django.bus import DistributedBus
+            from aaa_django.celery.bus import DistributedBus
 
             async with build_engine(using=database, bus=DistributedBus()) as engine:
                 return await sweep(engine, stall_after=stall_after, dry_run=dry_run, limit=limit)

@@ -1,0 +1,507 @@
+"""The distributed bus: every appended event is delivered by a Celery task.
+
+``DistributedBus`` implements the engine's bus interface (``bind``, ``publish``,
+``serial``, ``spawn``, ``drain``, ``close``) over Celery:
+
+- **publish** enqueues one message per event *after the transaction that appended it
+  commits* (``transaction.on_commit`` on the store's database alias), so a worker
+  never looks for an event that is not there, and a rolled-back event is never
+  delivered. A message carries the store, the stream, the seq and the id (and, see
+  below, sometimes the event itself).
+- **queues**: model requests go to ``aaa.llm``; tool requests and approval decisions
+  to ``aaa.tools``; everything else (the engine's and the algorithms' reactions,
+  validation) to ``aaa.algorithms``. A site sizes each with its own workers.
+- **delivery** (the ``aaa.deliver`` task, ``acks_late`` and requeued when its worker
+  dies) loads the event from the store and calls ``engine.handle(event)``: the same
+  step function the in-process bus calls. A message may also carry the event itself
+  (when it is small, with the id of the event before it): a worker whose cache holds
+  the run's log up to that event then needs no query to catch up. Each worker
+  process keeps one event loop (in a thread of its own) and one engine per store
+  (built by ``build_engine`` and the site's ``WORKER_SETUP``): a model or tool call
+  waits there after its task has returned, and what a worker appends for a queue it
+  takes is delivered on that loop without a message (see :mod:`aaa_django.celery.worker`).
+- **serial**: a run's algorithm step is an optimistic transaction on the run's stream:
+  it reads the log, decides, and appends only if the stream's head is still the one
+  it read (the engine's tail guards the appends, see :mod:`aaa_django.events.tail`);
+  when another step or a handler appended meanwhile, the step runs again on the new
+  log, and from its second try on under the run's Redis lock (see
+  :mod:`aaa_django.celery.coordination`), so a contended run still makes progress. Two
+  workers never both decide from the same log; derived events have deterministic
+  ids, so a step that runs twice writes once.
+- **limits across workers**: a run's deadline and an approval's expiry are Celery
+  tasks with an ETA that deliver the event again when it is due (the engine's own
+  reaction then ends the run ``timeout`` / records the expiry); tool pools become
+  cluster-wide leases; a tool call running in one worker is cancelled when its run
+  ends in another (a Redis notice, with polling as the fallback).
+
+The worker side (the per-process loop and engine, one delivery) is
+:mod:`aaa_django.celery.worker`; the sweeper (:mod:`aaa_django.celery.sweeper`, task ``aaa.sweep``)
+re-drives runs that nothing is working on any more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import json
+import logging
+import threading
+import weakref
+from functools import partial
+from typing import Any, Iterable, Sequence
+
+from asgiref.sync import sync_to_async
+from celery import shared_task
+from celery.signals import task_postrun, task_prerun
+from django.db import transaction
+
+from aaa_django.conf import aaa_settings
+from aaa_django.events import Event
+from aaa_django.runtime import logcontext
+from aaa_django.runtime.event_types import (
+    APPROVAL_DENIED,
+    APPROVAL_EXPIRED,
+    APPROVAL_GRANTED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    TOOL_REQUESTED,
+)
+
+from .sweeper import BEAT_SCHEDULE  # noqa: F401  (re-exported)
+
+log = logging.getLogger("aaa_django.bus")
+
+#: the task names
+DELIVER, SWEEP = "aaa.deliver", "aaa.sweep"
+#: an event whose JSON is longer than this travels by id only (the worker reads it)
+WIRE_MAX = 16_000
+#: a message of an event up to this seq also carries the events before it
+PREFIX_MAX = 4
+
+#: event type -> kind of work (a key of ``AAA["CELERY_QUEUES"]``); others: "algorithms"
+KIND_OF = {
+    LLM_REQUESTED: "llm",
+    TOOL_REQUESTED: "tools",
+    APPROVAL_GRANTED: "tools",
+    APPROVAL_DENIED: "tools",
+    APPROVAL_EXPIRED: "tools",
+}
+
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _queues() -> dict[str, str]:
+    """Kind of work -> queue name, from ``AAA["CELERY_QUEUES"]`` over the defaults."""
+    from aaa_django.conf import DEFAULTS
+
+    return {**DEFAULTS["CELERY_QUEUES"], **(aaa_settings()["CELERY_QUEUES"] or {})}
+
+
+def queue_for(event_type: str, names: dict[str, str] | None = None) -> str:
+    return (names or _queues())[KIND_OF.get(event_type, "algorithms")]
+
+
+def celery_app() -> Any:
+    """The site's Celery app: Celery's default app, which is the site's in every
+    thread (Celery's Django fixup makes the site's app the default; a site without it
+    calls ``app.set_default()``). A worker's engines are given the app of the task
+    that delivers (``DistributedBus(app=...)``)."""
+    from celery import current_app
+
+    return current_app._get_current_object()
+
+
+def redis_url() -> str | None:
+    """``AAA["REDIS_URL"]``, else the Celery broker URL when it is Redis."""
+    url = aaa_settings()["REDIS_URL"]
+    if url:
+        return url
+    broker = celery_app().conf.broker_url or ""
+    return broker if broker.split(":", 1)[0] in ("redis", "rediss", "unix") else None
+
+
+_coordinators: dict[tuple, Any] = {}
+
+
+def coordinator():
+    """The process's :class:`~aaa_django.celery.coordination.Coordinator` for the settings."""
+    from .coordination import Coordinator
+
+    conf = aaa_settings()
+    url = redis_url()
+    if not url:
+        raise RuntimeError("the Celery bus needs Redis: set AAA['REDIS_URL'] or a redis:// broker")
+    key = (url, conf["RUN_LOCK_TTL"], conf["LEASE_TTL"])
+    c = _coordinators.get(key)
+    if c is None:
+        c = _coordinators[key] = Coordinator(url, lock_ttl=conf["RUN_LOCK_TTL"], lease_ttl=conf["LEASE_TTL"])
+    return c
+
+
+# -- stores by spec: how a message names the log ------------------------------------------
+
+
+def store_spec(store: Any) -> list[Any]:
+    """A JSON description of ``store`` that a worker can open again: ``["django",
+    alias, class]`` (the class too, so a worker keeps e.g. the run index in step as
+    the web process does) or ``["redis", url, prefix]``."""
+    from aaa_django.events.tail import TailCachedStore
+    from aaa_django.store import DjangoEventStore
+    from aaa_django.store.redis import RedisEventStore
+
+    if isinstance(store, TailCachedStore):
+        store = store.inner
+    if isinstance(store, DjangoEventStore):
+        cls = type(store)
+        return ["django", store.using, f"{cls.__module__}.{cls.__qualname__}"]
+    if isinstance(store, RedisEventStore):
+        kw = store.client.connection_pool.connection_kwargs
+        url = (f"unix://{kw['path']}?db={kw.get('db', 0)}" if kw.get("path")
+               else f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}")
+        return ["redis", url, store.prefix]
+    raise TypeError(f"the Celery bus cannot deliver events of {store!r}: use the Django or Redis store")
+
+
+def open_store(spec: Sequence[Any], *, inline: bool = False) -> Any:
+    """The store a :func:`store_spec` describes (``inline``: a Django store that
+    queries on the calling thread, see :class:`~aaa_django.store.DjangoEventStore`)."""
+    if spec[0] == "django":
+        from django.utils.module_loading import import_string
+
+        from aaa_django.store import DjangoEventStore
+
+        cls = import_string(spec[2]) if len(spec) > 2 else DjangoEventStore
+        if not (isinstance(cls, type) and issubclass(cls, DjangoEventStore)):
+            raise ValueError(f"{spec[2]} is not a DjangoEventStore")
+        return cls(spec[1], inline=inline)
+    if spec[0] == "redis":
+        from aaa_django.store.redis import RedisEventStore
+
+        return RedisEventStore(spec[1], prefix=spec[2])
+    raise ValueError(f"unknown store spec {spec!r}")
+
+
+# -- the bus -------------------------------------------------------------------------------
+
+#: ids published by the delivery running in this context (see ``_deliver``)
+_published: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("aaa_published", default=None)
+
+
+class DistributedBus:
+    """The engine's bus over Celery (``AAA["BUS"] = "celery"``).
+
+    ``queues`` overrides ``AAA["CELERY_QUEUES"]``; ``app``: the Celery app that sends
+    (default: the site's, see :func:`celery_app`); ``serialize=False`` drops the lock
+    of a contended step (with ``engine.guard_steps = False``, only to show, in a test,
+    what they prevent); ``coordinator`` defaults to
+    the one the settings describe. ``in_worker=True`` (the workers' own engines) sends
+    at once: a worker's appends are never inside a caller's transaction, they have
+    committed when ``publish`` is called.
+    """
+
+    def __init__(self, *, coordinator: Any = None, serialize: bool = True,
+                 queues: dict[str, str] | None = None, in_worker: bool = False, app: Any = None) -> None:
+        self.coordinator = coordinator
+        self.serialize = serialize
+        self.in_worker = in_worker
+        self.engine: Any = None
+        self.spec: list[Any] | None = None
+        self.queues = {**_queues(), **(queues or {})}
+        self._app: Any = app
+        #: the publisher of each thread that sends (see :meth:`publisher`): held by the
+        #: thread (a thread that ends drops its own, and its connection), seen here weakly
+        self._fast = threading.local()
+        self._fast_lock = threading.Lock()
+        self._publishers: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self.closed = False
+        #: exceptions that escaped tasks spawned on this bus (timers), newest last
+        self.errors: list[BaseException] = []
+        #: messages sent (one per event)
+        self.sent = 0
+        #: ``local(engine, event) -> bool``: a worker's runtime delivering ``event`` on
+        #: its own loop instead of sending it (see ``WorkerRuntime.take``); None: send all
+        self.local: Any = None
+        self._spawned: set[asyncio.Task] = set()
+        self._listener: asyncio.Task | None = None
+        #: what carries a run's trace context in the messages (OpenTelemetry), or None
+        self.trace: Any = None
+
+    def carry(self, carrier: Any) -> None:
+        """Carry a run's trace context in every delivery message (``carrier``: a
+        :class:`~aaa_django.runtime.observe.TraceCarrier`, the OpenTelemetry observer)."""
+        self.trace = carrier
+
+    def bind(self, engine: Any) -> None:
+        """Attach the engine; its store must be one a worker can open (Django, Redis)."""
+        self.engine = engine
+        self.spec = store_spec(engine.store)
+
+    def _coordinator(self):
+        if self.coordinator is None:
+            self.coordinator = coordinator()
+        return self.coordinator
+
+    # -- publishing -------------------------------------------------------------------------
+
+    async def publish(self, events: Iterable[Event]) -> None:
+        """Enqueue a delivery of each event once its transaction commits."""
+        events = list(events)
+        if self.closed or not events:
+            return
+        assert self.spec is not None, "bind the bus to an engine first"
+        seen = _published.get()
+        if seen is not None:
+            seen.update(e.id for e in events)
+        ended = [e.stream for e in events if e.type == RUN_COMPLETED]
+        if self.local is not None:  # a worker's loop delivers what it can itself
+            events = [e for e in events if not self.local(self.engine, e)]
+        carrier = self.trace
+        messages = [(queue_for(e.type, self.queues), self._args(e, events),
+                     carrier.headers(e) if carrier is not None else None) for e in events]
+        if self.in_worker:
+            # A broker round trip inline is cheaper than a thread hop. A failure raises:
+            # the delivery is retried, and its retry enqueues what this one could not.
+            self._send(messages, ended, swallow=False)
+        elif self.spec[0] == "django":
+            # on_commit must be called in the thread that owns the store's connection
+            # (and transaction): the thread-sensitive executor the store runs in.
+            await sync_to_async(self._on_commit, thread_sensitive=True)(messages, ended)
+        else:
+            await asyncio.to_thread(self._send, messages, ended)
+
+    def _args(self, event: Event, batch: list[Event]) -> list[Any]:
+        """A delivery's arguments: where the event is, and, for an event this process
+        has just appended, the event itself with the id of the one before it (when it
+        knows that id and the event is small)."""
+        args = [self.spec, event.stream, event.seq, event.id]
+        tail = self.engine.tail
+        if not tail.fresh(event.id):
+            return args  # not just appended here (a re-drive): the worker reads it
+        seq = event.seq or 0
+
+        def known(at: int) -> Event | None:
+            found = next((e for e in batch if e.stream == event.stream and e.seq == at), None)
+            return found if found is not None else tail.cached(event.stream, at)
+
+        prev: str | None = None
+        if seq > 1:
+            before = known(seq - 1)
+            if before is None:
+                return args
+            prev = before.id
+        wire = [prev, event.to_dict()]
+        if 1 < seq <= PREFIX_MAX:
+            # A young run: the events before it too, so a worker that never saw the
+            # run needs no read to catch up (each worker first sees a run early).
+            earlier = [known(at) for at in range(1, seq)]
+            if all(e is not None for e in earlier):
+                text = _dumps([*wire, [e.to_dict() for e in earlier]])
+                if len(text) <= WIRE_MAX:
+                    args.append(text)
+                    return args
+        text = _dumps(wire)
+        if len(text) <= WIRE_MAX:
+            args.append(text)
+        return args
+
+    def _on_commit(self, messages: list, ended: list[str]) -> None:
+        transaction.on_commit(partial(self._send, messages, ended), using=self.spec[1])
+
+    def publisher(self) -> Any:
+        """This thread's :class:`~aaa_django.celery.publish.FastPublisher` (one per thread
+        that sends: a worker's loop thread; in a web process, the threads that commit
+        appends), or None when ``AAA["CELERY_FAST_PUBLISH"]`` is off."""
+        fast = getattr(self._fast, "publisher", None)
+        if fast is None and aaa_settings()["CELERY_FAST_PUBLISH"]:
+            from .publish import FastPublisher
+
+            if self._app is None:
+                self._app = celery_app()
+            fast = self._fast.publisher = FastPublisher(self._app)
+            with self._fast_lock:
+                self._publishers.add(fast)
+        return fast
+
+    def _send(self, messages: list, ended: list[str], *, swallow: bool = True) -> None:
+        # messages: (queue, args) or (queue, args, headers: the run's trace context)
+        try:
+            if self._app is None:
+                self._app = celery_app()
+            # The repr that monitoring shows (and Celery would compute): where the
+            # event is, not the event carried along.
+            fast = self.publisher() if messages else None
+            done = 0
+            if fast is not None:  # in order; the first it leaves, and all after it, go by send_task
+                for queue, args, *headers in messages:
+                    if not fast.send(DELIVER, args, queue, repr(args[1:4]), *headers):
+                        break
+                    done += 1
+            self.sent += done
+            rest = messages[done:]
+            if rest:
+                with self._app.producer_or_acquire() as producer:  # one for the batch
+                    for queue, args, *headers in rest:
+                        self._app.send_task(DELIVER, args, queue=queue, producer=producer,
+                                            headers=headers[0] if headers else None,
+                                            argsrepr=repr(args[1:4]), kwargsrepr="{}", ignore_result=True)
+                        self.sent += 1
+            for run_id in ended:
+                self._coordinator().notify_ended(run_id)
+        except Exception:
+            if not swallow:
+                raise
+            # The events are stored: the sweeper delivers them when the broker is back.
+            log.exception("could not enqueue %d deliveries; the sweeper will re-drive them", len(messages))
+
+    # -- the engine's hooks -------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def serial(self, key: str, *, contended: bool = False, synced: bool = False):
+        """A step of run ``key`` (see :meth:`Engine.step`): its appends are guarded by
+        the head of the view it read (the engine's tail); the first try takes no lock.
+        ``contended``: an earlier try found the log moved on: this one holds the run's
+        cluster-wide lock, so a contended run still makes progress."""
+        async with self._coordinator().lock(key) if self.serialize and contended else contextlib.AsyncExitStack():
+            yield
+
+    def exclusive(self, name: str):
+        """``async with``: the one cluster-wide lease on ``name`` (see
+        :class:`~aaa_django.runtime.bus.ExclusiveLeases`; ``LEASE_TTL``)."""
+        return self._coordinator().lease("exclusive", name, 1)
+
+    def spawn(self, coro: Any) -> None:
+        """Run ``coro`` (an engine timer firing) on this loop; ``drain`` waits for it."""
+        if self.closed:
+            coro.close()
+            return
+        task = asyncio.ensure_future(coro)
+        self._spawned.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._spawned.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.errors.append(task.exception())
+            log.error("a spawned engine task failed", exc_info=task.exception())
+
+    @property
+    def pending(self) -> int:
+        return len(self._spawned)
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Wait for this process's spawned tasks. Deliveries run in the workers: wait
+        for a run with ``run.result()``."""
+
+        async def loop() -> None:
+            while self._spawned:
+                await asyncio.wait(set(self._spawned))
+
+        await asyncio.wait_for(loop(), timeout)
+
+    idle = drain
+
+    def watch_ends(self) -> None:
+        """Wake the engine's waiters (``engine.wait``, ``run.result()``) when any
+        process ends a run: one subscription to the cluster's run-ended notices per
+        bus, started on first use. Notices are not durable: ``wait`` still polls,
+        at its ``poll_interval``."""
+        if self._listener is None and not self.closed and self.engine is not None:
+            self._listener = asyncio.ensure_future(self._listen())
+
+    async def _listen(self) -> None:
+        delay = 0.1
+        while not self.closed:
+            try:
+                async for run_id in self._coordinator().ended_notices(lambda: self.closed):
+                    delay = 0.1
+                    self.engine.wake(run_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # Redis away: the waiters poll meanwhile
+                log.warning("run-ended notices unavailable; retrying in %.1f s", delay, exc_info=True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def close(self, *, cancel: bool = True) -> None:
+        self.closed = True
+        if self._listener is not None:
+            self._listener.cancel()
+            try:
+                await asyncio.wait_for(self._listener, 5)
+            except asyncio.TimeoutError:
+                log.warning("the run-ended listener did not stop within 5 s; left behind")
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._listener = None
+        with self._fast_lock:
+            publishers = list(self._publishers)
+            self._publishers.clear()
+        for fast in publishers:
+            fast.close()
+        tasks = set(self._spawned)
+        if cancel:
+            for t in tasks:
+                t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@shared_task(name=DELIVER, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wire: str | None = None) -> str:
+    """Deliver one stored event to this worker's engine (``engine.handle``); ``wire``:
+    the event itself, as :meth:`DistributedBus._args` writes it."""
+    from .worker import runtime, transient_errors
+
+    rt = runtime()
+    engine = rt.engine(spec, self.app)
+    if engine.bus.trace is not None:  # the run's trace context, from the message
+        engine.bus.trace.received(stream, self.request.headers)
+    redelivered = bool((self.request.delivery_info or {}).get("redelivered")) or self.request.retries > 0
+    try:
+        return rt.deliver(engine, stream, seq, event_id, redelivered=redelivered, wire=wire)
+    except transient_errors() as exc:
+        # A database or Redis hiccup (the store's thread closed a broken connection):
+        # try again later.
+        raise self.retry(exc=exc, countdown=min(2 ** self.request.retries * 0.1, 10), max_retries=12)
+
+
+# Log records of a delivery carry its run id and seq (and its event type once read):
+# Celery's own lines about the task too (its "succeeded" line is written after the task
+# returns, before task_postrun). See aaa_django.runtime.logcontext.
+_log_tokens: dict[str, Any] = {}
+
+
+@task_prerun.connect
+def _enter_log_context(task_id: str = "", task: Any = None, args: Any = (), **_: Any) -> None:
+    if task is not None and task.name == DELIVER and len(args) >= 3:
+        _log_tokens[task_id] = logcontext.enter(logcontext.Delivery(args[1], args[2]))
+
+
+@task_postrun.connect
+def _leave_log_context(task_id: str = "", **_: Any) -> None:
+    token = _log_tokens.pop(task_id, None)
+    if token is not None:
+        logcontext.leave(token)
+
+
+def _site_store(using: str) -> Any:
+    """The store the site's engines use (it keeps the run index in step)."""
+    from aaa_django.store import DjangoEventStore
+
+    return DjangoEventStore(using)
+
+
+@shared_task(name=SWEEP, bind=True, ignore_result=True)
+def sweep(self: Any, stall_after: float | None = None, using: str = "default") -> dict[str, Any]:
+    """The sweeper as a Celery (beat) task: re-drive stalled runs; returns a summary."""
+    from .sweeper import sweep as sweep_runs
+    from .worker import runtime
+
+    rt = runtime()
+    engine = rt.engine(store_spec(_site_store(using)), self.app)
+    report = rt.run(sweep_runs(engine, stall_after=stall_after))
+    return report.summary()

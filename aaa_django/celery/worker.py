@@ -1,0 +1,545 @@
+"""The worker side of the Celery bus: one long-lived loop and engine per worker
+process, and the delivery of one event.
+
+Each worker process runs one event loop in a thread of its own, for its whole life,
+whatever Celery pool it runs under (:class:`WorkerRuntime`); every delivery runs
+there, and the task's thread only hands it over. A model or tool call is handed off:
+the task returns (its message is acknowledged) once the run's step is done and the
+call has started, and the call goes on waiting on the loop, hundreds at once. What
+the worker appends for a queue it takes is delivered on the same loop, without a
+message (:meth:`WorkerRuntime.take`). The store's statements run on a few threads of
+the process (:func:`on_threads`), so the loop goes on while a commit waits.
+
+A delivery is the engine's step (``engine.handle``) split as the bus protocol allows:
+the run's step (see :meth:`DistributedBus.serial`): bring this worker's view of the
+run up to date (from the message when it carries the event that follows the view,
+from this process's own tail for a local delivery, else one read), then the engine's
+reaction and the algorithm's step (``engine.react``), whose appends are guarded by
+the head of that view and which runs again when the log moved on; after it, the
+handlers (``engine.dispatch``). Around it: the run's busy lease for a call that runs
+longer than ``SLOW_DELIVERY`` (the sweeper leaves the run alone; a dead worker's
+lease expires and the sweeper re-drives the run), cancelling tool work when the run
+ends in another worker, re-enqueueing what an interrupted earlier delivery of the
+same event may have left unenqueued, and the run's deadline or an approval's expiry
+as a Celery task with an ETA. See :mod:`aaa_django.celery.bus` for the bus itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+from aaa_django.events import ConcurrencyError, Event
+from aaa_django.runtime.event_types import (
+    APPROVAL_DECISIONS,
+    APPROVAL_REQUESTED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    TOOL_REQUESTED,
+)
+
+from .bus import DELIVER, DistributedBus, _published, celery_app, coordinator, open_store, queue_for
+
+log = logging.getLogger("aaa_django.bus")
+
+#: deliveries that may run a tool: they listen for their run's end
+TOOL_WORK = frozenset({TOOL_REQUESTED, *APPROVAL_DECISIONS})
+#: events whose handlers wait (a model call, a tool call): once the run's step is done
+#: their delivery is handed off, and its task returns (the message is acknowledged)
+#: while the call goes on on the worker's loop. What makes that safe: the request is
+#: durable before the call starts, its result has a deterministic id (a second one is
+#: absorbed), a call past SLOW_DELIVERY holds its run's busy lease (renewed while
+#: held), and the sweeper re-drives a run that no live process holds
+HANDED_OFF = frozenset({LLM_REQUESTED, TOOL_REQUESTED, *APPROVAL_DECISIONS})
+#: a model or tool call still running after this many seconds takes its run's busy
+#: lease (and, for tool work, starts listening for its run's end); quicker ones never
+#: touch Redis for it
+SLOW_DELIVERY = 0.05
+#: a run's step (no call) takes the lease after this many seconds (a step is quick; the
+#: sweeper leaves a run alone for STALL_AFTER after its newest event anyway)
+SLOW_STEP = 1.0
+
+
+class WorkerRuntime:
+    """The worker process's event loop, in a thread of its own for the life of the
+    process, and its engines (one per store).
+
+    Every delivery of the process runs on this loop, whatever Celery pool calls it
+    (prefork: the child's task thread; threads: any of them; solo): the task's thread
+    only hands the delivery over and waits until it may acknowledge the message
+    (:meth:`deliver`). A model or tool call goes on waiting on the loop after its
+    task has returned, hundreds at once. The engine's caches, the Redis clients and
+    the database connection (the loop thread's own: Celery's Django fixup closes only
+    the task thread's around every task) are reused from one delivery to the next.
+
+    ``max_in_flight``: deliveries the loop carries at once (``AAA["WORKER_IN_FLIGHT"]``);
+    when they are all taken, the next task waits for one to end, holding its pool slot
+    (the broker keeps the rest of the queue for other workers).
+    """
+
+    def __init__(self, *, max_in_flight: int | None = None) -> None:
+        from aaa_django.conf import aaa_settings
+
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.engines: dict[tuple, Any] = {}
+        self._engines_lock = threading.Lock()
+        self.max_in_flight = int(max_in_flight or aaa_settings()["WORKER_IN_FLIGHT"])
+        #: the deliveries on the loop now (their asyncio tasks; the loop's thread only)
+        self.in_flight: set[asyncio.Task] = set()
+        #: tasks waiting for room (futures, oldest first)
+        self._waiting: list[asyncio.Future] = []
+        #: deliveries whose task returned while they went on (a call handed off)
+        self.handed_off = 0
+        #: queues this worker takes: an event bound for one of them that this process
+        #: appended is delivered here, on the loop, without a message (:meth:`take`)
+        self.local_queues: frozenset[str] = frozenset()
+        #: deliveries taken that way
+        self.taken = 0
+        #: the threads that make the store's calls (see :func:`on_threads`)
+        self.db = concurrent.futures.ThreadPoolExecutor(DB_THREADS, thread_name_prefix="aaa-worker-db")
+        self.thread = threading.Thread(target=self._serve, name="aaa-worker-loop", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Any) -> Any:
+        """Run ``coro`` on the loop; return its result. An interruption of the waiting
+        thread (a soft time limit, a signal) cancels it on the loop."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Run the sync ``fn`` where the loop runs (e.g. on its DB connection)."""
+        from aaa_django.store.database import _outside_loop
+
+        return self.run(_outside_loop(fn)(*args))
+
+    def deliver(self, engine: Any, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
+                wire: str | None = None) -> str:
+        """Deliver one event on the loop (:func:`deliver_event`) and return as soon as
+        its message may be acknowledged: ``"handed off"`` once the run's step is done
+        and a model or tool call it carries is under way on the loop (see
+        :data:`HANDED_OFF`), else when the delivery ends (its result, or its error
+        raised here: the task retries). Waits while the loop carries
+        ``max_in_flight`` deliveries."""
+        return self.run(self._begin(engine, stream, seq, event_id, redelivered, wire))
+
+    async def _begin(self, engine: Any, stream: str, seq: int, event_id: str, redelivered: bool,
+                     wire: str | None) -> str:
+        while len(self.in_flight) >= self.max_in_flight:
+            room = self.loop.create_future()
+            self._waiting.append(room)
+            try:
+                await room
+            finally:
+                if room in self._waiting:
+                    self._waiting.remove(room)
+        handed = self.loop.create_future()
+        task = self._track(deliver_event(engine, stream, seq, event_id, redelivered=redelivered,
+                                         wire=wire, handed=handed))
+        try:
+            await asyncio.wait({task, handed}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            if not handed.done():  # the task's thread gave up on it: stop the delivery too
+                task.cancel()
+            raise
+        if task.done():
+            return task.result()
+        self.handed_off += 1
+        return "handed off"
+
+    def take(self, engine: Any, event: Event) -> bool:
+        """On the loop, from ``engine``'s bus: deliver ``event``, which this process has
+        just appended, here (as a delivery of its own on the loop) rather than through
+        the broker, when this worker takes the event's queue and the loop has room.
+        The run's log is in this process's tail: the step reads nothing. If the
+        process dies meanwhile, the sweeper re-drives the run, as for any delivery
+        that no live process holds (a call past ``SLOW_DELIVERY`` holds the run's
+        busy lease). False: send it."""
+        if (len(self.in_flight) >= self.max_in_flight or self._waiting
+                or queue_for(event.type, engine.bus.queues) not in self.local_queues):
+            return False
+        # A context of its own: not the publishing delivery's (its tail state, its
+        # record of what it published).
+        self._track(deliver_event(engine, event.stream, event.seq, event.id, event=event),
+                    context=contextvars.Context())
+        self.taken += 1
+        return True
+
+    def _track(self, coro: Any, context: contextvars.Context | None = None) -> asyncio.Task:
+        task = self.loop.create_task(coro, context=context)
+        self.in_flight.add(task)
+        task.add_done_callback(self._ended)
+        return task
+
+    def _ended(self, task: asyncio.Task) -> None:
+        self.in_flight.discard(task)
+        for room in self._waiting:
+            if not room.done():
+                room.set_result(None)
+                break
+        if not task.cancelled() and task.exception() is not None:
+            # (raised by deliver() too when the task still waited; logged for a handed-off one)
+            log.warning("a delivery failed on the worker's loop: %r", task.exception())
+
+    async def idle(self) -> None:
+        """Wait until no delivery is in flight on the loop (run it on the loop)."""
+        while self.in_flight:
+            await asyncio.wait(set(self.in_flight))
+
+    def close(self) -> None:
+        """Close the database connections of the loop and of the store's threads, and
+        stop the loop (a process that ends need not; tests do)."""
+        from django.db import connections
+
+        if self.thread.is_alive():
+            self.call(connections.close_all)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+        self.loop.close()
+        # one close_all on every thread of the pool: each waits for the others
+        everyone = threading.Barrier(DB_THREADS, timeout=10)
+
+        def close_all() -> None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                everyone.wait()
+            connections.close_all()
+
+        for done in [self.db.submit(close_all) for _ in range(DB_THREADS)]:
+            done.result()
+        self.db.shutdown()
+
+    def engine(self, spec: Sequence[Any], app: Any = None) -> Any:
+        """The engine for the store ``spec`` names (built on first use); ``app``: the
+        Celery app that sends its deliveries (the delivering task's)."""
+        key = tuple(spec)
+        engine = self.engines.get(key)
+        if engine is None:
+            with self._engines_lock:
+                engine = self.engines.get(key)
+                if engine is None:
+                    engine = build_worker_engine(spec, app=app, db=self.db)
+                    if app is not None:
+                        # the queues this worker consumes (-Q): set before the pool starts
+                        self.local_queues = frozenset(app.amqp.queues.consume_from or ())
+                        engine.bus.local = self.take
+                    self.engines[key] = engine
+        return engine
+
+
+#: the process's runtime (a forked child makes its own)
+_runtime: WorkerRuntime | None = None
+_runtime_lock = threading.Lock()
+
+
+def runtime() -> WorkerRuntime:
+    """This process's :class:`WorkerRuntime` (made on first use, anew in a forked child)."""
+    global _runtime
+    rt = _runtime
+    if rt is None or rt.pid != os.getpid():
+        with _runtime_lock:
+            rt = _runtime
+            if rt is None or rt.pid != os.getpid():
+                rt = _runtime = WorkerRuntime()
+    return rt
+
+
+def runtimes() -> list[WorkerRuntime]:
+    """This process's runtime, if it has one (a list: none or one)."""
+    rt = _runtime
+    return [rt] if rt is not None and rt.pid == os.getpid() else []
+
+
+def build_worker_engine(spec: Sequence[Any], app: Any = None, db: Any = None) -> Any:
+    """The engine a worker delivers with: the site's engine on ``spec``'s store, on a
+    :class:`DistributedBus` that sends through the Celery ``app`` (default: the
+    site's), with the site's handlers (as the web process's
+    ``EngineHost`` attaches them: ``AAA["LLM_CLIENT"]``, ``AAA["TOOLS"]``,
+    ``AAA["WORKER_SETUP"]``) and their tool pools shared by the whole cluster.
+    ``db``: an executor whose threads make a Django store's calls (:func:`on_threads`;
+    default: the store queries on the loop's thread, blocking it for each)."""
+    from aaa_django import algos  # noqa: F401  (registers the built-in algorithms)
+    from aaa_django.events.tail import TailCachedStore
+    from aaa_django.site.engines import attach_site_handlers, build_engine
+
+    using = spec[1] if spec[0] == "django" else "default"
+    store = open_store(spec, inline=db is None)
+    if db is not None and spec[0] == "django":
+        on_threads(store, db)
+    engine = build_engine(using=using, store=TailCachedStore(store),
+                          bus=DistributedBus(in_worker=True, app=app))
+    attach_site_handlers(engine)
+    share_pools(engine)
+    return engine
+
+
+#: threads that make a worker process's store calls, each on a database connection of
+#: its own: the loop goes on with other deliveries while a statement waits for the
+#: database (a commit's fsync), and concurrent commits share the server's flushes
+DB_THREADS = 8
+
+
+def on_threads(store: Any, executor: concurrent.futures.Executor) -> Any:
+    """Make a Django store's async methods run its sync ones (``append`` runs
+    ``append_sync``, and so on) on ``executor``'s threads; returns the store. A call
+    that finds its connection broken closes it (the next call opens a new one)."""
+    from django.db import InterfaceError, OperationalError, connections
+
+    alias = store.using
+
+    def on_thread(fn: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (InterfaceError, OperationalError):
+            connections[alias].close_if_unusable_or_obsolete()
+            raise
+
+    def wrap(fn: Any) -> Any:
+        @functools.wraps(fn)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.get_running_loop().run_in_executor(executor, on_thread, fn, args, kwargs)
+
+        return call
+
+    for name in [n for n, v in vars(store).items() if callable(v)]:
+        sync = getattr(store, f"{name}_sync", None)
+        if sync is not None:
+            setattr(store, name, wrap(sync))
+    return store
+
+
+def shared_pool(name: str, size: int) -> Any:
+    """A ``ToolHandler`` ``pool_factory`` whose pools hold across the whole cluster:
+    ``ToolHandler(registry, pools={"db": 2}, pool_factory=shared_pool)``."""
+    return coordinator().pool(name, size)
+
+
+def share_pools(engine: Any) -> int:
+    """Make the pools of every ToolHandler on ``engine`` cluster-wide (workers do this
+    to the handlers ``WORKER_SETUP`` attached); returns how many handlers changed."""
+    from aaa_django.tools.handler import ToolHandler
+
+    # ToolHandlers subscribe with bound methods: find them through ``__self__``.
+    subscribed = engine.subscribers(TOOL_REQUESTED)
+    handlers = {id(h.__self__): h.__self__ for h in subscribed
+                if isinstance(getattr(h, "__self__", None), ToolHandler)}
+    coord = engine.bus._coordinator()
+    for handler in handlers.values():
+        handler.pool_factory = coord.pool
+        getattr(handler, "_semaphores", {}).clear()  # none made yet; a worker starts fresh
+    return len(handlers)
+
+
+async def deliver_event(engine: Any, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
+                        wire: str | None = None, handed: asyncio.Future | None = None,
+                        event: Event | None = None) -> str:
+    """Deliver one stored event to ``engine`` as a worker does; returns what happened
+    (``"delivered"``, or ``"missing"`` when the log no longer holds that event).
+    ``wire``: the event itself from the message (see :meth:`DistributedBus._args`).
+    ``handed``: set once the step is done when the event is one whose handlers wait
+    (:data:`HANDED_OFF`), before they start: from then on the message is not needed
+    (see :meth:`WorkerRuntime.deliver`). ``event``: the event itself, when this
+    process has just appended it (:meth:`WorkerRuntime.take`)."""
+    with engine.tail.delivery():
+        if event is not None and engine.tail.holds(event):
+            return await _deliver(engine, stream, seq, event_id, redelivered, True, handed)
+        # A first delivery whose message carries the event that follows this worker's
+        # cached view of the run: the view is current without a query. Not after a
+        # redelivery: the view may be old, and handlers would redo answered work.
+        synced = not redelivered and wire is not None and _accept(engine.tail, stream, seq, event_id, wire)
+        return await _deliver(engine, stream, seq, event_id, redelivered, synced, handed)
+
+
+def _accept(tail: Any, stream: str, seq: int, event_id: str, wire: str) -> bool:
+    try:
+        prev, data, *rest = json.loads(wire)
+        event = Event.from_dict(data)
+        # the events before it (a young run's message) matter only to a cache without the run
+        new_to_us = rest and tail.cached(stream, 1) is None
+        earlier = [Event.from_dict(d) for d in rest[0]] if new_to_us else []
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+        log.warning("a delivery of %s %s carried an unreadable event; reading it", stream, seq)
+        return False
+    if (event.id, event.stream, event.seq) != (event_id, stream, seq):
+        return False
+    return tail.accept(event, prev, earlier)
+
+
+async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivered: bool, synced: bool,
+                   handed: asyncio.Future | None = None) -> str:
+    bus: DistributedBus = engine.bus
+    published: set[str] = set()
+    token = _published.set(published)
+    loop = asyncio.get_running_loop()
+    loaded: asyncio.Future = loop.create_future()
+    finished: asyncio.Future = loop.create_future()
+    guard: list[asyncio.Future] = []
+
+    def start_guard() -> None:
+        guard.append(asyncio.ensure_future(_guard_slow(engine, stream, loaded, finished)))
+
+    def calling() -> None:
+        # The step is done and a model or tool call starts: hand it off, and hold the
+        # run's lease if the call takes longer than SLOW_DELIVERY.
+        if handed is not None and not handed.done():
+            handed.set_result(None)
+        timers[0].cancel()
+        if not guard:
+            timers[0] = loop.call_later(SLOW_DELIVERY, start_guard)
+
+    try:
+        # Most steps end well before SLOW_STEP, most calls before SLOW_DELIVERY: a
+        # timer starts the guard of the others, no task and no wait for the quick ones.
+        timers = [loop.call_later(SLOW_STEP, start_guard)]
+        try:
+            event = await _step(engine, stream, seq, event_id, loaded, synced, calling)
+        finally:
+            timers[0].cancel()
+            if not finished.done():
+                finished.set_result(None)
+            for g in guard:
+                await g
+        if event is None:
+            return "missing"  # erased (or erased and written again): nothing to do
+        if bus.pending:  # a timer that came due during the step (an approval's expiry)
+            await bus.drain(30)
+        if redelivered:
+            await _republish_caused(engine, event, published)
+    finally:
+        _published.reset(token)
+    await _schedule_timers(engine, event)
+    return "delivered"
+
+
+async def _step(engine: Any, stream: str, seq: int, event_id: str, loaded: asyncio.Future,
+                synced: bool = False, calling: Callable[[], None] | None = None) -> Event | None:
+    """``engine.handle`` for the event at ``seq``: the event, from the tail (the message
+    carried it: ``synced``) or one read that brings this worker's view of the run up
+    to date, which the step needs anyway; then the run's step (:meth:`Engine.step`:
+    guarded by that view, tried again when the log moved on) and the handlers
+    (``calling()`` first when they make a model or tool call: :data:`HANDED_OFF`)."""
+    try:
+        if not synced:
+            engine.tail.stale(stream)
+        found = await engine.store.read(stream, after=seq - 1, limit=1)
+        event = found[0] if found and found[0].id == event_id else None
+        loaded.set_result(event)
+        if event is None:
+            return None
+        event = await engine.hydrate(event)
+    finally:
+        if not loaded.done():
+            loaded.set_result(None)
+    with engine.observing(event):  # log lines carry the event; observers watch it
+        await engine.step(event, synced=True)
+        if calling is not None and event.type in HANDED_OFF:
+            calling()
+        await engine.dispatch(event)
+    return event
+
+
+async def _guard_slow(engine: Any, stream: str, loaded: asyncio.Future, work: asyncio.Future) -> None:
+    """A long delivery: hold a busy lease (the sweeper leaves the run alone) and, for
+    tool work, cancel it when the run ends in another worker. ``loaded``: the event
+    once read; ``work``: done when the delivery is."""
+    coord = engine.bus._coordinator()
+    watcher = None
+    try:
+        async with coord.busy(stream):
+            await asyncio.wait({loaded, work}, return_when=asyncio.FIRST_COMPLETED)
+            event = loaded.result() if loaded.done() else None
+            if event is not None and event.type in TOOL_WORK and not work.done():
+                watcher = asyncio.ensure_future(_cancel_on_end(engine, stream))
+            await asyncio.wait({work})
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+
+
+async def _cancel_on_end(engine: Any, run_id: str) -> None:
+    stale = engine.tail.stale
+
+    async def ended() -> bool:
+        stale(run_id)  # this delivery's cached view of the run would not see the end
+        return (await engine.meta(run_id)).completed
+
+    await engine.bus._coordinator().wait_ended(run_id, ended)
+    stale(run_id)
+    meta = await engine.meta(run_id)
+    if not meta.completed:
+        return
+    found = await engine.store.read(run_id, after=(meta.completion_seq or 1) - 1, limit=1)
+    if found and found[0].type == RUN_COMPLETED:
+        # The handlers' reaction to the end (ToolHandler cancels this run's calls).
+        await engine.dispatch(await engine.hydrate(found[0]))
+
+
+async def _republish_caused(engine: Any, event: Event, published: set[str]) -> None:
+    """After a redelivery: events this one caused that are stored but were appended by
+    the earlier, interrupted delivery may never have been enqueued (it died between
+    commit and enqueue). Publish them again; delivering twice is harmless."""
+    caused = [e for e in await engine.read_after(event) if e.causation == event.id and e.id not in published]
+    if caused:
+        await engine.bus.publish(caused)
+
+
+async def _schedule_timers(engine: Any, event: Event) -> None:
+    """A deadline or an approval expiry in the future: deliver the event again then."""
+    at = None
+    if event.type == RUN_STARTED:
+        meta = await engine.meta(event.stream)
+        if not meta.completed:
+            at = meta.deadline
+    elif event.type == APPROVAL_REQUESTED:
+        meta = await engine.meta(event.stream)
+        pending = meta.approvals.get(event.id)
+        if pending is not None and not meta.completed:
+            at = pending.expires_at
+    if at is None:
+        return
+    args = [engine.bus.spec, event.stream, event.seq, event.id]
+    eta = max(at, time.time()) + 0.05  # the engine decides "due" by its own clock: not early
+    headers = engine.bus.trace.headers(event) if engine.bus.trace is not None else None
+    await asyncio.to_thread(
+        celery_app().send_task, DELIVER, args, eta=_utc(eta), queue=queue_for(event.type, engine.bus.queues),
+        headers=headers,
+    )
+
+
+def _utc(ts: float):
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+def transient_errors() -> tuple[type[BaseException], ...]:
+    """Errors after which a delivery is retried: the database, Redis or the broker
+    went away for a moment."""
+    from django.db import InterfaceError, OperationalError
+
+    errors: list[type[BaseException]] = [InterfaceError, OperationalError, ConcurrencyError]
+    with contextlib.suppress(ImportError):
+        import kombu.exceptions
+        import redis
+
+        errors += [redis.ConnectionError, redis.TimeoutError, kombu.exceptions.OperationalError]
+    return tuple(errors)

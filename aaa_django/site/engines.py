@@ -1,0 +1,134 @@
+"""Build the engine a Django site configured: its database, its blob storage.
+
+The core :class:`~aaa_django.runtime.Engine` knows nothing of Django; this adapter
+hands it the Django ORM store and, when ``AAA["BLOB_STORAGE"]`` names a ``STORAGES``
+alias, a blob store over that storage (django-storages' S3 included).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aaa_django.conf import aaa_settings
+from aaa_django.events import default_cache
+
+
+def build_engine(*, using: str = "default", **overrides: Any):
+    """An :class:`~aaa_django.runtime.Engine` over the site's database and storage.
+
+    The store is :func:`~aaa_django.store.postgres.site_store`'s: on PostgreSQL (psycopg 3)
+    its calls are awaits on connections of its own, else Django's store.
+
+    ``overrides`` go to the Engine as they are (``bus=...``, ``blobs=...``, ...). The
+    bus is the one ``AAA["BUS"]`` names unless given: with ``"celery"``, a
+    :class:`~aaa_django.celery.bus.DistributedBus`. The engine sends the signals of
+    :mod:`aaa_django.signals`, and with ``AAA["OTEL"]`` OpenTelemetry spans and metrics
+    (:mod:`aaa_django.observe.otel`).
+    Use it as ``async with build_engine() as engine:``.
+    """
+    from aaa_django.runtime import Engine
+    from aaa_django.store.postgres import site_store
+
+    conf = aaa_settings()
+    default_cache.check_every = conf["FOLD_CHECK_EVERY"]
+    options: dict[str, Any] = {
+        "store": site_store(using),
+        "blobs": site_blobs(),
+        "claim_threshold": conf["CLAIM_THRESHOLD"],
+    }
+    if conf["BUS"] == "celery" and "bus" not in overrides:
+        from aaa_django.celery.bus import DistributedBus  # the cluster: deliveries are Celery tasks
+
+        options["bus"] = DistributedBus()
+    options.update(overrides)
+    engine = Engine(**options)
+    from aaa_django.signals import SignalSender  # the run's signals, after commit
+
+    engine.observe(SignalSender(engine, using))
+    if conf["OTEL"]:  # OpenTelemetry (the otel extra): imported only when asked for
+        from aaa_django.observe.otel import OtelObserver
+        from aaa_django.runtime.observe import CarriesTrace
+
+        otel = OtelObserver(engine)
+        engine.observe(otel)
+        if isinstance(engine.bus, CarriesTrace):
+            engine.bus.carry(otel)
+    return engine
+
+
+def site_blobs() -> Any:
+    """The site's blob store: a :class:`~aaa_django.site.blobs.StorageBlobStore` over
+    ``AAA["BLOB_STORAGE"]``, or None when the site keeps no blobs."""
+    from .blobs import StorageBlobStore
+
+    alias = aaa_settings()["BLOB_STORAGE"]
+    return StorageBlobStore(alias=alias) if alias else None
+
+
+class NoModelClient:
+    """The LLM client of a site that configured none: every request fails, clearly."""
+
+    async def complete(self, request: Any) -> Any:
+        raise RuntimeError(
+            "no model client is configured for this process: set AAA['LLM'] (a provider) "
+            "or AAA['LLM_CLIENT'] (the dotted path of a factory returning an LLM client)"
+        )
+
+
+def attach_site_handlers(engine: Any) -> Any:
+    """Attach the handlers the settings name: the web process's host and every Celery
+    worker wire their engines the same way.
+
+    - model: ``AAA["LLM_CLIENT"]`` (a factory), else ``AAA["LLM"]`` (a provider),
+      else, unless ``WORKER_SETUP`` attaches one, a client that fails clearly;
+    - tools: ``AAA["TOOLS"]`` (dotted paths of @tool functions), the tools of the
+      ``AAA["MCP_SERVERS"]`` (listed now, from each server) and those of the
+      ``AAA["AGENTS"]`` (Pydantic AI agents, loaded now: their runs may be started);
+    - ``AAA["WORKER_SETUP"]``: ``setup(engine)`` for anything else.
+    """
+    from django.utils.module_loading import import_string
+
+    from aaa_django.llm import LLMHandler
+    from aaa_django.tools import ToolHandler, ToolRegistry
+
+    from .llm_settings import client_from_settings
+
+    conf = aaa_settings()
+    setup = conf.get("WORKER_SETUP")
+    if conf.get("LLM_CLIENT"):
+        LLMHandler(import_string(conf["LLM_CLIENT"])()).attach(engine)
+    elif (client := client_from_settings()) is not None:
+        LLMHandler(client).attach(engine)
+    elif not setup:
+        LLMHandler(NoModelClient()).attach(engine)
+    tools = [import_string(p) for p in conf.get("TOOLS") or ()]
+    if conf.get("MCP_SERVERS"):
+        from .mcp_settings import mcp_tools
+
+        tools += mcp_tools()
+    if conf.get("AGENTS"):
+        from aaa_django.algos.pydantic_agent import agent_tools
+
+        tools += [t for path in conf["AGENTS"] for t in agent_tools(import_string(path))]
+    if tools:
+        ToolHandler(ToolRegistry(tools)).attach(engine)
+    if setup:
+        import_string(setup)(engine)
+    return engine
+
+
+def load_agents() -> list[Any]:
+    """Import the ``AAA["AGENTS"]`` (at start-up, ``AaaConfig.ready``): a run's config
+    names only agents the process has loaded, and the REST API or the admin may start
+    one before any engine is wired. An entry that does not import is left to system
+    check ``aaa.E020``."""
+    from django.utils.module_loading import import_string
+
+    paths = aaa_settings().get("AGENTS")
+    loaded = []
+    for path in paths if isinstance(paths, (list, tuple)) else ():
+        try:
+            loaded.append(import_string(path))
+        except ImportError:
+            continue
+    return loaded

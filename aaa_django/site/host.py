@@ -1,0 +1,153 @@
+"""``EngineHost``: the web process's engine, on an event loop that outlives requests.
+
+A sync view cannot run the engine itself: the loop ``async_to_sync`` makes for a
+call dies when the call returns, and with it the in-process bus's background work
+(the run's next steps, its model and tool calls). The host keeps one engine per
+process on a daemon thread with its own long-lived loop, and views hand it work:
+
+    from aaa_django.site.host import EngineHost
+    run = EngineHost.get().call(lambda engine: engine.start("acme.summarise", {...}))
+
+The engine is :func:`~aaa_django.site.engines.build_engine` over the site's database
+(whose store keeps the run index in step), with the handlers the settings
+name: ``AAA["LLM_CLIENT"]`` (a factory returning an LLM client; without one, model
+requests fail with a clear reason), ``AAA["TOOLS"]`` (tools it may run) and, when
+set, ``AAA["WORKER_SETUP"]`` (called with the engine, as Celery workers do).
+Algorithms are found by their registered names (``aaa_django.runtime.registry``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any, Awaitable, Callable, TypeVar
+
+from .engines import NoModelClient  # noqa: F401  (re-exported: its first home)
+
+log = logging.getLogger("aaa_django.host")
+
+R = TypeVar("R")
+
+#: seconds a view waits for the engine by default
+DEFAULT_TIMEOUT = 30.0
+
+
+class EngineUnavailable(RuntimeError):
+    """The host's engine did not answer in time, or is shut down."""
+
+
+class EngineHost:
+    """One engine on a daemon thread's event loop; ``call`` runs coroutines on it."""
+
+    _instance: "EngineHost | None" = None
+    _instance_lock = threading.Lock()
+
+    def __init__(self, *, using: str = "default", setup: Callable[[Any], None] | None = None) -> None:
+        self.using = using
+        self._setup = setup
+        self.engine: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    # -- the process-wide instance -----------------------------------------------------
+
+    @classmethod
+    def get(cls) -> "EngineHost":
+        """The process's host, started on first use."""
+        with cls._instance_lock:
+            if cls._instance is None or not cls._instance.alive:
+                host = cls()
+                host.start()
+                cls._instance = host
+            return cls._instance
+
+    @classmethod
+    def reset(cls, timeout: float = 5.0) -> None:
+        """Shut the process's host down (tests; settings changed). The next ``get``
+        starts a new one."""
+        with cls._instance_lock:
+            host, cls._instance = cls._instance, None
+        if host is not None:
+            host.shutdown(timeout)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self.engine is not None
+
+    def start(self, timeout: float = 10.0) -> "EngineHost":
+        self._thread = threading.Thread(target=self._main, name="aaa-engine-host", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise EngineUnavailable("the engine host did not start in time")
+        if self._error is not None:
+            raise EngineUnavailable(f"the engine host failed to start: {self._error}") from self._error
+        return self
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self.loop = loop
+        try:
+            self.engine = self.build()
+        except BaseException as exc:  # reported to start()
+            self._error = exc
+            self._ready.set()
+            loop.close()
+            return
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    def build(self) -> Any:
+        """The engine and its handlers, from the settings."""
+        from .engines import attach_site_handlers, build_engine
+
+        engine = attach_site_handlers(build_engine(using=self.using))
+        if self._setup is not None:
+            self._setup(engine)
+        return engine
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Close the engine (in-flight work is cancelled; it stays in the log for a
+        later ``resume``) and stop the thread."""
+        loop, thread = self.loop, self._thread
+        if loop is None or thread is None or not thread.is_alive():
+            return
+        if self.engine is not None:
+            try:
+                asyncio.run_coroutine_threadsafe(self.engine.close(drain=False), loop).result(timeout)
+            except Exception:  # closing is best effort: the log keeps what was left
+                log.warning("closing the host's engine failed", exc_info=True)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout)
+        self.engine = None
+
+    # -- work --------------------------------------------------------------------------
+
+    def call(self, fn: Callable[[Any], Awaitable[R]], *, timeout: float | None = DEFAULT_TIMEOUT) -> R:
+        """Run ``await fn(engine)`` on the host's loop; return its result (or raise
+        its exception). Raises :class:`EngineUnavailable` after ``timeout`` seconds
+        (the work itself goes on)."""
+        loop = self.loop
+        if loop is None or not self.alive:
+            raise EngineUnavailable("the engine host is not running")
+        future = asyncio.run_coroutine_threadsafe(fn(self.engine), loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            raise EngineUnavailable(f"the engine did not answer within {timeout} s") from None
+
+    def resume(self, run_ids: Any = None, *, timeout: float | None = DEFAULT_TIMEOUT) -> list[str]:
+        """Adopt unfinished runs from the log (after a restart). Not done
+        automatically: with several web processes, choose one (or a command) to do it."""
+        return self.call(lambda engine: engine.resume(run_ids), timeout=timeout)

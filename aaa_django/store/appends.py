@@ -1,0 +1,332 @@
+"""The common append outside a caller's transaction, in the fewest statements each
+backend allows (the mixin :class:`StatementAppends` of
+:class:`~aaa_django.store.DjangoEventStore`):
+
+- PostgreSQL: one statement that inserts the events and folds them into the run's
+  index row (a statement is a transaction), preceded by one query (the head, the ids
+  stored already, the run's row) unless the store remembers them from its own last
+  append or read of the stream (a hint, refused by the unique ``(stream, seq)`` index
+  when another process appended since), or the batch starts a run: then the
+  statement inserts the events and the run's new row, on the guess that the stream
+  is new (refused by the same index, or the event's unique id, when it is not);
+- SQLite: ``BEGIN IMMEDIATE``, that one query, the ``INSERT`` (and the run row's
+  ``UPDATE``), ``COMMIT``, rolled back on any error.
+
+Anything else (a new run on SQLite, an index row behind its log, a large batch, a
+caller's transaction) returns None having written nothing, and the store takes its
+transactional path.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from functools import lru_cache
+from typing import Any, Generator, Sequence
+
+from django.db import IntegrityError
+
+from aaa_django.events import ConcurrencyError, Event
+from aaa_django.runtime.event_types import RUN_STARTED
+
+from .rows import (
+    HEAD,
+    INSERT_CHUNK,
+    INSERT_ROW,
+    ROW_COLUMNS,
+    ROW_PG,
+    SQLITE_CHUNK,
+    EventList,
+    closed_refusal,
+    cursor,
+    insert,
+    number,
+    to_event,
+)
+
+#: An append's statements as a generator: it yields ``(sql, params)`` and is sent
+#: ``(rowcount, first row or None)`` back, or has the statement's ``IntegrityError``
+#: thrown into it; it returns the stored events, or None (not the common case,
+#: nothing written). It yields ``(CATCH_UP, stored)`` when the run's index row must be
+#: caught up with ``stored`` (:func:`~aaa_django.store.runindex.index_events`) once they
+#: are committed. A sync cursor runs it (:func:`run_steps`), or an async one.
+Steps = Generator[tuple[Any, Any], Any, "list[Event] | None"]
+CATCH_UP = object()
+
+#: the run's index row in a query (``r``: ``aaa_run``, NULLs when there is none)
+_ROW = ", ".join(f"r.{c}" for c in ROW_COLUMNS)
+# The events of a stream after a seq, each row with the run's index row (one row of
+# NULL events when there are none).
+_READ_AND_ROW_PG = (
+    "SELECT e.id, e.stream, e.seq, e.type, e.data, e.causation, e.time, e.blobs, e.tenant, "
+    f"{_ROW} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s "
+    "LEFT JOIN LATERAL (SELECT * FROM aaa_event WHERE stream = %s AND seq > %s) AS e ON true "
+    "ORDER BY e.seq"
+)
+# The head, which of the batch's ids are stored already, and the run's index row.
+_HEAD_KNOWN_AND_ROW_PG = (
+    f"SELECT COALESCE(({HEAD}), 0), ARRAY(SELECT id FROM aaa_event WHERE id = ANY(%s)), "
+    f"{_ROW} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s"
+)
+#: the one statement of an append's :data:`Steps` that is not its last (the query of
+#: an append without a hint: its insert follows)
+QUERY = _HEAD_KNOWN_AND_ROW_PG
+# The same on SQLite: the stored ids as a JSON array (Django's JSONField needs
+# SQLite's JSON functions, so they are there).
+_HEAD_KNOWN_AND_ROW_SQLITE = (
+    f"SELECT COALESCE(({HEAD}), 0), "
+    "(SELECT json_group_array(id) FROM aaa_event WHERE id IN ({ids})), "
+    f"{_ROW} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s"
+)
+#: where a row's owner is in ``ROW_COLUMNS`` (a new run's statement returns it)
+_OWNER = ROW_COLUMNS.index("owner_id")
+
+
+class StatementAppends:
+    """The one-statement (PostgreSQL) and one-transaction (SQLite) appends, and the
+    hints they start from. Needs ``using`` and ``inline`` (see ``DjangoEventStore``)."""
+
+    using: str
+    inline: bool
+
+    def _init_hints(self) -> None:
+        #: stream -> (head seq, run index row) as this store's last append (an inline
+        #: store's: also its last read) left them: on PostgreSQL the next append to the
+        #: stream starts from there instead of asking (a hint: if another process
+        #: appended since, the unique (stream, seq) index refuses the statement and the
+        #: append asks). Shared by the threads that use the store.
+        self._seen: dict[str, tuple[int, tuple | None]] = {}
+        self._seen_lock = threading.Lock()
+
+    def _append_pg_statement(self, conn, stream: str, batch: list[Event], texts: list[str],
+                             expected_seq, seen: tuple[int, tuple | None] | None = None
+                             ) -> list[Event] | None:
+        """The common append on PostgreSQL outside a caller's transaction, in two round
+        trips: one query (the head, the ids stored already, the run's index row), then
+        one statement that inserts the events and folds them into the row (a
+        statement is a transaction: both commit, or neither). None when the batch is
+        not the common case (an index row behind its log, a batch too
+        large for one statement): the caller takes the transactional path.
+
+        ``seen``: the head and the row as the last read saw them (an inline store's):
+        then the statement alone, one round trip. Had anything been appended since, the
+        unique (stream, seq) index, or the unique id of an event stored already,
+        refuses it, and the append starts again from the query. A batch that starts
+        with a run's ``aaa.run.started`` and no hint is taken for a new run's: the
+        statement alone (its events and the run's new row), refused the same way."""
+        if len(batch) > INSERT_CHUNK:
+            return None
+        with cursor(conn) as cur:
+            return run_steps(cur, self.using,
+                             self._pg_steps(conn, stream, batch, texts, expected_seq, seen))
+
+    def _pg_steps(self, conn, stream: str, batch: list[Event], texts: list[str], expected_seq,
+                  seen: tuple[int, tuple | None] | None) -> Steps:
+        """The statements of :meth:`_append_pg_statement`, as :data:`Steps` (the sync
+        store and the async one, :mod:`aaa_django.store.postgres`, run the same ones). ``conn``
+        is a Django connection of the store's alias: only its ``ops`` are used."""
+        if seen is None and batch[0].type == RUN_STARTED and batch[0].seq in (None, 1):
+            seen = (0, None)  # a new run (most likely): its events and its row at once
+        if seen is not None:
+            head, row = seen
+            stored = yield from self._write_pg(conn, stream, batch, texts, expected_seq, head, (), row)
+            if stored is not None:
+                return stored
+        _, found = yield _HEAD_KNOWN_AND_ROW_PG, [stream, [e.id for e in batch], stream]
+        head, known, *row = found
+        row = tuple(row) if row[0] is not None else None
+        return (yield from self._write_pg(conn, stream, batch, texts, expected_seq, head, known, row,
+                                          optimistic=False))
+
+    def _write_pg(self, conn, stream, batch, texts, expected_seq, head: int, known,
+                  row: tuple | None, *, optimistic: bool = True) -> Steps:
+        """The events after ``head`` and the run's row after ``row`` in one statement.
+        None: not the common case, or (``optimistic``) the log moved since ``head``."""
+        from .runindex import row_insert, row_update, starts_run  # (imports this module)
+
+        try:
+            stored, rows = number(conn, batch, texts, head, known, expected_seq)
+        except ConcurrencyError:
+            if optimistic:
+                return None  # perhaps only our view of the head is old: ask
+            raise
+        if not rows:  # all stored already: absorbed
+            if not optimistic:
+                self._remember(stream, head, row)  # as the query just saw them
+            return stored
+        sql, params = insert(ROW_PG, rows)
+        if row is None and not starts_run(stored):
+            # Not a run (a run's row is made by its first event): the events alone.
+            statement, after = sql, None
+        else:  # a new run's row made, or the run's row brought up to date, by the same statement
+            fold = row_insert(conn, stored) if row is None else row_update(conn, row, stored)
+            if fold is None:
+                return None
+            statement, params, after = f"WITH stored AS ({sql}) {fold[0]}", params + fold[1], fold[2]
+        try:
+            rowcount, first = yield statement, params
+        except IntegrityError as exc:
+            if optimistic:
+                # The log moved, the run is not new, or the events are stored already (a
+                # completion delivered again is absorbed, not refused): autocommit,
+                # nothing to undo; ask.
+                return None
+            closed = closed_refusal(stream, exc)
+            if closed is not None:  # the triggers: the run has ended, or was erased
+                raise closed from exc
+            raise
+        if row is None and after is not None:  # the new row's owner: the user, if it exists
+            after = (*after[:_OWNER], first[0], *after[_OWNER + 1:])
+        elif row is not None and rowcount != 1:  # the row moved meanwhile (no event did)
+            yield CATCH_UP, stored
+            return stored
+        self._remember(stream, stored[-1].seq, after)
+        return stored
+
+    def _append_sqlite_transaction(self, conn, stream: str, batch: list[Event], texts: list[str],
+                                   expected_seq) -> list[Event] | None:
+        """The common append on SQLite outside a caller's transaction, in four
+        statements (five on a run's stream): ``BEGIN IMMEDIATE`` (the write lock
+        first: nothing moves between the read and the write), one query (the head,
+        the ids stored already, the run's index row), the INSERT (and the UPDATE that
+        folds the events into the run's row), ``COMMIT``; rolled back on any error. ``transaction.atomic`` and a
+        statement per lookup cost more than the insert (benchmarks/bench_eventlog.py).
+
+        None, with nothing written, when the batch is not the common case (a run's
+        first events, an index row behind its log, more ids than one query takes, a
+        transaction Django does not know of): the caller takes the transactional
+        path."""
+        if len(batch) > SQLITE_CHUNK or batch[0].type == RUN_STARTED:
+            return None  # a new run's row is made by runindex (in an atomic block)
+        conn.ensure_connection()
+        if conn.connection.in_transaction:
+            return None  # someone's BEGIN, by plain SQL: theirs to end
+        with conn.cursor() as cur:
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                stored = self._write_sqlite(conn, cur, stream, batch, texts, expected_seq)
+                if stored is not None:
+                    cur.execute("COMMIT")
+            finally:
+                if conn.connection.in_transaction:  # an error, or not the common case
+                    cur.execute("ROLLBACK")
+        return stored
+
+    def _write_sqlite(self, conn, cur, stream: str, batch: list[Event], texts: list[str],
+                      expected_seq) -> list[Event] | None:
+        """The statements of :meth:`_append_sqlite_transaction` inside its transaction."""
+        from .runindex import row_update, starts_run  # runindex imports this module
+
+        ids = [e.id for e in batch]
+        cur.execute(_head_known_and_row_sqlite(len(ids)), [stream, *ids, stream])
+        head, known, *row = cur.fetchone()
+        stored, rows = number(conn, batch, texts, head, json.loads(known) if known != "[]" else (),
+                               expected_seq)
+        if not rows:
+            return stored
+        update = None
+        if row[0] is not None:  # a run's stream: fold the events into its row
+            update = row_update(conn, row, stored)
+            if update is None:
+                return None  # a row behind its log: runindex catches it up
+        elif starts_run(stored):
+            return None  # a new run (its start after an id stored elsewhere): runindex
+        # In-process SQLite: executemany (one prepared statement, stepped per row) is
+        # cheaper than parsing and binding one multi-row INSERT.
+        if len(rows) == 1:
+            cur.execute(INSERT_ROW, rows[0])
+        else:
+            cur.executemany(INSERT_ROW, rows)
+        if update is not None:
+            cur.execute(update[0], update[1])
+            if cur.rowcount != 1:
+                return None  # the row moved (it cannot, under the write lock): general path
+        return stored
+
+    def _remember(self, stream: str, head: int, row: tuple | None) -> None:
+        with self._seen_lock:
+            seen = self._seen
+            seen.pop(stream, None)
+            seen[stream] = (head, row)
+            while len(seen) > 1024:  # oldest first
+                del seen[next(iter(seen))]
+
+    def _forget(self, stream: str) -> tuple[int, tuple | None] | None:
+        with self._seen_lock:
+            return self._seen.pop(stream, None)
+
+    def observe(self, events: Sequence[Event]) -> None:
+        """Committed ``events`` of one stream, learnt without reading them (a worker
+        gets them in its delivery message): an inline store that remembers the head
+        just before them moves its head, and its run's row, past them, so its next
+        append needs no query. Anything else forgets the stream (the next append asks)."""
+        if not self.inline or not events:
+            return
+        from .runindex import initial_row, row_after, starts_run  # runindex imports this module
+
+        stream = events[0].stream
+        seen = self._forget(stream)
+        if seen is not None and (events[-1].seq or 0) <= seen[0]:
+            self._remember(stream, *seen)  # known already (this store appended them)
+            return
+        if seen is None and events[0].seq == 1:
+            # A stream's first events: its head, and (a run's start) its row, follow from them.
+            row = initial_row(events)
+            if row is not None or not starts_run(events):
+                self._remember(stream, events[-1].seq, row)
+            return
+        if seen is None or events[0].seq != seen[0] + 1:
+            return
+        row = seen[1]
+        if row is not None:
+            row = row_after(row, list(events))
+            if row is None:
+                return
+        self._remember(stream, events[-1].seq, row)
+
+    def _read_to_head_pg(self, conn, stream: str, after: int) -> list[Event]:
+        """A read to the end of the stream, with the run's index row in the same round
+        trip: what the next append would otherwise ask for (see ``_write_pg``)."""
+        with cursor(conn) as cur:
+            cur.execute(_READ_AND_ROW_PG, [stream, stream, after])
+            rows = cur.fetchall()
+        return self._read_rows(stream, rows, committed=not conn.in_atomic_block)
+
+    def _read_rows(self, stream: str, rows, *, committed: bool) -> list[Event]:
+        """The events of rows of ``_READ_AND_ROW_PG``; the head and the run's row they
+        show are remembered for the next append when they are committed."""
+        events = EventList(to_event(r[:9]) for r in rows if r[0] is not None)
+        events.committed = committed
+        if events and committed:
+            row = tuple(rows[0][9:])
+            self._remember(stream, events[-1].seq, row if row[0] is not None else None)
+        else:
+            self._forget(stream)
+        return events
+
+
+@lru_cache(maxsize=64)
+def _head_known_and_row_sqlite(n: int) -> str:
+    return _HEAD_KNOWN_AND_ROW_SQLITE.format(ids=", ".join(["%s"] * n))
+
+
+def run_steps(cur, using: str, steps: Steps) -> list[Event] | None:
+    """Run an append's :data:`Steps` on the sync cursor ``cur`` of alias ``using``."""
+    from .runindex import index_events  # runindex imports this module
+
+    try:
+        step = next(steps)
+        while True:
+            sql, params = step
+            if sql is CATCH_UP:
+                index_events(using, params)
+                step = steps.send(None)
+                continue
+            try:
+                cur.execute(sql, params)
+            except IntegrityError as exc:
+                step = steps.throw(exc)
+                continue
+            step = steps.send((cur.rowcount, cur.fetchone() if cur.description else None))
+    except StopIteration as done:
+        return done.value

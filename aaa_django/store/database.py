@@ -1,0 +1,336 @@
+"""The EventStore over the Django ORM (SQLite and PostgreSQL; any backend Django has).
+
+The database enforces the invariants (see ``migrations/0002``); this module adds what
+SQL alone does not say: absorbing an already stored event id, numbering a batch, and
+serialising appenders of one stream. The common append outside a caller's
+transaction takes the fewest statements its backend allows (:mod:`aaa_django.store.appends`);
+rows are built and read in plain SQL (:mod:`aaa_django.store.rows`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import zlib
+from functools import wraps
+from typing import Any, Callable, Sequence
+
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, OperationalError, connections, transaction
+from django.utils.timezone import now
+
+from aaa_django.events import ConcurrencyError, Event, Snapshot
+from aaa_django.events.store import RecentIds, prepare_batch
+from aaa_django.models import EventRecord
+from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
+
+from .appends import StatementAppends
+from .rows import (
+    HEAD,
+    INSERT_CHUNK,
+    ROW,
+    ROW_PG,
+    SELECT,
+    SQLITE_CHUNK,
+    EventList,
+    closed_refusal,
+    cursor,
+    insert,
+    number,
+    to_event,
+)
+
+__all__ = ["DjangoEventStore", "EventList"]
+
+_LOAD_SNAPSHOT = (
+    "SELECT seq, event_id, state FROM aaa_snapshot WHERE stream = %s AND name = %s AND version = %s"
+)
+_HEAD_AND_KNOWN_PG = (
+    f"SELECT COALESCE(({HEAD}), 0), ARRAY(SELECT id FROM aaa_event WHERE id = ANY(%s))"
+)
+_SNAPSHOT_UPDATE = (
+    "UPDATE aaa_snapshot SET seq = %s, event_id = %s, state = %s, saved_at = %s "
+    "WHERE stream = %s AND name = %s AND version = %s AND seq < %s"
+)
+# Only when there is no row (SQLite's trigger against REPLACE refuses an insert below a
+# stored seq, even one that ON CONFLICT would have ignored).
+_SNAPSHOT_INSERT = (
+    "INSERT INTO aaa_snapshot (stream, name, version, seq, event_id, state, saved_at) "
+    "SELECT %s, %s, %s, %s, %s, %s, %s WHERE NOT EXISTS (SELECT 1 FROM aaa_snapshot "
+    "WHERE stream = %s AND name = %s AND version = %s) ON CONFLICT (stream, name, version) DO NOTHING"
+)
+
+
+def snapshot_writes(snapshot: Snapshot, saved_at: Any) -> tuple[tuple[str, list], tuple[str, list]]:
+    """The conditional UPDATE and the INSERT of a snapshot's save, with their
+    parameters (the sync store and the async one, ``aaa_django.store.postgres``, run these)."""
+    key = [snapshot.stream, snapshot.name, snapshot.version]
+    values = [snapshot.seq, snapshot.event_id, snapshot.state, saved_at]
+    return (_SNAPSHOT_UPDATE, [*values, *key, snapshot.seq]), (_SNAPSHOT_INSERT, [*key, *values, *key])
+
+
+# Appenders that lose a race (SQLite's single writer, or a concurrent insert of the same
+# id) re-read and try again; past this many tries the error is real.
+_RETRIES = 20
+
+
+def _outside_loop(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as a coroutine function that runs it on the calling thread, blocking the
+    loop while it runs. Django refuses database work in a thread whose event loop is
+    running (it cannot know the loop can afford to wait), and while a loop runs it
+    keeps connections per task, not per thread: with the loop hidden for the call
+    (it runs nothing else meanwhile), every call sees the thread's one connection."""
+
+    @wraps(fn)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.events._get_running_loop()
+        asyncio.events._set_running_loop(None)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            asyncio.events._set_running_loop(loop)
+
+    return call
+
+
+class DjangoEventStore(StatementAppends):
+    """An :class:`~aaa_django.events.EventStore` on the database alias ``using``.
+
+    Async methods (the protocol the engine uses) run the ORM in Django's
+    thread-sensitive executor; the ``*_sync`` methods are for sync callers (Celery
+    tasks, the admin, the API). Appends join the caller's transaction when there is
+    one, so events commit (or roll back) with the caller's own writes.
+
+    ``inline=True``: the async methods run the queries on the calling thread instead,
+    blocking its event loop for each (sub-millisecond) query; no hop to another
+    thread per call. For a loop that owns its thread and that thread's database
+    connection, and runs one delivery at a time: a Celery worker's
+    (:mod:`aaa_django.celery.worker`).
+    """
+
+    def __init__(self, using: str = "default", *, inline: bool = False) -> None:
+        self.using = using
+        self.inline = inline
+        self.cache_key = f"django:{using}"
+        self._init_hints()
+        #: events this store just appended (see :meth:`fresh`)
+        self._recent = RecentIds()
+        wrap = _outside_loop if inline else (lambda fn: sync_to_async(fn, thread_sensitive=True))
+        self.append = wrap(self.append_sync)
+        self.read = wrap(self.read_sync)
+        self.head = wrap(self.head_sync)
+        self.load_snapshot = wrap(self.load_snapshot_sync)
+        self.save_snapshot = wrap(self.save_snapshot_sync)
+        self.erase = wrap(self.erase_sync)
+        self.erase_many = wrap(self.erase_many_sync)
+        self.streams = wrap(self.streams_sync)
+        self.unfinished = wrap(self.unfinished_sync)
+
+    def __repr__(self) -> str:
+        return f"DjangoEventStore(using={self.using!r})"
+
+    def fresh(self, event_id: str) -> bool:
+        """Did this store just append ``event_id`` (and nobody asked yet)? The Celery
+        bus then sends the event along with its delivery (a run's start from the web
+        process: its first worker needs no read)."""
+        return self._recent.pop(event_id)
+
+    @property
+    def _events(self):
+        return EventRecord.objects.using(self.using)
+
+    # -- events -------------------------------------------------------------------
+
+    def append_sync(
+        self, events: Sequence[Event], *, expected_seq: int | None = None
+    ) -> list[Event]:
+        stream, batch, texts = prepare_batch(events)  # raises before any write
+        if not batch:
+            return []
+        for attempt in range(_RETRIES):
+            try:
+                stored = EventList(self._append_once(stream, batch, texts, expected_seq, attempt > 0))
+                self._recent.add(stored)  # a bus may send them along (after their commit)
+                # Appended inside a caller's transaction: they may still roll back (a
+                # cache of the log must not take them as facts yet).
+                stored.committed = not connections[self.using].in_atomic_block
+                return stored
+            except (IntegrityError, OperationalError) as exc:
+                closed = closed_refusal(stream, exc) if isinstance(exc, IntegrityError) else None
+                if closed is not None:  # a run that has ended, or was erased: final
+                    raise closed from exc
+                # Lost a race with another appender (SQLite: "database is locked";
+                # both: the same seq or id inserted first by someone else). Re-read
+                # and decide again; inside a caller's transaction our atomic block was
+                # a savepoint, rolled back, so the caller's transaction is still usable
+                # (outside one, our own transaction was rolled back whole).
+                if attempt == _RETRIES - 1:
+                    raise ConcurrencyError(f"append to {stream} lost a race: {exc}") from exc
+                time.sleep(0.001 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _append_once(self, stream: str, batch: list[Event], texts: list[str], expected_seq,
+                     contended: bool = False):
+        # Plain SQL on Django's connection: building ORM queries cost more than the
+        # database work itself (benchmarks/bench_eventlog.py). Optimistic first: the
+        # unique (stream, seq) index and the dense-seq trigger refuse a lost race, and
+        # only a retry takes the stream's advisory lock on PostgreSQL.
+        conn = connections[self.using]
+        pg = conn.vendor == "postgresql"
+        if pg and not contended and conn.get_autocommit():
+            seen = self._forget(stream)
+            stored = self._append_pg_statement(conn, stream, batch, texts, expected_seq, seen)
+            if stored is not None:
+                return stored
+        elif conn.vendor == "sqlite" and conn.get_autocommit():
+            stored = self._append_sqlite_transaction(conn, stream, batch, texts, expected_seq)
+            if stored is not None:
+                return stored
+        with transaction.atomic(using=self.using), conn.cursor() as cur:
+            if pg and contended:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(stream)])
+            head, known = _head_and_known(cur, pg, stream, [e.id for e in batch])
+            stored, rows = number(conn, batch, texts, head, known, expected_seq)
+            if rows:
+                row = ROW_PG if pg else ROW
+                for i in range(0, len(rows), INSERT_CHUNK):
+                    chunk = rows[i : i + INSERT_CHUNK]
+                    cur.execute(*insert(row, chunk))
+                # The run index (aaa_run) is derived from the log: updated in the same
+                # transaction, so it commits, or rolls back, with the events.
+                from .runindex import index_events  # runindex imports this module
+
+                index_events(self.using, stored)
+        return stored
+
+
+    def read_sync(
+        self,
+        stream: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        tenant: str | None = None,
+    ) -> list[Event]:
+        # Plain SQL, as the append: the ORM's query building cost more than the query.
+        sql, params = f"{SELECT} WHERE stream = %s AND seq > %s", [stream, after]
+        if tenant is not None:
+            sql += " AND tenant = %s"
+            params.append(tenant)
+        sql += " ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(max(int(limit), 0))
+        conn = connections[self.using]
+        if self.inline and limit is None and tenant is None and conn.vendor == "postgresql":
+            return self._read_to_head_pg(conn, stream, after)
+        with cursor(conn) as cur:
+            cur.execute(sql, params)
+            events = EventList(to_event(row) for row in cur.fetchall())
+        # Rows read inside a caller's transaction may still be rolled back: say so, and
+        # the in-process holder will not share a state folded from them.
+        events.committed = not conn.in_atomic_block
+        return events
+
+
+    def head_sync(self, stream: str) -> tuple[int, str] | None:
+        row = self._events.filter(stream=stream).order_by("-seq").values_list("seq", "id")[:1]
+        return (row[0][0], row[0][1]) if row else None
+
+    def erase_sync(self, stream: str) -> int:
+        return self.erase_many_sync([stream])
+
+    def erase_many_sync(self, streams: Sequence[str]) -> int:
+        """Erase ``streams`` (events, snapshots, index rows) in one transaction; return
+        the number of events erased. Plain DELETEs by the stream index, in chunks."""
+        streams = list(dict.fromkeys(streams))
+        for stream in streams:
+            self._forget(stream)
+        conn = connections[self.using]
+        pg = conn.vendor == "postgresql"
+        deleted = 0
+        with transaction.atomic(using=self.using), conn.cursor() as cur:
+            for i in range(0, len(streams), SQLITE_CHUNK):
+                chunk = streams[i : i + SQLITE_CHUNK]
+                where, params = ("= ANY(%s)", [chunk]) if pg else (
+                    f"IN ({', '.join(['%s'] * len(chunk))})", chunk)
+                cur.execute(f"DELETE FROM aaa_snapshot WHERE stream {where}", params)
+                cur.execute(f"DELETE FROM aaa_event WHERE stream {where}", params)
+                deleted += cur.rowcount
+                # the run index is derived from the log: its rows go with it
+                cur.execute(f"DELETE FROM aaa_run WHERE run_id {where}", params)
+        return deleted
+
+    def streams_sync(self) -> list[str]:
+        return list(self._events.order_by("stream").values_list("stream", flat=True).distinct())
+
+    def unfinished_sync(self) -> dict[str, float]:
+        """Run id -> the time (epoch seconds) of its newest event, for every run that
+        has started and not completed (the sweeper's question, in one query)."""
+        from django.db.models import Max
+
+        events = self._events
+        started = events.filter(type=RUN_STARTED).values("stream")
+        completed = events.filter(type=RUN_COMPLETED).values("stream")
+        rows = (
+            events.filter(stream__in=started)
+            .exclude(stream__in=completed)
+            .values("stream")
+            .annotate(last=Max("time"))
+            .values_list("stream", "last")
+        )
+        return {stream: last.timestamp() for stream, last in rows}
+
+    # -- snapshots ----------------------------------------------------------------
+
+    def load_snapshot_sync(self, stream: str, name: str, version: int) -> Snapshot | None:
+        with cursor(connections[self.using]) as cur:  # plain SQL: a read on every adoption
+            cur.execute(_LOAD_SNAPSHOT, [stream, name, version])
+            row = cur.fetchone()
+        return Snapshot(stream, name, version, row[0], row[1], row[2]) if row else None
+
+    def save_snapshot_sync(self, snapshot: Snapshot) -> bool:
+        """Store ``snapshot`` unless one at the same or a later seq is stored already.
+
+        A conditional UPDATE (only an older row is replaced), else an INSERT that yields
+        to a row someone else inserted meanwhile; then the UPDATE again, which now tells
+        whether that row is older. Racing savers cannot move the seq backwards (the
+        WHERE clause, and the database trigger, refuse it). First save: 2 statements;
+        a newer save: 1.
+        """
+        conn = connections[self.using]
+        update, insert_ = snapshot_writes(snapshot, conn.ops.adapt_datetimefield_value(now()))
+        with transaction.atomic(using=self.using), conn.cursor() as cur:
+            for _ in range(2):
+                cur.execute(*update)
+                if cur.rowcount:
+                    return True
+                cur.execute(*insert_)
+                if cur.rowcount:
+                    return True
+        return False  # a row at the same or a later seq is there
+
+
+def _head_and_known(cur, pg: bool, stream: str, ids: list[str]) -> tuple[int, set[str]]:
+    """The stream's head seq and which of ``ids`` are stored already (one round trip
+    on PostgreSQL; SQLite is in-process, so two statements cost little)."""
+    if pg:
+        cur.execute(_HEAD_AND_KNOWN_PG, [stream, ids])
+        head, known = cur.fetchone()
+        return head, set(known)
+    cur.execute(HEAD, [stream])
+    row = cur.fetchone()
+    known: set[str] = set()
+    for i in range(0, len(ids), SQLITE_CHUNK):
+        chunk = ids[i : i + SQLITE_CHUNK]
+        cur.execute(
+            f"SELECT id FROM aaa_event WHERE id IN ({', '.join(['%s'] * len(chunk))})", chunk
+        )
+        known.update(r[0] for r in cur.fetchall())
+    return (row[0] if row else 0), known
+
+
+def _lock_key(stream: str) -> int:
+    # pg_advisory_xact_lock takes a signed 64-bit key; crc32 spreads streams well enough
+    # (a collision only makes two streams' appenders wait for each other).
+    return zlib.crc32(stream.encode()) - 2**31

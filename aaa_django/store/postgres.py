@@ -1,0 +1,188 @@
+"""The event store whose calls are awaits: :class:`PgEventStore`, the Django store
+with its async methods on psycopg 3's async connections (PostgreSQL).
+
+The Django store (:class:`~aaa_django.store.DjangoEventStore`) runs each async call
+in Django's thread-sensitive executor: one thread per process, so concurrent runs
+queue behind it. Here the engine's calls (``append``, ``read``, ``head``, the
+snapshots) await the database on the store's own connections
+(:mod:`aaa_django.store.connections`), many at once. The statements are the sync
+store's (the same tables, triggers and run index; the one-statement append of
+:mod:`aaa_django.store.appends`, run by an async cursor); what is not the common case (a
+lost race, an index row behind its log, a large batch) takes the sync store's
+transactional path, in Django's executor, as before.
+
+Transactions: the async methods run outside any transaction a caller opened (Django's
+``atomic`` is sync-only; these are the store's own connections), and say so: their
+results are ``committed``. A caller that wants events in its own transaction calls
+the ``*_sync`` methods inside it, which join it as the Django store's do.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError
+from django.utils.timezone import now
+
+from aaa_django.events import Event, Snapshot
+from aaa_django.events.store import prepare_batch
+
+from .appends import _READ_AND_ROW_PG, CATCH_UP, Steps
+from .connections import PgConnections, async_capable
+from .database import _LOAD_SNAPSHOT, DjangoEventStore, snapshot_writes
+from .groupcommit import GroupCommit
+from .rows import INSERT_CHUNK, SELECT, EventList, to_event
+
+__all__ = ["PgEventStore", "site_store"]
+
+_HEAD = "SELECT seq, id FROM aaa_event WHERE stream = %s ORDER BY seq DESC LIMIT 1"
+
+
+def site_store(using: str = "default") -> DjangoEventStore:
+    """The store a site's engines use on ``using``: :class:`PgEventStore` on
+    PostgreSQL with psycopg 3, else the Django store."""
+    return PgEventStore(using) if async_capable(using) else DjangoEventStore(using)
+
+
+class PgEventStore(DjangoEventStore):
+    """A :class:`~aaa_django.store.DjangoEventStore` whose async methods await
+    PostgreSQL on the store's own psycopg connections (see the module).
+
+    ``inline=True`` (a Celery worker's store, ``bus.open_store``) keeps the Django
+    store's inline path: the worker side decides when its loop awaits this store.
+    """
+
+    def __init__(self, using: str = "default", *, inline: bool = False,
+                 group_commit: bool = True) -> None:
+        super().__init__(using, inline=inline)
+        self.pg: PgConnections | None = None
+        self.group: GroupCommit | None = None
+        if inline or not async_capable(using):
+            return
+        self.pg = PgConnections.of(using)
+        if group_commit:
+            self.group = GroupCommit(self)
+        self._append_elsewhere = sync_to_async(self.append_sync, thread_sensitive=True)
+        self.append = self._append
+        self.read = self._read
+        self.head = self._head
+        self.load_snapshot = self._load_snapshot
+        self.save_snapshot = self._save_snapshot
+
+    def __repr__(self) -> str:
+        return f"PgEventStore(using={self.using!r})"
+
+    # -- events -------------------------------------------------------------------
+
+    async def _append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
+        stream, batch, texts = prepare_batch(events)  # raises before any write
+        if not batch:
+            return []
+        stored = None
+        if len(batch) <= INSERT_CHUNK:
+            if self.group is not None:
+                stored = await self.group.append(stream, batch, texts, expected_seq)
+            else:
+                stored = await self._append_statement(stream, batch, texts, expected_seq)
+        if stored is None:
+            # Not the common case: the Django store's transactional path decides.
+            return await self._append_elsewhere(events, expected_seq=expected_seq)
+        stored = EventList(stored)
+        self._recent.add(stored)  # committed: a bus may send them along
+        return stored
+
+    async def _append_statement(self, stream: str, batch: list[Event], texts: list[str],
+                                expected_seq: int | None) -> list[Event] | None:
+        """The common append alone: its statements in autocommit. None when it is not
+        the common case, or lost a race (nothing written)."""
+        try:
+            async with self.pg.connection() as conn:
+                return await self._run(conn, self._steps(stream, batch, texts, expected_seq))
+        except IntegrityError:
+            return None
+
+    def _steps(self, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None) -> Steps:
+        return self._pg_steps(self.pg.django, stream, batch, texts, expected_seq, self._forget(stream))
+
+    async def _run(self, conn: Any, steps: Steps, *, in_group: list | None = None) -> list[Event] | None:
+        """Run an append's statements (see ``appends.Steps``) on ``conn``. Alone, a
+        refused statement is the steps' to handle (autocommit: nothing to undo); in a
+        group (``in_group``: where the rows to catch up go, after the commit) it raises
+        (the group rolls the append back to its savepoint)."""
+        import psycopg
+
+        async with conn.cursor() as cur:
+            try:
+                step = next(steps)
+                while True:
+                    sql, params = step
+                    if sql is CATCH_UP:  # rare: the run's row moved meanwhile
+                        if in_group is not None:
+                            in_group.append(params)
+                        else:
+                            await self._catch_up(params)
+                        step = steps.send(None)
+                        continue
+                    try:
+                        await cur.execute(sql, params)
+                    except psycopg.IntegrityError as exc:
+                        if in_group is not None:
+                            raise IntegrityError(str(exc)) from exc
+                        step = steps.throw(IntegrityError(str(exc)))
+                        continue
+                    first = await cur.fetchone() if cur.description else None
+                    step = steps.send((cur.rowcount, first))
+            except StopIteration as done:
+                return done.value
+
+    async def _catch_up(self, stored: list[Event]) -> None:
+        """The run's index row caught up with committed ``stored`` (the sync run index)."""
+        from .runindex import index_events  # runindex imports the store
+
+        await sync_to_async(index_events, thread_sensitive=True)(self.using, stored)
+
+    async def _read(self, stream: str, *, after: int = 0, limit: int | None = None,
+                    tenant: str | None = None) -> list[Event]:
+        if limit is None and tenant is None:
+            # To the head: with the run's index row, what the next append starts from.
+            rows = await self._fetch(_READ_AND_ROW_PG, [stream, stream, after])
+            return self._read_rows(stream, rows, committed=True)
+        sql, params = f"{SELECT} WHERE stream = %s AND seq > %s", [stream, after]
+        if tenant is not None:
+            sql += " AND tenant = %s"
+            params.append(tenant)
+        sql += " ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(max(int(limit), 0))
+        return EventList(to_event(row) for row in await self._fetch(sql, params))
+
+    async def _head(self, stream: str) -> tuple[int, str] | None:
+        rows = await self._fetch(_HEAD, [stream])
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    async def _fetch(self, sql: str, params: list[Any]) -> list[tuple]:
+        async with self.pg.connection() as conn, conn.cursor() as cur:
+            await cur.execute(sql, params)
+            return await cur.fetchall()
+
+    # -- snapshots ----------------------------------------------------------------
+
+    async def _load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
+        rows = await self._fetch(_LOAD_SNAPSHOT, [stream, name, version])
+        return Snapshot(stream, name, version, *rows[0]) if rows else None
+
+    async def _save_snapshot(self, snapshot: Snapshot) -> bool:
+        """As :meth:`DjangoEventStore.save_snapshot_sync`: a conditional UPDATE, else an
+        INSERT that yields to a row inserted meanwhile, then the UPDATE again."""
+        update, insert_ = snapshot_writes(snapshot, self.pg.django.ops.adapt_datetimefield_value(now()))
+        async with self.pg.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            for _ in range(2):
+                await cur.execute(*update)
+                if cur.rowcount:
+                    return True
+                await cur.execute(*insert_)
+                if cur.rowcount:
+                    return True
+        return False

@@ -1,0 +1,376 @@
+"""The run index: one :class:`~aaa_django.models.RunRecord` row per run, folded from its log.
+
+The log is the fact; the index is derived data kept for listing and filtering runs
+(by owner, status, outcome, algorithm, start time). Its fields are ``RUNMETA``'s
+(status, outcome, spend, owner, parent) plus the times of the started, completed and
+last events, so any row can be rebuilt from the events alone:
+
+- :func:`index_events` folds newly stored events into their rows. The event store
+  calls it inside its append transaction, so a row never disagrees with a committed
+  log (``DjangoEventStore`` calls :func:`index_events` inside each append); it is idempotent (events at or below the row's
+  ``last_seq`` are skipped) and catches up from the log when it sees a gap.
+- :func:`refresh` catches one row up with its log (the API does this before it
+  answers about a run, so a process that appends without the index is still seen).
+- :func:`reindex` rebuilds rows with a whole-log fold of ``RUNMETA``
+  (``manage.py aaa_reindex``); :func:`forget` drops the row of an erased run.
+
+Concurrent writers are safe: a row is updated only where its ``last_seq`` is still
+the one the fold started from (an optimistic check), so an event is never counted
+twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from itertools import groupby
+from typing import Any, Iterable, Sequence
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, connections, transaction
+
+from aaa_django.events import Event
+from aaa_django.models import RunRecord
+from aaa_django.runtime.budget import Spend
+from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
+from aaa_django.runtime.lineage import FORKED_FROM
+from aaa_django.runtime.meta import RUNMETA, RunMeta
+
+from .database import DjangoEventStore
+from .rows import ROW_COLUMNS
+
+log = logging.getLogger("aaa_django.runindex")
+
+#: events read per query while catching a row up with its log
+PAGE = 1000
+_RETRIES = 5
+
+
+def index_events(using: str, events: Sequence[Event]) -> None:
+    """Fold stored ``events`` (with their seq) into their runs' rows; idempotent."""
+    for stream, group in groupby(sorted(events, key=lambda e: (e.stream, e.seq or 0)),
+                                 key=lambda e: e.stream):
+        batch = list(group)
+        if not _index_next(using, stream, batch):
+            _index_stream(using, stream, batch)
+
+
+def refresh(using: str, run_id: str) -> RunRecord | None:
+    """The run's row, caught up with its log (created if the log has a start)."""
+    _index_stream(using, run_id, [])
+    return RunRecord.objects.using(using).filter(pk=run_id).first()
+
+
+def forget(using: str, run_id: str) -> None:
+    """Drop the row of an erased run."""
+    RunRecord.objects.using(using).filter(pk=run_id).delete()
+
+
+def reindex(using: str = "default", run_ids: Iterable[str] | None = None, *,
+            progress: Any = None) -> dict[str, int]:
+    """Rebuild rows from the log with a whole-log ``RUNMETA`` fold.
+
+    All streams by default: rows of streams that no longer exist are deleted. The
+    ``request_hash`` of an existing row (not in the log) is kept. Returns counts of
+    ``indexed``, ``skipped`` (streams that are not runs) and ``deleted`` rows.
+    ``progress``: an :class:`~aaa_django.management.progress.Progress`, given the number of
+    streams and advanced by each.
+    """
+    store = DjangoEventStore(using)
+    streams = list(run_ids) if run_ids is not None else store.streams_sync()
+    counts = {"indexed": 0, "skipped": 0, "deleted": 0}
+    if progress is not None:
+        progress.total = len(streams)
+    for stream in streams:
+        events = read_all(store, stream)
+        if not events or events[0].type != RUN_STARTED:
+            counts["skipped"] += 1
+            if not events:
+                counts["deleted"] += RunRecord.objects.using(using).filter(pk=stream).delete()[0]
+        else:
+            meta = _fold(RunMeta(), events)
+            fields = _fields(meta, events, None, using)
+            RunRecord.objects.using(using).update_or_create(pk=stream, defaults=fields)
+            counts["indexed"] += 1
+        if progress is not None:
+            progress.advance()
+    if run_ids is None:
+        counts["deleted"] += (
+            RunRecord.objects.using(using).exclude(pk__in=streams).delete()[0]
+        )
+    return counts
+
+
+# -- folding ------------------------------------------------------------------------
+
+_LAST_SEQ = ROW_COLUMNS.index("last_seq")
+_SELECT_ROW = f"SELECT {', '.join(ROW_COLUMNS)} FROM aaa_run WHERE run_id = %s"
+_UPDATED = ("algorithm", "status", "outcome", "parent", "tokens_in", "tokens_out", "cost",
+            "model_calls", "tool_calls", "updated_at", "last_seq")
+_UPDATE_ROW = (
+    f"UPDATE aaa_run SET {', '.join(f'{c} = %s' for c in _UPDATED)}, "
+    "ended_at = COALESCE(%s, ended_at) WHERE run_id = %s AND last_seq = %s"
+)
+
+
+class _Row:
+    """The columns of ``ROW_COLUMNS``, named as the model's fields."""
+
+    __slots__ = ROW_COLUMNS + ("ended_at",)
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        for name, value in zip(ROW_COLUMNS, values):
+            setattr(self, name, value)
+        self.ended_at = None  # the UPDATE keeps the stored one unless the run ends now
+
+
+def row_update(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tuple[str, list, tuple] | None:
+    """The common case, in plain SQL (every append folds its events into the run's
+    row, and the ORM's query building cost more than the queries): the UPDATE that
+    folds stored ``events`` into the row whose ``ROW_COLUMNS`` are ``row``, guarded
+    by the row's ``last_seq``, its parameters, and the row's ``ROW_COLUMNS`` after
+    it. None unless the row exists and the events follow on from it (then
+    :func:`index_events` does it all)."""
+    folded = _fold_row(row, events)
+    if folded is None:
+        return None
+    r, fields, after = folded
+    adapt = conn.ops.adapt_datetimefield_value
+    values = [adapt(fields[c]) if c == "updated_at" else fields[c] for c in _UPDATED]
+    ended = fields["ended_at"]
+    return (_UPDATE_ROW, [*values, adapt(ended) if ended is not None else None, r.run_id, r.last_seq],
+            after)
+
+
+def row_after(row: Sequence[Any] | None, events: list[Event]) -> tuple | None:
+    """The ``ROW_COLUMNS`` of the row ``row`` after stored ``events`` are folded into
+    it (what :func:`row_update` would leave), or None when it would not apply."""
+    folded = _fold_row(row, events)
+    return folded[2] if folded is not None else None
+
+
+def _fold_row(row: Sequence[Any] | None, events: list[Event]) -> tuple[Any, dict[str, Any], tuple] | None:
+    if row is None or not events:
+        return None
+    r = _Row(row)
+    if events[0].seq != r.last_seq + 1:
+        return None  # a gap (or indexed already): catch up from the log
+    try:
+        fields = _folded(_fold(_meta_of(r), events), events, r)
+    except Exception:
+        return None  # the general path logs it
+    return r, fields, tuple(fields.get(c, getattr(r, c)) for c in ROW_COLUMNS)
+
+
+#: the columns a new run's row is inserted with (``owner_id`` follows, see ``row_insert``)
+_INSERTED = ("run_id", "algorithm", "status", "outcome", "parent", "tokens_in", "tokens_out", "cost",
+             "model_calls", "tool_calls", "started_at", "ended_at", "updated_at", "last_seq",
+             "request_hash", "forked_from", "forked_at")
+
+
+def row_insert(conn: Any, events: list[Event]) -> tuple[str, list, tuple] | None:
+    """A new run's row in plain SQL, folded from its first stored ``events`` (from seq
+    1, ``aaa.run.started``): the INSERT (``RETURNING owner_id``), its parameters, and
+    the row's ``ROW_COLUMNS`` after it (with the owner it asked for: the statement
+    stores it only if that user exists, as :func:`owner_pk` would). None when the
+    events do not start a run."""
+    fields = _new_row(events)
+    if fields is None:
+        return None
+    adapt = conn.ops.adapt_datetimefield_value
+    values = [adapt(fields[c]) if c.endswith("_at") and fields[c] is not None else fields[c]
+              for c in _INSERTED]
+    User = get_user_model()
+    qn = conn.ops.quote_name
+    pk = qn(User._meta.pk.column)
+    sql = (f"INSERT INTO aaa_run ({', '.join(_INSERTED)}, owner_id) "
+           f"VALUES ({', '.join(['%s'] * len(_INSERTED))}, "
+           f"(SELECT {pk} FROM {qn(User._meta.db_table)} WHERE {pk} = %s)) RETURNING owner_id")
+    return sql, [*values, fields["owner_id"]], tuple(fields[c] for c in ROW_COLUMNS)
+
+
+def initial_row(events: Sequence[Event]) -> tuple | None:
+    """The ``ROW_COLUMNS`` of a new run's row after its first ``events`` (from seq 1),
+    without asking the database: ``owner_id`` is the pk the run's owner names (the
+    stored row has None if no such user exists; a fold of later events never reads
+    it). None when the events do not start a run."""
+    fields = _new_row(events)
+    return tuple(fields[c] for c in ROW_COLUMNS) if fields is not None else None
+
+
+def _new_row(events: Sequence[Event]) -> dict[str, Any] | None:
+    if not starts_run(events):
+        return None
+    try:
+        meta = _fold(RunMeta(), events)
+        fields = _folded(meta, list(events), None)
+        owner = _owner_value(meta.owner)
+    except Exception:
+        return None  # the general path logs it
+    return {**fields, **origin(events[0]), "run_id": events[0].stream, "started_at": events[0].time,
+            "request_hash": "",
+            "owner_id": owner}
+
+
+def origin(started: Event) -> dict[str, Any]:
+    """The row's ``forked_from`` and ``forked_at``: the run a fork's start names, and
+    the seq it was forked at (None for a run that is not a fork)."""
+    fork = started.data.get(FORKED_FROM) if started.type == RUN_STARTED else None
+    if not isinstance(fork, dict):
+        return {"forked_from": None, "forked_at": None}
+    return {"forked_from": fork.get("run"), "forked_at": fork.get("seq")}
+
+
+def starts_run(events: Sequence[Event]) -> bool:
+    """Do stored ``events`` begin a run's log (seq 1, ``aaa.run.started``)?"""
+    return bool(events) and events[0].seq == 1 and events[0].type == RUN_STARTED
+
+
+def _index_next(using: str, stream: str, events: list[Event]) -> bool:
+    """:func:`row_update` on the row read now; False when it is not the common case."""
+    conn = connections[using]
+    with conn.cursor() as cur:
+        cur.execute(_SELECT_ROW, [stream])
+        row = cur.fetchone()
+        if row is not None and events and (events[-1].seq or 0) <= row[_LAST_SEQ]:
+            return True  # indexed already
+        if row is None and not starts_run(events):
+            return True  # not a run: a row is only ever made by a run's first event
+        update = row_update(conn, row, events)
+        if update is None:
+            return False
+        cur.execute(update[0], update[1])
+        return cur.rowcount == 1
+
+
+def _index_stream(using: str, stream: str, events: list[Event]) -> None:
+    store = DjangoEventStore(using)
+    rows = RunRecord.objects.using(using)
+    for _ in range(_RETRIES):
+        row = rows.filter(pk=stream).first()
+        if row is None and events and not (events[0].seq == 1 and events[0].type == RUN_STARTED):
+            # Not a run, or a run whose start was never indexed: in the append path
+            # (events given) that is never worth a read of the log on every append
+            # (quadratic on a long stream); refresh() and aaa_reindex catch up.
+            return
+        last = row.last_seq if row is not None else 0
+        new = [e for e in events if (e.seq or 0) > last]
+        if events and not new:
+            return  # indexed already
+        if not events or (new and new[0].seq != last + 1):
+            # A gap (events appended without the index), or a plain catch-up: read the
+            # missing part of the log.
+            upto = new[0].seq - 1 if new else None
+            new = read_all(store, stream, after=last, upto=upto) + new
+        if not new:
+            return
+        if row is None and new[0].type != RUN_STARTED:
+            return  # not a run (or its start is not in this log)
+        try:
+            meta = _fold(_meta_of(row) if row is not None else RunMeta(), new)
+            fields = _fields(meta, new, row, using)
+        except Exception:  # derived data must never fail an append: aaa_reindex heals it
+            log.warning("run index: cannot fold %s at seq %s", stream, new[-1].seq, exc_info=True)
+            return
+        try:
+            if row is None:
+                with transaction.atomic(using=using):
+                    rows.create(pk=stream, **fields)
+                return
+            if rows.filter(pk=stream, last_seq=last).update(**fields):
+                return
+        except IntegrityError:
+            pass  # another writer created the row first: fold again from its state
+        events = new  # another writer moved the row on: start again from its state
+    log.warning("run index: gave up updating %s after %s races", stream, _RETRIES)
+
+
+def read_all(store: DjangoEventStore, stream: str, *, after: int = 0,
+             upto: int | None = None) -> list[Event]:
+    """The stream's events after ``after`` (up to seq ``upto``), read page by page."""
+    out: list[Event] = []
+    while True:
+        limit = PAGE if upto is None else min(PAGE, upto - after)
+        if limit <= 0:
+            return out
+        page = store.read_sync(stream, after=after, limit=limit)
+        out.extend(page)
+        if len(page) < limit:
+            return out
+        after = page[-1].seq
+
+
+def _fold(meta: RunMeta, events: Iterable[Event]) -> RunMeta:
+    # RUNMETA's own fold function, called directly: the index must not move the
+    # projection's fold counters, which the engine's tests read.
+    for e in events:
+        meta = RUNMETA.apply(meta, e)
+    return meta
+
+
+def _meta_of(row: Any) -> RunMeta:
+    """The part of RUNMETA a row keeps: enough for RUNMETA's fold of the index fields."""
+    return RunMeta(
+        run_id=row.run_id,
+        algorithm=row.algorithm,
+        status=row.status,
+        outcome=row.outcome,
+        parent=row.parent,
+        owner=str(row.owner_id) if row.owner_id is not None else None,
+        spend=Spend(
+            tokens_in=row.tokens_in,
+            tokens_out=row.tokens_out,
+            cost=row.cost,
+            model_calls=row.model_calls,
+            tool_calls=row.tool_calls,
+        ),
+    )
+
+
+def _fields(meta: RunMeta, new: list[Event], row: Any, using: str) -> dict[str, Any]:
+    fields = _folded(meta, new, row)
+    if row is None:
+        fields.update(origin(new[0]))
+        fields["started_at"] = new[0].time
+        fields["owner_id"] = owner_pk(meta.owner, using)
+    return fields
+
+
+def _folded(meta: RunMeta, new: list[Event], row: Any) -> dict[str, Any]:
+    """The row's fields that the fold of ``new`` (into ``row``, or a new row) sets."""
+    ended = next((e.time for e in new if e.type == RUN_COMPLETED), None)
+    fields: dict[str, Any] = {
+        "algorithm": meta.algorithm or "",
+        "status": meta.status,
+        "outcome": meta.outcome,
+        "parent": meta.parent,
+        "tokens_in": meta.spend.tokens_in,
+        "tokens_out": meta.spend.tokens_out,
+        "cost": meta.spend.cost,
+        "model_calls": meta.spend.model_calls,
+        "tool_calls": meta.spend.tool_calls,
+        "ended_at": ended if ended is not None else (row.ended_at if row else None),
+        "updated_at": new[-1].time,
+        "last_seq": new[-1].seq,
+    }
+    return fields
+
+
+def owner_pk(owner: Any, using: str = "default") -> Any:
+    """The user pk named by a run's ``owner`` (``str(user.pk)``), or None."""
+    pk = _owner_value(owner)
+    if pk is None:
+        return None
+    User = get_user_model()
+    return pk if User._default_manager.db_manager(using).filter(pk=pk).exists() else None
+
+
+def _owner_value(owner: Any) -> Any:
+    """``owner`` as a value of the user model's pk, or None (not asking whether that
+    user exists)."""
+    if owner is None or owner == "":
+        return None
+    try:
+        return get_user_model()._meta.pk.to_python(owner)
+    except (ValidationError, TypeError, ValueError):
+        return None

@@ -1,0 +1,128 @@
+"""Group commit (``aaa_django.store.groupcommit``): appends of several runs that arrive
+together share one transaction; each run's order and invariants are the ones an
+append alone has, and one append's refusal fails no other.
+
+One lane (``lanes=1``) makes the grouping deterministic: appends started together on
+one loop are all queued before the lane's first transaction starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from aaa_django.events import ClosedStreamError, ConcurrencyError, Event
+from aaa_django.models import RunRecord
+from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED, TOOL_COMPLETED
+from aaa_django.store.groupcommit import GroupCommit
+from aaa_django.store.postgres import PgEventStore
+from aaa_django.testing.eventstore import ev, raw, run
+
+pytestmark = pytest.mark.django_db(databases=["postgres"], transaction=True)
+
+
+@pytest.fixture
+def store(pg_alias):
+    store = PgEventStore(pg_alias)
+    store.group = GroupCommit(store, lanes=1)
+    return store
+
+
+def started(run_id: str) -> Event:
+    return Event.new(run_id, RUN_STARTED, {"algorithm": "tests.Algo", "input": {}})
+
+
+def together(*appends):
+    async def main():
+        return await asyncio.gather(*appends, return_exceptions=True)
+
+    return run(main())
+
+
+def test_appends_of_several_runs_started_together_share_one_transaction(store):
+    results = together(*(store.append([started(f"run-{i}"), ev(f"run-{i}")]) for i in range(5)))
+
+    assert (store.group.groups, store.group.grouped) == (1, 5)
+    for i, stored in enumerate(results):
+        assert [(e.stream, e.seq) for e in stored] == [(f"run-{i}", 1), (f"run-{i}", 2)]
+        assert stored.committed
+        assert run(store.read(f"run-{i}")) == stored
+    # the run index is kept in the same transaction, as by an append alone
+    rows = RunRecord.objects.using(store.using).filter(run_id__startswith="run-")
+    assert sorted((r.run_id, r.last_seq) for r in rows) == [(f"run-{i}", 2) for i in range(5)]
+
+
+def test_a_refused_append_fails_only_itself(store):
+    for i in range(3):
+        run(store.append([started(f"run-{i}")]))
+    run(store.append([ev("run-1", "a.first")]))
+    again = run(store.read("run-1", after=1))  # stored already: absorbed, not stored twice
+
+    results = together(
+        store.append([ev("run-0", "a.b")]),
+        store.append([ev("run-1", "a.b")], expected_seq=5),  # the head is 2
+        store.append(again),
+        store.append([raw(stream="run-2", type="a.b", seq=7)]),  # claims a seq that is not next
+        store.append([ev("run-2", "c.d")]),
+    )
+
+    # two groups (one append per stream in each); the refused appends sent nothing
+    assert (store.group.groups, store.group.grouped) == (2, 5)
+    assert [e.seq for e in results[0]] == [2]
+    assert isinstance(results[1], ConcurrencyError)
+    assert results[2] == []
+    assert isinstance(results[3], ConcurrencyError)
+    assert [(e.type, e.seq) for e in results[4]] == [("c.d", 2)]
+    assert [e.type for e in run(store.read("run-1"))] == [RUN_STARTED, "a.first"]
+    assert [e.type for e in run(store.read("run-2"))] == [RUN_STARTED, "c.d"]
+
+
+def test_a_streams_appends_in_one_group_keep_their_order(store):
+    run(store.append([started("run-a")]))
+    first, second, other = ev("run-a", "a.first"), ev("run-a", "a.second"), ev("run-b", "a.other")
+
+    results = together(store.append([first]), store.append([other]), store.append([second]))
+
+    # one append per stream in a group: the second of run-a goes in the next one
+    assert (store.group.groups, store.group.grouped) == (1, 2), results
+    assert [e.seq for e in results[0]] == [2] and [e.seq for e in results[2]] == [3]
+    assert [e.type for e in run(store.read("run-a"))] == [RUN_STARTED, "a.first", "a.second"]
+    assert RunRecord.objects.using(store.using).get(run_id="run-a").last_seq == 3
+
+
+def test_a_lost_race_in_a_group_makes_each_append_again_alone(store, pg_alias):
+    for stream in ("run-a", "run-b"):
+        run(store.append([started(stream)]))
+    # Another process appends to run-a: this store's hint of its head is stale.
+    run(PgEventStore(pg_alias).append([ev("run-a", "a.elsewhere")]))
+
+    results = together(store.append([ev("run-a", "a.here")]), store.append([ev("run-b", "b.here")]))
+
+    # The database refused run-a's statement: the group was rolled back whole, and
+    # each append made again alone.
+    assert (store.group.groups, store.group.grouped) == (0, 0)
+    assert [(e.type, e.seq) for e in results[0]] == [("a.here", 3)]
+    assert [(e.type, e.seq) for e in results[1]] == [("b.here", 2)]
+    assert [e.type for e in run(store.read("run-a"))] == [RUN_STARTED, "a.elsewhere", "a.here"]
+    assert RunRecord.objects.using(pg_alias).get(run_id="run-b").last_seq == 2
+
+
+def test_an_append_to_a_closed_run_in_a_group_fails_only_itself(store):
+    run(store.append([started("run-ended"), ev("run-ended", RUN_COMPLETED)]))
+    run(store.append([started("run-going")]))
+
+    results = together(
+        store.append([ev("run-ended", TOOL_COMPLETED)]),  # a late result of an ended run
+        store.append([ev("run-going", "a.b")]),
+        store.append([ev("run-erased", TOOL_COMPLETED)]),  # no start: an orphan stream
+    )
+
+    # The triggers refused it in the group's transaction: rolled back whole, each
+    # append made again alone, and the refusals are final (no retry, nothing written).
+    assert store.group.rolled_back == 1
+    assert isinstance(results[0], ClosedStreamError) and "completed" in str(results[0])
+    assert [(e.type, e.seq) for e in results[1]] == [("a.b", 2)]
+    assert isinstance(results[2], ClosedStreamError) and RUN_STARTED in str(results[2])
+    assert [e.type for e in run(store.read("run-ended"))] == [RUN_STARTED, RUN_COMPLETED]
+    assert run(store.read("run-erased")) == []

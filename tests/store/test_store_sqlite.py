@@ -1,0 +1,211 @@
+"""Appends on SQLite. Outside a caller's transaction an append is one short
+transaction of its own: BEGIN IMMEDIATE, one query (the head, the ids stored already,
+the run's index row), the INSERT and the run row's UPDATE, COMMIT; on any error it is
+rolled back whole. Inside a caller's transaction it joins it. Either way the events
+and the run index commit, or roll back, together."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from django.db import OperationalError, connections, transaction
+
+from aaa_django.events import ConcurrencyError, Event
+from aaa_django.models import RunRecord
+from aaa_django.store import DjangoEventStore
+from aaa_django.store.rows import time_adapter
+from tests.store.test_runindex_statement import assert_row_is_the_log_folded, log_of
+from tests.store.test_runindex_statement import row as statement_row
+
+# transaction=True: appends made outside any transaction, as a Celery task's or a
+# management command's are (a test transaction would make every append join it).
+pytestmark = pytest.mark.django_db(databases=["default"], transaction=True)
+
+ALIAS = "default"
+
+
+@contextlib.contextmanager
+def statements(fail=None):
+    """The SQL run on the connection, each as its first words ("BEGIN IMMEDIATE",
+    "SELECT", "INSERT", "UPDATE aaa_run", ...). ``fail(kind)`` may return an exception
+    to raise instead of running a statement."""
+    seen: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        words = sql.split()
+        kind = " ".join(words[:2]) if words[0] in ("BEGIN", "UPDATE") else words[0]
+        error = fail(kind) if fail else None
+        if error is not None:
+            raise error
+        seen.append(kind)
+        return execute(sql, params, many, context)
+
+    with connections[ALIAS].execute_wrapper(record):
+        yield seen
+
+
+def no_transaction_open() -> bool:
+    conn = connections[ALIAS]
+    return conn.get_autocommit() and not conn.connection.in_transaction
+
+
+def row(run_id: str) -> dict:
+    return statement_row(run_id, ALIAS)
+
+
+def test_an_append_outside_a_transaction_is_one_transaction_of_its_own():
+    store = DjangoEventStore(ALIAS)
+    store.append_sync([Event.new("plain", "test.happened", {"i": 0})])
+
+    with statements() as sql:
+        stored = store.append_sync([Event.new("plain", "test.happened", {"i": i})
+                                    for i in (1, 2, 3)])
+
+    assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "COMMIT"]
+    assert [e.seq for e in stored] == [2, 3, 4] and no_transaction_open()
+    assert [e.data for e in store.read_sync("plain")] == [{"i": i} for i in range(4)]
+
+
+def test_an_append_of_stored_ids_only_reads():
+    store = DjangoEventStore(ALIAS)
+    events = [Event.new("plain", "test.happened", {"i": i}) for i in range(3)]
+    store.append_sync(events[:2])
+
+    with statements() as sql:
+        stored = store.append_sync(events)  # two absorbed, one new
+
+    assert [(e.id, e.seq) for e in stored] == [(events[2].id, 3)]
+    assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "COMMIT"]
+    with statements() as sql:
+        assert store.append_sync(events) == []
+    assert sql == ["BEGIN IMMEDIATE", "SELECT", "COMMIT"]  # nothing to write
+    assert no_transaction_open()
+
+
+@pytest.mark.parametrize("batches", [[10], [1] * 10, [3, 4, 3], [1, 9], [8, 2]])
+def test_a_runs_row_is_updated_in_the_same_transaction_as_its_events(batches):
+    store, events, i = DjangoEventStore(ALIAS), log_of("run-a"), 0
+    for n in batches:
+        with statements() as sql:
+            assert len(store.append_sync(events[i:i + n])) == n
+        if i == 0:
+            # The run's first events make its row: the transactional path (runindex).
+            assert "ROLLBACK" not in sql and RunRecord.objects.filter(pk="run-a").exists()
+        else:
+            assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "UPDATE aaa_run", "COMMIT"]
+        store.append_sync(events[i:i + n])  # again: absorbed, the row unchanged
+        i += n
+
+    assert_row_is_the_log_folded(store, "run-a", ALIAS)
+
+
+def test_a_runs_start_behind_an_id_stored_elsewhere_still_makes_its_row():
+    store, events = DjangoEventStore(ALIAS), log_of("run-e")
+    other = Event.new("elsewhere", "test.happened", {})
+    store.append_sync([other])
+    again = Event(id=other.id, stream="run-e", type="test.happened", data={})
+
+    stored = store.append_sync([again, *events[:3]])  # the first one is absorbed
+
+    assert [(e.type, e.seq) for e in stored][0] == ("aaa.run.started", 1)
+    assert row("run-e")["last_seq"] == 3 and row("run-e")["status"] == "running"
+
+
+def test_a_row_behind_its_log_is_caught_up_by_the_transactional_path():
+    store, events = DjangoEventStore(ALIAS), log_of("run-b")
+    store.append_sync(events[:4])
+    RunRecord.objects.filter(pk="run-b").update(last_seq=2, tokens_in=0)  # behind
+
+    with statements() as sql:
+        store.append_sync(events[4:6])
+
+    assert sql[:3] == ["BEGIN IMMEDIATE", "SELECT", "ROLLBACK"]  # not the common case
+    assert row("run-b")["last_seq"] == 6 and row("run-b")["tokens_in"] == 7
+    assert [e.seq for e in store.read_sync("run-b")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_refused_append_rolls_back_and_writes_nothing():
+    store = DjangoEventStore(ALIAS)
+    store.append_sync([Event.new("plain", "test.happened", {})])
+
+    with statements() as sql, pytest.raises(ConcurrencyError):
+        store.append_sync([Event.new("plain", "test.happened", {})], expected_seq=0)
+
+    assert sql == ["BEGIN IMMEDIATE", "SELECT", "ROLLBACK"]
+    assert len(store.read_sync("plain")) == 1 and no_transaction_open()
+    assert store.append_sync([Event.new("plain", "test.happened", {})])[0].seq == 2
+
+
+@pytest.mark.parametrize("at", ["UPDATE aaa_run", "COMMIT"])
+def test_an_error_after_the_insert_rolls_back_the_events_and_the_row(at):
+    store, events = DjangoEventStore(ALIAS), log_of("run-c")
+    store.append_sync(events[:3])
+    before = row("run-c")
+
+    with statements(lambda kind: RuntimeError("boom") if kind == at else None) as sql:
+        with pytest.raises(RuntimeError):
+            store.append_sync(events[3:6])
+
+    assert sql[-1] == "ROLLBACK" and "INSERT" in sql
+    assert [e.seq for e in store.read_sync("run-c")] == [1, 2, 3] and row("run-c") == before
+    assert no_transaction_open()
+    store.append_sync(events[3:6])  # the connection is fine
+    assert row("run-c")["last_seq"] == 6
+
+
+def test_a_lost_race_is_retried_from_scratch():
+    # "database is locked" (another writer) at any statement: the attempt is rolled
+    # back and the append starts again.
+    store = DjangoEventStore(ALIAS)
+    store.append_sync([Event.new("plain", "test.happened", {})])
+    failures = iter([OperationalError("database is locked")])
+
+    def fail(kind):
+        return next(failures, None) if kind == "COMMIT" else None
+
+    with statements(fail) as sql:
+        stored = store.append_sync([Event.new("plain", "test.happened", {"n": n})
+                                    for n in range(2)])
+
+    assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "ROLLBACK",
+                   "BEGIN IMMEDIATE", "SELECT", "INSERT", "COMMIT"]
+    assert [e.seq for e in stored] == [2, 3]
+    assert [e.seq for e in store.read_sync("plain")] == [1, 2, 3]
+
+
+class Rollback(Exception):
+    pass
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_inside_a_callers_transaction_an_append_joins_it(outcome):
+    store, events = DjangoEventStore(ALIAS), log_of("run-d")
+    store.append_sync(events[:3])
+    before = row("run-d")
+
+    with contextlib.suppress(Rollback), statements() as sql:
+        with transaction.atomic(using=ALIAS):
+            store.append_sync(events[3:6])
+            assert [e.seq for e in store.read_sync("run-d")] == [1, 2, 3, 4, 5, 6]
+            if outcome == "rollback":
+                raise Rollback
+
+    # One transaction, the caller's (its BEGIN); the append is a savepoint in it.
+    assert sql.count("BEGIN IMMEDIATE") == 1 and "SAVEPOINT" in sql and "COMMIT" not in sql
+    if outcome == "commit":
+        assert len(store.read_sync("run-d")) == 6 and row("run-d")["last_seq"] == 6
+    else:
+        assert len(store.read_sync("run-d")) == 3 and row("run-d") == before
+
+
+@pytest.mark.parametrize("when", [
+    datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=timezone.utc),
+    datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc),  # no microseconds: none written
+    datetime(9, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc),
+    datetime(2026, 3, 4, 5, 6, 7, 890, tzinfo=timezone(timedelta(hours=2))),
+])
+def test_event_times_are_stored_as_django_stores_them(when):
+    conn = connections[ALIAS]
+    assert time_adapter(conn)(when) == conn.ops.adapt_datetimefield_value(when)
