@@ -23,12 +23,17 @@ aaa.W001   A SQLite database without ``transaction_mode: IMMEDIATE`` (appends in
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import Error
+from django.utils.module_loading import import_string
 
 from .conf import BUSES, DEFAULTS, site_aaa
+from .events import Projection
+from .runtime.outcome import OUTCOMES
+from .tools import Tool
 
 # key -> (accepted types, readable name). bool is refused where an int is wanted.
 _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
@@ -171,8 +176,6 @@ def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 
 def _dotted(key: str, path: str, accepts: Any, readable: str) -> list[Error]:
-    from django.utils.module_loading import import_string
-
     try:
         obj = import_string(path)
     except ImportError as exc:
@@ -183,14 +186,10 @@ def _dotted(key: str, path: str, accepts: Any, readable: str) -> list[Error]:
 
 
 def _is_tool(obj: Any) -> bool:
-    from .tools import Tool
-
     return isinstance(obj, Tool) or callable(obj)
 
 
 def _is_named_projection(obj: Any) -> bool:
-    from .events import Projection
-
     return isinstance(obj, Projection) and bool(obj.name)
 
 
@@ -263,8 +262,6 @@ def check_cluster_settings(app_configs: Any = None, **kwargs: Any) -> list[Error
             errors.append(Error("AAA['WORKER_SETUP'] must be a dotted path (a str) or None.",
                                 id="aaa.E104"))
         else:
-            from django.utils.module_loading import import_string
-
             try:
                 if not callable(import_string(setup)):
                     raise ImportError(f"{setup} is not callable")
@@ -331,8 +328,6 @@ def check_celery_bus(app_configs: Any = None, **kwargs: Any) -> list[Error | War
 
 
 def _broker_url() -> str:
-    import os
-
     from celery import current_app
 
     return (getattr(settings, "CELERY_BROKER_URL", None) or current_app.conf.broker_url
@@ -340,7 +335,8 @@ def _broker_url() -> str:
 
 
 @register("database")
-def check_sqlite_transaction_mode(app_configs: Any = None, databases: Any = None, **kwargs: Any):
+def check_sqlite_transaction_mode(app_configs: Any = None, databases: Any = None,
+                                  **kwargs: Any) -> list[Warning]:
     """SQLite appenders need ``transaction_mode: IMMEDIATE``.
 
     In SQLite's default deferred mode a transaction that has read cannot take the write
@@ -378,8 +374,6 @@ def check_sqlite_transaction_mode(app_configs: Any = None, databases: Any = None
 @register()
 def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """``RETENTION``, ``RETENTION_BATCH`` and ``ORPHAN_GRACE``."""
-    from .runtime.outcome import OUTCOMES
-
     site = site_aaa()
     if not isinstance(site, dict):
         return []  # aaa.E001 says so

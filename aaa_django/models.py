@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -203,7 +204,7 @@ class ApiKey(models.Model):
 
     @classmethod
     def create_key(
-        cls, user, *, name: str = "", expires_in: timedelta | None = None, using: str | None = None
+        cls, user: Any, *, name: str = "", expires_in: timedelta | None = None, using: str | None = None
     ) -> tuple["ApiKey", str]:
         """Store a new key for ``user``; return it and its secret (shown only now)."""
         raw = cls.generate()

@@ -112,7 +112,7 @@ def run(args) -> None:
                 if sink["n"] % 500 == 0:
                     publisher._producer.channel.client.delete("profile.sink")
         for run_id in ended:
-            self._coordinator().notify_ended(run_id)
+            self.coordination().notify_ended(run_id)
 
     DistributedBus._send = capture
     if args.trace:

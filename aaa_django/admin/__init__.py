@@ -38,14 +38,13 @@ no permission that lets the admin write them.
 
 from django.contrib import admin
 
+# The built-in algorithms, so the start form offers them in any process.
+import aaa_django.algos  # noqa: F401
 from aaa_django.models import ApiKey, EventRecord, RunRecord, SnapshotRecord
 
 from .apikeys import ApiKeyAdmin
 from .records import EventAdmin, SnapshotAdmin
 from .runs import RunAdmin
-
-# The built-in algorithms, so the start form offers them in any process.
-import aaa_django.algos  # noqa: E402,F401
 
 admin.site.register(RunRecord, RunAdmin)
 admin.site.register(EventRecord, EventAdmin)

@@ -8,10 +8,12 @@ Each is a POST (erase and start also have a page) that checks the user's permiss
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
+from django.contrib.admin import AdminSite
 from django.core.exceptions import PermissionDenied
+from django.db.models.options import Options
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -25,10 +27,32 @@ from . import engine
 from .forms import ApprovalForm, ReasonForm, StartRunForm
 
 
-class RunActions:
-    """Views mixed into :class:`~aaa_django.admin.runs.RunAdmin` (which provides
-    ``get_run``, ``has_view_permission``, ``has_add_permission``, ``_url``, ``_context``
-    and ``_using``)."""
+class RunAdminViews:
+    """What views mixed into :class:`~aaa_django.admin.runs.RunAdmin` use of it (a
+    ``ModelAdmin``): declared for the type checker, provided by ``RunAdmin``."""
+
+    if TYPE_CHECKING:
+        admin_site: AdminSite
+        opts: Options[RunRecord]
+
+        def get_run(self, request: HttpRequest, object_id: str,
+                    action: str | None = None) -> RunRecord: ...
+
+        def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool: ...
+
+        def has_add_permission(self, request: HttpRequest) -> bool: ...
+
+        def has_module_permission(self, request: HttpRequest) -> bool: ...
+
+        def _url(self, what: str, run_id: str, *args: Any) -> str: ...
+
+        def _using(self) -> str: ...
+
+        def _context(self, request: HttpRequest, run: RunRecord, **extra: Any) -> dict[str, Any]: ...
+
+
+class RunActions(RunAdminViews):
+    """Views mixed into :class:`~aaa_django.admin.runs.RunAdmin`: the actions on a run."""
 
     def _acting(self, request: HttpRequest, object_id: str, action: str) -> RunRecord:
         return self.get_run(request, object_id, action)

@@ -7,15 +7,19 @@ process's :class:`~aaa_django.site.host.EngineHost`, whose loop thread keeps the
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Callable, Coroutine, Mapping, TypeVar
 
+from aaa_django.runtime import Engine
+from aaa_django.runtime.fork import fork as fork_run
 from aaa_django.site.host import EngineHost, EngineUnavailable
 from aaa_django.store import runindex
+
+R = TypeVar("R")
 
 __all__ = ["EngineUnavailable", "approve", "cancel", "deny", "erase", "fork", "redrive", "start"]
 
 
-def call(fn: Callable[[Any], Awaitable[Any]], timeout: float | None = 30.0) -> Any:
+def call(fn: Callable[[Engine], Coroutine[Any, Any, R]], timeout: float | None = 30.0) -> R:
     """``await fn(engine)`` on the process's engine host."""
     return EngineHost.get().call(fn, timeout=timeout)
 
@@ -61,8 +65,6 @@ def fork(run_id: str, at: int, *, user: Any, config: Mapping[str, Any] | None,
          budget: Mapping[str, Any] | None, deadline: Any = ...) -> str:
     """Fork ``run_id`` at event ``at`` for ``user`` (see
     :func:`aaa_django.runtime.fork.fork`); return the new run's id."""
-    from aaa_django.runtime.fork import fork as fork_run
-
     run = call(lambda e: fork_run(e, run_id, at, config=config, budget=budget,
                                   deadline=deadline, owner=str(user.pk)))
     return run.run_id

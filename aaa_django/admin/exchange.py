@@ -19,19 +19,20 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.template.response import TemplateResponse
 
+from aaa_django.models import RunRecord
 from aaa_django.runtime.fork import ForkError
 from aaa_django.site.engines import site_blobs
 from aaa_django.store import exchange, runindex
 
 from . import engine, reading
+from .actions import RunAdminViews
 from .forms import ForkForm, ImportForm
 
 IMPORT = "aaa.import_run"
 
 
-class RunExchange:
-    """Views mixed into :class:`~aaa_django.admin.runs.RunAdmin` (which provides
-    ``get_run``, ``has_add_permission``, ``_url``, ``_context`` and ``_using``)."""
+class RunExchange(RunAdminViews):
+    """Views mixed into :class:`~aaa_django.admin.runs.RunAdmin`: export, import, fork."""
 
     def export_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         run = self.get_run(request, object_id)
@@ -92,7 +93,5 @@ class RunExchange:
 
 def forks_of(using: str, run_id: str, limit: int) -> list[Any]:
     """The runs forked from ``run_id`` (newest first)."""
-    from aaa_django.models import RunRecord
-
     return list(RunRecord.objects.using(using).filter(forked_from=run_id)
                 .order_by("-started_at")[:limit])

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from django import forms
 from pydantic import ValidationError
 
-from aaa_django.runtime import Budget
-from aaa_django.runtime import registry
-from aaa_django.validate.handler import validate
+from aaa_django.runtime import Budget, registry
+from aaa_django.validate import validate
 
 #: the longest reason kept in an event
 MAX_REASON = 500
@@ -34,7 +33,7 @@ def _json_field(label: str, help_text: str, required: bool) -> forms.CharField:
     )
 
 
-def _errors(exc_errors: list[dict[str, Any]]) -> list[str]:
+def _errors(exc_errors: Iterable[Mapping[str, Any]]) -> list[str]:
     out = []
     for e in exc_errors:
         where = ".".join(str(p) for p in e.get("loc", ())) or "(the whole value)"

@@ -15,13 +15,16 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from aaa_django.conf import aaa_settings
-from aaa_django.data import BlobRef, hydrate, is_claimed
+from aaa_django.data import BlobRef, is_claimed
 from aaa_django.data.errors import BlobError, BlobIntegrityError, BlobNotFoundError
 from aaa_django.events import Event, Projection, default_cache
+from aaa_django.llm.conversation import CONVERSATION
 from aaa_django.reading import projections as registry
+from aaa_django.reading.hydrated import hydrated, hydrating
 from aaa_django.runtime import RUNMETA
-from aaa_django.store import DjangoEventStore, EventList
+from aaa_django.runtime import registry as algorithms
+from aaa_django.site.engines import site_blobs
+from aaa_django.store import DjangoEventStore
 
 #: bytes of a blob shown in a preview
 PREVIEW_BYTES = 64 * 1024
@@ -30,54 +33,6 @@ STATE_CHARS = 64 * 1024
 #: a projection without snapshots is folded on request only past this many events
 #: (each read would replay the whole log until the process's holder is warm)
 EAGER_REPLAY_LIMIT = 2_000
-
-
-def blob_store() -> Any:
-    """The site's blob store (``AAA["BLOB_STORAGE"]``), or None when it has none."""
-    from aaa_django.site.blobs import StorageBlobStore
-
-    alias = aaa_settings()["BLOB_STORAGE"]
-    return StorageBlobStore(alias=alias) if alias else None
-
-
-class HydratingReader:
-    """A run's log as projections see it: claim-checked payloads restored.
-
-    Shares the store's ``cache_key`` (it is the same log, as the engine's
-    ``HydratedView`` is), so the process's fold holder serves both.
-    """
-
-    def __init__(self, store: DjangoEventStore, blobs: Any) -> None:
-        self._store = store
-        self._blobs = blobs
-        self.cache_key = store.cache_key
-
-    async def read(self, stream: str, **kwargs: Any) -> list[Event]:
-        events = await self._store.read(stream, **kwargs)
-        if not any(is_claimed(e.data) for e in events):
-            return events
-        out = EventList(hydrated(e, self._blobs) for e in events)
-        out.committed = getattr(events, "committed", True)
-        return out
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-
-def hydrated(event: Event, blobs: Any) -> Event:
-    """The event with its claim-checked payload restored (verified); raises BlobError."""
-    if not is_claimed(event.data):
-        return event
-    if blobs is None:
-        raise BlobError(
-            f"event {event.id} is claim-checked but this site has no blob store "
-            "(AAA['BLOB_STORAGE'])"
-        )
-    if not event.blobs:
-        raise BlobError(f"event {event.id} is claim-checked but names no blob")
-    from dataclasses import replace
-
-    return replace(event, data=hydrate(event.data, event.blobs[-1], store=blobs))
 
 
 # -- events ------------------------------------------------------------------------------
@@ -98,7 +53,7 @@ def data_of(event: Event | None) -> Any:
     if not is_claimed(event.data):
         return event.data
     try:
-        return hydrated(event, blob_store()).data
+        return hydrated(event, site_blobs()).data
     except BlobError as exc:
         return {"$error": f"{type(exc).__name__}: {exc}"}
 
@@ -149,7 +104,7 @@ def fold_all(run_id: str, *, at: int | None = None, using: str = "default",
     In order: RUNMETA, the algorithm's own projections, the other folded ones, the
     deferred ones; by name within each.
     """
-    reader = HydratingReader(DjangoEventStore(using), blob_store())
+    reader = hydrating(DjangoEventStore(using), site_blobs())
     own = _own_projections(algorithm)
     used = projections_in_use(own)
     span = events if at is None else at
@@ -178,8 +133,6 @@ def _deferred(name: str, p: Projection, used: set[str], span: int) -> str | None
 
 
 def _own_projections(algorithm: str | None) -> set[str]:
-    from aaa_django.runtime import registry as algorithms
-
     if algorithm and algorithms.known(algorithm):
         return {p.name for p in getattr(algorithms.get(algorithm), "projections", ())}
     return set()
@@ -188,15 +141,13 @@ def _own_projections(algorithm: str | None) -> set[str]:
 def projections_in_use(own: set[str]) -> set[str]:
     """Names of the projections worth folding for a run whose algorithm declares
     ``own``: RUNMETA, the conversation, the algorithm's own, and the site's."""
-    from aaa_django.llm.conversation import CONVERSATION
-
-    return {RUNMETA.name, CONVERSATION.name, *registry.site_names(), *own}
+    return {RUNMETA.key, CONVERSATION.key, *registry.site_names(), *own}
 
 
 def runmeta(run_id: str, *, using: str = "default") -> Folded:
     """The engine's own view of the run now (``RUNMETA``)."""
-    reader = HydratingReader(DjangoEventStore(using), blob_store())
-    return fold_one(RUNMETA.name, RUNMETA, reader, run_id)
+    reader = hydrating(DjangoEventStore(using), site_blobs())
+    return fold_one(RUNMETA.key, RUNMETA, reader, run_id)
 
 
 def fold_one(name: str, projection: Projection, reader: Any, run_id: str, *,

@@ -7,6 +7,7 @@ to the run page, where the timeline reads them in order.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import admin
@@ -66,8 +67,6 @@ class EventAdmin(ReadOnlyAdmin):
 
     @admin.display(description="summary")
     def summary_col(self, e: Any) -> str:
-        import json
-
         try:
             data = json.loads(e.data)
         except ValueError:

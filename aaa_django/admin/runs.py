@@ -226,7 +226,7 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
         run = runindex.refresh(self._using(), unquote(object_id))
         verdict = (access.Verdict.NOT_FOUND if run is None
                    else access.check(request.user, run.owner_id, action))
-        if verdict is access.Verdict.NOT_FOUND:
+        if run is None or verdict is access.Verdict.NOT_FOUND:
             raise Http404("no such run")
         if verdict is access.Verdict.FORBIDDEN:
             raise PermissionDenied
@@ -341,7 +341,7 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
             .values_list("seq", "blobs")[(number - 1) * BLOBS_PER_PAGE: number * BLOBS_PER_PAGE + 1]
         )
         more = len(rows) > BLOBS_PER_PAGE
-        store = reading.blob_store()
+        store = reading.site_blobs()
         views = [reading.check(v, store) for seq, raw in rows[:BLOBS_PER_PAGE]
                  for v in reading.refs_of(seq, raw)]
         return views, more
@@ -395,7 +395,7 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
         hydrated_text = error = None
         if claimed and request.GET.get("hydrate"):
             try:
-                hydrated_text = _pretty(reading.hydrated(event, reading.blob_store()).data)
+                hydrated_text = _pretty(reading.hydrated(event, reading.site_blobs()).data)
             except BlobError as exc:
                 error = f"{type(exc).__name__}: {exc}"
         size = timeline.page_size(request.GET.get("per"))
@@ -430,7 +430,7 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
 
     def blob_view(self, request: HttpRequest, object_id: str, seq: int, index: int) -> HttpResponse:
         run = self.get_run(request, object_id)
-        view = reading.check(self._blob_ref(run, seq, index), reading.blob_store(), keep=True)
+        view = reading.check(self._blob_ref(run, seq, index), reading.site_blobs(), keep=True)
         ctx = self._context(request, run, title=f"Blob {view.ref.sha256[:12]}… of run {run.run_id}",
                             blob=view, crumb=f"event {seq} blob")
         return TemplateResponse(request, "aaa/admin/blob.html", ctx, status=200 if view.ok else 409)
@@ -438,7 +438,7 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
     def blob_download(self, request: HttpRequest, object_id: str, seq: int, index: int) -> HttpResponse:
         """The blob's bytes, read through the storage and verified before any is sent."""
         run = self.get_run(request, object_id)
-        view = reading.check(self._blob_ref(run, seq, index), reading.blob_store(), keep=True)
+        view = reading.check(self._blob_ref(run, seq, index), reading.site_blobs(), keep=True)
         if not view.ok:
             ctx = self._context(request, run, title="Blob download refused", blob=view)
             return TemplateResponse(request, "aaa/admin/blob.html", ctx, status=409)

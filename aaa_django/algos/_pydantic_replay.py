@@ -11,13 +11,13 @@ durable integrations stand between the agent and the work.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import messages as pm
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import CallDeferred, ToolFailed, UsageLimitExceeded
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_core import to_jsonable_python
 
 from aaa_django.llm.conversation import CONVERSATION
@@ -28,7 +28,7 @@ from aaa_django.runtime.event_types import LLM_REQUESTED
 if TYPE_CHECKING:  # pragma: no cover
     from aaa_django.runtime import Ctx
 
-    from .pydantic_agent import Journal
+    from .agent_journal import Journal
 
 #: the conversation thread of the agent's model requests
 THREAD = "agent"
@@ -74,7 +74,8 @@ class Replay(AbstractCapability[Any]):
     async def handle_deferred_tool_calls(self, ctx: Any, *, requests: DeferredToolRequests) -> Any:
         # A call that needs approval got it at our gate (its result is in the log):
         # approve it here, and wrap_tool_execute hands over that result.
-        approved = {c.tool_call_id: True for c in requests.approvals if c.tool_call_id in self.journal.tools}
+        approved: dict[str, bool | ToolApproved | ToolDenied] = {
+            c.tool_call_id: True for c in requests.approvals if c.tool_call_id in self.journal.tools}
         return DeferredToolResults(approvals=approved) if approved else None
 
 
@@ -87,7 +88,7 @@ async def replay(ctx: "Ctx", agent: Any, journal: "Journal", *, model: str | Non
     try:
         result = await agent.run(ctx.input.task, capabilities=[capability],
                                  output_type=[*types, DeferredToolRequests])
-    except Exception as exc:  # noqa: BLE001 - the agent's failure is the run's outcome
+    except Exception as exc:
         if _find(exc, Suspend) is not None:
             await _ask_model(ctx, capability, model)
             return None
@@ -138,8 +139,6 @@ def _with_instructions(request: Any) -> list[pm.ModelMessage]:
     messages = list(request.messages)
     parts = request.model_request_parameters.instruction_parts
     if parts and messages and isinstance(messages[-1], pm.ModelRequest) and not messages[-1].instructions:
-        from dataclasses import replace
-
         text = "\n\n".join(p.content for p in parts if p.content)
         messages[-1] = replace(messages[-1], instructions=text or None)
     return messages

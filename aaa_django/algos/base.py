@@ -8,15 +8,13 @@ for next. It keeps no state between steps: any process can rebuild it from the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from aaa_django.events import Event
+from aaa_django.runtime import Ctx
 from aaa_django.runtime.registry import register
-
-if TYPE_CHECKING:  # pragma: no cover
-    from aaa_django.events import Event
-    from aaa_django.runtime import Ctx
 
 
 class NoConfig(BaseModel):

@@ -9,11 +9,12 @@ from :data:`FSM_STATE` (the path of states entered and the current state's resul
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aaa_django.events import Event, Projection
+from aaa_django.runtime import Ctx
 from aaa_django.runtime.event_types import (
     CHILD_COMPLETED,
     CHILD_REQUESTED,
@@ -39,9 +40,6 @@ from .common import (
     tag_index,
 )
 from .loops import TaskInput
-
-if TYPE_CHECKING:  # pragma: no cover
-    from aaa_django.runtime import Ctx
 
 _NAME = r"^[A-Za-z0-9_]+$"
 
@@ -223,6 +221,7 @@ class WorkflowGraph(Algorithm):
     ignores = QUIET
     Input = TaskInput
     Config = WorkflowGraphConfig
+    cfg: WorkflowGraphConfig
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
         s = await ctx.project(WF)
@@ -458,6 +457,7 @@ class FSM(Algorithm):
     ignores = QUIET | {FSM_ENTERED}
     Input = TaskInput
     Config = FSMConfig
+    cfg: FSMConfig
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
         self.decide(ctx, await ctx.project(FSM_STATE))

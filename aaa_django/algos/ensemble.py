@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from aaa_django.events import Event, Projection
+from aaa_django.runtime import Ctx
 from aaa_django.runtime.event_types import LLM_COMPLETED, LLM_FAILED, LLM_REQUESTED
 
 from .base import Algorithm
 from .common import QUIET, failure_text, opening, reply_text, tag_index
 from .loops import TaskInput
-
-if TYPE_CHECKING:  # pragma: no cover
-    from aaa_django.runtime import Ctx
 
 
 class SamplesState(BaseModel):
@@ -145,6 +143,7 @@ class SelfConsistency(Algorithm):
     ignores = QUIET
     Input = TaskInput
     Config = SelfConsistencyConfig
+    cfg: SelfConsistencyConfig
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
         s = await ctx.project(SAMPLES)

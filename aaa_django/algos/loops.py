@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from aaa_django.events import Event, Projection
 from aaa_django.llm.messages import Message
-from aaa_django.runtime import dotted
+from aaa_django.runtime import Ctx, dotted
 from aaa_django.runtime.event_types import (
     LLM_COMPLETED,
     LLM_FAILED,
@@ -27,14 +27,11 @@ from aaa_django.runtime.event_types import (
     TOOL_FAILED,
     TOOL_REQUESTED,
 )
-from aaa_django.validate.output import describe, output_model
+from aaa_django.runtime.output import describe, output_model
+from aaa_django.tools import ToolRegistry
 
 from .base import Algorithm
 from .common import QUIET, opening
-
-if TYPE_CHECKING:  # pragma: no cover
-    from aaa_django.runtime import Ctx
-    from aaa_django.tools import ToolRegistry
 
 
 class LoopCall(BaseModel):
@@ -98,7 +95,7 @@ def apply(s: LoopState, e: Event) -> LoopState:
         s.calls.append(LoopCall(call_id=d["call_id"], name=d.get("name", "")))
     elif t in (TOOL_COMPLETED, TOOL_FAILED):
         call_id = d.get("call_id")
-        if any(c.call_id == call_id for c in s.calls):
+        if call_id is not None and any(c.call_id == call_id for c in s.calls):
             s.results[call_id] = _result(t, d)
     elif t == OUTPUT_PROPOSED:
         s.proposal, s.verdict = e.id, None
@@ -190,6 +187,7 @@ class ToolLoop(Algorithm):
     name = "aaa.algos.ToolLoop"
     Input = TaskInput
     Config = LoopConfig
+    cfg: LoopConfig
     ignores = QUIET
 
     def __init__(

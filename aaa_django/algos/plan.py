@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from aaa_django.events import Event, Projection
 from aaa_django.llm.messages import Message
+from aaa_django.runtime import Ctx
 from aaa_django.runtime.event_types import (
     CHILD_COMPLETED,
     CHILD_REQUESTED,
@@ -29,9 +30,6 @@ from aaa_django.runtime.event_types import (
 from .base import Algorithm
 from .common import QUIET, AlgorithmRef, child_result, failure_text, opening, reply_text, tag_index
 from .loops import TaskInput
-
-if TYPE_CHECKING:  # pragma: no cover
-    from aaa_django.runtime import Ctx
 
 PLAN_MADE = "aaa.plan.made"
 PLAN_REJECTED = "aaa.plan.rejected"
@@ -249,6 +247,7 @@ class PlanAndExecute(Algorithm):
     ignores = QUIET | {PLAN_MADE, PLAN_REJECTED}
     Input = TaskInput
     Config = PlanAndExecuteConfig
+    cfg: PlanAndExecuteConfig
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
         self.decide(ctx, await ctx.project(PLAN))

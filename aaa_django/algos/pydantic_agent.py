@@ -29,22 +29,19 @@ in the run's config (``output_schema``).
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
-from aaa_django.events import Event, Projection
+from aaa_django.events import Event
 from aaa_django.runtime import Budget, dotted
-from aaa_django.runtime.event_types import (
-    LLM_COMPLETED,
-    LLM_FAILED,
-    LLM_REQUESTED,
-    TOOL_COMPLETED,
-    TOOL_FAILED,
-    TOOL_REQUESTED,
-)
+from aaa_django.tools import GuardConfig, SchemaTool
 
+from .agent_journal import JOURNAL
 from .base import Algorithm
 from .common import QUIET
 from .loops import TaskInput
@@ -54,78 +51,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: the tag of the agent's model request number k
 TAG = "agent-{}"
-
-
-# -- what the log has answered ---------------------------------------------------------------
-
-
-class ModelAnswer(BaseModel):
-    request_id: str
-    #: the ``aaa.llm.completed`` data's message, usage, model, finish reason; None while awaited
-    message: dict[str, Any] | None = None
-    usage: dict[str, Any] = Field(default_factory=dict)
-    model: str | None = None
-    finish_reason: str | None = None
-    #: ``{"reason", "error"}`` of an ``aaa.llm.failed``
-    error: dict[str, Any] | None = None
-
-
-class ToolAnswer(BaseModel):
-    ok: bool
-    result: Any = None
-    error: str | None = None
-
-
-class Journal(BaseModel):
-    """The agent's durable units as the log has them: model requests in order, tool
-    calls by call id."""
-
-    models: list[ModelAnswer] = Field(default_factory=list)
-    requested: list[str] = Field(default_factory=list)
-    tools: dict[str, ToolAnswer] = Field(default_factory=dict)
-
-    def __deepcopy__(self, memo: dict | None = None) -> "Journal":
-        new = self.model_copy()
-        new.models = [m.model_copy() for m in self.models]
-        new.requested = list(self.requested)
-        new.tools = dict(self.tools)
-        return new
-
-    @property
-    def waiting(self) -> bool:
-        """A model request or a tool call is still out."""
-        if self.models and self.models[-1].message is None and self.models[-1].error is None:
-            return True
-        return any(c not in self.tools for c in self.requested)
-
-
-def _apply(j: Journal, e: Event) -> Journal:
-    t, d = e.type, e.data
-    if t == LLM_REQUESTED and str(d.get("tag") or "").startswith("agent-"):
-        j.models.append(ModelAnswer(request_id=e.id))
-    elif t in (LLM_COMPLETED, LLM_FAILED):
-        for m in reversed(j.models):
-            if m.request_id == d.get("request_id"):
-                if t == LLM_COMPLETED:
-                    m.message = (d.get("response") or {}).get("message") or {}
-                    m.finish_reason = (d.get("response") or {}).get("finish_reason")
-                    m.usage = dict(d.get("usage") or {})
-                    m.model = d.get("model")
-                else:
-                    m.error = {"reason": d.get("reason"), "error": d.get("error")}
-                break
-    elif t == TOOL_REQUESTED:
-        j.requested.append(d["call_id"])
-    elif t == TOOL_COMPLETED:
-        j.tools[d["call_id"]] = ToolAnswer(ok=True, result=d.get("result"))
-    elif t == TOOL_FAILED:
-        j.tools[d["call_id"]] = ToolAnswer(ok=False, error=f"{d.get('reason')}: {d.get('error')}")
-    return j
-
-
-JOURNAL: Projection[Journal] = Projection(
-    Journal, _apply, name="aaa.algos.pydantic_agent.JOURNAL", version=1, state_type=Journal, every=64,
-)
 
 
 # -- the algorithm -----------------------------------------------------------------------------
@@ -166,6 +91,7 @@ class PydanticAIAgent(Algorithm):
     name = "aaa.algos.PydanticAIAgent"
     Input = TaskInput
     Config = AgentConfig
+    cfg: AgentConfig
     projections = (JOURNAL,)
     ignores = QUIET
 
@@ -215,7 +141,7 @@ def output_schema(agent: Any) -> dict[str, Any] | None:
         return None
     try:
         return TypeAdapter(output_type).json_schema()
-    except Exception:  # noqa: BLE001 - an output spec a TypeAdapter does not take (ToolOutput...)
+    except Exception:
         return None
 
 
@@ -262,8 +188,6 @@ async def list_agent_tools(agent: Any, *, deps: Any = None, timeout: float | Non
     from pydantic_ai.tools import RunContext
     from pydantic_ai.usage import RunUsage
 
-    from aaa_django.tools import GuardConfig, SchemaTool
-
     model = infer_model(agent.model) if agent.model is not None else TestModel()
     base = RunContext(deps=deps, model=model, usage=RunUsage())
     out = []
@@ -287,8 +211,6 @@ async def list_agent_tools(agent: Any, *, deps: Any = None, timeout: float | Non
 
 
 def _caller(toolset: Any, tool: Any, base: Any, name: str) -> Any:
-    from dataclasses import replace
-
     async def call(args: dict[str, Any], key: str | None) -> Any:
         validated = tool.args_validator.validate_python(args)
         return await toolset.call_tool(name, validated, replace(base, tool_name=name), tool)
@@ -298,15 +220,12 @@ def _caller(toolset: Any, tool: Any, base: Any, name: str) -> Any:
 
 def agent_tools(agent: Any, **options: Any) -> list[Any]:
     """:func:`list_agent_tools` from sync code (wiring an engine)."""
-    import asyncio
-    import threading
-
     result: list[Any] = []
 
     def main() -> None:
         try:
             result.extend(asyncio.run(list_agent_tools(agent, **options)))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+        except BaseException as exc:
             result.append(exc)
 
     thread = threading.Thread(target=main, name="agent-tools", daemon=True)

@@ -10,12 +10,13 @@ many candidates were asked for.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from aaa_django.events import Event, Projection
 from aaa_django.llm.messages import Message
+from aaa_django.runtime import Ctx
 from aaa_django.runtime.event_types import (
     LLM_COMPLETED,
     LLM_FAILED,
@@ -28,9 +29,6 @@ from aaa_django.runtime.event_types import (
 from .base import Algorithm
 from .common import QUIET, as_text, opening, reply_text
 from .loops import TaskInput
-
-if TYPE_CHECKING:  # pragma: no cover
-    from aaa_django.runtime import Ctx
 
 
 class Check(BaseModel):
@@ -188,6 +186,7 @@ class GenerateTestRepair(Algorithm):
     ignores = QUIET
     Input = TaskInput
     Config = GenerateTestRepairConfig
+    cfg: GenerateTestRepairConfig
 
     def tested(self, s: RefineState) -> str:
         text = s.candidate or ""
@@ -277,6 +276,7 @@ class GeneratorCritic(Algorithm):
     ignores = QUIET
     Input = TaskInput
     Config = GeneratorCriticConfig
+    cfg: GeneratorCriticConfig
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
         s = await ctx.project(REFINE)

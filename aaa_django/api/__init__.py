@@ -8,7 +8,7 @@
     urlpatterns = [path("api/aaa/", api.urls)]
 """
 
+from . import exchange  # noqa: F401  (export, import and fork, on the same router)
 from .router import router
-from . import exchange  # noqa: E402,F401  (export, import and fork, on the same router)
 
 __all__ = ["router"]

@@ -46,8 +46,8 @@ def boundary(run: Callable[..., Any]) -> Callable[..., Any]:
 def check(request: HttpRequest) -> None:
     conf = aaa_settings()
     p = auth.authenticate(request)
-    request._aaa_principal = p  # type: ignore[attr-defined]
-    request.auth = p  # type: ignore[attr-defined]
+    request._aaa_principal = p
+    request.auth = p
     auth.throttle(request, conf["API_RATE"])
     if request.method in BODY_METHODS:
         check_body(request, conf["API_MAX_BODY"])
@@ -107,7 +107,7 @@ def parse_json(body: bytes) -> Any:
         data = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
         # A lone surrogate ("\ud800") decodes but cannot be stored as UTF-8 text.
         json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeError as exc:
+    except (UnicodeDecodeError, UnicodeEncodeError) as exc:
         raise ApiError(400, ["body"], f"not UTF-8 text: {exc.reason}", "json_invalid") from None
     except RecursionError:
         raise ApiError(400, ["body"], "the JSON is nested too deeply", "json_invalid") from None

@@ -19,6 +19,11 @@ from django.core.signals import got_request_exception
 from django.http import Http404, HttpRequest, JsonResponse
 from django.utils.log import log_response
 
+from aaa_django.data.errors import BlobError
+from aaa_django.events import ConcurrencyError, InvalidEventError
+from aaa_django.runtime import UnknownAlgorithmError
+from aaa_django.site.host import EngineUnavailable
+
 log = logging.getLogger("aaa_django.api")
 
 Loc = Sequence[str | int]
@@ -71,11 +76,6 @@ def error_response(status: int, errors: list[dict[str, Any]],
 
 def to_response(exc: BaseException) -> JsonResponse | None:
     """The HTTP answer to an exception a view raised, or None if it is a bug."""
-    from aaa_django.data.errors import BlobError
-    from aaa_django.events import ConcurrencyError, InvalidEventError
-    from aaa_django.runtime import UnknownAlgorithmError
-    from aaa_django.site.host import EngineUnavailable
-
     if isinstance(exc, ApiError):
         return error_response(exc.status, exc.errors, exc.headers)
     if isinstance(exc, UnknownAlgorithmError):

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja.responses import Status
@@ -76,6 +77,7 @@ def import_run(request: HttpRequest, response: HttpResponse):
     except exchange.ExchangeError as exc:
         raise ApiError(422, ["body"], str(exc), "invalid_export") from None
     row = runindex.refresh(runs.USING, export.run_id)
+    assert row is not None  # the run's events were just stored, its row with them
     response["Location"] = runs.run_url(request, export.run_id)
     log.info("run %s imported (%s events) by %s", export.run_id, len(export.events), p.label)
     return Status(201, runs.run_detail(request, row))
@@ -94,7 +96,7 @@ def fork_run(request: HttpRequest, response: HttpResponse, payload: ForkIn, run_
         started = runs.store().read_sync(run_id, limit=1)
         config = merge_patch(runs.hydrated(started[0]).data.get("config") or {}, payload.config)
     budget = payload.budget.model_dump(exclude_none=True) if payload.budget else None
-    options = {"budget": budget} if "budget" in given else {}
+    options: dict[str, Any] = {"budget": budget} if "budget" in given else {}
     if "deadline" in given:
         options["deadline"] = payload.deadline
     try:

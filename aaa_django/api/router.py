@@ -28,10 +28,10 @@ from ninja.responses import Status
 
 import aaa_django.algos  # noqa: F401  (registers the built-in algorithms by name)
 from aaa_django.conf import aaa_settings
-from aaa_django.data import is_claimed
 from aaa_django.events import default_cache, derive_id
 from aaa_django.models import EventRecord, RunRecord
 from aaa_django.reading import projections
+from aaa_django.reading.hydrated import hydrating
 from aaa_django.runtime import RunNotEndedError, registry
 from aaa_django.runtime.event_types import APPROVAL_EXPIRED, decision_id
 from aaa_django.site.host import EngineHost
@@ -250,7 +250,7 @@ def stream_events(
         ended = done is not None and start >= done
         if ended and not s.read_sync(run_id, after=start, limit=1):
             return HttpResponse(status=204)
-    blobs = runs.blob_store() if hydrate else None
+    blobs = runs.site_blobs() if hydrate else None
 
     def shape(e):
         return runs.event_out(runs.hydrated(e, blobs) if hydrate else e)
@@ -285,7 +285,7 @@ def get_projection(
             raise ApiError(422, ["query", "at"],
                            f"the run has {head[0] if head else 0} events", "out_of_range")
     loaded = async_to_sync(projection.load_info)(
-        _HydratingReader(runs.store()), run_id, cache=default_cache, at=at
+        hydrating(runs.store()), run_id, cache=default_cache, at=at
     )
     return {
         "name": projection.name,
@@ -293,26 +293,6 @@ def get_projection(
         "seq": loaded.seq,
         "state": projections.state_json(loaded.state),
     }
-
-
-class _HydratingReader:
-    """The store, with reads hydrated: projections fold full payloads."""
-
-    def __init__(self, store: Any) -> None:
-        self._store = store
-        self._blobs: Any = ...
-        self.cache_key = store.cache_key
-
-    async def read(self, stream: str, **kwargs: Any) -> list:
-        events = await self._store.read(stream, **kwargs)
-        if any(is_claimed(e.data) for e in events):
-            if self._blobs is ...:
-                self._blobs = runs.blob_store()
-            events = [runs.hydrated(e, self._blobs) for e in events]
-        return events
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
 
 
 # -- acting on a run ----------------------------------------------------------------------

@@ -11,10 +11,9 @@ from django.db import DatabaseError
 from django.http import HttpRequest
 
 from aaa_django import access
-from aaa_django.conf import aaa_settings
-from aaa_django.data import hydrate, is_claimed
 from aaa_django.events import Event
 from aaa_django.models import EventRecord, RunRecord
+from aaa_django.reading.hydrated import hydrated
 from aaa_django.runtime.event_types import (
     APPROVAL_DECISIONS,
     APPROVAL_REQUESTED,
@@ -22,6 +21,7 @@ from aaa_django.runtime.event_types import (
     TOOL_REQUESTED,
     completion_id,
 )
+from aaa_django.site.engines import site_blobs
 from aaa_django.store import DjangoEventStore, runindex
 
 from . import auth
@@ -35,29 +35,6 @@ USING = "default"
 
 def store() -> DjangoEventStore:
     return DjangoEventStore(USING)
-
-
-def blob_store() -> Any:
-    alias = aaa_settings()["BLOB_STORAGE"]
-    if not alias:
-        return None
-    from aaa_django.site.blobs import StorageBlobStore
-
-    return StorageBlobStore(alias=alias)
-
-
-def hydrated(event: Event, blobs: Any = ...) -> Event:
-    """The event with its claim-checked payload restored (sync: for the views)."""
-    if not is_claimed(event.data):
-        return event
-    blobs = blob_store() if blobs is ... else blobs
-    if blobs is None or not event.blobs:
-        from aaa_django.data.errors import BlobError
-
-        raise BlobError(f"event {event.id} is claim-checked but no blob store is configured")
-    from dataclasses import replace
-
-    return replace(event, data=hydrate(event.data, event.blobs[-1], store=blobs))
 
 
 # -- finding runs --------------------------------------------------------------------
@@ -77,11 +54,12 @@ def load(p: auth.Principal, run_id: str, action: str | None = None) -> RunRecord
         log.warning("refreshing the index of %s failed", run_id, exc_info=True)
         row = RunRecord.objects.using(USING).filter(pk=run_id).first()
     verdict = access.Verdict.NOT_FOUND if row is None else access.check(p.user, row.owner_id, action)
-    if verdict is access.Verdict.NOT_FOUND:
+    if row is None or verdict is access.Verdict.NOT_FOUND:
         raise not_found(["path", "run_id"], "run")
     if verdict is access.Verdict.FORBIDDEN:
+        permission = access.ACTIONS.get(action or "")
         raise ApiError(403, ["path", "run_id"],
-                       f"you may not {action} this run (permission {access.ACTIONS[action]})",
+                       f"you may not {action} this run (permission {permission})",
                        "permission_denied")
     return row
 
@@ -182,7 +160,7 @@ def completion_seq(run_id: str) -> int | None:
 def approvals(run_id: str) -> list[dict[str, Any]]:
     """Every approval gate of the run, in order, with its decision if it has one. A
     gate still open when the run ended can no longer be answered: it is ``closed``."""
-    events = runindex.read_all(store(), run_id)
+    events = runindex.read_all(USING, run_id)
     by_id: dict[str, dict[str, Any]] = {}
     requests: dict[str, Event] = {}
     for e in events:
@@ -190,7 +168,7 @@ def approvals(run_id: str) -> list[dict[str, Any]]:
             requests[e.id] = e
         elif e.type == APPROVAL_REQUESTED:
             d = e.data
-            tool_request = requests.get(d.get("tool_request_id"))
+            tool_request = requests.get(d.get("tool_request_id") or "")
             args = None
             if tool_request is not None:
                 args = hydrated(tool_request).data.get("args")
@@ -209,7 +187,7 @@ def approvals(run_id: str) -> list[dict[str, Any]]:
                 "reason": None,
             }
         elif e.type in APPROVAL_DECISIONS:
-            a = by_id.get(e.data.get("request_id"))
+            a = by_id.get(e.data.get("request_id") or "")
             if a is not None and a["status"] == "pending":
                 a.update(
                     status=e.type.rsplit(".", 1)[-1],
@@ -234,5 +212,5 @@ def event_out(e: Event) -> dict[str, Any]:
 
 
 def events_out(events: Iterable[Event], hydrate_them: bool) -> list[dict[str, Any]]:
-    blobs = blob_store() if hydrate_them else None
+    blobs = site_blobs() if hydrate_them else None
     return [event_out(hydrated(e, blobs) if hydrate_them else e) for e in events]

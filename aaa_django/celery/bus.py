@@ -49,16 +49,19 @@ import logging
 import threading
 import weakref
 from functools import partial
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from asgiref.sync import sync_to_async
-from celery import shared_task
+from celery import current_app
 from celery.signals import task_postrun, task_prerun
 from django.db import transaction
+from django.utils.module_loading import import_string
 
-from aaa_django.conf import aaa_settings
-from aaa_django.events import Event
+from aaa_django.conf import DEFAULTS, aaa_settings
+from aaa_django.events import Event, EventStore
+from aaa_django.events.tail import TailCachedStore
 from aaa_django.runtime import logcontext
+from aaa_django.runtime.engine_api import EngineAPI
 from aaa_django.runtime.event_types import (
     APPROVAL_DENIED,
     APPROVAL_EXPIRED,
@@ -67,8 +70,11 @@ from aaa_django.runtime.event_types import (
     RUN_COMPLETED,
     TOOL_REQUESTED,
 )
+from aaa_django.store import DjangoEventStore
+from aaa_django.store.redis import RedisEventStore
 
-from .sweeper import BEAT_SCHEDULE  # noqa: F401  (re-exported)
+from .coordination import Coordinator
+from .publish import FastPublisher
 
 log = logging.getLogger("aaa_django.bus")
 
@@ -96,8 +102,6 @@ def _dumps(value: Any) -> str:
 
 def _queues() -> dict[str, str]:
     """Kind of work -> queue name, from ``AAA["CELERY_QUEUES"]`` over the defaults."""
-    from aaa_django.conf import DEFAULTS
-
     return {**DEFAULTS["CELERY_QUEUES"], **(aaa_settings()["CELERY_QUEUES"] or {})}
 
 
@@ -110,8 +114,6 @@ def celery_app() -> Any:
     thread (Celery's Django fixup makes the site's app the default; a site without it
     calls ``app.set_default()``). A worker's engines are given the app of the task
     that delivers (``DistributedBus(app=...)``)."""
-    from celery import current_app
-
     return current_app._get_current_object()
 
 
@@ -124,13 +126,11 @@ def redis_url() -> str | None:
     return broker if broker.split(":", 1)[0] in ("redis", "rediss", "unix") else None
 
 
-_coordinators: dict[tuple, Any] = {}
+_coordinators: dict[tuple, Coordinator] = {}
 
 
-def coordinator():
+def coordinator() -> Coordinator:
     """The process's :class:`~aaa_django.celery.coordination.Coordinator` for the settings."""
-    from .coordination import Coordinator
-
     conf = aaa_settings()
     url = redis_url()
     if not url:
@@ -145,14 +145,10 @@ def coordinator():
 # -- stores by spec: how a message names the log ------------------------------------------
 
 
-def store_spec(store: Any) -> list[Any]:
+def store_spec(store: EventStore) -> list[Any]:
     """A JSON description of ``store`` that a worker can open again: ``["django",
     alias, class]`` (the class too, so a worker keeps e.g. the run index in step as
     the web process does) or ``["redis", url, prefix]``."""
-    from aaa_django.events.tail import TailCachedStore
-    from aaa_django.store import DjangoEventStore
-    from aaa_django.store.redis import RedisEventStore
-
     if isinstance(store, TailCachedStore):
         store = store.inner
     if isinstance(store, DjangoEventStore):
@@ -166,28 +162,22 @@ def store_spec(store: Any) -> list[Any]:
     raise TypeError(f"the Celery bus cannot deliver events of {store!r}: use the Django or Redis store")
 
 
-def open_store(spec: Sequence[Any], *, inline: bool = False) -> Any:
+def open_store(spec: Sequence[Any], *, inline: bool = False) -> DjangoEventStore | RedisEventStore:
     """The store a :func:`store_spec` describes (``inline``: a Django store that
     queries on the calling thread, see :class:`~aaa_django.store.DjangoEventStore`)."""
     if spec[0] == "django":
-        from django.utils.module_loading import import_string
-
-        from aaa_django.store import DjangoEventStore
-
         cls = import_string(spec[2]) if len(spec) > 2 else DjangoEventStore
         if not (isinstance(cls, type) and issubclass(cls, DjangoEventStore)):
             raise ValueError(f"{spec[2]} is not a DjangoEventStore")
         return cls(spec[1], inline=inline)
     if spec[0] == "redis":
-        from aaa_django.store.redis import RedisEventStore
-
         return RedisEventStore(spec[1], prefix=spec[2])
     raise ValueError(f"unknown store spec {spec!r}")
 
 
 # -- the bus -------------------------------------------------------------------------------
 
-#: ids published by the delivery running in this context (see ``_deliver``)
+#: ids published by the delivery running in this context (:meth:`DistributedBus.recording`)
 _published: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("aaa_published", default=None)
 
 
@@ -203,12 +193,12 @@ class DistributedBus:
     committed when ``publish`` is called.
     """
 
-    def __init__(self, *, coordinator: Any = None, serialize: bool = True,
+    def __init__(self, *, coordinator: Coordinator | None = None, serialize: bool = True,
                  queues: dict[str, str] | None = None, in_worker: bool = False, app: Any = None) -> None:
         self.coordinator = coordinator
         self.serialize = serialize
         self.in_worker = in_worker
-        self.engine: Any = None
+        self.engine: EngineAPI | None = None
         self.spec: list[Any] | None = None
         self.queues = {**_queues(), **(queues or {})}
         self._app: Any = app
@@ -216,7 +206,7 @@ class DistributedBus:
         #: thread (a thread that ends drops its own, and its connection), seen here weakly
         self._fast = threading.local()
         self._fast_lock = threading.Lock()
-        self._publishers: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._publishers: weakref.WeakSet[FastPublisher] = weakref.WeakSet()
         self.closed = False
         #: exceptions that escaped tasks spawned on this bus (timers), newest last
         self.errors: list[BaseException] = []
@@ -230,17 +220,32 @@ class DistributedBus:
         #: what carries a run's trace context in the messages (OpenTelemetry), or None
         self.trace: Any = None
 
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[set[str]]:
+        """Within: the ids of the events this bus publishes go into the set it yields
+        (a worker's delivery: what an interrupted earlier delivery of its event may have
+        left unpublished is what it did not publish itself). The set belongs to the
+        context (deliveries run concurrently on a worker's loop; the tasks a delivery
+        starts record into its set)."""
+        published: set[str] = set()
+        token = _published.set(published)
+        try:
+            yield published
+        finally:
+            _published.reset(token)
+
     def carry(self, carrier: Any) -> None:
         """Carry a run's trace context in every delivery message (``carrier``: a
         :class:`~aaa_django.runtime.observe.TraceCarrier`, the OpenTelemetry observer)."""
         self.trace = carrier
 
-    def bind(self, engine: Any) -> None:
+    def bind(self, engine: EngineAPI) -> None:
         """Attach the engine; its store must be one a worker can open (Django, Redis)."""
         self.engine = engine
         self.spec = store_spec(engine.store)
 
-    def _coordinator(self):
+    def coordination(self) -> Coordinator:
+        """The cluster's coordinator (locks, leases, notices), made on first use."""
         if self.coordinator is None:
             self.coordinator = coordinator()
         return self.coordinator
@@ -278,6 +283,7 @@ class DistributedBus:
         has just appended, the event itself with the id of the one before it (when it
         knows that id and the event is small)."""
         args = [self.spec, event.stream, event.seq, event.id]
+        assert self.engine is not None, "bind the bus to an engine first"
         tail = self.engine.tail
         if not tail.fresh(event.id):
             return args  # not just appended here (a re-drive): the worker reads it
@@ -297,8 +303,8 @@ class DistributedBus:
         if 1 < seq <= PREFIX_MAX:
             # A young run: the events before it too, so a worker that never saw the
             # run needs no read to catch up (each worker first sees a run early).
-            earlier = [known(at) for at in range(1, seq)]
-            if all(e is not None for e in earlier):
+            earlier = [e for e in (known(at) for at in range(1, seq)) if e is not None]
+            if len(earlier) == seq - 1:
                 text = _dumps([*wire, [e.to_dict() for e in earlier]])
                 if len(text) <= WIRE_MAX:
                     args.append(text)
@@ -309,16 +315,15 @@ class DistributedBus:
         return args
 
     def _on_commit(self, messages: list, ended: list[str]) -> None:
+        assert self.spec is not None
         transaction.on_commit(partial(self._send, messages, ended), using=self.spec[1])
 
-    def publisher(self) -> Any:
+    def publisher(self) -> FastPublisher | None:
         """This thread's :class:`~aaa_django.celery.publish.FastPublisher` (one per thread
         that sends: a worker's loop thread; in a web process, the threads that commit
         appends), or None when ``AAA["CELERY_FAST_PUBLISH"]`` is off."""
         fast = getattr(self._fast, "publisher", None)
         if fast is None and aaa_settings()["CELERY_FAST_PUBLISH"]:
-            from .publish import FastPublisher
-
             if self._app is None:
                 self._app = celery_app()
             fast = self._fast.publisher = FastPublisher(self._app)
@@ -350,7 +355,7 @@ class DistributedBus:
                                             argsrepr=repr(args[1:4]), kwargsrepr="{}", ignore_result=True)
                         self.sent += 1
             for run_id in ended:
-                self._coordinator().notify_ended(run_id)
+                self.coordination().notify_ended(run_id)
         except Exception:
             if not swallow:
                 raise
@@ -365,13 +370,13 @@ class DistributedBus:
         the head of the view it read (the engine's tail); the first try takes no lock.
         ``contended``: an earlier try found the log moved on: this one holds the run's
         cluster-wide lock, so a contended run still makes progress."""
-        async with self._coordinator().lock(key) if self.serialize and contended else contextlib.AsyncExitStack():
+        async with self.coordination().lock(key) if self.serialize and contended else contextlib.AsyncExitStack():
             yield
 
     def exclusive(self, name: str):
         """``async with``: the one cluster-wide lease on ``name`` (see
         :class:`~aaa_django.runtime.bus.ExclusiveLeases`; ``LEASE_TTL``)."""
-        return self._coordinator().lease("exclusive", name, 1)
+        return self.coordination().lease("exclusive", name, 1)
 
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` (an engine timer firing) on this loop; ``drain`` waits for it."""
@@ -384,9 +389,10 @@ class DistributedBus:
 
     def _done(self, task: asyncio.Task) -> None:
         self._spawned.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self.errors.append(task.exception())
-            log.error("a spawned engine task failed", exc_info=task.exception())
+        error = task.exception() if not task.cancelled() else None
+        if error is not None:
+            self.errors.append(error)
+            log.error("a spawned engine task failed", exc_info=error)
 
     @property
     def pending(self) -> int:
@@ -413,12 +419,14 @@ class DistributedBus:
             self._listener = asyncio.ensure_future(self._listen())
 
     async def _listen(self) -> None:
+        engine = self.engine
+        assert engine is not None, "watch_ends starts the listener for a bound bus"
         delay = 0.1
         while not self.closed:
             try:
-                async for run_id in self._coordinator().ended_notices(lambda: self.closed):
+                async for run_id in self.coordination().ended_notices(lambda: self.closed):
                     delay = 0.1
-                    self.engine.wake(run_id)
+                    engine.wake(run_id)
             except asyncio.CancelledError:
                 raise
             except Exception:  # Redis away: the waiters poll meanwhile
@@ -450,25 +458,6 @@ class DistributedBus:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-@shared_task(name=DELIVER, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wire: str | None = None) -> str:
-    """Deliver one stored event to this worker's engine (``engine.handle``); ``wire``:
-    the event itself, as :meth:`DistributedBus._args` writes it."""
-    from .worker import runtime, transient_errors
-
-    rt = runtime()
-    engine = rt.engine(spec, self.app)
-    if engine.bus.trace is not None:  # the run's trace context, from the message
-        engine.bus.trace.received(stream, self.request.headers)
-    redelivered = bool((self.request.delivery_info or {}).get("redelivered")) or self.request.retries > 0
-    try:
-        return rt.deliver(engine, stream, seq, event_id, redelivered=redelivered, wire=wire)
-    except transient_errors() as exc:
-        # A database or Redis hiccup (the store's thread closed a broken connection):
-        # try again later.
-        raise self.retry(exc=exc, countdown=min(2 ** self.request.retries * 0.1, 10), max_retries=12)
-
-
 # Log records of a delivery carry its run id and seq (and its event type once read):
 # Celery's own lines about the task too (its "succeeded" line is written after the task
 # returns, before task_postrun). See aaa_django.runtime.logcontext.
@@ -486,22 +475,3 @@ def _leave_log_context(task_id: str = "", **_: Any) -> None:
     token = _log_tokens.pop(task_id, None)
     if token is not None:
         logcontext.leave(token)
-
-
-def _site_store(using: str) -> Any:
-    """The store the site's engines use (it keeps the run index in step)."""
-    from aaa_django.store import DjangoEventStore
-
-    return DjangoEventStore(using)
-
-
-@shared_task(name=SWEEP, bind=True, ignore_result=True)
-def sweep(self: Any, stall_after: float | None = None, using: str = "default") -> dict[str, Any]:
-    """The sweeper as a Celery (beat) task: re-drive stalled runs; returns a summary."""
-    from .sweeper import sweep as sweep_runs
-    from .worker import runtime
-
-    rt = runtime()
-    engine = rt.engine(store_spec(_site_store(using)), self.app)
-    report = rt.run(sweep_runs(engine, stall_after=stall_after))
-    return report.summary()

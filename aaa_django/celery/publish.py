@@ -33,6 +33,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from celery import signals
+from kombu.utils.uuid import uuid
+
 log = logging.getLogger("aaa_django.bus")
 
 #: option keys a route may give that only say where the message goes
@@ -107,8 +110,6 @@ class FastPublisher:
         """Publish task ``name`` with ``args`` to ``queue`` (and ``extra_headers``, as
         ``send_task(headers=...)`` adds them); False: not sent, use ``send_task``
         (this configuration or this moment is not one for it)."""
-        from celery import signals
-
         route = self._route(name, queue) if self.usable() else None
         if route is None or signals.before_task_publish.receivers or signals.after_task_publish.receivers:
             self.declined += 1
@@ -198,6 +199,4 @@ def _reuse_redis_client(channel: Any) -> None:
 
 
 def _uuid() -> str:
-    from kombu.utils.uuid import uuid
-
     return uuid()

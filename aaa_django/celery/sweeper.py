@@ -11,7 +11,7 @@ reaction is idempotent (deterministic ids), so this only does what was left undo
 a request without a result gets one, a past deadline ends the run ``timeout``, an
 expired approval is recorded as expired.
 
-Run it from Celery beat (task ``aaa.sweep``, see ``aaa_django.celery.bus.BEAT_SCHEDULE``) or
+Run it from Celery beat (task ``aaa.sweep``, see :data:`BEAT_SCHEDULE`) or
 with ``python manage.py aaa_sweep``.
 """
 
@@ -20,10 +20,14 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from aaa_django.conf import aaa_settings
+from aaa_django.events import EventStore
+from aaa_django.runtime import RUNMETA, Bus, Engine
 from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
+
+from .coordination import Coordinator
 
 #: what a site puts in CELERY_BEAT_SCHEDULE to run the sweeper every 30 s, on the
 #: algorithms queue (rename it here too if you renamed that queue)
@@ -50,12 +54,11 @@ class SweepReport:
                 "redriven": len(self.redriven), "runs": list(self.redriven)}
 
 
-async def unfinished_runs(store: Any) -> dict[str, float]:
+async def unfinished_runs(store: EventStore) -> dict[str, float]:
     """Run id -> the time (epoch seconds) of its newest event, for every run that has
     started and not completed."""
-    unfinished = getattr(store, "unfinished", None)  # a store that can ask in one query
-    if unfinished is not None:
-        return await unfinished()
+    if isinstance(store, FindsUnfinished):  # a store that can ask in one query
+        return await store.unfinished()
     out: dict[str, float] = {}
     for stream in await store.streams():
         first = await store.read(stream, limit=1)
@@ -69,14 +72,12 @@ async def unfinished_runs(store: Any) -> dict[str, float]:
     return out
 
 
-async def _completed(store: Any, stream: str) -> bool:
-    from aaa_django.runtime import RUNMETA
-
+async def _completed(store: EventStore, stream: str) -> bool:
     return (await RUNMETA.load(store, stream)).completed
 
 
 async def sweep(
-    engine: Any,
+    engine: Engine,
     *,
     stall_after: float | None = None,
     now: float | None = None,
@@ -112,6 +113,22 @@ async def sweep(
     return report
 
 
-def _coordinator_of(bus: Any) -> Any:
-    get = getattr(bus, "_coordinator", None)
-    return get() if callable(get) else None
+@runtime_checkable
+class FindsUnfinished(Protocol):
+    """A store that finds the unfinished runs in one query (``DjangoEventStore``)."""
+
+    async def unfinished(self) -> dict[str, float]:
+        """Run id -> the time (epoch seconds) of its newest event, for every run
+        started and not completed."""
+        ...
+
+
+@runtime_checkable
+class Coordinated(Protocol):
+    """A bus whose deliveries hold leases in the cluster (the Celery bus)."""
+
+    def coordination(self) -> Coordinator: ...
+
+
+def _coordinator_of(bus: Bus) -> Coordinator | None:
+    return bus.coordination() if isinstance(bus, Coordinated) else None

@@ -36,9 +36,16 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Iterator, Sequence
+from datetime import datetime, timezone
+from typing import Any, Callable, Sequence
 
+from django.db import InterfaceError, OperationalError, connections
+
+import aaa_django.algos  # noqa: F401  (registers the built-in algorithms)
+from aaa_django.conf import aaa_settings
 from aaa_django.events import ConcurrencyError, Event
+from aaa_django.events.tail import Tail, TailCachedStore
+from aaa_django.runtime import Engine
 from aaa_django.runtime.event_types import (
     APPROVAL_DECISIONS,
     APPROVAL_REQUESTED,
@@ -47,8 +54,12 @@ from aaa_django.runtime.event_types import (
     RUN_STARTED,
     TOOL_REQUESTED,
 )
+from aaa_django.site.engines import attach_site_handlers, build_engine
+from aaa_django.store.database import _outside_loop
+from aaa_django.tools.handler import ToolHandler
 
-from .bus import DELIVER, DistributedBus, _published, celery_app, coordinator, open_store, queue_for
+from .bus import DELIVER, DistributedBus, celery_app, coordinator, open_store, queue_for
+from .coordination import SharedPool
 
 log = logging.getLogger("aaa_django.bus")
 
@@ -88,11 +99,9 @@ class WorkerRuntime:
     """
 
     def __init__(self, *, max_in_flight: int | None = None) -> None:
-        from aaa_django.conf import aaa_settings
-
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self.engines: dict[tuple, Any] = {}
+        self.engines: dict[tuple, Engine] = {}
         self._engines_lock = threading.Lock()
         self.max_in_flight = int(max_in_flight or aaa_settings()["WORKER_IN_FLIGHT"])
         #: the deliveries on the loop now (their asyncio tasks; the loop's thread only)
@@ -127,11 +136,9 @@ class WorkerRuntime:
 
     def call(self, fn: Any, *args: Any) -> Any:
         """Run the sync ``fn`` where the loop runs (e.g. on its DB connection)."""
-        from aaa_django.store.database import _outside_loop
-
         return self.run(_outside_loop(fn)(*args))
 
-    def deliver(self, engine: Any, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
+    def deliver(self, engine: Engine, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
                 wire: str | None = None) -> str:
         """Deliver one event on the loop (:func:`deliver_event`) and return as soon as
         its message may be acknowledged: ``"handed off"`` once the run's step is done
@@ -141,7 +148,7 @@ class WorkerRuntime:
         ``max_in_flight`` deliveries."""
         return self.run(self._begin(engine, stream, seq, event_id, redelivered, wire))
 
-    async def _begin(self, engine: Any, stream: str, seq: int, event_id: str, redelivered: bool,
+    async def _begin(self, engine: Engine, stream: str, seq: int, event_id: str, redelivered: bool,
                      wire: str | None) -> str:
         while len(self.in_flight) >= self.max_in_flight:
             room = self.loop.create_future()
@@ -165,7 +172,7 @@ class WorkerRuntime:
         self.handed_off += 1
         return "handed off"
 
-    def take(self, engine: Any, event: Event) -> bool:
+    def take(self, engine: Engine, event: Event) -> bool:
         """On the loop, from ``engine``'s bus: deliver ``event``, which this process has
         just appended, here (as a delivery of its own on the loop) rather than through
         the broker, when this worker takes the event's queue and the loop has room.
@@ -173,8 +180,8 @@ class WorkerRuntime:
         process dies meanwhile, the sweeper re-drives the run, as for any delivery
         that no live process holds (a call past ``SLOW_DELIVERY`` holds the run's
         busy lease). False: send it."""
-        if (len(self.in_flight) >= self.max_in_flight or self._waiting
-                or queue_for(event.type, engine.bus.queues) not in self.local_queues):
+        if (event.seq is None or len(self.in_flight) >= self.max_in_flight or self._waiting
+                or queue_for(event.type, cluster_bus(engine).queues) not in self.local_queues):
             return False
         # A context of its own: not the publishing delivery's (its tail state, its
         # record of what it published).
@@ -207,8 +214,6 @@ class WorkerRuntime:
     def close(self) -> None:
         """Close the database connections of the loop and of the store's threads, and
         stop the loop (a process that ends need not; tests do)."""
-        from django.db import connections
-
         if self.thread.is_alive():
             self.call(connections.close_all)
             self.loop.call_soon_threadsafe(self.loop.stop)
@@ -226,7 +231,7 @@ class WorkerRuntime:
             done.result()
         self.db.shutdown()
 
-    def engine(self, spec: Sequence[Any], app: Any = None) -> Any:
+    def engine(self, spec: Sequence[Any], app: Any = None) -> Engine:
         """The engine for the store ``spec`` names (built on first use); ``app``: the
         Celery app that sends its deliveries (the delivering task's)."""
         key = tuple(spec)
@@ -239,7 +244,7 @@ class WorkerRuntime:
                     if app is not None:
                         # the queues this worker consumes (-Q): set before the pool starts
                         self.local_queues = frozenset(app.amqp.queues.consume_from or ())
-                        engine.bus.local = self.take
+                        cluster_bus(engine).local = self.take
                     self.engines[key] = engine
         return engine
 
@@ -267,7 +272,7 @@ def runtimes() -> list[WorkerRuntime]:
     return [rt] if rt is not None and rt.pid == os.getpid() else []
 
 
-def build_worker_engine(spec: Sequence[Any], app: Any = None, db: Any = None) -> Any:
+def build_worker_engine(spec: Sequence[Any], app: Any = None, db: Any = None) -> Engine:
     """The engine a worker delivers with: the site's engine on ``spec``'s store, on a
     :class:`DistributedBus` that sends through the Celery ``app`` (default: the
     site's), with the site's handlers (as the web process's
@@ -275,10 +280,6 @@ def build_worker_engine(spec: Sequence[Any], app: Any = None, db: Any = None) ->
     ``AAA["WORKER_SETUP"]``) and their tool pools shared by the whole cluster.
     ``db``: an executor whose threads make a Django store's calls (:func:`on_threads`;
     default: the store queries on the loop's thread, blocking it for each)."""
-    from aaa_django import algos  # noqa: F401  (registers the built-in algorithms)
-    from aaa_django.events.tail import TailCachedStore
-    from aaa_django.site.engines import attach_site_handlers, build_engine
-
     using = spec[1] if spec[0] == "django" else "default"
     store = open_store(spec, inline=db is None)
     if db is not None and spec[0] == "django":
@@ -300,8 +301,6 @@ def on_threads(store: Any, executor: concurrent.futures.Executor) -> Any:
     """Make a Django store's async methods run its sync ones (``append`` runs
     ``append_sync``, and so on) on ``executor``'s threads; returns the store. A call
     that finds its connection broken closes it (the next call opens a new one)."""
-    from django.db import InterfaceError, OperationalError, connections
-
     alias = store.using
 
     def on_thread(fn: Any, args: tuple, kwargs: dict) -> Any:
@@ -325,29 +324,29 @@ def on_threads(store: Any, executor: concurrent.futures.Executor) -> Any:
     return store
 
 
-def shared_pool(name: str, size: int) -> Any:
+def shared_pool(name: str, size: int) -> SharedPool:
     """A ``ToolHandler`` ``pool_factory`` whose pools hold across the whole cluster:
     ``ToolHandler(registry, pools={"db": 2}, pool_factory=shared_pool)``."""
     return coordinator().pool(name, size)
 
 
-def share_pools(engine: Any) -> int:
+def share_pools(engine: Engine) -> int:
     """Make the pools of every ToolHandler on ``engine`` cluster-wide (workers do this
     to the handlers ``WORKER_SETUP`` attached); returns how many handlers changed."""
-    from aaa_django.tools.handler import ToolHandler
-
     # ToolHandlers subscribe with bound methods: find them through ``__self__``.
-    subscribed = engine.subscribers(TOOL_REQUESTED)
-    handlers = {id(h.__self__): h.__self__ for h in subscribed
-                if isinstance(getattr(h, "__self__", None), ToolHandler)}
-    coord = engine.bus._coordinator()
+    handlers: dict[int, ToolHandler] = {}
+    for subscribed in engine.subscribers(TOOL_REQUESTED):
+        owner = getattr(subscribed, "__self__", None)
+        if isinstance(owner, ToolHandler):
+            handlers[id(owner)] = owner
+    coord = cluster_bus(engine).coordination()
     for handler in handlers.values():
         handler.pool_factory = coord.pool
         getattr(handler, "_semaphores", {}).clear()  # none made yet; a worker starts fresh
     return len(handlers)
 
 
-async def deliver_event(engine: Any, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
+async def deliver_event(engine: Engine, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
                         wire: str | None = None, handed: asyncio.Future | None = None,
                         event: Event | None = None) -> str:
     """Deliver one stored event to ``engine`` as a worker does; returns what happened
@@ -367,7 +366,15 @@ async def deliver_event(engine: Any, stream: str, seq: int, event_id: str, *, re
         return await _deliver(engine, stream, seq, event_id, redelivered, synced, handed)
 
 
-def _accept(tail: Any, stream: str, seq: int, event_id: str, wire: str) -> bool:
+def cluster_bus(engine: Engine) -> DistributedBus:
+    """The engine's bus, the Celery bus (a worker's engine, see :func:`build_worker_engine`)."""
+    bus = engine.bus
+    if not isinstance(bus, DistributedBus):
+        raise TypeError(f"a worker delivers on the Celery bus, not on {bus!r}")
+    return bus
+
+
+def _accept(tail: Tail, stream: str, seq: int, event_id: str, wire: str) -> bool:
     try:
         prev, data, *rest = json.loads(wire)
         event = Event.from_dict(data)
@@ -382,11 +389,9 @@ def _accept(tail: Any, stream: str, seq: int, event_id: str, wire: str) -> bool:
     return tail.accept(event, prev, earlier)
 
 
-async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivered: bool, synced: bool,
+async def _deliver(engine: Engine, stream: str, seq: int, event_id: str, redelivered: bool, synced: bool,
                    handed: asyncio.Future | None = None) -> str:
-    bus: DistributedBus = engine.bus
-    published: set[str] = set()
-    token = _published.set(published)
+    bus = cluster_bus(engine)
     loop = asyncio.get_running_loop()
     loaded: asyncio.Future = loop.create_future()
     finished: asyncio.Future = loop.create_future()
@@ -404,12 +409,13 @@ async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivere
         if not guard:
             timers[0] = loop.call_later(SLOW_DELIVERY, start_guard)
 
-    try:
+    with bus.recording() as published:
         # Most steps end well before SLOW_STEP, most calls before SLOW_DELIVERY: a
         # timer starts the guard of the others, no task and no wait for the quick ones.
         timers = [loop.call_later(SLOW_STEP, start_guard)]
         try:
-            event = await _step(engine, stream, seq, event_id, loaded, synced, calling)
+            with engine.delivering(stream):  # the step and the handlers read RUNMETA once
+                event = await _step(engine, stream, seq, event_id, loaded, synced, calling)
         finally:
             timers[0].cancel()
             if not finished.done():
@@ -422,13 +428,11 @@ async def _deliver(engine: Any, stream: str, seq: int, event_id: str, redelivere
             await bus.drain(30)
         if redelivered:
             await _republish_caused(engine, event, published)
-    finally:
-        _published.reset(token)
     await _schedule_timers(engine, event)
     return "delivered"
 
 
-async def _step(engine: Any, stream: str, seq: int, event_id: str, loaded: asyncio.Future,
+async def _step(engine: Engine, stream: str, seq: int, event_id: str, loaded: asyncio.Future,
                 synced: bool = False, calling: Callable[[], None] | None = None) -> Event | None:
     """``engine.handle`` for the event at ``seq``: the event, from the tail (the message
     carried it: ``synced``) or one read that brings this worker's view of the run up
@@ -455,11 +459,11 @@ async def _step(engine: Any, stream: str, seq: int, event_id: str, loaded: async
     return event
 
 
-async def _guard_slow(engine: Any, stream: str, loaded: asyncio.Future, work: asyncio.Future) -> None:
+async def _guard_slow(engine: Engine, stream: str, loaded: asyncio.Future, work: asyncio.Future) -> None:
     """A long delivery: hold a busy lease (the sweeper leaves the run alone) and, for
     tool work, cancel it when the run ends in another worker. ``loaded``: the event
     once read; ``work``: done when the delivery is."""
-    coord = engine.bus._coordinator()
+    coord = cluster_bus(engine).coordination()
     watcher = None
     try:
         async with coord.busy(stream):
@@ -475,16 +479,16 @@ async def _guard_slow(engine: Any, stream: str, loaded: asyncio.Future, work: as
                 await watcher
 
 
-async def _cancel_on_end(engine: Any, run_id: str) -> None:
+async def _cancel_on_end(engine: Engine, run_id: str) -> None:
     stale = engine.tail.stale
 
     async def ended() -> bool:
         stale(run_id)  # this delivery's cached view of the run would not see the end
-        return (await engine.meta(run_id)).completed
+        return (await engine.meta(run_id, fresh=True)).completed
 
-    await engine.bus._coordinator().wait_ended(run_id, ended)
+    await cluster_bus(engine).coordination().wait_ended(run_id, ended)
     stale(run_id)
-    meta = await engine.meta(run_id)
+    meta = await engine.meta(run_id, fresh=True)
     if not meta.completed:
         return
     found = await engine.store.read(run_id, after=(meta.completion_seq or 1) - 1, limit=1)
@@ -493,7 +497,7 @@ async def _cancel_on_end(engine: Any, run_id: str) -> None:
         await engine.dispatch(await engine.hydrate(found[0]))
 
 
-async def _republish_caused(engine: Any, event: Event, published: set[str]) -> None:
+async def _republish_caused(engine: Engine, event: Event, published: set[str]) -> None:
     """After a redelivery: events this one caused that are stored but were appended by
     the earlier, interrupted delivery may never have been enqueued (it died between
     commit and enqueue). Publish them again; delivering twice is harmless."""
@@ -502,7 +506,7 @@ async def _republish_caused(engine: Any, event: Event, published: set[str]) -> N
         await engine.bus.publish(caused)
 
 
-async def _schedule_timers(engine: Any, event: Event) -> None:
+async def _schedule_timers(engine: Engine, event: Event) -> None:
     """A deadline or an approval expiry in the future: deliver the event again then."""
     at = None
     if event.type == RUN_STARTED:
@@ -516,26 +520,23 @@ async def _schedule_timers(engine: Any, event: Event) -> None:
             at = pending.expires_at
     if at is None:
         return
-    args = [engine.bus.spec, event.stream, event.seq, event.id]
+    bus = cluster_bus(engine)
+    args = [bus.spec, event.stream, event.seq, event.id]
     eta = max(at, time.time()) + 0.05  # the engine decides "due" by its own clock: not early
-    headers = engine.bus.trace.headers(event) if engine.bus.trace is not None else None
+    headers = bus.trace.headers(event) if bus.trace is not None else None
     await asyncio.to_thread(
-        celery_app().send_task, DELIVER, args, eta=_utc(eta), queue=queue_for(event.type, engine.bus.queues),
+        celery_app().send_task, DELIVER, args, eta=_utc(eta), queue=queue_for(event.type, bus.queues),
         headers=headers,
     )
 
 
-def _utc(ts: float):
-    from datetime import datetime, timezone
-
+def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
 def transient_errors() -> tuple[type[BaseException], ...]:
     """Errors after which a delivery is retried: the database, Redis or the broker
     went away for a moment."""
-    from django.db import InterfaceError, OperationalError
-
     errors: list[type[BaseException]] = [InterfaceError, OperationalError, ConcurrencyError]
     with contextlib.suppress(ImportError):
         import kombu.exceptions

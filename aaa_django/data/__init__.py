@@ -22,7 +22,7 @@ from .claims import (
 from .errors import BlobError, BlobIntegrityError, BlobNotFoundError
 from .files import FileBlobStore
 from .memory import InMemoryBlobStore
-from .protocol import BlobInventory, BlobStore, NamespacedBlobStore
+from .protocol import BlobInventory, BlobReader, BlobStore, NamespacedBlobStore
 from .refs import DEFAULT_MEDIA_TYPE, BlobRef
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "BlobError",
     "BlobIntegrityError",
     "BlobInventory",
+    "BlobReader",
     "BlobNotFoundError",
     "BlobRef",
     "BlobStore",

@@ -8,10 +8,10 @@ event's ``blobs``.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 from .errors import BlobError
-from .protocol import BlobStore, NamespacedBlobStore
+from .protocol import BlobReader, BlobStore, NamespacedBlobStore
 from .refs import BlobRef
 
 DEFAULT_CLAIM_THRESHOLD = 16_384
@@ -99,15 +99,15 @@ def put_claim(
     ``{"$stream": namespace, "data": data}`` instead, so identical payloads of two
     streams are still two blobs and erasing one stream's never removes another's;
     :func:`hydrate` unwraps it."""
-    if namespaced:
-        ref = store.put(raw, CLAIM_MEDIA_TYPE, namespace=namespace)
+    if namespaced:  # (the caller detected it once)
+        ref = cast(NamespacedBlobStore, store).put(raw, CLAIM_MEDIA_TYPE, namespace=namespace)
     else:
         ref = store.put(canonical_json({STREAM_KEY: namespace, "data": data}), CLAIM_MEDIA_TYPE)
     stub = {CLAIM_MARKER: True, **{k: data[k] for k in hot_fields if k in data}}
     return stub, ref
 
 
-def hydrate(data: dict[str, Any], ref: BlobRef | None, *, store: BlobStore) -> dict[str, Any]:
+def hydrate(data: dict[str, Any], ref: BlobRef | None, *, store: BlobReader) -> dict[str, Any]:
     """The full payload behind a stub (fetched and verified), or ``data`` unchanged.
 
     Raises ``BlobNotFoundError`` / ``BlobIntegrityError`` from the store, ``ValueError``

@@ -125,7 +125,7 @@ class FileBlobStore:
 
     def hashes(self, segment: str) -> builtins.list[str]:
         """The hashes of the blobs under ``segment``."""
-        found = []
+        found: builtins.list[str] = []
         for _, _, filenames in os.walk(self._segment_dir(segment)):
             found.extend(name for name in filenames if is_blob_name(name))
         return sorted(found)

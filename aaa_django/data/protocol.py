@@ -75,6 +75,15 @@ class NamespacedBlobStore(BlobStore, Protocol):
         ...
 
 
+class BlobReader(Protocol):
+    """What reading a claim-checked payload back needs of a store (:func:`hydrate`):
+    every :class:`BlobStore` is one; so is an export's blobs, read-only."""
+
+    def get(self, ref: BlobRef) -> bytes:
+        """The blob's bytes, verified against ``ref``."""
+        ...
+
+
 @runtime_checkable
 class BlobInventory(Protocol):
     """What a blob store offers beyond :class:`BlobStore` to the orphan sweep

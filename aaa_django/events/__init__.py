@@ -10,20 +10,29 @@ asks for it never imports them).
 """
 
 import importlib
+from typing import Any
 
 from .cache import FoldCache, Folded, default_cache
 from .errors import ClosedStreamError, ConcurrencyError, EventError, InvalidEventError
 from .event import Event, check_event, encode_json
 from .ids import derive_id, new_id
 from .projection import Loaded, Projection, fold, iterate
-from .store import ErasesMany, EventReader, EventStore, InMemoryEventStore, Snapshot, SnapshotStore
+from .store import (
+    ErasesMany,
+    EventList,
+    EventReader,
+    EventStore,
+    InMemoryEventStore,
+    Snapshot,
+    SnapshotStore,
+)
 from .tail import Tail, TailCachedStore
 
 #: names spec 001 lists here that live elsewhere -> their module (loaded on first use)
 _ELSEWHERE = {"InProcessBus": "aaa_django.runtime.bus", "DistributedBus": "aaa_django.celery.bus"}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     module = _ELSEWHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -37,6 +46,7 @@ __all__ = [
     "ErasesMany",
     "Event",
     "EventError",
+    "EventList",
     "EventReader",
     "EventStore",
     "FoldCache",

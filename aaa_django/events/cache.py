@@ -10,11 +10,18 @@ the holder is a cache that any reader can rebuild, and a self-check every
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any, Callable, Coroutine
+
+#: a holder entry's key: (the store's cache_key, stream, projection key, version)
+CacheKey = tuple[str, str, str, int]
+#: a self-check the holder runs later
+Check = Callable[[], Coroutine[Any, Any, object]]
 
 log = logging.getLogger("aaa_django.events")
 
@@ -54,11 +61,11 @@ class FoldCache:
         #: is idle: background checks then wait for :meth:`run_due_checks` instead of
         #: competing with the reads of a busy process (spec ADR: "only when idle").
         self.deferred = False
-        self._due: OrderedDict[Hashable, Any] = OrderedDict()
+        self._due: OrderedDict[CacheKey, Check] = OrderedDict()
         self._tasks: set[Any] = set()
-        self._entries: OrderedDict[Hashable, Folded] = OrderedDict()
+        self._entries: OrderedDict[CacheKey, Folded] = OrderedDict()
         #: (cache_key, stream) -> its keys in ``_entries`` (forgetting a stream is cheap)
-        self._streams: dict[tuple, set[Hashable]] = {}
+        self._streams: dict[tuple[str, str], set[CacheKey]] = {}
         self._lock = threading.Lock()
         self._reads = 0
         # Counters for tests, benchmarks and the admin.
@@ -68,14 +75,14 @@ class FoldCache:
         self.checks = 0
         self.resets = 0
 
-    def get(self, key: Hashable) -> Folded | None:
+    def get(self, key: CacheKey) -> Folded | None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
             return entry
 
-    def publish(self, key: Hashable, entry: Folded) -> None:
+    def publish(self, key: CacheKey, entry: Folded) -> None:
         with self._lock:
             old = self._entries.get(key)
             if old is not None and old.cursor > entry.cursor:
@@ -87,7 +94,7 @@ class FoldCache:
             while len(self._entries) > self.max_entries:
                 self._drop(next(iter(self._entries)))
 
-    def _drop(self, key: Hashable) -> None:
+    def _drop(self, key: CacheKey) -> None:
         del self._entries[key]
         of = _stream_of(key)
         keys = self._streams.get(of)
@@ -96,7 +103,7 @@ class FoldCache:
             if not keys:
                 del self._streams[of]
 
-    def reset(self, key: Hashable | None = None) -> None:
+    def reset(self, key: CacheKey | None = None) -> None:
         """Forget one entry (or all): the next read folds from a snapshot or the log."""
         with self._lock:
             if key is None:
@@ -117,7 +124,7 @@ class FoldCache:
             self._reads += 1
             return bool(self.check_every) and self._reads % self.check_every == 0
 
-    def schedule_check(self, key: Hashable, check: Any) -> None:
+    def schedule_check(self, key: CacheKey, check: Check) -> None:
         """Run ``check()`` (a coroutine function) off the read path: now, in a task
         beside the read, or, when ``deferred``, at the next :meth:`run_due_checks`.
         Only the latest due check of a key is kept."""
@@ -148,17 +155,12 @@ class FoldCache:
         """Run a self-check off the read path (kept referenced until it ends), in a
         context of its own: it is not part of the delivery whose read made it due (a
         store's per-delivery state, such as the engine's tail, does not follow it)."""
-        import asyncio
-        import contextvars
-
         task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def wait_checks(self) -> None:
         """Wait for the self-checks running in the background (tests, shutdown)."""
-        import asyncio
-
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
@@ -166,7 +168,7 @@ class FoldCache:
         return len(self._entries)
 
 
-def _stream_of(key: Hashable) -> tuple:
+def _stream_of(key: CacheKey) -> tuple:
     return key[:2] if isinstance(key, tuple) else (key,)
 
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
+from aaa_django.data.refs import BlobRef
+
 from .errors import InvalidEventError
 from .ids import derive_id, new_id
 
@@ -127,8 +129,6 @@ def encode_json(value: Any) -> str:
 
 def decode_blobs(raw: Iterable[Any]) -> tuple[Any, ...]:
     """Blob refs from their JSON form (the blob layer owns the type)."""
-    from aaa_django.data.refs import BlobRef
-
     return tuple(r if isinstance(r, BlobRef) else BlobRef.from_dict(r) for r in raw)
 
 

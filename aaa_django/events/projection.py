@@ -5,13 +5,13 @@ from __future__ import annotations
 import copy as _copy
 import logging
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Generic, Iterable, TypeVar
+from typing import Any, AsyncIterator, Callable, Generic, Iterable, Sequence, TypeGuard, TypeVar
 
 from pydantic import TypeAdapter
 
-from .cache import FoldCache, Folded
+from .cache import CacheKey, FoldCache, Folded
 from .event import Event
-from .store import EventReader, EventStore, Snapshot, SnapshotStore
+from .store import EventList, EventReader, EventStore, Snapshot, SnapshotStore
 
 log = logging.getLogger("aaa_django.events")
 
@@ -31,6 +31,17 @@ class Loaded(Generic[S]):
     base_seq: int
     #: events folded by this read
     folded: int
+
+
+@dataclass
+class _Base(Generic[S]):
+    """A usable snapshot: its state, the event at its seq, the events after it, and
+    whether they are all committed."""
+
+    state: S
+    event: Event
+    tail: list[Event]
+    committed: bool
 
 
 class Projection(Generic[S]):
@@ -157,7 +168,7 @@ class Projection(Generic[S]):
             return await self._replay(store, stream, at)
         if at is not None:
             return await self._load_at(store, stream, at)
-        key = (store.cache_key, stream, self.key, self.version)
+        key: CacheKey = (store.cache_key, stream, self.key, self.version)
         if cache is not None:
             prior = cache.get(key)
             if prior is not None:
@@ -172,32 +183,35 @@ class Projection(Generic[S]):
                 cache.rejected += 1
             else:
                 cache.misses += 1
-        state, base = await self._from_snapshot(store, stream)
+        base = await self._from_snapshot(store, stream)
+        base_event: Event | None
+        tail: Sequence[Event]
         if base is None:
             tail = await store.read(stream)
             committed = _committed(tail)
             state, base_seq, base_event, source = self.new_state(), 0, None, "replay"
         else:
-            base_event, tail, committed = base
-            base_seq, source = base_event.seq, "snapshot"
+            state, base_event, tail, committed = base.state, base.event, base.tail, base.committed
+            base_seq, source = base_event.seq or 0, "snapshot"
         state = self.fold(tail, state)
         last = tail[-1] if tail else base_event
         unsaved = len(tail)
-        if tail and unsaved >= self.every and self.snapshots:
-            await self._save(store, stream, last.seq, last.id, state)
+        if last is not None and tail and unsaved >= self.every and self.snapshots:
+            await self._save(store, stream, last.seq or 0, last.id, state)
             unsaved = 0
         if cache is not None and last is not None and committed:
-            cache.publish(key, Folded(last.seq, last.id, state, unsaved, last.time))
-        return Loaded(self.result(state), last.seq if last else 0, source, base_seq, len(tail))
+            cache.publish(key, Folded(last.seq or 0, last.id, state, unsaved, last.time))
+        return Loaded(self.result(state), last.seq or 0 if last else 0, source, base_seq, len(tail))
 
-    async def _advance(self, store, stream, key, cache: FoldCache, prior: Folded, tail, committed):
+    async def _advance(self, store: EventStore, stream: str, key: CacheKey, cache: FoldCache,
+                       prior: Folded, tail: Sequence[Event], committed: bool) -> Loaded[S]:
         state = self.fold(tail, self.copy(prior.state)) if tail else prior.state
         if tail:
             unsaved = prior.unsaved + len(tail)
             if unsaved >= self.every and self.snapshots:
-                await self._save(store, stream, tail[-1].seq, tail[-1].id, state)
+                await self._save(store, stream, tail[-1].seq or 0, tail[-1].id, state)
                 unsaved = 0
-            entry = Folded(tail[-1].seq, tail[-1].id, state, unsaved, tail[-1].time)
+            entry = Folded(tail[-1].seq or 0, tail[-1].id, state, unsaved, tail[-1].time)
             if committed:
                 cache.publish(key, entry)
         else:
@@ -211,7 +225,8 @@ class Projection(Generic[S]):
                 state = await self._self_check(store, stream, key, cache, entry)
         return Loaded(self.result(state), entry.cursor, "cache", prior.cursor, len(tail))
 
-    async def _self_check(self, store, stream, key, cache: FoldCache, entry: Folded) -> S:
+    async def _self_check(self, store: EventStore, stream: str, key: CacheKey, cache: FoldCache,
+                          entry: Folded) -> S:
         """Compare the holder's state with a whole-log fold of the same view."""
         cache.checks += 1
         events = await store.read(stream, limit=entry.cursor)
@@ -233,40 +248,42 @@ class Projection(Generic[S]):
         cache.reset(key)
         return reference
 
-    async def _from_snapshot(self, store, stream):
-        """(state, (event at the snapshot, tail, committed)) from a usable snapshot, else
-        (None, None)."""
+    async def _from_snapshot(
+        self, store: EventStore, stream: str
+    ) -> _Base[S] | None:
+        """The state at a usable snapshot, the event there and the tail after it, or
+        None."""
         if not self.snapshots:
-            return None, None
+            return None
         try:
-            snap = await store.load_snapshot(stream, self.name, self.version)
+            snap = await store.load_snapshot(stream, self.key, self.version)
         except Exception:  # derived data: a broken snapshot read is a replay
             log.warning("projection %s: loading the snapshot of %s failed", self.key, stream,
                         exc_info=True)
-            return None, None
+            return None
         if snap is None:
-            return None, None
+            return None
         if snap.version != self.version:
             log.info("projection %s: snapshot version %s != %s, replaying", self.key,
                      snap.version, self.version)
-            return None, None
+            return None
         try:
             state = self.parse(snap.state)
         except Exception as exc:
             log.warning("projection %s: snapshot of %s at seq %s is corrupt (%s), replaying",
                         self.key, stream, snap.seq, str(exc).splitlines()[0])
-            return None, None
+            return None
         events = await store.read(stream, after=snap.seq - 1)
         if not events or events[0].seq != snap.seq or events[0].id != snap.event_id:
             log.info("projection %s: snapshot of %s at seq %s is not in this view of the "
                      "log, replaying", self.key, stream, snap.seq)
-            return None, None
-        return state, (events[0], events[1:], _committed(events))
+            return None
+        return _Base(state, events[0], list(events[1:]), _committed(events))
 
-    async def _save(self, store, stream, seq: int, event_id: str, state: S) -> None:
+    async def _save(self, store: EventStore, stream: str, seq: int, event_id: str, state: S) -> None:
         try:
             await store.save_snapshot(
-                Snapshot(stream, self.name, self.version, seq, event_id, self.dump(state))
+                Snapshot(stream, self.key, self.version, seq, event_id, self.dump(state))
             )
         except Exception:  # a failed save costs a longer fold later, nothing else
             log.warning("projection %s: saving a snapshot of %s failed", self.key, stream,
@@ -278,22 +295,22 @@ class Projection(Generic[S]):
             raise ValueError("at must be a seq >= 0")
         tail = await reader.read(stream, limit=at) if at != 0 else []
         state = self.fold(tail)
-        return Loaded(self.result(state), tail[-1].seq if tail else 0, "replay", 0, len(tail))
+        return Loaded(self.result(state), (tail[-1].seq or 0) if tail else 0, "replay", 0, len(tail))
 
-    async def _load_at(self, store, stream, at: int) -> Loaded[S]:
+    async def _load_at(self, store: EventStore, stream: str, at: int) -> Loaded[S]:
         """Time travel: the state as of event ``at`` (from a snapshot at or before it)."""
         if at < 0:
             raise ValueError("at must be a seq >= 0")
-        state, base = await self._from_snapshot(store, stream)
-        if base is not None and base[0].seq <= at:
-            base_seq = base[0].seq
-            tail = [e for e in base[1] if e.seq <= at]
+        base = await self._from_snapshot(store, stream)
+        if base is not None and (base.event.seq or 0) <= at:
+            state, base_seq = base.state, base.event.seq or 0
+            tail = [e for e in base.tail if (e.seq or 0) <= at]
             source = "snapshot"
         else:
             state, base_seq, source = self.new_state(), 0, "replay"
             tail = await store.read(stream, limit=at) if at else []
         state = self.fold(tail, state)
-        last = tail[-1].seq if tail else base_seq
+        last = tail[-1].seq or 0 if tail else base_seq
         return Loaded(self.result(state), last, source, base_seq, len(tail))
 
 
@@ -302,7 +319,8 @@ class Projection(Generic[S]):
 _SNAPSHOTS: dict[type, bool] = {}
 
 
-def _keeps_snapshots(reader: Any) -> bool:
+def _keeps_snapshots(reader: EventReader) -> TypeGuard[EventStore]:
+    """Is ``reader`` a store that keeps snapshots (detected once per class)?"""
     cls = type(reader)
     keeps = _SNAPSHOTS.get(cls)
     if keeps is None:
@@ -319,11 +337,11 @@ def _same_event(event: Event, entry: Folded) -> bool:
     )
 
 
-def _committed(events: Any) -> bool:
+def _committed(events: Sequence[Event]) -> bool:
     # A store that may have read a caller's uncommitted rows (a read inside the caller's
     # transaction) marks the list it returned: a state built on those rows must not be
     # published to other readers, since a rollback would take the rows back.
-    return getattr(events, "committed", True)
+    return not isinstance(events, EventList) or events.committed
 
 
 async def iterate(
@@ -341,7 +359,7 @@ async def iterate(
             yield e
         if len(page) < page_size:
             return
-        after = page[-1].seq
+        after = page[-1].seq or after
 
 
 async def fold(

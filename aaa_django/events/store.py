@@ -34,6 +34,15 @@ class Snapshot:
     state: str
 
 
+class EventList(list[Event]):
+    """The events a read returned, and whether they are all committed. A store that
+    may read a caller's uncommitted rows (a read inside the caller's transaction)
+    returns one with ``committed = False``: a state folded from rows a rollback may
+    take back is never shared with other readers (see ``FoldCache``)."""
+
+    committed: bool = True
+
+
 @runtime_checkable
 class EventStore(Protocol):
     """Where streams of events live. Every backend passes one contract suite.
@@ -78,6 +87,10 @@ class EventStore(Protocol):
     async def streams(self) -> list[str]: ...
 
 
+# -- what a store may offer beyond the protocol, declared (detected once where the store
+# is wired: by the engine's tail wrapping it) --------------------------------------------
+
+
 @runtime_checkable
 class ErasesMany(Protocol):
     """A store that erases many streams in one transaction (retention erases runs by
@@ -116,6 +129,26 @@ class SnapshotStore(Protocol):
     async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None: ...
 
     async def save_snapshot(self, snapshot: Snapshot) -> bool: ...
+
+
+@runtime_checkable
+class RecentAppends(Protocol):
+    """A store that remembers what it has just appended (``DjangoEventStore``): the
+    Celery bus sends such an event along with its delivery."""
+
+    def fresh(self, event_id: str) -> bool:
+        """Did this store just append ``event_id`` (and nobody asked yet)?"""
+        ...
+
+
+@runtime_checkable
+class LearnsAppends(Protocol):
+    """A store that learns committed events it did not append (``DjangoEventStore``:
+    from a delivery's message), so its next append needs no query."""
+
+    def observe(self, events: Sequence[Event]) -> None:
+        """``events`` of one stream, committed by someone else: learn them."""
+        ...
 
 
 def prepare_batch(events: Iterable[Event]) -> tuple[str, list[Event], list[str]]:
@@ -253,7 +286,7 @@ class InMemoryEventStore:
 
     async def head(self, stream: str) -> tuple[int, str] | None:
         log = self._streams.get(stream)
-        return (log[-1].seq, log[-1].id) if log else None
+        return (log[-1].seq or 0, log[-1].id) if log else None
 
     async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
         return self._snapshots.get((stream, name, version))

@@ -41,7 +41,7 @@ from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 from .errors import ConcurrencyError
 from .event import Event
-from .store import RecentIds
+from .store import EventList, EventStore, LearnsAppends, RecentAppends, RecentIds, Snapshot
 
 #: a synced log shorter than this is folded from its start, no snapshot asked for
 SHORT_LOG = 64
@@ -93,7 +93,7 @@ MAX_STREAMS = 2048
 class TailCachedStore:
     """Wraps an EventStore; the same log (``cache_key``), fewer queries."""
 
-    def __init__(self, inner: Any, *, max_streams: int = MAX_STREAMS) -> None:
+    def __init__(self, inner: EventStore, *, max_streams: int = MAX_STREAMS) -> None:
         self.inner = inner
         self.cache_key = inner.cache_key
         self.max_streams = max_streams
@@ -103,7 +103,10 @@ class TailCachedStore:
         self._snapshots: dict[str, dict[tuple[str, int], Any]] = {}
         #: ids of events this store appended, until the bus publishes them (newest last)
         #: (a store that keeps its own, as DjangoEventStore does, answers ``fresh``)
-        self._fresh = None if hasattr(inner, "fresh") else RecentIds()
+        self._recent: RecentAppends | None = inner if isinstance(inner, RecentAppends) else None
+        self._fresh = None if self._recent is not None else RecentIds()
+        #: the inner store, when it learns what a delivery's message carried
+        self._learner: LearnsAppends | None = inner if isinstance(inner, LearnsAppends) else None
         #: queries made to catch up, and reads served without one
         self.syncs = 0
         self.hits = 0
@@ -184,9 +187,8 @@ class TailCachedStore:
                 log.append(event)
             else:
                 return False
-            observe = getattr(self.inner, "observe", None)
-            if observe is not None:
-                observe(new)  # (the store's hint of the run's head and row follows them)
+            if self._learner is not None:
+                self._learner.observe(new)  # (the store's hint of the run's head and row follows them)
         self._logs.move_to_end(stream)
         self._trim()
         synced = _synced.get()
@@ -218,8 +220,9 @@ class TailCachedStore:
         """Was ``event_id`` appended by this store just now, and not asked about yet?
         (The bus sends such an event along with its delivery; a re-drive of an old
         event must not, as its receiver could not tell it from news.)"""
-        if self._fresh is None:
-            return self.inner.fresh(event_id)
+        if self._recent is not None:
+            return self._recent.fresh(event_id)
+        assert self._fresh is not None
         return self._fresh.pop(event_id)
 
     def cached(self, stream: str, seq: int) -> Event | None:
@@ -274,7 +277,7 @@ class TailCachedStore:
                 self._fresh.add(stored)
             stream = stored[0].stream
             log = self._logs.get(stream)
-            if not getattr(stored, "committed", True):
+            if isinstance(stored, EventList) and not stored.committed:
                 # Inside a caller's transaction: it may still roll back. Not a fact yet.
                 self._drop(stream)
                 self.stale(stream)
@@ -307,7 +310,7 @@ class TailCachedStore:
     async def head(self, stream: str) -> tuple[int, str] | None:
         return await self.inner.head(stream)
 
-    async def load_snapshot(self, stream: str, name: str, version: int) -> Any:
+    async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
         synced = _synced.get()
         log = self._logs.get(stream)
         if synced is not None and stream in synced and log is not None:
@@ -320,7 +323,7 @@ class TailCachedStore:
                 return saved
         return await self.inner.load_snapshot(stream, name, version)
 
-    async def save_snapshot(self, snapshot: Any) -> bool:
+    async def save_snapshot(self, snapshot: Snapshot) -> bool:
         saved = await self.inner.save_snapshot(snapshot)
         if saved and snapshot.stream in self._logs:  # kept as long as the stream's log
             self._snapshots.setdefault(snapshot.stream, {})[snapshot.name, snapshot.version] = snapshot

@@ -184,7 +184,9 @@ def from_anthropic_message(data: Mapping[str, Any]) -> tuple[Message, Usage, str
                 raise malformed(f"a tool_use block without a name: {str(dict(b))[:200]}")
             calls.append(ToolCall(id=b.get("id") or None, name=name, arguments=tool_arguments(b.get("input"), name)))
         # thinking and server-tool blocks are not part of our message
-    usage = data.get("usage") if isinstance(data.get("usage"), Mapping) else {}
+    usage = data.get("usage")
+    if not isinstance(usage, Mapping):
+        usage = {}
     input_tokens = sum(token_count(usage.get(k)) for k in
                        ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
     stop = data.get("stop_reason")

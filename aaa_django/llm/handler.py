@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aaa_django.events import Event, InvalidEventError, derive_id, encode_json
+from aaa_django.runtime import Engine
 from aaa_django.runtime.event_types import (
     LLM_COMPLETED,
     LLM_FAILED,
@@ -26,9 +27,6 @@ from aaa_django.runtime.event_types import (
 from .client import LLMClient
 from .conversation import conversation_of
 from .messages import LLMRequest
-
-if TYPE_CHECKING:  # pragma: no cover
-    from aaa_django.runtime import Engine
 
 
 class LLMHandler:

@@ -170,12 +170,16 @@ def from_openai_completion(data: Mapping[str, Any]) -> tuple[Message, Usage, str
     calls = []
     for c in msg.get("tool_calls") or ():
         function = c.get("function") if isinstance(c, Mapping) else None
-        name = function.get("name") if isinstance(function, Mapping) else None
+        if not isinstance(function, Mapping):
+            function = {}
+        name = function.get("name")
         if not isinstance(name, str) or not name:
             raise malformed(f"a tool call without a function name: {str(c)[:200]!r}")
         calls.append(ToolCall(id=c.get("id") or None, name=name,
                               arguments=tool_arguments(function.get("arguments"), name)))
-    usage = data.get("usage") if isinstance(data.get("usage"), Mapping) else {}
+    usage = data.get("usage")
+    if not isinstance(usage, Mapping):
+        usage = {}
     return (
         Message(role="assistant", content=content, tool_calls=tuple(calls)),
         Usage(input_tokens=token_count(usage.get("prompt_tokens")),

@@ -214,16 +214,16 @@ class ProviderClient:
         if sdk is None:
             # registered before any await, so concurrent first calls share it
             sdk = self._sdks[loop] = self.make_sdk()
-            await self._close(lambda l: l is not loop and l.is_closed())
+            await self._close(lambda other: other is not loop and other.is_closed())
         return sdk
 
     async def aclose(self) -> None:
         """Close the SDK client of the running loop (and of loops that have closed)."""
         loop = asyncio.get_running_loop()
-        await self._close(lambda l: l is loop or l.is_closed())
+        await self._close(lambda other: other is loop or other.is_closed())
 
     async def _close(self, which: Any) -> None:
-        for key in [l for l in self._sdks if which(l)]:
+        for key in [other for other in self._sdks if which(other)]:
             sdk = self._sdks.pop(key, None)
             if sdk is not None:
                 await _close_quietly(sdk)

@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping
 
 from .messages import LLMRequest, Message, Usage
 from .pricing import Pricing
-from .provider import ProviderClient, error_text, malformed
+from .provider import ProviderClient, classify_sdk_error, error_text, malformed
 from .retry import AttemptFailed, Backoff, Failure, reason_for_status, retry_after
 
 
@@ -137,7 +137,11 @@ class PydanticAIClient(ProviderClient):
     # -- one attempt -----------------------------------------------------------------------
 
     def payload(self, request: LLMRequest, model: str) -> dict[str, Any]:
-        from .pydantic_ai_messages import to_model_messages, to_model_settings, to_request_parameters
+        from .pydantic_ai_messages import (
+            to_model_messages,
+            to_model_settings,
+            to_request_parameters,
+        )
 
         settings = to_model_settings(request.params)
         settings["max_retries"] = 0  # ours is the one retry policy
@@ -228,6 +232,4 @@ def _sdk_failure(exc: BaseException, timeout: Any) -> Failure | None:
         import openai
     except ImportError:  # pragma: no cover
         return None
-    from .provider import classify_sdk_error
-
     return classify_sdk_error(openai, openai.OpenAIError, exc, timeout)

@@ -86,7 +86,8 @@ def to_request_parameters(tools: Sequence[Mapping[str, Any]], output: Mapping[st
                           ) -> ModelRequestParameters:
     """Our tool specs as ``ModelRequestParameters``: ``"kind": "output"`` specs are output
     tools; ``output`` (``{"allow_text": bool}``) says whether a text answer may end it."""
-    function, output_tools = [], []
+    function: list[ToolDefinition] = []
+    output_tools: list[ToolDefinition] = []
     for t in tools:
         d = ToolDefinition(name=t["name"], description=t.get("description") or None,
                            parameters_json_schema=dict(t.get("parameters") or {"type": "object", "properties": {}}))

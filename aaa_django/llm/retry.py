@@ -156,9 +156,10 @@ async def call_with_retries(
             elif isinstance(exc, AttemptFailed):
                 failure = exc.failure
             else:
-                failure = classify(exc)
-                if failure is None:
+                classified = classify(exc)
+                if classified is None:
                     raise
+                failure = classified
             message = redact(shorten(failure.message))
             record: dict[str, Any] = {
                 "attempt": n,

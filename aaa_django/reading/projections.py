@@ -10,9 +10,11 @@ dotted part (``RUNMETA``) when no other projection has the same one.
 from __future__ import annotations
 
 import threading
+from dataclasses import asdict, is_dataclass
 from typing import Any, Iterable
 
 from django.utils.module_loading import import_string
+from pydantic import TypeAdapter
 
 from aaa_django.conf import aaa_settings
 from aaa_django.events import Projection
@@ -89,10 +91,6 @@ def state_json(state: Any) -> Any:
     """A folded state as JSON-ready data (pydantic models, dataclasses, plain values)."""
     if hasattr(state, "model_dump"):
         return state.model_dump(mode="json")
-    from dataclasses import asdict, is_dataclass
-
     if is_dataclass(state) and not isinstance(state, type):
         return asdict(state)
-    from pydantic import TypeAdapter
-
     return TypeAdapter(Any).dump_python(state, mode="json")

@@ -4,7 +4,7 @@
 ``outcome = await run.result()``. See :mod:`aaa_django.runtime.engine`.
 """
 
-from . import event_types as types
+from . import event_types
 from .budget import Budget, Spend
 from .bus import Bus, ExclusiveLeases, InProcessBus
 from .ctx import Ctx
@@ -49,6 +49,6 @@ __all__ = [
     "Spend",
     "StoreUnavailable",
     "UnknownAlgorithmError",
+    "event_types",
     "register",
-    "types",
 ]

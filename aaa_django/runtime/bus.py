@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from typing import TYPE_CHECKING, Any, AsyncContextManager, Iterable, Protocol, runtime_checkable
+from typing import Any, AsyncContextManager, Iterable, Protocol, runtime_checkable
 
 from aaa_django.events import Event
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Engine
+from .engine_api import EngineAPI
 
 log = logging.getLogger("aaa_django.runtime")
 
@@ -29,11 +28,11 @@ class Bus(Protocol):
     ``engine.dispatch(e)`` on handler queues). ``serial(run)`` serialises the steps
     of one run (``contended``: the step's previous try found the log moved on;
     ``synced``: its view of the run is current); ``spawn`` runs the engine's timers' work.
-    Optional: ``watch_ends()``, called by ``Engine.wait``, for a bus that can hear of
-    runs ended by other processes and call ``engine.wake(run_id)`` (the Celery bus).
+    Optional: :class:`WatchesEnds`, for a bus that can hear of runs ended by other
+    processes and call ``engine.wake(run_id)`` (the Celery bus).
     """
 
-    def bind(self, engine: "Engine") -> None: ...
+    def bind(self, engine: EngineAPI) -> None: ...
 
     async def publish(self, events: Iterable[Event]) -> None: ...
 
@@ -60,12 +59,20 @@ class ExclusiveLeases(Protocol):
     def exclusive(self, name: str) -> AsyncContextManager[None]: ...
 
 
+@runtime_checkable
+class WatchesEnds(Protocol):
+    """A bus that hears of runs ended by other processes (the Celery bus): the engine
+    calls ``watch_ends()`` when it first waits, and the bus calls ``engine.wake``."""
+
+    def watch_ends(self) -> None: ...
+
+
 class InProcessBus:
     """The embedded bus: asyncio tasks in this process (the default)."""
 
     def __init__(self, *, duplicate: bool = False) -> None:
         self.copies = 2 if duplicate else 1
-        self.engine: "Engine | None" = None
+        self.engine: EngineAPI | None = None
         self._tasks: set[asyncio.Task] = set()
         self._locks: "weakref.WeakValueDictionary[str, asyncio.Lock]" = weakref.WeakValueDictionary()
         self.closed = False
@@ -74,7 +81,7 @@ class InProcessBus:
         #: deliveries made (each copy counts)
         self.delivered = 0
 
-    def bind(self, engine: "Engine") -> None:
+    def bind(self, engine: EngineAPI) -> None:
         """Attach the engine whose ``handle`` receives the events; this bus runs the
         fold holder's self-checks when it is idle (see ``FoldCache.deferred``)."""
         self.engine = engine

@@ -13,18 +13,19 @@ from __future__ import annotations
 import hashlib
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeVar
 
 from aaa_django.events import Event, Projection, encode_json
 
 from .budget import Budget
+from .engine_api import EngineAPI
 from .event_types import CHILD_REQUESTED, LLM_REQUESTED, TOOL_REQUESTED
 from .lineage import decision_id
+from .meta import RunMeta
 from .outcome import Outcome
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Engine
-    from .meta import RunMeta
+#: a projection's state type
+S = TypeVar("S")
 
 
 class Ctx:
@@ -32,10 +33,10 @@ class Ctx:
 
     def __init__(
         self,
-        engine: "Engine",
+        engine: EngineAPI,
         started: Event,
         event: Event,
-        meta: "RunMeta",
+        meta: RunMeta,
         algorithm: Any,
     ) -> None:
         self.engine = engine
@@ -70,7 +71,7 @@ class Ctx:
             self._input = schema.model_validate(raw) if schema is not None else raw
         return self._input
 
-    async def project(self, projection: Projection) -> Any:
+    async def project(self, projection: Projection[S]) -> S:
         """The state of ``projection`` over this run's (hydrated) events."""
         return await self.engine.project(projection, self.run_id)
 

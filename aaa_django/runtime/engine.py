@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 import traceback
 from collections import OrderedDict, defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import groupby
-from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from aaa_django.data import (
     DEFAULT_HOT_FIELDS,
+    BlobStore,
     InMemoryBlobStore,
     NamespacedBlobStore,
     hydrate,
@@ -54,7 +56,7 @@ from aaa_django.events.tail import Tail, TailCachedStore
 
 from . import registry
 from .budget import Budget
-from .bus import InProcessBus
+from .bus import Bus, InProcessBus, WatchesEnds
 from .ctx import Ctx, _budget, _plain, absolute_deadline
 from .errors import RunNotEndedError
 from .event_types import (
@@ -78,7 +80,11 @@ from .meta import FOLDED, RUNMETA, RunMeta
 from .observe import Observer, around, check_observer, notify_appended
 from .outcome import BUDGET_EXCEEDED, CANCELLED, FAILED, INVALID_INPUT, TIMEOUT, Outcome
 from .run import Run
+from .validation import ValidationHandler
 from .view import HydratedView, StoreUnavailable
+
+#: a projection's state type
+S = TypeVar("S")
 
 log = logging.getLogger("aaa_django.runtime")
 
@@ -101,6 +107,14 @@ def poll_intervals(first: float) -> Iterator[float]:
     while True:
         yield interval
         interval = min(interval * 2, first * POLL_BACKOFF)
+
+
+@dataclass(eq=False)
+class _Delivering:
+    """A delivery to a run: the RUNMETA it read (None: read it again: this engine
+    appended to the run since)."""
+
+    meta: RunMeta | None = None
 
 
 class Engine:
@@ -126,9 +140,9 @@ class Engine:
     def __init__(
         self,
         store: EventStore | None = None,
-        blobs: Any = None,
+        blobs: BlobStore | None = None,
         claim_threshold: int = DEFAULT_CLAIM_THRESHOLD,
-        bus: Any = None,
+        bus: Bus | None = None,
         cache: FoldCache | None = None,
         *,
         validate: bool = True,
@@ -146,17 +160,22 @@ class Engine:
         #: a run's step appends only if the run's log is still the one it read (False:
         #: only to show, in a test, what the guard prevents)
         self.guard_steps = True
-        #: the store erases many streams in one transaction (through the tail: its inner's)
-        self._erases_many = isinstance(store, ErasesMany)
+        #: the store's ``erase_many`` (many streams in one transaction; through the tail:
+        #: its inner's), or None
+        self._erase_many = store.erase_many if isinstance(store, ErasesMany) else None
         self.blobs = blobs
         #: the blob store keeps namespaces (a run's blobs are erased in one call)
         self._namespaced = isinstance(blobs, NamespacedBlobStore)
+        #: the same store as a NamespacedBlobStore, when it is one (detected once)
+        self._namespaces: NamespacedBlobStore | None = blobs if isinstance(blobs, NamespacedBlobStore) else None
         self.claim_threshold = claim_threshold
         self.hot_fields = tuple(hot_fields)
-        self.bus = bus if bus is not None else InProcessBus()
+        self.bus: Bus = bus if bus is not None else InProcessBus()
+        #: the bus's ``watch_ends`` (it hears of runs other processes end), or None
+        self._watch_ends = self.bus.watch_ends if isinstance(self.bus, WatchesEnds) else None
         self.cache = cache if cache is not None else default_cache
         self.bus.bind(self)
-        self.view = HydratedView(self)
+        self.view = HydratedView(self.store, self.hydrate, unavailable=True)
         self.close_timeout = close_timeout
         self.poll_interval = poll_interval
         #: exceptions raised by handlers (bugs: a handler turns failures into events)
@@ -167,12 +186,19 @@ class Engine:
         self._started: OrderedDict[str, Event] = OrderedDict()
         self._hydrated: OrderedDict[str, Event] = OrderedDict()
         self._algorithms: dict[str, Any] = {}
+        #: the runs being delivered to (see :meth:`delivering`)
+        #: run id -> the deliveries to it now (a RUNMETA they keep is old once this
+        #: engine appends to the run)
+        self._delivering: dict[str, set[_Delivering]] = {}
+        #: the deliveries of this context (a task's), by run id: concurrent deliveries
+        #: to one run (a tool call going on while a cancellation arrives) read
+        #: RUNMETA each for itself
+        self._delivery: contextvars.ContextVar[dict[str, _Delivering] | None] = \
+            contextvars.ContextVar(f"aaa_delivery_{id(self):x}", default=None)
         self._closed = False
         #: what watches this engine's work (see :mod:`aaa_django.runtime.observe`)
         self.observers: list[Observer] = [check_observer(o) for o in observers]
         if validate:
-            from aaa_django.validate import ValidationHandler
-
             ValidationHandler().attach(self)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -383,19 +409,20 @@ class Engine:
                 refs.update(ref for e in await self.store.read(run_id) for ref in e.blobs)
         for run_id in run_ids:
             self.forget(run_id)  # the tail's log of it first: the erase must not be read back
-        if self._erases_many:
-            count = await self.store.erase_many(run_ids)
+        if self._erase_many is not None:
+            count = await self._erase_many(run_ids)
         else:
             count = 0
             for run_id in run_ids:
                 count += await self.store.erase(run_id)
         for run_id in run_ids:
-            if self.blobs is not None and self._namespaced:
-                await self._blob_call(self.blobs.delete_namespace, run_id)
+            if self._namespaces is not None:
+                await self._blob_call(self._namespaces.delete_namespace, run_id)
             self.forget(run_id)  # again: a read during the erase may have kept some of it
             self._disarm(run_id)
-        for ref in refs:
-            await self._blob_call(self.blobs.delete, ref)
+        if self.blobs is not None:
+            for ref in refs:
+                await self._blob_call(self.blobs.delete, ref)
         gone = set(run_ids)
         for key in [k for k, e in self._hydrated.items() if e.stream in gone]:
             del self._hydrated[key]
@@ -431,11 +458,54 @@ class Engine:
 
     # -- reading ------------------------------------------------------------------------
 
-    async def meta(self, run_id: str) -> RunMeta:
-        """The engine's view of a run (``RUNMETA``); read-only."""
-        return await RUNMETA.load(self.store, run_id, cache=self.cache)
+    async def meta(self, run_id: str, *, fresh: bool = False) -> RunMeta:
+        """The engine's view of a run (``RUNMETA``); read-only.
 
-    async def project(self, projection: Projection, run_id: str) -> Any:
+        While the run is being delivered to (:meth:`delivering`) it is read once and
+        kept until this engine appends to the run: the engine's step and the handlers
+        of a delivery decide from one fold. ``fresh``: read it again anyway (to see
+        what other processes appended since).
+        """
+        delivering = (self._delivery.get() or {}).get(run_id)
+        if delivering is not None and delivering not in self._delivering.get(run_id, ()):
+            delivering = None  # inherited by a task from a delivery that has ended
+        if delivering is not None and delivering.meta is not None and not fresh:
+            return delivering.meta
+        meta = await RUNMETA.load(self.store, run_id, cache=self.cache)
+        if delivering is not None:
+            delivering.meta = meta
+        return meta
+
+    @contextlib.contextmanager
+    def delivering(self, run_id: str) -> Iterator[None]:
+        """Within: a delivery to run ``run_id`` (see :meth:`meta`). The engine's
+        :meth:`handle` is one; a bus that splits it (the Celery worker) opens it around
+        its parts."""
+        current = self._delivery.get() or {}
+        outer = current.get(run_id)
+        if outer is not None and outer in self._delivering.get(run_id, ()):
+            yield  # within one already (the engine's handle in a bus's)
+            return
+        # (a task started during a delivery that has ended inherits it: not one)
+        delivering = _Delivering()
+        self._delivering.setdefault(run_id, set()).add(delivering)
+        token = self._delivery.set({**current, run_id: delivering})
+        try:
+            yield
+        finally:
+            self._delivery.reset(token)
+            others = self._delivering.get(run_id)
+            if others is not None:
+                others.discard(delivering)
+                if not others:
+                    del self._delivering[run_id]
+
+    def _appending(self, run_id: str) -> None:
+        """This engine appends to ``run_id``: a RUNMETA kept for a delivery is old."""
+        for delivery in self._delivering.get(run_id, ()):
+            delivery.meta = None
+
+    async def project(self, projection: Projection[S], run_id: str) -> S:
         """``projection`` folded over the run's hydrated events (holder + snapshots)."""
         return await projection.load(self.view, run_id, cache=self.cache)
 
@@ -451,9 +521,8 @@ class Engine:
         ``poll_interval``, then at intervals doubling up to ``POLL_BACKOFF`` times it
         (:func:`poll_intervals`): a poll is a read of the run, and a thousand runs
         waited on at once must not read their logs a thousand times a second."""
-        watch = getattr(self.bus, "watch_ends", None)
-        if watch is not None:
-            watch()
+        if self._watch_ends is not None:
+            self._watch_ends()
 
         async def loop() -> Outcome:
             for interval in poll_intervals(self.poll_interval):
@@ -553,11 +622,14 @@ class Engine:
         stored: list[Event] = []
         for stream, group in groupby(events, key=lambda e: e.stream):
             batch = [await self._claim(e) for e in _through_completion(group)]
+            self._appending(stream)
             try:
                 added = await self.store.append(batch)
             except ClosedStreamError as exc:
                 log.debug("not appended to %s: %s", stream, exc)
                 continue
+            finally:
+                self._appending(stream)  # (a read meanwhile may have kept the log before it)
             if added and self.observers:
                 await notify_appended(self.observers, added)
             stored.extend(added)
@@ -596,7 +668,7 @@ class Engine:
         """
         if self._closed:
             return
-        with self.tail.delivery(), self.observing(event):
+        with self.tail.delivery(), self.observing(event), self.delivering(event.stream):
             # An event this engine appended (or read) is in its tail: the run's view is
             # current without a read (the step's guard catches another process's write).
             synced = self.tail.holds(event)
@@ -710,8 +782,8 @@ class Engine:
     async def dispatch(self, event: Event) -> None:
         """Run the handlers subscribed to the event's type, concurrently (the last part
         of a delivery: after a run's end, what this process kept of the run goes)."""
-        handlers = self._handlers.get(event.type)
-        if len(handlers or ()) == 1:
+        handlers = self._handlers.get(event.type) or []
+        if len(handlers) == 1:
             await self._call(handlers[0], event)
         elif handlers:
             await asyncio.gather(*(self._call(h, event) for h in handlers))
@@ -790,7 +862,7 @@ class Engine:
                                  data=data, causation=event.id, tenant=event.tenant)])
 
     async def _completion_event(self, run_id: str) -> Event | None:
-        meta = await self.meta(run_id)
+        meta = await self.meta(run_id, fresh=True)  # (waiters look for other processes' ends)
         if not meta.completed or not meta.completion_seq:
             return None
         events = await self.store.read(run_id, after=meta.completion_seq - 1, limit=1)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from types import EllipsisType
 from typing import Any, Mapping
 
 from aaa_django.data import is_claimed
@@ -84,8 +85,8 @@ async def fork(
     at: int,
     *,
     config: Mapping[str, Any] | None = None,
-    budget: Budget | Mapping[str, Any] | None = ...,  # type: ignore[assignment]
-    deadline: float | datetime | None = ...,  # type: ignore[assignment]
+    budget: Budget | Mapping[str, Any] | EllipsisType | None = ...,
+    deadline: float | datetime | EllipsisType | None = ...,
     owner: str | None = None,
     new_run_id: str | None = None,
 ) -> Run:

@@ -120,9 +120,9 @@ def apply(s: RunMeta, e: Event) -> RunMeta:
         if t in (LLM_COMPLETED, LLM_FAILED):
             _tally(s.spend, d)
         elif t == CHILD_COMPLETED:
-            s.children.pop(d.get("child"), None)
+            s.children.pop(d.get("child") or "", None)
         elif t in APPROVAL_DECISIONS:
-            s.approvals.pop(d.get("request_id"), None)
+            s.approvals.pop(d.get("request_id") or "", None)
         return s
     if t == RUN_STARTED:
         s.run_id = e.stream
@@ -154,7 +154,7 @@ def apply(s: RunMeta, e: Event) -> RunMeta:
     elif t == CHILD_REQUESTED:
         s.children[d["child"]] = d.get("key") or ""
     elif t == CHILD_COMPLETED:
-        s.children.pop(d.get("child"), None)
+        s.children.pop(d.get("child") or "", None)
     elif t == APPROVAL_REQUESTED:
         s.approvals[e.id] = PendingApproval(
             seq=e.seq or 0,
@@ -165,7 +165,7 @@ def apply(s: RunMeta, e: Event) -> RunMeta:
             expires_at=d.get("expires_at"),
         )
     elif t in APPROVAL_DECISIONS:
-        s.approvals.pop(d.get("request_id"), None)
+        s.approvals.pop(d.get("request_id") or "", None)
     elif t == RUN_COMPLETED:
         s.status = "completed"
         s.outcome = d.get("outcome")

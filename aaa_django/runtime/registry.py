@@ -44,7 +44,7 @@ def register(cls: A | None = None, *, name: str | None = None) -> Any:
                 )
             _registry[key] = c
         if getattr(c, "name", None) != key:
-            c.name = key
+            setattr(c, "name", key)  # noqa: B010  (``A`` is any class: it may declare no name)
         return c
 
     return deco(cls) if cls is not None else deco

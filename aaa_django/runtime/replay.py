@@ -33,6 +33,7 @@ from aaa_django.data import is_claimed
 from aaa_django.events import Event, FoldCache, InMemoryEventStore
 
 from .engine import Engine
+from .engine_api import EngineAPI
 from .event_types import (
     APPROVAL_DECISIONS,
     APPROVAL_REQUESTED,
@@ -80,10 +81,10 @@ class ReplayBus:
     replay decides when the world moves on. Timers never ring."""
 
     def __init__(self) -> None:
-        self.engine: Engine | None = None
+        self.engine: EngineAPI | None = None
         self.queue: deque[Event] = deque()
 
-    def bind(self, engine: Engine) -> None:
+    def bind(self, engine: EngineAPI) -> None:
         self.engine = engine
 
     async def publish(self, events: Iterable[Event]) -> None:

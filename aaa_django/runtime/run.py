@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aaa_django.events import Event
 
+from .engine_api import EngineAPI
+from .meta import RunMeta
 from .outcome import Outcome
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Engine
-    from .meta import RunMeta
 
 
 class Run:
     """A run of an algorithm; ``run_id`` is also the name of its event stream."""
 
-    def __init__(self, engine: "Engine", run_id: str) -> None:
+    def __init__(self, engine: EngineAPI, run_id: str) -> None:
         self.engine = engine
         self.run_id = run_id
 
@@ -34,7 +32,7 @@ class Run:
         """The outcome if the run has ended, else None (does not wait)."""
         return await self.engine.outcome(self.run_id)
 
-    async def meta(self) -> "RunMeta":
+    async def meta(self) -> RunMeta:
         """The engine's view of the run (status, spend, open children, approvals)."""
         return await self.engine.meta(self.run_id)
 

@@ -9,11 +9,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.module_loading import import_string
+
+from aaa_django.algos.pydantic_agent import agent_tools
 from aaa_django.conf import aaa_settings
 from aaa_django.events import default_cache
+from aaa_django.llm import LLMHandler
+from aaa_django.runtime import Engine
+from aaa_django.store.postgres import site_store
+from aaa_django.tools import ToolHandler, ToolRegistry
+
+from .blobs import StorageBlobStore
+from .llm_settings import client_from_settings
+from .mcp_settings import mcp_tools
 
 
-def build_engine(*, using: str = "default", **overrides: Any):
+def build_engine(*, using: str = "default", **overrides: Any) -> Engine:
     """An :class:`~aaa_django.runtime.Engine` over the site's database and storage.
 
     The store is :func:`~aaa_django.store.postgres.site_store`'s: on PostgreSQL (psycopg 3)
@@ -26,9 +37,6 @@ def build_engine(*, using: str = "default", **overrides: Any):
     (:mod:`aaa_django.observe.otel`).
     Use it as ``async with build_engine() as engine:``.
     """
-    from aaa_django.runtime import Engine
-    from aaa_django.store.postgres import site_store
-
     conf = aaa_settings()
     default_cache.check_every = conf["FOLD_CHECK_EVERY"]
     options: dict[str, Any] = {
@@ -37,7 +45,8 @@ def build_engine(*, using: str = "default", **overrides: Any):
         "claim_threshold": conf["CLAIM_THRESHOLD"],
     }
     if conf["BUS"] == "celery" and "bus" not in overrides:
-        from aaa_django.celery.bus import DistributedBus  # the cluster: deliveries are Celery tasks
+        # the cluster: deliveries are Celery tasks (Celery: an optional dependency)
+        from aaa_django.celery.bus import DistributedBus
 
         options["bus"] = DistributedBus()
     options.update(overrides)
@@ -56,11 +65,10 @@ def build_engine(*, using: str = "default", **overrides: Any):
     return engine
 
 
-def site_blobs() -> Any:
+def site_blobs() -> StorageBlobStore | None:
     """The site's blob store: a :class:`~aaa_django.site.blobs.StorageBlobStore` over
-    ``AAA["BLOB_STORAGE"]``, or None when the site keeps no blobs."""
-    from .blobs import StorageBlobStore
-
+    ``AAA["BLOB_STORAGE"]``, or None when the site keeps no blobs (the engine's, the
+    read side's, exports' and imports')."""
     alias = aaa_settings()["BLOB_STORAGE"]
     return StorageBlobStore(alias=alias) if alias else None
 
@@ -75,7 +83,7 @@ class NoModelClient:
         )
 
 
-def attach_site_handlers(engine: Any) -> Any:
+def attach_site_handlers(engine: Engine) -> Engine:
     """Attach the handlers the settings name: the web process's host and every Celery
     worker wire their engines the same way.
 
@@ -86,13 +94,6 @@ def attach_site_handlers(engine: Any) -> Any:
       ``AAA["AGENTS"]`` (Pydantic AI agents, loaded now: their runs may be started);
     - ``AAA["WORKER_SETUP"]``: ``setup(engine)`` for anything else.
     """
-    from django.utils.module_loading import import_string
-
-    from aaa_django.llm import LLMHandler
-    from aaa_django.tools import ToolHandler, ToolRegistry
-
-    from .llm_settings import client_from_settings
-
     conf = aaa_settings()
     setup = conf.get("WORKER_SETUP")
     if conf.get("LLM_CLIENT"):
@@ -103,12 +104,8 @@ def attach_site_handlers(engine: Any) -> Any:
         LLMHandler(NoModelClient()).attach(engine)
     tools = [import_string(p) for p in conf.get("TOOLS") or ()]
     if conf.get("MCP_SERVERS"):
-        from .mcp_settings import mcp_tools
-
         tools += mcp_tools()
     if conf.get("AGENTS"):
-        from aaa_django.algos.pydantic_agent import agent_tools
-
         tools += [t for path in conf["AGENTS"] for t in agent_tools(import_string(path))]
     if tools:
         ToolHandler(ToolRegistry(tools)).attach(engine)
@@ -122,8 +119,6 @@ def load_agents() -> list[Any]:
     names only agents the process has loaded, and the REST API or the admin may start
     one before any engine is wired. An entry that does not import is left to system
     check ``aaa.E020``."""
-    from django.utils.module_loading import import_string
-
     paths = aaa_settings().get("AGENTS")
     loaded = []
     for path in paths if isinstance(paths, (list, tuple)) else ():

@@ -21,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Callable, Coroutine, TypeVar
 
-from .engines import NoModelClient  # noqa: F401  (re-exported: its first home)
+from aaa_django.runtime import Engine
+
+from .engines import attach_site_handlers, build_engine
 
 log = logging.getLogger("aaa_django.host")
 
@@ -43,10 +45,10 @@ class EngineHost:
     _instance: "EngineHost | None" = None
     _instance_lock = threading.Lock()
 
-    def __init__(self, *, using: str = "default", setup: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, *, using: str = "default", setup: Callable[[Engine], None] | None = None) -> None:
         self.using = using
         self._setup = setup
-        self.engine: Any = None
+        self.engine: Engine | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -108,10 +110,8 @@ class EngineHost:
             finally:
                 loop.close()
 
-    def build(self) -> Any:
+    def build(self) -> Engine:
         """The engine and its handlers, from the settings."""
-        from .engines import attach_site_handlers, build_engine
-
         engine = attach_site_handlers(build_engine(using=self.using))
         if self._setup is not None:
             self._setup(engine)
@@ -134,14 +134,15 @@ class EngineHost:
 
     # -- work --------------------------------------------------------------------------
 
-    def call(self, fn: Callable[[Any], Awaitable[R]], *, timeout: float | None = DEFAULT_TIMEOUT) -> R:
+    def call(self, fn: Callable[[Engine], Coroutine[Any, Any, R]], *,
+             timeout: float | None = DEFAULT_TIMEOUT) -> R:
         """Run ``await fn(engine)`` on the host's loop; return its result (or raise
         its exception). Raises :class:`EngineUnavailable` after ``timeout`` seconds
         (the work itself goes on)."""
-        loop = self.loop
-        if loop is None or not self.alive:
+        loop, engine = self.loop, self.engine
+        if loop is None or engine is None or not self.alive:
             raise EngineUnavailable("the engine host is not running")
-        future = asyncio.run_coroutine_threadsafe(fn(self.engine), loop)
+        future = asyncio.run_coroutine_threadsafe(fn(engine), loop)
         try:
             return future.result(timeout)
         except TimeoutError:

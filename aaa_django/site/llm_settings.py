@@ -52,7 +52,10 @@ from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
 
 from aaa_django.conf import site_aaa
+from aaa_django.llm.anthropic_client import AnthropicClient
+from aaa_django.llm.openai_client import OpenAICompatibleClient
 from aaa_django.llm.pricing import Pricing
+from aaa_django.llm.pydantic_ai_client import PydanticAIClient
 
 PROVIDERS = ("openai", "anthropic", "pydantic-ai")
 #: the package each provider's client needs (the pip extra is named after the provider)
@@ -125,15 +128,9 @@ def client_from_settings() -> Any:
         return None
     common = {"timeout": o["TIMEOUT"], "max_retries": o["MAX_RETRIES"], "pricing": o["PRICING"]}
     if o["PROVIDER"] == "pydantic-ai":
-        from aaa_django.llm.pydantic_ai_client import PydanticAIClient
-
         return PydanticAIClient(o["MODEL"], base_url=o["BASE_URL"], api_key=o["API_KEY"], **common)
     if o["PROVIDER"] == "anthropic":
-        from aaa_django.llm.anthropic_client import AnthropicClient
-
         return AnthropicClient(o["BASE_URL"], o["API_KEY"], o["MODEL"], max_tokens=o["MAX_TOKENS"], **common)
-    from aaa_django.llm.openai_client import OpenAICompatibleClient
-
     return OpenAICompatibleClient(o["BASE_URL"], o["API_KEY"], o["MODEL"], **common)
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping
 
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connections
 from django.db.models import Exists, OuterRef, Q
 
@@ -45,8 +46,11 @@ from aaa_django.data import BlobInventory
 from aaa_django.data.keys import namespace_segment, segment_namespace
 from aaa_django.events.event import decode_blobs
 from aaa_django.models import EventRecord, RunRecord
+from aaa_django.runtime import InProcessBus
 from aaa_django.runtime.event_types import completion_id
 from aaa_django.runtime.outcome import OUTCOMES
+
+from .engines import build_engine
 
 log = logging.getLogger("aaa_django.retention")
 
@@ -116,8 +120,6 @@ async def apply_retention(
     orphaned blobs. ``engine`` must be over a :class:`~aaa_django.store.DjangoEventStore`
     (``build_engine()``); its blob store is the one swept. ``limit`` caps the run
     trees erased in this pass (the rest wait for the next); ``now`` is for tests."""
-    from asgiref.sync import sync_to_async
-
     using = engine.store.using
     policy = Policy.from_settings() if policy is None else policy
     now = datetime.now(timezone.utc) if now is None else now
@@ -226,8 +228,6 @@ async def sweep_orphans(engine: Any, *, now: datetime | None = None, grace: floa
     """Remove the blobs of ``engine.blobs`` that no event refers to and that are older
     than ``grace`` seconds (default ``AAA["ORPHAN_GRACE"]``); return them as
     ``(namespace, sha256)`` (the segment where the namespace cannot be told)."""
-    from asgiref.sync import sync_to_async
-
     blobs = engine.blobs
     if not isinstance(blobs, BlobInventory):
         log.warning("retention: %r cannot list its blobs; no orphan sweep", blobs)
@@ -327,11 +327,8 @@ def retain(using: str = "default", **options: Any) -> RetentionReport:
     """Apply the settings' policy and sweep orphans on database ``using``, from sync
     code (the command, the Celery task); ``options`` go to :func:`apply_retention`.
     Its own engine, on the in-process bus: erasing delivers nothing."""
-    from asgiref.sync import async_to_sync
 
-    from aaa_django.runtime import InProcessBus
 
-    from .engines import build_engine
 
     async def run() -> RetentionReport:
         async with build_engine(using=using, bus=InProcessBus()) as engine:

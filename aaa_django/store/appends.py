@@ -43,6 +43,14 @@ from .rows import (
     number,
     to_event,
 )
+from .runindex import (
+    index_events,
+    initial_row,
+    row_after,
+    row_insert,
+    row_update,
+    starts_run,
+)
 
 #: An append's statements as a generator: it yields ``(sql, params)`` and is sent
 #: ``(rowcount, first row or None)`` back, or has the statement's ``IntegrityError``
@@ -142,8 +150,6 @@ class StatementAppends:
                   row: tuple | None, *, optimistic: bool = True) -> Steps:
         """The events after ``head`` and the run's row after ``row`` in one statement.
         None: not the common case, or (``optimistic``) the log moved since ``head``."""
-        from .runindex import row_insert, row_update, starts_run  # (imports this module)
-
         try:
             stored, rows = number(conn, batch, texts, head, known, expected_seq)
         except ConcurrencyError:
@@ -215,8 +221,6 @@ class StatementAppends:
     def _write_sqlite(self, conn, cur, stream: str, batch: list[Event], texts: list[str],
                       expected_seq) -> list[Event] | None:
         """The statements of :meth:`_append_sqlite_transaction` inside its transaction."""
-        from .runindex import row_update, starts_run  # runindex imports this module
-
         ids = [e.id for e in batch]
         cur.execute(_head_known_and_row_sqlite(len(ids)), [stream, *ids, stream])
         head, known, *row = cur.fetchone()
@@ -262,8 +266,6 @@ class StatementAppends:
         append needs no query. Anything else forgets the stream (the next append asks)."""
         if not self.inline or not events:
             return
-        from .runindex import initial_row, row_after, starts_run  # runindex imports this module
-
         stream = events[0].stream
         seen = self._forget(stream)
         if seen is not None and (events[-1].seq or 0) <= seen[0]:
@@ -273,7 +275,7 @@ class StatementAppends:
             # A stream's first events: its head, and (a run's start) its row, follow from them.
             row = initial_row(events)
             if row is not None or not starts_run(events):
-                self._remember(stream, events[-1].seq, row)
+                self._remember(stream, events[-1].seq or 0, row)
             return
         if seen is None or events[0].seq != seen[0] + 1:
             return
@@ -282,7 +284,7 @@ class StatementAppends:
             row = row_after(row, list(events))
             if row is None:
                 return
-        self._remember(stream, events[-1].seq, row)
+        self._remember(stream, events[-1].seq or 0, row)
 
     def _read_to_head_pg(self, conn, stream: str, after: int) -> list[Event]:
         """A read to the end of the stream, with the run's index row in the same round
@@ -299,7 +301,7 @@ class StatementAppends:
         events.committed = committed
         if events and committed:
             row = tuple(rows[0][9:])
-            self._remember(stream, events[-1].seq, row if row[0] is not None else None)
+            self._remember(stream, events[-1].seq or 0, row if row[0] is not None else None)
         else:
             self._forget(stream)
         return events
@@ -312,8 +314,6 @@ def _head_known_and_row_sqlite(n: int) -> str:
 
 def run_steps(cur, using: str, steps: Steps) -> list[Event] | None:
     """Run an append's :data:`Steps` on the sync cursor ``cur`` of alias ``using``."""
-    from .runindex import index_events  # runindex imports this module
-
     try:
         step = next(steps)
         while True:

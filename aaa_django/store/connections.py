@@ -26,6 +26,8 @@ import threading
 import weakref
 from typing import Any, AsyncIterator
 
+from django.db import connections
+
 #: alias -> the process's connections to it (one set, whatever the number of stores)
 _BY_ALIAS: dict[str, "PgConnections"] = {}
 _BY_ALIAS_LOCK = threading.Lock()
@@ -36,8 +38,6 @@ SIZE = 10
 def async_capable(using: str) -> bool:
     """Is ``using`` a PostgreSQL database that psycopg 3 reaches (its async
     connections then serve the store)?"""
-    from django.db import connections
-
     if connections.settings[using]["ENGINE"] != "django.db.backends.postgresql":
         return False
     try:
@@ -51,8 +51,6 @@ class PgConnections:
     """The store's async connections to one database alias (see the module)."""
 
     def __init__(self, using: str, size: int = SIZE) -> None:
-        from django.db import connections
-
         self.using = using
         self.size = size
         #: a Django connection of the alias that never connects: the store builds its

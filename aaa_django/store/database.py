@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, OperationalError, connections, transaction
+from django.db.models import Max
 from django.utils.timezone import now
 
 from aaa_django.events import ConcurrencyError, Event, Snapshot
@@ -24,21 +25,21 @@ from aaa_django.events.store import RecentIds, prepare_batch
 from aaa_django.models import EventRecord
 from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
 
+from . import rows
 from .appends import StatementAppends
 from .rows import (
     HEAD,
     INSERT_CHUNK,
     ROW,
     ROW_PG,
-    SELECT,
     SQLITE_CHUNK,
     EventList,
     closed_refusal,
     cursor,
     insert,
     number,
-    to_event,
 )
+from .runindex import index_events
 
 __all__ = ["DjangoEventStore", "EventList"]
 
@@ -198,8 +199,6 @@ class DjangoEventStore(StatementAppends):
                     cur.execute(*insert(row, chunk))
                 # The run index (aaa_run) is derived from the log: updated in the same
                 # transaction, so it commits, or rolls back, with the events.
-                from .runindex import index_events  # runindex imports this module
-
                 index_events(self.using, stored)
         return stored
 
@@ -212,26 +211,10 @@ class DjangoEventStore(StatementAppends):
         limit: int | None = None,
         tenant: str | None = None,
     ) -> list[Event]:
-        # Plain SQL, as the append: the ORM's query building cost more than the query.
-        sql, params = f"{SELECT} WHERE stream = %s AND seq > %s", [stream, after]
-        if tenant is not None:
-            sql += " AND tenant = %s"
-            params.append(tenant)
-        sql += " ORDER BY seq"
-        if limit is not None:
-            sql += " LIMIT %s"
-            params.append(max(int(limit), 0))
         conn = connections[self.using]
         if self.inline and limit is None and tenant is None and conn.vendor == "postgresql":
             return self._read_to_head_pg(conn, stream, after)
-        with cursor(conn) as cur:
-            cur.execute(sql, params)
-            events = EventList(to_event(row) for row in cur.fetchall())
-        # Rows read inside a caller's transaction may still be rolled back: say so, and
-        # the in-process holder will not share a state folded from them.
-        events.committed = not conn.in_atomic_block
-        return events
-
+        return rows.read(conn, stream, after=after, limit=limit, tenant=tenant)
 
     def head_sync(self, stream: str) -> tuple[int, str] | None:
         row = self._events.filter(stream=stream).order_by("-seq").values_list("seq", "id")[:1]
@@ -262,13 +245,11 @@ class DjangoEventStore(StatementAppends):
         return deleted
 
     def streams_sync(self) -> list[str]:
-        return list(self._events.order_by("stream").values_list("stream", flat=True).distinct())
+        return rows.streams(connections[self.using])
 
     def unfinished_sync(self) -> dict[str, float]:
         """Run id -> the time (epoch seconds) of its newest event, for every run that
         has started and not completed (the sweeper's question, in one query)."""
-        from django.db.models import Max
-
         events = self._events
         started = events.filter(type=RUN_STARTED).values("stream")
         completed = events.filter(type=RUN_COMPLETED).values("stream")
@@ -316,8 +297,8 @@ def _head_and_known(cur, pg: bool, stream: str, ids: list[str]) -> tuple[int, se
     on PostgreSQL; SQLite is in-process, so two statements cost little)."""
     if pg:
         cur.execute(_HEAD_AND_KNOWN_PG, [stream, ids])
-        head, known = cur.fetchone()
-        return head, set(known)
+        head, stored = cur.fetchone()
+        return head, set(stored)
     cur.execute(HEAD, [stream])
     row = cur.fetchone()
     known: set[str] = set()

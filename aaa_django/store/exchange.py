@@ -102,6 +102,8 @@ def export_lines(
             data = blob(ref)
             if mode == "inline":
                 yield _line({"blob": ref.to_dict(), "base64": base64.b64encode(data).decode()})
+            elif beside is None:
+                raise ValueError('blobs="beside" needs beside=')
             else:
                 beside(ref, data)
 
@@ -114,7 +116,7 @@ def run_events(store: DjangoEventStore, run_id: str) -> Iterator[Event]:
         yield from page
         if len(page) < PAGE:
             return
-        after = page[-1].seq
+        after = page[-1].seq or after + len(page)  # a stored event has its seq
 
 
 def export_run(run_id: str, *, using: str = "default", blobs: Any = None,

@@ -29,14 +29,12 @@ from __future__ import annotations
 import asyncio
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aaa_django.events import Event
 
-from .appends import QUERY
-
-if TYPE_CHECKING:
-    from .postgres import PgEventStore
+from .appends import CATCH_UP, QUERY, Steps
+from .connections import PgConnections
 
 #: transactions in flight at once per event loop (of the 10 connections a loop may use: the
 #: other two serve reads and snapshots meanwhile)
@@ -66,10 +64,26 @@ class _Loop:
         self.tasks: set[asyncio.Task] = set()
 
 
+class GroupedStore(Protocol):
+    """What a group commit needs of its store
+    (:class:`~aaa_django.store.postgres.PgEventStore`)."""
+
+    @property
+    def conns(self) -> PgConnections: ...
+
+    def _steps(self, stream: str, batch: list[Event], texts: list[str],
+               expected_seq: int | None) -> Steps: ...
+
+    async def _append_statement(self, stream: str, batch: list[Event], texts: list[str],
+                                expected_seq: int | None) -> list[Event] | None: ...
+
+    async def _catch_up(self, stored: list[Event]) -> None: ...
+
+
 class GroupCommit:
     """The group commit of one store's appends (see the module)."""
 
-    def __init__(self, store: "PgEventStore", *, lanes: int = LANES, max_group: int = MAX_GROUP) -> None:
+    def __init__(self, store: GroupedStore, *, lanes: int = LANES, max_group: int = MAX_GROUP) -> None:
         self.store = store
         self.lanes = lanes
         self.max_group = max_group
@@ -173,7 +187,7 @@ class GroupCommit:
         steps = {id(item): store._steps(item.stream, item.batch, item.texts, item.expected_seq)
                  for item in group}
         try:
-            async with store.pg.connection() as conn:
+            async with store.conns.connection() as conn:
                 await self._rounds(conn, group, steps)
         except Exception:
             # A statement refused (the transaction is rolled back whole), or the
@@ -207,8 +221,6 @@ class GroupCommit:
 def _advance(item: _Append, steps: Any, result: Any) -> tuple[str, Any] | None:
     """Send ``result`` (None: start) to an append's steps; its next statement, or None
     when it is done (``item.stored``: its events, or None: made again alone)."""
-    from .appends import CATCH_UP
-
     try:
         step = next(steps) if result is None else steps.send(result)
         while step[0] is CATCH_UP:  # after the commit

@@ -33,6 +33,7 @@ from .connections import PgConnections, async_capable
 from .database import _LOAD_SNAPSHOT, DjangoEventStore, snapshot_writes
 from .groupcommit import GroupCommit
 from .rows import INSERT_CHUNK, SELECT, EventList, to_event
+from .runindex import index_events
 
 __all__ = ["PgEventStore", "site_store"]
 
@@ -73,6 +74,13 @@ class PgEventStore(DjangoEventStore):
     def __repr__(self) -> str:
         return f"PgEventStore(using={self.using!r})"
 
+    @property
+    def conns(self) -> PgConnections:
+        """The store's own connections (its calls are awaits on them)."""
+        if self.pg is None:
+            raise RuntimeError(f"{self!r} is inline: it has no connections of its own")
+        return self.pg
+
     # -- events -------------------------------------------------------------------
 
     async def _append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
@@ -97,13 +105,13 @@ class PgEventStore(DjangoEventStore):
         """The common append alone: its statements in autocommit. None when it is not
         the common case, or lost a race (nothing written)."""
         try:
-            async with self.pg.connection() as conn:
+            async with self.conns.connection() as conn:
                 return await self._run(conn, self._steps(stream, batch, texts, expected_seq))
         except IntegrityError:
             return None
 
     def _steps(self, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None) -> Steps:
-        return self._pg_steps(self.pg.django, stream, batch, texts, expected_seq, self._forget(stream))
+        return self._pg_steps(self.conns.django, stream, batch, texts, expected_seq, self._forget(stream))
 
     async def _run(self, conn: Any, steps: Steps, *, in_group: list | None = None) -> list[Event] | None:
         """Run an append's statements (see ``appends.Steps``) on ``conn``. Alone, a
@@ -138,7 +146,6 @@ class PgEventStore(DjangoEventStore):
 
     async def _catch_up(self, stored: list[Event]) -> None:
         """The run's index row caught up with committed ``stored`` (the sync run index)."""
-        from .runindex import index_events  # runindex imports the store
 
         await sync_to_async(index_events, thread_sensitive=True)(self.using, stored)
 
@@ -163,7 +170,7 @@ class PgEventStore(DjangoEventStore):
         return (rows[0][0], rows[0][1]) if rows else None
 
     async def _fetch(self, sql: str, params: list[Any]) -> list[tuple]:
-        async with self.pg.connection() as conn, conn.cursor() as cur:
+        async with self.conns.connection() as conn, conn.cursor() as cur:
             await cur.execute(sql, params)
             return await cur.fetchall()
 
@@ -176,8 +183,8 @@ class PgEventStore(DjangoEventStore):
     async def _save_snapshot(self, snapshot: Snapshot) -> bool:
         """As :meth:`DjangoEventStore.save_snapshot_sync`: a conditional UPDATE, else an
         INSERT that yields to a row inserted meanwhile, then the UPDATE again."""
-        update, insert_ = snapshot_writes(snapshot, self.pg.django.ops.adapt_datetimefield_value(now()))
-        async with self.pg.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        update, insert_ = snapshot_writes(snapshot, self.conns.django.ops.adapt_datetimefield_value(now()))
+        async with self.conns.connection() as conn, conn.transaction(), conn.cursor() as cur:
             for _ in range(2):
                 await cur.execute(*update)
                 if cur.rowcount:

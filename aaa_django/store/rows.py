@@ -10,7 +10,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from aaa_django.events import ClosedStreamError, ConcurrencyError, Event
+from aaa_django.events import ClosedStreamError, ConcurrencyError, Event, EventList
 from aaa_django.events.event import decode_blobs, encode_blobs
 from aaa_django.events.store import closed_reason
 
@@ -97,10 +97,32 @@ def to_event(row) -> Event:
     )
 
 
-class EventList(list):
-    """The events a read returned, and whether they were read outside any transaction."""
+def read(conn, stream: str, *, after: int = 0, limit: int | None = None,
+         tenant: str | None = None) -> EventList:
+    """The stream's events after seq ``after`` (of one tenant; at most ``limit``), in
+    order. Plain SQL: the ORM's query building cost more than the query."""
+    sql, params = f"{SELECT} WHERE stream = %s AND seq > %s", [stream, after]
+    if tenant is not None:
+        sql += " AND tenant = %s"
+        params.append(tenant)
+    sql += " ORDER BY seq"
+    if limit is not None:
+        sql += " LIMIT %s"
+        params.append(max(int(limit), 0))
+    with cursor(conn) as cur:
+        cur.execute(sql, params)
+        events = EventList(to_event(row) for row in cur.fetchall())
+    # Rows read inside a caller's transaction may still be rolled back: say so, and
+    # the in-process holder will not share a state folded from them.
+    events.committed = not conn.in_atomic_block
+    return events
 
-    committed = True
+
+def streams(conn) -> list[str]:
+    """The names of the streams in the log, in order."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT DISTINCT stream FROM aaa_event ORDER BY stream")
+        return [row[0] for row in cur.fetchall()]
 
 
 def number(conn, batch: list[Event], texts: list[str], head: int, known, expected_seq):

@@ -36,7 +36,7 @@ from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
 from aaa_django.runtime.lineage import FORKED_FROM
 from aaa_django.runtime.meta import RUNMETA, RunMeta
 
-from .database import DjangoEventStore
+from . import rows
 from .rows import ROW_COLUMNS
 
 log = logging.getLogger("aaa_django.runindex")
@@ -76,13 +76,12 @@ def reindex(using: str = "default", run_ids: Iterable[str] | None = None, *,
     ``progress``: an :class:`~aaa_django.management.progress.Progress`, given the number of
     streams and advanced by each.
     """
-    store = DjangoEventStore(using)
-    streams = list(run_ids) if run_ids is not None else store.streams_sync()
+    streams = list(run_ids) if run_ids is not None else rows.streams(connections[using])
     counts = {"indexed": 0, "skipped": 0, "deleted": 0}
     if progress is not None:
         progress.total = len(streams)
     for stream in streams:
-        events = read_all(store, stream)
+        events = read_all(using, stream)
         if not events or events[0].type != RUN_STARTED:
             counts["skipped"] += 1
             if not events:
@@ -117,6 +116,10 @@ class _Row:
     """The columns of ``ROW_COLUMNS``, named as the model's fields."""
 
     __slots__ = ROW_COLUMNS + ("ended_at",)
+    run_id: str
+    last_seq: int
+    owner_id: Any
+    ended_at: Any
 
     def __init__(self, values: Sequence[Any]) -> None:
         for name, value in zip(ROW_COLUMNS, values):
@@ -244,10 +247,9 @@ def _index_next(using: str, stream: str, events: list[Event]) -> bool:
 
 
 def _index_stream(using: str, stream: str, events: list[Event]) -> None:
-    store = DjangoEventStore(using)
-    rows = RunRecord.objects.using(using)
+    records = RunRecord.objects.using(using)
     for _ in range(_RETRIES):
-        row = rows.filter(pk=stream).first()
+        row = records.filter(pk=stream).first()
         if row is None and events and not (events[0].seq == 1 and events[0].type == RUN_STARTED):
             # Not a run, or a run whose start was never indexed: in the append path
             # (events given) that is never worth a read of the log on every append
@@ -260,8 +262,8 @@ def _index_stream(using: str, stream: str, events: list[Event]) -> None:
         if not events or (new and new[0].seq != last + 1):
             # A gap (events appended without the index), or a plain catch-up: read the
             # missing part of the log.
-            upto = new[0].seq - 1 if new else None
-            new = read_all(store, stream, after=last, upto=upto) + new
+            upto = (new[0].seq or 1) - 1 if new else None
+            new = read_all(using, stream, after=last, upto=upto) + new
         if not new:
             return
         if row is None and new[0].type != RUN_STARTED:
@@ -275,9 +277,9 @@ def _index_stream(using: str, stream: str, events: list[Event]) -> None:
         try:
             if row is None:
                 with transaction.atomic(using=using):
-                    rows.create(pk=stream, **fields)
+                    records.create(pk=stream, **fields)
                 return
-            if rows.filter(pk=stream, last_seq=last).update(**fields):
+            if records.filter(pk=stream, last_seq=last).update(**fields):
                 return
         except IntegrityError:
             pass  # another writer created the row first: fold again from its state
@@ -285,7 +287,7 @@ def _index_stream(using: str, stream: str, events: list[Event]) -> None:
     log.warning("run index: gave up updating %s after %s races", stream, _RETRIES)
 
 
-def read_all(store: DjangoEventStore, stream: str, *, after: int = 0,
+def read_all(using: str, stream: str, *, after: int = 0,
              upto: int | None = None) -> list[Event]:
     """The stream's events after ``after`` (up to seq ``upto``), read page by page."""
     out: list[Event] = []
@@ -293,11 +295,11 @@ def read_all(store: DjangoEventStore, stream: str, *, after: int = 0,
         limit = PAGE if upto is None else min(PAGE, upto - after)
         if limit <= 0:
             return out
-        page = store.read_sync(stream, after=after, limit=limit)
+        page = rows.read(connections[using], stream, after=after, limit=limit)
         out.extend(page)
         if len(page) < limit:
             return out
-        after = page[-1].seq
+        after = page[-1].seq or after
 
 
 def _fold(meta: RunMeta, events: Iterable[Event]) -> RunMeta:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import time
 
 import pytest
 
@@ -24,6 +25,7 @@ from aaa_django.data import (
     BlobNotFoundError,
     BlobRef,
     BlobStore,
+    NamespacedBlobStore,
 )
 from aaa_django.data.keys import namespace_segment
 
@@ -244,7 +246,7 @@ class BlobStoreContract:
     # --- inventory (the orphan sweep) -------------------------------------------------
 
     def test_lists_every_namespace_by_segment_and_its_hashes(self, store):
-        assert isinstance(store, BlobInventory)
+        assert isinstance(store, NamespacedBlobStore) and isinstance(store, BlobInventory)
         a = [store.put(b"a1", namespace="run-a"), store.put(b"a2", namespace="run-a")]
         long = store.put(b"l", namespace="x" * 1000)  # a hashed segment
         odd = store.put(b"o", namespace="../../etc")
@@ -259,8 +261,6 @@ class BlobStoreContract:
         assert store.hashes(namespace_segment("../../etc")) == [odd.sha256]
 
     def test_written_at_is_when_the_blob_was_stored(self, store):
-        import time
-
         before = time.time()
         ref = store.put(b"dated", namespace="run-1")
         when = store.written_at(namespace_segment("run-1"), ref.sha256)

@@ -64,7 +64,8 @@ def ev(stream: str = "run-1", type: str = "test.happened", data: Any = None, **k
 
 def raw(**fields: Any) -> Event:
     """An event built field by field, bypassing ``Event.new`` (for malformed input)."""
-    base = dict(id=Event.new("x", "a.b").id, stream="run-1", type="test.happened", data={})
+    base: dict[str, Any] = dict(id=Event.new("x", "a.b").id, stream="run-1", type="aaa.test.happened",
+                                data={})
     base.update(fields)
     return Event(**base)
 
@@ -170,7 +171,7 @@ class EventStoreContract:
         return run(store.read(stream))
 
     @staticmethod
-    def append(store: EventStore, *events: Event, **kw: Any) -> list[Event]:
+    def append(store: EventStore, *events: Any, **kw: Any) -> list[Event]:
         return run(store.append(list(events), **kw))
 
     def assert_unchanged(self, store: EventStore, before: list[Event], stream: str = "run-1"):
@@ -353,7 +354,7 @@ class EventStoreContract:
 
     # --- append: bad input writes nothing ------------------------------------------
 
-    BAD_DATA = {
+    BAD_DATA: dict[str, Any] = {
         "a set": {"tags": {"a", "b"}},
         "an object": {"when": object()},
         "a datetime": {"when": datetime(2026, 1, 1, tzinfo=timezone.utc)},
@@ -372,7 +373,7 @@ class EventStoreContract:
 
     @pytest.mark.parametrize("case", BAD_DATA_IDS)
     def test_data_that_is_not_json_raises_and_writes_nothing(self, store, case):
-        data = self.BAD_DATA[case]
+        data: dict[Any, Any] = self.BAD_DATA[case]
         if case.startswith("deep nesting"):
             nested: Any = []
             for _ in range(100_000):
@@ -570,7 +571,7 @@ class EventStoreContract:
         assert all(isinstance(r, BlobRef) for r in read.blobs)
 
     def test_mutating_the_callers_data_after_append_changes_nothing(self, store):
-        data = {"items": [1, 2], "inner": {"k": "v"}}
+        data: dict[str, Any] = {"items": [1, 2], "inner": {"k": "v"}}
         e = ev(data=data)
         self.append(store, e)
 
@@ -849,7 +850,7 @@ class EventStoreContract:
             derived = root.derive("aaa.llm.requested", {"turn": 1}, key="t1")
             handles = [self.same_log(store) for _ in range(4)]
 
-            results = concurrently(*(lambda h=h: run(h.append([derived])) for h in handles))
+            results = concurrently(*(lambda h=h, d=derived: run(h.append([d])) for h in handles))
 
             assert sorted(len(r) for r in results) == [0, 0, 0, 1]
             assert [e.id for e in self.all_events(store, stream)] == [root.id, derived.id]

@@ -20,11 +20,12 @@ import json
 import logging
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Mapping
+from typing import Any, AsyncContextManager, Callable, Mapping
 
 from pydantic import ValidationError
 
 from aaa_django.events import Event, derive_id
+from aaa_django.runtime import Engine
 from aaa_django.runtime.bus import ExclusiveLeases
 from aaa_django.runtime.event_types import (
     APPROVAL_DECISIONS,
@@ -42,9 +43,6 @@ from aaa_django.runtime.event_types import (
 
 from .registry import ToolRegistry
 from .tool import Tool
-
-if TYPE_CHECKING:  # pragma: no cover
-    from aaa_django.runtime import Engine
 
 log = logging.getLogger("aaa_django.tools")
 
@@ -244,12 +242,12 @@ class ToolHandler:
         if task.cancelled():
             await self._fail(request, "cancelled", "the run ended while the tool was running")
             return
-        exc = task.exception()
-        if isinstance(exc, _ToolTimeout):
-            await self._fail(request, "timeout", str(exc))
-        elif exc is not None:
-            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            await self._fail(request, "error", f"{type(exc).__name__}: {exc}", traceback=tb)
+        error = task.exception()
+        if isinstance(error, _ToolTimeout):
+            await self._fail(request, "timeout", str(error))
+        elif error is not None:
+            tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            await self._fail(request, "error", f"{type(error).__name__}: {error}", traceback=tb)
         else:
             data = {"call_id": request.data.get("call_id"), "name": tool.name,
                     "result": task.result()}

@@ -51,7 +51,7 @@ class MCPConnectionError(Exception):
 
 def _import() -> Any:
     try:
-        import mcp.client  # noqa: F401
+        import mcp.client
     except ImportError:  # pragma: no cover - depends on the installation
         raise ImportError("MCP tools need the 'mcp' package: pip install 'aaa_django[mcp]'") from None
     return mcp
@@ -79,7 +79,7 @@ class _Session:
                 self.client = client
                 self.ready.set()
                 await self._stop.wait()
-        except BaseException as exc:  # noqa: BLE001 - any end of the session is reported to the calls
+        except BaseException as exc:
             self.error = exc
             if isinstance(exc, asyncio.CancelledError):
                 raise
@@ -224,7 +224,7 @@ class MCPServer:
 
             try:
                 asyncio.run(go())
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            except BaseException as exc:
                 result.append(exc)
 
         thread = threading.Thread(target=main, name=f"mcp-list-{self.name}", daemon=True)
@@ -276,7 +276,7 @@ class MCPServer:
 
     async def _session(self) -> _Session:
         loop = asyncio.get_running_loop()
-        for other in [l for l in self._sessions if l is not loop and l.is_closed()]:
+        for other in [lp for lp in self._sessions if lp is not loop and lp.is_closed()]:
             self._sessions.pop(other, None)  # its loop is gone, and its process or socket with it
         session = self._sessions.get(loop)
         if session is None or session.dead.is_set():

@@ -83,7 +83,7 @@ class Tool:
             annotation = p.annotation if p.annotation is not p.empty else Any
             default = p.default if p.default is not p.empty else ...
             fields[p.name] = (annotation, Field(default, description=arg_docs.get(p.name)))
-        return create_model(  # type: ignore[call-overload]
+        return create_model(
             f"{self.name}_args", __config__=ConfigDict(extra="forbid"), **fields
         )
 

@@ -56,11 +56,9 @@ def test_the_timeline_bars_go_from_each_request_to_its_answer():
         LLM_COMPLETED,
         LLM_REQUESTED,
         RUN_STARTED,
-        TOOL_COMPLETED,
         TOOL_REQUESTED,
         decision_id,
         result_id,
-        started_id,
     )
 
     model, tool, ask = "e-model", "e-tool", "e-ask"
@@ -88,7 +86,15 @@ def test_the_timeline_bars_go_from_each_request_to_its_answer():
 
 def test_the_run_page_draws_a_run_of_a_thousand_events_and_an_empty_one(client, admin_user, site):
     from aaa_django.events import Event
-    from aaa_django.runtime import event_types as T
+    from aaa_django.runtime.event_types import (
+        LLM_COMPLETED,
+        LLM_REQUESTED,
+        RUN_STARTED,
+        TOOL_COMPLETED,
+        TOOL_REQUESTED,
+        result_id,
+        started_id,
+    )
     from aaa_django.store import DjangoEventStore
 
     store, run_id = DjangoEventStore(), "run-thousand"

@@ -18,11 +18,12 @@ from aaa_django.algos import (
     GenerateTestRepair,
     GeneratorCritic,
     PlanAndExecute,
+    ReAct,
     SelfConsistency,
     ToolLoop,
     WorkflowGraph,
 )
-from aaa_django.llm.fake import text, tool_call
+from aaa_django.llm.fake import text, tool_call, tool_calls
 from aaa_django.runtime import Budget
 from aaa_django.tools import ToolRegistry, tool
 from tests.runtime.helpers import make_engine, tool_messages
@@ -81,6 +82,7 @@ def last_user(request) -> str:
 
 def down(request):
     raise ConnectionError("the provider is down")
+
 
 
 # == GenerateTestRepair ======================================================================
@@ -241,6 +243,40 @@ def child_loops(request):
 
 pe_children = scenario(lambda: PlanAndExecute(executor=ToolLoop(ToolRegistry([population]))),
                        TWO_CITIES, child_loops, [population])
+
+
+
+# == ToolLoop and ReAct (the population tool and the task above) =============================
+
+
+def loop_model(request):
+    """Two lookups at once (one fails: a city it does not know), the failed one again
+    spelled right, then the answer."""
+    n = tool_messages(request)
+    if n == 0:
+        return tool_calls(("population", {"city": "Lyon"}), ("population", {"city": "Oporto"}))
+    if n == 2:
+        return tool_call("population", city="Porto")
+    return text("Lyon and Porto have 754,000 inhabitants together.")
+
+
+def react_model(request):
+    """A lookup, a reply out of format (the loop asks again), a lookup, the answer."""
+    seen = sum(1 for m in request.messages
+               if m.role == "user" and (m.content or "").startswith("Observation:"))
+    if seen == 0:
+        return text('Thought: Lyon first.\nAction: population\nAction Input: {"city": "Lyon"}')
+    if seen == 1:
+        return text("Lyon has 522,000 inhabitants; now Porto.")
+    if seen == 2:
+        return text('Thought: now Porto.\nAction: population\nAction Input: {"city": "Porto"}')
+    return text("Thought: I have both.\nFinal Answer: 754,000")
+
+
+tl_success = scenario(lambda: ToolLoop(ToolRegistry([population]), system="Answer briefly."),
+                      TWO_CITIES, loop_model, [population])
+react_success = scenario(lambda: ReAct(ToolRegistry([population])), TWO_CITIES, react_model,
+                         [population])
 
 
 async def _slow_steps(request):
@@ -515,6 +551,8 @@ EXPECTED: dict[str, Expected] = {
 
 #: one recorded run per algorithm: the golden logs (``tests/golden/<name>.jsonl``)
 GOLDEN: dict[str, Scenario] = {
+    "tool_loop": tl_success,
+    "react": react_success,
     "generate_test_repair": gtr_repaired,
     "generator_critic": gc_approved,
     "plan_and_execute": pe_replanned,

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 from aaa_django.algos import (
     FSM,
     FSM_STATE,
+    LOOP,
     PLAN,
     REFINE,
     SAMPLES,
@@ -213,6 +214,8 @@ def test_votes_normalise_answers_and_ties_go_to_the_first_sample():
 # -- projections: split folds and snapshots equal the whole fold ---------------------------------
 
 PROJECTIONS = {
+    "tool_loop": LOOP,
+    "react": LOOP,
     "generate_test_repair": REFINE,
     "generator_critic": REFINE,
     "plan_and_execute": PLAN,

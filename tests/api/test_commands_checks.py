@@ -56,7 +56,7 @@ def test_api_settings_checks():
 def test_a_host_without_a_model_client_fails_model_requests_clearly():
     import asyncio
 
-    from aaa_django.site.host import NoModelClient
+    from aaa_django.site.engines import NoModelClient
 
     with pytest.raises(RuntimeError, match="AAA\\['LLM_CLIENT'\\]"):
         asyncio.run(NoModelClient().complete(None))

@@ -11,6 +11,7 @@ import uuid
 import pytest
 from celery import Celery, signals
 
+import aaa_django.tasks  # noqa: F401  (defines aaa.deliver, as a worker's autodiscovery does)
 from aaa_django.celery.bus import DELIVER, DistributedBus
 from aaa_django.celery.publish import FastPublisher
 

@@ -8,8 +8,8 @@ import time
 from django.core.management import call_command
 from django.test import override_settings
 
-from aaa_django.celery.bus import sweep as sweep_task
 from aaa_django.celery.sweeper import sweep
+from aaa_django.celery.tasks import sweep as sweep_task
 
 from .conftest import CELERY_DB, make_engine
 from .site import loop, script
@@ -74,7 +74,7 @@ def test_the_command_and_the_beat_task_re_drive(cluster, arun):
     assert first in out.getvalue() and "would re-drive" in out.getvalue()
 
     second = arun(stalled_run())
-    # What beat sends (aaa_django.celery.bus.BEAT_SCHEDULE), to the workers.
+    # What beat sends (aaa_django.celery.sweeper.BEAT_SCHEDULE), to the workers.
     sweep_task.apply_async(kwargs={"stall_after": 0, "using": "postgres"}, queue="aaa.algorithms")
 
     async def main():

@@ -405,8 +405,10 @@ def test_a_store_outage_inside_ctx_project_propagates():
 
     from aaa_django.runtime.view import HydratedView
 
-    view = HydratedView.__new__(HydratedView)
-    view._engine, view._store, view.cache_key = None, Broken(), "broken"
+    async def same(event):
+        return event
+
+    view = HydratedView(Broken(), same, unavailable=True)  # the engine's view
     with pytest.raises(StoreUnavailable):
         arun(LOOP.load(view, "run-x"))
 

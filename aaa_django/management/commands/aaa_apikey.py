@@ -11,9 +11,10 @@ of a key as ``list`` shows it (``aaa_xxxxxxxx``).
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from aaa_django.models import ApiKey
 
@@ -21,7 +22,7 @@ from aaa_django.models import ApiKey
 class Command(BaseCommand):
     help = "Create, list and revoke REST API keys (only their hashes are stored)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="create a key and print it (once)")
         create.add_argument("--user", required=True, help="the username the key acts as")
@@ -33,10 +34,10 @@ class Command(BaseCommand):
         revoke = sub.add_parser("revoke", help="revoke a key by its prefix")
         revoke.add_argument("prefix")
 
-    def handle(self, *args, action: str, **options):
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
         getattr(self, f"_{action}")(**options)
 
-    def _create(self, *, user: str, name: str, expires_days: int | None, **_):
+    def _create(self, *, user: str, name: str, expires_days: int | None, **_: Any) -> None:
         User = get_user_model()
         try:
             owner = User._default_manager.get_by_natural_key(user)
@@ -53,7 +54,7 @@ class Command(BaseCommand):
         )
         self.stdout.write(raw)
 
-    def _list(self, *, user: str | None, **_):
+    def _list(self, *, user: str | None, **_: Any) -> None:
         keys = ApiKey.objects.select_related("user").order_by("created_at")
         if user:
             keys = keys.filter(user__username=user)
@@ -63,7 +64,7 @@ class Command(BaseCommand):
                 f"{k.prefix}  {k.user.get_username():<20} {k.state:<8} used {used:<16} {k.name}"
             )
 
-    def _revoke(self, *, prefix: str, **_):
+    def _revoke(self, *, prefix: str, **_: Any) -> None:
         keys = list(ApiKey.objects.filter(prefix__startswith=prefix, revoked_at__isnull=True))
         if not keys:
             raise CommandError(f"no active key starts with {prefix!r}")

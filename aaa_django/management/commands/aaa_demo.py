@@ -9,11 +9,21 @@ The run is stored in the site's database like any other, so it shows in the admi
 
 from __future__ import annotations
 
-from asgiref.sync import async_to_sync
-from django.core.management.base import BaseCommand
+from typing import Any, Sequence
 
+from asgiref.sync import async_to_sync
+from django.core.management.base import BaseCommand, CommandParser
+
+from aaa_django.algos import ToolLoop
+from aaa_django.events import Event
+from aaa_django.llm import FakeLLMClient, LLMClient, LLMHandler, LLMRequest, LLMResponse
+from aaa_django.llm.fake import text, tool_call
 from aaa_django.management.progress import Progress
+from aaa_django.runtime import InProcessBus, Outcome
 from aaa_django.runtime.observe import BaseObserver
+from aaa_django.site.engines import build_engine
+from aaa_django.site.llm_settings import client_from_settings
+from aaa_django.tools import ToolHandler, ToolRegistry, tool
 
 POPULATIONS = {"Lyon": 522_250, "Porto": 231_800}
 
@@ -25,15 +35,13 @@ def _lookup_population(city: str) -> int:
     return POPULATIONS[city]
 
 
-def _scripted_model(request):
+def _scripted_model(request: LLMRequest) -> LLMResponse:
     """Ask the tool for each city, then answer from the tool results."""
-    from aaa_django.llm.fake import text, tool_call
-
     asked = [m for m in request.messages if m.role == "tool"]
     cities = list(POPULATIONS)
     if len(asked) < len(cities):
         return tool_call("lookup_population", city=cities[len(asked)])
-    total = sum(int(m.content) for m in asked)
+    total = sum(int(m.content or 0) for m in asked)
     return text(f"Lyon and Porto have {total:,} inhabitants together.")
 
 
@@ -43,22 +51,20 @@ class _Counted(BaseObserver):
     def __init__(self, bar: Progress) -> None:
         self.bar = bar
 
-    async def appended(self, events) -> None:
+    async def appended(self, events: Sequence[Event]) -> None:
         self.bar.advance(len(events))
 
 
 class Command(BaseCommand):
     help = "Run a ToolLoop with a scripted model (no provider is called) and print its outcome."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--task", default="How many people live in Lyon and Porto together?"
         )
         parser.add_argument("--quiet", action="store_true", help="print the outcome only")
 
-    def handle(self, *args, task: str, quiet: bool, **options):
-        from aaa_django.site.llm_settings import client_from_settings
-
+    def handle(self, *args: Any, task: str, quiet: bool, **options: Any) -> None:
         client = client_from_settings()
         with Progress("events", stream=self.stderr) as bar:  # on a terminal only
             outcome, run_id, events = async_to_sync(self._run)(task, client, bar)
@@ -76,13 +82,8 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {e.seq:>3}  {e.type}")
         self.stdout.write(f"Outcome: {outcome.outcome}  value: {outcome.value}")
 
-    async def _run(self, task: str, client, bar):
-        from aaa_django.algos import ToolLoop
-        from aaa_django.llm import FakeLLMClient, LLMHandler
-        from aaa_django.runtime import InProcessBus
-        from aaa_django.site.engines import build_engine
-        from aaa_django.tools import ToolHandler, ToolRegistry, tool
-
+    async def _run(self, task: str, client: LLMClient | None,
+                   bar: Progress) -> tuple[Outcome, str, list[Event]]:
         registry = ToolRegistry([tool(_lookup_population, name="lookup_population")])
         # The in-process bus whatever AAA["BUS"] says: this command's own handlers
         # (the scripted model, the demo tool) must be the ones that answer.

@@ -9,24 +9,26 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from aaa_django.site.engines import site_blobs
+from aaa_django.store.exchange import ExchangeError, blob_dir, export_run
 
 
 class Command(BaseCommand):
     help = "Write a run's log (and its blobs) as one JSON Lines file."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("run_id")
         parser.add_argument("-o", "--output", help="the file (default: standard output)")
         parser.add_argument("--blobs", choices=("inline", "beside", "none"), default="inline",
                             help="inline (default), beside the file (FILE.blobs/), or none")
         parser.add_argument("--database", default="default", help="the database alias of the log")
 
-    def handle(self, *args, run_id, output, blobs, database, **options):
-        from aaa_django.site.engines import site_blobs
-        from aaa_django.store.exchange import ExchangeError, blob_dir, export_run
-
+    def handle(self, *args: Any, run_id: str, output: str | None, blobs: str, database: str,
+               **options: Any) -> None:
         if blobs == "beside" and not output:
             raise CommandError("--blobs beside needs --output FILE (the blobs go to FILE.blobs/)")
         path = Path(output) if output else None

@@ -9,25 +9,27 @@ adopts an unfinished one in this process (with ``AAA["BUS"] = "celery"``: the wo
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from aaa_django.site.engines import site_blobs
+from aaa_django.store.exchange import ExchangeError, blob_dir, import_run, read_export
 
 
 class Command(BaseCommand):
     help = "Store a run from an export file, keeping its ids; its blobs are verified."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file")
         parser.add_argument("--owner", help="the username that owns the run here (default: nobody)")
         parser.add_argument("--blobs", help="the blob directory of a 'beside' export "
                                             "(default: FILE.blobs/)")
         parser.add_argument("--database", default="default", help="the database alias of the log")
 
-    def handle(self, *args, file, owner, blobs, database, **options):
-        from aaa_django.site.engines import site_blobs
-        from aaa_django.store.exchange import ExchangeError, blob_dir, import_run, read_export
-
+    def handle(self, *args: Any, file: str, owner: str | None, blobs: str | None, database: str,
+               **options: Any) -> None:
         path = Path(file)
         owner_pk = None
         if owner:

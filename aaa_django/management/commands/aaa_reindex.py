@@ -9,7 +9,9 @@ index is derived data. On a terminal, a progress bar on stderr.
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
 
 from aaa_django.management.progress import Progress
 from aaa_django.store.runindex import reindex
@@ -18,12 +20,12 @@ from aaa_django.store.runindex import reindex
 class Command(BaseCommand):
     help = "Rebuild the run index from the event log."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--run", action="append", dest="runs", default=None,
                             help="only this run (repeatable)")
         parser.add_argument("--database", default="default", help="the database alias")
 
-    def handle(self, *args, runs, database, **options):
+    def handle(self, *args: Any, runs: list[str] | None, database: str, **options: Any) -> None:
         with Progress("re-indexing", stream=self.stderr) as bar:  # on a terminal only
             counts = reindex(database, runs, progress=bar)
         self.stdout.write(

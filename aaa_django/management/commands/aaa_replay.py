@@ -9,31 +9,31 @@ reports the first event where it decides otherwise than the recording (exit stat
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from asgiref.sync import async_to_sync
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+import aaa_django.algos  # noqa: F401  (the built-in algorithms)
+from aaa_django.conf import aaa_settings
+from aaa_django.runtime.replay import replay
+from aaa_django.store.exchange import ExchangeError, blob_dir, read_export
 
 
 class Command(BaseCommand):
     help = "Replay an exported run through the current algorithm code; report the first difference."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file")
         parser.add_argument("--blobs", help="the blob directory of a 'beside' export "
                                             "(default: FILE.blobs/)")
         parser.add_argument("--import", dest="modules", action="append", default=[],
                             help="a module that registers algorithms (repeatable)")
 
-    def handle(self, *args, file, blobs, modules, **options):
-        import importlib
-
-        from asgiref.sync import async_to_sync
-
-        import aaa_django.algos  # noqa: F401  (the built-in algorithms)
-        from aaa_django.conf import aaa_settings
-        from aaa_django.runtime.replay import replay
-        from aaa_django.store.exchange import ExchangeError, blob_dir, read_export
-
+    def handle(self, *args: Any, file: str, blobs: str | None, modules: list[str],
+               **options: Any) -> None:
         setup = aaa_settings().get("WORKER_SETUP")
         for module in [*([setup.rpartition(".")[0]] if setup else []), *modules]:
             try:

@@ -8,13 +8,17 @@ nothing.
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from aaa_django.site.retention import Policy, retain
 
 
 class Command(BaseCommand):
     help = "Erase ended runs past their retention, and blobs no event refers to."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--dry-run", action="store_true",
                             help="print what would be erased; erase nothing")
         parser.add_argument("--database", default="default", help="the database alias of the log")
@@ -26,9 +30,8 @@ class Command(BaseCommand):
         parser.add_argument("--no-vacuum", action="store_true",
                             help="PostgreSQL: do not VACUUM (ANALYZE) the tables afterwards")
 
-    def handle(self, *args, dry_run, database, limit, no_orphans, grace, no_vacuum, **options):
-        from aaa_django.site.retention import Policy, retain
-
+    def handle(self, *args: Any, dry_run: bool, database: str, limit: int | None,
+               no_orphans: bool, grace: float | None, no_vacuum: bool, **options: Any) -> None:
         if limit is not None and limit < 1:
             raise CommandError("--limit must be at least 1")
         if grace is not None and grace < 0:

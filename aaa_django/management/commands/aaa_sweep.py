@@ -11,17 +11,23 @@ run here, with the handlers ``AAA["WORKER_SETUP"]`` attaches, until the runs end
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
+from django.utils.module_loading import import_string
 
+from aaa_django.celery.sweeper import SweepReport, sweep
+from aaa_django.conf import aaa_settings
 from aaa_django.management.progress import Progress
+from aaa_django.runtime import Engine
+from aaa_django.site.engines import build_engine
 
 
 class Command(BaseCommand):
     help = "Find runs nothing is working on any more and deliver their events again."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--stall-after", type=float, default=None,
                             help="seconds without a new event (default: AAA['STALL_AFTER'])")
         parser.add_argument("--database", default="default", help="the database alias of the log")
@@ -30,7 +36,8 @@ class Command(BaseCommand):
         parser.add_argument("--wait", type=float, default=60.0,
                             help="in-process bus: seconds to wait for the re-driven runs")
 
-    def handle(self, *args, stall_after, database, dry_run, limit, wait, **options):
+    def handle(self, *args: Any, stall_after: float | None, database: str, dry_run: bool,
+               limit: int, wait: float, **options: Any) -> None:
         report = async_to_sync(self._sweep)(stall_after, database, dry_run, limit, wait)
         verb = "would re-drive" if dry_run else "re-drove"
         self.stdout.write(
@@ -40,18 +47,13 @@ class Command(BaseCommand):
         for run_id in report.redriven:
             self.stdout.write(f"  {run_id}")
 
-    async def _ended(self, engine, run_ids, bar) -> None:
+    async def _ended(self, engine: Engine, run_ids: list[str], bar: Progress) -> None:
         for ended in asyncio.as_completed([engine.wait(r) for r in run_ids]):
             await ended
             bar.advance()
 
-    async def _sweep(self, stall_after, database, dry_run, limit, wait):
-        from django.utils.module_loading import import_string
-
-        from aaa_django.celery.sweeper import sweep
-        from aaa_django.conf import aaa_settings
-        from aaa_django.site.engines import build_engine
-
+    async def _sweep(self, stall_after: float | None, database: str, dry_run: bool, limit: int,
+                     wait: float) -> SweepReport:
         conf = aaa_settings()
         if conf["BUS"] == "celery":
             from aaa_django.celery.bus import DistributedBus

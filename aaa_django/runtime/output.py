@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from aaa_django.runtime import dotted
+from . import dotted
 
 
 def output_model(path: str, *, trusted: bool = False) -> type[BaseModel]:

@@ -5,7 +5,7 @@ On ``aaa.run.started`` it validates ``input`` with the algorithm's ``Input`` mod
 and appends ``aaa.input.validated`` (the algorithm may start) or
 ``aaa.input.rejected`` with the errors (the engine ends the run ``invalid_input``).
 On ``aaa.output.proposed`` it checks the proposed answer against the pydantic model the
-proposal names (:mod:`aaa_django.validate.output`) and appends ``aaa.output.validated``
+proposal names (:mod:`aaa_django.runtime.output`) and appends ``aaa.output.validated``
 or ``aaa.output.rejected`` (the algorithm sends the errors back to the model). A
 request's verdicts share one result id, so it gets exactly one.
 """
@@ -13,13 +13,15 @@ request's verdicts share one result id, so it gets exactly one.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from aaa_django.events import Event
-from aaa_django.runtime import registry
-from aaa_django.runtime.event_types import (
+
+from . import registry
+from .engine_api import EngineAPI
+from .event_types import (
     INPUT_REJECTED,
     INPUT_VALIDATED,
     OUTPUT_PROPOSED,
@@ -29,21 +31,17 @@ from aaa_django.runtime.event_types import (
     result_event,
     result_id,
 )
-from aaa_django.runtime.meta import MAX_ERRORS
-
+from .meta import MAX_ERRORS
 from .output import check, output_model
-
-if TYPE_CHECKING:  # pragma: no cover
-    from aaa_django.runtime import Engine
 
 
 class ValidationHandler:
     """Validates run inputs (attached by default by :class:`~aaa_django.runtime.Engine`)."""
 
     def __init__(self) -> None:
-        self.engine: "Engine | None" = None
+        self.engine: EngineAPI | None = None
 
-    def attach(self, engine: "Engine") -> "ValidationHandler":
+    def attach(self, engine: EngineAPI) -> ValidationHandler:
         self.engine = engine
         engine.subscribe(RUN_STARTED, self)
         engine.subscribe(OUTPUT_PROPOSED, self)
@@ -68,7 +66,7 @@ class ValidationHandler:
             verdict = result_event(event, INPUT_VALIDATED, {})
         await engine.append([verdict])
 
-    async def _output(self, engine: "Engine", event: Event) -> None:
+    async def _output(self, engine: EngineAPI, event: Event) -> None:
         rid = result_id(event.id)
         if await engine.find_after(event, [rid]):
             return
@@ -114,8 +112,6 @@ def validate(algorithm: Any, data: Any) -> list[dict[str, Any]]:
         if isinstance(schema, type) and issubclass(schema, BaseModel):
             schema.model_validate(data)
         else:  # any pydantic-compatible type: TypeAdapter does the rest
-            from pydantic import TypeAdapter
-
             TypeAdapter(schema).validate_python(data)
     except ValidationError as exc:
         return json.loads(exc.json(include_url=False))

@@ -1,0 +1,57 @@
+"""The Celery tasks of the app: ``aaa.deliver`` and ``aaa.sweep`` (the distributed bus),
+``aaa.retain`` (retention).
+
+Celery's autodiscovery finds them through ``aaa_django/tasks.py`` (``related_name``
+"tasks" of the installed app), which imports this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from aaa_django.site.retention import retain as apply_retention
+from aaa_django.store import DjangoEventStore
+
+from .bus import DELIVER, SWEEP, store_spec
+from .sweeper import sweep as sweep_runs
+from .worker import cluster_bus, runtime, transient_errors
+
+RETAIN = "aaa.retain"
+
+
+@shared_task(name=DELIVER, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wire: str | None = None) -> str:
+    """Deliver one stored event to this worker's engine (``engine.handle``); ``wire``:
+    the event itself, as :meth:`DistributedBus._args` writes it."""
+    rt = runtime()
+    engine = rt.engine(spec, self.app)
+    trace = cluster_bus(engine).trace
+    if trace is not None:  # the run's trace context, from the message
+        trace.received(stream, self.request.headers)
+    redelivered = bool((self.request.delivery_info or {}).get("redelivered")) or self.request.retries > 0
+    try:
+        return rt.deliver(engine, stream, seq, event_id, redelivered=redelivered, wire=wire)
+    except transient_errors() as exc:
+        # A database or Redis hiccup (the store's thread closed a broken connection):
+        # try again later.
+        raise self.retry(exc=exc, countdown=min(2 ** self.request.retries * 0.1, 10),
+                         max_retries=12) from exc
+
+
+@shared_task(name=SWEEP, bind=True, ignore_result=True)
+def sweep(self: Any, stall_after: float | None = None, using: str = "default") -> dict[str, Any]:
+    """The sweeper as a Celery (beat) task: re-drive stalled runs; returns a summary."""
+    rt = runtime()
+    # the store the site's engines use (it keeps the run index in step)
+    engine = rt.engine(store_spec(DjangoEventStore(using)), self.app)
+    report = rt.run(sweep_runs(engine, stall_after=stall_after))
+    return report.summary()
+
+
+@shared_task(name=RETAIN, ignore_result=True)
+def retain(using: str = "default", dry_run: bool = False) -> dict[str, Any]:
+    """Retention as a Celery (beat) task: apply ``AAA["RETENTION"]`` and sweep orphaned
+    blobs (``aaa_django.site.retention.BEAT_SCHEDULE``); returns a summary."""
+    return apply_retention(using, dry_run=dry_run).summary()

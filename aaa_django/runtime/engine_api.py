@@ -1,0 +1,62 @@
+"""``EngineAPI``: what the parts an engine hands itself to may call on it.
+
+A run handle (:class:`~aaa_django.runtime.run.Run`), a step's context
+(:class:`~aaa_django.runtime.ctx.Ctx`), a bus and a handler each get the engine;
+they depend on this interface, not on :mod:`aaa_django.runtime.engine`, which
+builds them (so the runtime has no import cycle). :class:`~aaa_django.runtime.Engine`
+implements it; the type checker holds it to that where the engine hands itself over.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Iterable, Protocol, TypeVar
+
+from aaa_django.events import Event, EventStore, FoldCache, Projection, Tail
+
+from .meta import RunMeta
+from .outcome import Outcome
+
+#: a projection's state type
+S = TypeVar("S")
+
+#: a subscriber: called with every event of the types it subscribed to
+Handler = Callable[[Event], Awaitable[Any]]
+
+
+class EngineAPI(Protocol):
+    """The engine's public interface (see :class:`~aaa_django.runtime.Engine`)."""
+
+    store: EventStore
+    #: the store's tail: what this engine holds of the log
+    tail: Tail
+    cache: FoldCache
+
+    def subscribe(self, type: str, handler: Handler) -> None: ...
+
+    def describe(self, algorithm: Any) -> tuple[str, dict[str, Any]]: ...
+
+    def completion(self, run_id: str, outcome: Outcome, *, cause: Event | None = None) -> Event: ...
+
+    async def cancel(self, run_id: str, *, reason: str | None = None, by: str | None = None) -> bool: ...
+
+    async def meta(self, run_id: str, *, fresh: bool = False) -> RunMeta: ...
+
+    async def project(self, projection: Projection[S], run_id: str) -> S: ...
+
+    async def outcome(self, run_id: str) -> Outcome | None: ...
+
+    async def wait(self, run_id: str, *, timeout: float | None = None) -> Outcome: ...
+
+    async def hydrate(self, event: Event) -> Event: ...
+
+    async def read_after(self, event: Event) -> list[Event]: ...
+
+    async def find_after(self, event: Event, ids: Iterable[str], *, page: int = 64) -> dict[str, Event]: ...
+
+    async def over(self, event: Event) -> bool: ...
+
+    async def append(self, events: Iterable[Event]) -> list[Event]: ...
+
+    async def handle(self, event: Event) -> None: ...
+
+    def wake(self, run_id: str) -> None: ...

@@ -1,0 +1,51 @@
+"""A delivery reads its run's RUNMETA once: the engine's step and the handlers (the
+model's, the tools', the validation's) decide from one fold. The engine drops it when
+it appends to the run itself, so a decision is never made on a view that misses the
+engine's own writes."""
+
+from __future__ import annotations
+
+import contextvars
+from collections import Counter
+
+from aaa_django.algos import ToolLoop
+from aaa_django.runtime import RUNMETA
+from aaa_django.tools import ToolRegistry
+
+from .helpers import arun, make_engine, types
+from .scenarios import add, add_then_answer
+
+#: the event being delivered in this context (None: outside any delivery)
+delivering: contextvars.ContextVar[str | None] = contextvars.ContextVar("delivering", default=None)
+
+
+def test_a_delivery_reads_its_runs_runmeta_once(monkeypatch):
+    reads: Counter[str | None] = Counter()
+    load_info = RUNMETA.load_info
+
+    async def counted(store, stream, **kwargs):
+        reads[delivering.get()] += 1
+        return await load_info(store, stream, **kwargs)
+
+    monkeypatch.setattr(RUNMETA, "load_info", counted)
+
+    async def scenario():
+        registry = ToolRegistry([add])
+        async with make_engine(add_then_answer, registry) as engine:
+            handle = engine.handle
+
+            async def tagged(event):
+                delivering.set(f"{event.seq}:{event.type}")
+                await handle(event)
+
+            monkeypatch.setattr(engine, "handle", tagged)
+            await engine.start(ToolLoop(registry), {"task": "add 1 and 2"}, run_id="run-reads")
+            await engine.drain(10)
+            return await engine.store.read("run-reads")
+
+    log = arun(scenario())
+    assert types(log)[-1] == "aaa.run.completed" and "aaa.tool.completed" in types(log)
+    delivered = {f"{e.seq}:{e.type}" for e in log}
+    # every event was delivered, and each delivery read RUNMETA once (before: the model's
+    # and the tool's requests were read again by their handlers, a tool's twice)
+    assert {k: n for k, n in reads.items() if k is not None} == dict.fromkeys(delivered, 1)

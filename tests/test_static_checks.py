@@ -1,0 +1,23 @@
+"""The linter and the type checker find nothing in aaa_django/ (their configuration,
+and what each checks, is in pyproject.toml: ``[tool.ruff]`` and ``[tool.mypy]``)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def check(*command: str) -> None:
+    result = subprocess.run([str(BIN / command[0]), *command[1:]], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_finds_nothing():
+    check("ruff", "check", "--no-cache", "aaa_django")
+
+
+def test_mypy_finds_nothing():
+    check("mypy")  # files and options: [tool.mypy]
