@@ -238,6 +238,7 @@ class TailCachedStore:
             self._logs.move_to_end(stream)
             return log
         self.syncs += 1
+        held = log
         if log:
             more = await self.inner.read(stream, after=len(log) - 1)
             if more and more[0].id == log[-1].id and more[0].seq == len(log):
@@ -246,6 +247,13 @@ class TailCachedStore:
                 log = list(await self.inner.read(stream))
         else:
             log = list(await self.inner.read(stream))
+        if synced is None and self._logs.get(stream) is not held:
+            # Outside a delivery (a background self-check), the stream was dropped while
+            # it was read (its run ended, it was erased): what was read is returned, not
+            # kept, or every run whose end overtook a check would stay here until the
+            # LRU bound pushed it out. (In a delivery it is kept: the step's guard
+            # expects the head of the view it read.)
+            return log
         self._logs[stream] = log
         self._logs.move_to_end(stream)
         if synced is not None:

@@ -17,6 +17,9 @@ from .messages import LLMRequest, LLMResponse, Message, ToolCall, Usage
 
 ModelFn = Callable[[LLMRequest], "LLMResponse | str | Awaitable[LLMResponse | str]"]
 
+#: runs whose conversation a client remembers, to count only what each request adds
+COUNTED_RUNS = 1024
+
 
 def text(content: str) -> LLMResponse:
     """A reply that is plain text (the model is done)."""
@@ -75,7 +78,8 @@ class FakeLLMClient:
         self.calls = 0
         # run id -> (messages of its previous request, their character count): a
         # conversation grows by appending, so counting only the new messages keeps a
-        # long run's per-call cost flat. Same numbers as counting everything.
+        # long run's per-call cost flat. Same numbers as counting everything. Bound:
+        # the COUNTED_RUNS runs asked about last.
         self._counted: dict[str | None, tuple[list[Message], int]] = {}
 
     def input_chars(self, request: LLMRequest) -> int:
@@ -88,8 +92,9 @@ class FakeLLMClient:
             chars = prev[1] + sum(message_chars(m) for m in msgs[len(prev[0]):])
         else:
             chars = sum(message_chars(m) for m in msgs)
+        self._counted.pop(request.run_id, None)  # (the newest last)
         self._counted[request.run_id] = (msgs, chars)
-        if len(self._counted) > 1024:
+        if len(self._counted) > COUNTED_RUNS:
             self._counted.pop(next(iter(self._counted)))
         return chars
 

@@ -25,7 +25,8 @@ class Bus(Protocol):
 
     ``publish`` must eventually call ``engine.handle(e)`` for each event, at least
     once, anywhere (a bus may split it: ``engine.step(e)`` on an algorithm queue,
-    ``engine.dispatch(e)`` on handler queues). ``serial(run)`` serialises the steps
+    ``engine.dispatch(e)`` on handler queues, then ``engine.delivered(e.stream)``
+    once the delivery is over). ``serial(run)`` serialises the steps
     of one run (``contended``: the step's previous try found the log moved on;
     ``synced``: its view of the run is current); ``spawn`` runs the engine's timers' work.
     Optional: :class:`WatchesEnds`, for a bus that can hear of runs ended by other

@@ -99,6 +99,19 @@ STEP_TRIES = 8
 #: the longest wait between two polls of a run's end, in ``poll_interval``s
 POLL_BACKOFF = 8
 
+# What an engine keeps per run, for the runs in flight: the first two are dropped when
+# the run's end is delivered (:meth:`Engine.forget`); each is bounded, the oldest
+# dropped first (a long-lived worker serves any number of runs).
+#: runs whose hydrated ``aaa.run.started`` is kept
+STARTED_KEPT = 4096
+#: runs whose rebuilt algorithm is kept (a pure function of the started event)
+ALGORITHMS_KEPT = 1024
+#: claim-checked events kept hydrated (their payloads read back from the blob store)
+HYDRATED_KEPT = 256
+#: runs whose end this engine delivered, remembered (their ids) so that a delivery of
+#: one of them drops again what it read back (:meth:`Engine.delivered`)
+ENDED_KEPT = 1024
+
 
 def poll_intervals(first: float) -> Iterator[float]:
     """The waits between polls of a run's end: ``first``, then doubling, up to
@@ -195,6 +208,7 @@ class Engine:
         #: RUNMETA each for itself
         self._delivery: contextvars.ContextVar[dict[str, _Delivering] | None] = \
             contextvars.ContextVar(f"aaa_delivery_{id(self):x}", default=None)
+        self._ended: OrderedDict[str, None] = OrderedDict()
         self._closed = False
         #: what watches this engine's work (see :mod:`aaa_django.runtime.observe`)
         self.observers: list[Observer] = [check_observer(o) for o in observers]
@@ -419,6 +433,7 @@ class Engine:
             if self._namespaces is not None:
                 await self._blob_call(self._namespaces.delete_namespace, run_id)
             self.forget(run_id)  # again: a read during the erase may have kept some of it
+            self._ended.pop(run_id, None)  # (an import may write it again)
             self._disarm(run_id)
         if self.blobs is not None:
             for ref in refs:
@@ -545,7 +560,7 @@ class Engine:
                 return None
             e = await self.hydrate(first[0])
             self._started[run_id] = e
-            if len(self._started) > 4096:
+            if len(self._started) > STARTED_KEPT:
                 self._started.popitem(last=False)
         return e
 
@@ -561,7 +576,7 @@ class Engine:
         data = await self._blob_call(hydrate, event.data, event.blobs[-1], store=self.blobs)
         full = replace(event, data=data)
         self._hydrated[event.id] = full
-        if len(self._hydrated) > 256:
+        if len(self._hydrated) > HYDRATED_KEPT:
             self._hydrated.popitem(last=False)
         return full
 
@@ -668,13 +683,17 @@ class Engine:
         """
         if self._closed:
             return
-        with self.tail.delivery(), self.observing(event), self.delivering(event.stream):
-            # An event this engine appended (or read) is in its tail: the run's view is
-            # current without a read (the step's guard catches another process's write).
-            synced = self.tail.holds(event)
-            event = await self.hydrate(event)
-            await self.step(event, synced=synced)
-            await self.dispatch(event)
+        try:
+            with self.tail.delivery(), self.observing(event), self.delivering(event.stream):
+                # An event this engine appended (or read) is in its tail: the run's view
+                # is current without a read (the step's guard catches another process's
+                # write).
+                synced = self.tail.holds(event)
+                event = await self.hydrate(event)
+                await self.step(event, synced=synced)
+                await self.dispatch(event)
+        finally:
+            self.delivered(event.stream)
 
     async def step(self, event: Event, *, synced: bool = False) -> None:
         """The run's step for ``event`` (:meth:`react`), under the bus's serialisation
@@ -774,7 +793,7 @@ class Engine:
         algo = self._algorithms.get(started.id)
         if algo is None:
             algo = registry.build(started.data["algorithm"], started.data.get("config") or {})
-            if len(self._algorithms) > 1024:
+            if len(self._algorithms) >= ALGORITHMS_KEPT:
                 self._algorithms.pop(next(iter(self._algorithms)))
             self._algorithms[started.id] = algo
         return algo
@@ -788,13 +807,25 @@ class Engine:
         elif handlers:
             await asyncio.gather(*(self._call(h, event) for h in handlers))
         if event.type == RUN_COMPLETED:
+            self._ended.pop(event.stream, None)
+            self._ended[event.stream] = None
+            if len(self._ended) > ENDED_KEPT:
+                self._ended.popitem(last=False)
             self.forget(event.stream)
+
+    def delivered(self, run_id: str) -> None:
+        """A delivery of an event of ``run_id`` is over (the bus calls this, whatever
+        its outcome). If the run's end was delivered here already, what the delivery
+        read back of the run (it overlapped the end, or came after it: a re-drive, a
+        message delivered again) is dropped again."""
+        if run_id in self._ended:
+            self.forget(run_id)
 
     def forget(self, run_id: str) -> None:
         """Drop what this process keeps of a run (its log in the tail, its folded
         states, its rebuilt algorithm): read again only if asked for. The engine calls
-        it once a run's end is delivered, so a long-lived process holds the runs in
-        flight, not every run it has served."""
+        it once a run's end is delivered (and after any later delivery of the run), so
+        a long-lived process holds the runs in flight, not every run it has served."""
         self.tail.forget(run_id)
         self.cache.forget_stream(self.store.cache_key, run_id)
         started = self._started.pop(run_id, None)

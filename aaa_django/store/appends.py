@@ -88,6 +88,9 @@ _HEAD_KNOWN_AND_ROW_SQLITE = (
 )
 #: where a row's owner is in ``ROW_COLUMNS`` (a new run's statement returns it)
 _OWNER = ROW_COLUMNS.index("owner_id")
+#: streams whose head and run row a store remembers (the most recently used; a hint
+#: of a stream not kept costs its next append one query)
+HINTS_KEPT = 1024
 
 
 class StatementAppends:
@@ -102,7 +105,7 @@ class StatementAppends:
         #: store's: also its last read) left them: on PostgreSQL the next append to the
         #: stream starts from there instead of asking (a hint: if another process
         #: appended since, the unique (stream, seq) index refuses the statement and the
-        #: append asks). Shared by the threads that use the store.
+        #: append asks). Shared by the threads that use the store. Bound: ``HINTS_KEPT``.
         self._seen: dict[str, tuple[int, tuple | None]] = {}
         self._seen_lock = threading.Lock()
 
@@ -252,7 +255,7 @@ class StatementAppends:
             seen = self._seen
             seen.pop(stream, None)
             seen[stream] = (head, row)
-            while len(seen) > 1024:  # oldest first
+            while len(seen) > HINTS_KEPT:  # oldest first
                 del seen[next(iter(seen))]
 
     def _forget(self, stream: str) -> tuple[int, tuple | None] | None:

@@ -278,6 +278,19 @@ def test_a_toolloop_turn_in_a_worker_is_its_appends_and_no_read_of_them(worker, 
     assert set(methods) <= {"append", "save_snapshot"}, calls
 
 
+def test_a_re_drive_of_an_ended_run_leaves_nothing_of_it_in_the_worker(worker):
+    rt, engine, sent = worker
+    run_id = rt.run(_start(engine))
+    drive(rt, engine, sent)
+    events = rt.run(engine.store.read(run_id))
+    assert events[-1].type == RUN_COMPLETED and engine.tail.cached(run_id, 1) is None
+
+    # the sweeper's (or a redelivered message's) delivery of an event the run is past
+    assert rt.run(deliver_event(engine, run_id, 1, events[0].id, redelivered=True)) == "delivered"
+    assert engine.tail.cached(run_id, 1) is None  # read back, and dropped again
+    assert len(engine.cache) == 0
+
+
 async def _start(engine, model: str = "add_then_answer"):
     return (await engine.start(site.loop(model), {"task": "add 1 and 2"})).run_id
 
