@@ -39,7 +39,7 @@ from aaa_django.runtime import RUNMETA
 from aaa_django.runtime.event_types import APPROVAL_REQUESTED, TOOL_REQUESTED
 from aaa_django.store import runindex
 
-from . import pictures, reading, timeline
+from . import charts, pictures, reading, timeline
 from .actions import RunActions
 from .exchange import RunExchange, forks_of
 
@@ -166,8 +166,14 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         may_import = request.user.has_perm("aaa.import_run")
-        return super().changelist_view(request, {"title": "Runs", "may_import": may_import,
-                                                 **(extra_context or {})})
+        response = super().changelist_view(request, {"title": "Runs", "may_import": may_import,
+                                                     **(extra_context or {})})
+        if isinstance(response, TemplateResponse) and "cl" in (response.context_data or {}):
+            # the runs the list shows, whatever page of them: its filters, search, date
+            # drill-down and who may see what (the ChangeList's queryset, unpaginated)
+            runs = response.context_data["cl"].queryset
+            response.context_data["spend_chart"] = charts.spend_chart(charts.spend_per_day(runs))
+        return response
 
     # -- who sees and acts -------------------------------------------------------------
 
