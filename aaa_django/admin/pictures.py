@@ -4,6 +4,8 @@
   calls), how much of its limit the run has used; amber from 80 %, red over the limit.
 - :func:`timeline`: a run's model calls, tool calls and approval waits over time, one
   lane each, every call a bar from its request to its answer (or to the end / now).
+- :func:`graph`: a WorkflowGraph's or FSM's nodes and edges and the path a run took
+  (the picture model is :mod:`aaa_django.admin.graphs`).
 
 Every text in a picture is escaped (``format_html``); the pictures carry ``<title>``s,
 so a screen reader and a hover say what a bar is.
@@ -14,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from aaa_django.runtime.event_types import (
     APPROVAL_DENIED,
@@ -181,4 +183,127 @@ def timeline(events: list[tuple[str, int, str, float, str]], now: float) -> Safe
         '<svg class="aaa-timeline" role="img" aria-label="The run over time" width="{}" height="{}" '
         'viewBox="0 0 {} {}" xmlns="http://www.w3.org/2000/svg">{}</svg>',
         TL_WIDTH, height, TL_WIDTH, height, format_html_join("", "{}", ((p,) for p in parts)),
+    )
+
+
+# -- the graph of a WorkflowGraph or FSM run -----------------------------------------------
+
+G_W, G_H, G_GAP_X, G_GAP_Y, G_PAD, G_TOP, G_BOTTOM, G_LEGEND = 136, 42, 84, 30, 12, 36, 24, 46
+#: (status, what the legend calls it)
+STATUSES = (("idle", "not reached"), ("running", "running"), ("done", "done"),
+            ("failed", "failed"), ("stopped", "stopped with the run"))
+
+
+def _box(node: Any, top: float) -> tuple[float, float]:
+    """The top left corner of a node's box (``top``: the room above the first row)."""
+    return G_PAD + node.rank * (G_W + G_GAP_X), top + node.row * (G_H + G_GAP_Y)
+
+
+def _edge_path(a: Any, b: Any, back: int, top: float) -> tuple[str, float, float]:
+    """The SVG path of an edge from node ``a`` to node ``b`` and where its label goes:
+    forward (a later column) from side to side; a loop above a node to itself; within
+    a column from bottom to top (or top to bottom); backward over both boxes."""
+    (ax, ay), (bx, by) = _box(a, top), _box(b, top)
+    if a.id == b.id:
+        x1, x2, y = ax + G_W * 0.7, ax + G_W * 0.3, ay
+        return f"M{x1:.1f},{y:.1f} C{x1 + 10:.1f},{y - 30:.1f} {x2 - 10:.1f},{y - 30:.1f} {x2:.1f},{y - 2:.1f}", ax + G_W / 2, y - 26
+    if b.rank > a.rank:
+        x1, y1, x2, y2 = ax + G_W, ay + G_H / 2, bx - 2, by + G_H / 2
+        c = G_GAP_X / 2
+        return (f"M{x1:.1f},{y1:.1f} C{x1 + c:.1f},{y1:.1f} {x2 - c:.1f},{y2:.1f} {x2:.1f},{y2:.1f}",
+                (x1 + x2) / 2, (y1 + y2) / 2 - 4)
+    if b.rank == a.rank:
+        down = b.row > a.row
+        x = ax + G_W / 2
+        y1, y2 = (ay + G_H, by - 2) if down else (ay, by + G_H + 2)
+        bend = 28 * (abs(b.row - a.row) - 1)  # around the boxes between them
+        return (f"M{x:.1f},{y1:.1f} C{x + bend:.1f},{y1:.1f} {x + bend:.1f},{y2:.1f} {x:.1f},{y2:.1f}",
+                x + bend / 2 + 6, (y1 + y2) / 2 + 4)
+    x1, x2 = ax + G_W / 2 + 8, bx + G_W / 2 - 8
+    y1, y2 = ay, by - 2
+    high = min(y1, y2) - 18 - 8 * back
+    return (f"M{x1:.1f},{y1:.1f} C{x1:.1f},{high:.1f} {x2:.1f},{high:.1f} {x2:.1f},{y2:.1f}",
+            (x1 + x2) / 2, 0.125 * (y1 + y2) + 0.75 * high - 3)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def graph(picture: Any) -> SafeString:
+    """A :class:`~aaa_django.admin.graphs.GraphPicture` as an SVG: a box per node (its
+    status as its colour, the order the run reached it as ``#n``), an arrow per edge,
+    the ones the run went along drawn strong (``×n`` when more than once), the path and
+    why the run ended there written under it."""
+    nodes = {n.id: n for n in picture.nodes}
+    parts: list[SafeString] = [mark_safe(
+        '<defs><marker id="aaa-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerUnits="userSpaceOnUse" '
+        'markerWidth="9" markerHeight="9" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="aaa-arrow"/></marker>'
+        '<marker id="aaa-arrow-taken" viewBox="0 0 10 10" refX="9" refY="5" markerUnits="userSpaceOnUse" '
+        'markerWidth="10" markerHeight="10" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="aaa-arrow-taken"/>'
+        "</marker></defs>")]
+    # arcs (a loop, an edge back) go over the boxes: over the first row, they need room
+    arcs = [e for e in picture.edges if nodes[e.dst].rank < nodes[e.src].rank or e.src == e.dst]
+    first_row = any(min(nodes[e.src].row, nodes[e.dst].row) == 0 for e in arcs)
+    top = G_TOP + 8 * max(len(arcs) - 1, 0) if first_row else G_PAD
+    back = 0
+    for e in sorted(picture.edges, key=lambda e: e.taken > 0):  # the path's edges on top
+        a, b = nodes[e.src], nodes[e.dst]
+        is_back = b.rank < a.rank
+        d, lx, ly = _edge_path(a, b, back, top)
+        back += is_back
+        label = e.label + (f" ×{e.taken}" if e.taken > 1 else "")
+        parts.append(format_html(
+            '<g class="aaa-edge aaa-edge-{}{}" data-src="{}" data-dst="{}" data-taken="{}">'
+            "<title>{} → {}{}: {}</title>"
+            '<path d="{}" marker-end="url(#{})"/>'
+            '<text x="{}" y="{}" text-anchor="middle" class="aaa-edge-label">{}</text></g>',
+            e.kind, " aaa-edge-taken" if e.taken else "", e.src, e.dst, e.taken,
+            e.src, e.dst, f" ({e.label})" if e.label else "",
+            f"taken {e.taken}×" if e.taken else "not taken",
+            d, "aaa-arrow-taken" if e.taken else "aaa-arrow",
+            f"{lx:.1f}", f"{ly:.1f}", _cut(label, 28),
+        ))
+    for n in picture.nodes:
+        x, y = _box(n, top)
+        steps = " ".join(f"#{s}" for s in n.steps[:3]) + (" …" if len(n.steps) > 3 else "")
+        parts.append(format_html(
+            '<g class="aaa-node aaa-node-{} aaa-kind-{}" data-node="{}" data-status="{}" data-steps="{}">'
+            "<title>{} ({}): {}{}</title>"
+            '<rect x="{}" y="{}" width="{}" height="{}" rx="6"/>'
+            '<text x="{}" y="{}" class="aaa-node-name">{}</text>'
+            '<text x="{}" y="{}" class="aaa-node-detail">{}</text>'
+            '<text x="{}" y="{}" text-anchor="end" class="aaa-node-steps">{}</text></g>',
+            n.status, n.kind, n.id, n.status, ",".join(map(str, n.steps)),
+            n.id, n.detail, dict(STATUSES)[n.status],
+            f", reached at step {', '.join(map(str, n.steps))}" if n.steps else "",
+            f"{x:.1f}", f"{y:.1f}", G_W, G_H,
+            f"{x + 8:.1f}", f"{y + 17:.1f}", _cut(n.id, 16),
+            f"{x + 8:.1f}", f"{y + 33:.1f}", _cut(n.detail, 22),
+            f"{x + G_W - 6:.1f}", f"{y + 17:.1f}", steps,
+        ))
+    columns = max((n.rank for n in picture.nodes), default=0) + 1
+    rows = max((n.row for n in picture.nodes), default=0) + 1
+    width = max(2 * G_PAD + columns * (G_W + G_GAP_X) - G_GAP_X, 560)
+    y = top + rows * (G_H + G_GAP_Y) - G_GAP_Y + G_BOTTOM
+    x = G_PAD
+    for status, label in STATUSES:  # the legend
+        parts.append(format_html(
+            '<g class="aaa-node aaa-node-{}"><rect x="{}" y="{}" width="12" height="12" rx="2"/></g>'
+            '<text x="{}" y="{}" class="aaa-axis">{}</text>', status, x, y, x + 16, y + 10, label))
+        x += 24 + 6.2 * len(label)
+    path = list(picture.path)
+    shown = path if len(path) <= 12 else [*path[:8], "…", *path[-3:]]
+    parts.append(format_html(
+        '<text x="{}" y="{}" class="aaa-graph-path">{}</text>', G_PAD, y + 28,
+        f"path: {' → '.join(shown)}" if path else "nothing started yet"))
+    if picture.note:
+        parts.append(format_html('<text x="{}" y="{}" class="aaa-graph-note">{}</text>',
+                                 G_PAD, y + 44, picture.note))
+    height = y + G_LEGEND + (12 if picture.note else 0)
+    return format_html(
+        '<svg class="aaa-graph" role="img" aria-label="The {} and the path the run took" '
+        'data-kind="{}" width="{}" height="{}" viewBox="0 0 {} {}" xmlns="http://www.w3.org/2000/svg">{}</svg>',
+        "workflow" if picture.kind == "workflow" else "state machine", picture.kind,
+        width, height, width, height, format_html_join("", "{}", ((p,) for p in parts)),
     )

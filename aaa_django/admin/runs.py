@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,17 +30,21 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from pydantic import ValidationError
 
 from aaa_django import access
 from aaa_django.data import is_claimed
 from aaa_django.data.errors import BlobError
 from aaa_django.events import Event
 from aaa_django.models import EventRecord, RunRecord
+from aaa_django.reading.hydrated import hydrated
 from aaa_django.runtime import RUNMETA
+from aaa_django.runtime import registry as algorithms
 from aaa_django.runtime.event_types import APPROVAL_REQUESTED, TOOL_REQUESTED
 from aaa_django.store import runindex
+from aaa_django.store.rows import to_event
 
-from . import charts, pictures, reading, timeline
+from . import charts, graphs, pictures, reading, timeline
 from .actions import RunActions
 from .exchange import RunExchange, forks_of
 
@@ -100,6 +105,43 @@ def _timeline_events(run_id: str, using: str) -> list[tuple[str, int, str, float
             pass
     return [(eid, seq, etype, at.timestamp(), named.get(seq, ""))
             for eid, seq, etype, at in rows.order_by("seq").values_list("id", "seq", "type", "time")]
+
+
+def _graph_events(run_id: str, using: str) -> list[Event]:
+    """The events a graph picture reads (:data:`graphs.TYPES`), in one query; a
+    claim-checked one hydrated only where the picture needs its payload."""
+    rows = (EventRecord.objects.using(using).filter(stream=run_id, type__in=graphs.TYPES).order_by("seq")
+            .values_list("id", "stream", "seq", "type", "data", "causation", "time", "blobs", "tenant"))
+    events = [to_event(row) for row in rows]
+    return [hydrated(e) if e.type in graphs.NEEDS_PAYLOAD else e for e in events]
+
+
+@dataclass(frozen=True)
+class RunGraph:
+    """The run page's graph: its SVG, or why there is none; ``kind``: "workflow" or "fsm"."""
+
+    svg: Any = None
+    reason: str = ""
+    kind: str = "workflow"
+
+
+def run_graph(run: RunRecord, config: Any, using: str) -> RunGraph | None:
+    """The graph of a WorkflowGraph or FSM run (None for other algorithms)."""
+    algorithm = algorithms.get(run.algorithm) if algorithms.known(run.algorithm) else None
+    if algorithm is None or not graphs.draws(algorithm):
+        return None
+    kind = "fsm" if graphs.is_fsm(algorithm) else "workflow"
+    if run.last_seq > pictures.TIMELINE_EVENTS:
+        return RunGraph(reason=f"The graph is drawn for runs of up to {pictures.TIMELINE_EVENTS:,} events.",
+                        kind=kind)
+    try:
+        picture = graphs.graph_picture(algorithm, config, _graph_events(run.run_id, using))
+    except ValidationError as exc:
+        return RunGraph(reason=f"The run's config does not describe a graph ({exc.error_count()} "
+                               "error(s)): nothing to draw.", kind=kind)
+    except BlobError as exc:
+        return RunGraph(reason=f"A child run's end cannot be read: {exc}", kind=kind)
+    return RunGraph(svg=pictures.graph(picture), kind=kind)
 
 
 class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
@@ -307,6 +349,7 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
             timeline_svg=pictures.timeline(_timeline_events(run.run_id, using), time.time())
             if run.last_seq <= pictures.TIMELINE_EVENTS else None,
             timeline_max=pictures.TIMELINE_EVENTS,
+            graph=run_graph(run, started_data.get("config"), using),
             status_label=status_label(run),
             live_url=self._url("live", run.run_id),
             poll_ms=int(POLL_SECONDS * 1000),

@@ -66,34 +66,35 @@ class WorkflowState(BaseModel):
         return new
 
 
-def _node_of(value: Any) -> str | None:
+def node_of(value: Any) -> str | None:
+    """The workflow node a request belongs to: ``X`` of the ``"node-X"`` it is tagged with."""
     return value[5:] if isinstance(value, str) and value.startswith("node-") else None
 
 
 def apply_wf(s: WorkflowState, e: Event) -> WorkflowState:
     t, d = e.type, e.data
     if t == LLM_REQUESTED:
-        node = _node_of(d.get("tag"))
+        node = node_of(d.get("tag"))
     elif t == TOOL_REQUESTED:
-        node = _node_of(d.get("call_id"))
+        node = node_of(d.get("call_id"))
     elif t == CHILD_REQUESTED:
-        node = _node_of(d.get("key"))
+        node = node_of(d.get("key"))
     else:
         node = None
     if node is not None:
         s.nodes[node] = NodeRun()
     elif t in (LLM_COMPLETED, LLM_FAILED):
-        node = _node_of(d.get("tag"))
+        node = node_of(d.get("tag"))
         if node in s.nodes:
             s.nodes[node] = (NodeRun(status="done", result=reply_text(d)) if t == LLM_COMPLETED
                              else NodeRun(status="failed", error=failure_text(d)))
     elif t in (TOOL_COMPLETED, TOOL_FAILED):
-        node = _node_of(d.get("call_id"))
+        node = node_of(d.get("call_id"))
         if node in s.nodes:
             s.nodes[node] = (NodeRun(status="done", result=as_text(d.get("result")))
                              if t == TOOL_COMPLETED else NodeRun(status="failed", error=failure_text(d)))
     elif t == CHILD_COMPLETED:
-        node = _node_of(d.get("key"))
+        node = node_of(d.get("key"))
         if node in s.nodes:
             ok, text = child_result(d)
             s.nodes[node] = NodeRun(status="done", result=text) if ok else NodeRun(status="failed", error=text)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
-from aaa_django.algos import ToolLoop
+from aaa_django.algos import FSM, ToolLoop, WorkflowGraph
 from aaa_django.llm import FakeLLMClient
 from aaa_django.llm.fake import text, tool_call
 from aaa_django.tools import ToolRegistry, tool
@@ -40,10 +40,47 @@ def deploy(service: str) -> str:
     return f"deployed {service}"
 
 
-TOOLS = ["tests.admin.support.lookup", "tests.admin.support.deploy"]
+@tool
+def fetch(url: str) -> str:
+    """Fetch a page (the network is down: it always fails)."""
+    raise ConnectionError(f"cannot reach {url}")
+
+
+TOOLS = ["tests.admin.support.lookup", "tests.admin.support.deploy", "tests.admin.support.fetch"]
+
+#: a WorkflowGraph: the page fetch fails and its fallback answers; the long lookup is
+#: claim-checked; ``ship`` (added by ``workflow(ship=True)``) waits for an approval
+ARTICLE = [
+    {"id": "outline", "prompt": "Outline an article about {task}."},
+    {"id": "page", "kind": "tool", "tool": "fetch", "args": {"url": "{task}"}, "fallback": "recall"},
+    {"id": "recall", "prompt": "What do you know about {task}? ({error})"},
+    {"id": "sources", "kind": "tool", "tool": "lookup", "args": {"topic": "{task}"}},
+    {"id": "draft", "prompt": "Write it: {outline} {page} {sources}", "after": ["outline", "page", "sources"]},
+    {"id": "title", "prompt": "A title for {outline}", "after": ["outline"]},
+]
+SHIP = {"id": "ship", "kind": "tool", "tool": "deploy", "args": {"service": "{title}"},
+        "after": ["draft", "title"]}
+
+#: an FSM whose model's labels are scripted by state entered (``fsm-N``): triage and
+#: investigate go round twice, then the answer is sent
+SUPPORT_FSM = {
+    "states": {
+        "triage": {"prompt": "Triage: {task}", "transitions": {"bug": "investigate", "question": "answer"}},
+        "investigate": {"prompt": "Investigate: {last}", "transitions": {"found": "answer", "unclear": "triage"}},
+        "answer": {"prompt": "Answer: {last}", "transitions": {"sent": "done", "escalate": "human"}},
+    },
+    "initial": "triage",
+    "finals": ["done", "human"],
+}
+FSM_LABELS = ["bug", "unclear", "bug", "found", "sent"]
 
 
 def script(request: Any) -> Any:
+    tag = request.tag or ""
+    if tag.startswith("node-"):  # a WorkflowGraph's node
+        return text(f"{tag.removeprefix('node-')}: done")
+    if tag.startswith("fsm-"):  # an FSM's state: its label by the order it was entered
+        return text(f"Noted.\nNEXT: {FSM_LABELS[min(int(tag.removeprefix('fsm-')), len(FSM_LABELS) - 1)]}")
     task = next((m.content or "" for m in request.messages if m.role == "user"), "")
     results = [m for m in request.messages if m.role == "tool"]
     if not results:
@@ -60,6 +97,14 @@ def fake_client() -> FakeLLMClient:
 
 def loop(**config: Any) -> ToolLoop:
     return ToolLoop(ToolRegistry([lookup, deploy]), max_turns=4, **config)
+
+
+def workflow(ship: bool = False) -> WorkflowGraph:
+    return WorkflowGraph(nodes=[*ARTICLE, *([SHIP] if ship else [])])
+
+
+def machine() -> FSM:
+    return FSM(**SUPPORT_FSM)
 
 
 class Summary(BaseModel):
