@@ -41,6 +41,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "CLAIM_THRESHOLD": ((int,), "an int"),
     "BLOB_STORAGE": ((str, type(None)), "a str (a STORAGES alias) or None"),
     "FOLD_CHECK_EVERY": ((int,), "an int"),
+    "STREAM_TOKENS": ((bool,), "True or False"),
 }
 _NON_NEGATIVE = ("CLAIM_THRESHOLD", "FOLD_CHECK_EVERY")
 

@@ -98,6 +98,11 @@ OTEL                bool             False         OpenTelemetry spans and metri
                                                    from every engine the settings build
                                                    (the ``otel`` extra;
                                                    aaa_django.observe.otel, docs/observe.md).
+STREAM_TOKENS       bool             False         Live tokens: the model clients stream and
+                                                   each reply's text reaches the event
+                                                   streams (SSE ``token`` messages) as it
+                                                   comes, never the log (Redis pub/sub on
+                                                   the Celery bus).
 ==================  ===============  ============  ==========================================
 """
 
@@ -140,6 +145,8 @@ DEFAULTS: dict[str, Any] = {
     "ORPHAN_GRACE": 86400,
     # OpenTelemetry spans and metrics of runs (aaa_django.observe.otel; docs/observe.md)
     "OTEL": False,
+    # live tokens: streamed replies' text to the event streams (aaa_django.site.tokens)
+    "STREAM_TOKENS": False,
 }
 
 BUSES = frozenset({"inprocess", "celery"})

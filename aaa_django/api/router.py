@@ -34,6 +34,7 @@ from aaa_django.reading import projections
 from aaa_django.reading.hydrated import hydrating
 from aaa_django.runtime import RunNotEndedError, registry
 from aaa_django.runtime.event_types import APPROVAL_EXPIRED, decision_id
+from aaa_django.site import tokens
 from aaa_django.site.host import EngineHost
 from aaa_django.store import runindex
 from aaa_django.validate import validate
@@ -223,7 +224,9 @@ def list_events(
         "responses": {
             "200": {
                 "description": "Server-Sent Events: `id` is the event's seq, `data` the event "
-                "as JSON; the stream ends after aaa.run.completed.",
+                "as JSON; the stream ends after aaa.run.completed. With AAA['STREAM_TOKENS'], "
+                "`event: token` messages (no id) carry a model reply's text as it comes "
+                "(`data`: run_id, request_id, index, text), before the reply's event.",
                 "content": {"text/event-stream": {"schema": {"type": "string"}}},
             },
             "204": {"description": "the run has ended and nothing is left after Last-Event-ID"},
@@ -256,7 +259,8 @@ def stream_events(
         return runs.event_out(runs.hydrated(e, blobs) if hydrate else e)
 
     body = stream.events(s, run_id, start, shape=shape, ended=ended,
-                         max_seconds=aaa_settings()["API_STREAM_SECONDS"])
+                         max_seconds=aaa_settings()["API_STREAM_SECONDS"],
+                         subscribe=lambda: tokens.subscribe(run_id))
     response = StreamingHttpResponse(body, content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"

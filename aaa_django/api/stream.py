@@ -7,6 +7,13 @@ stream ends after ``aaa.run.completed``; reconnecting to a run that has ended, w
 nothing left to send, gets ``204 No Content`` (which tells an ``EventSource`` to stop
 reconnecting). The stream polls the log, so it sees events appended by any process
 (Celery workers included).
+
+With ``AAA["STREAM_TOKENS"]``, a model reply's text comes too, as it is written:
+``event: token`` messages (no ``id``, so a reconnection's ``Last-Event-ID`` stays the
+last event's) whose ``data`` is ``{"run_id", "request_id", "index", "text"}``, each
+before the ``aaa.llm.completed`` it belongs to. An ``EventSource``'s ``onmessage``
+does not see them; ``addEventListener("token", ...)`` does. Tokens are not stored: a
+stream resumed later gets the reply's event alone.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import time
 from typing import Callable, Iterator
 
 from aaa_django.events import Event
+from aaa_django.llm.deltas import TokenDelta, TokenSubscription
 from aaa_django.runtime.event_types import RUN_COMPLETED
 from aaa_django.store import DjangoEventStore
 
@@ -34,6 +42,10 @@ def message(event: dict) -> str:
     return f"id: {event['seq']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
 
 
+def token_message(delta: TokenDelta) -> str:
+    return f"event: token\ndata: {json.dumps(delta.to_dict(), separators=(',', ':'))}\n\n"
+
+
 def events(
     store: DjangoEventStore,
     run_id: str,
@@ -44,14 +56,43 @@ def events(
     ended: bool,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    subscribe: Callable[[], TokenSubscription | None] | None = None,
 ) -> Iterator[str]:
     """The SSE text of the run's events after ``after``, until the completion (or, for
-    a run that had ``ended`` before the stream opened, until what is stored is sent)."""
+    a run that had ``ended`` before the stream opened, until what is stored is sent);
+    with ``subscribe``, the run's live tokens between them."""
+    # subscribed before the first read: a delta whose reply is not read yet is ours
+    tokens = subscribe() if subscribe is not None and not ended else None
+    try:
+        yield from _events(store, run_id, after, shape=shape, max_seconds=max_seconds, ended=ended,
+                           clock=clock, sleep=sleep, tokens=tokens)
+    finally:
+        if tokens is not None:
+            tokens.close()
+
+
+def _events(
+    store: DjangoEventStore,
+    run_id: str,
+    after: int,
+    *,
+    shape: Callable[[Event], dict],
+    max_seconds: float,
+    ended: bool,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    tokens: TokenSubscription | None,
+) -> Iterator[str]:
     yield f"retry: {RETRY_MS}\n\n"
     stop_at = clock() + max_seconds
     last_write = last_check = clock()
     while True:
         page = store.read_sync(run_id, after=after, limit=PAGE)
+        if tokens is not None:
+            # Deltas come before the page: one published before its reply was appended
+            # is in hand now, and so goes out before the reply's event.
+            for delta in tokens.wait(0):
+                yield token_message(delta)
         for e in page:
             yield message(shape(e))
             after = e.seq or after
@@ -73,4 +114,11 @@ def events(
         if now - last_write >= HEARTBEAT:
             last_write = now
             yield ": keep-alive\n\n"
-        sleep(POLL)
+        if tokens is None:
+            sleep(POLL)
+            continue
+        next_read = clock() + POLL
+        while (left := next_read - clock()) > 0:  # tokens as they come; the log every POLL
+            for delta in tokens.wait(left):
+                last_write = clock()
+                yield token_message(delta)

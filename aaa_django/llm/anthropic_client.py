@@ -22,7 +22,7 @@ params go into the request body as given.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .messages import LLMRequest, Message, ToolCall, Usage
 from .pricing import Pricing
@@ -112,6 +112,13 @@ class AnthropicClient(ProviderClient):
 
     async def send(self, sdk: Any, payload: dict[str, Any]) -> Any:
         return await sdk.messages.create(**payload)
+
+    async def send_streaming(self, sdk: Any, payload: dict[str, Any], on_text: Callable[[str], None]) -> Any:
+        # the SDK's stream helper gathers the events into the Message create() returns
+        async with sdk.messages.stream(**payload) as stream:
+            async for text in stream.text_stream:
+                on_text(text)
+            return await stream.get_final_message()
 
     def parse(self, raw: Any) -> tuple[Message, Usage, str | None, str | None]:
         if not hasattr(raw, "model_dump"):

@@ -6,6 +6,11 @@ appends ``aaa.llm.completed`` (``response.message``, ``usage``, ``cost``, ``tag`
 ``aaa.llm.failed`` (``reason``: ``error`` or ``timeout``). Nothing is raised across the
 bus. A request that is answered already, or whose run has ended or is over a limit,
 is not sent.
+
+Given a ``deltas`` sink and a client that streams (:class:`StreamingLLMClient`,
+detected once here), the handler streams each call and publishes its text as
+:class:`~aaa_django.llm.deltas.TokenDelta` s as they come; the log gets the same one
+``aaa.llm.completed`` either way.
 """
 
 from __future__ import annotations
@@ -24,17 +29,24 @@ from aaa_django.runtime.event_types import (
     result_id,
 )
 
-from .client import LLMClient
+from .client import LLMClient, StreamingLLMClient
 from .conversation import conversation_of
+from .deltas import DeltaSink, TokenDelta
 from .messages import LLMRequest
 
 
 class LLMHandler:
-    """Calls ``client`` for model requests; ``timeout`` (seconds) bounds each call."""
+    """Calls ``client`` for model requests; ``timeout`` (seconds) bounds each call;
+    ``deltas`` receives the reply's text as it streams (when ``client`` streams)."""
 
-    def __init__(self, client: LLMClient, *, timeout: float | None = None) -> None:
+    def __init__(self, client: LLMClient, *, timeout: float | None = None,
+                 deltas: DeltaSink | None = None) -> None:
         self.client = client
         self.timeout = timeout
+        self.deltas = deltas
+        #: the client, when it streams and someone listens
+        self.streaming: StreamingLLMClient | None = (
+            client if deltas is not None and isinstance(client, StreamingLLMClient) else None)
         self.engine: "Engine | None" = None
         self._inflight: set[str] = set()
 
@@ -74,7 +86,8 @@ class LLMHandler:
         )
         base = {"request_id": event.id, "tag": d.get("tag"), "thread": d.get("thread") or "main"}
         try:
-            call = self.client.complete(request)
+            call = (self.client.complete(request) if self.streaming is None
+                    else self.streaming.stream(request, self._publisher(event)))
             response = await (asyncio.wait_for(call, self.timeout) if self.timeout else call)
         except asyncio.CancelledError:
             raise
@@ -93,6 +106,15 @@ class LLMHandler:
             "model": response.model,
         }
         await engine.append([result_event(event, LLM_COMPLETED, data)])
+
+    def _publisher(self, event: Event) -> Any:
+        sink, run_id, request_id = self.deltas, event.stream, event.id
+        assert sink is not None
+
+        def on_text(index: int, text: str) -> None:
+            sink.publish(TokenDelta(run_id=run_id, request_id=request_id, index=index, text=text))
+
+        return on_text
 
     def failure(self, exc: BaseException) -> dict[str, Any]:
         """The data of ``aaa.llm.failed`` for ``exc``: ``reason`` (a client error's own

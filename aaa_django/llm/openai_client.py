@@ -24,7 +24,7 @@ into the request body as given. Retries, timeouts, cost and secrets: see
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .messages import LLMRequest, Message, ToolCall, Usage
 from .pricing import Pricing
@@ -101,7 +101,18 @@ class OpenAICompatibleClient(ProviderClient):
     async def send(self, sdk: Any, payload: dict[str, Any]) -> Any:
         return await sdk.chat.completions.create(**payload)
 
+    async def send_streaming(self, sdk: Any, payload: dict[str, Any], on_text: Callable[[str], None]) -> Any:
+        # include_usage: the last chunk carries the usage, so a streamed call is priced
+        chunks = await sdk.chat.completions.create(**payload, stream=True, stream_options={"include_usage": True})
+        reply = ChunkedCompletion()
+        async with chunks:
+            async for chunk in chunks:
+                on_text(reply.add(chunk.model_dump()))
+        return reply.data
+
     def parse(self, raw: Any) -> tuple[Message, Usage, str | None, str | None]:
+        if isinstance(raw, Mapping):  # a streamed reply, gathered
+            return from_openai_completion(raw)
         if not hasattr(raw, "model_dump"):
             raise malformed(f"the reply is not a chat completion but {type(raw).__name__}: {str(raw)[:200]!r}")
         return from_openai_completion(raw.model_dump())
@@ -151,6 +162,61 @@ def to_openai_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             function["description"] = t["description"]
         out.append({"type": "function", "function": function})
     return out
+
+
+class ChunkedCompletion:
+    """A chat completion gathered from its stream's chunks (``chat.completion.chunk``),
+    in the shape :func:`from_openai_completion` reads: the first choice's text and
+    refusal joined, tool calls joined by their ``index``, the finish reason, the model
+    and the usage of the last chunk (``stream_options.include_usage``)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {"choices": [], "usage": None, "model": None}
+        self._calls: dict[int, dict[str, Any]] = {}
+
+    def add(self, chunk: Mapping[str, Any]) -> str:
+        """Fold one chunk in; return its text (``""`` when it has none)."""
+        if isinstance(chunk.get("model"), str):
+            self.data["model"] = chunk["model"]
+        if isinstance(chunk.get("usage"), Mapping):
+            self.data["usage"] = chunk["usage"]
+        text = ""
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue  # we ask for one choice
+            if not self.data["choices"]:
+                self.data["choices"].append({"message": {"content": None}, "finish_reason": None})
+            out = self.data["choices"][0]
+            if choice.get("finish_reason"):
+                out["finish_reason"] = choice["finish_reason"]
+            delta = choice.get("delta")
+            if not isinstance(delta, Mapping):
+                continue
+            msg = out["message"]
+            for key in ("content", "refusal"):
+                piece = delta.get(key)
+                if isinstance(piece, str) and piece:
+                    msg[key] = (msg.get(key) or "") + piece
+                    if key == "content":
+                        text += piece
+            for call in delta.get("tool_calls") or ():
+                if isinstance(call, Mapping):
+                    self._add_call(call)
+            if self._calls:
+                msg["tool_calls"] = [self._calls[i] for i in sorted(self._calls)]
+        return text
+
+    def _add_call(self, call: Mapping[str, Any]) -> None:
+        given = call.get("index")
+        index = given if isinstance(given, int) else len(self._calls)
+        into = self._calls.setdefault(index, {"id": None, "function": {"name": "", "arguments": ""}})
+        if call.get("id"):
+            into["id"] = call["id"]
+        function = call.get("function")
+        if isinstance(function, Mapping):
+            for key in ("name", "arguments"):
+                if isinstance(function.get(key), str):
+                    into["function"][key] += function[key]
 
 
 def from_openai_completion(data: Mapping[str, Any]) -> tuple[Message, Usage, str | None, str | None]:

@@ -20,11 +20,12 @@ import asyncio
 import json
 import logging
 import re
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field
 
+from .client import TextSink
 from .messages import LLMRequest, LLMResponse, Message, Usage
 from .pricing import Pricing, as_pricing
 from .retry import (
@@ -137,6 +138,12 @@ class ProviderClient:
     async def send(self, sdk: Any, payload: dict[str, Any]) -> Any:  # pragma: no cover
         raise NotImplementedError
 
+    async def send_streaming(self, sdk: Any, payload: dict[str, Any],
+                             on_text: Callable[[str], None]) -> Any:  # pragma: no cover
+        """Send ``payload`` asking for a stream, call ``on_text`` with each piece of
+        text, and return the whole reply as :meth:`parse` reads it."""
+        raise NotImplementedError
+
     def parse(self, raw: Any) -> tuple[Message, Usage, str | None, str | None]:  # pragma: no cover
         """(message, usage, model answered, finish reason); raises :class:`AttemptFailed`."""
         raise NotImplementedError
@@ -150,6 +157,14 @@ class ProviderClient:
     async def complete(self, request: LLMRequest) -> ProviderResponse:
         """Send the whole conversation; return the reply with its usage, cost and
         attempts. Raises :class:`~aaa_django.llm.errors.LLMCallError`."""
+        return await self._call(request, None)
+
+    async def stream(self, request: LLMRequest, on_text: TextSink) -> ProviderResponse:
+        """As :meth:`complete`, streamed: ``on_text(index, text)`` gets each piece of
+        the reply's text as it arrives (index 0 again: a retried attempt starts over)."""
+        return await self._call(request, on_text)
+
+    async def _call(self, request: LLMRequest, on_text: TextSink | None) -> ProviderResponse:
         model = request.model or self.model
         if not model:
             raise ValueError(f"{type(self).__name__}: no model: give one to the client or in the request")
@@ -161,7 +176,9 @@ class ProviderClient:
         sdk = await self._sdk()
 
         async def attempt() -> tuple[Message, Usage, str | None, str | None]:
-            return self.parse(await self.send(sdk, payload))
+            if on_text is None:
+                return self.parse(await self.send(sdk, payload))
+            return self.parse(await self.send_streaming(sdk, payload, _counted(on_text)))
 
         (message, usage, answered, finish), attempts = await call_with_retries(
             attempt,
@@ -233,6 +250,20 @@ class ProviderClient:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
+
+
+def _counted(on_text: TextSink) -> Callable[[str], None]:
+    """``on_text`` with the attempt's own count: each attempt's first piece is index 0;
+    empty pieces (a role or usage chunk) are not passed on."""
+    n = 0
+
+    def sink(text: str) -> None:
+        nonlocal n
+        if text:
+            on_text(n, text)
+            n += 1
+
+    return sink
 
 
 async def _close_quietly(sdk: Any) -> None:

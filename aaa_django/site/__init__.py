@@ -6,6 +6,8 @@
   a loop that outlives requests;
 - :mod:`.llm_settings`: the model client ``AAA["LLM"]`` describes;
 - :mod:`.mcp_settings`: the MCP servers ``AAA["MCP_SERVERS"]`` lists;
+- :mod:`.tokens`: the live tokens ``AAA["STREAM_TOKENS"]`` turns on (where model
+  handlers publish and event streams subscribe);
 - :mod:`.blobs`: :class:`~aaa_django.site.blobs.StorageBlobStore`, blobs over any
   Django storage (S3 through django-storages).
 """

@@ -22,6 +22,7 @@ from aaa_django.tools import ToolHandler, ToolRegistry
 from .blobs import StorageBlobStore
 from .llm_settings import client_from_settings
 from .mcp_settings import mcp_tools
+from .tokens import site_tokens
 
 
 def build_engine(*, using: str = "default", **overrides: Any) -> Engine:
@@ -88,7 +89,8 @@ def attach_site_handlers(engine: Engine) -> Engine:
     worker wire their engines the same way.
 
     - model: ``AAA["LLM_CLIENT"]`` (a factory), else ``AAA["LLM"]`` (a provider),
-      else, unless ``WORKER_SETUP`` attaches one, a client that fails clearly;
+      else, unless ``WORKER_SETUP`` attaches one, a client that fails clearly; with
+      ``AAA["STREAM_TOKENS"]`` its replies stream to the site's live tokens;
     - tools: ``AAA["TOOLS"]`` (dotted paths of @tool functions), the tools of the
       ``AAA["MCP_SERVERS"]`` (listed now, from each server) and those of the
       ``AAA["AGENTS"]`` (Pydantic AI agents, loaded now: their runs may be started);
@@ -96,10 +98,11 @@ def attach_site_handlers(engine: Engine) -> Engine:
     """
     conf = aaa_settings()
     setup = conf.get("WORKER_SETUP")
+    deltas = site_tokens()
     if conf.get("LLM_CLIENT"):
-        LLMHandler(import_string(conf["LLM_CLIENT"])()).attach(engine)
+        LLMHandler(import_string(conf["LLM_CLIENT"])(), deltas=deltas).attach(engine)
     elif (client := client_from_settings()) is not None:
-        LLMHandler(client).attach(engine)
+        LLMHandler(client, deltas=deltas).attach(engine)
     elif not setup:
         LLMHandler(NoModelClient()).attach(engine)
     tools = [import_string(p) for p in conf.get("TOOLS") or ()]

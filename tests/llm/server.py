@@ -8,7 +8,8 @@
 
 stdlib ``http.server`` on a free loopback port, in a daemon thread: the SDKs talk
 real HTTP to it (their transport is not mocked). A reply can be slow (``delay``) or
-cut off mid-body (``drop``). A request with no scripted reply left gets a 599 whose
+cut off mid-body (``drop``), or a stream (``parts``: sent one by one, chunked; a
+part may wait for an event, ``holds``). A request with no scripted reply left gets a 599 whose
 message says so.
 """
 
@@ -42,6 +43,11 @@ class Reply:
     delay: float = 0.0
     #: send the headers and half the body, then close the connection
     drop: bool = False
+    #: a streamed body (Server-Sent Events): each part a chunk of its own
+    parts: list[bytes] | None = None
+    #: part i is sent once ``holds[i]`` is set (a test's proof that the client had
+    #: the parts before it while the reply was not whole)
+    holds: dict[int, threading.Event] = field(default_factory=dict)
 
     @classmethod
     def recorded(cls, name: str, **changes: Any) -> "Reply":
@@ -117,6 +123,9 @@ def _handler(server: RecordedServer) -> type[BaseHTTPRequestHandler]:
             reply = server.next_reply(received)
             if reply.delay:
                 time.sleep(reply.delay)
+            if reply.parts is not None:
+                self.stream(reply)
+                return
             data = reply.encoded()
             try:
                 self.send_response(reply.status)
@@ -133,6 +142,22 @@ def _handler(server: RecordedServer) -> type[BaseHTTPRequestHandler]:
                     return
                 self.wfile.write(data)
             except OSError:  # the client gave up (a timeout test): nothing to answer
+                self.close_connection = True
+
+        def stream(self, reply: Reply) -> None:
+            assert reply.parts is not None
+            try:
+                self.send_response(reply.status)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i, part in enumerate(reply.parts):
+                    if i in reply.holds and not reply.holds[i].wait(10):
+                        break  # the client never saw the parts before: end the reply short
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
                 self.close_connection = True
 
     return Handler
