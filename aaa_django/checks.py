@@ -254,6 +254,11 @@ def check_cluster_settings(app_configs: Any = None, **kwargs: Any) -> list[Error
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             errors.append(Error(f"AAA['WORKER_IN_FLIGHT'] must be an int >= 1, not {value!r}.",
                                 id="aaa.E104"))
+    if "WORKER_DRAIN_SECONDS" in site:
+        value = site["WORKER_DRAIN_SECONDS"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            errors.append(Error(f"AAA['WORKER_DRAIN_SECONDS'] must be a number of seconds >= 0, not {value!r}.",
+                                id="aaa.E104"))
     if "CELERY_FAST_PUBLISH" in site and not isinstance(site["CELERY_FAST_PUBLISH"], bool):
         errors.append(Error(f"AAA['CELERY_FAST_PUBLISH'] must be True or False, not "
                             f"{site['CELERY_FAST_PUBLISH']!r}.", id="aaa.E104"))

@@ -51,6 +51,10 @@ STALL_AFTER         number > 0       60            The sweeper re-drives an unfi
 WORKER_IN_FLIGHT    int >= 1         1000          Deliveries one worker process carries at
                                                    once on its loop (model and tool calls
                                                    waiting); past it, the next task waits.
+WORKER_DRAIN_SECONDS number >= 0     30            On a warm shutdown (SIGTERM), how long a
+                                                   worker process waits for the calls its
+                                                   loop holds; it then releases their runs'
+                                                   busy leases (the sweeper re-drives them).
 -- the web process's engine (``aaa_django.site.host``) and the REST API (``aaa_django.api``) --
 LLM_CLIENT          str or None      None          Dotted path of a factory returning the
                                                    LLMClient the web process's engine uses.
@@ -126,6 +130,7 @@ DEFAULTS: dict[str, Any] = {
     "LEASE_TTL": 30,
     "STALL_AFTER": 60,
     "WORKER_IN_FLIGHT": 1000,
+    "WORKER_DRAIN_SECONDS": 30,
     # the web process's engine (aaa_django.site.host) and the REST API (aaa_django.api)
     "LLM_CLIENT": None,
     "TOOLS": [],

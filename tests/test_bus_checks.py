@@ -71,6 +71,8 @@ def test_a_non_redis_broker_needs_a_redis_url():
     ({"STALL_AFTER": True}, "aaa.E104"),
     ({"WORKER_IN_FLIGHT": 0}, "aaa.E104"),
     ({"WORKER_IN_FLIGHT": 2.5}, "aaa.E104"),
+    ({"WORKER_DRAIN_SECONDS": -1}, "aaa.E104"),
+    ({"WORKER_DRAIN_SECONDS": "30"}, "aaa.E104"),
     ({"WORKER_SETUP": 42}, "aaa.E104"),
     ({"WORKER_SETUP": "no.such.module.setup"}, "aaa.E105"),
 ], ids=lambda v: str(v) if isinstance(v, str) else next(iter(v)))
@@ -81,7 +83,8 @@ def test_bad_cluster_settings_are_errors(aaa, problem):
 
 def test_good_cluster_settings_pass():
     good = {"REDIS_URL": "redis://h/0", "CELERY_QUEUES": {"tools": "acme.tools"}, "RUN_LOCK_TTL": 5,
-            "LEASE_TTL": 12.5, "STALL_AFTER": 120, "WORKER_SETUP": "tests.celery.site.setup"}
+            "LEASE_TTL": 12.5, "STALL_AFTER": 120, "WORKER_SETUP": "tests.celery.site.setup",
+            "WORKER_DRAIN_SECONDS": 0}
     with override_settings(AAA=good):
         assert check_cluster_settings() == []
 

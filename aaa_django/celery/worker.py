@@ -36,9 +36,11 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
+from celery.signals import worker_process_shutdown, worker_shutdown, worker_shutting_down
 from django.db import InterfaceError, OperationalError, connections
 
 import aaa_django.algos  # noqa: F401  (registers the built-in algorithms)
@@ -81,6 +83,53 @@ SLOW_DELIVERY = 0.05
 SLOW_STEP = 1.0
 
 
+class Leases:
+    """The busy leases a process's deliveries hold (their guards, :func:`_guard_slow`),
+    and the moment to give them up: a worker that shuts down with calls still in flight
+    (:meth:`WorkerRuntime.drain`) frees their runs at once, so the sweeper re-drives them
+    without waiting for the leases to expire (``LEASE_TTL``). Used on the loop only."""
+
+    def __init__(self) -> None:
+        #: set when the holder gives its leases up: a guard then releases its lease
+        self.given_up = asyncio.Event()
+        #: the guards now running (each holds, or is taking, one run's lease)
+        self.guards: set[asyncio.Task] = set()
+
+    def guard(self, coro: Any) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self.guards.add(task)
+        task.add_done_callback(self.guards.discard)
+        return task
+
+    async def give_up(self, timeout: float = 5) -> int:
+        """Release every lease held (the calls go on); returns how many guards were
+        running. Waits (up to ``timeout``) until Redis has them back."""
+        self.given_up.set()
+        guards = set(self.guards)
+        if guards:
+            await asyncio.wait(guards, timeout=timeout)
+        return len(guards)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """What a worker's shutdown did with the deliveries on its loop
+    (:meth:`WorkerRuntime.drain`)."""
+
+    #: deliveries in flight when the shutdown began
+    in_flight: int
+    #: of those, the ones that ended within ``WORKER_DRAIN_SECONDS``
+    finished: int
+    #: deliveries still in flight after it (their calls die with the process)
+    left: int
+    #: busy leases released for those (their runs are re-driven by the sweeper)
+    released: int
+
+    def __str__(self) -> str:
+        return (f"worker shutdown: {self.in_flight} deliveries in flight, {self.finished} finished, "
+                f"{self.left} left, {self.released} busy leases released")
+
+
 class WorkerRuntime:
     """The worker process's event loop, in a thread of its own for the life of the
     process, and its engines (one per store).
@@ -96,6 +145,9 @@ class WorkerRuntime:
     ``max_in_flight``: deliveries the loop carries at once (``AAA["WORKER_IN_FLIGHT"]``);
     when they are all taken, the next task waits for one to end, holding its pool slot
     (the broker keeps the rest of the queue for other workers).
+
+    A warm shutdown drains the loop (:meth:`drain`, on Celery's shutdown signals): the
+    calls it holds are not Celery tasks, so Celery would not wait for them.
     """
 
     def __init__(self, *, max_in_flight: int | None = None) -> None:
@@ -115,6 +167,13 @@ class WorkerRuntime:
         self.local_queues: frozenset[str] = frozenset()
         #: deliveries taken that way
         self.taken = 0
+        #: the busy leases the deliveries hold
+        self.leases = Leases()
+        #: set once the worker shuts down: take() declines (the broker keeps the events)
+        self.draining = False
+        #: what the shutdown did (:meth:`drain`), once done
+        self.drained: Drain | None = None
+        self._drain_lock = threading.Lock()
         #: the threads that make the store's calls (see :func:`on_threads`)
         self.db = concurrent.futures.ThreadPoolExecutor(DB_THREADS, thread_name_prefix="aaa-worker-db")
         self.thread = threading.Thread(target=self._serve, name="aaa-worker-loop", daemon=True)
@@ -160,7 +219,7 @@ class WorkerRuntime:
                     self._waiting.remove(room)
         handed = self.loop.create_future()
         task = self._track(deliver_event(engine, stream, seq, event_id, redelivered=redelivered,
-                                         wire=wire, handed=handed))
+                                         wire=wire, handed=handed, leases=self.leases))
         try:
             await asyncio.wait({task, handed}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -180,12 +239,12 @@ class WorkerRuntime:
         process dies meanwhile, the sweeper re-drives the run, as for any delivery
         that no live process holds (a call past ``SLOW_DELIVERY`` holds the run's
         busy lease). False: send it."""
-        if (event.seq is None or len(self.in_flight) >= self.max_in_flight or self._waiting
+        if (self.draining or event.seq is None or len(self.in_flight) >= self.max_in_flight or self._waiting
                 or queue_for(event.type, cluster_bus(engine).queues) not in self.local_queues):
             return False
         # A context of its own: not the publishing delivery's (its tail state, its
         # record of what it published).
-        self._track(deliver_event(engine, event.stream, event.seq, event.id, event=event),
+        self._track(deliver_event(engine, event.stream, event.seq, event.id, event=event, leases=self.leases),
                     context=contextvars.Context())
         self.taken += 1
         return True
@@ -210,6 +269,42 @@ class WorkerRuntime:
         """Wait until no delivery is in flight on the loop (run it on the loop)."""
         while self.in_flight:
             await asyncio.wait(set(self.in_flight))
+
+    def stop_taking(self) -> None:
+        """Deliver nothing more here without a message (:meth:`take`): from now on what
+        this process appends goes through the broker, where it waits for a live worker.
+        Safe in a signal handler."""
+        self.draining = True
+
+    def drain(self, seconds: float | None = None) -> Drain:
+        """The worker's shutdown: stop taking deliveries (:meth:`stop_taking`), wait up
+        to ``seconds`` (``AAA["WORKER_DRAIN_SECONDS"]``) for the deliveries in flight
+        to end, then release the busy leases of those still in flight: their runs are
+        re-driven by the sweeper as soon as they stall (``STALL_AFTER``), not once the
+        leases expire (``LEASE_TTL``), and nothing is lost (every request is in the log;
+        a result appended twice is absorbed). Logged, and kept in :attr:`drained`; a
+        second call returns the first one's record."""
+        with self._drain_lock:
+            if self.drained is None:
+                if seconds is None:
+                    seconds = float(aaa_settings()["WORKER_DRAIN_SECONDS"])
+                self.stop_taking()
+                if self.thread.is_alive():
+                    self.drained = self.run(self._drain(seconds))
+                else:
+                    self.drained = Drain(0, 0, 0, 0)
+                if self.drained.in_flight:
+                    log.warning("%s", self.drained)
+            return self.drained
+
+    async def _drain(self, seconds: float) -> Drain:
+        started = set(self.in_flight)
+        if started:
+            await asyncio.wait(started, timeout=seconds)
+        left = len(self.in_flight)
+        released = await self.leases.give_up()
+        return Drain(in_flight=len(started), finished=sum(t.done() for t in started), left=left,
+                     released=released)
 
     def close(self) -> None:
         """Close the database connections of the loop and of the store's threads, and
@@ -270,6 +365,21 @@ def runtimes() -> list[WorkerRuntime]:
     """This process's runtime, if it has one (a list: none or one)."""
     rt = _runtime
     return [rt] if rt is not None and rt.pid == os.getpid() else []
+
+
+@worker_shutting_down.connect
+def _stop_taking(**_: Any) -> None:
+    # In the main process, from its signal handler (the runtime of a solo or threads
+    # pool; a prefork child hears of the shutdown when its pool closes).
+    for rt in runtimes():
+        rt.stop_taking()
+
+
+@worker_process_shutdown.connect  # a prefork child, as it exits
+@worker_shutdown.connect  # the main process, once its pool has stopped (solo, threads)
+def _drain(**_: Any) -> None:
+    for rt in runtimes():
+        rt.drain()
 
 
 def build_worker_engine(spec: Sequence[Any], app: Any = None, db: Any = None) -> Engine:
@@ -365,24 +475,27 @@ def share_pools(engine: Engine) -> int:
 
 async def deliver_event(engine: Engine, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
                         wire: str | None = None, handed: asyncio.Future | None = None,
-                        event: Event | None = None) -> str:
+                        event: Event | None = None, leases: Leases | None = None) -> str:
     """Deliver one stored event to ``engine`` as a worker does; returns what happened
     (``"delivered"``, or ``"missing"`` when the log no longer holds that event).
     ``wire``: the event itself from the message (see :meth:`DistributedBus._args`).
     ``handed``: set once the step is done when the event is one whose handlers wait
     (:data:`HANDED_OFF`), before they start: from then on the message is not needed
     (see :meth:`WorkerRuntime.deliver`). ``event``: the event itself, when this
-    process has just appended it (:meth:`WorkerRuntime.take`)."""
+    process has just appended it (:meth:`WorkerRuntime.take`). ``leases``: where the
+    run's busy lease, if the delivery takes one, is kept (a worker's
+    :attr:`WorkerRuntime.leases`, which its shutdown releases)."""
+    leases = leases if leases is not None else Leases()
     try:
         with engine.tail.delivery():
             if event is not None and engine.tail.holds(event):
-                return await _deliver(engine, stream, seq, event_id, redelivered, True, handed)
+                return await _deliver(engine, stream, seq, event_id, redelivered, True, handed, leases)
             # A first delivery whose message carries the event that follows this
             # worker's cached view of the run: the view is current without a query. Not
             # after a redelivery: the view may be old, and handlers would redo answered
             # work.
             synced = not redelivered and wire is not None and _accept(engine.tail, stream, seq, event_id, wire)
-            return await _deliver(engine, stream, seq, event_id, redelivered, synced, handed)
+            return await _deliver(engine, stream, seq, event_id, redelivered, synced, handed, leases)
     finally:
         engine.delivered(stream)
 
@@ -411,7 +524,7 @@ def _accept(tail: Tail, stream: str, seq: int, event_id: str, wire: str) -> bool
 
 
 async def _deliver(engine: Engine, stream: str, seq: int, event_id: str, redelivered: bool, synced: bool,
-                   handed: asyncio.Future | None = None) -> str:
+                   handed: asyncio.Future | None, leases: Leases) -> str:
     bus = cluster_bus(engine)
     loop = asyncio.get_running_loop()
     loaded: asyncio.Future = loop.create_future()
@@ -419,7 +532,7 @@ async def _deliver(engine: Engine, stream: str, seq: int, event_id: str, redeliv
     guard: list[asyncio.Future] = []
 
     def start_guard() -> None:
-        guard.append(asyncio.ensure_future(_guard_slow(engine, stream, loaded, finished)))
+        guard.append(leases.guard(_guard_slow(engine, stream, loaded, finished, leases.given_up)))
 
     def calling() -> None:
         # The step is done and a model or tool call starts: hand it off, and hold the
@@ -480,20 +593,27 @@ async def _step(engine: Engine, stream: str, seq: int, event_id: str, loaded: as
     return event
 
 
-async def _guard_slow(engine: Engine, stream: str, loaded: asyncio.Future, work: asyncio.Future) -> None:
+async def _guard_slow(engine: Engine, stream: str, loaded: asyncio.Future, work: asyncio.Future,
+                      given_up: asyncio.Event) -> None:
     """A long delivery: hold a busy lease (the sweeper leaves the run alone) and, for
     tool work, cancel it when the run ends in another worker. ``loaded``: the event
-    once read; ``work``: done when the delivery is."""
+    once read; ``work``: done when the delivery is; ``given_up``: set when the worker
+    shuts down with the delivery still in flight (the lease is released, the work
+    goes on until the process ends)."""
+    if given_up.is_set():
+        return
     coord = cluster_bus(engine).coordination()
     watcher = None
+    release = asyncio.ensure_future(given_up.wait())
     try:
         async with coord.busy(stream):
-            await asyncio.wait({loaded, work}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({loaded, work, release}, return_when=asyncio.FIRST_COMPLETED)
             event = loaded.result() if loaded.done() else None
-            if event is not None and event.type in TOOL_WORK and not work.done():
+            if event is not None and event.type in TOOL_WORK and not work.done() and not release.done():
                 watcher = asyncio.ensure_future(_cancel_on_end(engine, stream))
-            await asyncio.wait({work})
+            await asyncio.wait({work, release}, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        release.cancel()
         if watcher is not None:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

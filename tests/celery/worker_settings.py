@@ -19,6 +19,9 @@ AAA = {
     "RUN_LOCK_TTL": 3,
     "LEASE_TTL": 4,
 }
+# tests/celery/test_drain.py: how long a warm shutdown waits for the calls in flight
+if os.environ.get("AAA_TEST_DRAIN_SECONDS"):
+    AAA["WORKER_DRAIN_SECONDS"] = float(os.environ["AAA_TEST_DRAIN_SECONDS"])
 # Claim-checked payloads in a directory the tests' engines share (celery_env).
 STORAGES = {**STORAGES, "aaa-test-blobs": {
     "BACKEND": "django.core.files.storage.FileSystemStorage",
