@@ -113,9 +113,10 @@ def workers(count: int, env: dict, tmp: Path, *, concurrency: int = 1,
 # -- measurements ------------------------------------------------------------------------------
 
 
-def bare_hop(app, r, hops: int, fast: bool = True) -> float:
+def bare_hop(app, r, hops: int, fast: bool | str = True) -> float:
     """Seconds per hop of a chain of ``hops`` no-op tasks, each sending the next as the
-    engine sends (``fast``: the bus's ``FastPublisher``) or by ``send_task``."""
+    engine sends (``fast``: the bus's ``FastPublisher``), the same with kombu's client
+    per message (``"kombu-client"``) or by ``send_task``."""
     key = f"hop-{uuid.uuid4().hex}"
     t0 = time.time()
     app.send_task("bench.hop", (hops - 1, key, fast), queue="bench.hop")
@@ -243,6 +244,7 @@ def main() -> None:
         with workers(args.workers, env, tmp):
             rounds: list[tuple[float, float, float, float]] = []
             slow: list[float] = []  # bare chains sent by send_task (information)
+            plain: list[float] = []  # bare chains with kombu's redis-py client per message
 
             async def cluster_part():
                 async with build_engine(poll_interval=0.25) as engine:  # polls cost the workers CPU
@@ -251,12 +253,14 @@ def main() -> None:
                         await engine_hop(engine, args.turns)
                     bare_hop(app, r, 50)
                     bare_hop(app, r, 50, fast=False)
+                    bare_hop(app, r, 50, fast="kombu-client")
                     hops = 0
                     for _ in range(idle_rounds):
                         bare = bare_hop(app, r, chain)
                         engine_s, first_s, hops = await engine_hops(engine, args.turns, chain)
                         rounds.append((bare, engine_s, commit_latency(probe, 20), first_s))
                         slow.append(bare_hop(app, r, chain, fast=False))
+                        plain.append(bare_hop(app, r, chain, fast="kombu-client"))
                     loaded = await load(engine, runs, args.turns)
                     return hops, loaded
 
@@ -281,6 +285,8 @@ def main() -> None:
          ms(bare_hop_s), "1.00x"],
         ["  the same chain sent by send_task (information)", ms(statistics.median(slow)),
          f"{statistics.median(s / b for s, (b, *_) in zip(slow, rounds)):.2f}x"],
+        ["  the same, kombu's redis-py client per message (no _reuse_redis_client)",
+         ms(statistics.median(plain)), f"{statistics.median(p / b for p, (b, *_) in zip(plain, rounds)):.2f}x"],
         [f"engine hop (ToolLoop, {args.turns} turns = {hops} hops; runs one after another, "
          f"{-(-chain // hops) * hops} hops a round)", ms(idle_hop_s), f"{ratio:.2f}x"],
         ["  the first run of a round alone (right after the bare chain)", ms(first_s),
@@ -303,6 +309,8 @@ def main() -> None:
 
         print(report(args.trace))
         print()
+    saved = statistics.median((p - b) / e for p, (b, e, *_) in zip(plain, rounds))
+    print(f"kombu's client per message costs {saved:+.1%} of an engine hop (median of the rounds)")
     print(f"goal: engine hop <= 2x bare hop: {ratio:.2f}x -> {'met' if ratio <= 2 else 'NOT met'}"
           f" (less the durable commit: {own_ratio:.2f}x)")
 

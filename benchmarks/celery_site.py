@@ -57,28 +57,38 @@ HOP_QUEUE = "bench.hop"
 
 
 @app.task(name="bench.hop", ignore_result=True, acks_late=True)
-def hop(left: int, key: str, fast: bool = True) -> None:
+def hop(left: int, key: str, fast: bool | str = True) -> None:
     """The bare hop: a no-op task that enqueues the next one; the last records when.
     ``fast``: sent as the engine sends its deliveries (``FastPublisher``, the bus's
-    publisher, one per sending thread); else by ``app.send_task``."""
+    publisher, one per sending thread); ``"kombu-client"``: the same, but with the
+    redis-py client kombu's Redis channel makes for every message (without
+    ``publish._reuse_redis_client``: what that private hook buys); False: by
+    ``app.send_task``."""
     if left > 0:
         args = [left - 1, key, fast]
-        if not fast or not _publisher().send("bench.hop", args, HOP_QUEUE, repr(args)):
+        if not fast or not _publisher(fast).send("bench.hop", args, HOP_QUEUE, repr(args)):
             app.send_task("bench.hop", args, queue=HOP_QUEUE)
     else:
         _redis().set(key, repr(time.time()))
 
 
-_fast = None
+_publishers: dict = {}
 
 
-def _publisher():
-    global _fast
-    if _fast is None:
+def _publisher(kind: bool | str):
+    if kind not in _publishers:
         from aaa_django.celery.publish import FastPublisher
 
-        _fast = FastPublisher(app)
-    return _fast
+        class KombuClientPublisher(FastPublisher):
+            """FastPublisher whose channel keeps kombu's own ``Client`` (one per message)."""
+
+            def _get_producer(self):
+                if self._producer is None:
+                    self._producer = self.app.amqp.Producer(self.app.connection_for_write(), auto_declare=False)
+                return self._producer
+
+        _publishers[kind] = (KombuClientPublisher if kind == "kombu-client" else FastPublisher)(app)
+    return _publishers[kind]
 
 
 @app.task(name="bench.noop", ignore_result=True, acks_late=True)

@@ -23,9 +23,10 @@ for that message, so ``send_task``'s retry policy takes over. ``AAA["CELERY_FAST
 = False`` turns it off.
 
 Not thread-safe: one publisher per sending thread (``DistributedBus.publisher``).
-It also leans on two attributes of kombu's Redis channel (``Client`` and ``pool``, to
-reuse one client); without them it works as kombu does (``tests/celery/test_publish.py``
-checks the message against ``send_task``'s).
+It also leans on two private attributes of kombu's Redis channel (``Client`` and
+``pool``, to reuse one client: :func:`_reuse_redis_client`); without them it works as
+kombu does (``tests/celery/test_publish.py`` checks the message against ``send_task``'s,
+and fails when kombu stops making its clients through ``Client``).
 """
 
 from __future__ import annotations
@@ -177,10 +178,17 @@ def _exec_options(task: Any) -> dict[str, Any]:
 
 
 def _reuse_redis_client(channel: Any) -> None:
-    """kombu's Redis channel makes a redis-py client object for every publish (the
-    constructor alone costs about a third of a publish's CPU); give this channel's
+    """kombu's Redis channel makes a redis-py client object for every publish, by
+    calling ``channel.Client(connection_pool=channel.pool)``; give this channel's
     publishes one client over its connection pool, the same commands on the same
-    connections."""
+    connections.
+
+    A private detail of kombu, kept for a measured reason (benchmarks/README.md, issue
+    15): with kombu 5.7 and redis-py 8 a send costs 1.33-1.85x the CPU without it
+    (``benchmarks/bench_publish.py``; the same one command and no new connection per
+    send), a bare hop 1.14-1.27x the time, 6-15% of an engine hop.
+    ``test_kombu_makes_a_client_per_publish_through_the_attribute_the_publisher_replaces``
+    fails when kombu changes this."""
     make = getattr(channel, "Client", None)
     if make is None or not hasattr(channel, "pool"):
         return
