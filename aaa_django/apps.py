@@ -24,3 +24,9 @@ class AaaConfig(AppConfig):
         from .site.engines import load_agents  # imports the models: only once apps are ready
 
         load_agents()
+
+        try:
+            from .celery.duty import install
+        except ImportError:  # no Celery: no workers to hook
+            return
+        install()

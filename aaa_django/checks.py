@@ -259,6 +259,14 @@ def check_cluster_settings(app_configs: Any = None, **kwargs: Any) -> list[Error
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             errors.append(Error(f"AAA['WORKER_DRAIN_SECONDS'] must be a number of seconds >= 0, not {value!r}.",
                                 id="aaa.E104"))
+    every = site.get("DUTY_EVERY")
+    if "DUTY_EVERY" in site and (isinstance(every, bool) or not isinstance(every, (int, float)) or every < 0):
+        errors.append(Error(f"AAA['DUTY_EVERY'] must be a number of seconds >= 0, not {every!r}.",
+                            hint="0 turns the workers' periodic duty off.", id="aaa.E104"))
+    alias = site.get("DUTY_DATABASE")
+    if "DUTY_DATABASE" in site and alias not in settings.DATABASES:
+        errors.append(Error(f"AAA['DUTY_DATABASE'] = {alias!r} is not a database alias.",
+                            hint="One of: " + ", ".join(settings.DATABASES) + ".", id="aaa.E104"))
     if "CELERY_FAST_PUBLISH" in site and not isinstance(site["CELERY_FAST_PUBLISH"], bool):
         errors.append(Error(f"AAA['CELERY_FAST_PUBLISH'] must be True or False, not "
                             f"{site['CELERY_FAST_PUBLISH']!r}.", id="aaa.E104"))

@@ -26,10 +26,12 @@ REDIS_URL           str or None      None          Redis for the Celery bus's co
                                                    locks of contended steps, shared pools,
                                                    cancel notices, delivery leases. None:
                                                    the Celery broker URL when it is Redis.
-CELERY_QUEUES       dict             see below     Queue per kind of work: {"algorithms":
-                                                   "aaa.algorithms", "llm": "aaa.llm",
-                                                   "tools": "aaa.tools"}; give only the
-                                                   ones you rename.
+CELERY_QUEUES       dict             {}            Queue per kind of work ("algorithms",
+                                                   "llm", "tools"), for workers sized per
+                                                   kind; a kind not given goes to the
+                                                   Celery app's default queue (so the
+                                                   usual ``celery -A proj worker`` takes
+                                                   everything).
 CELERY_FAST_PUBLISH bool             True          Deliveries are sent through
                                                    ``aaa_django.celery.publish.FastPublisher`` (the
                                                    message ``send_task`` sends, with less CPU;
@@ -47,7 +49,14 @@ LEASE_TTL           number > 0       30            Seconds a tool-pool lease, a 
                                                    lease lives unless renewed.
 STALL_AFTER         number > 0       60            The sweeper re-drives an unfinished run
                                                    with no new event and no live delivery
-                                                   for this many seconds.
+                                                   for this many seconds; the workers'
+                                                   duty sweeps every STALL_AFTER / 2.
+DUTY_EVERY          number >= 0      1             Seconds between turns of the workers'
+                                                   periodic duty (``aaa_django.celery.duty``):
+                                                   due deadlines and approval expiries
+                                                   fired, stalled runs swept. 0: off.
+DUTY_DATABASE       str              "default"     The database alias whose runs the duty
+                                                   serves.
 WORKER_IN_FLIGHT    int >= 1         1000          Deliveries one worker process carries at
                                                    once on its loop (model and tool calls
                                                    waiting); past it, the next task waits.
@@ -123,7 +132,7 @@ DEFAULTS: dict[str, Any] = {
     "FOLD_CHECK_EVERY": 100,
     # cluster mode (aaa_django.celery.bus)
     "REDIS_URL": None,
-    "CELERY_QUEUES": {"algorithms": "aaa.algorithms", "llm": "aaa.llm", "tools": "aaa.tools"},
+    "CELERY_QUEUES": {},
     "CELERY_FAST_PUBLISH": True,
     "WORKER_SETUP": None,
     "RUN_LOCK_TTL": 10,
@@ -131,6 +140,8 @@ DEFAULTS: dict[str, Any] = {
     "STALL_AFTER": 60,
     "WORKER_IN_FLIGHT": 1000,
     "WORKER_DRAIN_SECONDS": 30,
+    "DUTY_EVERY": 1,
+    "DUTY_DATABASE": "default",
     # the web process's engine (aaa_django.site.host) and the REST API (aaa_django.api)
     "LLM_CLIENT": None,
     "TOOLS": [],

@@ -115,6 +115,11 @@ class RunRecord(models.Model):
     #: a fork's origin: the run it was forked from, and the seq of the last event kept
     forked_from = models.CharField("forked from run", max_length=200, null=True, blank=True)
     forked_at = models.PositiveBigIntegerField("forked at event", null=True, blank=True)
+    #: when the run's next timer may fall due (seconds since the epoch): never later
+    #: than its deadline or a pending approval's expiry (a decided approval's may linger
+    #: until the timer duty looks and moves it on); None when it has none or has ended.
+    #: The durable timers' index (``aaa_django.timers``).
+    due_at = models.FloatField(null=True, blank=True)
 
     class Meta:
         db_table = "aaa_run"
@@ -135,6 +140,7 @@ class RunRecord(models.Model):
             models.Index(fields=["forked_from"], name="aaa_run_forked_from"),
             # retention: the due runs of an outcome, oldest first
             models.Index(fields=["outcome", "ended_at"], name="aaa_run_outcome_ended"),
+            models.Index(fields=["due_at"], name="aaa_run_due", condition=models.Q(due_at__isnull=False)),
         ]
 
     def __str__(self) -> str:

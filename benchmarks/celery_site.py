@@ -33,7 +33,9 @@ TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGGING_CONFIG = None
 BROKER = os.environ.get("AAA_BENCH_REDIS", "redis://127.0.0.1:6379/0")
-AAA = {"BUS": "celery", "REDIS_URL": BROKER, "WORKER_SETUP": "celery_site.setup"}
+AAA = {"BUS": "celery", "REDIS_URL": BROKER, "WORKER_SETUP": "celery_site.setup",
+       # a queue per kind of work, as the bench's workers take them (-Q)
+       "CELERY_QUEUES": {k: f"aaa.{k}" for k in ("algorithms", "llm", "tools")}}
 
 # -- the Celery app --------------------------------------------------------------------------
 

@@ -153,12 +153,13 @@ AAA = {
 CELERY_BROKER_URL = env("AAA_REDIS_URL", "memory://")
 CELERY_RESULT_BACKEND = env("AAA_REDIS_URL") or None
 CELERY_TASK_IGNORE_RESULT = True
-# Cluster mode (README "Cluster mode"): one message at a time per worker process, and
-# the sweeper on beat (`celery -A project beat`).
+# Cluster mode (README "Cluster mode"): `celery -A project worker`, no -Q and no beat
+# (the workers fire due deadlines and sweep stalled runs themselves). One message at a
+# time per worker process; a message a worker took and did not acknowledge goes to
+# another after 10 minutes (above the demo's longest model or tool call: no message
+# waits for a deadline), as do the messages of a worker killed whole.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_BEAT_SCHEDULE = {
-    "aaa-sweep": {"task": "aaa.sweep", "schedule": 30.0, "options": {"queue": "aaa.algorithms"}},
-}
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -1,7 +1,8 @@
 """The Celery app of the test suite: ``celery -A tests.celery_app worker``.
 
 Configured from the environment the worker fixture (tests/celery/workers.py) sets:
-AAA_TEST_CELERY_BROKER (a Redis URL, one database per pytest-xdist worker) and, in the
+AAA_TEST_CELERY_BROKER (a Redis URL, one database per pytest-xdist worker; the broker
+unless AAA_TEST_BROKER_URL names another, e.g. RabbitMQ's) and, in the
 worker processes, DJANGO_SETTINGS_MODULE=tests.celery.worker_settings (the test
 database's name comes in AAA_TEST_WORKER_DB). In the pytest process it only needs the
 broker, to send tasks.
@@ -19,7 +20,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 
 app = Celery("aaa_tests")
 app.conf.update(
-    broker_url=os.environ.get("AAA_TEST_CELERY_BROKER", "redis://127.0.0.1:6379/1"),
+    broker_url=os.environ.get("AAA_TEST_BROKER_URL")
+    or os.environ.get("AAA_TEST_CELERY_BROKER", "redis://127.0.0.1:6379/1"),
     broker_connection_retry_on_startup=True,
     # Restore a message taken by a worker that died (not only its child) after this
     # long; tasks here are short. (A site sets it above its longest task.)

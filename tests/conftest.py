@@ -11,6 +11,8 @@ Fixtures:
   s3_endpoint  the S3-compatible endpoint URL (moto under bin/test).
   s3_bucket    a fresh bucket on it: a dict of django-storages S3Storage OPTIONS.
   redis_url    the Redis server's URL (bin/test starts one: AAA_TEST_REDIS_URL).
+  amqp_url     (session) RabbitMQ's URL (bin/test boots one: AAA_TEST_AMQP_URL), once
+               it answers.
   celery_env   (session) the environment of Celery worker processes (tests/celery,
                tests/scenarios): this xdist worker's Redis database as the broker
                (gw0 -> db 1, gw1 -> db 2, ...), the PostgreSQL test database's name,
@@ -109,6 +111,24 @@ def s3_bucket(s3_endpoint: str) -> dict:
 def redis_url() -> str:
     url = os.environ.get("AAA_TEST_REDIS_URL", "")
     require_service("redis", bool(url))
+    return url
+
+
+#: seconds RabbitMQ may take to boot (bin/test starts it in the background)
+AMQP_BOOT = 180
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    url = os.environ.get("AAA_TEST_AMQP_URL", "")
+    require_service("rabbitmq", bool(url))
+    from kombu import Connection
+
+    with Connection(url, connect_timeout=2) as conn:
+        try:
+            conn.ensure_connection(max_retries=AMQP_BOOT, interval_start=1, interval_step=0, interval_max=1)
+        except Exception as exc:  # noqa: BLE001 (any way it failed: the service is not there)
+            pytest.fail(f"RabbitMQ at {url} did not answer in {AMQP_BOOT} s: {exc}", pytrace=False)
     return url
 
 

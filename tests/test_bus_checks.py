@@ -75,7 +75,9 @@ def test_a_non_redis_broker_needs_a_redis_url():
     ({"WORKER_DRAIN_SECONDS": "30"}, "aaa.E104"),
     ({"WORKER_SETUP": 42}, "aaa.E104"),
     ({"WORKER_SETUP": "no.such.module.setup"}, "aaa.E105"),
-], ids=lambda v: str(v) if isinstance(v, str) else next(iter(v)))
+    ({"DUTY_EVERY": -1}, "aaa.E104"),
+    ({"DUTY_DATABASE": "nowhere"}, "aaa.E104"),
+], ids=lambda v: str(v) if isinstance(v, str) else "-".join(map(str, v.items())))
 def test_bad_cluster_settings_are_errors(aaa, problem):
     with override_settings(AAA=aaa):
         assert ids(check_cluster_settings()) == [problem]
@@ -84,7 +86,7 @@ def test_bad_cluster_settings_are_errors(aaa, problem):
 def test_good_cluster_settings_pass():
     good = {"REDIS_URL": "redis://h/0", "CELERY_QUEUES": {"tools": "acme.tools"}, "RUN_LOCK_TTL": 5,
             "LEASE_TTL": 12.5, "STALL_AFTER": 120, "WORKER_SETUP": "tests.celery.site.setup",
-            "WORKER_DRAIN_SECONDS": 0}
+            "WORKER_DRAIN_SECONDS": 0, "DUTY_EVERY": 0, "DUTY_DATABASE": "default"}
     with override_settings(AAA=good):
         assert check_cluster_settings() == []
 

@@ -8,9 +8,11 @@
   never looks for an event that is not there, and a rolled-back event is never
   delivered. A message carries the store, the stream, the seq and the id (and, see
   below, sometimes the event itself).
-- **queues**: model requests go to ``aaa.llm``; tool requests and approval decisions
-  to ``aaa.tools``; everything else (the engine's and the algorithms' reactions,
-  validation) to ``aaa.algorithms``. A site sizes each with its own workers.
+- **queues**: three kinds of work: model requests (``llm``), tool requests and
+  approval decisions (``tools``), everything else (``algorithms``: the engine's and
+  the algorithms' reactions, validation). All go to the Celery app's default queue,
+  so ``celery -A proj worker`` takes them, unless ``AAA["CELERY_QUEUES"]`` names a
+  queue for a kind (then a site sizes each with its own workers: ``-Q``).
 - **delivery** (the ``aaa.deliver`` task, ``acks_late`` and requeued when its worker
   dies) loads the event from the store and calls ``engine.handle(event)``: the same
   step function the in-process bus calls. A message may also carry the event itself
@@ -28,15 +30,16 @@
   :mod:`aaa_django.celery.coordination`), so a contended run still makes progress. Two
   workers never both decide from the same log; derived events have deterministic
   ids, so a step that runs twice writes once.
-- **limits across workers**: a run's deadline and an approval's expiry are Celery
-  tasks with an ETA that deliver the event again when it is due (the engine's own
-  reaction then ends the run ``timeout`` / records the expiry); tool pools become
+- **limits across workers**: a run's deadline and an approval's expiry are kept in
+  the run index (``due_at``) and fired by the workers' periodic duty
+  (:mod:`aaa_django.celery.duty`): no message waits for them; tool pools become
   cluster-wide leases; a tool call running in one worker is cancelled when its run
   ends in another (a Redis notice, with polling as the fallback).
 
 The worker side (the per-process loop and engine, one delivery) is
 :mod:`aaa_django.celery.worker`; the sweeper (:mod:`aaa_django.celery.sweeper`, task ``aaa.sweep``)
-re-drives runs that nothing is working on any more.
+re-drives runs that nothing is working on any more; the duty (:mod:`aaa_django.celery.duty`,
+task ``aaa.tick``) fires due times and sweeps on a schedule, in every worker.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from celery.signals import task_postrun, task_prerun
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from aaa_django.conf import DEFAULTS, aaa_settings
+from aaa_django.conf import aaa_settings
 from aaa_django.events import Event, EventStore
 from aaa_django.events.tail import TailCachedStore
 from aaa_django.runtime import logcontext
@@ -100,9 +103,17 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+#: the kinds of work, each a key of ``AAA["CELERY_QUEUES"]``
+KINDS = ("algorithms", "llm", "tools")
+
+
 def _queues() -> dict[str, str]:
-    """Kind of work -> queue name, from ``AAA["CELERY_QUEUES"]`` over the defaults."""
-    return {**DEFAULTS["CELERY_QUEUES"], **(aaa_settings()["CELERY_QUEUES"] or {})}
+    """Kind of work -> queue name: ``AAA["CELERY_QUEUES"]``, and the Celery app's
+    default queue (``task_default_queue``) for a kind it does not name, so a worker
+    started as usual takes every kind until a site splits them."""
+    named = aaa_settings()["CELERY_QUEUES"] or {}
+    default = None if all(k in named for k in KINDS) else celery_app().conf.task_default_queue
+    return {k: named.get(k) or default for k in KINDS}
 
 
 def queue_for(event_type: str, names: dict[str, str] | None = None) -> str:
@@ -192,6 +203,10 @@ class DistributedBus:
     at once: a worker's appends are never inside a caller's transaction, they have
     committed when ``publish`` is called.
     """
+
+    #: engines on this bus keep no loop timers (``aaa_django.runtime.bus.DurableTimers``):
+    #: the run index keeps a run's due times, and the workers' duty fires them
+    durable_timers = True
 
     def __init__(self, *, coordinator: Coordinator | None = None, serialize: bool = True,
                  queues: dict[str, str] | None = None, in_worker: bool = False, app: Any = None) -> None:

@@ -7,6 +7,8 @@
   leases scored by their expiry; a killed worker's leases expire).
 - :meth:`Coordinator.busy`: a lease saying "a delivery of this run is in progress",
   so the sweeper never re-drives a run that a live worker is still working on.
+- :meth:`Coordinator.take_turn`: the cluster's turn at a periodic duty (the first
+  caller in each period gets it; see :mod:`aaa_django.celery.duty`).
 - :meth:`Coordinator.notify_ended` / :meth:`Coordinator.wait_ended`: a pub/sub notice
   that a run has ended, so a tool call running in another worker is cancelled, and
   (:meth:`Coordinator.ended_notices`) a waiting web process wakes at once.
@@ -73,17 +75,20 @@ class Coordinator:
     """Cluster coordination on the Redis at ``url``; keys under ``{prefix}:``.
 
     ``lock_ttl`` and ``lease_ttl`` are seconds; held locks and leases are renewed
-    every third of their TTL.
+    every third of their TTL. ``socket_timeout``: seconds the synchronous client waits
+    for Redis at most (default: no limit).
     """
 
-    def __init__(self, url: str, *, prefix: str = "aaa", lock_ttl: float = 10, lease_ttl: float = 30) -> None:
+    def __init__(self, url: str, *, prefix: str = "aaa", lock_ttl: float = 10, lease_ttl: float = 30,
+                 socket_timeout: float | None = None) -> None:
         import redis
 
         self.url = url
         self.prefix = prefix
         self.lock_ttl = float(lock_ttl)
         self.lease_ttl = float(lease_ttl)
-        self.client = redis.Redis.from_url(url)
+        self.client = redis.Redis.from_url(url, socket_timeout=socket_timeout,
+                                           socket_connect_timeout=socket_timeout)
         self._tag = "{" + prefix + "}"
         self._aclients: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
         self._local_locks: "weakref.WeakValueDictionary[tuple, asyncio.Lock]" = weakref.WeakValueDictionary()
@@ -220,6 +225,12 @@ class Coordinator:
         return int(self._live(keys=[self.key("pool", name)]))
 
     # -- run-ended notices ----------------------------------------------------------------
+
+    def take_turn(self, duty: str, seconds: float) -> bool:
+        """Whether this caller has the cluster's turn at ``duty`` for the next
+        ``seconds``: the first caller in that time gets it, the others get False."""
+        ttl = max(1, int(seconds * 1000))
+        return bool(self.client.set(self.key("turn", duty), _token(), nx=True, px=ttl))
 
     def notify_ended(self, run_id: str) -> None:
         """Tell every worker that ``run_id`` has ended (sync; fire and forget)."""

@@ -1,4 +1,15 @@
-"""The sweeper: finds runs that nothing is working on any more and re-drives them.
+"""The sweeper: fires the timers that have come due, and re-drives the runs that
+nothing is working on any more.
+
+**Due times** (a run's deadline, an approval's expiry) live in durable state, not in
+held messages or a process's memory: the run index keeps each run's next due time
+(``RunRecord.due_at``, kept by the store's appends; any store that offers
+:class:`DueIndex`), and :func:`fire_due` asks it what has come due, lets the engine
+record it (:meth:`Engine.fire_due`: the run ends ``timeout``, an approval is recorded
+expired; deterministic ids, so firing twice records once) and moves the index on to
+the run's next due time. A timer days away costs one row's column while it waits.
+The workers' periodic duty (:mod:`aaa_django.celery.duty`) calls it every
+``AAA["DUTY_EVERY"]`` seconds; every sweep calls it first.
 
 A run is *stalled* when it has started and not completed, its newest event is older
 than ``stall_after`` seconds, and no live worker holds a delivery lease on it (see
@@ -11,29 +22,49 @@ reaction is idempotent (deterministic ids), so this only does what was left undo
 a request without a result gets one, a past deadline ends the run ``timeout``, an
 expired approval is recorded as expired.
 
-Run it from Celery beat (task ``aaa.sweep``, see :data:`BEAT_SCHEDULE`) or
-with ``python manage.py aaa_sweep``.
+A run that waits only for a person (its open tool calls are the ones its pending
+approvals gate, no model call or child run is open) is not stalled: it is left alone,
+however long it waits (the decision, or the approval's expiry, moves it on).
+
+The workers' periodic duty sweeps every ``AAA["STALL_AFTER"] / 2`` seconds; by hand:
+``python manage.py aaa_sweep``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from aaa_django.conf import aaa_settings
 from aaa_django.events import EventStore
-from aaa_django.runtime import RUNMETA, Bus, Engine
+from aaa_django.runtime import RUNMETA, Bus, Engine, RunMeta
 from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
 
 from .coordination import Coordinator
 
-#: what a site puts in CELERY_BEAT_SCHEDULE to run the sweeper every 30 s, on the
-#: algorithms queue (rename it here too if you renamed that queue)
-BEAT_SCHEDULE = {
-    "aaa-sweep": {"task": "aaa.sweep", "schedule": 30.0, "options": {"queue": "aaa.algorithms"}},
-}
+log = logging.getLogger("aaa_django.sweeper")
+
+#: due runs fired per call of :func:`fire_due` (the rest on the next call)
+FIRE_LIMIT = 500
+
+
+@runtime_checkable
+class DueIndex(Protocol):
+    """A store that indexes its runs' next due times (``DjangoEventStore``: the run
+    index's ``due_at``). A due time may be early (a decided approval's expiry that
+    lingers), never late."""
+
+    async def due(self, now: float, limit: int) -> list[tuple[str, int]]:
+        """``(run id, seq)`` of the runs due by ``now``: ``seq`` is how far the index
+        has folded the run's log."""
+        ...
+
+    async def settle_due(self, run_id: str, seq: int, due: float | None) -> bool:
+        """Set the run's next due time unless its index moved past ``seq``."""
+        ...
 
 
 @dataclass
@@ -46,12 +77,48 @@ class SweepReport:
     active: list[str] = field(default_factory=list)
     #: idle runs that a live worker is still delivering to (a long tool call)
     busy: list[str] = field(default_factory=list)
+    #: idle runs that wait only for a person's decision (left alone)
+    waiting: list[str] = field(default_factory=list)
     #: runs re-driven (or that would be, in a dry run)
     redriven: list[str] = field(default_factory=list)
+    #: runs whose due time had come: fired first (not in a dry run)
+    fired: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         return {"unfinished": self.unfinished, "active": len(self.active), "busy": len(self.busy),
-                "redriven": len(self.redriven), "runs": list(self.redriven)}
+                "waiting": len(self.waiting), "redriven": len(self.redriven), "fired": len(self.fired),
+                "runs": list(self.redriven)}
+
+
+async def fire_due(engine: Engine, *, now: float | None = None, limit: int = FIRE_LIMIT) -> list[str]:
+    """Fire what has come due by ``now`` in ``engine``'s store: for each run whose due
+    time has come, :meth:`Engine.fire_due`, then the index moves on to the run's next
+    due time. Returns those runs. A store without a :class:`DueIndex` (memory, Redis)
+    is asked for its unfinished runs and each run's ``RUNMETA`` instead (the sweeper's
+    pace, not the duty's)."""
+    now = time.time() if now is None else now
+    store = engine.store
+    if not isinstance(store, DueIndex):
+        due = []
+        for run_id in sorted(await unfinished_runs(store)):
+            at = (await engine.meta(run_id)).due
+            if at is not None and at <= now:
+                due.append(run_id)
+                await engine.fire_due(run_id, now=now)
+        return due
+    fired = []
+    for run_id, seq in await store.due(now, limit):
+        try:
+            new = await engine.fire_due(run_id, now=now)
+            # The index as of the log now: past what this firing appended (its append
+            # folded the same events into the row), else as far as the row had folded.
+            at = (await engine.meta(run_id)).due
+            await store.settle_due(run_id, new[-1].seq if new else seq, at)
+        except Exception:  # one run's trouble must not hold up the others' timers
+            log.exception("firing the due time of %s failed; the next look tries again", run_id)
+            continue
+        fired.append(run_id)
+    return fired
 
 
 async def unfinished_runs(store: EventStore) -> dict[str, float]:
@@ -84,7 +151,8 @@ async def sweep(
     dry_run: bool = False,
     limit: int | None = 1000,
 ) -> SweepReport:
-    """Re-drive the stalled runs of ``engine``'s store (at most ``limit``, oldest first).
+    """Fire what has come due (:func:`fire_due`), then re-drive the stalled runs of
+    ``engine``'s store (at most ``limit``, oldest first).
 
     ``stall_after`` defaults to ``AAA["STALL_AFTER"]``. With a bus that has no
     coordinator (the in-process bus) there are no leases to consult.
@@ -92,6 +160,8 @@ async def sweep(
     stall_after = float(aaa_settings()["STALL_AFTER"] if stall_after is None else stall_after)
     now = time.time() if now is None else now
     report = SweepReport()
+    if not dry_run:
+        report.fired = await fire_due(engine, now=now)
     runs = await unfinished_runs(engine.store)
     report.unfinished = len(runs)
     coord = _coordinator_of(engine.bus)
@@ -106,6 +176,9 @@ async def sweep(
             break
         if coord is not None and await asyncio.to_thread(coord.is_busy, run_id):
             report.busy.append(run_id)
+            continue
+        if waits_for_a_person(await engine.meta(run_id)):
+            report.waiting.append(run_id)
             continue
         report.redriven.append(run_id)
     if report.redriven and not dry_run:
@@ -132,3 +205,11 @@ class Coordinated(Protocol):
 
 def _coordinator_of(bus: Bus) -> Coordinator | None:
     return bus.coordination() if isinstance(bus, Coordinated) else None
+
+
+def waits_for_a_person(meta: RunMeta) -> bool:
+    """Does the run wait only for approvals? Its open tool calls are the ones its
+    pending approvals gate, and no model call or child run is open: every step it
+    could take follows a decision (or an expiry, which its timer records)."""
+    return (bool(meta.approvals) and not meta.completed and meta.llm_open == 0
+            and not meta.children and meta.tool_open <= len(meta.approvals))

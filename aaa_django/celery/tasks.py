@@ -1,5 +1,6 @@
 """The Celery tasks of the app: ``aaa.deliver`` and ``aaa.sweep`` (the distributed bus),
-``aaa.retain`` (retention).
+``aaa.tick`` (the workers' periodic duty, :mod:`aaa_django.celery.duty`), ``aaa.retain``
+(retention).
 
 Celery's autodiscovery finds them through ``aaa_django/tasks.py`` (``related_name``
 "tasks" of the installed app), which imports this module.
@@ -11,10 +12,13 @@ from typing import Any
 
 from celery import shared_task
 
+from aaa_django.conf import aaa_settings
 from aaa_django.site.retention import retain as apply_retention
 from aaa_django.store import DjangoEventStore
 
-from .bus import DELIVER, SWEEP, store_spec
+from .bus import DELIVER, SWEEP, _queues, coordinator, store_spec
+from .duty import TICK
+from .sweeper import fire_due
 from .sweeper import sweep as sweep_runs
 from .worker import cluster_bus, runtime, transient_errors
 
@@ -42,12 +46,26 @@ def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wi
 
 @shared_task(name=SWEEP, bind=True, ignore_result=True)
 def sweep(self: Any, stall_after: float | None = None, using: str = "default") -> dict[str, Any]:
-    """The sweeper as a Celery (beat) task: re-drive stalled runs; returns a summary."""
+    """The sweeper as a Celery task (for a schedule of the site's own: the workers'
+    duty, ``aaa.tick``, sweeps by itself): fire what is due, re-drive stalled runs;
+    returns a summary."""
     rt = runtime()
     # the store the site's engines use (it keeps the run index in step)
     engine = rt.engine(store_spec(DjangoEventStore(using)), self.app)
     report = rt.run(sweep_runs(engine, stall_after=stall_after))
     return report.summary()
+
+
+@shared_task(name=TICK, bind=True, ignore_result=True)
+def tick(self: Any, using: str = "default") -> dict[str, Any]:
+    """One turn of the workers' duty: fire what has come due, or (every
+    ``STALL_AFTER / 2`` seconds, a turn of the cluster's own) sweep, which fires first."""
+    rt = runtime()
+    engine = rt.engine(store_spec(DjangoEventStore(using)), self.app)
+    turn = f"sweep:{_queues()['algorithms']}:{using}"  # as the tick's: per cluster (its queue)
+    if coordinator().take_turn(turn, float(aaa_settings()["STALL_AFTER"]) / 2):
+        return rt.run(sweep_runs(engine)).summary()
+    return {"fired": len(rt.run(fire_due(engine)))}
 
 
 @shared_task(name=RETAIN, ignore_result=True)

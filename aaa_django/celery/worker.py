@@ -21,7 +21,9 @@ longer than ``SLOW_DELIVERY`` (the sweeper leaves the run alone; a dead worker's
 lease expires and the sweeper re-drives the run), cancelling tool work when the run
 ends in another worker, re-enqueueing what an interrupted earlier delivery of the
 same event may have left unenqueued, and the run's deadline or an approval's expiry
-as a Celery task with an ETA. See :mod:`aaa_django.celery.bus` for the bus itself.
+already due when its event is delivered fired at once (later ones are the duty's,
+:mod:`aaa_django.celery.duty`: no message waits for a timer). See :mod:`aaa_django.celery.bus` for
+the bus itself.
 """
 
 from __future__ import annotations
@@ -60,13 +62,15 @@ from aaa_django.site.engines import attach_site_handlers, build_engine
 from aaa_django.store.database import _outside_loop
 from aaa_django.tools.handler import ToolHandler
 
-from .bus import DELIVER, DistributedBus, celery_app, coordinator, open_store, queue_for
+from .bus import DistributedBus, coordinator, open_store, queue_for
 from .coordination import SharedPool
 
 log = logging.getLogger("aaa_django.bus")
 
 #: deliveries that may run a tool: they listen for their run's end
 TOOL_WORK = frozenset({TOOL_REQUESTED, *APPROVAL_DECISIONS})
+#: events that set a timer (a deadline, an approval's expiry)
+TIMED = frozenset({RUN_STARTED, APPROVAL_REQUESTED})
 #: events whose handlers wait (a model call, a tool call): once the run's step is done
 #: their delivery is handed off, and its task returns (the message is acknowledged)
 #: while the call goes on on the worker's loop. What makes that safe: the request is
@@ -558,11 +562,10 @@ async def _deliver(engine: Engine, stream: str, seq: int, event_id: str, redeliv
                 await g
         if event is None:
             return "missing"  # erased (or erased and written again): nothing to do
-        if bus.pending:  # a timer that came due during the step (an approval's expiry)
-            await bus.drain(30)
+        if event.type in TIMED:  # a due time already past (an expiry of 0 s): at once
+            await engine.fire_due(stream)
         if redelivered:
             await _republish_caused(engine, event, published)
-    await _schedule_timers(engine, event)
     return "delivered"
 
 
@@ -645,34 +648,6 @@ async def _republish_caused(engine: Engine, event: Event, published: set[str]) -
     caused = [e for e in await engine.read_after(event) if e.causation == event.id and e.id not in published]
     if caused:
         await engine.bus.publish(caused)
-
-
-async def _schedule_timers(engine: Engine, event: Event) -> None:
-    """A deadline or an approval expiry in the future: deliver the event again then."""
-    at = None
-    if event.type == RUN_STARTED:
-        meta = await engine.meta(event.stream)
-        if not meta.completed:
-            at = meta.deadline
-    elif event.type == APPROVAL_REQUESTED:
-        meta = await engine.meta(event.stream)
-        pending = meta.approvals.get(event.id)
-        if pending is not None and not meta.completed:
-            at = pending.expires_at
-    if at is None:
-        return
-    bus = cluster_bus(engine)
-    args = [bus.spec, event.stream, event.seq, event.id]
-    eta = max(at, time.time()) + 0.05  # the engine decides "due" by its own clock: not early
-    headers = bus.trace.headers(event) if bus.trace is not None else None
-    await asyncio.to_thread(
-        celery_app().send_task, DELIVER, args, eta=_utc(eta), queue=queue_for(event.type, bus.queues),
-        headers=headers,
-    )
-
-
-def _utc(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
 def transient_errors() -> tuple[type[BaseException], ...]:

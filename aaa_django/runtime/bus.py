@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from typing import Any, AsyncContextManager, Iterable, Protocol, runtime_checkable
+from typing import Any, AsyncContextManager, Iterable, Literal, Protocol, runtime_checkable
 
 from aaa_django.events import Event
 
@@ -66,6 +66,17 @@ class WatchesEnds(Protocol):
     calls ``watch_ends()`` when it first waits, and the bus calls ``engine.wake``."""
 
     def watch_ends(self) -> None: ...
+
+
+@runtime_checkable
+class DurableTimers(Protocol):
+    """A bus whose runs' due times (deadlines, approval expiries) are fired from durable
+    state outside the engine: the Celery bus, whose workers fire what the run index's
+    ``due_at`` says is due (``aaa_django.celery.duty``). An engine on such a bus keeps no loop
+    timers; on any other bus it keeps one per run with a due time (see
+    ``Engine.timers``). Either way a timer fires ``Engine.fire_due``."""
+
+    durable_timers: Literal[True]
 
 
 class InProcessBus:

@@ -56,14 +56,13 @@ from aaa_django.events.tail import Tail, TailCachedStore
 
 from . import registry
 from .budget import Budget
-from .bus import Bus, InProcessBus, WatchesEnds
+from .bus import Bus, DurableTimers, InProcessBus, WatchesEnds
 from .ctx import Ctx, _budget, _plain, absolute_deadline
 from .errors import RunNotEndedError
 from .event_types import (
     APPROVAL_DENIED,
     APPROVAL_EXPIRED,
     APPROVAL_GRANTED,
-    APPROVAL_REQUESTED,
     CANCEL_REQUESTED,
     CHILD_COMPLETED,
     CHILD_REQUESTED,
@@ -76,7 +75,7 @@ from .event_types import (
     started_id,
 )
 from .logcontext import delivering
-from .meta import FOLDED, RUNMETA, RunMeta
+from .meta import FOLDED, RUNMETA, RunMeta, due_time
 from .observe import Observer, around, check_observer, notify_appended
 from .outcome import BUDGET_EXCEEDED, CANCELLED, FAILED, INVALID_INPUT, TIMEOUT, Outcome
 from .run import Run
@@ -195,7 +194,9 @@ class Engine:
         self.errors: list[BaseException] = []
         self._handlers: dict[str, list[Handler]] = defaultdict(list)
         self._waiters: dict[str, asyncio.Event] = {}
-        self._timers: dict[tuple[str, str, str], asyncio.TimerHandle] = {}
+        #: run id -> (due time, loop timer): on a bus without durable timers only
+        self._timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}
+        self._keeps_timers = not isinstance(self.bus, DurableTimers)
         self._started: OrderedDict[str, Event] = OrderedDict()
         self._hydrated: OrderedDict[str, Event] = OrderedDict()
         self._algorithms: dict[str, Any] = {}
@@ -232,7 +233,7 @@ class Engine:
             with contextlib.suppress(asyncio.TimeoutError):
                 await self.bus.drain(self.close_timeout)
         self._closed = True
-        for handle in self._timers.values():
+        for _, handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
         await self.bus.close(cancel=True)
@@ -363,19 +364,20 @@ class Engine:
         Returns False if there is no such pending approval or it was decided already;
         an approval given after its expiry records ``aaa.approval.expired`` instead.
         """
-        return await self._decide(run_id, request_id, APPROVAL_GRANTED, by=by, reason=reason)
+        return bool(await self._decide(run_id, request_id, APPROVAL_GRANTED, by=by, reason=reason))
 
     async def deny(
         self, run_id: str, request_id: str, *, by: str | None = None, reason: str | None = None
     ) -> bool:
         """Deny a pending approval: the tool call fails with reason ``denied``."""
-        return await self._decide(run_id, request_id, APPROVAL_DENIED, by=by, reason=reason)
+        return bool(await self._decide(run_id, request_id, APPROVAL_DENIED, by=by, reason=reason))
 
-    async def _decide(self, run_id: str, request_id: str, type: str, **extra: Any) -> bool:
-        meta = await self.meta(run_id)
+    async def _decide(self, run_id: str, request_id: str, type: str, *, meta: RunMeta | None = None,
+                      **extra: Any) -> list[Event]:
+        meta = meta if meta is not None else await self.meta(run_id)
         pending = meta.approvals.get(request_id)
         if pending is None or meta.completed:
-            return False
+            return []
         if pending.expires_at is not None and time.time() >= pending.expires_at:
             type = APPROVAL_EXPIRED
         data = {
@@ -388,7 +390,7 @@ class Engine:
         }
         e = Event(id=decision_id(request_id), stream=run_id, type=type, data=data,
                   causation=request_id)
-        return bool(await self.append([e]))
+        return await self.append([e])
 
     async def erase(self, run_id: str) -> int:
         """Erase a run that has ended: its events, snapshots, blobs and in-process
@@ -458,6 +460,8 @@ class Engine:
             if not meta.started or meta.completed:
                 continue
             adopted.append(stream)
+            if meta.due is not None:
+                self._arm(stream, meta.due)
             await self.bus.publish(await self.store.read(stream))
             for child in meta.children:
                 done = await self._completion_event(child)
@@ -645,6 +649,11 @@ class Engine:
                 continue
             finally:
                 self._appending(stream)  # (a read meanwhile may have kept the log before it)
+            if added and self._keeps_timers:
+                # As soon as a due time is stored, as the run index's ``due_at`` is
+                # (in the append's transaction): never a moment when the log says a
+                # timer is running and this engine holds none.
+                self._track_due(added)
             if added and self.observers:
                 await notify_appended(self.observers, added)
             stored.extend(added)
@@ -733,13 +742,6 @@ class Engine:
                     "error": f"unknown algorithm {meta.algorithm!r}: "
                              "import the module that registers it"}), cause=event)
                 return
-            if meta.deadline is not None:
-                self._arm(("deadline", run_id, ""), meta.deadline, lambda: self._time_out(run_id))
-        elif event.type == APPROVAL_REQUESTED:
-            pending = meta.approvals.get(event.id)
-            if pending is not None and pending.expires_at is not None:
-                self._arm(("approval", run_id, event.id), pending.expires_at,
-                          lambda: self._expire_approval(run_id, event.id))
         breach = self.limit_breach(meta)
         if breach is not None:
             await self.complete(run_id, breach, cause=event)
@@ -849,7 +851,6 @@ class Engine:
 
     async def _after_completion(self, event: Event, meta: RunMeta) -> None:
         run_id = event.stream
-        self._disarm(run_id)
         self._wake(run_id)
         out: list[Event] = []
         if meta.parent:
@@ -899,39 +900,78 @@ class Engine:
         events = await self.store.read(run_id, after=meta.completion_seq - 1, limit=1)
         return events[0] if events else None
 
-    async def _time_out(self, run_id: str) -> None:
+    # -- timers: deadlines and approval expiries -------------------------------------
+
+    async def fire_due(self, run_id: str, *, now: float | None = None) -> list[Event]:
+        """Record what the run's due times call for at ``now`` (default: the clock):
+        the run ends ``timeout`` once its deadline has passed; otherwise each pending
+        approval past its expiry is recorded ``aaa.approval.expired``. Returns the
+        events appended. Their ids are deterministic (the run's one completion, an
+        approval's one decision), so firing twice, or in two processes, records once.
+        Whatever keeps a run's timer calls this when ``RunMeta.due`` comes: the
+        engine's loop timer, or the workers' periodic duty over the run index."""
+        now = time.time() if now is None else now
         meta = await self.meta(run_id)
-        if meta.completed or meta.deadline is None:
-            return
-        if time.time() < meta.deadline:  # the loop's clock ran early: check again later
-            self._arm(("deadline", run_id, ""), meta.deadline, lambda: self._time_out(run_id))
-            return
-        started = await self.started(run_id)
-        await self.complete(run_id, Outcome(TIMEOUT, {"deadline": meta.deadline}), cause=started)
+        if not meta.started or meta.completed:
+            return []
+        if meta.deadline is not None and now >= meta.deadline:
+            started = await self.started(run_id)
+            outcome = Outcome(TIMEOUT, {"deadline": meta.deadline})
+            return await self.append([self.completion(run_id, outcome, cause=started)])
+        fired: list[Event] = []
+        expired = [rid for rid, p in meta.approvals.items() if p.expires_at is not None and now >= p.expires_at]
+        for rid in sorted(expired, key=lambda r: meta.approvals[r].seq):
+            fired += await self._decide(run_id, rid, APPROVAL_EXPIRED, meta=meta, by=None, reason="expired")
+        return fired
 
-    async def _expire_approval(self, run_id: str, approval_id: str) -> None:
-        meta = await self.meta(run_id)
-        pending = meta.approvals.get(approval_id)
-        if pending is None or meta.completed:
-            return
-        await self._decide(run_id, approval_id, APPROVAL_EXPIRED, by=None, reason="expired")
+    def timers(self) -> dict[str, float]:
+        """Run id -> the due time this engine holds a loop timer for. Empty on a bus
+        with durable timers (the Celery bus): a waiting run costs its worker nothing."""
+        return {run_id: at for run_id, (at, _) in self._timers.items()}
 
-    # -- timers and waiters -------------------------------------------------------------
+    def _track_due(self, stored: list[Event]) -> None:
+        for e in stored:
+            if e.type == RUN_COMPLETED:
+                self._disarm(e.stream)
+            else:
+                at = due_time(e)
+                if at is not None:
+                    self._arm(e.stream, at)
 
-    def _arm(self, key: tuple[str, str, str], at: float, fire: Callable[[], Awaitable[Any]]) -> None:
-        if self._closed or key in self._timers:
+    def _arm(self, run_id: str, at: float) -> None:
+        """Hold a loop timer for the run at ``at`` unless it has one due no later."""
+        if self._closed or not self._keeps_timers:
             return
+        held = self._timers.get(run_id)
+        if held is not None:
+            if held[0] <= at:
+                return
+            held[1].cancel()
         loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle
 
         def ring() -> None:
-            self._timers.pop(key, None)
-            self.bus.spawn(fire())
+            if self._timers.get(run_id, (None, None))[1] is handle:
+                del self._timers[run_id]
+            self.bus.spawn(self._ring(run_id))
 
-        self._timers[key] = loop.call_later(max(0.0, at - time.time()), ring)
+        handle = loop.call_later(max(0.0, at - time.time()), ring)
+        self._timers[run_id] = (at, handle)
+
+    async def _ring(self, run_id: str) -> None:
+        fired = await self.fire_due(run_id)
+        due = (await self.meta(run_id)).due
+        # Again for the next due time; or for this one when the loop's clock ran early
+        # (nothing was due yet by the wall clock the engine decides by).
+        if due is not None and (fired or due > time.time()):
+            self._arm(run_id, due)
 
     def _disarm(self, run_id: str) -> None:
-        for key in [k for k in self._timers if k[1] == run_id]:
-            self._timers.pop(key).cancel()
+        held = self._timers.pop(run_id, None)
+        if held is not None:
+            held[1].cancel()
+
+    # -- waiters ------------------------------------------------------------------------
 
     def wake(self, run_id: str) -> None:
         """Wake whoever waits for run ``run_id`` to end (``wait``) to look again."""

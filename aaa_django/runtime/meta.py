@@ -112,6 +112,30 @@ class RunMeta(BaseModel):
     def validated(self) -> bool:
         return self.status in ("running", "completed")
 
+    @property
+    def due(self) -> float | None:
+        """When the run's next timer falls due (seconds since the epoch): the earliest
+        of its deadline and its pending approvals' expiries; None once it has ended
+        or when it has none. Past due until something is recorded for it."""
+        if not self.started or self.completed:
+            return None
+        times = [a.expires_at for a in self.approvals.values() if a.expires_at is not None]
+        if self.deadline is not None:
+            times.append(self.deadline)
+        return min(times, default=None)
+
+
+def due_time(e: Event) -> float | None:
+    """The time an event sets a timer for: a run's deadline (``aaa.run.started``), an
+    approval's expiry (``aaa.approval.requested``); None for every other event. What
+    :attr:`RunMeta.due` is folded from, for an index of due times kept as events are
+    stored (the engine's loop timers, the run index's ``due_at``)."""
+    if e.type == RUN_STARTED:
+        return e.data.get("deadline")
+    if e.type == APPROVAL_REQUESTED:
+        return e.data.get("expires_at")
+    return None
+
 
 def apply(s: RunMeta, e: Event) -> RunMeta:
     t, d = e.type, e.data

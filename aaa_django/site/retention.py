@@ -54,10 +54,10 @@ from .engines import build_engine
 
 log = logging.getLogger("aaa_django.retention")
 
-#: what a site puts in CELERY_BEAT_SCHEDULE to apply the policy every hour
+#: what a site puts in CELERY_BEAT_SCHEDULE to apply the policy every hour (on the
+#: Celery app's default queue, which ``celery -A proj worker`` takes)
 BEAT_SCHEDULE = {
-    "aaa-retain": {"task": "aaa.retain", "schedule": 3600.0,
-                   "options": {"queue": "aaa.algorithms"}},
+    "aaa-retain": {"task": "aaa.retain", "schedule": 3600.0},
 }
 #: every outcome not named in a policy
 OTHERS = "*"

@@ -126,6 +126,8 @@ class DjangoEventStore(StatementAppends):
         self.erase_many = wrap(self.erase_many_sync)
         self.streams = wrap(self.streams_sync)
         self.unfinished = wrap(self.unfinished_sync)
+        self.due = wrap(self.due_sync)
+        self.settle_due = wrap(self.settle_due_sync)
 
     def __repr__(self) -> str:
         return f"DjangoEventStore(using={self.using!r})"
@@ -261,6 +263,19 @@ class DjangoEventStore(StatementAppends):
             .values_list("stream", "last")
         )
         return {stream: last.timestamp() for stream, last in rows}
+
+    def due_sync(self, now: float, limit: int = 500) -> list[tuple[str, int]]:
+        """``(run id, seq)`` of the runs with a timer due by ``now`` (the run index's
+        ``due_at``; the :class:`~aaa_django.celery.sweeper.DueIndex` protocol)."""
+        from .runindex import due_runs
+
+        return due_runs(self.using, now, limit)
+
+    def settle_due_sync(self, run_id: str, seq: int, due: float | None) -> bool:
+        """Set the run's next due time, as of its log at ``seq``."""
+        from .runindex import settle_due
+
+        return settle_due(self.using, run_id, seq, due)
 
     # -- snapshots ----------------------------------------------------------------
 

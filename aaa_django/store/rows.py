@@ -44,7 +44,7 @@ def closed_refusal(stream: str, exc: Exception) -> ClosedStreamError | None:
 #: the columns of a run's index row (``aaa_run``) that the fold of its next events
 #: reads (see ``aaa_django.store.runindex.row_update``); appends read them with the head
 ROW_COLUMNS = ("run_id", "algorithm", "status", "outcome", "parent", "owner_id", "tokens_in",
-               "tokens_out", "cost", "model_calls", "tool_calls", "last_seq")
+               "tokens_out", "cost", "model_calls", "tool_calls", "last_seq", "due_at")
 
 
 def cursor(conn):

@@ -100,12 +100,36 @@ def reindex(using: str = "default", run_ids: Iterable[str] | None = None, *,
     return counts
 
 
+# -- due times (the durable timers' index) ----------------------------------------------
+
+_DUE = "SELECT run_id, last_seq FROM aaa_run WHERE due_at <= %s ORDER BY due_at LIMIT %s"
+_SETTLE = "UPDATE aaa_run SET due_at = %s WHERE run_id = %s AND last_seq = %s"
+
+
+def due_runs(using: str, now: float, limit: int) -> list[tuple[str, int]]:
+    """``(run id, last_seq)`` of the runs whose ``due_at`` has come by ``now``, the
+    longest due first (at most ``limit``)."""
+    with connections[using].cursor() as cur:
+        cur.execute(_DUE, [now, limit])
+        return [(run_id, seq) for run_id, seq in cur.fetchall()]
+
+
+def settle_due(using: str, run_id: str, last_seq: int, due: float | None) -> bool:
+    """Move a row's ``due_at`` to ``due`` (the run's exact next due time, from a fold
+    of its log up to ``last_seq`` at least), unless the row has moved past
+    ``last_seq`` since: then an append folded its own due times in, and the next
+    look settles it. True if the row was moved."""
+    with connections[using].cursor() as cur:
+        cur.execute(_SETTLE, [due, run_id, last_seq])
+        return cur.rowcount == 1
+
+
 # -- folding ------------------------------------------------------------------------
 
 _LAST_SEQ = ROW_COLUMNS.index("last_seq")
 _SELECT_ROW = f"SELECT {', '.join(ROW_COLUMNS)} FROM aaa_run WHERE run_id = %s"
 _UPDATED = ("algorithm", "status", "outcome", "parent", "tokens_in", "tokens_out", "cost",
-            "model_calls", "tool_calls", "updated_at", "last_seq")
+            "model_calls", "tool_calls", "updated_at", "last_seq", "due_at")
 _UPDATE_ROW = (
     f"UPDATE aaa_run SET {', '.join(f'{c} = %s' for c in _UPDATED)}, "
     "ended_at = COALESCE(%s, ended_at) WHERE run_id = %s AND last_seq = %s"
@@ -168,7 +192,7 @@ def _fold_row(row: Sequence[Any] | None, events: list[Event]) -> tuple[Any, dict
 #: the columns a new run's row is inserted with (``owner_id`` follows, see ``row_insert``)
 _INSERTED = ("run_id", "algorithm", "status", "outcome", "parent", "tokens_in", "tokens_out", "cost",
              "model_calls", "tool_calls", "started_at", "ended_at", "updated_at", "last_seq",
-             "request_hash", "forked_from", "forked_at")
+             "request_hash", "forked_from", "forked_at", "due_at")
 
 
 def row_insert(conn: Any, events: list[Event]) -> tuple[str, list, tuple] | None:
@@ -354,8 +378,20 @@ def _folded(meta: RunMeta, new: list[Event], row: Any) -> dict[str, Any]:
         "ended_at": ended if ended is not None else (row.ended_at if row else None),
         "updated_at": new[-1].time,
         "last_seq": new[-1].seq,
+        "due_at": _due(meta, row),
     }
     return fields
+
+
+def _due(meta: RunMeta, row: Any) -> float | None:
+    """The row's ``due_at`` after a fold: the earliest of the row's and the due times
+    the folded events set (a fold from a row knows only those: a decided approval's
+    expiry may stay, early, until the timer duty settles it; never late); None once
+    the run has ended."""
+    if meta.completed:
+        return None
+    times = [t for t in (meta.due, row.due_at if row is not None else None) if t is not None]
+    return min(times, default=None)
 
 
 def owner_pk(owner: Any, using: str = "default") -> Any:

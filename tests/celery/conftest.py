@@ -9,6 +9,8 @@
   arun         run a coroutine from the (sync) test, on the test's thread's DB
                connection.
   redis        a client on the broker's database (what the test tools record).
+  broker       (parametrised: redis, rabbitmq) a :class:`Broker`: the Celery app the
+               pytest process sends with, and what the workers' environment needs.
 
 Tests here are ``transaction=True`` on the ``postgres`` alias: the workers must see
 what the test commits, and the test what the workers commit.
@@ -17,6 +19,8 @@ what the test commits, and the test what the workers commit.
 from __future__ import annotations
 
 import asyncio
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable
 
@@ -87,17 +91,63 @@ def redis(celery_env):
     return redis_py.Redis.from_url(celery_env["AAA_TEST_CELERY_BROKER"], decode_responses=True)
 
 
-def make_engine(queues: dict[str, str] | None = None, **kw):
-    """An engine on the test database whose bus is the Celery bus (on ``queues``), and
-    the workers' blob store (see ``worker_settings``)."""
-    import os
-
+def make_engine(queues: dict[str, str] | None = None, *, app: Any = None, **kw):
+    """An engine on the test database whose bus is the Celery bus (on ``queues``; by
+    default the shared workers' queues), sending with ``app`` (default: the Redis one),
+    and the workers' blob store (see ``worker_settings``)."""
     from django.core.files.storage import FileSystemStorage
 
     from aaa_django.celery.bus import DistributedBus
     from aaa_django.site.blobs import StorageBlobStore
     from aaa_django.site.engines import build_engine
 
+    from .workers import queue_names
+
     kw.setdefault("poll_interval", 0.05)
     kw.setdefault("blobs", StorageBlobStore(FileSystemStorage(location=os.environ["AAA_TEST_BLOB_DIR"])))
-    return build_engine(using="postgres", bus=DistributedBus(queues=queues), **kw)
+    return build_engine(using="postgres", bus=DistributedBus(queues=queues or queue_names(), app=app), **kw)
+
+
+@dataclass
+class Broker:
+    """A broker the Celery tests run on: its name, the Celery app the pytest process
+    sends with, and the workers' environment for it."""
+
+    name: str
+    app: Any
+    env: dict[str, str]
+
+    def suffix(self, what: str) -> str:
+        """Queue names of a test's own on this broker: per pytest-xdist worker too (one
+        RabbitMQ serves them all; Redis has a database each)."""
+        return f"-{what}-{self.name}-{os.environ.get('PYTEST_XDIST_WORKER', 'gw0')}"
+
+
+BROKERS = ["redis", "rabbitmq"]
+
+
+@pytest.fixture(params=BROKERS)
+def broker(request, celery_env) -> Broker:
+    return _broker(request)
+
+
+def _broker(request) -> Broker:
+    if request.param == "redis":
+        from tests.celery_app import app
+
+        return Broker("redis", app, {})
+    url = request.getfixturevalue("amqp_url")
+    return Broker("rabbitmq", _rabbitmq_app(url), {"AAA_TEST_BROKER_URL": url})
+
+
+_apps: dict[str, Any] = {}
+
+
+def _rabbitmq_app(url: str) -> Any:
+    from celery import Celery
+
+    app = _apps.get(url)
+    if app is None:
+        app = _apps[url] = Celery("aaa_tests_rabbitmq", broker=url, set_as_current=False)
+        app.conf.update(task_ignore_result=True, broker_connection_retry_on_startup=True)
+    return app

@@ -158,7 +158,14 @@ def gated_briefly(n: int = 0) -> str:
     return "approved"
 
 
-REGISTRY = ToolRegistry([noop, where, chatty, record, slow_record, pooled, slow, gated, gated_briefly])
+@tool(requires_approval=True, approval_expires=8.0)
+def gated_for_a_while(n: int = 0) -> str:
+    """Its approval expires after 8 s: longer than the test broker's consumer_timeout."""
+    return "approved"
+
+
+TOOLS = [noop, where, chatty, record, slow_record, pooled, slow, gated, gated_briefly, gated_for_a_while]
+REGISTRY = ToolRegistry(TOOLS)
 
 
 def loop(max_turns: int = 50) -> ToolLoop:
@@ -227,6 +234,15 @@ class SerialProbe(Algorithm):
             r.delete(inside)
 
 
+class Idle(Algorithm):
+    """Waits: it asks for nothing (a run that waits for its deadline, or for someone)."""
+
+    name = "tests.celery.Idle"
+
+    async def step(self, ctx, event):
+        return None
+
+
 # -- signals: every process records what it sent, in Redis ------------------------------------
 
 SIGNAL_NAMES = ("run_started", "run_ended", "approval_requested", "event_appended")
@@ -263,9 +279,25 @@ def connect_signals(connect: bool = True) -> None:
 
 
 def setup(engine) -> None:
-    """Attach the handlers every worker needs (AAA["WORKER_SETUP"])."""
+    """Attach the handlers every test worker needs (AAA["WORKER_SETUP"]): the tools and
+    models of these tests and of tests/scenarios. Any worker serves any run (the
+    workers' periodic duty fires whichever run's due time comes, in whichever cluster
+    of the test process takes its turn)."""
+    from tests.scenarios import site as scenarios
+
+    scenarios.use_redis_probe()
     # Only the negative control of the serialisation test turns the step's guard off.
     engine.bus.serialize = engine.guard_steps = os.environ.get("AAA_TEST_SERIALIZE", "1") == "1"
-    LLMHandler(FakeLLMClient(scripted_model)).attach(engine)
-    ToolHandler(REGISTRY, pools={"shared": POOL_SIZE}).attach(engine)
+    LLMHandler(FakeLLMClient(any_model)).attach(engine)
+    ToolHandler(ToolRegistry([*TOOLS, *scenarios.TOOLS]),
+                pools={"shared": POOL_SIZE, **scenarios.POOLS}).attach(engine)
     connect_signals()
+
+
+def any_model(request):
+    """A scenario's script (named by the request's model), else this site's."""
+    if request.model:
+        from tests.scenarios.site import scripted_model as scenario_model
+
+        return scenario_model(request)
+    return scripted_model(request)

@@ -70,7 +70,7 @@ def test_a_run_whose_log_is_in_redis(cluster, arun, celery_env):
     store = RedisEventStore(celery_env["AAA_TEST_CELERY_BROKER"], prefix=f"log-{uuid.uuid4().hex[:8]}")
 
     async def main():
-        async with build_engine(store=store, bus=DistributedBus(), poll_interval=0.05) as engine:
+        async with build_engine(store=store, bus=DistributedBus(queues=cluster.queues), poll_interval=0.05) as engine:
             run = await engine.start(loop(), {"task": script(turns=3)})
             return await run.result(timeout=30), await run.events()
 

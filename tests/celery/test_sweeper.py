@@ -74,7 +74,7 @@ def test_the_command_and_the_beat_task_re_drive(cluster, arun):
     assert first in out.getvalue() and "would re-drive" in out.getvalue()
 
     second = arun(stalled_run())
-    # What beat sends (aaa_django.celery.sweeper.BEAT_SCHEDULE), to the workers.
+    # The task a site's own schedule would send (the workers' duty sweeps by itself).
     sweep_task.apply_async(kwargs={"stall_after": 0, "using": "postgres"}, queue="aaa.algorithms")
 
     async def main():

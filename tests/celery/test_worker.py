@@ -96,6 +96,23 @@ def test_a_run_delivered_where_the_loop_runs(worker, pg_alias):
     assert sent[-1]["ended"] == [run_id]
 
 
+def test_a_worker_holds_no_timer_for_a_run_that_waits(worker, pg_alias):
+    """A run's deadline is a column of its index row, which the workers' duty reads
+    (aaa_django.celery.duty): the worker's engine keeps no timer and sends nothing for it."""
+    rt, engine, sent = worker
+
+    async def start():
+        run = await engine.start("tests.reader", {}, deadline=3600)  # waits for an event
+        return run.run_id, (await run.meta()).deadline
+
+    run_id, deadline = rt.run(start())
+    deliveries = drive(rt, engine, sent)
+
+    assert engine.timers() == {}
+    assert deliveries == len(rt.run(engine.store.read(run_id)))  # one message per event, no more
+    assert RunRecord.objects.using(pg_alias).get(pk=run_id).due_at == deadline
+
+
 def test_what_a_step_appends_is_sent_in_one_batch_after_the_lock(worker):
     rt, engine, sent = worker
 

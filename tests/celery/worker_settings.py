@@ -18,6 +18,9 @@ AAA = {
     # Short, so a killed worker's lock and leases free themselves quickly.
     "RUN_LOCK_TTL": 3,
     "LEASE_TTL": 4,
+    # The workers' periodic duty (due times, sweeps) serves the test database, often.
+    "DUTY_DATABASE": "postgres",
+    "DUTY_EVERY": float(os.environ.get("AAA_TEST_DUTY_EVERY", "0.5")),
 }
 # tests/celery/test_drain.py: how long a warm shutdown waits for the calls in flight
 if os.environ.get("AAA_TEST_DRAIN_SECONDS"):
@@ -28,10 +31,13 @@ STORAGES = {**STORAGES, "aaa-test-blobs": {
     "OPTIONS": {"location": os.environ["AAA_TEST_BLOB_DIR"]},
 }}
 AAA["BLOB_STORAGE"] = "aaa-test-blobs"
-# A test with workers of its own uses queues of its own (AAA_TEST_QUEUE_SUFFIX), so
-# the shared workers never take its messages.
-if os.environ.get("AAA_TEST_QUEUE_SUFFIX"):
-    AAA["CELERY_QUEUES"] = {k: f"aaa.{k}{os.environ['AAA_TEST_QUEUE_SUFFIX']}"
+if os.environ.get("AAA_TEST_STALL_AFTER"):
+    AAA["STALL_AFTER"] = float(os.environ["AAA_TEST_STALL_AFTER"])
+# Queues per kind of work (workers take them with -Q); a test with workers of its own
+# uses queues of its own (AAA_TEST_QUEUE_SUFFIX), so the shared workers never take its
+# messages. AAA_TEST_DEFAULT_QUEUE=1: none named (the app's default queue).
+if not os.environ.get("AAA_TEST_DEFAULT_QUEUE"):
+    AAA["CELERY_QUEUES"] = {k: f"aaa.{k}{os.environ.get('AAA_TEST_QUEUE_SUFFIX', '')}"
                             for k in ("algorithms", "llm", "tools")}
 # Pydantic AI agents whose tools the workers run (tests/pydantic_ai/test_agent_crash.py)
 if os.environ.get("AAA_TEST_AGENTS"):

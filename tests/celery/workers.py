@@ -48,17 +48,18 @@ def alive(pid: int) -> bool:
 
 
 class Worker:
-    """One worker process (and its prefork children)."""
+    """One worker process (and its prefork children); ``queues=None``: no ``-Q`` (the
+    app's default queue, as ``celery -A proj worker`` takes)."""
 
     def __init__(self, name: str, env: dict[str, str], tmp: Path, *, concurrency: int = 1,
-                 queues: str = QUEUES, pool: str = "prefork") -> None:
+                 queues: str | None = QUEUES, pool: str = "prefork") -> None:
         self.name = name
         self.ready_file = tmp / f"{name}.ready"
         self.log_file = tmp / f"{name}.log"
         self.ready_file.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
-               "-n", f"{name}@%h", "-Q", queues, "-c", str(concurrency), "-P", pool,
-               "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+               "-n", f"{name}@%h", *(["-Q", queues] if queues else []), "-c", str(concurrency),
+               "-P", pool, "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat"]
         self.log = open(self.log_file, "ab")
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,

@@ -183,6 +183,34 @@ def test_approving_after_the_expiry_records_expiry_even_without_a_timer():
     assert seen["ran"] == 0
 
 
+def test_a_due_time_is_held_from_the_moment_it_is_stored_until_the_run_ends():
+    """The engine's timers follow the log as the run index's due times do: armed by the
+    append that stores a deadline or an expiry (not by its later delivery, which left
+    a moment when the log had the due time and the engine no timer), moved to the
+    earliest, and dropped by the append that ends the run."""
+
+    async def scenario():
+        async with make_engine(lambda r: text("ok")) as engine:
+            seen = {}
+            run = await engine.start("tests.reader", {}, deadline=600, run_id="run-due")
+            seen["started"] = engine.timers()  # nothing delivered yet: no await since the append
+            deadline = (await run.meta()).deadline
+            approval = Event(id="appr-1", stream="run-due", type="aaa.approval.requested",
+                             data={"tool_request_id": "t-1", "tool_request_seq": 1,
+                                   "expires_at": deadline - 300})
+            await engine.append([approval])
+            seen["approval"] = engine.timers()
+            await engine.cancel("run-due", reason="enough")
+            await run.result(timeout=5)
+            seen["ended"] = engine.timers()
+            await engine.drain(5)
+            return deadline, seen
+
+    deadline, seen = arun(scenario())
+    assert seen == {"started": {"run-due": deadline}, "approval": {"run-due": deadline - 300},
+                    "ended": {}}
+
+
 def test_algorithms_are_rebuilt_from_the_started_event():
     loop = ToolLoop(ToolRegistry([add]), max_turns=3, system="s")
     rebuilt = registry.build(loop.name, loop.config())

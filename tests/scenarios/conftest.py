@@ -4,7 +4,8 @@
   celery     PostgreSQL store, Redis broker, real Celery workers: two worker
              processes of two prefork children each (so tool calls of one run do
              run at once, and a pool must hold across processes), on queues of their
-             own, with ``tests.scenarios.site.setup`` as their WORKER_SETUP. Started
+             own (their WORKER_SETUP, ``tests.celery.site.setup``, serves these runs
+             too, as every test worker's does). Started
              once per session (per pytest-xdist worker).
 """
 
@@ -27,8 +28,7 @@ BUSES = [
 def scenario_cluster(celery_env, tmp_path_factory):
     from tests.celery.workers import Cluster
 
-    env = {**celery_env, "AAA_TEST_QUEUE_SUFFIX": "-scenarios",
-           "AAA_TEST_WORKER_SETUP": "tests.scenarios.site.setup"}
+    env = {**celery_env, "AAA_TEST_QUEUE_SUFFIX": "-scenarios"}
     cluster = Cluster(env, tmp_path_factory.mktemp("scenarios"))
     try:
         cluster.start(2, concurrency=2)

@@ -13,7 +13,7 @@ A scenario gets a :class:`Harness` and uses only this:
 the pytest process (blobs in memory); the handlers are attached to the test's engine. ``celery``: the
 Django store on PostgreSQL and the Celery bus (blobs in a directory the workers share); the test's engine only starts runs and
 asks for things (cancel, approve), every delivery happens in real worker processes
-(``tests.scenarios.site.setup`` attaches their handlers).
+(``tests.celery.site.setup`` attaches their handlers).
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ async def timeout(h: Harness) -> Result:
     tool call is cancelled (its result is not recorded: nothing follows a run's end)."""
     run_id = h.run_id()
     async with h.engine() as engine:
-        await engine.start(site.loop("once:slow"), {"task": "be slow"}, deadline=2.5, run_id=run_id)
+        await engine.start(site.loop("once:lingering"), {"task": "be slow"}, deadline=2.5, run_id=run_id)
         result = await h.finish(engine, [run_id])
     result.seen["cancelled"] = h.probe.get(f"{run_id}:slow:cancelled")
     return result
@@ -95,7 +95,7 @@ async def cancelled(h: Harness) -> Result:
     """Cancelled while a slow tool runs (in another process, on the Celery bus)."""
     run_id = h.run_id()
     async with h.engine() as engine:
-        run = await engine.start(site.loop("once:slow"), {"task": "be slow"}, run_id=run_id)
+        run = await engine.start(site.loop("once:lingering"), {"task": "be slow"}, run_id=run_id)
         await h.until(lambda: h.probe.get(f"{run_id}:slow:started"))
         await run.cancel("changed my mind", by="tester")
         result = await h.finish(engine, [run_id])
@@ -203,7 +203,7 @@ async def child_run(h: Harness) -> Result:
 
 async def cascade_cancel(h: Harness) -> Result:
     run_id = h.run_id()
-    child_config = {"algorithm": "aaa.algos.ToolLoop", "config": site.loop("once:slow").config()}
+    child_config = {"algorithm": "aaa.algos.ToolLoop", "config": site.loop("once:lingering").config()}
     async with h.engine() as engine:
         run = await engine.start(_parent(child_config), {"task": "slow child"}, run_id=run_id)
 

@@ -1,5 +1,5 @@
 """What the scenarios run, importable by any process: tools, scripted models,
-algorithms, and ``setup(engine)`` (the Celery workers' ``AAA["WORKER_SETUP"]``).
+algorithms, and what Celery workers attach (``tests.celery.site.setup``, their ``AAA["WORKER_SETUP"]``).
 
 Nothing here keeps state of its own, and nothing waits on an in-memory event: a
 process may be the pytest process (in-process bus) or a Celery worker. What the tests
@@ -91,7 +91,7 @@ class RedisProbe:
         return int(self.get(key) or 0)
 
 
-#: this process's probe: set by the test harness (in-process) or by ``setup`` (workers)
+#: this process's probe: set by the test harness (in-process) or by ``use_redis_probe`` (workers)
 PROBE: Any = MemoryProbe()
 
 
@@ -114,7 +114,9 @@ def add(a: int, b: int, tag: str = "") -> int:
     return a + b
 
 
-@tool
+# (Names the shared Celery workers' own tools do not take: every test worker serves
+# every test's runs, tests/celery/site.py's ``setup``.)
+@tool(name="lingering")
 async def slow(tag: str = "", seconds: float = 30.0) -> str:
     """Says that it started, then takes its time; says so if it is cancelled."""
     probe().set(f"{tag}:slow:started", os.getpid())
@@ -167,13 +169,14 @@ async def query(i: int, tag: str = "") -> int:
     return i
 
 
-@tool(inline=True)
+@tool(name="nothing", inline=True)
 def noop(i: int = 0, tag: str = "") -> int:
     """Does nothing, fast."""
     return i
 
 
-REGISTRY = ToolRegistry([add, slow, deploy, deploy_soon, sluggish, broken, query, noop])
+TOOLS = [add, slow, deploy, deploy_soon, sluggish, broken, query, noop]
+REGISTRY = ToolRegistry(TOOLS)
 
 
 def loop(model: str, *, max_turns: int = 10) -> ToolLoop:
@@ -223,9 +226,9 @@ def call_once_then_report(name: str, args: dict[str, Any], request):
 
 
 def turns(n: int, request):
-    """``n`` model calls: a ``noop`` call each, then an answer."""
+    """``n`` model calls: a ``nothing`` call each, then an answer."""
     done = tool_messages(request)
-    return tool_call("noop", i=done, tag=request.run_id) if done < n - 1 else text(f"done after {done} tools")
+    return tool_call("nothing", i=done, tag=request.run_id) if done < n - 1 else text(f"done after {done} tools")
 
 
 SCRIPTS: dict[str, Callable[[Any], Any]] = {
@@ -283,9 +286,8 @@ def attach(engine) -> None:
     ToolHandler(REGISTRY, pools=POOLS).attach(engine)
 
 
-def setup(engine) -> None:
-    """``AAA["WORKER_SETUP"]`` of the scenario workers: Redis as the probe, the handlers."""
+def use_redis_probe() -> None:
+    """In a worker: observations go to Redis, where the pytest process reads them."""
     global PROBE
     if not isinstance(PROBE, RedisProbe):
         PROBE = RedisProbe(os.environ["AAA_TEST_CELERY_BROKER"])
-    attach(engine)

@@ -1,6 +1,7 @@
-"""Re-drive stalled runs: ``python manage.py aaa_sweep [--stall-after S] [--dry-run]``.
+"""Fire due timers, re-drive stalled runs: ``python manage.py aaa_sweep [--stall-after S] [--dry-run]``.
 
-Finds the runs that have started, not completed, had no new event for
+Fires the deadlines and approval expiries that have come due (not in a dry run), then
+finds the runs that have started, not completed, had no new event for
 ``--stall-after`` seconds (default ``AAA["STALL_AFTER"]``) and no live delivery, and
 delivers their events again (see :mod:`aaa_django.celery.sweeper`). With ``AAA["BUS"] =
 "celery"`` the deliveries are enqueued for the workers; with the in-process bus they
@@ -42,7 +43,8 @@ class Command(BaseCommand):
         verb = "would re-drive" if dry_run else "re-drove"
         self.stdout.write(
             f"{report.unfinished} unfinished runs: {len(report.active)} active, "
-            f"{len(report.busy)} busy, {verb} {len(report.redriven)}"
+            f"{len(report.busy)} busy, {len(report.waiting)} waiting for a person, "
+            f"{verb} {len(report.redriven)}; {len(report.fired)} had a due time fired"
         )
         for run_id in report.redriven:
             self.stdout.write(f"  {run_id}")
