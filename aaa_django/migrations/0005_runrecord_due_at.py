@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('aaa', '0003_runrecord_apikey'),
+        ('aaa', '0004_runrecord_forks_retention'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

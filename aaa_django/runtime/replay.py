@@ -78,7 +78,10 @@ def is_fed(e: Event) -> bool:
 
 class ReplayBus:
     """Delivers appended events one at a time, only when :meth:`pump` is called: the
-    replay decides when the world moves on. Timers never ring."""
+    replay decides when the world moves on. Timers never ring: the recorded timeouts
+    and expiries are fed, so the engine holds none (``DurableTimers``)."""
+
+    durable_timers = True
 
     def __init__(self) -> None:
         self.engine: EngineAPI | None = None
