@@ -13,14 +13,20 @@ DATABASES["postgres"]["TEST"] = {"NAME": os.environ["AAA_TEST_WORKER_DB"]}
 AAA = {
     "BUS": "celery",
     "REDIS_URL": os.environ["AAA_TEST_CELERY_BROKER"],
-    # tests/scenarios runs workers of its own, with its own tools and models
+    # one setup serves every test's runs (tests/celery and tests/scenarios); a cluster
+    # with tools and models of its own names another (tests/pydantic_ai)
     "WORKER_SETUP": os.environ.get("AAA_TEST_WORKER_SETUP", "tests.celery.site.setup"),
     # Short, so a killed worker's lock and leases free themselves quickly.
     "RUN_LOCK_TTL": 3,
     "LEASE_TTL": 4,
-    # The workers' periodic duty (due times, sweeps) serves the test database, often.
+    # The workers' periodic duty (due times, sweeps) serves the test database, often:
+    # every run in it, whichever cluster started it, and the runs it moves on go to its
+    # own cluster's queues. So only clusters of the shared WORKER_SETUP (which serves
+    # every test's runs) run it: a cluster with a setup of its own (tests/pydantic_ai)
+    # would take another test's run onto workers without its tools and models.
     "DUTY_DATABASE": "postgres",
-    "DUTY_EVERY": float(os.environ.get("AAA_TEST_DUTY_EVERY", "0.5")),
+    "DUTY_EVERY": float(os.environ.get("AAA_TEST_DUTY_EVERY",
+                                       "0" if os.environ.get("AAA_TEST_WORKER_SETUP") else "0.5")),
 }
 # tests/celery/test_drain.py: how long a warm shutdown waits for the calls in flight
 if os.environ.get("AAA_TEST_DRAIN_SECONDS"):
