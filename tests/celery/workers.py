@@ -8,6 +8,7 @@ workers never take each other's messages). Every process is stopped by its PID.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -18,6 +19,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("algorithms", "llm", "tools")
 QUEUES = ",".join(f"aaa.{k}" for k in KINDS)
+#: numbers the workers this process starts, whatever their cluster: a node name is
+#: unique on the broker. (Clusters of one pytest process share its broker; a broadcast
+#: such as ``inspect`` reaches every node of a name, and stops at as many replies as
+#: names it asked: two ``w2`` answering hid a ``w1`` that never did.)
+_NUMBERS = itertools.count(1)
 
 
 def queue_names(suffix: str = "") -> dict[str, str]:
@@ -125,7 +131,6 @@ class Cluster:
         self.queues = queue_names(env.get("AAA_TEST_QUEUE_SUFFIX", ""))
         self.tmp = tmp
         self.workers: list[Worker] = []
-        self._n = 0
 
     def start(self, count: int = 1, *, ready_timeout: float = 120, **kw) -> list[Worker]:
         """Start ``count`` workers and wait for each to be ready. ``ready_timeout`` only
@@ -133,9 +138,8 @@ class Cluster:
         been seen to need more than 30 s."""
         started = []
         for _ in range(count):
-            self._n += 1
             kw.setdefault("queues", ",".join(self.queues.values()))
-            w = Worker(f"w{self._n}-{os.getpid()}", self.env, self.tmp, **kw)
+            w = Worker(f"w{next(_NUMBERS)}-{os.getpid()}", self.env, self.tmp, **kw)
             self.workers.append(w)
             started.append(w)
         for w in started:
