@@ -20,7 +20,7 @@ from django.http import HttpRequest
 from aaa_django.conf import aaa_settings
 
 from . import auth
-from .errors import ApiError, error_response, server_error
+from .errors import ApiError, error_response, server_error, unavailable
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: the media types of JSON Lines (a run's export): one JSON value per line
@@ -37,8 +37,8 @@ def boundary(run: Callable[..., Any]) -> Callable[..., Any]:
             return run(request, *args, **kwargs)
         except ApiError as exc:
             return error_response(exc.status, exc.errors, exc.headers)
-        except Exception as exc:  # a bug: reported as Django would, answered as JSON
-            return server_error(request, exc)
+        except Exception as exc:  # an outage (503), else a bug: reported as Django would, as JSON
+            return unavailable(exc) or server_error(request, exc)
 
     return wrapper
 

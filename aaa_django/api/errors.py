@@ -28,6 +28,9 @@ log = logging.getLogger("aaa_django.api")
 
 Loc = Sequence[str | int]
 
+#: seconds a client is asked to wait (``Retry-After``) when a service is away
+RETRY_AFTER = 2
+
 
 class ApiError(Exception):
     """An error the API answers with ``status`` and one or more ``(loc, msg, type)``."""
@@ -78,6 +81,9 @@ def to_response(exc: BaseException) -> JsonResponse | None:
     """The HTTP answer to an exception a view raised, or None if it is a bug."""
     if isinstance(exc, ApiError):
         return error_response(exc.status, exc.errors, exc.headers)
+    outage = unavailable(exc)
+    if outage is not None:
+        return outage
     if isinstance(exc, UnknownAlgorithmError):
         return error_response(422, [item(["body", "algorithm"], str(exc), "unknown_algorithm")])
     if isinstance(exc, InvalidEventError):
@@ -97,6 +103,23 @@ def to_response(exc: BaseException) -> JsonResponse | None:
     if isinstance(exc, PermissionDenied):
         return error_response(403, [item(["auth"], str(exc) or "permission denied", "forbidden")])
     return None
+
+
+def unavailable(exc: BaseException) -> JsonResponse | None:
+    """503 with ``Retry-After`` when ``exc`` is an outage (the database restarting, the
+    broker away: :mod:`aaa_django.store.faults`), whether a store translated it or the ORM
+    raised it; else None. The driver's message (hosts, ports) stays in the log."""
+    from aaa_django.store.faults import translate as classify
+
+    fault = classify(exc)
+    if fault is None or not fault.transient:
+        return None
+    log.warning("%s unavailable: %s: %s", fault.service, type(exc).__name__, exc)
+    return error_response(
+        503, [item(["server", fault.service.replace(" ", "_")],
+                   f"the {fault.service} is unavailable for a moment; retry in {RETRY_AFTER} s",
+                   "unavailable")],
+        {"Retry-After": str(RETRY_AFTER)})
 
 
 def translate(view: Callable[..., Any]) -> Callable[..., Any]:

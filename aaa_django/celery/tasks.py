@@ -8,11 +8,14 @@ Celery's autodiscovery finds them through ``aaa_django/tasks.py`` (``related_nam
 
 from __future__ import annotations
 
+import logging
+import random
 from typing import Any
 
 from celery import shared_task
 
 from aaa_django.conf import aaa_settings
+from aaa_django.runtime.retry import transient
 from aaa_django.site.retention import retain as apply_retention
 from aaa_django.store import DjangoEventStore
 
@@ -20,28 +23,47 @@ from .bus import DELIVER, SWEEP, _queues, coordinator, store_spec
 from .duty import TICK
 from .sweeper import fire_due
 from .sweeper import sweep as sweep_runs
-from .worker import cluster_bus, runtime, transient_errors
+from .worker import REDELIVERY, cluster_bus, fault_of, give_up, runtime
 
 RETAIN = "aaa.retain"
+
+log = logging.getLogger("aaa_django.bus")
 
 
 @shared_task(name=DELIVER, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wire: str | None = None) -> str:
     """Deliver one stored event to this worker's engine (``engine.handle``); ``wire``:
-    the event itself, as :meth:`DistributedBus._args` writes it."""
+    the event itself, as :meth:`DistributedBus._args` writes it.
+
+    A delivery that fails transiently (a database, Redis or broker outage, a lost
+    race) before it is handed off is retried by Celery after the
+    :data:`~aaa_django.celery.worker.REDELIVERY` policy's delay (the task's state says
+    RETRY, with the cause); one that fails for good, or outlasts the retries, ends its
+    run ``failed`` naming the cause, and the task fails with that error. (A model or
+    tool call handed off, its message acknowledged, is retried the same way on the
+    worker's loop: :meth:`~aaa_django.celery.worker.WorkerRuntime.deliver`.)"""
     rt = runtime()
     engine = rt.engine(spec, self.app)
     trace = cluster_bus(engine).trace
     if trace is not None:  # the run's trace context, from the message
         trace.received(stream, self.request.headers)
-    redelivered = bool((self.request.delivery_info or {}).get("redelivered")) or self.request.retries > 0
+    retries = self.request.retries
+    redelivered = bool((self.request.delivery_info or {}).get("redelivered")) or retries > 0
     try:
-        return rt.deliver(engine, stream, seq, event_id, redelivered=redelivered, wire=wire)
-    except transient_errors() as exc:
-        # A database or Redis hiccup (the store's thread closed a broken connection):
-        # try again later.
-        raise self.retry(exc=exc, countdown=min(2 ** self.request.retries * 0.1, 10),
-                         max_retries=12) from exc
+        return rt.deliver(engine, stream, seq, event_id, redelivered=redelivered, wire=wire, retries=retries)
+    except Exception as exc:
+        fault = fault_of(exc)
+        delay = REDELIVERY.delay(retries + 1, random.random()) if transient(fault) else None
+        if delay is not None:
+            log.warning("delivering %s seq %s (%s) failed: %s: %s; retry %d of %d in %.2f s", stream,
+                        seq, event_id, type(fault).__name__, fault, retries + 1, REDELIVERY.retries, delay)
+            raise self.retry(exc=fault, countdown=delay, max_retries=REDELIVERY.retries) from exc
+        if rt.run(give_up(engine, stream, seq, event_id, fault, retries + 1)):
+            log.error("run %s failed: delivering seq %s (%s) failed for good: %s: %s", stream, seq,
+                      event_id, type(fault).__name__, fault)
+        if fault is exc:
+            raise
+        raise fault from exc
 
 
 @shared_task(name=SWEEP, bind=True, ignore_result=True)

@@ -36,6 +36,7 @@ import functools
 import json
 import logging
 import os
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from django.db import InterfaceError, OperationalError, connections
 
 import aaa_django.algos  # noqa: F401  (registers the built-in algorithms)
 from aaa_django.conf import aaa_settings
-from aaa_django.events import ConcurrencyError, Event
+from aaa_django.events import Event
 from aaa_django.events.tail import Tail, TailCachedStore
 from aaa_django.runtime import Engine
 from aaa_django.runtime.event_types import (
@@ -58,8 +59,10 @@ from aaa_django.runtime.event_types import (
     RUN_STARTED,
     TOOL_REQUESTED,
 )
+from aaa_django.runtime.retry import Redelivery, transient
 from aaa_django.site.engines import attach_site_handlers, build_engine
 from aaa_django.store.database import _outside_loop
+from aaa_django.store.faults import translate
 from aaa_django.tools.handler import ToolHandler
 
 from .bus import DistributedBus, coordinator, open_store, queue_for
@@ -178,6 +181,8 @@ class WorkerRuntime:
         #: what the shutdown did (:meth:`drain`), once done
         self.drained: Drain | None = None
         self._drain_lock = threading.Lock()
+        #: deliveries tried again on the loop (see :meth:`_carry`)
+        self.retried = 0
         #: the threads that make the store's calls (see :func:`on_threads`)
         self.db = concurrent.futures.ThreadPoolExecutor(DB_THREADS, thread_name_prefix="aaa-worker-db")
         self.thread = threading.Thread(target=self._serve, name="aaa-worker-loop", daemon=True)
@@ -202,17 +207,18 @@ class WorkerRuntime:
         return self.run(_outside_loop(fn)(*args))
 
     def deliver(self, engine: Engine, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
-                wire: str | None = None) -> str:
+                wire: str | None = None, retries: int = 0) -> str:
         """Deliver one event on the loop (:func:`deliver_event`) and return as soon as
         its message may be acknowledged: ``"handed off"`` once the run's step is done
         and a model or tool call it carries is under way on the loop (see
         :data:`HANDED_OFF`), else when the delivery ends (its result, or its error
-        raised here: the task retries). Waits while the loop carries
-        ``max_in_flight`` deliveries."""
-        return self.run(self._begin(engine, stream, seq, event_id, redelivered, wire))
+        raised here: the task retries). A handed-off delivery that fails is retried
+        here (:meth:`_carry`); ``retries``: how many times the task was retried
+        already. Waits while the loop carries ``max_in_flight`` deliveries."""
+        return self.run(self._begin(engine, stream, seq, event_id, redelivered, wire, retries))
 
     async def _begin(self, engine: Engine, stream: str, seq: int, event_id: str, redelivered: bool,
-                     wire: str | None) -> str:
+                     wire: str | None, retries: int) -> str:
         while len(self.in_flight) >= self.max_in_flight:
             room = self.loop.create_future()
             self._waiting.append(room)
@@ -222,8 +228,8 @@ class WorkerRuntime:
                 if room in self._waiting:
                     self._waiting.remove(room)
         handed = self.loop.create_future()
-        task = self._track(deliver_event(engine, stream, seq, event_id, redelivered=redelivered,
-                                         wire=wire, handed=handed, leases=self.leases))
+        task = self._track(self._carry(engine, stream, seq, event_id, redelivered=redelivered,
+                                       wire=wire, handed=handed, retries=retries))
         try:
             await asyncio.wait({task, handed}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -248,10 +254,42 @@ class WorkerRuntime:
             return False
         # A context of its own: not the publishing delivery's (its tail state, its
         # record of what it published).
-        self._track(deliver_event(engine, event.stream, event.seq, event.id, event=event, leases=self.leases),
+        self._track(self._carry(engine, event.stream, event.seq, event.id, event=event),
                     context=contextvars.Context())
         self.taken += 1
         return True
+
+    async def _carry(self, engine: Any, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
+                     wire: str | None = None, handed: asyncio.Future | None = None, event: Event | None = None,
+                     retries: int = 0) -> str:
+        """:func:`deliver_event`, delivered again here after a transient failure once no
+        message stands for it (handed off, or taken without one): as the ``aaa.deliver``
+        task does before hand-off, after the :data:`REDELIVERY` policy's delays; one
+        that fails for good, or outlasts the retries, ends its run ``failed`` naming
+        the cause (:func:`give_up`). Before hand-off the error is the task's."""
+        while True:
+            try:
+                return await deliver_event(engine, stream, seq, event_id, redelivered=redelivered, wire=wire,
+                                           handed=handed, event=event, leases=self.leases)
+            except Exception as exc:
+                if handed is not None and not handed.done():
+                    raise  # its task is still waiting: Celery retries it
+                retries += 1
+                fault = fault_of(exc)
+                delay = REDELIVERY.delay(retries, random.random()) if transient(fault) else None
+                if delay is None:
+                    if await give_up(engine, stream, seq, event_id, fault, retries):
+                        log.error("run %s failed: delivering seq %s (%s) failed for good: %s: %s", stream, seq,
+                                  event_id, type(fault).__name__, fault)
+                    raise fault from exc
+                log.warning("delivering %s seq %s (%s) on the worker's loop failed: %s: %s; retry %d of %d "
+                            "in %.2f s", stream, seq, event_id, type(fault).__name__, fault, retries,
+                            REDELIVERY.retries, delay)
+                self.retried += 1
+                await asyncio.sleep(delay)
+                # Again as a redelivery: read the run afresh, re-enqueue what the failed
+                # one may have appended and not sent.
+                redelivered, wire, handed, event = True, None, None, None
 
     def _track(self, coro: Any, context: contextvars.Context | None = None) -> asyncio.Task:
         task = self.loop.create_task(coro, context=context)
@@ -650,13 +688,27 @@ async def _republish_caused(engine: Engine, event: Event, published: set[str]) -
         await engine.bus.publish(caused)
 
 
-def transient_errors() -> tuple[type[BaseException], ...]:
-    """Errors after which a delivery is retried: the database, Redis or the broker
-    went away for a moment."""
-    errors: list[type[BaseException]] = [InterfaceError, OperationalError, ConcurrencyError]
-    with contextlib.suppress(ImportError):
-        import kombu.exceptions
-        import redis
+#: when an event whose delivery failed transiently is delivered again (by Celery's
+#: retry of its task, or on the worker's loop once the task has handed it off)
+REDELIVERY = Redelivery()
 
-        errors += [redis.ConnectionError, redis.TimeoutError, kombu.exceptions.OperationalError]
-    return tuple(errors)
+
+def fault_of(exc: BaseException) -> BaseException:
+    """``exc`` as the core classifies it: a driver's error that no store boundary
+    translated (Redis under a run's lock, the broker under a send) translated here."""
+    return translate(exc) or exc
+
+
+async def give_up(engine: Any, stream: str, seq: int, event_id: str, exc: BaseException,
+                  attempts: int) -> bool:
+    """End the run ``failed``, naming the cause, because delivering its event at
+    ``seq`` failed for good (:meth:`Engine.fail <aaa_django.runtime.Engine.fail>`).
+    True if this ended it. A store that is down too leaves the run to the sweeper."""
+    try:
+        found = await engine.store.read(stream, after=seq - 1, limit=1)
+        if not found or found[0].id != event_id:
+            return False  # erased meanwhile: nothing to end
+        return await engine.fail(stream, exc, event=found[0], attempts=attempts)
+    except Exception:
+        log.exception("could not record why run %s failed", stream)
+        return False

@@ -19,7 +19,7 @@ from .claims import (
     hydrate,
     is_claimed,
 )
-from .errors import BlobError, BlobIntegrityError, BlobNotFoundError
+from .errors import BlobError, BlobIntegrityError, BlobNotFoundError, BlobStoreUnavailable
 from .files import FileBlobStore
 from .memory import InMemoryBlobStore
 from .protocol import BlobInventory, BlobReader, BlobStore, NamespacedBlobStore
@@ -36,6 +36,7 @@ __all__ = [
     "BlobReader",
     "BlobNotFoundError",
     "BlobRef",
+    "BlobStoreUnavailable",
     "BlobStore",
     "FileBlobStore",
     "InMemoryBlobStore",

@@ -13,7 +13,14 @@ import importlib
 from typing import Any
 
 from .cache import FoldCache, Folded, default_cache
-from .errors import ClosedStreamError, ConcurrencyError, EventError, InvalidEventError
+from .errors import (
+    ClosedStreamError,
+    ConcurrencyError,
+    EventError,
+    InfrastructureError,
+    InvalidEventError,
+    StoreUnavailable,
+)
 from .event import Event, check_event, encode_json
 from .ids import derive_id, new_id
 from .projection import Loaded, Projection, fold, iterate
@@ -52,11 +59,13 @@ __all__ = [
     "FoldCache",
     "Folded",
     "InMemoryEventStore",
+    "InfrastructureError",
     "InvalidEventError",
     "Loaded",
     "Projection",
     "Snapshot",
     "SnapshotStore",
+    "StoreUnavailable",
     "Tail",
     "TailCachedStore",
     "check_event",

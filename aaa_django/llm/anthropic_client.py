@@ -22,7 +22,7 @@ params go into the request body as given.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from .messages import LLMRequest, Message, ToolCall, Usage
 from .pricing import Pricing
@@ -70,12 +70,14 @@ class AnthropicClient(ProviderClient):
         max_retries: int = 2,
         pricing: Pricing | Mapping[str, Mapping[str, Any]] | None = None,
         backoff: Backoff | None = None,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
         max_tokens: int = 4096,
         default_headers: Mapping[str, str] | None = None,
     ) -> None:
         self._anthropic = _import_anthropic()  # fail at start-up, not at the first call
         super().__init__(base_url=base_url, api_key=api_key, model=model, timeout=timeout,
-                         max_retries=max_retries, pricing=pricing, backoff=backoff)
+                         max_retries=max_retries, pricing=pricing, backoff=backoff,
+                         sleep=sleep)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
         self.max_tokens = max_tokens

@@ -24,7 +24,7 @@ into the request body as given. Retries, timeouts, cost and secrets: see
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from .messages import LLMRequest, Message, ToolCall, Usage
 from .pricing import Pricing
@@ -59,7 +59,8 @@ class OpenAICompatibleClient(ProviderClient):
     placeholder (local servers need none); ``model`` is used when a request names
     none; ``timeout`` bounds each HTTP attempt (seconds); ``max_retries`` transient
     failures are retried (:mod:`~aaa_django.llm.retry`); ``pricing`` is a table
-    ``{model: {"input": $/1M tokens, "output": $/1M tokens}}``.
+    ``{model: {"input": $/1M tokens, "output": $/1M tokens}}``; ``sleep`` waits between
+    attempts (default ``asyncio.sleep``; a test passes one that records the delays).
     """
 
     provider = "openai-compatible"
@@ -74,11 +75,13 @@ class OpenAICompatibleClient(ProviderClient):
         max_retries: int = 2,
         pricing: Pricing | Mapping[str, Mapping[str, Any]] | None = None,
         backoff: Backoff | None = None,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
         default_headers: Mapping[str, str] | None = None,
     ) -> None:
         self._openai = _import_openai()  # fail at start-up, not at the first call
         super().__init__(base_url=base_url, api_key=api_key, model=model, timeout=timeout,
-                         max_retries=max_retries, pricing=pricing, backoff=backoff)
+                         max_retries=max_retries, pricing=pricing, backoff=backoff,
+                         sleep=sleep)
         self.default_headers = dict(default_headers or {})
 
     def make_sdk(self) -> Any:

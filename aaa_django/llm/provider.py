@@ -20,7 +20,7 @@ import asyncio
 import json
 import logging
 import re
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Awaitable, Callable, ClassVar, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field
@@ -104,6 +104,7 @@ class ProviderClient:
         max_retries: int = 2,
         pricing: Pricing | Mapping[str, Mapping[str, Any]] | None = None,
         backoff: Backoff | None = None,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
     ) -> None:
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
@@ -115,6 +116,8 @@ class ProviderClient:
         self.max_retries = max_retries
         self.pricing = as_pricing(pricing)
         self.backoff = backoff or Backoff()
+        #: how the client waits between attempts (a test records the delays instead)
+        self.sleep = sleep or asyncio.sleep
         self._api_key = Secret(api_key)
         # kept wrapped, so vars(client) or a debugger's dump shows no key either
         self._secrets = [Secret(s) for s in (api_key, _url_password(base_url)) if s and len(s) >= 4]
@@ -189,6 +192,7 @@ class ProviderClient:
             redact=self.redact,
             provider=self.provider,
             model=model,
+            sleep=self.sleep,
         )
         cost = self.pricing.cost(usage, *self.price_names(answered, model))
         if not cost.priced and model not in self._unpriced_warned:

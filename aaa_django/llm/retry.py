@@ -28,7 +28,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
+from aaa_django.runtime.retry import Backoff
+
 from .errors import REASONS, LLMCallError
+
+__all__ = ["AttemptFailed", "Backoff", "Failure", "call_with_retries", "reason_for_status",
+           "retry_after", "shorten"]
 
 R = TypeVar("R")
 
@@ -57,26 +62,6 @@ class AttemptFailed(Exception):
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.message)
         self.failure = failure
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """How long to wait between attempts (seconds)."""
-
-    initial: float = 0.5
-    max: float = 8.0
-    #: the longest ``Retry-After`` honoured; a longer one fails the call at once
-    max_retry_after: float = 60.0
-    #: up to this fraction of an exponential delay is taken off at random
-    jitter: float = 0.25
-
-    def delay(self, retry: int, retry_after: float | None = None, rand: float = 0.0) -> float | None:
-        """Seconds to wait before retry number ``retry`` (1-based), or None when the
-        server asked for longer than :attr:`max_retry_after`. ``rand`` is in [0, 1)."""
-        if retry_after is not None:
-            return max(0.0, retry_after) if retry_after <= self.max_retry_after else None
-        base = min(self.max, self.initial * 2 ** (retry - 1))
-        return base * (1.0 - self.jitter * rand)
 
 
 def reason_for_status(status: int) -> str:

@@ -23,6 +23,7 @@ from .outcome import (
     Outcome,
 )
 from .registry import UnknownAlgorithmError, register
+from .retry import Backoff, Redelivery
 from .run import Run
 from .view import StoreUnavailable
 
@@ -36,6 +37,7 @@ __all__ = [
     "RUNMETA",
     "SUCCESS",
     "TIMEOUT",
+    "Backoff",
     "Budget",
     "Bus",
     "Ctx",
@@ -43,6 +45,7 @@ __all__ = [
     "ExclusiveLeases",
     "InProcessBus",
     "Outcome",
+    "Redelivery",
     "Run",
     "RunMeta",
     "RunNotEndedError",

@@ -4,18 +4,35 @@ Each published event becomes a task running ``engine.handle(event)``. The algori
 step of a run is serialised by a per-run lock (FIFO, so steps see events in publish
 order); handlers (slow tools, model calls) run concurrently. ``duplicate=True``
 delivers every event twice: at-least-once made visible, for tests.
+
+A delivery that fails transiently (a store's outage, see
+:func:`~aaa_django.runtime.retry.transient`) is delivered again after the
+:class:`~aaa_django.runtime.retry.Redelivery` policy's delay, each retry logged as a
+warning; one that fails for good, or outlasts the retries, ends its run ``failed``
+naming the cause (:meth:`Engine.fail <aaa_django.runtime.Engine.fail>`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import weakref
-from typing import Any, AsyncContextManager, Iterable, Literal, Protocol, runtime_checkable
+from typing import (
+    Any,
+    AsyncContextManager,
+    Awaitable,
+    Callable,
+    Iterable,
+    Literal,
+    Protocol,
+    runtime_checkable,
+)
 
 from aaa_django.events import Event
 
 from .engine_api import EngineAPI
+from .retry import Redelivery, transient
 
 log = logging.getLogger("aaa_django.runtime")
 
@@ -80,18 +97,29 @@ class DurableTimers(Protocol):
 
 
 class InProcessBus:
-    """The embedded bus: asyncio tasks in this process (the default)."""
+    """The embedded bus: asyncio tasks in this process (the default).
 
-    def __init__(self, *, duplicate: bool = False) -> None:
+    ``redelivery``: when a delivery that failed transiently is tried again (default
+    :class:`~aaa_django.runtime.retry.Redelivery`); ``sleep``: how the bus waits
+    meanwhile (a test passes one that records the delays).
+    """
+
+    def __init__(self, *, duplicate: bool = False, redelivery: Redelivery | None = None,
+                 sleep: Callable[[float], Awaitable[Any]] | None = None) -> None:
         self.copies = 2 if duplicate else 1
+        self.redelivery = redelivery or Redelivery()
+        self._sleep = sleep or asyncio.sleep
         self.engine: EngineAPI | None = None
         self._tasks: set[asyncio.Task] = set()
         self._locks: "weakref.WeakValueDictionary[str, asyncio.Lock]" = weakref.WeakValueDictionary()
         self.closed = False
-        #: exceptions that escaped ``engine.handle`` (a store outage, a bug), newest last
+        #: exceptions of deliveries given up on (a persistent failure, an outage that
+        #: outlasted the retries, a bug), newest last
         self.errors: list[BaseException] = []
         #: deliveries made (each copy counts)
         self.delivered = 0
+        #: ``(event id, retry number, delay, exception)`` of each redelivery, oldest first
+        self.retried: list[tuple[str, int, float, BaseException]] = []
 
     def bind(self, engine: EngineAPI) -> None:
         """Attach the engine whose ``handle`` receives the events; this bus runs the
@@ -105,7 +133,33 @@ class InProcessBus:
             return
         for e in events:
             for _ in range(self.copies):
-                self._spawn(self.engine.handle(e))
+                self._spawn(self._deliver(e))
+
+    async def _deliver(self, event: Event) -> None:
+        """``engine.handle(event)``, delivered again after a transient failure."""
+        assert self.engine is not None
+        retry = 0
+        while True:
+            try:
+                await self.engine.handle(event)
+                return
+            except Exception as exc:
+                retry += 1
+                delay = self.redelivery.delay(retry, random.random()) if transient(exc) else None
+                if delay is None:
+                    await self._give_up(event, exc, retry)
+                    raise
+                self.retried.append((event.id, retry, delay, exc))
+                log.warning("delivering %s %s of run %s failed (%s: %s); retry %d in %.2f s",
+                            event.type, event.id, event.stream, type(exc).__name__, exc, retry, delay)
+                await self._sleep(delay)
+
+    async def _give_up(self, event: Event, exc: BaseException, attempts: int) -> None:
+        assert self.engine is not None
+        try:
+            await self.engine.fail(event.stream, exc, event=event, attempts=attempts)
+        except Exception:  # the store is down too: the run is resumed from its log later
+            log.exception("could not record why run %s failed", event.stream)
 
     def serial(self, key: str, *, contended: bool = False, synced: bool = False) -> asyncio.Lock:
         """The lock that serialises the algorithm steps of run ``key`` in this process."""
@@ -140,7 +194,7 @@ class InProcessBus:
         exc = task.exception()
         if exc is not None:
             self.errors.append(exc)
-            log.error("delivering an event failed", exc_info=exc)
+            log.error("delivering an event failed for good", exc_info=exc)
 
     @property
     def pending(self) -> int:

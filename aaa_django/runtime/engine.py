@@ -9,6 +9,13 @@ for every appended event (of any run, in any process):
    run's algorithm step, rebuilt from ``aaa.run.started`` through the registry;
 3. the handlers subscribed to the event's type (models, tools, validation).
 
+What fails there is not the run's doing unless the algorithm raised (its run ends
+``failed``): an :class:`~aaa_django.events.InfrastructureError` (a store or the broker
+failed; adapters translate their drivers' errors) or a handler's bug propagates out of
+``handle``, and the bus decides with :func:`~aaa_django.runtime.retry.transient`:
+deliver again later, or give up and end the run with :meth:`Engine.fail`, whose
+reason names the cause.
+
 Each part writes new events with deterministic ids through :meth:`Engine.append`
 (claim check, store append absorbing duplicates, publish of the new events only), so
 delivering an event twice writes nothing new: the log is the only state.
@@ -45,6 +52,7 @@ from aaa_django.events import (
     Event,
     EventStore,
     FoldCache,
+    InfrastructureError,
     InMemoryEventStore,
     Projection,
     check_event,
@@ -78,9 +86,10 @@ from .logcontext import delivering
 from .meta import FOLDED, RUNMETA, RunMeta, due_time
 from .observe import Observer, around, check_observer, notify_appended
 from .outcome import BUDGET_EXCEEDED, CANCELLED, FAILED, INVALID_INPUT, TIMEOUT, Outcome
+from .retry import failure, transient
 from .run import Run
 from .validation import ValidationHandler
-from .view import HydratedView, StoreUnavailable
+from .view import HydratedView
 
 #: a projection's state type
 S = TypeVar("S")
@@ -190,7 +199,8 @@ class Engine:
         self.view = HydratedView(self.store, self.hydrate, unavailable=True)
         self.close_timeout = close_timeout
         self.poll_interval = poll_interval
-        #: exceptions raised by handlers (bugs: a handler turns failures into events)
+        #: exceptions raised by handlers other than infrastructure failures (bugs: a
+        #: handler turns failures into events)
         self.errors: list[BaseException] = []
         self._handlers: dict[str, list[Handler]] = defaultdict(list)
         self._waiters: dict[str, asyncio.Event] = {}
@@ -339,6 +349,20 @@ class Engine:
     async def complete(self, run_id: str, outcome: Outcome, *, cause: Event | None = None) -> bool:
         """End a run with ``outcome`` unless it ended already; True if this ended it."""
         return bool(await self.append([self.completion(run_id, outcome, cause=cause)]))
+
+    async def fail(self, run_id: str, exc: BaseException, *, event: Event | None = None,
+                   attempts: int = 1) -> bool:
+        """End a run ``failed`` because delivering ``event`` raised ``exc`` for good (a
+        persistent infrastructure failure, an outage that outlasted the retries, a
+        handler's bug): the outcome's value names the cause
+        (:func:`~aaa_django.runtime.retry.failure`). A bus calls it when it gives up
+        on a delivery. True if this ended the run."""
+        meta = await self.meta(run_id)
+        if not meta.started or meta.completed:
+            return False
+        value = failure(exc, event_id=event.id if event is not None else None,
+                        event_type=event.type if event is not None else None, attempts=attempts)
+        return await self.complete(run_id, Outcome(FAILED, value), cause=event)
 
     async def cancel(self, run_id: str, *, reason: str | None = None, by: str | None = None) -> bool:
         """Ask for a run to end ``cancelled`` (its in-flight tool calls are cancelled).
@@ -689,6 +713,8 @@ class Engine:
         """React to one appended event: the engine, the run's algorithm, the handlers.
 
         Idempotent: delivering an event again (or an older one) writes nothing new.
+        Raises what a store or a handler raised (see the module docstring): the bus
+        delivers again or gives up (:meth:`fail`).
         """
         if self._closed:
             return
@@ -770,8 +796,8 @@ class Engine:
             if ctx._out:
                 for e in ctx._out:  # the algorithm's own bad output is its failure
                     check_event(e)
-        except StoreUnavailable:
-            raise  # not the algorithm's fault: the delivery fails and is retried
+        except InfrastructureError:
+            raise  # not the algorithm's fault: the delivery fails (and is retried)
         except Exception as exc:
             value = {
                 "error": f"{type(exc).__name__}: {exc}",
@@ -802,18 +828,25 @@ class Engine:
 
     async def dispatch(self, event: Event) -> None:
         """Run the handlers subscribed to the event's type, concurrently (the last part
-        of a delivery: after a run's end, what this process kept of the run goes)."""
+        of a delivery: after a run's end, what this process kept of the run goes); then
+        raise what one of them raised (a failure retrying cannot mend first), so the
+        bus delivers the event again or gives up on it. Every handler runs either way:
+        one that fails does not stop the others."""
         handlers = self._handlers.get(event.type) or []
+        raised: list[BaseException | None] = []
         if len(handlers) == 1:
-            await self._call(handlers[0], event)
+            raised = [await self._call(handlers[0], event)]
         elif handlers:
-            await asyncio.gather(*(self._call(h, event) for h in handlers))
+            raised = await asyncio.gather(*(self._call(h, event) for h in handlers))
         if event.type == RUN_COMPLETED:
             self._ended.pop(event.stream, None)
             self._ended[event.stream] = None
             if len(self._ended) > ENDED_KEPT:
                 self._ended.popitem(last=False)
             self.forget(event.stream)
+        failed = [exc for exc in raised if exc is not None]
+        if failed:
+            raise next((exc for exc in failed if not transient(exc)), failed[0])
 
     def delivered(self, run_id: str) -> None:
         """A delivery of an event of ``run_id`` is over (the bus calls this, whatever
@@ -834,7 +867,7 @@ class Engine:
         if started is not None:
             self._algorithms.pop(started.id, None)
 
-    async def _call(self, handler: Handler, event: Event) -> None:
+    async def _call(self, handler: Handler, event: Event) -> BaseException | None:
         try:
             if self.observers:
                 with around(self.observers, lambda o: o.handler(handler, event)):
@@ -843,9 +876,12 @@ class Engine:
                 await handler(event)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a handler bug must not stop the other handlers
-            self.errors.append(exc)
-            log.exception("handler %r failed on %s %s", handler, event.type, event.id)
+        except Exception as exc:
+            if not isinstance(exc, InfrastructureError):  # a handler bug: say where
+                self.errors.append(exc)
+                log.exception("handler %r failed on %s %s", handler, event.type, event.id)
+            return exc
+        return None
 
     # -- the engine's own reactions -----------------------------------------------------
 

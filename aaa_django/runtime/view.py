@@ -11,15 +11,11 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable
 
 from aaa_django.data import is_claimed
-from aaa_django.events import Event, EventList, EventStore
+from aaa_django.events import Event, EventList, EventStore, InfrastructureError, StoreUnavailable
 
+from .retry import transient
 
-class StoreUnavailable(Exception):
-    """Reading the log (or a claimed payload) failed: an infrastructure problem.
-
-    Raised through an algorithm's step so the engine does not mistake it for the
-    algorithm's own failure: the delivery fails and is retried, the run goes on.
-    """
+__all__ = ["HydratedView", "StoreUnavailable"]
 
 
 class HydratedView:
@@ -42,10 +38,13 @@ class HydratedView:
             out = EventList([await self._hydrate(e) for e in events])
             out.committed = not isinstance(events, EventList) or events.committed
             return out
-        except Exception as exc:
+        except InfrastructureError:
+            raise  # translated by the store's adapter already
+        except Exception as exc:  # a store no adapter translated, a missing blob...
             if not self._unavailable:
                 raise
-            raise StoreUnavailable(f"reading {stream} failed: {type(exc).__name__}: {exc}") from exc
+            raise StoreUnavailable(f"reading {stream} failed: {type(exc).__name__}: {exc}",
+                                   transient=transient(exc)) from exc
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

@@ -8,14 +8,16 @@ bucket through django-storages' ``S3Storage``, so that every worker can read the
 from __future__ import annotations
 
 import builtins
+import functools
 import gzip
 import posixpath
 import sys
+from typing import Any, Callable, TypeVar
 
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages
 
-from aaa_django.data.errors import BlobNotFoundError
+from aaa_django.data.errors import BlobError, BlobNotFoundError, BlobStoreUnavailable
 from aaa_django.data.keys import (
     META_SUFFIX,
     check_segment,
@@ -34,8 +36,32 @@ from aaa_django.data.refs import (
     check_namespace,
     check_sha256,
 )
+from aaa_django.store.faults import translate
 
 _SHARD_DEPTH = 1  # prefix/<namespace>/ab/<sha256>: few listdir calls per namespace
+
+M = TypeVar("M", bound=Callable[..., Any])
+
+
+def _translated(method: M) -> M:
+    """The storage's errors (an S3 ``ClientError``, a file system's ``OSError``) leave
+    as :class:`~aaa_django.data.BlobStoreUnavailable`, transient or not (see
+    :mod:`aaa_django.store.faults`), the driver's error as its cause. The store's own errors
+    (a missing or corrupt blob, a malformed ref) pass as they are."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except BlobError:
+            raise
+        except Exception as exc:
+            fault = translate(exc, BlobStoreUnavailable)
+            if fault is None:
+                raise
+            raise fault from exc
+
+    return call  # type: ignore[return-value]
 
 
 class StorageBlobStore:
@@ -76,6 +102,7 @@ class StorageBlobStore:
         """The Django storage the blobs live in."""
         return self._storage if self._storage is not None else storages[self.alias]
 
+    @_translated
     def put(
         self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE, *, namespace: str = ""
     ) -> BlobRef:
@@ -92,6 +119,7 @@ class StorageBlobStore:
             self._save(storage, key + META_SUFFIX, encode_meta(ref.media_type, ref.size))
         return ref
 
+    @_translated
     def get(self, ref: BlobRef) -> bytes:
         """The verified bytes of ``ref``."""
         ref = as_ref(ref)
@@ -104,11 +132,13 @@ class StorageBlobStore:
             raise BlobNotFoundError(f"no blob {ref.key!r} at {key!r}") from None
         return ref.verify(data)
 
+    @_translated
     def exists(self, ref: BlobRef) -> bool:
         """Whether a blob is stored under ``ref``'s namespace and hash."""
         ref = as_ref(ref)
         return self.storage.exists(self._key(ref.namespace, ref.sha256))
 
+    @_translated
     def delete(self, ref: BlobRef) -> None:
         """Remove the blob; no error if it is already gone."""
         ref = as_ref(ref)
@@ -118,6 +148,7 @@ class StorageBlobStore:
         storage.delete(key + META_SUFFIX)
         storage.delete(key)
 
+    @_translated
     def delete_namespace(self, namespace: str) -> int:
         """Remove every blob of ``namespace``; return how many were removed."""
         storage = self.storage
@@ -139,6 +170,7 @@ class StorageBlobStore:
                     pass
         return removed
 
+    @_translated
     def list(self, namespace: str) -> builtins.list[BlobRef]:
         """The refs of every blob in ``namespace``, sorted by hash."""
         check_namespace(namespace)
@@ -154,6 +186,7 @@ class StorageBlobStore:
 
     # -- BlobInventory (the orphan sweep) ---------------------------------------------
 
+    @_translated
     def segments(self) -> builtins.list[str]:
         """The segments of every namespace under the prefix (one listing)."""
         try:
@@ -162,11 +195,13 @@ class StorageBlobStore:
             return []
         return sorted(d for d in dirs if is_segment(d))
 
+    @_translated
     def hashes(self, segment: str) -> builtins.list[str]:
         """The hashes of the blobs under ``segment``."""
         top = posixpath.join(self.prefix, check_segment(segment))
         return sorted(n for _, names in self._walk(self.storage, top) for n in names if is_blob_name(n))
 
+    @_translated
     def written_at(self, segment: str, sha256: str) -> float | None:
         """The object's modification time (on S3 a HEAD: the sweep asks only about
         blobs no event refers to)."""
@@ -180,6 +215,7 @@ class StorageBlobStore:
                 return None
             raise
 
+    @_translated
     def discard(self, segment: str, sha256: str) -> None:
         """Remove one blob (sidecar first) by segment and hash."""
         key = self._segment_key(segment, sha256)

@@ -16,17 +16,19 @@ from functools import wraps
 from typing import Any, Callable, Sequence
 
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, OperationalError, connections, transaction
+from django.db import Error as DatabaseDriverError
+from django.db import IntegrityError, connections, transaction
 from django.db.models import Max
 from django.utils.timezone import now
 
-from aaa_django.events import ConcurrencyError, Event, Snapshot
+from aaa_django.events import ConcurrencyError, Event, Snapshot, StoreUnavailable
 from aaa_django.events.store import RecentIds, prepare_batch
 from aaa_django.models import EventRecord
 from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
 
 from . import rows
 from .appends import StatementAppends
+from .faults import contention, translate
 from .rows import (
     HEAD,
     INSERT_CHUNK,
@@ -73,6 +75,33 @@ def snapshot_writes(snapshot: Snapshot, saved_at: Any) -> tuple[tuple[str, list]
 # Appenders that lose a race (SQLite's single writer, or a concurrent insert of the same
 # id) re-read and try again; past this many tries the error is real.
 _RETRIES = 20
+
+
+def _translated(*, reads: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Method decorator: the database's errors leave as the core's
+    :class:`~aaa_django.events.StoreUnavailable` (transient or not, see
+    :mod:`aaa_django.store.faults`; the driver's error is its cause). A connection found
+    broken is closed, so the next call connects again (a long-lived thread's, such as
+    the engine host's, outlives a database restart); ``reads``, which change nothing,
+    are tried once more on the new connection."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(fn)
+        def call(self: "DjangoEventStore", *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(self, *args, **kwargs)
+            except DatabaseDriverError as exc:
+                fault, reconnects = self._fault(exc)
+                if not (reads and fault.transient and reconnects):
+                    raise fault from exc
+            try:
+                return fn(self, *args, **kwargs)
+            except DatabaseDriverError as exc:
+                raise self._fault(exc)[0] from exc
+
+        return call
+
+    return wrap
 
 
 def _outside_loop(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -158,10 +187,15 @@ class DjangoEventStore(StatementAppends):
                 # cache of the log must not take them as facts yet).
                 stored.committed = not connections[self.using].in_atomic_block
                 return stored
-            except (IntegrityError, OperationalError) as exc:
+            except DatabaseDriverError as exc:
                 closed = closed_refusal(stream, exc) if isinstance(exc, IntegrityError) else None
                 if closed is not None:  # a run that has ended, or was erased: final
                     raise closed from exc
+                if not isinstance(exc, IntegrityError) and not contention(exc):
+                    # An outage or a refusal, not a race: nothing to decide again. (Not
+                    # tried again on a new connection: whether a lost connection
+                    # committed is unknown, and the caller's retry finds out.)
+                    raise self._fault(exc)[0] from exc
                 # Lost a race with another appender (SQLite: "database is locked";
                 # both: the same seq or id inserted first by someone else). Re-read
                 # and decide again; inside a caller's transaction our atomic block was
@@ -171,6 +205,19 @@ class DjangoEventStore(StatementAppends):
                     raise ConcurrencyError(f"append to {stream} lost a race: {exc}") from exc
                 time.sleep(0.001 * (attempt + 1))
         raise AssertionError("unreachable")
+
+    def _fault(self, exc: BaseException) -> tuple[StoreUnavailable, bool]:
+        """The core's error for a database error, and whether the next call gets a new
+        connection: a broken one is closed on the way (outside a caller's
+        transaction, which is the caller's to end)."""
+        conn = connections[self.using]
+        reconnects = False
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
+            reconnects = conn.connection is None
+        fault = translate(exc, StoreUnavailable) or StoreUnavailable(
+            f"{type(exc).__name__}: {exc}", transient=False)
+        return fault, reconnects
 
     def _append_once(self, stream: str, batch: list[Event], texts: list[str], expected_seq,
                      contended: bool = False):
@@ -205,6 +252,7 @@ class DjangoEventStore(StatementAppends):
         return stored
 
 
+    @_translated(reads=True)
     def read_sync(
         self,
         stream: str,
@@ -218,6 +266,7 @@ class DjangoEventStore(StatementAppends):
             return self._read_to_head_pg(conn, stream, after)
         return rows.read(conn, stream, after=after, limit=limit, tenant=tenant)
 
+    @_translated(reads=True)
     def head_sync(self, stream: str) -> tuple[int, str] | None:
         row = self._events.filter(stream=stream).order_by("-seq").values_list("seq", "id")[:1]
         return (row[0][0], row[0][1]) if row else None
@@ -225,6 +274,7 @@ class DjangoEventStore(StatementAppends):
     def erase_sync(self, stream: str) -> int:
         return self.erase_many_sync([stream])
 
+    @_translated(reads=False)
     def erase_many_sync(self, streams: Sequence[str]) -> int:
         """Erase ``streams`` (events, snapshots, index rows) in one transaction; return
         the number of events erased. Plain DELETEs by the stream index, in chunks."""
@@ -246,9 +296,11 @@ class DjangoEventStore(StatementAppends):
                 cur.execute(f"DELETE FROM aaa_run WHERE run_id {where}", params)
         return deleted
 
+    @_translated(reads=True)
     def streams_sync(self) -> list[str]:
         return rows.streams(connections[self.using])
 
+    @_translated(reads=True)
     def unfinished_sync(self) -> dict[str, float]:
         """Run id -> the time (epoch seconds) of its newest event, for every run that
         has started and not completed (the sweeper's question, in one query)."""
@@ -264,6 +316,7 @@ class DjangoEventStore(StatementAppends):
         )
         return {stream: last.timestamp() for stream, last in rows}
 
+    @_translated(reads=True)
     def due_sync(self, now: float, limit: int = 500) -> list[tuple[str, int]]:
         """``(run id, seq)`` of the runs with a timer due by ``now`` (the run index's
         ``due_at``; the :class:`~aaa_django.celery.sweeper.DueIndex` protocol)."""
@@ -271,6 +324,7 @@ class DjangoEventStore(StatementAppends):
 
         return due_runs(self.using, now, limit)
 
+    @_translated(reads=False)
     def settle_due_sync(self, run_id: str, seq: int, due: float | None) -> bool:
         """Set the run's next due time, as of its log at ``seq``."""
         from .runindex import settle_due
@@ -279,12 +333,14 @@ class DjangoEventStore(StatementAppends):
 
     # -- snapshots ----------------------------------------------------------------
 
+    @_translated(reads=True)
     def load_snapshot_sync(self, stream: str, name: str, version: int) -> Snapshot | None:
         with cursor(connections[self.using]) as cur:  # plain SQL: a read on every adoption
             cur.execute(_LOAD_SNAPSHOT, [stream, name, version])
             row = cur.fetchone()
         return Snapshot(stream, name, version, row[0], row[1], row[2]) if row else None
 
+    @_translated(reads=False)
     def save_snapshot_sync(self, snapshot: Snapshot) -> bool:
         """Store ``snapshot`` unless one at the same or a later seq is stored already.
 

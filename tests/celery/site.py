@@ -146,6 +146,12 @@ async def slow(n: int = 0, tag: str = "slow", seconds: float = 30.0) -> str:
     return "finally"
 
 
+@tool(inline=True)
+def big(n: int = 0, size: int = 20_000) -> str:
+    """A result above the claim threshold: it goes to the blob store."""
+    return "y" * size
+
+
 @tool(requires_approval=True)
 def gated(n: int = 0) -> str:
     """Waits for a person's approval (none comes in the deadline test)."""
@@ -164,7 +170,7 @@ def gated_for_a_while(n: int = 0) -> str:
     return "approved"
 
 
-TOOLS = [noop, where, chatty, record, slow_record, pooled, slow, gated, gated_briefly, gated_for_a_while]
+TOOLS = [noop, where, chatty, record, slow_record, pooled, slow, big, gated, gated_briefly, gated_for_a_while]
 REGISTRY = ToolRegistry(TOOLS)
 
 

@@ -2,6 +2,7 @@
 PostgreSQL alias pointing at the pytest process's *test* database (AAA_TEST_WORKER_DB,
 ``test_aaa`` or ``test_aaa_gwN``) and the cluster keys of ``AAA`` set."""
 
+import json
 import os
 
 from tests.settings import *  # noqa: F401,F403
@@ -78,3 +79,8 @@ if os.environ.get("AAA_TEST_OTEL_FILE"):
     _provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(
         out=open(os.environ["AAA_TEST_OTEL_FILE"], "a"), formatter=lambda s: s.to_json(indent=None) + "\n")))
     trace.set_tracer_provider(_provider)
+# Workers whose blobs are in S3 (AAA_TEST_WORKER_S3: the S3Storage OPTIONS, as JSON).
+if os.environ.get("AAA_TEST_WORKER_S3"):
+    STORAGES = {**STORAGES, "blobs": {"BACKEND": "storages.backends.s3.S3Storage",
+                                      "OPTIONS": json.loads(os.environ["AAA_TEST_WORKER_S3"])}}
+    AAA["BLOB_STORAGE"] = "blobs"

@@ -7,9 +7,10 @@
         server.requests[0].json   # what the client sent
 
 stdlib ``http.server`` on a free loopback port, in a daemon thread: the SDKs talk
-real HTTP to it (their transport is not mocked). A reply can be slow (``delay``) or
-cut off mid-body (``drop``), or a stream (``parts``: sent one by one, chunked; a
-part may wait for an event, ``holds``). A request with no scripted reply left gets a 599 whose
+real HTTP to it (their transport is not mocked). A reply can be slow (``delay``), held
+until the test releases it (``hold``), cut off mid-body (``drop``), or a stream
+(``parts``: sent one by one, chunked; a part may wait for an event, ``holds``). A
+request with no scripted reply left gets a 599 whose
 message says so.
 """
 
@@ -48,6 +49,8 @@ class Reply:
     #: part i is sent once ``holds[i]`` is set (a test's proof that the client had
     #: the parts before it while the reply was not whole)
     holds: dict[int, threading.Event] = field(default_factory=dict)
+    #: answer only once this is set (or after ``delay`` seconds, whichever is first)
+    hold: threading.Event | None = None
 
     @classmethod
     def recorded(cls, name: str, **changes: Any) -> "Reply":
@@ -121,7 +124,9 @@ def _handler(server: RecordedServer) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             received = Received("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
             reply = server.next_reply(received)
-            if reply.delay:
+            if reply.hold is not None:
+                reply.hold.wait(reply.delay or None)
+            elif reply.delay:
                 time.sleep(reply.delay)
             if reply.parts is not None:
                 self.stream(reply)

@@ -4,7 +4,7 @@ waits, what a call that fails for good raises, and that the key never shows."""
 from __future__ import annotations
 
 import pickle
-import time
+import threading
 
 import pytest
 
@@ -17,6 +17,17 @@ from .server import Reply
 ASK = LLMRequest(messages=[Message(role="user", content="Say hello to Lyon in five words.")])
 
 
+def recorder() -> tuple[list[float], object]:
+    """A ``sleep`` for a client that records the delays the retry policy chose
+    instead of waiting them out."""
+    waited: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waited.append(seconds)
+
+    return waited, sleep
+
+
 def fails(client, request=ASK) -> LLMCallError:
     with pytest.raises(LLMCallError) as info:
         complete(client, request)
@@ -26,9 +37,9 @@ def fails(client, request=ASK) -> LLMCallError:
 def test_a_429_is_retried_after_its_retry_after(provider, server):
     server.script(Reply.recorded(provider.rate_limited, headers={"retry-after": "0.3"}),
                   Reply.recorded(provider.text))
-    started = time.monotonic()
-    reply = complete(provider.client(server), ASK)
-    assert time.monotonic() - started >= 0.3  # the server's wait, not our 0.01 s backoff
+    waited, sleep = recorder()
+    reply = complete(provider.client(server, sleep=sleep), ASK)
+    assert waited == [0.3]  # the server's wait, not our 0.01 s backoff
     assert reply.message.content == "Bonjour Lyon, city of lights!"
     assert [(a["attempt"], a["status"], a["reason"]) for a in reply.attempts] == [
         (1, 429, "rate_limit"), (2, None, "ok")]
@@ -47,8 +58,10 @@ def test_a_retry_after_longer_than_we_wait_fails_at_once(provider, server):
 
 def test_a_500_is_retried_with_backoff(provider, server):
     server.script(Reply.recorded(provider.server_error), Reply.recorded(provider.text))
-    reply = complete(provider.client(server), ASK)
+    waited, sleep = recorder()
+    reply = complete(provider.client(server, sleep=sleep), ASK)
     assert reply.message.content == "Bonjour Lyon, city of lights!"
+    assert waited == [0.01]
     first, second = reply.attempts
     assert first["reason"] == "server_error" and first["retry_in"] == 0.01
     assert second["reason"] == "ok"
@@ -56,7 +69,9 @@ def test_a_500_is_retried_with_backoff(provider, server):
 
 def test_a_persistent_500_fails_with_every_attempt(provider, server):
     server.script(*[Reply.recorded(provider.server_error)] * 3)
-    error = fails(provider.client(server, max_retries=2))
+    waited, sleep = recorder()
+    error = fails(provider.client(server, max_retries=2, sleep=sleep))
+    assert waited == [0.01, 0.02]
     assert error.reason == "server_error" and error.retryable
     assert error.status in (500, 529)  # OpenAI's 500, Anthropic's 529 "overloaded"
     assert [a["attempt"] for a in error.attempts] == [1, 2, 3]
@@ -88,12 +103,19 @@ def test_a_malformed_body_is_a_clear_error(provider, server, body, headers):
 
 
 def test_a_slow_response_times_out_per_attempt(provider, server):
-    server.script(Reply.recorded(provider.text, delay=1.5), Reply.recorded(provider.text, delay=1.5))
+    """The server holds both replies until the test ends: the call can only fail, with
+    a timeout on each attempt, if the client gave up on each at its own 0.3 s (had it
+    waited, the held replies would have come after 30 s and the call succeeded)."""
+    held = threading.Event()
+    server.script(*[Reply.recorded(provider.text, hold=held, delay=30)] * 2)
     client = provider.client(server, timeout=0.3, max_retries=1)
-    error = fails(client)
+    try:
+        error = fails(client)
+    finally:
+        held.set()
     assert error.reason == "timeout" and error.status is None
-    # two attempts, each cut at its 0.3 s timeout rather than waiting for the 1.5 s reply
     assert [a["reason"] for a in error.attempts] == ["timeout", "timeout"]
+    assert len(server.requests) == 2  # each attempt was sent, and cut off
     assert "0.3s" in str(error)
 
 

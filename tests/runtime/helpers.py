@@ -34,12 +34,13 @@ def make_engine(
     pools: dict[str, int] | None = None,
     tool_timeout: float | None = None,
     client: Any = None,
+    bus: Any = None,
     **kwargs: Any,
 ) -> Engine:
     """An engine on a fresh memory store (unless given) with the handlers attached."""
     engine = Engine(
         store=store if store is not None else InMemoryEventStore(),
-        bus=InProcessBus(duplicate=duplicate),
+        bus=bus if bus is not None else InProcessBus(duplicate=duplicate),
         cache=FoldCache(),
         **kwargs,
     )

@@ -381,47 +381,6 @@ def test_an_algorithm_emitting_non_json_fails_its_run():
     assert outcome.outcome == "failed" and "JSON" in outcome.value["error"]
 
 
-def test_a_store_outage_in_a_step_is_not_the_algorithms_failure():
-    """The step's read fails (the event was appended by another process: the engine
-    must read the log to catch up): the delivery errors out (the bus retries it), the
-    run is not ended ``failed``; once the store is back, the run finishes."""
-    from aaa_django.runtime import StoreUnavailable
-
-    class Flaky:
-        def __init__(self, inner):
-            self.inner, self.cache_key, self.broken = inner, inner.cache_key, True
-
-        async def read(self, stream, **kw):
-            if self.broken:
-                raise ConnectionError("database went away")
-            return await self.inner.read(stream, **kw)
-
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-    async def scenario():
-        store = InMemoryEventStore()
-        flaky = Flaky(store)
-        flaky.broken = False
-        async with make_engine(store=flaky) as engine:
-            run = await engine.start("tests.reader", {}, run_id="run-f")
-            await engine.drain(5)  # started, validated: the engine's own view is warm
-            flaky.broken = True
-            go = await store.append([Event(id="go", stream="run-f", type="tests.go.given")])
-            await engine.bus.publish(go)  # another process's event, delivered here
-            await engine.drain(5)
-            errors = list(engine.bus.errors)
-            flaky.broken = False
-            assert await run.outcome() is None  # not ended by the outage
-            await engine.handle(go[0])  # the redelivery
-            return errors, await run.result(timeout=5)
-
-    errors, outcome = arun(scenario())
-    # the engine's own read (ConnectionError) or the algorithm's (StoreUnavailable)
-    assert len(errors) == 1 and isinstance(errors[0], (ConnectionError, StoreUnavailable))
-    assert outcome.ok and outcome.value == {"events": 3}
-
-
 def test_a_store_outage_inside_ctx_project_propagates():
     from aaa_django.runtime import StoreUnavailable
 

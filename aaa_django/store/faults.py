@@ -1,0 +1,134 @@
+"""Driver errors translated into the core's own, at each adapter's boundary.
+
+The core decides from :class:`~aaa_django.events.InfrastructureError` and its
+``transient`` flag alone (:func:`aaa_django.runtime.retry.transient`); this module is
+the one place that knows what a driver's error means: the database (Django's wrappers
+of psycopg and sqlite3), Redis, the Celery broker (kombu), S3 (botocore) and a
+storage's file system. Transient: the service is away for a moment (a lost or refused
+connection, a restart, a timeout, throttling, a busy lock). Persistent: it answers,
+and refuses (a missing table or bucket, bad credentials, a full disk).
+
+A driver is only looked at if it is imported already (``sys.modules``): an exception
+of a library the process never loaded cannot be raised.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TypeVar
+
+from aaa_django.events import InfrastructureError
+
+F = TypeVar("F", bound=InfrastructureError)
+
+#: PostgreSQL SQLSTATE classes and codes of an outage or a lost race: connection
+#: exceptions (08), insufficient resources (53), transaction rollbacks (40:
+#: serialization failures, deadlocks), system errors (58), an administrator's or a
+#: crash's shutdown (57P01-57P03), a lock not available (55P03)
+_PG_TRANSIENT = ("08", "53", "40", "58", "57P01", "57P02", "57P03", "55P03")
+#: PostgreSQL codes of a lost race between two writers (retried inside the store)
+_PG_CONTENTION = ("40001", "40P01", "55P03")
+#: SQLite result codes (``sqlite_errorname``'s prefix) of a busy database
+_SQLITE_CONTENTION = ("SQLITE_BUSY", "SQLITE_LOCKED")
+#: S3 error codes worth retrying, whatever their HTTP status
+_S3_TRANSIENT = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
+                           "RequestLimitExceeded", "InternalError", "ServiceUnavailable"})
+
+
+def translate(exc: BaseException, kind: type[F] = InfrastructureError,  # type: ignore[assignment]
+              service: str | None = None) -> F | None:
+    """The core's error (of class ``kind``) for a driver's ``exc``, or None when
+    ``exc`` is not an infrastructure failure (a bug, a constraint the caller handles).
+    Raise it ``from exc``, so the driver's error stays its cause."""
+    if isinstance(exc, InfrastructureError):
+        return exc if isinstance(exc, kind) else kind(str(exc), transient=exc.transient,
+                                                      service=service or exc.service)
+    verdict = _transient(exc)
+    if verdict is None:
+        return None
+    cause = exc.__cause__ if _is_db_error(exc) and exc.__cause__ is not None else exc
+    return kind(f"{type(cause).__name__}: {exc}", transient=verdict, service=service)
+
+
+def contention(exc: BaseException) -> bool:
+    """Did a database write lose a race with another writer (SQLite's busy lock,
+    PostgreSQL's serialization failure or deadlock)? The store tries again then."""
+    cause = exc.__cause__
+    name = getattr(cause, "sqlite_errorname", None)
+    if isinstance(name, str):
+        return name.startswith(_SQLITE_CONTENTION)
+    if "database is locked" in str(exc):  # an SQLite without error names
+        return True
+    code = getattr(cause, "sqlstate", None)
+    return isinstance(code, str) and code.startswith(_PG_CONTENTION)
+
+
+def _transient(exc: BaseException) -> bool | None:
+    """True (transient), False (persistent) or None (not an infrastructure failure)."""
+    if _is_db_error(exc):
+        return _db_transient(exc)
+    for check in (_redis_transient, _broker_transient, _s3_transient):
+        verdict = check(exc)
+        if verdict is not None:
+            return verdict
+    if isinstance(exc, (ConnectionError, TimeoutError, BlockingIOError, InterruptedError)):
+        return True
+    if isinstance(exc, OSError):  # a storage's file system: permissions, a full disk
+        return False
+    return None
+
+
+def _is_db_error(exc: BaseException) -> bool:
+    db = sys.modules.get("django.db")
+    return db is not None and isinstance(exc, db.Error)
+
+
+def _db_transient(exc: BaseException) -> bool | None:
+    from django.db import DataError, IntegrityError, InterfaceError, OperationalError
+
+    if isinstance(exc, (IntegrityError, DataError)):
+        return None  # the data's or a race's: the caller's to handle
+    if isinstance(exc, InterfaceError):
+        return True  # the connection is closed or unusable
+    cause = exc.__cause__
+    name = getattr(cause, "sqlite_errorname", None)
+    if isinstance(name, str):
+        return name.startswith((*_SQLITE_CONTENTION, "SQLITE_IOERR", "SQLITE_PROTOCOL"))
+    code = getattr(cause, "sqlstate", None)
+    if isinstance(code, str):
+        return code.startswith(_PG_TRANSIENT)
+    # No SQLSTATE: the server never answered (a refused or lost connection).
+    return isinstance(exc, OperationalError)
+
+
+def _redis_transient(exc: BaseException) -> bool | None:
+    errors = sys.modules.get("redis.exceptions")
+    if errors is None or not isinstance(exc, errors.RedisError):
+        return None
+    if isinstance(exc, errors.AuthenticationError):
+        return False
+    return isinstance(exc, (errors.ConnectionError, errors.TimeoutError, errors.BusyLoadingError,
+                            errors.TryAgainError, errors.ReadOnlyError))
+
+
+def _broker_transient(exc: BaseException) -> bool | None:
+    errors = sys.modules.get("kombu.exceptions")
+    if errors is None or not isinstance(exc, errors.OperationalError):
+        return None
+    return True
+
+
+def _s3_transient(exc: BaseException) -> bool | None:
+    errors = sys.modules.get("botocore.exceptions")
+    if errors is None:
+        return None
+    if isinstance(exc, errors.ClientError):
+        response = getattr(exc, "response", None) or {}
+        code = (response.get("Error") or {}).get("Code")
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0
+        return code in _S3_TRANSIENT or status >= 500 or status in (408, 429)
+    if isinstance(exc, (errors.ConnectionError, errors.HTTPClientError)):  # refused, reset, timed out
+        return True
+    if isinstance(exc, errors.BotoCoreError):  # no credentials, a bad endpoint...
+        return False
+    return None
