@@ -46,8 +46,17 @@ def translate(exc: BaseException, kind: type[F] = InfrastructureError,  # type: 
     verdict = _transient(exc)
     if verdict is None:
         return None
-    cause = exc.__cause__ if _is_db_error(exc) and exc.__cause__ is not None else exc
+    db = _is_db_error(exc)
+    cause = exc.__cause__ if db and exc.__cause__ is not None else exc
+    if service is None and kind.service == InfrastructureError.service:  # say what failed
+        service = "database" if db else _service_of(exc)
     return kind(f"{type(cause).__name__}: {exc}", transient=verdict, service=service)
+
+
+def _service_of(exc: BaseException) -> str | None:
+    """What failed, by the driver's package, when the boundary did not say."""
+    package = type(exc).__module__.split(".", 1)[0]
+    return {"redis": "redis", "kombu": "broker", "botocore": "blob store"}.get(package)
 
 
 def contention(exc: BaseException) -> bool:

@@ -1,0 +1,109 @@
+"""A small OpenAI-compatible model server for the field test, with latency.
+
+    python -m tests.field.model_server PORT [--latency MIN MAX] [--seed N]
+
+Speaks ``POST /v1/chat/completions`` as OpenAI does, and follows one script whatever
+the task says: the first call asks for two tool calls at once (the example site's
+``lookup_population`` for Lyon and Porto), the next answers in text with what the
+tools returned and a fingerprint of the task (its length and SHA-256), so the field
+test knows the one right answer of each run. Each answer comes after a random delay
+between MIN and MAX seconds (a model thinks). It prints ``ready`` once it listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+CITIES = ("Lyon", "Porto")
+
+
+def fingerprint(task: str) -> str:
+    """What the model says about a task: its length and the start of its SHA-256."""
+    return f"{len(task)} chars, sha256 {hashlib.sha256(task.encode()).hexdigest()[:16]}"
+
+
+def answer(task: str, populations: list[int]) -> str:
+    """The final answer the script gives for ``task`` (the field test expects it)."""
+    return f"task of {fingerprint(task)}: Lyon and Porto have {sum(populations)} inhabitants"
+
+
+def reply(body: dict[str, Any], n: int) -> dict[str, Any]:
+    """The chat completion for a request (``n``: this server's call count, for ids)."""
+    messages = body["messages"]
+    task = next(m["content"] for m in messages if m["role"] == "user")
+    results = [m for m in messages if m["role"] == "tool"]
+    if not results:
+        message = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{n}_{i}", "type": "function",
+             "function": {"name": "lookup_population", "arguments": json.dumps({"city": city})}}
+            for i, city in enumerate(CITIES)]}
+        finish = "tool_calls"
+    else:
+        message = {"role": "assistant", "content": answer(task, [int(m["content"]) for m in results])}
+        finish = "stop"
+    prompt = sum(len(str(m.get("content") or "")) for m in messages) // 4
+    return {
+        "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
+        "model": body.get("model") or "field-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": 20, "total_tokens": prompt + 20},
+    }
+
+
+def serve(port: int, latency: tuple[float, float], seed: int) -> None:
+    rng = random.Random(seed)
+    lock = threading.Lock()
+    count = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            if self.path.rstrip("/") != "/v1/chat/completions":
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            with lock:
+                count[0] += 1
+                n, delay = count[0], rng.uniform(*latency)
+            time.sleep(delay)
+            self._send(200, reply(body, n))
+
+        def _send(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:  # the client gave up
+                self.close_connection = True
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    httpd.daemon_threads = True
+    print("ready", flush=True)
+    httpd.serve_forever()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("port", type=int)
+    parser.add_argument("--latency", type=float, nargs=2, default=(0.3, 1.0))
+    parser.add_argument("--seed", type=int, default=12)
+    args = parser.parse_args()
+    serve(args.port, tuple(args.latency), args.seed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""The example site (project/) started as it is deployed, for the field tests.
+
+Its own PostgreSQL cluster and (on the Celery bus) Redis server, so a test can restart
+them; S3 for blobs (moto, from bin/test); the database migrated and an API key made
+with the site's own commands; its web server (gunicorn); on the Celery bus, Celery
+workers started the usual way (``celery -A project worker``); and, when asked, the
+model server of tests/field/model_server.py (else the site's scripted model). Every
+process is stopped by its PID at the end.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .services import Postgres, Process, Redis, free_port, wait_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Site:
+    """``with Site(tmp, s3_endpoint, bus="celery", workers=2, model=True) as site:``"""
+
+    def __init__(self, tmp: Path, s3_endpoint: str, *, bus: str = "inprocess", workers: int = 0,
+                 model: bool = False, web_workers: int = 1) -> None:
+        self.tmp = tmp
+        self.s3_endpoint = s3_endpoint
+        self.bus = bus
+        self.n_workers = workers
+        self.with_model = model
+        self.web_workers = web_workers
+        self.procs: dict[str, Process] = {}
+        self.workers: list[Process] = []
+        self._stops: list[Any] = []
+        self._n = 0
+
+    # -- starting -------------------------------------------------------------------------
+
+    def __enter__(self) -> "Site":
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        import boto3
+
+        self.pg = Postgres()
+        self._stops.append(self.pg.close)
+        bucket = f"aaa-field-{time.time_ns()}"
+        boto3.client("s3", endpoint_url=self.s3_endpoint, aws_access_key_id="testing",
+                     aws_secret_access_key="testing", region_name="us-east-1").create_bucket(Bucket=bucket)
+        self.web_port = free_port()
+        self.env = {
+            "PATH": "/usr/bin:/bin", "HOME": str(self.tmp), "PYTHONUNBUFFERED": "1",
+            "DJANGO_SETTINGS_MODULE": "project.settings",
+            "AAA_DEBUG": "0", "AAA_SECRET_KEY": "field-test-secret-key-not-for-production",
+            "AAA_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "AAA_DB": "postgres", "AAA_PG_HOST": "127.0.0.1", "AAA_PG_PORT": str(self.pg.port),
+            "AAA_PG_NAME": "aaa", "AAA_PG_USER": "postgres", "AAA_BUS": self.bus,
+            "AAA_S3_BUCKET": bucket, "AAA_S3_ENDPOINT": self.s3_endpoint,
+            "AAA_S3_ACCESS_KEY": "testing", "AAA_S3_SECRET_KEY": "testing",
+            "AAA_S3_REGION": "us-east-1",
+        }
+        if self.bus == "celery":
+            self.redis = Redis(self.tmp)
+            self._stops.append(self.redis.close)
+            self.env["AAA_REDIS_URL"] = self.redis.url
+        if self.with_model:
+            port = free_port()
+            self.env.update({"AAA_LLM_PROVIDER": "openai", "AAA_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1",
+                             "AAA_LLM_API_KEY": "field-test-key", "AAA_LLM_MODEL": "field-model"})
+            model = self._process("model", sys.executable, "-m", "tests.field.model_server", str(port))
+        self.manage("migrate", "--noinput")
+        self.manage("demo_user", "--username", "field", "--password", "field-pass-1")
+        self.key = self.manage("aaa_apikey", "create", "--user", "field", "--name", "field").split()[-1]
+        web = self._process("web", sys.executable, "-m", "gunicorn", "project.wsgi:application",
+                            "-b", f"127.0.0.1:{self.web_port}", "-w", str(self.web_workers),
+                            "-k", "gthread", "--threads", "16", "--timeout", "120",
+                            "--graceful-timeout", "5")
+        for _ in range(self.n_workers):
+            self.start_worker()
+        for w in self.workers:
+            self.wait_ready(w)
+        if self.with_model:
+            wait_port(port, proc=model.proc)
+        wait_port(self.web_port, proc=web.proc)
+        self.client = Client(self.web_port, self.key)
+
+    def _process(self, name: str, *cmd: str) -> Process:
+        p = self.procs[name] = Process(name, list(cmd), env=self.env, cwd=ROOT,
+                                       log=self.tmp / f"{name}.log")
+        return p
+
+    def start_worker(self) -> Process:
+        """One more Celery worker, started the usual way."""
+        self._n += 1
+        w = self._process(f"worker{self._n}", sys.executable, "-m", "celery", "-A", "project",
+                          "worker", "-n", f"field{self._n}@%h", "-c", "2", "-l", "info")
+        self.workers.append(w)
+        return w
+
+    def wait_ready(self, worker: Process, timeout: float = 60) -> None:
+        """Until Celery says the worker is ready (its log's "ready." line)."""
+        end = time.monotonic() + timeout
+        while " ready." not in worker.text():
+            assert worker.proc.poll() is None, f"{worker.name} exited:\n{worker.text()[-3000:]}"
+            assert time.monotonic() < end, f"{worker.name} not ready:\n{worker.text()[-3000:]}"
+            time.sleep(0.1)
+
+    def manage(self, *args: str) -> str:
+        out = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    def close(self) -> None:
+        for p in reversed(list(self.procs.values())):
+            p.stop()
+        for stop in reversed(self._stops):
+            try:
+                stop()
+            except Exception:  # best effort: the rest must still stop
+                pass
+
+    def logs(self, lines: int = 30) -> str:
+        return "\n".join(f"--- {name}\n" + "\n".join(p.text().splitlines()[-lines:])
+                         for name, p in self.procs.items())
+
+
+class Client:
+    """A REST client as a user's program is: sends a request again after a 503 (once
+    its ``Retry-After`` has passed) or a dropped connection; records every answer's
+    status (and ``Retry-After``)."""
+
+    def __init__(self, port: int, key: str) -> None:
+        self.port = port
+        self.key = key
+        #: (status, Retry-After, "METHOD path") of every answer, in order
+        self.answers: list[tuple[int, str | None, str]] = []
+        self._lock = threading.Lock()
+
+    def call(self, method: str, path: str, body: Any = None, headers: dict | None = None, *,
+             retry: bool = True, give_up: float = 90) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        hdrs = {"Authorization": f"Bearer {self.key}", **(headers or {})}
+        if data is not None:
+            hdrs["Content-Type"] = "application/json"
+        end = time.monotonic() + give_up
+        while True:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+            try:
+                conn.request(method, f"/api/aaa{path}", body=data, headers=hdrs)
+                r = conn.getresponse()
+                payload, status, retry_after = r.read(), r.status, r.getheader("Retry-After")
+            except OSError:
+                status = None
+            finally:
+                conn.close()
+            if status is None:
+                assert time.monotonic() < end, f"{method} {path}: the server never answered"
+                time.sleep(0.2)
+                continue
+            with self._lock:
+                self.answers.append((status, retry_after, f"{method} {path}"))
+            if retry and status == 503 and time.monotonic() < end:
+                time.sleep(float(retry_after or 1))
+                continue
+            return status, json.loads(payload) if payload else None
+
+    def bad_answers(self) -> list[tuple[int, str | None, str]]:
+        """Answers that are neither 2xx nor a 503 with ``Retry-After``."""
+        return [a for a in self.answers if not (200 <= a[0] < 300 or (a[0] == 503 and a[1]))]
