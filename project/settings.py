@@ -148,6 +148,8 @@ AAA = {
     if env("AAA_LLM_BASE_URL") or env("AAA_LLM_API_KEY")
     else None,
 }
+if env("AAA_STALL_AFTER"):  # the cluster's sweeper: seconds before a run counts as stalled
+    AAA["STALL_AFTER"] = float(env("AAA_STALL_AFTER"))
 
 # Celery (used when AAA_BUS=celery): `celery -A project worker`.
 CELERY_BROKER_URL = env("AAA_REDIS_URL", "memory://")

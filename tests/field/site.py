@@ -28,8 +28,9 @@ class Site:
     """``with Site(tmp, s3_endpoint, bus="celery", workers=2, model=True) as site:``"""
 
     def __init__(self, tmp: Path, s3_endpoint: str, *, bus: str = "inprocess", workers: int = 0,
-                 model: bool = False, web_workers: int = 1) -> None:
+                 model: bool = False, web_workers: int = 1, stall_after: float | None = None) -> None:
         self.tmp = tmp
+        self.stall_after = stall_after
         self.s3_endpoint = s3_endpoint
         self.bus = bus
         self.n_workers = workers
@@ -73,6 +74,8 @@ class Site:
             "AAA_S3_ACCESS_KEY": "testing", "AAA_S3_SECRET_KEY": "testing",
             "AAA_S3_REGION": "us-east-1",
         }
+        if self.stall_after is not None:
+            self.env["AAA_STALL_AFTER"] = str(self.stall_after)
         if self.bus == "celery":
             self.redis = Redis(self.tmp)
             self._stops.append(self.redis.close)
