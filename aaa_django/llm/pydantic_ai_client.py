@@ -31,7 +31,7 @@ Needs ``pip install 'aaa_django[pydantic-ai]'`` (plus the provider's own extra o
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from .messages import LLMRequest, Message, Usage
 from .pricing import Pricing
@@ -87,6 +87,7 @@ class PydanticAIClient(ProviderClient):
         max_retries: int = 2,
         pricing: Pricing | Mapping[str, Mapping[str, Any]] | None = None,
         backoff: Backoff | None = None,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
     ) -> None:
         self._pai = _import()
         from pydantic_ai.models import Model
@@ -95,7 +96,7 @@ class PydanticAIClient(ProviderClient):
         self._factory: Callable[[], Any] | None = model if callable(model) and self._instance is None else None
         name = model if isinstance(model, str) else _model_name(self._instance)
         super().__init__(base_url=base_url, api_key=api_key, model=name, timeout=timeout,
-                         max_retries=max_retries, pricing=pricing, backoff=backoff)
+                         max_retries=max_retries, pricing=pricing, backoff=backoff, sleep=sleep)
         if self._instance is None and self._factory is None and not isinstance(model, str):
             raise TypeError(f"model must be a Pydantic AI Model, a model name or a factory, not {model!r}")
 
