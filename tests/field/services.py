@@ -27,8 +27,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_port(port: int, timeout: float = 30, proc: subprocess.Popen | None = None) -> None:
-    """Until something accepts connections on ``port`` (while ``proc`` lives)."""
+def wait_port(port: int, timeout: float = 120, proc: subprocess.Popen | None = None) -> None:
+    """Until something accepts connections on ``port`` (while ``proc`` lives). The
+    timeout only catches a process that never listens: on a loaded 2-core machine
+    gunicorn has been seen to need more than 30 s to start."""
     end = time.monotonic() + timeout
     while True:
         try:
