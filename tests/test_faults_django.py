@@ -9,6 +9,7 @@ tests/celery/test_infrastructure_faults.py.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import pytest
@@ -121,3 +122,70 @@ def test_a_missing_table_is_persistent(pg_alias):
                 cur.execute("ALTER TABLE aaa_event RENAME TO aaa_event_away")
             store.read_sync("s-any")
     assert info.value.transient is False and "aaa_event" in str(info.value)
+
+
+# -- PostgreSQL through the async store (psycopg's own connections) ------------------------
+
+
+def _terminate_all(alias: str) -> None:
+    """Kill the backends of the test database, as a restart does to every client (the
+    async store's connections, idle or not, among them), but the test thread's own
+    Django connection (the test's teardown flushes through it)."""
+    mine = connections[alias].cursor().connection.info.backend_pid
+    other = connections.create_connection(alias)
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid NOT IN (pg_backend_pid(), %s)", [mine])
+    finally:
+        other.close()
+
+
+def _pg_store(alias: str):
+    from aaa_django.store.postgres import PgEventStore
+
+    store = PgEventStore(alias, group_commit=False)
+    assert store.pg is not None, "the async path is what these tests are about"
+    return store
+
+
+@PG
+def test_the_async_store_reads_again_after_its_connections_were_lost(pg_alias):
+    store = _pg_store(pg_alias)
+
+    async def before():
+        await store.append([_event("a-read", 1)])
+        await asyncio.gather(*(store.read("a-read") for _ in range(3)))  # several idle connections
+
+    async def after():
+        return await store.read("a-read"), await store.head("a-read")
+
+    asyncio.run(before())
+    _terminate_all(pg_alias)
+    events, head = asyncio.run(after())
+    assert [e.id for e in events] == ["a-read-e1"] and head == (1, "a-read-e1")
+
+
+@PG
+def test_the_async_stores_append_on_a_lost_connection_is_transient_and_the_next_one_connects(pg_alias):
+    store = _pg_store(pg_alias)
+    asyncio.run(store.append([_event("a-append", 1)]))
+    _terminate_all(pg_alias)
+    with pytest.raises(StoreUnavailable) as info:
+        asyncio.run(store.append([_event("a-append", 2)]))
+    # an outage, not "lost a race": the bus delivers again, the API answers 503
+    assert info.value.transient is True and info.value.service == "event store"
+    assert not isinstance(info.value, ConcurrencyError)
+    assert [e.seq for e in asyncio.run(store.append([_event("a-append", 2)]))] == [2]
+
+
+@PG
+def test_the_async_stores_refused_connection_is_transient(pg_alias, monkeypatch):
+    from aaa_django.store.connections import PgConnections
+
+    store = _pg_store(pg_alias)
+    store.pg = PgConnections(pg_alias)  # connections of its own, none open yet
+    monkeypatch.setitem(store.pg.django.settings_dict, "PORT", str(closed_port()))
+    with pytest.raises(StoreUnavailable) as info:
+        asyncio.run(store.read("a-any"))
+    assert info.value.transient is True

@@ -130,6 +130,19 @@ class PgConnections:
         self.opened += 1
         return conn
 
+    def discard_idle(self) -> int:
+        """Drop the idle connections (a call found the server gone: they were opened
+        before, and would each fail a call); returns how many. Local calls only
+        (libpq's PQfinish): the server end is gone already."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+            if self._pid != os.getpid():  # a forked child: the parent's, dropped unclosed (see _take)
+                self._pid = os.getpid()
+                return 0
+        for conn in idle:
+            conn.pgconn.finish()
+        return len(idle)
+
     async def close(self) -> None:
         """Close the idle connections (those in use close when given back broken, or
         stay open: call this when nothing uses them)."""

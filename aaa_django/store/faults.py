@@ -3,7 +3,8 @@
 The core decides from :class:`~aaa_django.events.InfrastructureError` and its
 ``transient`` flag alone (:func:`aaa_django.runtime.retry.transient`); this module is
 the one place that knows what a driver's error means: the database (Django's wrappers
-of psycopg and sqlite3), Redis, the Celery broker (kombu), S3 (botocore) and a
+of psycopg and sqlite3, and psycopg's own errors from the async store's connections,
+:mod:`aaa_django.store.postgres`), Redis, the Celery broker (kombu), S3 (botocore) and a
 storage's file system. Transient: the service is away for a moment (a lost or refused
 connection, a restart, a timeout, throttling, a busy lock). Persistent: it answers,
 and refuses (a missing table or bucket, bad credentials, a full disk).
@@ -88,18 +89,25 @@ def _transient(exc: BaseException) -> bool | None:
 
 
 def _is_db_error(exc: BaseException) -> bool:
-    db = sys.modules.get("django.db")
-    return db is not None and isinstance(exc, db.Error)
+    """Django's wrapper of a database driver's error, or psycopg's own (the async
+    store's connections are psycopg's, unwrapped)."""
+    return any(m is not None and isinstance(exc, m.Error)
+               for m in (sys.modules.get("django.db"), sys.modules.get("psycopg")))
 
 
 def _db_transient(exc: BaseException) -> bool | None:
     from django.db import DataError, IntegrityError, InterfaceError, OperationalError
 
+    psycopg = sys.modules.get("psycopg")
+    raw = psycopg is not None and isinstance(exc, psycopg.Error)
+    if raw:
+        DataError, IntegrityError, InterfaceError, OperationalError = (  # noqa: N806
+            psycopg.DataError, psycopg.IntegrityError, psycopg.InterfaceError, psycopg.OperationalError)
     if isinstance(exc, (IntegrityError, DataError)):
         return None  # the data's or a race's: the caller's to handle
     if isinstance(exc, InterfaceError):
         return True  # the connection is closed or unusable
-    cause = exc.__cause__
+    cause = exc if raw else exc.__cause__
     name = getattr(cause, "sqlite_errorname", None)
     if isinstance(name, str):
         return name.startswith((*_SQLITE_CONTENTION, "SQLITE_IOERR", "SQLITE_PROTOCOL"))
@@ -108,6 +116,17 @@ def _db_transient(exc: BaseException) -> bool | None:
         return code.startswith(_PG_TRANSIENT)
     # No SQLSTATE: the server never answered (a refused or lost connection).
     return isinstance(exc, OperationalError)
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Did a psycopg call fail because its connection (or the server behind it) is
+    gone: a connection exception (SQLSTATE class 08), a shutdown (57P01-57P03), or no
+    answer at all? Every connection opened before it is suspect then."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return False
+    code = exc.sqlstate
+    return code is None or code.startswith(("08", "57P01", "57P02", "57P03"))
 
 
 def _redis_transient(exc: BaseException) -> bool | None:

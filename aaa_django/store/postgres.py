@@ -11,6 +11,12 @@ store's (the same tables, triggers and run index; the one-statement append of
 lost race, an index row behind its log, a large batch) takes the sync store's
 transactional path, in Django's executor, as before.
 
+Faults: psycopg's errors leave the async methods as the core's
+:class:`~aaa_django.events.StoreUnavailable` (transient or not, see
+:mod:`aaa_django.store.faults`), as the sync store's do; a lost connection drops the idle
+ones too (opened before the outage, they are gone with it), so the next call connects
+anew, and a read is tried once more on a new connection.
+
 Transactions: the async methods run outside any transaction a caller opened (Django's
 ``atomic`` is sync-only; these are the store's own connections), and say so: their
 results are ``committed``. A caller that wants events in its own transaction calls
@@ -19,18 +25,20 @@ the ``*_sync`` methods inside it, which join it as the Django store's do.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from functools import wraps
+from typing import Any, Awaitable, Callable, Sequence
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError
 from django.utils.timezone import now
 
-from aaa_django.events import Event, Snapshot
+from aaa_django.events import Event, Snapshot, StoreUnavailable
 from aaa_django.events.store import prepare_batch
 
 from .appends import _READ_AND_ROW_PG, CATCH_UP, Steps
 from .connections import PgConnections, async_capable
 from .database import _LOAD_SNAPSHOT, DjangoEventStore, snapshot_writes
+from .faults import connection_lost, translate
 from .groupcommit import GroupCommit
 from .rows import INSERT_CHUNK, SELECT, EventList, to_event
 from .runindex import index_events
@@ -38,6 +46,35 @@ from .runindex import index_events
 __all__ = ["PgEventStore", "site_store"]
 
 _HEAD = "SELECT seq, id FROM aaa_event WHERE stream = %s ORDER BY seq DESC LIMIT 1"
+
+
+def _translated(*, reads: bool) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+    """Method decorator of the async methods: psycopg's errors leave as
+    :class:`StoreUnavailable` (see the module); ``reads``, which change nothing, are
+    tried once more when the connection was lost."""
+
+    def wrap(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        @wraps(fn)
+        async def call(self: "PgEventStore", *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await fn(self, *args, **kwargs)
+            except Exception as exc:
+                fault, lost = self._fault_of(exc)
+                if fault is None:
+                    raise
+                if not (reads and lost):
+                    raise fault from exc
+            try:
+                return await fn(self, *args, **kwargs)
+            except Exception as exc:
+                fault, _ = self._fault_of(exc)
+                if fault is None:
+                    raise
+                raise fault from exc
+
+        return call
+
+    return wrap
 
 
 def site_store(using: str = "default") -> DjangoEventStore:
@@ -81,8 +118,23 @@ class PgEventStore(DjangoEventStore):
             raise RuntimeError(f"{self!r} is inline: it has no connections of its own")
         return self.pg
 
+    def _fault_of(self, exc: BaseException) -> tuple[StoreUnavailable | None, bool]:
+        """The core's error for a psycopg error of the async connections (None: not
+        one; Django's errors of the sync path come translated already, and a refused
+        row is the caller's), and whether the connection was lost (then the idle ones
+        are dropped: the next call connects anew)."""
+        import psycopg
+
+        if not isinstance(exc, psycopg.Error):
+            return None, False
+        lost = connection_lost(exc)
+        if lost and self.pg is not None:
+            self.pg.discard_idle()
+        return translate(exc, StoreUnavailable), lost
+
     # -- events -------------------------------------------------------------------
 
+    @_translated(reads=False)
     async def _append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
         stream, batch, texts = prepare_batch(events)  # raises before any write
         if not batch:
@@ -149,6 +201,7 @@ class PgEventStore(DjangoEventStore):
 
         await sync_to_async(index_events, thread_sensitive=True)(self.using, stored)
 
+    @_translated(reads=True)
     async def _read(self, stream: str, *, after: int = 0, limit: int | None = None,
                     tenant: str | None = None) -> list[Event]:
         if limit is None and tenant is None:
@@ -165,6 +218,7 @@ class PgEventStore(DjangoEventStore):
             params.append(max(int(limit), 0))
         return EventList(to_event(row) for row in await self._fetch(sql, params))
 
+    @_translated(reads=True)
     async def _head(self, stream: str) -> tuple[int, str] | None:
         rows = await self._fetch(_HEAD, [stream])
         return (rows[0][0], rows[0][1]) if rows else None
@@ -176,10 +230,12 @@ class PgEventStore(DjangoEventStore):
 
     # -- snapshots ----------------------------------------------------------------
 
+    @_translated(reads=True)
     async def _load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
         rows = await self._fetch(_LOAD_SNAPSHOT, [stream, name, version])
         return Snapshot(stream, name, version, *rows[0]) if rows else None
 
+    @_translated(reads=False)
     async def _save_snapshot(self, snapshot: Snapshot) -> bool:
         """As :meth:`DjangoEventStore.save_snapshot_sync`: a conditional UPDATE, else an
         INSERT that yields to a row inserted meanwhile, then the UPDATE again."""
