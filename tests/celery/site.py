@@ -164,9 +164,10 @@ def gated_briefly(n: int = 0) -> str:
     return "approved"
 
 
-@tool(requires_approval=True, approval_expires=8.0)
+@tool(requires_approval=True, approval_expires=24.0)
 def gated_for_a_while(n: int = 0) -> str:
-    """Its approval expires after 8 s: longer than the test broker's consumer_timeout."""
+    """Its approval expires after 24 s: longer than the test broker's consumer_timeout
+    (tests/celery/test_brokers.py: LONG)."""
     return "approved"
 
 

@@ -3,7 +3,7 @@
 The due times live in the run index (``RunRecord.due_at``) and the workers' periodic
 duty fires them (``aaa_django.celery.duty``); no worker holds a message until they come. A
 held message is what each broker punishes: RabbitMQ closes the channel of a delivery
-left unacknowledged past ``consumer_timeout`` (5 s under bin/test, looked at every
+left unacknowledged past ``consumer_timeout`` (20 s under bin/test, looked at every
 second) and the worker goes down with it; Redis hands it to another worker after the
 visibility timeout. Each broker gets a cluster of two workers of its own, on queues
 of its own.
@@ -27,8 +27,13 @@ from .workers import Cluster
 
 pytestmark = [CELERY_DB]
 
-#: longer than the test RabbitMQ's consumer_timeout (5 s) and one look at it (1 s)
-LONG = 8.0
+#: the test RabbitMQ's consumer_timeout (bin/test): a message held longer is one held
+#: for a timer (a delivery takes seconds at most, even on a loaded machine); on Redis
+#: the tests judge by it too
+PATIENCE = 20.0
+#: longer than PATIENCE and one look at it (1 s); tests/celery/site.py's
+#: gated_for_a_while expires after as long
+LONG = PATIENCE + 4
 #: a day
 DAY = 86_400.0
 
@@ -62,7 +67,7 @@ def ticks(broker, cluster) -> int:
     return sum(s.get("total", {}).get("aaa.tick", 0) for s in stats.values())
 
 
-def unacked_for_long(broker, cluster, redis, seconds: float = 5.0) -> int:
+def unacked_for_long(broker, cluster, redis, seconds: float = PATIENCE) -> int:
     """Messages of the cluster's queues that the Redis broker handed out more than
     ``seconds`` ago and still waits to have acknowledged; on RabbitMQ its
     consumer_timeout is the judge. The broker's database is shared with the other
@@ -136,7 +141,12 @@ def test_a_thousand_runs_waiting_a_day_hold_no_message(on, arun, redis):
         time.sleep(0.2)
     print(f"\n{n} runs started and delivered on {broker.name} in {time.monotonic() - t0:.1f} s")
 
-    assert held(broker, cluster) == 0 and unacked_for_long(broker, cluster, redis, 2.0) == 0
+    assert held(broker, cluster) == 0
+    # What is still unacknowledged is a delivery under way, which ends: none is held.
+    end = time.monotonic() + 60
+    while unacked_for_long(broker, cluster, redis, 0.0):
+        assert time.monotonic() < end, "messages still unacknowledged after a minute"
+        time.sleep(0.2)
     # Each timer is a column of its run's row, due a day from now.
     due = list(rows.values_list("due_at", flat=True))
     assert len(due) == n and min(due) > time.time() + DAY - 600

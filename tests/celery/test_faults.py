@@ -80,6 +80,14 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_clus
             helpers = [asyncio.ensure_future(killer(stop))]
             try:
                 outcomes = await asyncio.wait_for(asyncio.gather(*(r.result() for r in runs)), 150)
+            except asyncio.TimeoutError:
+                stuck = []
+                for r in runs:
+                    events = await r.events()
+                    if not any(e.type == RUN_COMPLETED for e in events):
+                        stuck.append((r.run_id, [(e.seq, e.type, e.time.strftime("%H:%M:%S.%f")) for e in events[-4:]]))
+                print(f"\nkills: {kills}\nstuck: {stuck}\n{cluster.logs()}")
+                raise
             finally:
                 stop.set()
                 await asyncio.gather(*helpers, return_exceptions=True)
