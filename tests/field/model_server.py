@@ -1,13 +1,15 @@
 """A small OpenAI-compatible model server for the field test, with latency.
 
-    python -m tests.field.model_server PORT [--latency MIN MAX] [--seed N]
+    python -m tests.field.model_server PORT [--latency MIN MAX] [--seed N] [--hold FILE]
 
 Speaks ``POST /v1/chat/completions`` as OpenAI does, and follows one script whatever
 the task says: the first call asks for two tool calls at once (the example site's
 ``lookup_population`` for Lyon and Porto), the next answers in text with what the
 tools returned and a fingerprint of the task (its length and SHA-256), so the field
 test knows the one right answer of each run. Each answer comes after a random delay
-between MIN and MAX seconds (a model thinks). It prints ``ready`` once it listens.
+between MIN and MAX seconds (a model thinks); while FILE exists, none comes (the calls
+wait: a test holds its runs in flight while it breaks things). It prints ``ready``
+once it listens.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import random
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 CITIES = ("Lyon", "Porto")
@@ -57,7 +60,7 @@ def reply(body: dict[str, Any], n: int) -> dict[str, Any]:
     }
 
 
-def serve(port: int, latency: tuple[float, float], seed: int) -> None:
+def serve(port: int, latency: tuple[float, float], seed: int, hold: Path | None = None) -> None:
     rng = random.Random(seed)
     lock = threading.Lock()
     count = [0]
@@ -76,6 +79,8 @@ def serve(port: int, latency: tuple[float, float], seed: int) -> None:
             with lock:
                 count[0] += 1
                 n, delay = count[0], rng.uniform(*latency)
+            while hold is not None and hold.exists():
+                time.sleep(0.05)
             time.sleep(delay)
             self._send(200, reply(body, n))
 
@@ -101,8 +106,9 @@ def main() -> None:
     parser.add_argument("port", type=int)
     parser.add_argument("--latency", type=float, nargs=2, default=(0.3, 1.0))
     parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument("--hold", type=Path, default=None)
     args = parser.parse_args()
-    serve(args.port, tuple(args.latency), args.seed)
+    serve(args.port, tuple(args.latency), args.seed, args.hold)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ class Site:
         self.n_workers = workers
         self.with_model = model
         self.web_workers = web_workers
+        #: while this file exists, the model server answers no call (see hold_model)
+        self.model_hold = tmp / "model-hold"
         self.procs: dict[str, Process] = {}
         self.workers: list[Process] = []
         self._stops: list[Any] = []
@@ -84,7 +86,8 @@ class Site:
             port = free_port()
             self.env.update({"AAA_LLM_PROVIDER": "openai", "AAA_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1",
                              "AAA_LLM_API_KEY": "field-test-key", "AAA_LLM_MODEL": "field-model"})
-            model = self._process("model", sys.executable, "-m", "tests.field.model_server", str(port))
+            model = self._process("model", sys.executable, "-m", "tests.field.model_server", str(port),
+                                  "--hold", str(self.model_hold))
         self.manage("migrate", "--noinput")
         self.manage("demo_user", "--username", "field", "--password", "field-pass-1")
         self.key = self.manage("aaa_apikey", "create", "--user", "field", "--name", "field").split()[-1]
@@ -106,6 +109,13 @@ class Site:
                                        log=self.tmp / f"{name}.log")
         return p
 
+    def hold_model(self, hold: bool = True) -> None:
+        """Hold every model call until ``hold_model(False)`` (they wait, unanswered)."""
+        if hold:
+            self.model_hold.touch()
+        else:
+            self.model_hold.unlink(missing_ok=True)
+
     def start_worker(self) -> Process:
         """One more Celery worker, started the usual way."""
         self._n += 1
@@ -114,8 +124,10 @@ class Site:
         self.workers.append(w)
         return w
 
-    def wait_ready(self, worker: Process, timeout: float = 60) -> None:
-        """Until Celery says the worker is ready (its log's "ready." line)."""
+    def wait_ready(self, worker: Process, timeout: float = 120) -> None:
+        """Until Celery says the worker is ready (its log's "ready." line). The timeout
+        only catches a worker that never is: on a loaded 2-core machine one has needed
+        more than 30 s."""
         end = time.monotonic() + timeout
         while " ready." not in worker.text():
             assert worker.proc.poll() is None, f"{worker.name} exited:\n{worker.text()[-3000:]}"
