@@ -2,7 +2,8 @@
 folded from the log by the store's appends; :func:`aaa_django.celery.sweeper.fire_due` fires
 what has come due and moves it on. Never late; a decided approval's expiry may linger
 early until the next look settles it. On SQLite and PostgreSQL (their append paths
-differ)."""
+differ), and on PostgreSQL through the async store (the site's: its appends run the
+same statements on connections of its own)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from aaa_django.runtime.event_types import (
     started_id,
 )
 from aaa_django.store import DjangoEventStore, runindex
+from aaa_django.store.postgres import PgEventStore
 from tests.runtime import algos  # noqa: F401  (registers tests.reader: a run that waits)
 
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
@@ -41,15 +43,19 @@ def decision(run_id: str, key: str) -> Event:
                  data={"request_id": request, "tool_request_id": f"tool-{key}", "tool_request_seq": 1})
 
 
-@pytest.mark.parametrize("db_alias", ["default", "postgres"], ids=["sqlite", "postgres"], indirect=True)
-def test_the_index_holds_each_runs_next_due_time_and_the_duty_fires_it(db_alias):
+@pytest.mark.parametrize("db_alias, store", [("default", DjangoEventStore), ("postgres", DjangoEventStore),
+                                             ("postgres", PgEventStore)],
+                         ids=["sqlite", "postgres", "postgres-async"], indirect=["db_alias"])
+def test_the_index_holds_each_runs_next_due_time_and_the_duty_fires_it(db_alias, store):
     @sync_to_async
     def due() -> float | None:
         return RunRecord.objects.using(db_alias).get(pk="run-due").due_at
 
     async def scenario():
         seen = {}
-        async with Engine(store=DjangoEventStore(db_alias), cache=FoldCache()) as engine:
+        async with Engine(store=store(db_alias), cache=FoldCache()) as engine:
+            if store is PgEventStore:
+                assert engine.store.inner.pg is not None, "the async path is what this case tests"
             run = await engine.start("tests.reader", {}, deadline=600, run_id="run-due")
             deadline = (await run.meta()).deadline
             first, second = deadline - 540, deadline - 480
