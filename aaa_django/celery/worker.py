@@ -211,10 +211,11 @@ class WorkerRuntime:
         """Deliver one event on the loop (:func:`deliver_event`) and return as soon as
         its message may be acknowledged: ``"handed off"`` once the run's step is done
         and a model or tool call it carries is under way on the loop (see
-        :data:`HANDED_OFF`), else when the delivery ends (its result, or its error
-        raised here: the task retries). A handed-off delivery that fails is retried
-        here (:meth:`_carry`); ``retries``: how many times the task was retried
-        already. Waits while the loop carries ``max_in_flight`` deliveries."""
+        :data:`HANDED_OFF`; even if the call has ended meanwhile), else when the
+        delivery ends (its result, or its error raised here: the task retries). A
+        handed-off delivery that fails is retried or given up on here (:meth:`_carry`);
+        ``retries``: how many times the task was retried already. Waits while the loop
+        carries ``max_in_flight`` deliveries."""
         return self.run(self._begin(engine, stream, seq, event_id, redelivered, wire, retries))
 
     async def _begin(self, engine: Engine, stream: str, seq: int, event_id: str, redelivered: bool,
@@ -236,8 +237,10 @@ class WorkerRuntime:
             if not handed.done():  # the task's thread gave up on it: stop the delivery too
                 task.cancel()
             raise
-        if task.done():
-            return task.result()
+        if not handed.done():
+            return task.result()  # not a call: the delivery's result, or its error (the task retries)
+        # The loop has it from here, whatever became of it already: a failure after
+        # the hand-off is the loop's to retry or give up on (_carry), not the task's.
         self.handed_off += 1
         return "handed off"
 

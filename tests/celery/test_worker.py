@@ -414,3 +414,58 @@ def test_a_model_call_is_handed_off_its_task_returns_while_it_waits(worker, pg_a
         assert rt.deliver(mine, stream, seq, event_id, wire=wire[0] if wire else None) == "delivered"
         done += 1
     assert rt.run(mine.outcome(run_id)).outcome == "success"
+
+
+@pytest.mark.parametrize("transient", [True, False], ids=["transient", "persistent"])
+def test_a_handed_off_call_that_fails_is_retried_or_given_up_on_the_loop(worker, pg_alias, transient):
+    """Once a call is handed off its message is gone (acknowledged): a failure after
+    it (here the store refusing the model's result) is the loop's to deal with, as
+    the task deals with one before it. Transient: delivered again on the loop after
+    the redelivery policy's delay, and the run goes on; persistent: the run ends
+    ``failed`` naming the cause."""
+    from aaa_django.algos import ToolLoop
+    from aaa_django.events import StoreUnavailable
+    from aaa_django.llm import FakeLLMClient, LLMHandler
+    from aaa_django.llm.fake import text
+    from aaa_django.tools import ToolRegistry
+
+    rt, engine, sent = worker
+    mine = build_engine(using=pg_alias, store=TailCachedStore(DjangoEventStore(pg_alias, inline=True)),
+                        cache=FoldCache(), bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator))
+    mine.bus._send = engine.bus._send
+    LLMHandler(FakeLLMClient(lambda request: text("done"))).attach(mine)
+    refused: list[str] = []
+    append = mine.store.append
+
+    async def flaky(batch, **kw):
+        if any(e.type == LLM_COMPLETED for e in batch) and (not transient or not refused):
+            refused.append(batch[0].id)
+            raise StoreUnavailable("the database went away", transient=transient)
+        return await append(batch, **kw)
+
+    mine.store.append = flaky
+
+    async def start():
+        return (await mine.start(ToolLoop(ToolRegistry([]), max_turns=2), {"task": "answer"})).run_id
+
+    run_id = rt.run(start())
+    done, returned = 0, []
+    while done < sum(len(s["messages"]) for s in sent) or rt.in_flight:
+        if done == sum(len(s["messages"]) for s in sent):
+            rt.run(rt.idle())  # what the loop does after a hand-off sends more
+            continue
+        spec, stream, seq, event_id, *wire = [m for s in sent for m in s["messages"]][done]
+        returned.append(rt.deliver(mine, stream, seq, event_id, wire=wire[0] if wire else None))
+        done += 1
+
+    outcome = rt.run(mine.outcome(run_id))
+    types = [e.type for e in rt.run(mine.store.read(run_id))]
+    assert "handed off" in returned and refused
+    if transient:
+        assert outcome.outcome == "success" and rt.retried == 1
+        assert types.count(LLM_COMPLETED) == 1
+    else:
+        assert outcome.outcome == "failed" and rt.retried == 0 and len(refused) == 1
+        assert outcome.value["error"] == "the event store failed: StoreUnavailable: the database went away"
+        assert (outcome.value["event_type"], outcome.value["transient"]) == (LLM_REQUESTED, False)
+        assert LLM_COMPLETED not in types and types[-1] == RUN_COMPLETED
