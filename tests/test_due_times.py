@@ -121,3 +121,35 @@ def test_a_run_waiting_for_a_person_is_not_stalled_and_its_expiry_fires_from_the
 
     assert waiting.waiting == ["run-w"] and waiting.redriven == [] and waiting.fired == []
     assert expired.fired == ["run-w"] and types.count(APPROVAL_EXPIRED) == 1
+
+
+@pytest.mark.parametrize("db_alias", ["default", "postgres"], ids=["sqlite", "postgres"], indirect=True)
+def test_a_timer_firing_on_a_run_that_ended_elsewhere_is_dropped(db_alias):
+    """Nothing is appended after a run's end, a timer's event neither: an approval's
+    expiry fired from a view of the run read just before another process ended it
+    (the race between the timer's read and its append) is refused by the store and
+    dropped: no error, nothing recorded."""
+    now = time.time()
+
+    async def scenario():
+        async with Engine(store=DjangoEventStore(db_alias), cache=FoldCache()) as here, \
+                Engine(store=DjangoEventStore(db_alias), cache=FoldCache()) as there:
+            await here.start("tests.reader", {}, run_id="run-c")
+            await here.append([approval("run-c", "a", now + 60)])
+            await here.drain(5)
+            before = await here.meta("run-c")
+
+            async def read_before_the_end(run_id):
+                return before
+
+            await there.cancel("run-c", reason="ended elsewhere")
+            await there.drain(5)
+            here.meta = read_before_the_end
+            fired = await here.fire_due("run-c", now=now + 61)
+            return before.due, fired, [e.type for e in await there.store.read("run-c")]
+
+    pending, fired, types = async_to_sync(scenario)()
+
+    assert pending == now + 60  # the firing engine saw the approval pending
+    assert fired == []
+    assert types[-1] == RUN_COMPLETED and APPROVAL_EXPIRED not in types

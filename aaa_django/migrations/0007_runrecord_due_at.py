@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('aaa', '0004_runrecord_forks_retention'),
+        ('aaa', '0006_closed_streams'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
