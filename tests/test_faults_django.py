@@ -10,6 +10,7 @@ tests/celery/test_infrastructure_faults.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
 import pytest
@@ -75,13 +76,7 @@ def _event(stream: str, n: int) -> Event:
 def _terminate(alias: str) -> None:
     """Kill the backend of this thread's connection on ``alias``, as a database restart
     does to every client, from a second connection."""
-    pid = connections[alias].cursor().connection.info.backend_pid
-    other = connections.create_connection(alias)
-    try:
-        with other.cursor() as cur:
-            cur.execute("SELECT pg_terminate_backend(%s)", [pid])
-    finally:
-        other.close()
+    _terminate_pids(alias, [connections[alias].cursor().connection.info.backend_pid])
 
 
 @PG
@@ -127,65 +122,83 @@ def test_a_missing_table_is_persistent(pg_alias):
 # -- PostgreSQL through the async store (psycopg's own connections) ------------------------
 
 
-def _terminate_all(alias: str) -> None:
-    """Kill the backends of the test database, as a restart does to every client (the
-    async store's connections, idle or not, among them), but the test thread's own
-    Django connection (the test's teardown flushes through it)."""
-    mine = connections[alias].cursor().connection.info.backend_pid
+def _terminate_pids(alias: str, pids: list[int]) -> None:
+    """Kill these backends, as a restart does to every client, from a connection of
+    its own; each is gone when this returns (pg_terminate_backend's wait)."""
     other = connections.create_connection(alias)
     try:
         with other.cursor() as cur:
-            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND pid NOT IN (pg_backend_pid(), %s)", [mine])
+            cur.execute("SELECT pg_terminate_backend(pid, 10000) FROM unnest(%s::int[]) AS pid", [pids])
+            assert all(ok for (ok,) in cur.fetchall())
     finally:
         other.close()
 
 
+@contextlib.contextmanager
 def _pg_store(alias: str):
+    """An async store on connections of its own (not the process's, which other tests
+    use: only these are cut)."""
+    from aaa_django.store.connections import PgConnections
     from aaa_django.store.postgres import PgEventStore
 
     store = PgEventStore(alias, group_commit=False)
     assert store.pg is not None, "the async path is what these tests are about"
-    return store
+    store.pg = PgConnections(alias)
+    try:
+        yield store
+    finally:
+        store.pg.discard_idle()
+
+
+async def _backends(store, n: int) -> list[int]:
+    """The backend pids of ``n`` connections of ``store``, all open at once (idle in the
+    store after)."""
+    pids: list[int] = []
+    everyone = asyncio.Event()
+
+    async def one() -> None:
+        async with store.pg.connection() as conn:
+            pids.append((await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0])
+            if len(pids) == n:
+                everyone.set()
+            await everyone.wait()
+
+    await asyncio.gather(*(one() for _ in range(n)))
+    return pids
 
 
 @PG
 def test_the_async_store_reads_again_after_its_connections_were_lost(pg_alias):
-    store = _pg_store(pg_alias)
+    with _pg_store(pg_alias) as store:
+        asyncio.run(store.append([_event("a-read", 1)]))
+        pids = asyncio.run(_backends(store, 3))  # three idle connections
+        _terminate_pids(pg_alias, pids)
 
-    async def before():
-        await store.append([_event("a-read", 1)])
-        await asyncio.gather(*(store.read("a-read") for _ in range(3)))  # several idle connections
+        async def after():
+            return await store.read("a-read"), await store.head("a-read")
 
-    async def after():
-        return await store.read("a-read"), await store.head("a-read")
-
-    asyncio.run(before())
-    _terminate_all(pg_alias)
-    events, head = asyncio.run(after())
+        events, head = asyncio.run(after())
     assert [e.id for e in events] == ["a-read-e1"] and head == (1, "a-read-e1")
 
 
 @PG
 def test_the_async_stores_append_on_a_lost_connection_is_transient_and_the_next_one_connects(pg_alias):
-    store = _pg_store(pg_alias)
-    asyncio.run(store.append([_event("a-append", 1)]))
-    _terminate_all(pg_alias)
-    with pytest.raises(StoreUnavailable) as info:
-        asyncio.run(store.append([_event("a-append", 2)]))
+    with _pg_store(pg_alias) as store:
+        asyncio.run(store.append([_event("a-append", 1)]))
+        _terminate_pids(pg_alias, asyncio.run(_backends(store, 1)))
+        with pytest.raises(StoreUnavailable) as info:
+            asyncio.run(store.append([_event("a-append", 2)]))
+        stored = asyncio.run(store.append([_event("a-append", 2)]))
     # an outage, not "lost a race": the bus delivers again, the API answers 503
     assert info.value.transient is True and info.value.service == "event store"
     assert not isinstance(info.value, ConcurrencyError)
-    assert [e.seq for e in asyncio.run(store.append([_event("a-append", 2)]))] == [2]
+    assert [e.seq for e in stored] == [2]
 
 
 @PG
 def test_the_async_stores_refused_connection_is_transient(pg_alias, monkeypatch):
-    from aaa_django.store.connections import PgConnections
-
-    store = _pg_store(pg_alias)
-    store.pg = PgConnections(pg_alias)  # connections of its own, none open yet
-    monkeypatch.setitem(store.pg.django.settings_dict, "PORT", str(closed_port()))
-    with pytest.raises(StoreUnavailable) as info:
-        asyncio.run(store.read("a-any"))
+    with _pg_store(pg_alias) as store:  # connections of its own, none open yet
+        monkeypatch.setitem(store.pg.django.settings_dict, "PORT", str(closed_port()))
+        with pytest.raises(StoreUnavailable) as info:
+            asyncio.run(store.read("a-any"))
     assert info.value.transient is True
