@@ -111,8 +111,10 @@ def _queues() -> dict[str, str]:
     """Kind of work -> queue name: ``AAA["CELERY_QUEUES"]``, and the Celery app's
     default queue (``task_default_queue``) for a kind it does not name, so a worker
     started as usual takes every kind until a site splits them."""
-    named = aaa_settings()["CELERY_QUEUES"] or {}
-    default = None if all(k in named for k in KINDS) else celery_app().conf.task_default_queue
+    named: dict[str, str] = aaa_settings()["CELERY_QUEUES"] or {}
+    if all(named.get(k) for k in KINDS):
+        return {k: named[k] for k in KINDS}
+    default = celery_app().conf.task_default_queue
     return {k: named.get(k) or default for k in KINDS}
 
 

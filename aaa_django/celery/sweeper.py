@@ -113,7 +113,7 @@ async def fire_due(engine: Engine, *, now: float | None = None, limit: int = FIR
             # The index as of the log now: past what this firing appended (its append
             # folded the same events into the row), else as far as the row had folded.
             at = (await engine.meta(run_id)).due
-            await store.settle_due(run_id, new[-1].seq if new else seq, at)
+            await store.settle_due(run_id, (new[-1].seq or seq) if new else seq, at)
         except Exception:  # one run's trouble must not hold up the others' timers
             log.exception("firing the due time of %s failed; the next look tries again", run_id)
             continue

@@ -1,6 +1,44 @@
-"""Blob store errors: one exception type per failure a caller can act on."""
+"""Blob store errors: one exception type per failure a caller can act on; and
+:class:`InfrastructureError`, the core's one classification of a failed service (here,
+in the core's lowest layer, for the blob stores and the event stores alike:
+``aaa_django.events`` re-exports it)."""
 
-from aaa_django.events.errors import InfrastructureError
+from __future__ import annotations
+
+from typing import Any
+
+
+class InfrastructureError(Exception):
+    """A service the engine stands on failed: the event store's database, the blob
+    store, the broker. Not the run's fault, nor the caller's.
+
+    Adapters raise it at their boundary in place of their driver's errors (the driver's
+    exception is its ``__cause__``), so the core decides on one classification:
+
+    - ``transient``: an outage that retrying is expected to outlast (a lost
+      connection, a restart, a timeout, throttling). A delivery is retried with
+      backoff; the API answers 503 with ``Retry-After``.
+    - persistent (``transient=False``): retrying repeats it (a missing bucket or
+      table, refused credentials). The run it hits ends ``failed`` with this error's
+      message as the reason.
+
+    ``service`` names what failed (``"event store"``, ``"blob store"``, ``"broker"``).
+    """
+
+    service = "infrastructure"
+
+    def __init__(self, message: str, *, transient: bool = True, service: str | None = None) -> None:
+        super().__init__(message)
+        self.transient = transient
+        if service is not None:
+            self.service = service
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable with its flags (Celery keeps a task's error)
+        return (_rebuild, (type(self), str(self), self.transient, self.service))
+
+
+def _rebuild(cls: type, message: str, transient: bool, service: str) -> "InfrastructureError":
+    return cls(message, transient=transient, service=service)
 
 
 class BlobError(Exception):
@@ -21,6 +59,6 @@ class BlobIntegrityError(BlobError):
 
 class BlobStoreUnavailable(InfrastructureError, BlobError):
     """The storage behind a blob store failed (an S3 error, a full disk): an
-    :class:`~aaa_django.events.errors.InfrastructureError`, ``transient`` or not."""
+    :class:`InfrastructureError`, ``transient`` or not."""
 
     service = "blob store"

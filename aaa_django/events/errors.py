@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from aaa_django.data.errors import InfrastructureError
+
+__all__ = ["ClosedStreamError", "ConcurrencyError", "EventError", "InfrastructureError",
+           "InvalidEventError", "StoreUnavailable"]
+
 
 class EventError(Exception):
     """Base class of every event-log error."""
@@ -32,39 +37,6 @@ class ClosedStreamError(EventError):
     Raised before anything is written. The engine drops what was refused: a late
     result of a run that has ended is not part of its log.
     """
-
-
-class InfrastructureError(Exception):
-    """A service the engine stands on failed: the event store's database, the blob
-    store, the broker. Not the run's fault, nor the caller's.
-
-    Adapters raise it at their boundary in place of their driver's errors (the driver's
-    exception is its ``__cause__``), so the core decides on one classification:
-
-    - ``transient``: an outage that retrying is expected to outlast (a lost
-      connection, a restart, a timeout, throttling). A delivery is retried with
-      backoff; the API answers 503 with ``Retry-After``.
-    - persistent (``transient=False``): retrying repeats it (a missing bucket or
-      table, refused credentials). The run it hits ends ``failed`` with this error's
-      message as the reason.
-
-    ``service`` names what failed (``"event store"``, ``"blob store"``, ``"broker"``).
-    """
-
-    service = "infrastructure"
-
-    def __init__(self, message: str, *, transient: bool = True, service: str | None = None) -> None:
-        super().__init__(message)
-        self.transient = transient
-        if service is not None:
-            self.service = service
-
-    def __reduce__(self):  # picklable with its flags (Celery stores a task's exception)
-        return (_rebuild, (type(self), str(self), self.transient, self.service))
-
-
-def _rebuild(cls: type, message: str, transient: bool, service: str) -> "InfrastructureError":
-    return cls(message, transient=transient, service=service)
 
 
 class StoreUnavailable(InfrastructureError, EventError):

@@ -99,15 +99,17 @@ def _db_transient(exc: BaseException) -> bool | None:
     from django.db import DataError, IntegrityError, InterfaceError, OperationalError
 
     psycopg = sys.modules.get("psycopg")
-    raw = psycopg is not None and isinstance(exc, psycopg.Error)
-    if raw:
-        DataError, IntegrityError, InterfaceError, OperationalError = (  # noqa: N806
-            psycopg.DataError, psycopg.IntegrityError, psycopg.InterfaceError, psycopg.OperationalError)
-    if isinstance(exc, (IntegrityError, DataError)):
+    refused: tuple[type[BaseException], ...] = (IntegrityError, DataError)
+    broken: type[BaseException] = InterfaceError
+    unanswered: type[BaseException] = OperationalError
+    cause = exc.__cause__
+    if psycopg is not None and isinstance(exc, psycopg.Error):  # psycopg's own (the async store)
+        refused = (psycopg.IntegrityError, psycopg.DataError)
+        broken, unanswered, cause = psycopg.InterfaceError, psycopg.OperationalError, exc
+    if isinstance(exc, refused):
         return None  # the data's or a race's: the caller's to handle
-    if isinstance(exc, InterfaceError):
+    if isinstance(exc, broken):
         return True  # the connection is closed or unusable
-    cause = exc if raw else exc.__cause__
     name = getattr(cause, "sqlite_errorname", None)
     if isinstance(name, str):
         return name.startswith((*_SQLITE_CONTENTION, "SQLITE_IOERR", "SQLITE_PROTOCOL"))
@@ -115,7 +117,7 @@ def _db_transient(exc: BaseException) -> bool | None:
     if isinstance(code, str):
         return code.startswith(_PG_TRANSIENT)
     # No SQLSTATE: the server never answered (a refused or lost connection).
-    return isinstance(exc, OperationalError)
+    return isinstance(exc, unanswered)
 
 
 def connection_lost(exc: BaseException) -> bool:
