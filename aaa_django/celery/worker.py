@@ -38,9 +38,7 @@ import logging
 import os
 import random
 import threading
-import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
 from celery.signals import worker_process_shutdown, worker_shutdown, worker_shutting_down
