@@ -16,6 +16,7 @@ import time
 from pydantic import BaseModel
 
 from aaa_django.algos import Algorithm, ToolLoop
+from aaa_django.conf import aaa_settings
 from aaa_django.events import Projection
 from aaa_django.llm import FakeLLMClient, LLMHandler
 from aaa_django.llm.fake import text, tool_calls
@@ -60,6 +61,15 @@ async def scripted_model(request):
         return text(f"done after {done} tool turns")
     calls = [(plan["tool"], {**plan["args"], "n": done * plan["parallel"] + i}) for i in range(plan["parallel"])]
     return tool_calls(*calls)
+
+
+def local_model():
+    """``AAA["LLM_CLIENT"]`` of workers whose model is the test's local server
+    (``AAA_TEST_MODEL_URL``, see worker_settings): the OpenAI-compatible client."""
+    from aaa_django.llm.openai_client import OpenAICompatibleClient
+
+    return OpenAICompatibleClient(os.environ["AAA_TEST_MODEL_URL"] + "/v1", "sk-test", "gpt-4o-mini",
+                                  timeout=15, max_retries=0)
 
 
 # -- tools ----------------------------------------------------------------------------------
@@ -295,7 +305,8 @@ def setup(engine) -> None:
     scenarios.use_redis_probe()
     # Only the negative control of the serialisation test turns the step's guard off.
     engine.bus.serialize = engine.guard_steps = os.environ.get("AAA_TEST_SERIALIZE", "1") == "1"
-    LLMHandler(FakeLLMClient(any_model)).attach(engine)
+    if not aaa_settings().get("LLM_CLIENT"):  # else the site's model is attached already
+        LLMHandler(FakeLLMClient(any_model)).attach(engine)
     ToolHandler(ToolRegistry([*TOOLS, *scenarios.TOOLS]),
                 pools={"shared": POOL_SIZE, **scenarios.POOLS}).attach(engine)
     connect_signals()

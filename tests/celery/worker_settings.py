@@ -46,6 +46,11 @@ if os.environ.get("AAA_TEST_STALL_AFTER"):
 if not os.environ.get("AAA_TEST_DEFAULT_QUEUE"):
     AAA["CELERY_QUEUES"] = {k: f"aaa.{k}{os.environ.get('AAA_TEST_QUEUE_SUFFIX', '')}"
                             for k in ("algorithms", "llm", "tools")}
+# Workers of tests/celery/test_tokens.py: the model is the OpenAI-compatible client on
+# the test's local streaming server, and its replies stream to the site's live tokens.
+if os.environ.get("AAA_TEST_MODEL_URL"):
+    AAA["STREAM_TOKENS"] = True
+    AAA["LLM_CLIENT"] = "tests.celery.site.local_model"
 # Pydantic AI agents whose tools the workers run (tests/pydantic_ai/test_agent_crash.py)
 if os.environ.get("AAA_TEST_AGENTS"):
     AAA["AGENTS"] = os.environ["AAA_TEST_AGENTS"].split(",")
