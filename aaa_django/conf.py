@@ -113,9 +113,9 @@ OTEL                bool             False         OpenTelemetry spans and metri
                                                    aaa_django.observe.otel, docs/observe.md).
 STREAM_TOKENS       bool             False         Live tokens: the model clients stream and
                                                    each reply's text reaches the event
-                                                   streams (SSE ``token`` messages) as it
-                                                   comes, never the log (Redis pub/sub on
-                                                   the Celery bus).
+                                                   streams (SSE ``token`` messages) and the
+                                                   admin's run page as it comes, never the
+                                                   log (Redis pub/sub on the Celery bus).
 ==================  ===============  ============  ==========================================
 """
 

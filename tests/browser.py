@@ -48,6 +48,7 @@ def browser(tmp_path):
     for flag in FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console_errors
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(WAIT)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -55,6 +56,14 @@ def browser(tmp_path):
         yield driver
     finally:
         driver.quit()
+
+
+def console_errors(driver) -> list[str]:
+    """What the page wrote to the console as errors (a script's exception, a failed
+    request) since the last call; not the browser's own look for a /favicon.ico (the
+    test site has none)."""
+    return [e["message"] for e in driver.get_log("browser")
+            if e["level"] == "SEVERE" and "/favicon.ico " not in e["message"]]
 
 
 def shot(driver, name: str, width: int = 1440) -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
+from django.core.handlers.asgi import ASGIRequest
 from django.http import (
     Http404,
     HttpRequest,
@@ -33,6 +34,7 @@ from django.utils.html import format_html
 from pydantic import ValidationError
 
 from aaa_django import access
+from aaa_django.conf import aaa_settings
 from aaa_django.data import is_claimed
 from aaa_django.data.errors import BlobError
 from aaa_django.events import Event
@@ -41,10 +43,11 @@ from aaa_django.reading.hydrated import hydrated
 from aaa_django.runtime import RUNMETA
 from aaa_django.runtime import registry as algorithms
 from aaa_django.runtime.event_types import APPROVAL_REQUESTED, TOOL_REQUESTED
+from aaa_django.site import tokens
 from aaa_django.store import runindex
 from aaa_django.store.rows import to_event
 
-from . import charts, graphs, pictures, reading, timeline
+from . import charts, graphs, livetokens, pictures, reading, timeline
 from .actions import RunActions
 from .exchange import RunExchange, forks_of
 
@@ -244,6 +247,7 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
         run = "<path:object_id>"
         mine = [
             path(f"{run}/live/", wrap(self.live_view), name=f"{name}_live"),
+            path(f"{run}/tokens/", wrap(self.tokens_view), name=f"{name}_tokens"),
             path(f"{run}/events/<int:seq>/", wrap(self.event_view), name=f"{name}_event"),
             path(f"{run}/events/<int:seq>/blobs/<int:index>/", wrap(self.blob_view),
                  name=f"{name}_blob"),
@@ -353,6 +357,9 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
             status_label=status_label(run),
             live_url=self._url("live", run.run_id),
             poll_ms=int(POLL_SECONDS * 1000),
+            # live tokens: only while the run goes and the site streams them
+            tokens_url=self._url("tokens", run.run_id)
+            if run.status != "completed" and aaa_settings()["STREAM_TOKENS"] else None,
         )
         return TemplateResponse(request, "aaa/admin/run.html", ctx)
 
@@ -428,6 +435,20 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
                                           {**ctx, "rows": new_rows}, request=request),
             "actions_html": render_to_string("aaa/admin/_actions.html", ctx, request=request),
         })
+
+    def tokens_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The run's live tokens as Server-Sent Events (:mod:`.livetokens`); 204 (which
+        tells an ``EventSource`` to stop) when the run has ended, the site does not
+        stream tokens, or they cannot be read now."""
+        run = self.get_run(request, object_id)
+        subscription = tokens.subscribe(run.run_id) if run.status != "completed" else None
+        if subscription is None:
+            return HttpResponse(status=204)
+        stream = (livetokens.AsyncTokenStream if isinstance(request, ASGIRequest)
+                  else livetokens.TokenStream)
+        response = StreamingHttpResponse(stream(subscription), content_type="text/event-stream; charset=utf-8")
+        response["X-Accel-Buffering"] = "no"  # a proxy passes each message on as it comes
+        return response  # (admin_view marks it never cached)
 
     # -- one event, one blob ----------------------------------------------------------------
 

@@ -10,11 +10,12 @@ not stream.
 
 from __future__ import annotations
 
+import json
 import logging
 
 from aaa_django.celery.bus import redis_url
 from aaa_django.conf import aaa_settings
-from aaa_django.llm.deltas import LocalTokens, TokenSubscription
+from aaa_django.llm.deltas import LocalTokens, TokenDelta, TokenSubscription
 from aaa_django.store.tokens import RedisTokens
 
 log = logging.getLogger("aaa_django.tokens")
@@ -51,3 +52,9 @@ def subscribe(run_id: str) -> TokenSubscription | None:
     except Exception as exc:  # Redis down: the stream goes on with events only
         log.warning("live tokens of run %s are not read: %s", run_id, exc)
         return None
+
+
+def sse_message(delta: TokenDelta) -> str:
+    """A delta as a Server-Sent Events message: ``event: token``, no ``id`` (a
+    reconnection's ``Last-Event-ID`` stays the last event's), ``data`` its dict."""
+    return f"event: token\ndata: {json.dumps(delta.to_dict(), separators=(',', ':'))}\n\n"

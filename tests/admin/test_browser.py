@@ -11,7 +11,7 @@ from django.urls import reverse
 from aaa_django.models import EventRecord
 from aaa_django.runtime.event_types import APPROVAL_REQUESTED, TOOL_REQUESTED
 
-from ..browser import browser, shot, wait  # noqa: F401  (browser: the fixture)
+from ..browser import browser, console_errors, shot, wait  # noqa: F401  (browser: the fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -42,6 +42,9 @@ return {
   approvals: Array.from(document.querySelectorAll(".aaa-approval"), a => a.innerText),
   live_polls: performance.getEntriesByType("resource")
     .filter(e => e.name.includes("/live/?")).length,
+  live_reply: !!document.getElementById("aaa-live-reply"),
+  token_requests: performance.getEntriesByType("resource")
+    .filter(e => e.name.includes("/tokens/")).length,
 };
 """
 
@@ -129,6 +132,10 @@ def test_staff_approve_a_live_run_and_watch_it_finish(browser, live_server, admi
     polls = page["live_polls"]
     wait(browser, lambda d: read_run_page(d)["live_polls"] >= polls + 2)
     assert browser.execute_script("return document.getElementById('aaa-actions').dataset.seen") == "yes"
+    # live tokens are off on this site: the page neither shows nor asks for them
+    page = read_run_page(browser)
+    assert not page["live_reply"] and page["token_requests"] == 0
+    assert console_errors(browser) == []
     shot(browser, "05-live-run-waiting-for-approval")
 
     def approve(d) -> bool:  # elements found afresh on every try

@@ -51,6 +51,8 @@ class Reply:
     holds: dict[int, threading.Event] = field(default_factory=dict)
     #: answer only once this is set (or after ``delay`` seconds, whichever is first)
     hold: threading.Event | None = None
+    #: seconds a hold of ``holds`` waits before the reply is ended short
+    hold_seconds: float = 10.0
 
     @classmethod
     def recorded(cls, name: str, **changes: Any) -> "Reply":
@@ -157,7 +159,7 @@ def _handler(server: RecordedServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 for i, part in enumerate(reply.parts):
-                    if i in reply.holds and not reply.holds[i].wait(10):
+                    if i in reply.holds and not reply.holds[i].wait(reply.hold_seconds):
                         break  # the client never saw the parts before: end the reply short
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
                     self.wfile.flush()
