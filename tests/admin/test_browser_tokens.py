@@ -10,16 +10,14 @@ from __future__ import annotations
 import json
 import threading
 
-import openai  # noqa: F401  (imported now, not within the engine host's start bound)
 import pytest
 
 from aaa_django.algos import ToolLoop
-from aaa_django.llm.openai_client import OpenAICompatibleClient
 from aaa_django.models import EventRecord
 from aaa_django.runtime.event_types import LLM_COMPLETED, LLM_REQUESTED
-from aaa_django.site.host import EngineHost
 from aaa_django.tools import ToolRegistry
-from tests.llm.server import RecordedServer, Reply
+from tests.llm.live import model_server, tokens_host  # noqa: F401  (fixtures)
+from tests.llm.server import Reply
 from tests.llm.streams import openai_stream
 
 from ..browser import browser, console_errors, shot, wait  # noqa: F401  (browser: the fixture)
@@ -28,30 +26,6 @@ from .test_browser import ended_page, log_in, run_page
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TEXTS = ["Deploying", " the web", " service", " now:", " all checks", " are green."]
-#: the local model server of the running test (the site's LLM_CLIENT reads it)
-SERVER: list[RecordedServer] = []
-
-
-def streaming_client() -> OpenAICompatibleClient:
-    """AAA["LLM_CLIENT"] of this test: the OpenAI-compatible client on the local server."""
-    return OpenAICompatibleClient(SERVER[-1].url + "/v1", "sk-test", "gpt-4o-mini", timeout=60, max_retries=0)
-
-
-@pytest.fixture
-def model_server():
-    with RecordedServer() as server:
-        SERVER.append(server)
-        yield server
-        SERVER.remove(server)
-
-
-@pytest.fixture
-def tokens_site(transactional_db, settings, model_server):
-    settings.AAA = {**settings.AAA, "STREAM_TOKENS": True,
-                    "LLM_CLIENT": "tests.admin.test_browser_tokens.streaming_client"}
-    EngineHost.reset()
-    yield EngineHost.get()
-    EngineHost.reset()
 
 
 #: the live reply as the browser shows it
@@ -66,13 +40,13 @@ return {box: true, state: box.dataset.state, request: box.dataset.request || nul
 
 
 def test_staff_watch_a_models_reply_as_it_is_written(browser, live_server, admin_user, model_server,
-                                                     tokens_site):
+                                                     tokens_host):
     listening, seen = threading.Event(), threading.Event()
     # the first text once the page listens; the last once the test has seen the others
     model_server.script(Reply(parts=openai_stream(TEXTS), holds={1: listening, len(TEXTS): seen},
                               hold_seconds=60))
     log_in(browser, live_server)
-    run_id = tokens_site.call(lambda e: e.start(ToolLoop(ToolRegistry([])), {"task": "Deploy the web service"},
+    run_id = tokens_host.call(lambda e: e.start(ToolLoop(ToolRegistry([])), {"task": "Deploy the web service"},
                                                 owner=str(admin_user.pk))).run_id
 
     browser.get(run_page(live_server, run_id))

@@ -10,15 +10,13 @@ from __future__ import annotations
 import json
 import threading
 
-import openai  # noqa: F401  (imported now, not within the engine host's start bound)
 import pytest
 
 from aaa_django.algos import ToolLoop
-from aaa_django.llm.openai_client import OpenAICompatibleClient
 from aaa_django.runtime.event_types import LLM_COMPLETED, RUN_COMPLETED, RUN_STARTED
-from aaa_django.site.host import EngineHost
 from aaa_django.tools import ToolRegistry
-from tests.llm.server import RecordedServer, Reply
+from tests.llm.live import model_server, tokens_host  # noqa: F401  (fixtures)
+from tests.llm.server import Reply
 from tests.llm.streams import openai_stream
 
 from .test_stream_live import Http
@@ -26,30 +24,6 @@ from .test_stream_live import Http
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 TEXTS = ["Lyon", " is", " sunny", " today."]
-#: the local model server of the running test (the site's LLM_CLIENT reads it)
-SERVER: list[RecordedServer] = []
-
-
-def streaming_client() -> OpenAICompatibleClient:
-    """AAA["LLM_CLIENT"] of these tests: the OpenAI-compatible client on the local server."""
-    return OpenAICompatibleClient(SERVER[-1].url + "/v1", "sk-test", "gpt-4o-mini", timeout=15, max_retries=0)
-
-
-@pytest.fixture
-def model_server():
-    with RecordedServer() as server:
-        SERVER.append(server)
-        yield server
-        SERVER.remove(server)
-
-
-@pytest.fixture
-def tokens_host(transactional_db, settings, model_server):
-    settings.AAA = {**settings.AAA, "STREAM_TOKENS": True,
-                    "LLM_CLIENT": "tests.api.test_stream_tokens.streaming_client"}
-    EngineHost.reset()
-    yield EngineHost.get()
-    EngineHost.reset()
 
 
 def messages(stream):
