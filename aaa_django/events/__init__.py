@@ -30,6 +30,7 @@ from .store import (
     EventReader,
     EventStore,
     InMemoryEventStore,
+    ReadsFromSnapshot,
     Snapshot,
     SnapshotStore,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "InvalidEventError",
     "Loaded",
     "Projection",
+    "ReadsFromSnapshot",
     "Snapshot",
     "SnapshotStore",
     "StoreUnavailable",

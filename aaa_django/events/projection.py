@@ -11,7 +11,7 @@ from pydantic import TypeAdapter
 
 from .cache import CacheKey, FoldCache, Folded
 from .event import Event
-from .store import EventList, EventReader, EventStore, Snapshot, SnapshotStore
+from .store import EventList, EventReader, EventStore, ReadsFromSnapshot, Snapshot, SnapshotStore
 
 log = logging.getLogger("aaa_django.events")
 
@@ -255,8 +255,12 @@ class Projection(Generic[S]):
         None."""
         if not self.snapshots:
             return None
+        events: Sequence[Event] | None = None
         try:
-            snap = await store.load_snapshot(stream, self.key, self.version)
+            if _reads_from_snapshot(store):  # the snapshot and the log after it at once
+                snap, events = await store.read_from_snapshot(stream, self.key, self.version)
+            else:
+                snap = await store.load_snapshot(stream, self.key, self.version)
         except Exception:  # derived data: a broken snapshot read is a replay
             log.warning("projection %s: loading the snapshot of %s failed", self.key, stream,
                         exc_info=True)
@@ -273,7 +277,8 @@ class Projection(Generic[S]):
             log.warning("projection %s: snapshot of %s at seq %s is corrupt (%s), replaying",
                         self.key, stream, snap.seq, str(exc).splitlines()[0])
             return None
-        events = await store.read(stream, after=snap.seq - 1)
+        if events is None:
+            events = await store.read(stream, after=snap.seq - 1)
         if not events or events[0].seq != snap.seq or events[0].id != snap.event_id:
             log.info("projection %s: snapshot of %s at seq %s is not in this view of the "
                      "log, replaying", self.key, stream, snap.seq)
@@ -314,18 +319,27 @@ class Projection(Generic[S]):
         return Loaded(self.result(state), last, source, base_seq, len(tail))
 
 
-#: reader class -> whether its instances are SnapshotStores (asked once per class: a
+#: (reader class, capability) -> whether its instances have it (asked once per class: a
 #: Protocol check costs more than a warm read)
-_SNAPSHOTS: dict[type, bool] = {}
+_CAPABLE: dict[tuple[type, type], bool] = {}
+
+
+def _capable(reader: object, capability: type) -> bool:
+    key = (type(reader), capability)
+    found = _CAPABLE.get(key)
+    if found is None:
+        found = _CAPABLE[key] = isinstance(reader, capability)
+    return found
+
+
+def _reads_from_snapshot(store: EventStore) -> TypeGuard[ReadsFromSnapshot]:
+    """Does ``store`` read a snapshot and the log after it at once?"""
+    return _capable(store, ReadsFromSnapshot)
 
 
 def _keeps_snapshots(reader: EventReader) -> TypeGuard[EventStore]:
-    """Is ``reader`` a store that keeps snapshots (detected once per class)?"""
-    cls = type(reader)
-    keeps = _SNAPSHOTS.get(cls)
-    if keeps is None:
-        keeps = _SNAPSHOTS[cls] = isinstance(reader, SnapshotStore)
-    return keeps
+    """Is ``reader`` a store that keeps snapshots?"""
+    return _capable(reader, SnapshotStore)
 
 
 def _same_event(event: Event, entry: Folded) -> bool:

@@ -132,6 +132,20 @@ class SnapshotStore(Protocol):
 
 
 @runtime_checkable
+class ReadsFromSnapshot(Protocol):
+    """A store that reads a projection's snapshot and the events from its seq on in one
+    round trip (``Projection.load`` otherwise asks twice: the snapshot, then the log).
+    Detected once per class, by the projection."""
+
+    async def read_from_snapshot(self, stream: str, name: str,
+                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+        """The snapshot keyed ``(stream, name, version)``, if any, and the stream's
+        events from the snapshot's seq on, the event at that seq first (when the log
+        still holds it); ``(None, [])`` without a snapshot."""
+        ...
+
+
+@runtime_checkable
 class RecentAppends(Protocol):
     """A store that remembers what it has just appended (``DjangoEventStore``): the
     Celery bus sends such an event along with its delivery."""
@@ -290,6 +304,13 @@ class InMemoryEventStore:
 
     async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
         return self._snapshots.get((stream, name, version))
+
+    async def read_from_snapshot(self, stream: str, name: str,
+                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+        snap = self._snapshots.get((stream, name, version))
+        if snap is None:
+            return None, []
+        return snap, list(self._streams.get(stream, [])[max(snap.seq - 1, 0):])
 
     async def save_snapshot(self, snapshot: Snapshot) -> bool:
         key = (snapshot.stream, snapshot.name, snapshot.version)

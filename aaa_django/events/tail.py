@@ -41,7 +41,15 @@ from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 from .errors import ConcurrencyError
 from .event import Event
-from .store import EventList, EventStore, LearnsAppends, RecentAppends, RecentIds, Snapshot
+from .store import (
+    EventList,
+    EventStore,
+    LearnsAppends,
+    ReadsFromSnapshot,
+    RecentAppends,
+    RecentIds,
+    Snapshot,
+)
 
 #: a synced log shorter than this is folded from its start, no snapshot asked for
 SHORT_LOG = 64
@@ -107,6 +115,9 @@ class TailCachedStore:
         self._fresh = None if self._recent is not None else RecentIds()
         #: the inner store, when it learns what a delivery's message carried
         self._learner: LearnsAppends | None = inner if isinstance(inner, LearnsAppends) else None
+        #: the inner store, when it reads a snapshot and the log after it at once
+        self._from_snapshot: ReadsFromSnapshot | None = (
+            inner if isinstance(inner, ReadsFromSnapshot) else None)
         #: queries made to catch up, and reads served without one
         self.syncs = 0
         self.hits = 0
@@ -330,6 +341,16 @@ class TailCachedStore:
             if saved is not None or len(log) < SHORT_LOG:
                 return saved
         return await self.inner.load_snapshot(stream, name, version)
+
+    async def read_from_snapshot(self, stream: str, name: str,
+                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+        """The snapshot and the log from its seq on (``ReadsFromSnapshot``): outside a
+        delivery, of a stream this engine does not hold, one query of the inner store
+        (when it can); else as :meth:`load_snapshot` and :meth:`read` answer."""
+        if self._from_snapshot is not None and _synced.get() is None and stream not in self._logs:
+            return await self._from_snapshot.read_from_snapshot(stream, name, version)
+        snap = await self.load_snapshot(stream, name, version)
+        return snap, ([] if snap is None else await self.read(stream, after=snap.seq - 1))
 
     async def save_snapshot(self, snapshot: Snapshot) -> bool:
         saved = await self.inner.save_snapshot(snapshot)

@@ -11,7 +11,15 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable
 
 from aaa_django.data import is_claimed
-from aaa_django.events import Event, EventList, EventStore, InfrastructureError, StoreUnavailable
+from aaa_django.events import (
+    Event,
+    EventList,
+    EventStore,
+    InfrastructureError,
+    ReadsFromSnapshot,
+    Snapshot,
+    StoreUnavailable,
+)
 
 from .retry import transient
 
@@ -29,15 +37,12 @@ class HydratedView:
         self._hydrate = hydrate
         self._unavailable = unavailable
         self.cache_key = store.cache_key
+        #: the store, when it reads a snapshot and the log after it at once
+        self._from_snapshot = store if isinstance(store, ReadsFromSnapshot) else None
 
     async def read(self, stream: str, **kwargs: Any) -> list[Event]:
         try:
-            events = await self._store.read(stream, **kwargs)
-            if not any(is_claimed(e.data) for e in events):
-                return events
-            out = EventList([await self._hydrate(e) for e in events])
-            out.committed = not isinstance(events, EventList) or events.committed
-            return out
+            return await self._hydrated(await self._store.read(stream, **kwargs))
         except InfrastructureError:
             raise  # translated by the store's adapter already
         except Exception as exc:  # a store no adapter translated, a missing blob...
@@ -45,6 +50,25 @@ class HydratedView:
                 raise
             raise StoreUnavailable(f"reading {stream} failed: {type(exc).__name__}: {exc}",
                                    transient=transient(exc)) from exc
+
+    async def read_from_snapshot(self, stream: str, name: str,
+                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+        """The snapshot and the log from its seq on, hydrated (``ReadsFromSnapshot``:
+        one call of a store that reads them at once, else two). A failure is the
+        error itself: a projection then replays, through :meth:`read`."""
+        if self._from_snapshot is not None:
+            snap, events = await self._from_snapshot.read_from_snapshot(stream, name, version)
+        else:
+            snap = await self._store.load_snapshot(stream, name, version)
+            events = [] if snap is None else await self._store.read(stream, after=snap.seq - 1)
+        return snap, await self._hydrated(events)
+
+    async def _hydrated(self, events: list[Event]) -> list[Event]:
+        if not any(is_claimed(e.data) for e in events):
+            return events
+        out = EventList([await self._hydrate(e) for e in events])
+        out.committed = not isinstance(events, EventList) or events.committed
+        return out
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

@@ -40,6 +40,7 @@ from .rows import (
     cursor,
     insert,
     number,
+    to_event,
 )
 from .runindex import index_events
 
@@ -47,6 +48,15 @@ __all__ = ["DjangoEventStore", "EventList"]
 
 _LOAD_SNAPSHOT = (
     "SELECT seq, event_id, state FROM aaa_snapshot WHERE stream = %s AND name = %s AND version = %s"
+)
+# A snapshot and its stream's events from its seq on, in one round trip: the state in
+# the first row only (the others have NULL there), one row of NULL events when there
+# are none; no row without a snapshot.
+_READ_FROM_SNAPSHOT = (
+    "SELECT s.seq, s.event_id, CASE WHEN ROW_NUMBER() OVER (ORDER BY e.seq) = 1 THEN s.state END, "
+    "e.id, e.stream, e.seq, e.type, e.data, e.causation, e.time, e.blobs, e.tenant "
+    "FROM aaa_snapshot AS s LEFT JOIN aaa_event AS e ON e.stream = s.stream AND e.seq >= s.seq "
+    "WHERE s.stream = %s AND s.name = %s AND s.version = %s ORDER BY e.seq"
 )
 _HEAD_AND_KNOWN_PG = (
     f"SELECT COALESCE(({HEAD}), 0), ARRAY(SELECT id FROM aaa_event WHERE id = ANY(%s))"
@@ -150,6 +160,7 @@ class DjangoEventStore(StatementAppends):
         self.read = wrap(self.read_sync)
         self.head = wrap(self.head_sync)
         self.load_snapshot = wrap(self.load_snapshot_sync)
+        self.read_from_snapshot = wrap(self.read_from_snapshot_sync)
         self.save_snapshot = wrap(self.save_snapshot_sync)
         self.erase = wrap(self.erase_sync)
         self.erase_many = wrap(self.erase_many_sync)
@@ -340,6 +351,17 @@ class DjangoEventStore(StatementAppends):
             row = cur.fetchone()
         return Snapshot(stream, name, version, row[0], row[1], row[2]) if row else None
 
+    @_translated(reads=True)
+    def read_from_snapshot_sync(self, stream: str, name: str,
+                                version: int) -> tuple[Snapshot | None, list[Event]]:
+        """The snapshot ``(stream, name, version)`` and the stream's events from its seq
+        on, in one query (see ``ReadsFromSnapshot``)."""
+        conn = connections[self.using]
+        with cursor(conn) as cur:
+            cur.execute(_READ_FROM_SNAPSHOT, [stream, name, version])
+            found = cur.fetchall()
+        return from_snapshot_rows(stream, name, version, found, committed=not conn.in_atomic_block)
+
     @_translated(reads=False)
     def save_snapshot_sync(self, snapshot: Snapshot) -> bool:
         """Store ``snapshot`` unless one at the same or a later seq is stored already.
@@ -361,6 +383,17 @@ class DjangoEventStore(StatementAppends):
                 if cur.rowcount:
                     return True
         return False  # a row at the same or a later seq is there
+
+
+def from_snapshot_rows(stream: str, name: str, version: int, found: Sequence[Sequence[Any]], *,
+                       committed: bool) -> tuple[Snapshot | None, list[Event]]:
+    """The snapshot and the events in the rows of ``_READ_FROM_SNAPSHOT``."""
+    if not found:
+        return None, []
+    seq, event_id, state = found[0][:3]
+    events = EventList(to_event(row[3:]) for row in found if row[3] is not None)
+    events.committed = committed
+    return Snapshot(stream, name, version, seq, event_id, state), events
 
 
 def _head_and_known(cur, pg: bool, stream: str, ids: list[str]) -> tuple[int, set[str]]:

@@ -37,7 +37,13 @@ from aaa_django.events.store import prepare_batch
 
 from .appends import _READ_AND_ROW_PG, CATCH_UP, Steps
 from .connections import PgConnections, async_capable
-from .database import _LOAD_SNAPSHOT, DjangoEventStore, snapshot_writes
+from .database import (
+    _LOAD_SNAPSHOT,
+    _READ_FROM_SNAPSHOT,
+    DjangoEventStore,
+    from_snapshot_rows,
+    snapshot_writes,
+)
 from .faults import connection_lost, translate
 from .groupcommit import GroupCommit
 from .rows import INSERT_CHUNK, SELECT, EventList, to_event
@@ -106,6 +112,7 @@ class PgEventStore(DjangoEventStore):
         self.read = self._read
         self.head = self._head
         self.load_snapshot = self._load_snapshot
+        self.read_from_snapshot = self._read_from_snapshot
         self.save_snapshot = self._save_snapshot
 
     def __repr__(self) -> str:
@@ -234,6 +241,12 @@ class PgEventStore(DjangoEventStore):
     async def _load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
         rows = await self._fetch(_LOAD_SNAPSHOT, [stream, name, version])
         return Snapshot(stream, name, version, *rows[0]) if rows else None
+
+    @_translated(reads=True)
+    async def _read_from_snapshot(self, stream: str, name: str,
+                                  version: int) -> tuple[Snapshot | None, list[Event]]:
+        found = await self._fetch(_READ_FROM_SNAPSHOT, [stream, name, version])
+        return from_snapshot_rows(stream, name, version, found, committed=True)
 
     @_translated(reads=False)
     async def _save_snapshot(self, snapshot: Snapshot) -> bool:

@@ -171,6 +171,10 @@ class RedisEventStore:
     async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
         return await asyncio.to_thread(self.load_snapshot_sync, stream, name, version)
 
+    async def read_from_snapshot(self, stream: str, name: str,
+                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+        return await asyncio.to_thread(self.read_from_snapshot_sync, stream, name, version)
+
     async def save_snapshot(self, snapshot: Snapshot) -> bool:
         return await asyncio.to_thread(self.save_snapshot_sync, snapshot)
 
@@ -256,6 +260,12 @@ class RedisEventStore:
             return None
         event_id, state = json.loads(value)
         return Snapshot(stream, name, version, int(seq), event_id, state)
+
+    def read_from_snapshot_sync(self, stream: str, name: str,
+                                version: int) -> tuple[Snapshot | None, list[Event]]:
+        """The snapshot and the log from its seq on (one thread hop, two commands)."""
+        snap = self.load_snapshot_sync(stream, name, version)
+        return snap, ([] if snap is None else self.read_sync(stream, after=snap.seq - 1))
 
     def save_snapshot_sync(self, snapshot: Snapshot) -> bool:
         """Store ``snapshot`` unless one at the same or a later seq is stored already

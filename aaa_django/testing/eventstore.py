@@ -39,6 +39,7 @@ from aaa_django.events import (
     EventStore,
     InvalidEventError,
     Projection,
+    ReadsFromSnapshot,
     Snapshot,
     encode_json,
     fold,
@@ -627,6 +628,29 @@ class EventStoreContract:
 
         assert run(store.save_snapshot(self.snap(seq, event_id="x", state='{"count":0}'))) is False
         assert run(store.load_snapshot("run-1", "test.tally", 1)) == newer
+
+    @staticmethod
+    def reads_from_snapshot(store: EventStore) -> ReadsFromSnapshot:
+        if not isinstance(store, ReadsFromSnapshot):
+            pytest.skip("an optional capability (ReadsFromSnapshot) this store lacks")
+        return store
+
+    def test_a_snapshot_is_read_with_the_log_from_its_seq_on(self, store):
+        reads = self.reads_from_snapshot(store)
+        events = self.append(store, *(ev() for _ in range(5)))
+        saved = self.snap(3, event_id=events[2].id, state='{"count":3}')
+        run(store.save_snapshot(saved))
+
+        assert run(reads.read_from_snapshot("run-1", "test.tally", 1)) == (saved, events[2:])
+        assert run(reads.read_from_snapshot("run-1", "test.tally", 2)) == (None, [])
+        assert run(reads.read_from_snapshot("run-2", "test.tally", 1)) == (None, [])
+
+    def test_a_snapshot_without_its_events_is_read_alone(self, store):
+        reads = self.reads_from_snapshot(store)
+        saved = self.snap(3, stream="run-9", event_id="gone", state='{"count":3}')
+        run(store.save_snapshot(saved))  # (a log written since, shorter: none of it there)
+
+        assert run(reads.read_from_snapshot("run-9", "test.tally", 1)) == (saved, [])
 
     def test_concurrent_savers_keep_the_newest(self, store, concurrently):
         for round_ in range(6):

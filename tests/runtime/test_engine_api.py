@@ -400,6 +400,28 @@ def test_a_store_outage_inside_ctx_project_propagates():
         arun(LOOP.load(view, "run-x"))
 
 
+def test_a_projection_read_from_its_snapshot_through_the_engine_folds_full_payloads():
+    """The engine's view reads a snapshot and the log after it at once, and the events
+    come back hydrated (their claim-checked payloads restored), as from ``read``."""
+    from aaa_django.events import Projection, Snapshot
+
+    payloads = Projection(list, lambda s, e: [*s, e.data["payload"]], name="test.payloads",
+                          state_type=list[str], every=1_000)
+    engine = Engine(InMemoryEventStore(), blobs=InMemoryBlobStore(), claim_threshold=0)
+
+    async def main():
+        stored = await engine.append([Event.new("notes", "acme.note.made", {"payload": f"p{i}"})
+                                      for i in range(5)])
+        assert "payload" not in stored[0].data  # claim-checked: a stub in the log
+        await engine.store.save_snapshot(Snapshot("notes", "test.payloads", 1, 2, stored[1].id,
+                                                  '["p0","p1"]'))
+        return await payloads.load_info(engine.view, "notes")
+
+    info = arun(main())
+    assert (info.source, info.folded) == ("snapshot", 3)
+    assert info.state == ["p0", "p1", "p2", "p3", "p4"]
+
+
 def test_an_algorithm_is_not_stepped_for_the_events_it_ignores(monkeypatch):
     """ToolLoop ignores its own requests, as every built-in does (it decides again on
     their results): the engine steps it for every other event of the run, and the run
