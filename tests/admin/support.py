@@ -7,6 +7,7 @@ claim-checked into the blob store; ``deploy`` waits at an approval gate.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -80,7 +81,8 @@ def script(request: Any) -> Any:
     if tag.startswith("node-"):  # a WorkflowGraph's node
         return text(f"{tag.removeprefix('node-')}: done")
     if tag.startswith("fsm-"):  # an FSM's state: its label by the order it was entered
-        return text(f"Noted.\nNEXT: {FSM_LABELS[min(int(tag.removeprefix('fsm-')), len(FSM_LABELS) - 1)]}")
+        labels = FSM_LABELS[:2] * _rounds(request) + FSM_LABELS
+        return text(f"Noted.\nNEXT: {labels[min(int(tag.removeprefix('fsm-')), len(labels) - 1)]}")
     task = next((m.content or "" for m in request.messages if m.role == "user"), "")
     results = [m for m in request.messages if m.role == "tool"]
     if not results:
@@ -101,6 +103,14 @@ def loop(**config: Any) -> ToolLoop:
 
 def workflow(ship: bool = False) -> WorkflowGraph:
     return WorkflowGraph(nodes=[*ARTICLE, *([SHIP] if ship else [])])
+
+
+def _rounds(request: Any) -> int:
+    """How many times an FSM run goes round triage and investigate before its usual
+    path: N when its system prompt says "round N times" (a long run), else 0."""
+    said = " ".join(m.content or "" for m in request.messages if m.role == "system")
+    found = re.search(r"round (\d+) times", said)
+    return int(found.group(1)) if found else 0
 
 
 def machine() -> FSM:
