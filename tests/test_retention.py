@@ -25,6 +25,7 @@ from aaa_django.site.retention import Policy, apply_retention, retain, sweep_orp
 from aaa_django.store import DjangoEventStore
 from aaa_django.tools import ToolHandler, ToolRegistry, tool
 from tests.runtime import algos as engine_algos  # noqa: F401  (registers tests.parent)
+from tests.test_progress import Terminal, last_line
 
 # transaction=True: the engine on PostgreSQL (PgEventStore) writes on connections of its
 # own, outside a test transaction (its rows would outlive the test)
@@ -226,12 +227,18 @@ def test_the_command_prints_what_it_would_erase_then_erases_it(blobs, settings):
     ended_days_ago(db_alias, 31)
     out = StringIO()
 
-    call_command("aaa_retain", "--dry-run", "--no-orphans", stdout=out)
+    tty = Terminal()
+    call_command("aaa_retain", "--dry-run", "--no-orphans", stdout=out, stderr=tty)
 
     assert "would erase 1 runs" in out.getvalue() and f"  run {run}" in out.getvalue()
+    assert last_line(tty.getvalue()) == "runs due 1"  # the progress, on a terminal
     assert present(db_alias, [run]) == {run}
-    call_command("aaa_retain", "--no-orphans", stdout=StringIO())
+    tty, pipe = Terminal(), StringIO()
+    call_command("aaa_retain", "--no-orphans", stdout=StringIO(), stderr=tty)
     assert present(db_alias, [run]) == set()
+    assert last_line(tty.getvalue()) == "runs erased 1"
+    call_command("aaa_retain", "--no-orphans", stdout=StringIO(), stderr=pipe)
+    assert pipe.getvalue() == ""  # nowhere else
 
 
 def test_the_celery_task_applies_the_settings_policy(blobs, settings):

@@ -115,11 +115,14 @@ async def apply_retention(
     orphans: bool = True,
     grace: float | None = None,
     vacuum: bool = True,
+    progress: Any = None,
 ) -> RetentionReport:
     """Erase the runs ``policy`` (default: the settings') says are due, then sweep
     orphaned blobs. ``engine`` must be over a :class:`~aaa_django.store.DjangoEventStore`
     (``build_engine()``); its blob store is the one swept. ``limit`` caps the run
-    trees erased in this pass (the rest wait for the next); ``now`` is for tests."""
+    trees erased in this pass (the rest wait for the next); ``now`` is for tests.
+    ``progress``: an :class:`~aaa_django.management.progress.Progress`, advanced by the
+    runs erased (found due, in a dry run) at each batch."""
     using = engine.store.using
     policy = Policy.from_settings() if policy is None else policy
     now = datetime.now(timezone.utc) if now is None else now
@@ -141,6 +144,8 @@ async def apply_retention(
         elif runs:
             report.events += await engine.erase_runs(runs)
             log.info("retention: erased %s runs (%s events so far)", len(report.runs), report.events)
+        if progress is not None:
+            progress.advance(len(runs))
     if orphans and engine.blobs is not None:
         report.orphans = await sweep_orphans(engine, now=now, grace=grace, dry_run=dry_run)
     if vacuum and not dry_run and report.events >= VACUUM_AFTER:

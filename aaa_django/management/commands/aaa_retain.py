@@ -3,7 +3,7 @@
 Erases the ended runs ``AAA["RETENTION"]`` says are due (with their child runs,
 snapshots and blobs) and removes orphaned blobs older than ``AAA["ORPHAN_GRACE"]``
 (see :mod:`aaa_django.site.retention`). ``--dry-run`` prints what it would erase and erases
-nothing.
+nothing. On a terminal, a progress bar on stderr counts the runs as they go.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from aaa_django.management.progress import Progress
 from aaa_django.site.retention import Policy, retain
 
 
@@ -39,8 +40,10 @@ class Command(BaseCommand):
         policy = Policy.from_settings()
         if not policy:
             self.stdout.write("AAA['RETENTION'] keeps every run: no run is due.")
-        report = retain(database, dry_run=dry_run, limit=limit, orphans=not no_orphans,
-                        grace=grace, vacuum=not no_vacuum)
+        label = "runs due" if dry_run else "runs erased"
+        with Progress(label, stream=self.stderr) as bar:  # a count, on a terminal only
+            report = retain(database, dry_run=dry_run, limit=limit, orphans=not no_orphans,
+                            grace=grace, vacuum=not no_vacuum, progress=bar)
         verb = "would erase" if dry_run else "erased"
         self.stdout.write(f"{verb} {len(report.runs)} runs ({report.events} events)")
         for run_id in report.runs:
