@@ -1,5 +1,7 @@
-"""Who may see a run and who may act on it: the one rule of the REST API and the admin.
+"""Who may start runs, see a run and act on it: the one rule of the REST API and the admin.
 
+- **Starting** a run (it spends the site's model budget) needs ``aaa.add_runrecord``
+  (:data:`START`), over the API and in the admin alike.
 - A run's **owner** sees it and acts on it.
 - Anyone else needs ``aaa.view_all_runs`` to **see** it (lists, pages, reads, streams).
   A run the caller may not see is *not found*, exactly like an unknown id, so ids do
@@ -21,6 +23,9 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+#: starting runs: Django's "add" permission of the run index (no migration, and the
+#: admin's Start button already asked for it)
+START = "aaa.add_runrecord"
 VIEW_ALL = "aaa.view_all_runs"
 #: every action on a run, and the permission it needs on another owner's run
 ACTIONS = {
@@ -35,6 +40,11 @@ class Verdict(enum.Enum):
     ALLOWED = "allowed"
     NOT_FOUND = "not_found"  # may not see the run: answer as for an unknown id
     FORBIDDEN = "forbidden"  # may see the run, may not do this to it
+
+
+def may_start(user: Any) -> bool:
+    """Whether the user may start runs."""
+    return bool(user.has_perm(START))
 
 
 def owns(user: Any, owner_id: Any) -> bool:

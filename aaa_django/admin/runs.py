@@ -80,7 +80,6 @@ def format_duration(d: timedelta | None) -> str:
 
 
 VIEW = "aaa.view_runrecord"
-START = "aaa.add_runrecord"
 
 
 def may_use_runs(user: Any) -> bool:
@@ -88,7 +87,7 @@ def may_use_runs(user: Any) -> bool:
     see there and what they may do to them is :mod:`aaa_django.access`)."""
     if not (user.is_active and user.is_staff):
         return False
-    perms = (VIEW, START, access.VIEW_ALL, *access.ACTIONS.values())
+    perms = (VIEW, access.START, access.VIEW_ALL, *access.ACTIONS.values())
     return any(user.has_perm(p) for p in perms)
 
 

@@ -27,6 +27,7 @@ from ninja import Body, Header, Path, Query, Router
 from ninja.responses import Status
 
 import aaa_django.algos  # noqa: F401  (registers the built-in algorithms by name)
+from aaa_django import access
 from aaa_django.conf import aaa_settings
 from aaa_django.events import default_cache, derive_id
 from aaa_django.models import EventRecord, RunRecord
@@ -99,6 +100,9 @@ def start_run(
     The input is checked against the algorithm's input schema first: a bad input
     gets 422 and no run is created."""
     p: auth.Principal = request.auth
+    if not access.may_start(p.user):
+        raise ApiError(403, ["auth"], f"you may not start runs (permission {access.START})",
+                       "permission_denied")
     cls = registry.get(payload.algorithm)
     try:
         instance = registry.build(payload.algorithm, payload.config or {})

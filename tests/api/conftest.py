@@ -1,8 +1,8 @@
 """Fixtures of the REST API tests: users, keys, a TestClient, runs, the engine host.
 
 - ``api``: ninja's TestClient over the router (JSON bodies get their Content-Type).
-- ``alice`` / ``bob``: users with an API key each (``alice.key``); ``carol``: bob's
-  peer who may see every run, and nothing more.
+- ``alice`` / ``bob``: users with an API key each (``alice.key``) who may start runs
+  (``aaa.add_runrecord``); ``carol``: who may see every run, and nothing more.
 - ``make_run(owner, ...)``: writes a run's log straight to the store (no engine), and
   indexes it: for read-only tests on the ordinary transactional test database.
 - ``host``: the process's EngineHost with the test tools, on a transactional
@@ -70,17 +70,17 @@ def _user(django_user_model, name: str, *perms: str):
 
 @pytest.fixture
 def alice(db, django_user_model):
-    return _user(django_user_model, "alice")
+    return _user(django_user_model, "alice", "add_runrecord")
 
 
 @pytest.fixture
 def bob(db, django_user_model):
-    return _user(django_user_model, "bob")
+    return _user(django_user_model, "bob", "add_runrecord")
 
 
 @pytest.fixture
 def carol(db, django_user_model):
-    """May see every run (aaa.view_all_runs), and act on none but her own."""
+    """May see every run (aaa.view_all_runs), start none, act on none but her own."""
     return _user(django_user_model, "carol", "view_all_runs")
 
 

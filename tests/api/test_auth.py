@@ -131,6 +131,25 @@ def test_an_action_permission_acts_on_a_run_by_id_without_seeing_it(api, alice, 
     assert r.status_code == 409 and detail(r)["type"] == "run_not_ended"
 
 
+def test_starting_a_run_needs_the_permission_the_admin_asks_too(api, carol, host):
+    """aaa.add_runrecord: any active user with a key is not enough to spend the site's
+    model budget."""
+    from django.contrib.auth.models import Permission
+
+    from aaa_django.models import RunRecord
+
+    body = {"algorithm": "tests.api.echo", "input": {"text": "hi"}}
+    r = api.post("/runs", json=body, headers={**carol.auth, "Idempotency-Key": "k1"})
+    assert r.status_code == 403
+    assert detail(r) == {"loc": ["auth"], "type": "permission_denied",
+                         "msg": "you may not start runs (permission aaa.add_runrecord)"}
+    assert not RunRecord.objects.exists()
+
+    carol.user_permissions.add(Permission.objects.get(codename="add_runrecord"))
+    r = api.post("/runs", json=body, headers={**carol.auth, "Idempotency-Key": "k1"})
+    assert r.status_code == 201, r.json()
+
+
 def test_view_all_runs_lists_everyones_runs(api, alice, bob, carol, make_run):
     make_run(alice)
     make_run(bob)
