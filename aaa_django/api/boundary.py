@@ -1,7 +1,9 @@
 """The HTTP boundary every request of the router crosses before django-ninja sees it.
 
 In order: who is calling (401), the rate limit (429), the body's size (413), its
-content type (415) and whether it is JSON at all (400; JSON Lines: every line). Each failure is answered in
+content type (415), whether it is JSON at all (400; JSON Lines: every line) and whether
+any of its values nests deeper than :data:`MAX_DEPTH` levels (422: deeper JSON is
+refused before any parser, validator or the event log recurses into it). Each failure is answered in
 the API's one error shape, whatever ``NinjaAPI`` the site mounts the router in; an
 unexpected exception becomes a 500 in the same shape (never an HTML page), reported as
 Django reports one: ``got_request_exception`` and the ``django.request`` logger.
@@ -12,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
@@ -25,6 +27,8 @@ from .errors import ApiError, error_response, server_error, unavailable
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: the media types of JSON Lines (a run's export): one JSON value per line
 JSON_LINES = frozenset({"application/jsonl", "application/x-ndjson", "application/x-jsonlines"})
+#: levels of arrays and objects a request body may nest, the body itself included
+MAX_DEPTH = 64
 
 
 def boundary(run: Callable[..., Any]) -> Callable[..., Any]:
@@ -80,13 +84,39 @@ def check_body(request: HttpRequest, limit: int) -> None:
         raise ApiError(415, ["header", "Content-Type"],
                        f"the body must be JSON (Content-Type: application/json), not {ctype or 'untyped'}",
                        "unsupported_media_type")
-    parse_json(body)
+    deep = too_deep(parse_json(body), MAX_DEPTH)
+    if deep is not None:
+        raise ApiError(422, ["body", *deep[:1]],
+                       f"nested more than {MAX_DEPTH} levels deep (at {_path(deep)})", "too_deep")
 
 
 def too_big(size: int | None, limit: int) -> ApiError:
     said = f"{size} bytes" if size is not None else "too large"
     return ApiError(413, ["body"], f"the body is {said}; at most {limit} bytes are accepted",
                     "too_large")
+
+
+def too_deep(value: Any, limit: int) -> list[str | int] | None:
+    """The path to the first array or object of ``value`` below ``limit`` levels of
+    them (``value`` itself is level 1), or None. Iterative: any depth is safe."""
+    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(value, 1, ())]
+    while stack:
+        node, level, path = stack.pop()
+        items: Iterable[tuple[str | int, Any]]
+        if isinstance(node, dict):
+            items = node.items()
+        elif isinstance(node, list):
+            items = enumerate(node)
+        else:
+            continue
+        if level > limit:
+            return list(path)
+        stack.extend((v, level + 1, (*path, k)) for k, v in items)
+    return None
+
+
+def _path(path: list[str | int]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".") or "the body"
 
 
 def _no_constant(name: str) -> Any:
@@ -109,8 +139,9 @@ def parse_json(body: bytes) -> Any:
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except (UnicodeDecodeError, UnicodeEncodeError) as exc:
         raise ApiError(400, ["body"], f"not UTF-8 text: {exc.reason}", "json_invalid") from None
-    except RecursionError:
-        raise ApiError(400, ["body"], "the JSON is nested too deeply", "json_invalid") from None
+    except RecursionError:  # deeper than the parser goes: far past MAX_DEPTH
+        raise ApiError(422, ["body"], f"nested more than {MAX_DEPTH} levels deep",
+                       "too_deep") from None
     except ValueError as exc:
         raise ApiError(400, ["body"], f"invalid JSON: {exc}", "json_invalid") from None
     return data

@@ -154,7 +154,7 @@ def test_bad_input_is_422_and_creates_no_run(api, alice, body, loc, words):
     (b'{"deadline": 1e999}', {"Content-Type": "application/json"}, 400, ["body"]),
     (b'"\\ud800"', {"Content-Type": "application/json"}, 400, ["body"]),
     (b"\xff\xfe", {"Content-Type": "application/json"}, 400, ["body"]),
-    (b"[" * 5000 + b"]" * 5000, {"Content-Type": "application/json"}, 400, ["body"]),
+    (b"[" * 5000 + b"]" * 5000, {"Content-Type": "application/json"}, 422, ["body"]),  # too_deep
     (b"algorithm=x", {"Content-Type": "application/x-www-form-urlencoded"}, 415,
      ["header", "Content-Type"]),
     (b'{"algorithm": "tests.api.echo"}', {}, 415, ["header", "Content-Type"]),
