@@ -3,7 +3,7 @@
 from django.apps import AppConfig
 from django.core import checks
 
-from .checks import check_aaa_settings, check_api_settings, check_otel_settings
+from .checks import check_aaa_settings, check_api_cache, check_api_settings, check_otel_settings
 from .site.llm_settings import check_llm_settings
 from .site.mcp_settings import check_mcp_settings
 
@@ -17,6 +17,7 @@ class AaaConfig(AppConfig):
     def ready(self) -> None:
         checks.register(check_aaa_settings)
         checks.register(check_api_settings)
+        checks.register(check_api_cache)
         checks.register(check_llm_settings)
         checks.register(check_mcp_settings)
         checks.register(check_otel_settings)

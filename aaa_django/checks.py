@@ -12,12 +12,16 @@ aaa.E006   ``BLOB_STORAGE`` names no alias in ``STORAGES``.
 aaa.E020   ``LLM_CLIENT``, a ``TOOLS``, ``PROJECTIONS`` or ``AGENTS`` entry is not an
            importable dotted path to the right kind of object (a factory, a tool, a
            named Projection, a ``pydantic_ai.Agent``).
-aaa.E021   ``API_RATE`` is not "N/period" (period: s, sec, m, min, h, hour, d, day).
+aaa.E021   ``API_RATE`` or ``API_KEY_FAILURES`` is not "N/period" (period: s, sec, m,
+           min, h, hour, d, day).
 aaa.E022   ``API_MAX_BODY`` or ``API_STREAM_SECONDS`` is below 1.
 aaa.E050   ``OTEL`` is not a bool, or it is True and the ``otel`` extra
            (``opentelemetry-api``) is not installed.
 aaa.W001   A SQLite database without ``transaction_mode: IMMEDIATE`` (appends inside
            a caller's transaction may fail with "database is locked").
+aaa.W020   The API's limits (``API_RATE``, ``API_KEY_FAILURES``) count in the default
+           cache, and it is per process (local memory) or stores nothing (dummy),
+           outside DEBUG: each process counts alone.
 =========  =====================================================================
 """
 
@@ -27,10 +31,10 @@ import os
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error
+from django.core.checks import Error, Warning
 from django.utils.module_loading import import_string
 
-from .conf import BUSES, DEFAULTS, site_aaa
+from .conf import BUSES, DEFAULTS, aaa_settings, site_aaa
 from .events import Projection
 from .runtime.outcome import OUTCOMES
 from .tools import Tool
@@ -161,19 +165,46 @@ def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             wrong_type(key, "an int")
         elif value < 1:
             errors.append(Error(f"AAA[{key!r}] must be >= 1, not {value}.", id="aaa.E022"))
-    if "API_RATE" in site and site["API_RATE"] is not None:
-        rate = site["API_RATE"]
+    for key in ("API_RATE", "API_KEY_FAILURES"):
+        rate = site.get(key)
+        if rate is None:
+            continue
         if not isinstance(rate, str):
-            wrong_type("API_RATE", 'a str such as "600/min", or None')
+            wrong_type(key, 'a str such as "600/min", or None')
         elif not _valid_rate(rate):
             errors.append(
                 Error(
-                    f"AAA['API_RATE'] is {rate!r}.",
+                    f"AAA[{key!r}] is {rate!r}.",
                     hint='Write "N/period", e.g. "600/min"; periods: ' + ", ".join(_RATE_PERIODS),
                     id="aaa.E021",
                 )
             )
     return errors
+
+
+#: cache backends that count per process (or not at all)
+_LOCAL_CACHES = ("django.core.cache.backends.locmem.LocMemCache",
+                 "django.core.cache.backends.dummy.DummyCache")
+
+
+def check_api_cache(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """``aaa.W020``: the API's limits count in the default cache; a per-process one
+    lets every process (and every worker of a server) count alone."""
+    from django.conf import settings as s
+
+    conf = aaa_settings()
+    limits = [k for k in ("API_RATE", "API_KEY_FAILURES") if conf.get(k)]
+    backend = s.CACHES.get("default", {}).get("BACKEND", "")
+    if not limits or s.DEBUG or backend not in _LOCAL_CACHES:
+        return []
+    return [Warning(
+        f"AAA[{limits[0]!r}] is counted in the default cache, {backend.rsplit('.', 1)[-1]}, "
+        "which is per process: each server process counts on its own, so the limit is "
+        "multiplied by the number of processes.",
+        hint="Set CACHES['default'] to a shared cache (Redis, Memcached or the database "
+             "cache), or set the limits to None.",
+        id="aaa.W020",
+    )]
 
 
 def _dotted(key: str, path: str, accepts: Any, readable: str) -> list[Error]:
@@ -226,7 +257,7 @@ def _valid_rate(rate: str) -> bool:
 # aaa.E105   ``WORKER_SETUP`` cannot be imported.
 # =========  =====================================================================
 
-from django.core.checks import Warning, register  # noqa: E402
+from django.core.checks import register  # noqa: E402
 
 _POSITIVE = ("RUN_LOCK_TTL", "LEASE_TTL", "STALL_AFTER")
 

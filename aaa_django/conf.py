@@ -79,6 +79,10 @@ API_MAX_BODY        int >= 1         1048576       Largest request body the API 
 API_RATE            str or None      "600/min"     Requests per user and period ("N/s",
                                                    "N/min", "N/hour", "N/day"); over it: 429.
                                                    None: no limit.
+API_KEY_FAILURES    str or None      "20/min"      Failed API-key attempts per client address
+                                                   and period (same form); past it every key
+                                                   attempt from that address gets 429 until
+                                                   the period ends. None: no limit.
 API_STREAM_SECONDS  int >= 1         300           An event stream (SSE) closes after this
                                                    long; the client resumes with
                                                    Last-Event-ID.
@@ -148,6 +152,7 @@ DEFAULTS: dict[str, Any] = {
     "PROJECTIONS": [],
     "API_MAX_BODY": 1024 * 1024,
     "API_RATE": "600/min",
+    "API_KEY_FAILURES": "20/min",
     "API_STREAM_SECONDS": 300,
     # the model provider (aaa_django.site.llm_settings; docs/models.md)
     "LLM": None,

@@ -16,7 +16,8 @@ blobs on disk under var/blobs. Environment variables switch on the cluster parts
                        a real model provider (AAA["LLM"]); unset: the scripted model
   AAA_LLM_CLIENT       dotted path of the API engine's LLM client factory (default: the
                        scripted demo model in project/api_demo.py)
-  AAA_REDIS_URL        Celery broker and result backend (e.g. redis://127.0.0.1:6379/0)
+  AAA_REDIS_URL        Celery broker and result backend, and the cache (e.g.
+                       redis://127.0.0.1:6379/0)
   AAA_S3_BUCKET        blobs in S3 (django-storages) when set, with AAA_S3_ENDPOINT,
                        AAA_S3_ACCESS_KEY, AAA_S3_SECRET_KEY, AAA_S3_REGION
 """
@@ -150,6 +151,12 @@ AAA = {
 }
 if env("AAA_STALL_AFTER"):  # the cluster's sweeper: seconds before a run counts as stalled
     AAA["STALL_AFTER"] = float(env("AAA_STALL_AFTER"))
+
+# The API's rate limits count in the default cache: shared between processes when
+# there is a Redis (else each process counts alone: system check aaa.W020 outside DEBUG).
+if env("AAA_REDIS_URL"):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": env("AAA_REDIS_URL")}}
 
 # Celery (used when AAA_BUS=celery): `celery -A project worker`.
 CELERY_BROKER_URL = env("AAA_REDIS_URL", "memory://")

@@ -8,7 +8,12 @@ Credentials, tried in this order:
 
 An API key is looked up by its SHA-256 (only the hash is stored); a revoked or
 expired key, or one of an inactive user, authenticates nobody. The result is a
-:class:`Principal` on ``request.auth``.
+:class:`Principal` on ``request.auth``. Failed key attempts are counted per client
+address (``AAA["API_KEY_FAILURES"]``): past the limit, every key attempt from that
+address is a 429 until the period ends, so keys cannot be guessed at speed.
+
+Both limits count in Django's default cache: share it between processes (Redis,
+Memcached, the database cache), or each process counts alone (system check aaa.W020).
 
 Who may see and act on which run is :mod:`aaa_django.access` (the same rule as the
 admin); :func:`aaa_django.api.runs.load` turns its verdict into a 404 or a 403.
@@ -16,17 +21,21 @@ admin); :func:`aaa_django.api.runs.load` turns its verdict into a 404 or a 403.
 
 from __future__ import annotations
 
+import hashlib
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security import APIKeyCookie, APIKeyHeader, HttpBearer
 from ninja.throttling import SimpleRateThrottle
 from ninja.utils import check_csrf
 
+from aaa_django.conf import aaa_settings
 from aaa_django.models import ApiKey
 
 from .errors import ApiError
@@ -60,17 +69,18 @@ class Principal:
 
 
 def authenticate(request: HttpRequest) -> Principal:
-    """The caller of ``request``; raises a 401 (or a CSRF 403) :class:`ApiError`."""
+    """The caller of ``request``; raises a 401 (or a CSRF 403, or a 429 after too many
+    failed key attempts from its address) :class:`ApiError`."""
     header = request.headers.get("Authorization")
     if header:
         scheme, _, token = header.strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise ApiError(401, ["header", "Authorization"],
                            "use 'Authorization: Bearer <API key>'", "invalid_credentials")
-        return _by_key(token.strip(), ["header", "Authorization"])
+        return _counted(request, token.strip(), ["header", "Authorization"])
     key = request.headers.get("X-API-Key")
     if key:
-        return _by_key(key.strip(), ["header", "X-API-Key"])
+        return _counted(request, key.strip(), ["header", "X-API-Key"])
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated and user.is_active:
         if not getattr(request, "_dont_enforce_csrf_checks", False) and check_csrf(request):
@@ -81,6 +91,23 @@ def authenticate(request: HttpRequest) -> Principal:
     raise ApiError(401, ["header", "Authorization"],
                    "no credentials: send 'Authorization: Bearer <API key>', "
                    "'X-API-Key: <API key>' or a session cookie", "not_authenticated")
+
+
+def _counted(request: HttpRequest, raw: str, loc: list[str]) -> Principal:
+    """``_by_key``, refused while the client's address is over its failed attempts."""
+    failures = FailedKeys.from_settings()
+    if failures is None:
+        return _by_key(raw, loc)
+    wait = failures.blocked(request)
+    if wait is not None:
+        raise ApiError(429, loc, f"too many failed API key attempts from your address: at "
+                       f"most {failures.rate}", "throttled",
+                       headers={"Retry-After": str(wait)})
+    try:
+        return _by_key(raw, loc)
+    except ApiError:
+        failures.failed(request)
+        raise
 
 
 def _by_key(raw: str, loc: list[str]) -> Principal:
@@ -153,6 +180,44 @@ class UserRateThrottle(SimpleRateThrottle):
         if p is None:
             return None
         return self.cache_format % {"scope": self.scope, "ident": p.user.pk}
+
+
+class FailedKeys:
+    """Failed API-key attempts per client address, in fixed windows of the rate's
+    period (``AAA["API_KEY_FAILURES"]``; the address as ninja's throttles see it:
+    ``REMOTE_ADDR``, or ``X-Forwarded-For`` per ``NINJA_NUM_PROXIES``)."""
+
+    def __init__(self, rate: str) -> None:
+        self.rate = rate
+        limit, period = SimpleRateThrottle(rate).parse_rate(rate)
+        if limit is None or period is None:  # (the system check aaa.E021 says so first)
+            raise ValueError(f"AAA['API_KEY_FAILURES'] is not a rate: {rate!r}")
+        self.limit, self.period = limit, period
+
+    @classmethod
+    def from_settings(cls) -> "FailedKeys | None":
+        rate = aaa_settings()["API_KEY_FAILURES"]
+        return cls(rate) if rate else None
+
+    def _key(self, request: HttpRequest, now: float) -> str:
+        ident = SimpleRateThrottle(self.rate).get_ident(request) or "unknown"
+        window = int(now // self.period)
+        return f"aaa:key-failures:{hashlib.sha256(ident.encode()).hexdigest()[:32]}:{window}"
+
+    def blocked(self, request: HttpRequest) -> int | None:
+        """Seconds until the address may try again, or None if it may now."""
+        now = time.time()
+        if (cache.get(self._key(request, now)) or 0) < self.limit:
+            return None
+        return max(1, int(self.period - now % self.period + 0.999))
+
+    def failed(self, request: HttpRequest) -> None:
+        key = self._key(request, time.time())
+        cache.add(key, 0, self.period)
+        try:
+            cache.incr(key)
+        except ValueError:  # expired between add and incr: this failure opens the window
+            cache.set(key, 1, self.period)
 
 
 def throttle(request: HttpRequest, rate: str | None) -> None:

@@ -177,3 +177,25 @@ def test_rate_limit_is_429_with_retry_after(api, alice, settings):
     r = api.get("/runs", headers=alice.auth)
     assert int(r["Retry-After"]) >= 1
     assert detail(r)["type"] == "throttled"
+
+
+def test_failed_key_attempts_are_limited_per_client_address(alice, settings):
+    """AAA["API_KEY_FAILURES"]: past it, every key attempt from that address is a 429
+    (a right key too: a guesser must not tell a hit by its answer); other addresses
+    go on."""
+    settings.AAA = {**settings.AAA, "API_KEY_FAILURES": "3/min"}
+    attacker, neighbour = Client(REMOTE_ADDR="203.0.113.7"), Client(REMOTE_ADDR="203.0.113.8")
+
+    def get(client, key):
+        return client.get("/api/aaa/runs", headers={"Authorization": f"Bearer {key}"})
+
+    guesses = [get(attacker, f"aaa_guess{i}").status_code for i in range(4)]
+    assert guesses == [401, 401, 401, 429]
+    r = get(attacker, alice.key)
+    assert r.status_code == 429 and 1 <= int(r["Retry-After"]) <= 60
+    assert detail(r)["type"] == "throttled" and "3/min" in detail(r)["msg"]
+    assert get(neighbour, alice.key).status_code == 200
+    assert get(neighbour, "aaa_wrong").status_code == 401
+    # sessions and good keys are never counted: only failures
+    settings.AAA = {**settings.AAA, "API_KEY_FAILURES": None}
+    assert get(attacker, alice.key).status_code == 200

@@ -50,6 +50,8 @@ def test_api_settings_checks():
     assert ids({"TOOLS": "tests.api.algos.guarded"}) == ["aaa.E003"]
     assert ids({"API_RATE": "often"}) == ["aaa.E021"]
     assert ids({"API_RATE": "10/ms"}) == ["aaa.E021"]
+    assert ids({"API_KEY_FAILURES": "lots"}) == ["aaa.E021"]
+    assert ids({"API_KEY_FAILURES": None, "API_RATE": None}) == []
     assert ids({"API_MAX_BODY": 0, "API_STREAM_SECONDS": True}) == ["aaa.E022", "aaa.E003"]
 
 
@@ -60,3 +62,21 @@ def test_a_host_without_a_model_client_fails_model_requests_clearly():
 
     with pytest.raises(RuntimeError, match="AAA\\['LLM_CLIENT'\\]"):
         asyncio.run(NoModelClient().complete(None))
+
+
+@pytest.mark.parametrize("debug,backend,aaa,warned", [
+    (False, "django.core.cache.backends.locmem.LocMemCache", {}, True),
+    (False, "django.core.cache.backends.dummy.DummyCache", {"API_RATE": None}, True),
+    (True, "django.core.cache.backends.locmem.LocMemCache", {}, False),
+    (False, "django.core.cache.backends.db.DatabaseCache", {}, False),
+    (False, "django.core.cache.backends.redis.RedisCache", {}, False),
+    (False, "django.core.cache.backends.locmem.LocMemCache",
+     {"API_RATE": None, "API_KEY_FAILURES": None}, False),
+])
+def test_a_per_process_cache_for_the_api_limits_is_warned_about(debug, backend, aaa, warned):
+    from aaa_django.checks import check_api_cache
+
+    caches = {"default": {"BACKEND": backend, "LOCATION": "aaa_cache"}}
+    with override_settings(DEBUG=debug, CACHES=caches, AAA=aaa):
+        found = [w.id for w in check_api_cache()]
+    assert found == (["aaa.W020"] if warned else [])
