@@ -274,7 +274,8 @@ def _llm_completed(d: dict) -> str:
         said = "asks for " + "; ".join(f"{c.get('name')}({_args(c.get('arguments'))})" for c in calls)
     else:
         said = f"replies: {message.get('content') or ''}"
-    return f"{said} · {_usage(d.get('usage'), d.get('cost'))}"
+    unpriced = " · unpriced (no price for this model: cost 0)" if d.get("priced") is False else ""
+    return f"{said} · {_usage(d.get('usage'), d.get('cost'))}{unpriced}"
 
 
 def _failed(kind: str) -> Callable[[dict], str]:

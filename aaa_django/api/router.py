@@ -35,6 +35,7 @@ from aaa_django.reading import projections
 from aaa_django.reading.hydrated import hydrating
 from aaa_django.runtime import RunNotEndedError, registry
 from aaa_django.runtime.event_types import APPROVAL_EXPIRED, decision_id
+from aaa_django.runtime.validation import start_errors
 from aaa_django.site import tokens
 from aaa_django.site.host import EngineHost
 from aaa_django.store import runindex
@@ -114,6 +115,13 @@ def start_run(
     if errors:
         raise ApiError(422, errors=pydantic_errors(errors, ["body", "input"]))
     budget = payload.budget.model_dump(exclude_none=True) if payload.budget else None
+    if budget and budget.get("cost") is not None:  # the engine would refuse it: say so now
+        async def priced(engine: Any) -> list[dict[str, Any]]:
+            return start_errors(engine, payload.config, budget)
+
+        unpriced = host().call(priced)
+        if unpriced:
+            raise ApiError(422, errors=pydantic_errors(unpriced, ["body"]))
 
     run_id = None
     digest = ""

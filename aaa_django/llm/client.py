@@ -25,3 +25,17 @@ class StreamingLLMClient(LLMClient, Protocol):
     would, calling ``on_text`` with each piece of its text as the provider sends it."""
 
     async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse: ...
+
+
+@runtime_checkable
+class PricedClient(Protocol):
+    """A client that prices its calls from a table (the provider clients): it can say
+    before a run starts whether a model has a price, so a cost budget is never set on
+    calls that would all cost 0."""
+
+    #: the model asked when a request names none
+    model: str | None
+
+    def prices(self, model: str | None) -> bool:
+        """Whether calls to ``model`` (None: the client's default model) have a price."""
+        ...

@@ -29,7 +29,7 @@ from aaa_django.runtime.event_types import (
     result_id,
 )
 
-from .client import LLMClient, StreamingLLMClient
+from .client import LLMClient, PricedClient, StreamingLLMClient
 from .conversation import conversation_of
 from .deltas import DeltaSink, TokenDelta
 from .messages import LLMRequest
@@ -47,6 +47,8 @@ class LLMHandler:
         #: the client, when it streams and someone listens
         self.streaming: StreamingLLMClient | None = (
             client if deltas is not None and isinstance(client, StreamingLLMClient) else None)
+        #: the client when it can tell priced models from unpriced ones (detected once)
+        self.pricer: PricedClient | None = client if isinstance(client, PricedClient) else None
         self.engine: "Engine | None" = None
         self._inflight: set[str] = set()
 
@@ -105,6 +107,8 @@ class LLMHandler:
             "cost": response.cost,
             "model": response.model,
         }
+        if not response.priced:
+            data["priced"] = False  # cost 0 because nobody priced the model, not free
         await engine.append([result_event(event, LLM_COMPLETED, data)])
 
     def _publisher(self, event: Event) -> Any:
@@ -115,6 +119,26 @@ class LLMHandler:
             sink.publish(TokenDelta(run_id=run_id, request_id=request_id, index=index, text=text))
 
         return on_text
+    def unpriced(self, model: str | None) -> str | None:
+        """The name of ``model`` (None: the client's default) when this handler's
+        client knows it has no price; None when it has one or the client cannot tell."""
+        if self.pricer is None or self.pricer.prices(model):
+            return None
+        return model or self.pricer.model or "the client's default model"
+
+    def start_errors(self, config: Any, budget: Any) -> list[dict[str, Any]]:
+        """A run's start checked (``runtime.engine_api.ChecksStart``): a cost budget
+        over a model (the run's ``config.model``, else the client's default) without a
+        price could never trip (every call would cost 0)."""
+        if not isinstance(budget, dict) or budget.get("cost") is None:
+            return []
+        model = config.get("model") if isinstance(config, dict) else None
+        name = self.unpriced(model if isinstance(model, str) else None)
+        if name is None:
+            return []
+        return [{"loc": ["budget", "cost"], "type": "unpriced_model",
+                 "msg": f"model {name!r} has no price, so a cost budget cannot be enforced: add it "
+                        "to the model client's pricing table (AAA['LLM']['PRICING'])"}]
 
     def failure(self, exc: BaseException) -> dict[str, Any]:
         """The data of ``aaa.llm.failed`` for ``exc``: ``reason`` (a client error's own

@@ -93,3 +93,5 @@ class LLMResponse(BaseModel):
     cost: float = 0.0
     model: str | None = None
     finish_reason: str | None = None
+    #: False: the model has no price, so ``cost`` is 0 (recorded as ``"priced": false``)
+    priced: bool = True

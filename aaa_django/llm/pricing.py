@@ -10,8 +10,9 @@ A model is looked up by the name the provider answered with first (e.g.
 ``gpt-4o-mini-2024-07-18``), then by the name that was asked for (``gpt-4o-mini``):
 exact names only, so one model is never priced as another that shares a prefix. A
 model in neither is *unpriced*: its cost is 0 and :attr:`Cost.priced` is False (the
-client logs a warning once per model), so a budget on cost does not silently pass
-for a model nobody priced -- check the flag or price every model you use.
+client logs a warning once per model, the event says ``"priced": false``, and a run
+with a cost budget over an unpriced model is refused at its start), so a budget on
+cost never silently passes for a model nobody priced.
 """
 
 from __future__ import annotations

@@ -48,8 +48,6 @@ class ProviderResponse(LLMResponse):
     HTTP attempt made for it, and whether its model was in the pricing table."""
 
     attempts: list[dict[str, Any]] = Field(default_factory=list)
-    #: False: the model has no price, so ``cost`` is 0
-    priced: bool = True
 
 
 class Secret:
@@ -123,6 +121,11 @@ class ProviderClient:
         self._secrets = [Secret(s) for s in (api_key, _url_password(base_url)) if s and len(s) >= 4]
         self._sdks: dict[asyncio.AbstractEventLoop, Any] = {}
         self._unpriced_warned: set[str] = set()
+
+    def prices(self, model: str | None) -> bool:
+        """Whether calls to ``model`` (None: the client's own) have a price
+        (:class:`~aaa_django.llm.client.PricedClient`)."""
+        return self.pricing.price(model or self.model) is not None
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(base_url={safe_url(self.base_url)!r}, model={self.model!r}, "

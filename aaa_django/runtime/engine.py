@@ -66,6 +66,7 @@ from . import registry
 from .budget import Budget
 from .bus import Bus, DurableTimers, InProcessBus, WatchesEnds
 from .ctx import Ctx, _budget, _plain, absolute_deadline
+from .engine_api import ChecksStart
 from .errors import RunNotEndedError
 from .event_types import (
     APPROVAL_DENIED,
@@ -203,6 +204,8 @@ class Engine:
         #: handler turns failures into events)
         self.errors: list[BaseException] = []
         self._handlers: dict[str, list[Handler]] = defaultdict(list)
+        #: the subscribed handlers that check a run's start (detected in ``subscribe``)
+        self.start_checks: list[ChecksStart] = []
         self._waiters: dict[str, asyncio.Event] = {}
         #: run id -> (due time, loop timer): on a bus without durable timers only
         self._timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}
@@ -257,8 +260,12 @@ class Engine:
     # -- subscriptions ------------------------------------------------------------------
 
     def subscribe(self, type: str, handler: Handler) -> None:
-        """Call ``await handler(event)`` for every event of ``type`` (hydrated)."""
+        """Call ``await handler(event)`` for every event of ``type`` (hydrated). A
+        handler that checks a run's start (:class:`~.engine_api.ChecksStart`) is asked
+        when each run starts, too."""
         self._handlers[type].append(handler)
+        if isinstance(handler, ChecksStart) and all(c is not handler for c in self.start_checks):
+            self.start_checks.append(handler)
 
     def subscribers(self, type: str) -> list[Handler]:
         """The handlers subscribed to ``type``, in subscription order."""

@@ -9,7 +9,7 @@ implements it; the type checker holds it to that where the engine hands itself o
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Iterable, Protocol, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, Protocol, TypeVar, runtime_checkable
 
 from aaa_django.events import Event, EventStore, FoldCache, Projection, Tail
 
@@ -23,6 +23,19 @@ S = TypeVar("S")
 Handler = Callable[[Event], Awaitable[Any]]
 
 
+@runtime_checkable
+class ChecksStart(Protocol):
+    """A handler that refuses some runs at their start, beside their input's schema
+    (the model handler: a cost budget over a model it has no price for would never
+    trip). The engine detects it once, when it subscribes (``Engine.subscribe``); the
+    validation of a run's start asks it (``runtime.validation.start_errors``)."""
+
+    def start_errors(self, config: Any, budget: Any) -> list[dict[str, Any]]:
+        """Why a run with ``config`` and ``budget`` cannot start (pydantic's error
+        shape: ``loc``, ``type``, ``msg``); empty when it can."""
+        ...
+
+
 class EngineAPI(Protocol):
     """The engine's public interface (see :class:`~aaa_django.runtime.Engine`)."""
 
@@ -30,6 +43,8 @@ class EngineAPI(Protocol):
     #: the store's tail: what this engine holds of the log
     tail: Tail
     cache: FoldCache
+    #: the subscribed handlers that check a run's start (:class:`ChecksStart`)
+    start_checks: list[ChecksStart]
 
     def subscribe(self, type: str, handler: Handler) -> None: ...
 

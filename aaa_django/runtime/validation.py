@@ -1,9 +1,11 @@
 """``ValidationHandler``: a run's input, and its structured result, checked against
 their schemas.
 
-On ``aaa.run.started`` it validates ``input`` with the algorithm's ``Input`` model
-and appends ``aaa.input.validated`` (the algorithm may start) or
-``aaa.input.rejected`` with the errors (the engine ends the run ``invalid_input``).
+On ``aaa.run.started`` it validates ``input`` with the algorithm's ``Input`` model,
+and a cost budget against the model clients' prices (a model without a price would
+make it a budget that never trips), and appends ``aaa.input.validated`` (the algorithm
+may start) or ``aaa.input.rejected`` with the errors (the engine ends the run
+``invalid_input``).
 On ``aaa.output.proposed`` it checks the proposed answer against the pydantic model the
 proposal names (:mod:`aaa_django.runtime.output`) and appends ``aaa.output.validated``
 or ``aaa.output.rejected`` (the algorithm sends the errors back to the model). A
@@ -60,6 +62,7 @@ class ValidationHandler:
         if await engine.find_after(event, [rid]):
             return
         errors = validate(registry.get(name), event.data.get("input"))
+        errors += start_errors(engine, event.data.get("config"), event.data.get("budget"))
         if errors:
             verdict = result_event(event, INPUT_REJECTED, {"errors": compact(errors)})
         else:
@@ -83,6 +86,13 @@ class ValidationHandler:
         else:
             verdict = result_event(event, OUTPUT_VALIDATED, {"value": value})
         await engine.append([verdict])
+
+
+def start_errors(engine: EngineAPI, config: Any, budget: Any) -> list[dict[str, Any]]:
+    """Why the engine's start checks (:class:`~aaa_django.runtime.engine_api.ChecksStart`:
+    the model handler's) refuse a run with ``config`` and ``budget``, in pydantic's
+    error shape: asked when the run starts, and by the REST API before it starts one."""
+    return [e for check in engine.start_checks for e in check.start_errors(config, budget)]
 
 
 #: longest input an error quotes in the log (canonical JSON characters)

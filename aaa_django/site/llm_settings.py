@@ -31,7 +31,9 @@ TIMEOUT         number > 0/None   60         Seconds one HTTP attempt may take.
 MAX_RETRIES     int >= 0          2          Retries of a transient failure (429, 5xx,
                                              timeout, dropped connection).
 PRICING         dict              {}         {model: {"input": $/1M tokens, "output":
-                                             $/1M tokens}}; unpriced models cost 0.
+                                             $/1M tokens}}; an unpriced model costs 0,
+                                             is flagged "priced": false, and a cost
+                                             budget over it is refused at start.
 MAX_TOKENS      int >= 1          4096       Anthropic only: the reply limit when a
                                              request's params give none.
 ==============  ================  =========  ============================================

@@ -259,3 +259,29 @@ def test_the_configured_model_client_answers(api, alice, settings):
         EngineHost.reset()
     assert done["outcome"] == "success" and done["value"] == {"text": "scripted answer"}
     assert done["spend"]["model_calls"] == 1 and done["spend"]["tokens"] > 0
+
+
+def test_a_cost_budget_over_an_unpriced_model_is_422_before_any_run(api, alice, settings,
+                                                                   transactional_db):
+    from aaa_django.site.host import EngineHost
+
+    llm = {"PROVIDER": "openai", "BASE_URL": "http://127.0.0.1:9/v1", "API_KEY": "sk-none",
+           "MODEL": "my-proxy-alias", "PRICING": {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}}
+    settings.AAA = {**settings.AAA, "LLM": llm}
+    EngineHost.reset()
+    try:
+        body = {"algorithm": "aaa.algos.ToolLoop", "input": {"task": "hi"}, "budget": {"cost": 1.0}}
+        r = api.post("/runs", json=body, headers=alice.auth)
+        assert r.status_code == 422, r.json()
+        (problem,) = r.json()["detail"]
+        assert problem["loc"] == ["body", "budget", "cost"] and problem["type"] == "unpriced_model"
+        assert "'my-proxy-alias' has no price" in problem["msg"]
+        assert RunRecord.objects.count() == 0
+        # priced (the run's config names the model), or no cost budget: it starts
+        priced = {**body, "config": {"model": "gpt-4o-mini"}}
+        for ok in (priced, {**body, "budget": {"model_calls": 1}}):
+            r = api.post("/runs", json=ok, headers=alice.auth)
+            assert r.status_code == 201, r.json()
+            api.post(f"/runs/{r.json()['id']}/cancel", headers=alice.auth)
+    finally:
+        EngineHost.reset()
