@@ -174,14 +174,31 @@ def celery_env(django_db_setup, django_db_blocker, tmp_path_factory) -> dict[str
     return env
 
 
+def _named_databases(item: pytest.Item) -> set[str]:
+    """The database aliases a test's django_db marker names ("__all__": none by name)."""
+    marker = item.get_closest_marker("django_db")
+    if marker is None:
+        return set()
+    names = marker.kwargs.get("databases", marker.args[1] if len(marker.args) > 1 else None)
+    return set() if names in (None, "__all__") else set(names)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests by the services they use, so `-m "not postgres"` works."""
+    """Mark tests by the services they use, so `-m "not postgres"` works; a test whose
+    django_db marker names a database that is not configured (PostgreSQL without
+    bin/test) is skipped on a developer's run, and fails under bin/test and CI."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec else {}
-        if "pg_alias" in names or params.get("db_alias") == "postgres":
+        if ("pg_alias" in names or params.get("db_alias") == "postgres"
+                or "postgres" in _named_databases(item)):
             item.add_marker(pytest.mark.postgres)
+        missing = _named_databases(item) - set(settings.DATABASES)
+        if missing and not services_required():
+            item.add_marker(pytest.mark.skip(
+                reason=f"service 'postgres' is not available (bin/test starts it): "
+                       f"database {sorted(missing)} is not configured"))
         if "s3_endpoint" in names:
             item.add_marker(pytest.mark.s3)
         if "redis_url" in names:

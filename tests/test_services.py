@@ -48,3 +48,29 @@ def test_a_missing_service_fails_in_ci_and_skips_only_on_a_plain_developer_run(m
     require_service("postgres", True)  # present: nothing happens
     with pytest.raises(outcome, match="'postgres' is not available"):
         require_service("postgres", False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env, ends", [({}, "skipped"), ({"CI": "true"}, "error")])
+def test_plain_pytest_without_services_skips_what_needs_them_and_ci_fails(env, ends, tmp_path):
+    """A developer's plain ``pytest`` (no bin/test: no PostgreSQL alias) skips the tests
+    whose django_db marker names the PostgreSQL database, and errors nowhere; under CI
+    the same tests fail."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("AAA_", "DJANGO_", "PYTEST_")) and k != "CI"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "tests/store/test_runindex_statement.py"],
+        cwd=root, env={**clean, **env, "AAA_TEST_TMPDIR": str(tmp_path)},
+        capture_output=True, text=True, timeout=120)
+    summary = result.stdout.strip().splitlines()[-1]
+    if ends == "skipped":
+        assert result.returncode == 0, result.stdout[-3000:]
+        assert "skipped" in summary and "error" not in summary and "failed" not in summary
+    else:
+        assert result.returncode != 0 and "error" in summary, summary
