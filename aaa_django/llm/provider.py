@@ -125,7 +125,9 @@ class ProviderClient:
     def prices(self, model: str | None) -> bool:
         """Whether calls to ``model`` (None: the client's own) have a price
         (:class:`~aaa_django.llm.client.PricedClient`)."""
-        return self.pricing.price(model or self.model) is not None
+        name = model or self.model
+        # the names a reply would be priced by, before any reply (a provider's own rules)
+        return name is not None and self.pricing.price(*self.price_names(None, name)) is not None
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(base_url={safe_url(self.base_url)!r}, model={self.model!r}, "

@@ -60,3 +60,13 @@ def test_a_local_openai_compatible_server(bus, openai_server):
         assert c.data["cost"] == pytest.approx((usage["input_tokens"] * 1.0 + usage["output_tokens"] * 2.0) / 1e6)
     assert "sk-local-test" not in repr(log)
     assert bus.errors() == []
+
+
+def test_a_model_named_with_its_provider_is_priced_by_its_bare_name_before_any_call():
+    # a cost budget is checked against prices() at the run's start: it must find the
+    # price the call itself will find ("openai:gpt-4o-mini" priced as "gpt-4o-mini")
+    from aaa_django.llm.pydantic_ai_client import PydanticAIClient
+
+    c = PydanticAIClient("openai:gpt-4o-mini", api_key="sk-unused",
+                         pricing={"gpt-4o-mini": {"input": 0.15, "output": 0.6}})
+    assert c.prices(None) and c.prices("openai:gpt-4o-mini") and not c.prices("openai:gpt-5")
