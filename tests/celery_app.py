@@ -40,3 +40,15 @@ def _touch_ready_file(**kwargs):
     path = os.environ.get("AAA_TEST_WORKER_READY")
     if path:
         Path(path).write_text(str(os.getpid()))
+
+
+@app.task(name="tests.warm", bind=True, acks_late=True, ignore_result=True)
+def warm(self, spec: list, done_dir: str) -> None:
+    """Build this worker process's engine for ``spec`` now, as its first delivery would
+    (``Cluster.warm``): a site's WORKER_SETUP may import a lot and start MCP servers, and
+    a test's clock must not include that. ``acks_late``: a worker busy warming holds its
+    one message, so the next warm-up goes to another worker."""
+    from aaa_django.celery.worker import needs_thread, runtime
+
+    runtime(threaded=needs_thread(self)).engine(spec)
+    Path(done_dir, str(os.getpid())).touch()

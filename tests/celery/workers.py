@@ -146,6 +146,25 @@ class Cluster:
             w.wait_ready(ready_timeout)
         return started
 
+    def warm(self, spec: list, *, timeout: float = 300) -> None:
+        """Have every worker process build its engine for ``spec`` (the store's
+        ``store_spec``) before a test starts a clock: a worker is ready before its pool
+        child has built an engine, and the first delivery builds it (WORKER_SETUP's
+        imports and MCP servers: 17-20 s each on a loaded 2-core machine). Needs
+        concurrency 1 per worker (one warm-up each, held until done)."""
+        from tests.celery_app import warm
+
+        done = self.tmp / f"warm-{len(self.workers)}"
+        done.mkdir(exist_ok=True)
+        live = self.live()
+        for _ in live:
+            warm.apply_async((spec, str(done)), queue=self.queues["algorithms"])
+        end = time.monotonic() + timeout
+        while len(list(done.iterdir())) < len(live):
+            if time.monotonic() > end:
+                raise RuntimeError(f"workers not warm in {timeout} s: {self.logs()}")
+            time.sleep(0.05)
+
     def live(self) -> list[Worker]:
         return [w for w in self.workers if w.proc.poll() is None]
 

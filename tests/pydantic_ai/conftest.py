@@ -32,6 +32,8 @@ def openai_server():
 
 @pytest.fixture(scope="session")
 def pai_cluster(celery_env, openai_server, tmp_path_factory):
+    from aaa_django.celery.bus import store_spec
+    from tests.celery.conftest import make_engine
     from tests.celery.workers import Cluster
 
     env = {**celery_env, "AAA_TEST_QUEUE_SUFFIX": "-pydantic-ai", "AAA_TEST_OPENAI_URL": openai_server.url,
@@ -39,6 +41,7 @@ def pai_cluster(celery_env, openai_server, tmp_path_factory):
     cluster = Cluster(env, tmp_path_factory.mktemp("pydantic-ai"))
     try:
         cluster.start(2)
+        cluster.warm(store_spec(make_engine(cluster.queues).store))
         yield cluster
     finally:
         cluster.stop()
