@@ -6,7 +6,8 @@
   checked whole, every blob against its hash, before anything is stored; the caller
   owns the imported run. Needs ``aaa.import_run``.
 - ``POST /runs/{id}/fork``: a new run from the run's first ``at`` events, with its
-  configuration changed by a JSON merge patch, and a new budget or deadline.
+  configuration changed by a JSON merge patch, and a new budget or deadline. Whoever
+  may see the run and may start runs (``aaa.add_runrecord``) may fork it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja.responses import Status
 
+from aaa_django import access
 from aaa_django.runtime.fork import ForkError, fork, merge_patch
 from aaa_django.site.engines import site_blobs
 from aaa_django.store import exchange, runindex
@@ -90,6 +92,9 @@ def fork_run(request: HttpRequest, response: HttpResponse, payload: ForkIn, run_
     records where it came from (``forked_from``); the caller owns it."""
     p: auth.Principal = request.auth
     row = runs.load(p, run_id)
+    if not access.may_start(p.user):  # a fork is a new run: it spends the model budget too
+        raise ApiError(403, ["auth"], f"you may not start runs (permission {access.START})",
+                       "permission_denied")
     given = payload.model_fields_set
     config = None
     if payload.config is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.contrib.auth.models import Permission
 
 from aaa_django.runtime.event_types import INPUT_VALIDATED
 
@@ -82,9 +83,13 @@ def test_a_fork_goes_on_with_the_new_config_and_says_where_it_came_from(api, ali
     events = api.get(f"/runs/{run_id}/events", headers=alice.auth).json()["items"]
     validated = next(e["seq"] for e in events if e["type"] == INPUT_VALIDATED)
 
-    # carol sees every run: she may fork alice's; the fork is hers.
-    r = api.post(f"/runs/{run_id}/fork", json={"at": validated, "config": {"calls": 2}},
-                 headers=carol.auth)
+    # carol sees every run; a fork is a new run: she needs the right to start runs too
+    body = {"at": validated, "config": {"calls": 2}}
+    r = api.post(f"/runs/{run_id}/fork", json=body, headers=carol.auth)
+    assert r.status_code == 403 and r.json()["detail"][0]["type"] == "permission_denied"
+    carol.user_permissions.add(Permission.objects.get(codename="add_runrecord"))
+    # then she may fork alice's; the fork is hers.
+    r = api.post(f"/runs/{run_id}/fork", json=body, headers=carol.auth)
 
     assert r.status_code == 201, r.json()
     fork = r.json()
