@@ -47,8 +47,17 @@ def warm(self, spec: list, done_dir: str) -> None:
     """Build this worker process's engine for ``spec`` now, as its first delivery would
     (``Cluster.warm``): a site's WORKER_SETUP may import a lot and start MCP servers, and
     a test's clock must not include that. ``acks_late``: a worker busy warming holds its
-    one message, so the next warm-up goes to another worker."""
-    from aaa_django.celery.worker import needs_thread, runtime
+    one message, so the next warm-up goes to another worker. A failure is written in
+    the worker's file: the test fails at once with it, not at the warm-up's bound."""
+    import traceback
 
-    runtime(threaded=needs_thread(self)).engine(spec)
+    from aaa_django.celery.worker import runtime
+
+    try:
+        runtime().engine(spec, self.app)  # as aaa.deliver builds it
+    except Exception:
+        failed = Path(f"{done_dir}-{os.getpid()}.failed")
+        failed.write_text(traceback.format_exc())
+        failed.rename(Path(done_dir, str(os.getpid())))  # (whole, at once)
+        raise
     Path(done_dir, str(os.getpid())).touch()

@@ -160,7 +160,13 @@ class Cluster:
         for _ in live:
             warm.apply_async((spec, str(done)), queue=self.queues["algorithms"])
         end = time.monotonic() + timeout
-        while len(list(done.iterdir())) < len(live):
+        while True:
+            files = list(done.iterdir())  # one a worker: empty when warm, else its error
+            failed = [f.read_text() for f in files if f.stat().st_size]
+            if failed:
+                raise RuntimeError(f"a worker failed to warm up: {failed[0]}")
+            if len(files) >= len(live):
+                return
             if time.monotonic() > end:
                 raise RuntimeError(f"workers not warm in {timeout} s: {self.logs()}")
             time.sleep(0.05)
