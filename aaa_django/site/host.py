@@ -57,14 +57,19 @@ class EngineHost:
     # -- the process-wide instance -----------------------------------------------------
 
     @classmethod
-    def get(cls) -> "EngineHost":
-        """The process's host, started on first use."""
+    def get(cls, timeout: float | None = DEFAULT_TIMEOUT) -> "EngineHost":
+        """The process's host, started on first use. One that is still starting (its
+        engine's build imports the model client's library, starts MCP servers, runs
+        ``WORKER_SETUP``) is waited for up to ``timeout`` seconds, then
+        :class:`EngineUnavailable` (503 over the API) while it goes on starting for
+        the next caller: never a second host beside it. One that failed to start, or
+        stopped, is replaced."""
         with cls._instance_lock:
-            if cls._instance is None or not cls._instance.alive:
-                host = cls()
-                host.start()
-                cls._instance = host
-            return cls._instance
+            host = cls._instance
+            if host is None or not (host.alive or host.starting):
+                host = cls._instance = cls()
+                host._launch()
+        return host.ready(timeout)
 
     @classmethod
     def reset(cls, timeout: float = 5.0) -> None:
@@ -81,11 +86,25 @@ class EngineHost:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and self.engine is not None
 
-    def start(self, timeout: float = 10.0) -> "EngineHost":
+    @property
+    def starting(self) -> bool:
+        """Its thread is building the engine."""
+        return self._thread is not None and self._thread.is_alive() and not self._ready.is_set()
+
+    def start(self, timeout: float | None = DEFAULT_TIMEOUT) -> "EngineHost":
+        """Start the thread and wait for the engine (see :meth:`ready`)."""
+        self._launch()
+        return self.ready(timeout)
+
+    def _launch(self) -> None:
         self._thread = threading.Thread(target=self._main, name="aaa-engine-host", daemon=True)
         self._thread.start()
+
+    def ready(self, timeout: float | None = DEFAULT_TIMEOUT) -> "EngineHost":
+        """This host once its engine is built (waiting up to ``timeout`` seconds);
+        :class:`EngineUnavailable` if it is still starting then, or failed to start."""
         if not self._ready.wait(timeout):
-            raise EngineUnavailable("the engine host did not start in time")
+            raise EngineUnavailable(f"the engine host is still starting after {timeout} s")
         if self._error is not None:
             raise EngineUnavailable(f"the engine host failed to start: {self._error}") from self._error
         return self
@@ -120,6 +139,7 @@ class EngineHost:
     def shutdown(self, timeout: float = 5.0) -> None:
         """Close the engine (in-flight work is cancelled; it stays in the log for a
         later ``resume``) and stop the thread."""
+        self._ready.wait(timeout)  # one still starting: its engine, once built, is closed too
         loop, thread = self.loop, self._thread
         if loop is None or thread is None or not thread.is_alive():
             return
