@@ -14,12 +14,13 @@ aaa.E020   ``LLM_CLIENT``, a ``TOOLS``, ``PROJECTIONS`` or ``AGENTS`` entry is n
            named Projection, a ``pydantic_ai.Agent``).
 aaa.E021   ``API_RATE`` or ``API_KEY_FAILURES`` is not "N/period" (period: s, sec, m,
            min, h, hour, d, day).
-aaa.E022   ``API_MAX_BODY`` or ``API_STREAM_SECONDS`` is below 1.
+aaa.E022   ``API_MAX_BODY``, ``API_STREAM_SECONDS`` or ``API_STREAMS_PER_USER`` is below 1.
 aaa.E050   ``OTEL`` is not a bool, or it is True and the ``otel`` extra
            (``opentelemetry-api``) is not installed.
 aaa.W001   A SQLite database without ``transaction_mode: IMMEDIATE`` (appends inside
            a caller's transaction may fail with "database is locked").
-aaa.W020   The API's limits (``API_RATE``, ``API_KEY_FAILURES``) count in the default
+aaa.W020   The API's limits (``API_RATE``, ``API_KEY_FAILURES``,
+           ``API_STREAMS_PER_USER``) count in the default
            cache, and it is per process (local memory) or stores nothing (dummy),
            outside DEBUG: each process counts alone.
 =========  =====================================================================
@@ -157,7 +158,7 @@ def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             continue
         for path in paths:
             errors.extend(_dotted(key, path, accepts, readable))
-    for key in ("API_MAX_BODY", "API_STREAM_SECONDS"):
+    for key in ("API_MAX_BODY", "API_STREAM_SECONDS", "API_STREAMS_PER_USER"):
         if key not in site:
             continue
         value = site[key]
@@ -193,7 +194,7 @@ def check_api_cache(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     from django.conf import settings as s
 
     conf = aaa_settings()
-    limits = [k for k in ("API_RATE", "API_KEY_FAILURES") if conf.get(k)]
+    limits = [k for k in ("API_RATE", "API_KEY_FAILURES", "API_STREAMS_PER_USER") if conf.get(k)]
     backend = s.CACHES.get("default", {}).get("BACKEND", "")
     if not limits or s.DEBUG or backend not in _LOCAL_CACHES:
         return []

@@ -83,6 +83,9 @@ API_KEY_FAILURES    str or None      "20/min"      Failed API-key attempts per c
                                                    and period (same form); past it every key
                                                    attempt from that address gets 429 until
                                                    the period ends. None: no limit.
+API_STREAMS_PER_USER int >= 1        10            Event streams one user may hold open at
+                                                   once (counted in the default cache, across
+                                                   processes when it is shared); past it: 429.
 API_STREAM_SECONDS  int >= 1         300           An event stream (SSE) closes after this
                                                    long; the client resumes with
                                                    Last-Event-ID.
@@ -154,6 +157,7 @@ DEFAULTS: dict[str, Any] = {
     "API_RATE": "600/min",
     "API_KEY_FAILURES": "20/min",
     "API_STREAM_SECONDS": 300,
+    "API_STREAMS_PER_USER": 10,
     # the model provider (aaa_django.site.llm_settings; docs/models.md)
     "LLM": None,
     # MCP servers whose tools the site's engines may run (aaa_django.site.mcp_settings)

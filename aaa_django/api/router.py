@@ -41,7 +41,7 @@ from aaa_django.site.host import EngineHost
 from aaa_django.store import runindex
 from aaa_django.validate import validate
 
-from . import auth, runs, stream
+from . import auth, runs, stream, streamcap
 from .boundary import boundary, parse_json
 from .errors import ApiError, not_found, pydantic_errors, translate
 from .schemas import (
@@ -265,12 +265,18 @@ def stream_events(
         ended = done is not None and start >= done
         if ended and not s.read_sync(run_id, after=start, limit=1):
             return HttpResponse(status=204)
+    limit = aaa_settings()["API_STREAMS_PER_USER"]
+    slot = streamcap.acquire(request.auth.user.pk, limit)
+    if slot is None:
+        raise ApiError(429, ["path", "run_id"],
+                       f"too many open event streams: at most {limit} per user; close one",
+                       "too_many_streams", headers={"Retry-After": str(stream.RETRY_MS // 1000)})
     blobs = runs.site_blobs() if hydrate else None
 
     def shape(e):
         return runs.event_out(runs.hydrated(e, blobs) if hydrate else e)
 
-    body = stream.events(s, run_id, start, shape=shape, ended=ended,
+    body = stream.events(s, run_id, start, shape=shape, ended=ended, slot=slot,
                          max_seconds=aaa_settings()["API_STREAM_SECONDS"],
                          subscribe=lambda: tokens.subscribe(run_id))
     response = StreamingHttpResponse(body, content_type="text/event-stream; charset=utf-8")

@@ -6,7 +6,8 @@ reconnects sends the last id it saw and gets exactly the events after it. The
 stream ends after ``aaa.run.completed``; reconnecting to a run that has ended, with
 nothing left to send, gets ``204 No Content`` (which tells an ``EventSource`` to stop
 reconnecting). The stream polls the log, so it sees events appended by any process
-(Celery workers included).
+(Celery workers included). A user holds at most ``AAA["API_STREAMS_PER_USER"]``
+streams open at once (:mod:`.streamcap`; past it: 429).
 
 With ``AAA["STREAM_TOKENS"]``, a model reply's text comes too, as it is written:
 ``event: token`` messages (no ``id``, so a reconnection's ``Last-Event-ID`` stays the
@@ -20,12 +21,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from aaa_django.events import Event
 from aaa_django.llm.deltas import TokenDelta, TokenSubscription
 from aaa_django.runtime.event_types import RUN_COMPLETED
 from aaa_django.store import DjangoEventStore
+
+from . import streamcap
 
 #: seconds between reads of the log while nothing new arrives
 POLL = 0.25
@@ -54,21 +57,28 @@ def events(
     shape: Callable[[Event], dict],
     max_seconds: float,
     ended: bool,
+    slot: Any = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     subscribe: Callable[[], TokenSubscription | None] | None = None,
 ) -> Iterator[str]:
     """The SSE text of the run's events after ``after``, until the completion (or, for
     a run that had ``ended`` before the stream opened, until what is stored is sent);
-    with ``subscribe``, the run's live tokens between them."""
+    with ``subscribe``, the run's live tokens between them. ``slot``
+    (:class:`~aaa_django.api.streamcap.Slot`): renewed while the stream runs, given
+    back when it ends, however it ends."""
     # subscribed before the first read: a delta whose reply is not read yet is ours
-    tokens = subscribe() if subscribe is not None and not ended else None
     try:
-        yield from _events(store, run_id, after, shape=shape, max_seconds=max_seconds, ended=ended,
-                           clock=clock, sleep=sleep, tokens=tokens)
+        tokens = subscribe() if subscribe is not None and not ended else None
+        try:
+            yield from _events(store, run_id, after, shape=shape, max_seconds=max_seconds, ended=ended,
+                               slot=slot, clock=clock, sleep=sleep, tokens=tokens)
+        finally:
+            if tokens is not None:
+                tokens.close()
     finally:
-        if tokens is not None:
-            tokens.close()
+        if slot is not None:
+            slot.release()
 
 
 def _events(
@@ -79,13 +89,14 @@ def _events(
     shape: Callable[[Event], dict],
     max_seconds: float,
     ended: bool,
+    slot: Any,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
     tokens: TokenSubscription | None,
 ) -> Iterator[str]:
     yield f"retry: {RETRY_MS}\n\n"
     stop_at = clock() + max_seconds
-    last_write = last_check = clock()
+    last_write = last_check = last_renew = clock()
     while True:
         page = store.read_sync(run_id, after=after, limit=PAGE)
         if tokens is not None:
@@ -111,6 +122,9 @@ def _events(
             last_check = now
             if store.head_sync(run_id) is None:
                 return  # erased meanwhile
+        if slot is not None and now - last_renew >= streamcap.LEASE / 3:
+            last_renew = now
+            slot.renew()
         if now - last_write >= HEARTBEAT:
             last_write = now
             yield ": keep-alive\n\n"

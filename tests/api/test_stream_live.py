@@ -14,7 +14,12 @@ from urllib.parse import urlparse
 
 import pytest
 
-from aaa_django.runtime.event_types import APPROVAL_REQUESTED, RUN_COMPLETED, TOOL_COMPLETED
+from aaa_django.runtime.event_types import (
+    APPROVAL_REQUESTED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+    TOOL_COMPLETED,
+)
 
 from .conftest import wait_until
 
@@ -150,3 +155,44 @@ def test_the_stream_of_another_owners_run_is_404_on_a_real_server(live_server, a
     assert anonymous.status == 401
     anonymous.close()
     Http(live_server.url, alice.auth).json("POST", f"/runs/{run['id']}/cancel")
+
+
+def test_a_user_holds_at_most_the_cap_of_open_streams(live_server, alice, bob, host, settings,
+                                                      monkeypatch):
+    """AAA["API_STREAMS_PER_USER"]: past it, 429 for that user (another user streams
+    on); a stream that ends gives its slot back; one that died uncleaned frees it when
+    its lease runs out."""
+    from django.core.cache import cache
+
+    from aaa_django.api import streamcap
+
+    slots = [f"aaa:streams:{alice.pk}:{i}" for i in range(2)]
+    settings.AAA = {**settings.AAA, "API_STREAMS_PER_USER": 2}
+    a = Http(live_server.url, alice.auth)
+    _, run = a.json("POST", "/runs", {"algorithm": "tests.api.idle"})
+    path = f"/runs/{run['id']}/events/stream"
+    first, second = a.stream(path), a.stream(path)
+    assert (first.status, second.status) == (200, 200)
+    assert first.next()[1]["type"] == RUN_STARTED  # both are really open
+    assert second.next()[1]["type"] == RUN_STARTED
+    third = a.stream(path)
+    assert third.status == 429
+    body = json.loads(third.response.read())
+    assert body["detail"][0]["type"] == "too_many_streams" and third.response.getheader("Retry-After")
+    _, bob_run = Http(live_server.url, bob.auth).json("POST", "/runs", {"algorithm": "tests.api.idle"})
+    other = Http(live_server.url, bob.auth).stream(f"/runs/{bob_run['id']}/events/stream")
+    assert other.status == 200
+    # the run ends: the streams end and give their slots back
+    assert a.json("POST", f"/runs/{run['id']}/cancel")[0] == 202
+    for s in (first, second):
+        while s.next() is not None:
+            pass
+    wait_until(lambda: all(cache.get(key) is None for key in slots))
+    # two slots held by streams that died without cleanup: free once their lease ends
+    monkeypatch.setattr(streamcap, "LEASE", 1)
+    for key in slots:
+        cache.set(key, "a dead stream's token", streamcap.LEASE)
+    assert streamcap.acquire(alice.pk, 2) is None
+    wait_until(lambda: streamcap.acquire(alice.pk, 2))
+    Http(live_server.url, bob.auth).json("POST", f"/runs/{bob_run['id']}/cancel")
+    other.conn.close()
