@@ -22,6 +22,7 @@ import logging
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Body, Header, Path, Query, Router
 from ninja.responses import Status
@@ -38,7 +39,7 @@ from aaa_django.runtime.event_types import APPROVAL_EXPIRED, decision_id
 from aaa_django.runtime.validation import start_errors
 from aaa_django.site import tokens
 from aaa_django.site.host import EngineHost
-from aaa_django.store import runindex
+from aaa_django.store import runindex, wakeups
 from aaa_django.validate import validate
 
 from . import auth, runs, stream, streamcap
@@ -276,9 +277,13 @@ def stream_events(
     def shape(e):
         return runs.event_out(runs.hydrated(e, blobs) if hydrate else e)
 
-    body = stream.events(s, run_id, start, shape=shape, ended=ended, slot=slot,
-                         max_seconds=aaa_settings()["API_STREAM_SECONDS"],
-                         subscribe=lambda: tokens.subscribe(run_id))
+    # Under ASGI the async iterator: the stream holds no thread while it waits (a sync
+    # one would be read to its end by Django before sending anything).
+    drive = stream.aevents if isinstance(request, ASGIRequest) else stream.events
+    body = drive(s, run_id, start, shape=shape, ended=ended, slot=slot,
+                 wakeups=wakeups.for_database(runs.USING),
+                 max_seconds=aaa_settings()["API_STREAM_SECONDS"],
+                 subscribe=lambda: tokens.subscribe(run_id))
     response = StreamingHttpResponse(body, content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"

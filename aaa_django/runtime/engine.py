@@ -91,6 +91,7 @@ from .retry import failure, transient
 from .run import Run
 from .validation import ValidationHandler
 from .view import HydratedView
+from .wakeups import Hub, Wakeups
 
 #: a projection's state type
 S = TypeVar("S")
@@ -156,7 +157,10 @@ class Engine:
     process's shared ``aaa_django.events.default_cache``. A
     :class:`~aaa_django.validate.ValidationHandler` is attached unless
     ``validate=False``. ``observers`` (:class:`~aaa_django.runtime.observe.Observer`)
-    watch its work: signals, tracing (more with :meth:`observe`).
+    watch its work: signals, tracing (more with :meth:`observe`). ``wakeups``
+    (:class:`~aaa_django.runtime.wakeups.Wakeups`): the hub its waits subscribe to,
+    shared with the process's other waiters (the site's: its database's, which hears
+    other processes' appends on PostgreSQL); by default one of its own.
     """
 
     def __init__(
@@ -172,6 +176,7 @@ class Engine:
         close_timeout: float = 2.0,
         poll_interval: float = 0.5,
         observers: Iterable[Observer] = (),
+        wakeups: Wakeups | None = None,
     ) -> None:
         store = store if store is not None else InMemoryEventStore()
         if not isinstance(store, Tail):
@@ -206,7 +211,9 @@ class Engine:
         self._handlers: dict[str, list[Handler]] = defaultdict(list)
         #: the subscribed handlers that check a run's start (detected in ``subscribe``)
         self.start_checks: list[ChecksStart] = []
-        self._waiters: dict[str, asyncio.Event] = {}
+        #: what wakes this engine's waits (``wait``) when a run moves: its own hub
+        #: unless given the process's (:mod:`aaa_django.runtime.wakeups`)
+        self.wakeups: Wakeups = wakeups if wakeups is not None else Hub()
         #: run id -> (due time, loop timer): on a bus without durable timers only
         self._timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}
         self._keeps_timers = not isinstance(self.bus, DurableTimers)
@@ -565,26 +572,31 @@ class Engine:
         return Outcome.from_dict(e.data) if e is not None else None
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> Outcome:
-        """Wait for a run to end: woken at once when this engine ends it, or when a
-        bus that hears of other processes' ends does (``bus.watch_ends()``), and
-        polled for an end no one announces (another process's), first after
-        ``poll_interval``, then at intervals doubling up to ``POLL_BACKOFF`` times it
-        (:func:`poll_intervals`): a poll is a read of the run, and a thousand runs
-        waited on at once must not read their logs a thousand times a second."""
+        """Wait for a run to end. The wait is a subscription to the run on
+        :attr:`wakeups`, woken at once when this engine ends the run, when a bus that
+        hears of other processes' ends does (:class:`~.bus.WatchesEnds`), and on the
+        site's PostgreSQL when any process appends to it; it reads the run's end when woken,
+        and polls for an end no one announces, first after ``poll_interval``, then at
+        intervals doubling up to ``POLL_BACKOFF`` times it (:func:`poll_intervals`):
+        a poll is a read of the run, and a thousand runs waited on at once must not
+        read their logs a thousand times a second."""
         if self._watch_ends is not None:
             self._watch_ends()
+        sub = self.wakeups.subscribe(run_id, asyncio.get_running_loop())
 
         async def loop() -> Outcome:
             for interval in poll_intervals(self.poll_interval):
-                waiter = self._waiters.setdefault(run_id, asyncio.Event())
+                sub.clear()  # (before the read: what moves the run after it wakes us)
                 outcome = await self.outcome(run_id)
                 if outcome is not None:
                     return outcome
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(waiter.wait(), interval)
+                await sub.until(interval)
             raise AssertionError("unreachable")  # (poll_intervals never ends)
 
-        return await asyncio.wait_for(loop(), timeout)
+        try:
+            return await asyncio.wait_for(loop(), timeout)
+        finally:
+            sub.close()
 
     async def started(self, run_id: str) -> Event | None:
         """The run's hydrated ``aaa.run.started`` (immutable, so cached)."""
@@ -690,7 +702,7 @@ class Engine:
             stored.extend(added)
         for e in stored:
             if e.type == RUN_COMPLETED:
-                self._wake(e.stream)
+                self.wake(e.stream)
         if stored:
             await self.bus.publish(stored)
         return stored
@@ -894,7 +906,7 @@ class Engine:
 
     async def _after_completion(self, event: Event, meta: RunMeta) -> None:
         run_id = event.stream
-        self._wake(run_id)
+        self.wake(run_id)
         out: list[Event] = []
         if meta.parent:
             out.append(event.derive(
@@ -1017,13 +1029,9 @@ class Engine:
     # -- waiters ------------------------------------------------------------------------
 
     def wake(self, run_id: str) -> None:
-        """Wake whoever waits for run ``run_id`` to end (``wait``) to look again."""
-        self._wake(run_id)
-
-    def _wake(self, run_id: str) -> None:
-        waiter = self._waiters.pop(run_id, None)
-        if waiter is not None:
-            waiter.set()
+        """Wake whoever waits for run ``run_id`` (``wait``, and the other waiters on
+        :attr:`wakeups`) to look again."""
+        self.wakeups.wake(run_id)
 
 
 def _through_completion(events: Iterable[Event]) -> list[Event]:

@@ -16,6 +16,7 @@ from aaa_django.conf import aaa_settings
 from aaa_django.events import default_cache
 from aaa_django.llm import LLMHandler
 from aaa_django.runtime import Engine
+from aaa_django.store import wakeups
 from aaa_django.store.postgres import site_store
 from aaa_django.tools import ToolHandler, ToolRegistry
 
@@ -29,7 +30,10 @@ def build_engine(*, using: str = "default", **overrides: Any) -> Engine:
     """An :class:`~aaa_django.runtime.Engine` over the site's database and storage.
 
     The store is :func:`~aaa_django.store.postgres.site_store`'s: on PostgreSQL (psycopg 3)
-    its calls are awaits on connections of its own, else Django's store.
+    its calls are awaits on connections of its own, else Django's store. Its waits
+    (``engine.wait``, ``run.result()``) are woken by the database's wake-ups
+    (:func:`aaa_django.store.wakeups.for_database`): on PostgreSQL, any process's end of
+    the run.
 
     ``overrides`` go to the Engine as they are (``bus=...``, ``blobs=...``, ...). The
     bus is the one ``AAA["BUS"]`` names unless given: with ``"celery"``, a
@@ -44,6 +48,8 @@ def build_engine(*, using: str = "default", **overrides: Any) -> Engine:
         "store": site_store(using),
         "blobs": site_blobs(),
         "claim_threshold": conf["CLAIM_THRESHOLD"],
+        # its waits share the process's hub for the database with the event streams
+        "wakeups": wakeups.for_database(using),
     }
     if conf["BUS"] == "celery" and "bus" not in overrides:
         # the cluster: deliveries are Celery tasks (Celery: an optional dependency)

@@ -19,6 +19,7 @@ Algorithms are found by their registered names (``aaa_django.runtime.registry``)
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 from typing import Any, Callable, Coroutine, TypeVar
@@ -162,7 +163,11 @@ class EngineHost:
         loop, engine = self.loop, self.engine
         if loop is None or engine is None or not self.alive:
             raise EngineUnavailable("the engine host is not running")
-        future = asyncio.run_coroutine_threadsafe(fn(engine), loop)
+        # In a context of its own, not a copy of the caller's: under ASGI that names
+        # the request's thread as where the engine's thread-sensitive database calls
+        # run, and that thread is here, waiting for them (deadlock); the run's work
+        # outlives the request, and that thread, too.
+        future = contextvars.Context().run(asyncio.run_coroutine_threadsafe, fn(engine), loop)
         try:
             return future.result(timeout)
         except TimeoutError:

@@ -26,7 +26,7 @@ from aaa_django.events.store import RecentIds, prepare_batch
 from aaa_django.models import EventRecord
 from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
 
-from . import rows
+from . import rows, wakeups
 from .appends import StatementAppends
 from .faults import contention, translate
 from .rows import (
@@ -197,6 +197,7 @@ class DjangoEventStore(StatementAppends):
                 # Appended inside a caller's transaction: they may still roll back (a
                 # cache of the log must not take them as facts yet).
                 stored.committed = not connections[self.using].in_atomic_block
+                wakeups.notify(self.using, [stream])  # waiting event streams: at commit
                 return stored
             except DatabaseDriverError as exc:
                 closed = closed_refusal(stream, exc) if isinstance(exc, IntegrityError) else None
@@ -305,6 +306,7 @@ class DjangoEventStore(StatementAppends):
                 deleted += cur.rowcount
                 # the run index is derived from the log: its rows go with it
                 cur.execute(f"DELETE FROM aaa_run WHERE run_id {where}", params)
+        wakeups.notify(self.using, streams)  # their event streams end
         return deleted
 
     @_translated(reads=True)

@@ -35,6 +35,7 @@ from django.utils.timezone import now
 from aaa_django.events import Event, Snapshot, StoreUnavailable
 from aaa_django.events.store import prepare_batch
 
+from . import wakeups
 from .appends import _READ_AND_ROW_PG, CATCH_UP, Steps
 from .connections import PgConnections, async_capable
 from .database import (
@@ -157,6 +158,7 @@ class PgEventStore(DjangoEventStore):
             return await self._append_elsewhere(events, expected_seq=expected_seq)
         stored = EventList(stored)
         self._recent.add(stored)  # committed: a bus may send them along
+        wakeups.notify(self.using, [stream], committed=True)  # (the general path notifies too)
         return stored
 
     async def _append_statement(self, stream: str, batch: list[Event], texts: list[str],

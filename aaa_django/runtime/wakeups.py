@@ -1,0 +1,111 @@
+"""Wake-ups: how whoever waits for a run to move learns that it did, at once.
+
+One mechanism for every waiter of a process: :meth:`Engine.wait
+<aaa_django.runtime.engine.Engine.wait>` (a run's end) and the REST API's event
+streams (its next event) each hold a :class:`Subscription` to the run on a
+:class:`Wakeups` hub, and whatever learns that the run moved calls ``wake(run_id)``:
+the engine when it ends a run, a bus that hears of other processes' ends, and on
+PostgreSQL the database's own notifications (:mod:`aaa_django.store.wakeups`, which also
+says :meth:`~Wakeups.reliable`: every change is heard). A waiter reads when woken,
+and polls at a pace of its own only for what no one announces.
+
+:class:`Hub` is the in-process hub (an engine's default; a database that cannot
+notify).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Protocol
+
+__all__ = ["Hub", "Subscription", "Wakeups"]
+
+
+class Subscription:
+    """One waiter's interest in one run. ``clear()`` before each read, then ``wait()``
+    (a thread) or ``await until()`` (a coroutine on ``loop``): they return True as soon
+    as the run moved after the ``clear()``, False when ``timeout`` ran out."""
+
+    def __init__(self, hub: "Hub | None", stream: str,
+                 loop: asyncio.AbstractEventLoop | None) -> None:
+        self.hub, self.stream, self._loop = hub, stream, loop
+        self._flag = threading.Event()
+        self._aflag = asyncio.Event() if loop is not None else None
+
+    def wake(self) -> None:
+        """From any thread."""
+        if self._aflag is None:
+            self._flag.set()
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._aflag.set)  # type: ignore[union-attr]
+        except RuntimeError:
+            pass  # its loop has closed: the waiter is gone
+
+    def clear(self) -> None:
+        (self._aflag or self._flag).clear()
+
+    def wait(self, timeout: float) -> bool:
+        return self._flag.wait(timeout)
+
+    async def until(self, timeout: float) -> bool:
+        assert self._aflag is not None, "subscribed without a loop"
+        try:
+            await asyncio.wait_for(self._aflag.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        if self.hub is not None:
+            self.hub.unsubscribe(self)
+
+
+class Wakeups(Protocol):
+    """What tells a process's waiters that their run moved."""
+
+    def subscribe(self, stream: str, loop: asyncio.AbstractEventLoop | None = None) -> Subscription:
+        ...
+
+    def wake(self, stream: str | None = None) -> None:
+        """Wake the subscriptions to ``stream`` (None: every one), from any thread."""
+        ...
+
+    def reliable(self) -> bool:
+        """True while every change to a subscribed run wakes its subscriptions (a
+        waiter then need not poll); False: only what this process learns does."""
+        ...
+
+
+class Hub:
+    """Subscriptions by run, woken by ``wake`` (see the module). Not reliable: a
+    change made elsewhere wakes no one here."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subs: dict[str, set[Subscription]] = {}
+
+    def subscribe(self, stream: str, loop: asyncio.AbstractEventLoop | None = None) -> Subscription:
+        sub = Subscription(self, stream, loop)
+        with self._lock:
+            self._subs.setdefault(stream, set()).add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            subs = self._subs.get(sub.stream)
+            if subs is not None:
+                subs.discard(sub)
+                if not subs:
+                    del self._subs[sub.stream]
+
+    def wake(self, stream: str | None = None) -> None:
+        with self._lock:
+            subs = [s for group in self._subs.values() for s in group] if stream is None \
+                else list(self._subs.get(stream, ()))
+        for sub in subs:
+            sub.wake()
+
+    def reliable(self) -> bool:
+        return False

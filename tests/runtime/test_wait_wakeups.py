@@ -1,0 +1,60 @@
+"""``Engine.wait`` is a subscription on the engine's wake-ups hub, the one the process's
+other waiters (the REST API's event streams) use: whatever wakes a run on the hub (on
+PostgreSQL, the database's notification of another process's append) makes the wait
+read the run's end at once, and an end the engine makes itself wakes the hub's other
+waiters too."""
+
+from __future__ import annotations
+
+from aaa_django.events import FoldCache, InMemoryEventStore
+from aaa_django.runtime import Engine, InProcessBus
+from aaa_django.runtime.outcome import FAILED
+from aaa_django.runtime.wakeups import Hub
+
+from .algos import Boom
+from .helpers import arun
+
+
+def engine(store, **kwargs) -> Engine:
+    return Engine(store=store, bus=InProcessBus(), cache=FoldCache(), **kwargs)
+
+
+def test_a_wait_reads_the_runs_end_when_the_hub_wakes_its_run():
+    """Another engine (another process) ends the run: the waiter hears it only from its
+    hub, and reads then, not at its next poll (an hour away)."""
+    store, hub = InMemoryEventStore(), Hub()
+    reads = []
+
+    async def main():
+        async with engine(store, wakeups=hub, poll_interval=3600) as waiter, engine(store) as elsewhere:
+            outcome = waiter.outcome
+
+            async def watched(run_id):
+                found = await outcome(run_id)
+                reads.append(found)
+                if len(reads) == 1:  # not ended yet: it ends elsewhere, and the hub hears of it
+                    run = await elsewhere.start(Boom(), {}, run_id=run_id)
+                    await run.result(timeout=10)
+                    hub.wake(run_id)
+                return found
+
+            waiter.outcome = watched
+            return await waiter.wait("run-x", timeout=10)
+
+    outcome = arun(main())
+    assert outcome.outcome == FAILED
+    assert reads == [None, outcome]
+
+
+def test_an_end_the_engine_makes_wakes_the_hubs_other_waiters():
+    hub = Hub()
+    stream = hub.subscribe("run-y")  # e.g. an event stream of the run, in this process
+    other = hub.subscribe("run-z")
+
+    async def main():
+        async with engine(InMemoryEventStore(), wakeups=hub) as e:
+            run = await e.start(Boom(), {}, run_id="run-y")
+            return await run.result(timeout=10)
+
+    arun(main())
+    assert stream.wait(0) and not other.wait(0)
