@@ -119,6 +119,33 @@ class Event:
         )
 
 
+# Each field's slot, set directly: a frozen dataclass's __init__ sets every field
+# through object.__setattr__, a third of the cost of reading an event from a row.
+_SET = tuple(Event.__dict__[name].__set__ for name in
+             ("id", "stream", "seq", "type", "data", "causation", "time", "blobs", "tenant"))
+_new = object.__new__
+
+
+def stored_event(id: str, stream: str, seq: int, type: str, data: dict[str, Any],
+                 causation: str | None, time: datetime, blobs: tuple[Any, ...],
+                 tenant: str | None) -> Event:
+    """``Event(...)`` of values a store has read (already checked when they were
+    appended), in the order of a row; the same event, made in less time (a store's
+    reads make one per row)."""
+    event = _new(Event)
+    s_id, s_stream, s_seq, s_type, s_data, s_causation, s_time, s_blobs, s_tenant = _SET
+    s_id(event, id)
+    s_stream(event, stream)
+    s_seq(event, seq)
+    s_type(event, type)
+    s_data(event, data)
+    s_causation(event, causation)
+    s_time(event, time)
+    s_blobs(event, blobs)
+    s_tenant(event, tenant)
+    return event
+
+
 def encode_json(value: Any) -> str:
     """Canonical JSON text of ``value``; raises ``InvalidEventError`` if it is not JSON."""
     try:

@@ -358,6 +358,25 @@ def _committed(events: Sequence[Event]) -> bool:
     return not isinstance(events, EventList) or events.committed
 
 
+async def pages(
+    store: EventReader,
+    stream: str,
+    *,
+    after: int = 0,
+    tenant: str | None = None,
+    page_size: int = 1000,
+) -> AsyncIterator[list[Event]]:
+    """The events of ``stream`` after seq ``after`` (of one tenant), a page (a read of
+    at most ``page_size``) at a time."""
+    while True:
+        page = await store.read(stream, after=after, limit=page_size, tenant=tenant)
+        if page:
+            yield page
+        if len(page) < page_size:
+            return
+        after = page[-1].seq or after
+
+
 async def iterate(
     store: EventStore,
     stream: str,
@@ -367,13 +386,13 @@ async def iterate(
     page_size: int = 1000,
 ) -> AsyncIterator[Event]:
     """The events of ``stream`` after seq ``after`` (of one tenant), page by page."""
-    while True:
-        page = await store.read(stream, after=after, limit=page_size, tenant=tenant)
+    async for page in pages(store, stream, after=after, tenant=tenant, page_size=page_size):
         for e in page:
             yield e
-        if len(page) < page_size:
-            return
-        after = page[-1].seq or after
+
+
+#: events per read of a whole-log fold: few round trips, and a bounded list in memory
+FOLD_PAGE = 5000
 
 
 async def fold(
@@ -387,6 +406,6 @@ async def fold(
     """Fold ``projection`` over the stream from ``after`` (of one tenant): no snapshot,
     no cache. This whole-log fold is the reference every faster path is tested against."""
     state = projection.new_state()
-    async for e in iterate(store, stream, after=after, tenant=tenant):
-        state = projection.fold((e,), state)
+    async for page in pages(store, stream, after=after, tenant=tenant, page_size=FOLD_PAGE):
+        state = projection.fold(page, state)
     return projection.result(state)

@@ -36,12 +36,12 @@ from .rows import (
     ROW_COLUMNS,
     ROW_PG,
     SQLITE_CHUNK,
-    EventList,
     closed_refusal,
     cursor,
+    event_columns,
     insert,
     number,
-    to_event,
+    to_events,
 )
 from .runindex import (
     index_events,
@@ -66,7 +66,7 @@ _ROW = ", ".join(f"r.{c}" for c in ROW_COLUMNS)
 # The events of a stream after a seq, each row with the run's index row (one row of
 # NULL events when there are none).
 _READ_AND_ROW_PG = (
-    "SELECT e.id, e.stream, e.seq, e.type, e.data, e.causation, e.time, e.blobs, e.tenant, "
+    f"SELECT {event_columns('postgresql', 'e')}, "
     f"{_ROW} FROM (SELECT 1) AS one LEFT JOIN aaa_run AS r ON r.run_id = %s "
     "LEFT JOIN LATERAL (SELECT * FROM aaa_event WHERE stream = %s AND seq > %s) AS e ON true "
     "ORDER BY e.seq"
@@ -300,7 +300,7 @@ class StatementAppends:
     def _read_rows(self, stream: str, rows, *, committed: bool) -> list[Event]:
         """The events of rows of ``_READ_AND_ROW_PG``; the head and the run's row they
         show are remembered for the next append when they are committed."""
-        events = EventList(to_event(r[:9]) for r in rows if r[0] is not None)
+        events = to_events(rows, 0)
         events.committed = committed
         if events and committed:
             row = tuple(rows[0][9:])

@@ -40,14 +40,14 @@ from .appends import _READ_AND_ROW_PG, CATCH_UP, Steps
 from .connections import PgConnections, async_capable
 from .database import (
     _LOAD_SNAPSHOT,
-    _READ_FROM_SNAPSHOT,
     DjangoEventStore,
     from_snapshot_rows,
+    read_from_snapshot_sql,
     snapshot_writes,
 )
 from .faults import connection_lost, translate
 from .groupcommit import GroupCommit
-from .rows import INSERT_CHUNK, SELECT, EventList, to_event
+from .rows import INSERT_CHUNK, EventList, select, to_events
 from .runindex import index_events
 
 __all__ = ["PgEventStore", "site_store"]
@@ -217,7 +217,7 @@ class PgEventStore(DjangoEventStore):
             # To the head: with the run's index row, what the next append starts from.
             rows = await self._fetch(_READ_AND_ROW_PG, [stream, stream, after])
             return self._read_rows(stream, rows, committed=True)
-        sql, params = f"{SELECT} WHERE stream = %s AND seq > %s", [stream, after]
+        sql, params = f"{select('postgresql')} WHERE stream = %s AND seq > %s", [stream, after]
         if tenant is not None:
             sql += " AND tenant = %s"
             params.append(tenant)
@@ -225,7 +225,7 @@ class PgEventStore(DjangoEventStore):
         if limit is not None:
             sql += " LIMIT %s"
             params.append(max(int(limit), 0))
-        return EventList(to_event(row) for row in await self._fetch(sql, params))
+        return to_events(await self._fetch(sql, params))
 
     @_translated(reads=True)
     async def _head(self, stream: str) -> tuple[int, str] | None:
@@ -247,7 +247,7 @@ class PgEventStore(DjangoEventStore):
     @_translated(reads=True)
     async def _read_from_snapshot(self, stream: str, name: str,
                                   version: int) -> tuple[Snapshot | None, list[Event]]:
-        found = await self._fetch(_READ_FROM_SNAPSHOT, [stream, name, version])
+        found = await self._fetch(read_from_snapshot_sql("postgresql"), [stream, name, version])
         return from_snapshot_rows(stream, name, version, found, committed=True)
 
     @_translated(reads=False)

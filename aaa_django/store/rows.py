@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import Any, Callable
+from functools import lru_cache
+from typing import Any, Callable, Sequence
 
 from aaa_django.events import ClosedStreamError, ConcurrencyError, Event, EventList
-from aaa_django.events.event import decode_blobs, encode_blobs
+from aaa_django.events.event import decode_blobs, encode_blobs, stored_event
 from aaa_django.events.store import closed_reason
 
 COLUMNS = "(id, stream, seq, type, data, causation, time, blobs, tenant)"
@@ -22,7 +23,31 @@ INSERT_ROW = INSERT + ROW
 # Rows per INSERT statement: one statement (one round trip) for a usual batch, and
 # SQLite's cap on the variables of a statement (999 in old builds) never reached.
 INSERT_CHUNK = 100
-SELECT = "SELECT id, stream, seq, type, data, causation, time, blobs, tenant FROM aaa_event"
+
+
+def event_columns(vendor: str, table: str = "") -> str:
+    """An event's columns as the store's reads select them (``table``: its name or
+    alias in the query), the time as naive UTC text on SQLite and PostgreSQL, which
+    :func:`to_event` parses in C (``datetime.fromisoformat``). Selected as a column,
+    it would go on SQLite through the converter Django registers with the sqlite3
+    module for the declared type "datetime", and on PostgreSQL through Django's
+    timestamptz loader (psycopg's Python parser): each, with its ``replace(tzinfo=)``,
+    a fifth of the cost of a row."""
+    p = f"{table}." if table else ""
+    time = {"sqlite": f"CAST({p}time AS TEXT)",  # an expression has no declared type
+            "postgresql": f"to_char({p}time AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')",
+            }.get(vendor, f"{p}time")
+    return ", ".join([f"{p}id", f"{p}stream", f"{p}seq", f"{p}type", f"{p}data", f"{p}causation",
+                      time, f"{p}blobs", f"{p}tenant"])
+
+
+@lru_cache(maxsize=None)
+def select(vendor: str) -> str:
+    """The start of a read's statement on ``vendor``: the events' columns (see
+    :func:`event_columns`) from ``aaa_event``."""
+    return f"SELECT {event_columns(vendor)} FROM aaa_event"
+
+
 HEAD = "SELECT seq FROM aaa_event WHERE stream = %s ORDER BY seq DESC LIMIT 1"
 # SQLite caps the variables of one statement; ids are checked in chunks of this many.
 SQLITE_CHUNK = 500
@@ -75,33 +100,58 @@ def _server_binding_cursor():
     return ServerBindingCursor
 
 
-def to_event(row) -> Event:
-    """An event from a row of ``SELECT`` (plain SQL: no ORM converters ran on it)."""
-    id_, stream, seq, type_, data, causation, time_, blobs, tenant = row
-    if isinstance(time_, str):  # SQLite keeps datetimes as ISO text
-        time_ = datetime.fromisoformat(time_)
-    if time_.tzinfo is None:  # stored as naive UTC (SQLite; a site with USE_TZ = False)
+def to_event(row, data: dict[str, Any] | None = None) -> Event:
+    """An event from a row of :func:`select`'s statement; ``data``: its
+    data decoded already (see :func:`to_events`)."""
+    id_, stream, seq, type_, text, causation, time_, blobs, tenant = row
+    if time_.__class__ is str:  # UTC text (see event_columns)
+        time_ = utc_time(time_)
+    elif time_.tzinfo is None:  # stored as naive UTC (a site with USE_TZ = False)
         time_ = time_.replace(tzinfo=timezone.utc)
-    if isinstance(blobs, str):  # JSON text (SQLite; Django loads jsonb as text)
-        blobs = json.loads(blobs)
-    return Event(
-        id=id_,
-        stream=stream,
-        seq=seq,
-        type=type_,
-        data=json.loads(data),
-        causation=causation,
-        time=time_,
-        blobs=decode_blobs(blobs) if blobs else (),
-        tenant=tenant,
-    )
+    if blobs.__class__ is str:  # JSON text (SQLite; Django loads jsonb as text)
+        blobs = () if blobs == "[]" else decode_blobs(json.loads(blobs))
+    else:
+        blobs = decode_blobs(blobs) if blobs else ()
+    if data is None:
+        data = json.loads(text)
+    return stored_event(id_, stream, seq, type_, data, causation, time_, blobs, tenant)
+
+
+def to_events(rows: Sequence[Sequence[Any]], at: int | None = None) -> EventList:
+    """The events in ``rows`` of :func:`select`'s statement; ``at``: rows that hold an event's columns
+    from ``at`` on, among others (a row whose id there is NULL has none). The data of
+    all of them is decoded at once: one ``json.loads`` of an array of the texts costs
+    about half as much as one per row (json's own work per call: its wrapper, its
+    checks of the whitespace around the value)."""
+    if at is not None:
+        rows = [r[at : at + 9] for r in rows if r[at] is not None]
+    if not rows:
+        return EventList()
+    if len(rows) == 1:
+        return EventList([to_event(rows[0])])
+    datas = json.loads(f"[{','.join([r[4] for r in rows])}]")
+    if len(datas) != len(rows):  # a text that is not one JSON value: say which
+        return EventList(to_event(r) for r in rows)
+    return EventList(map(to_event, rows, datas))
+
+
+def utc_time(text: str) -> datetime:
+    """An aware datetime from a time's stored text (naive text is UTC: how Django's SQLite
+    backend stores an aware time)."""
+    if len(text) in _NAIVE_LENGTHS:  # "2026-12-01 10:00:00[.123456]": parse it aware
+        return datetime.fromisoformat(text + "+00:00")  # (replace(tzinfo=) costs 4x)
+    found = datetime.fromisoformat(text)
+    return found if found.tzinfo is not None else found.replace(tzinfo=timezone.utc)
+
+
+_NAIVE_LENGTHS = frozenset({19, 26})
 
 
 def read(conn, stream: str, *, after: int = 0, limit: int | None = None,
          tenant: str | None = None) -> EventList:
     """The stream's events after seq ``after`` (of one tenant; at most ``limit``), in
     order. Plain SQL: the ORM's query building cost more than the query."""
-    sql, params = f"{SELECT} WHERE stream = %s AND seq > %s", [stream, after]
+    sql, params = f"{select(conn.vendor)} WHERE stream = %s AND seq > %s", [stream, after]
     if tenant is not None:
         sql += " AND tenant = %s"
         params.append(tenant)
@@ -111,7 +161,7 @@ def read(conn, stream: str, *, after: int = 0, limit: int | None = None,
         params.append(max(int(limit), 0))
     with cursor(conn) as cur:
         cur.execute(sql, params)
-        events = EventList(to_event(row) for row in cur.fetchall())
+        events = to_events(cur.fetchall())
     # Rows read inside a caller's transaction may still be rolled back: say so, and
     # the in-process holder will not share a state folded from them.
     events.committed = not conn.in_atomic_block

@@ -56,3 +56,38 @@ def test_a_projection_read_from_its_snapshot_is_one_query(db_alias):
 
     assert (info.state, info.source, info.folded) == ({"n": 80}, "snapshot", 50)
     assert len(ctx.captured_queries) == 1
+
+
+def test_a_snapshot_read_reads_only_the_events_from_its_seq(db_alias):
+    """The snapshot read's one query reaches the events through the stream's index from
+    the snapshot's seq: PostgreSQL planned the plain join as a scan of the whole stream
+    (filtered on seq after reading it), with statistics or without."""
+    from aaa_django.events import Snapshot
+    from aaa_django.store.database import read_from_snapshot_sql
+
+    store = DjangoEventStore(db_alias)
+    events = store.append_sync([Event.new("long", "acme.note.made", {"i": i}) for i in range(300)])
+    store.save_snapshot_sync(Snapshot("long", "test.count", 1, 251, events[250].id, "{}"))
+    sql, args = read_from_snapshot_sql(connections[db_alias].vendor), ["long", "test.count", 1]
+
+    with connections[db_alias].cursor() as cur:
+        if db_alias == "postgres":
+            for analyze in (False, True):  # the planner's choice, without and with statistics
+                if analyze:
+                    cur.execute("ANALYZE aaa_event")
+                cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", args)
+                scanned = [node["Actual Rows"] for node in _plan_nodes(cur.fetchone()[0][0]["Plan"])
+                           if node.get("Relation Name") == "aaa_event"]
+                assert scanned == [50], scanned  # the events from seq 251 on, nothing before
+        else:
+            cur.execute(f"EXPLAIN QUERY PLAN {sql}", args)
+            plan = " | ".join(row[-1] for row in cur.fetchall())
+            assert "SEARCH e USING INDEX" in plan and "seq>?" in plan, plan
+        cur.execute(sql, args)
+        assert len(cur.fetchall()) == 50
+
+
+def _plan_nodes(node: dict):
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _plan_nodes(child)
