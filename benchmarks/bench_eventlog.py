@@ -3,12 +3,17 @@
     .venv/bin/python benchmarks/bench_eventlog.py            # the reported run (~2-3 min)
     .venv/bin/python benchmarks/bench_eventlog.py --quick    # 1k and 5k, fewer repeats
     .venv/bin/python benchmarks/bench_eventlog.py --no-postgres
+    .venv/bin/python benchmarks/bench_eventlog.py --only snapshot   # one part (reads, appends, snapshot)
 
 Reads: one stream of N events (tool-loop event types, ~320-byte JSON data each), a
 tool-loop projection with snapshots every 64 events, read through
 ``DjangoEventStore`` from inside an asyncio loop as the engine does:
 
-- whole log:      ``fold(projection, store, stream)``, the reference (no snapshot, no holder);
+- raw read:       the floor of a whole-log read: the raw driver (psycopg, sqlite3) reads
+                  the stream's rows in one query and ``json.loads`` each row's data;
+- whole log:      ``fold(projection, store, stream)``, the reference (no snapshot, no holder),
+                  each right after a raw read of the same stream (whole/raw: the median of
+                  those pairs' ratios; goal: close to 1);
 - snapshot+tail:  ``Projection.load`` from a snapshot 32 events (every/2) behind the head;
 - warm holder:    ``Projection.load`` with a warm ``FoldCache``, 3 events new since the
                   previous read (the steady state of a running run);
@@ -49,7 +54,10 @@ index row, as an agent run's appends do) are two rows more; goal >= 0.5x raw too
 Snapshot + 50 events: a state loaded from its snapshot and the 50 events after it
 (``Projection.load``, no holder) against eventsourcing's ``repository.get`` of an
 aggregate with a snapshot 50 events behind, on the same server (when eventsourcing
-is installed: ``requirements/bench.txt``). Goal: <= 0.5x its time, both databases.
+is installed: ``requirements/bench.txt``), each read right before a peer read. Ours
+through the store the engine uses there (``site_store``: ``PgEventStore`` on
+PostgreSQL), and on PostgreSQL through ``DjangoEventStore`` too. Goal: <= 0.5x its
+time, both databases.
 
 Durability: PostgreSQL with fsync, synchronous_commit and full_page_writes on (a
 cluster this script starts, or AAA_BENCH_PG_PORT); SQLite in WAL mode with
@@ -70,6 +78,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timezone
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import SQLITE_PRAGMAS, ms, postgres, setup_django, table, workdir  # noqa: E402
@@ -138,9 +147,38 @@ def loop_projection():
 # --- reads --------------------------------------------------------------------------
 
 
-async def bench_reads(alias: str, sizes: list[int], repeats: dict) -> dict[int, dict]:
+RAW_READ = ("SELECT id, stream, seq, type, data, causation, time, blobs, tenant FROM aaa_event "
+            "WHERE stream = {p} ORDER BY seq")
+
+
+def raw_reader(label: str, pg: dict | None, sqlite_path: str) -> Callable[[str], int]:
+    """The floor of a whole-log read: the raw driver's rows of a stream in one query
+    (its own types: psycopg parses the times and the blobs' jsonb, sqlite3 leaves
+    text) and ``json.loads`` of each row's data; returns the number of rows."""
+    if label == "PostgreSQL":
+        import psycopg
+
+        conn = psycopg.connect(**pg, dbname="aaa_bench", autocommit=True)
+        sql = RAW_READ.format(p="%s")
+    else:
+        conn = sqlite3.connect(sqlite_path)
+        sql = RAW_READ.format(p="?")
+
+    def read(stream: str) -> int:
+        rows = conn.execute(sql, [stream]).fetchall()
+        loads = json.loads
+        for r in rows:
+            loads(r[4])
+        return len(rows)
+
+    return read
+
+
+async def bench_reads(alias: str, sizes: list[int], repeats: dict,
+                      raw: Callable[[str], int]) -> dict[int, dict]:
     """Read timings per stream size. The fast reads go round-robin over the sizes, so
-    load from elsewhere on the machine hits every size alike (the goals are ratios)."""
+    load from elsewhere on the machine hits every size alike (the goals are ratios).
+    Each whole-log fold comes right after a raw read of the same stream (``raw``)."""
     from aaa_django.events import FoldCache, Snapshot, fold
     from aaa_django.store import DjangoEventStore
 
@@ -152,12 +190,17 @@ async def bench_reads(alias: str, sizes: list[int], repeats: dict) -> dict[int, 
         stream = f"read-{n}"
         for start in range(0, n, 1000):
             await store.append(events_for(stream, start, min(1000, n - start)))
-        times = []
+        times, raws = [], []
         for _ in range(repeats["whole"]):
+            t0 = time.perf_counter()
+            assert raw(stream) == n
+            raws.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             states[n] = await fold(p, store, stream)
             times.append(time.perf_counter() - t0)
         out[n]["whole"] = statistics.median(times)
+        out[n]["raw"] = statistics.median(raws)
+        out[n]["whole/raw"] = statistics.median(w / r for w, r in zip(times, raws))
         # A snapshot every/2 events behind the head, as a reader finds one on average.
         events = await store.read(stream)
         base = events[n - TAIL - 1]
@@ -500,10 +543,13 @@ def eventsourcing_app(label: str, pg: dict | None, tmp):
 
 def bench_snapshot_reads(label: str, alias: str, pg: dict | None, tmp, rounds: int) -> list:
     """Load a state from its snapshot and the 50 events after it: ours (awaited
-    ``Projection.load`` through ``DjangoEventStore``, no holder) against eventsourcing's
-    ``repository.get`` on the same server, in alternating rounds."""
+    ``Projection.load``, no holder) against eventsourcing's ``repository.get`` on the
+    same server, in alternating rounds; ours through the store the engine uses on this
+    database (``site_store``: ``PgEventStore`` on PostgreSQL) and, on PostgreSQL, through
+    ``DjangoEventStore`` too."""
     from aaa_django.events import Snapshot
     from aaa_django.store import DjangoEventStore
+    from aaa_django.store.postgres import site_store
 
     try:
         app, LoopAggregate = eventsourcing_app(label, pg, tmp)
@@ -517,11 +563,13 @@ def bench_snapshot_reads(label: str, alias: str, pg: dict | None, tmp, rounds: i
     app.save(agg)
     app.take_snapshot(agg.id, version=agg.version - SNAP_TAIL)
 
-    store = DjangoEventStore(using=alias)
+    stores = {}
+    for store in (site_store(alias), DjangoEventStore(using=alias)):
+        stores.setdefault(type(store).__name__, store)
     p = loop_projection()
     stream = f"snap-{label}"
 
-    async def ours_setup():
+    async def ours_setup(store):
         for start in range(0, SNAP_EVENTS, 100):
             await store.append(events_for(stream, start, 100))
         events = await store.read(stream)
@@ -529,7 +577,7 @@ def bench_snapshot_reads(label: str, alias: str, pg: dict | None, tmp, rounds: i
         await store.save_snapshot(Snapshot(stream, p.name, p.version, base.seq, base.id,
                                            p.dump(p.fold(events[: SNAP_EVENTS - SNAP_TAIL]))))
 
-    async def ours_once() -> float:
+    async def ours_once(store) -> float:
         t0 = time.perf_counter()
         info = await p.load_info(store, stream)
         took = time.perf_counter() - t0
@@ -544,20 +592,27 @@ def bench_snapshot_reads(label: str, alias: str, pg: dict | None, tmp, rounds: i
         return took
 
     async def go():
-        await ours_setup()
-        for _ in range(5):  # warm up both
-            await ours_once()
+        await ours_setup(next(iter(stores.values())))
+        for _ in range(5):  # warm up every side
+            for store in stores.values():
+                await ours_once(store)
             theirs_once()
-        ours, theirs = [], []
+        ours: dict[str, list[float]] = {name: [] for name in stores}
+        theirs: dict[str, list[float]] = {name: [] for name in stores}
         for _ in range(rounds):
-            ours.append(await ours_once())
-            theirs.append(theirs_once())
+            for name, store in stores.items():  # each right before its own peer read
+                ours[name].append(await ours_once(store))
+                theirs[name].append(theirs_once())
         return ours, theirs
 
     ours, theirs = asyncio.run(go())
     app.close()
-    ratio = statistics.median(o / t for o, t in zip(ours, theirs))
-    return [[label, ms(statistics.median(ours)), ms(statistics.median(theirs)), f"{ratio:.2f}x"]]
+    rows = []
+    for name in stores:
+        ratio = statistics.median(o / t for o, t in zip(ours[name], theirs[name]))
+        rows.append([label, name, ms(statistics.median(ours[name])),
+                     ms(statistics.median(theirs[name])), f"{ratio:.2f}x"])
+    return rows
 
 
 def durability(alias: str) -> str:
@@ -582,7 +637,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="1k and 5k events, fewer repeats")
     ap.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    ap.add_argument("--only", choices=["reads", "appends", "snapshot"], action="append",
+                    help="measure only this part (repeatable); default: all three")
     args = ap.parse_args()
+    parts = set(args.only or ["reads", "appends", "snapshot"])
     sizes = [1_000, 5_000] if args.quick else [1_000, 10_000, 50_000]
     repeats = dict(whole=3, fast=15, check=3) if args.quick else dict(whole=5, fast=41, check=3)
     plan = {1: 200, 50: 1000} if args.quick else {1: 500, 50: 2500}
@@ -600,62 +658,70 @@ def main() -> None:
         print(f"#   projection: tool loop, snapshots every {EVERY}; snapshot read tail = {TAIL} "
               f"events; holder reads see {NEW_PER_READ} new events; ~{len(json.dumps(payload(1234), separators=(',', ':')))}-byte data\n")
 
-        reads = {}
-        for label, alias in backends.items():
-            for n, r in asyncio.run(bench_reads(alias, sizes, repeats)).items():
-                reads[label, n] = r
-        rows = []
-        for (label, n), r in reads.items():
-            rows.append([label, f"{n:,}", ms(r["whole"]), ms(r["snapshot"]), ms(r["holder"]),
-                         ms(r["check"]), f"{r['whole'] / r['snapshot']:,.0f}x",
-                         f"{r['whole'] / r['holder']:,.0f}x"])
-        print("Reading a projection's state (median)")
-        print(table(["backend", "events", "whole log", "snapshot+tail", "warm holder",
-                     "holder+self-check", "whole/snap", "whole/holder"], rows))
-        big, small = sizes[-1], sizes[0]
-        print()
-        for label in backends:
-            growth = reads[label, big]["snapshot"] / reads[label, small]["snapshot"]
-            speedup = reads[label, big]["whole"] / reads[label, big]["snapshot"]
-            print(f"{label}: snapshot read at {big:,} / at {small:,} = {growth:.2f}x "
-                  f"(goal <= 2x: {'met' if growth <= 2 else 'MISSED'}); "
-                  f"whole log / snapshot at {big:,} = {speedup:,.0f}x "
-                  f"(goal >= 100x: {'met' if speedup >= 100 else 'MISSED'})")
+        if "reads" in parts:
+            reads = {}
+            for label, alias in backends.items():
+                raw = raw_reader(label, pg, str(tmp / "bench.sqlite3"))
+                for n, r in asyncio.run(bench_reads(alias, sizes, repeats, raw)).items():
+                    reads[label, n] = r
+            rows = []
+            for (label, n), r in reads.items():
+                rows.append([label, f"{n:,}", ms(r["raw"]), ms(r["whole"]), f"{r['whole/raw']:.2f}x",
+                             ms(r["snapshot"]), ms(r["holder"]),
+                             ms(r["check"]), f"{r['whole'] / r['snapshot']:,.0f}x",
+                             f"{r['whole'] / r['holder']:,.0f}x"])
+            print("Reading a projection's state (median; whole/raw: the median of each whole-log "
+                  "fold over the raw read just before it)")
+            print(table(["backend", "events", "raw read", "whole log", "whole/raw", "snapshot+tail",
+                         "warm holder", "holder+self-check", "whole/snap", "whole/holder"], rows))
+            big, small = sizes[-1], sizes[0]
+            print()
+            for label in backends:
+                growth = reads[label, big]["snapshot"] / reads[label, small]["snapshot"]
+                speedup = reads[label, big]["whole"] / reads[label, big]["snapshot"]
+                print(f"{label}: snapshot read at {big:,} / at {small:,} = {growth:.2f}x "
+                      f"(goal <= 2x: {'met' if growth <= 2 else 'MISSED'}); "
+                      f"whole log / snapshot at {big:,} = {speedup:,.0f}x "
+                      f"(goal >= 100x: {'met' if speedup >= 100 else 'MISSED'}); "
+                      f"whole log / raw read at {big:,} = {reads[label, big]['whole/raw']:.2f}x "
+                      "(goal: close to 1)")
 
-        print(f"\nAppending (median of {runs} runs; vs raw = the median of the runs' store rate / "
-              "the raw driver's in the same run, sync with sync, async with async)")
-        rows = []
-        for label, alias in backends.items():
-            rows += bench_appends(alias, label, pg, str(tmp / "bench.sqlite3"), plan, runs)
-        print(table(["backend", "batch", "how", "rate", "per call", "vs raw", "raw"], rows))
-        runs_rows = [r for r in rows if "a run's stream" in r[2]]
-        if runs_rows:
-            low = min(float(r[5][:-1]) for r in runs_rows)
-            print(f"\nappends on a run's stream, lowest store/raw: {low:.2f}x "
-                  f"(goal >= 0.5x: {'met' if low >= 0.5 else 'MISSED'})")
-        worst = min(rows, key=lambda r: float(r[5][:-1]) if r[5] else float("inf"))
-        ratio = float(worst[5][:-1])
-        print(f"\nlowest store/raw ratio, over every store row: {ratio:.2f}x ({worst[0]}, "
-              f"{worst[1]}, {worst[2]}) (goal >= 0.5x: {'met' if ratio >= 0.5 else 'MISSED'})")
-        if FLOOR:
-            print("PostgreSQL append_sync vs raw psycopg's fewest round trips (autocommit, one "
-                  "INSERT per call; information, not the goal's baseline): "
-                  + ", ".join(f"{b}/call {r:.2f}x" for b, r in FLOOR.items()))
+        if "appends" in parts:
+            print(f"\nAppending (median of {runs} runs; vs raw = the median of the runs' store rate / "
+                  "the raw driver's in the same run, sync with sync, async with async)")
+            rows = []
+            for label, alias in backends.items():
+                rows += bench_appends(alias, label, pg, str(tmp / "bench.sqlite3"), plan, runs)
+            print(table(["backend", "batch", "how", "rate", "per call", "vs raw", "raw"], rows))
+            runs_rows = [r for r in rows if "a run's stream" in r[2]]
+            if runs_rows:
+                low = min(float(r[5][:-1]) for r in runs_rows)
+                print(f"\nappends on a run's stream, lowest store/raw: {low:.2f}x "
+                      f"(goal >= 0.5x: {'met' if low >= 0.5 else 'MISSED'})")
+            worst = min(rows, key=lambda r: float(r[5][:-1]) if r[5] else float("inf"))
+            ratio = float(worst[5][:-1])
+            print(f"\nlowest store/raw ratio, over every store row: {ratio:.2f}x ({worst[0]}, "
+                  f"{worst[1]}, {worst[2]}) (goal >= 0.5x: {'met' if ratio >= 0.5 else 'MISSED'})")
+            if FLOOR:
+                print("PostgreSQL append_sync vs raw psycopg's fewest round trips (autocommit, one "
+                      "INSERT per call; information, not the goal's baseline): "
+                      + ", ".join(f"{b}/call {r:.2f}x" for b, r in FLOOR.items()))
 
-        snap_rows = []
-        for label, alias in backends.items():
-            snap_rows += bench_snapshot_reads(label, alias, pg, tmp, 15 if args.quick else 41)
-        if snap_rows:
-            print(f"\nA snapshot + {SNAP_TAIL} events ({SNAP_EVENTS}-event stream), median; "
-                  "ratio = the median of the rounds' own ratios")
-            print(table(["backend", "aaa_django", "eventsourcing", "ratio"], snap_rows))
-            for r in snap_rows:
-                ratio = float(r[3][:-1])
-                print(f"{r[0]}: snapshot + {SNAP_TAIL} events {ratio:.2f}x eventsourcing's "
-                      f"(goal <= 0.5x: {'met' if ratio <= 0.5 else 'MISSED'})")
-        else:
-            print("\n(snapshot + 50 events against eventsourcing: not measured, eventsourcing is "
-                  "not installed: see requirements/bench.txt)")
+        if "snapshot" in parts:
+            snap_rows = []
+            for label, alias in backends.items():
+                snap_rows += bench_snapshot_reads(label, alias, pg, tmp, 15 if args.quick else 41)
+            if snap_rows:
+                print(f"\nA snapshot + {SNAP_TAIL} events ({SNAP_EVENTS}-event stream), median; "
+                      "ratio = the median of the rounds' own ratios")
+                print(table(["backend", "store", "aaa_django", "eventsourcing", "ratio"], snap_rows))
+                for r in snap_rows:
+                    ratio = float(r[4][:-1])
+                    print(f"{r[0]}, {r[1]}: snapshot + {SNAP_TAIL} events {ratio:.2f}x eventsourcing's "
+                          f"(goal <= 0.5x: {'met' if ratio <= 0.5 else 'MISSED'})")
+            else:
+                print("\n(snapshot + 50 events against eventsourcing: not measured, eventsourcing is "
+                      "not installed: see requirements/bench.txt)")
         print(f"# total {time.perf_counter() - started:.0f} s")
 
 
