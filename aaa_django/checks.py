@@ -40,7 +40,8 @@ from .events import Projection
 from .runtime.outcome import OUTCOMES
 from .tools import Tool
 
-# key -> (accepted types, readable name). bool is refused where an int is wanted.
+# key -> (accepted types, readable name). bool (an int to isinstance) is refused where an
+# int is wanted.
 _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "BUS": ((str,), "a str"),
     "CLAIM_THRESHOLD": ((int,), "an int"),
@@ -75,7 +76,7 @@ def check_aaa_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         if key not in site:
             continue
         value = site[key]
-        if isinstance(value, bool) or not isinstance(value, types):
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             badly_typed.add(key)
             errors.append(
                 Error(

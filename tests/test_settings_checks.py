@@ -29,6 +29,7 @@ def test_site_values_are_merged_over_defaults():
 
 def test_a_valid_dict_passes():
     assert ids_for({"BUS": "celery", "CLAIM_THRESHOLD": 0, "BLOB_STORAGE": None}) == []
+    assert ids_for({"STREAM_TOKENS": True}) == ids_for({"STREAM_TOKENS": False}) == []
 
 
 def test_an_unknown_key_is_an_error_naming_the_key():
@@ -49,6 +50,7 @@ def test_an_unknown_key_is_an_error_naming_the_key():
         ({"FOLD_CHECK_EVERY": -1}, ["aaa.E005"]),
         ({"BLOB_STORAGE": "nowhere"}, ["aaa.E006"]),
         ({"BLOB_STORAGE": 3}, ["aaa.E003"]),
+        ({"STREAM_TOKENS": 1}, ["aaa.E003"]),
         ({"BUS": "kafka", "NOPE": 1}, ["aaa.E002", "aaa.E004"]),
     ],
 )
