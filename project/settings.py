@@ -16,6 +16,7 @@ blobs on disk under var/blobs. Environment variables switch on the cluster parts
                        a real model provider (AAA["LLM"]); unset: the scripted model
   AAA_LLM_CLIENT       dotted path of the API engine's LLM client factory (default: the
                        scripted demo model in project/api_demo.py)
+  AAA_STREAM_TOKENS    "1": live tokens (AAA["STREAM_TOKENS"]) of a provider that streams
   AAA_REDIS_URL        Celery broker and result backend, and the cache (e.g.
                        redis://127.0.0.1:6379/0)
   AAA_S3_BUCKET        blobs in S3 (django-storages) when set, with AAA_S3_ENDPOINT,
@@ -149,6 +150,8 @@ AAA = {
     if env("AAA_LLM_BASE_URL") or env("AAA_LLM_API_KEY")
     else None,
 }
+if env_flag("AAA_STREAM_TOKENS", False):  # a provider's replies as they are written
+    AAA["STREAM_TOKENS"] = True
 if env("AAA_STALL_AFTER"):  # the cluster's sweeper: seconds before a run counts as stalled
     AAA["STALL_AFTER"] = float(env("AAA_STALL_AFTER"))
 
