@@ -40,9 +40,10 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from aaa_django.events import Event
-from aaa_django.llm.deltas import TokenDelta, TokenSubscription
+from aaa_django.llm.deltas import TokenSubscription
 from aaa_django.runtime.event_types import RUN_COMPLETED
 from aaa_django.runtime.wakeups import Hub, Wakeups
+from aaa_django.site.tokens import sse_message
 
 from . import streamcap
 
@@ -70,10 +71,6 @@ Page = list[tuple[Event, str]]  # the events read, each with its SSE message
 
 def message(event: dict) -> str:
     return f"id: {event['seq']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
-
-
-def token_message(delta: TokenDelta) -> str:
-    return f"event: token\ndata: {json.dumps(delta.to_dict(), separators=(',', ':'))}\n\n"
 
 
 def _plan(after: int, *, ended: bool, max_seconds: float, renews: bool,
@@ -198,7 +195,7 @@ def events(
                     # Deltas come before the page: one published before its reply was
                     # appended is in hand now, and so goes out before the reply's event.
                     for delta in tokens.wait(0):
-                        yield token_message(delta)
+                        yield sse_message(delta)
             elif op == HEAD:
                 reply = store.head_sync(run_id)
             elif op == RENEW:
@@ -211,7 +208,7 @@ def events(
                 end = clock() + arg
                 while True:  # the tokens as they come; the run's wake-up between two looks
                     for delta in tokens.wait(min(max(end - clock(), 0.0), TOKEN_SLICE)):
-                        yield token_message(delta)
+                        yield sse_message(delta)
                     reply = sub.wait(0)
                     if reply or clock() >= end:
                         break
@@ -298,7 +295,7 @@ async def aevents(
                 reply = await _on_reader(read)(arg)
                 if tokens is not None:  # (before the page, as in ``events``)
                     for delta in tokens.wait(0):
-                        yield token_message(delta)
+                        yield sse_message(delta)
             elif op == HEAD:
                 reply = await _on_reader(head)()
             elif op == RENEW:
@@ -309,7 +306,7 @@ async def aevents(
                 end = clock() + arg
                 while True:  # a look at the tokens (not blocking), then the wake-up
                     for delta in tokens.wait(0):
-                        yield token_message(delta)
+                        yield sse_message(delta)
                     reply = await sub.until(min(max(end - clock(), 0.0), TOKEN_SLICE))
                     if reply or clock() >= end:
                         break
