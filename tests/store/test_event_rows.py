@@ -12,7 +12,7 @@ import pytest
 
 from aaa_django.events import Event, Snapshot
 from aaa_django.store import DjangoEventStore
-from aaa_django.store.rows import to_events
+from aaa_django.store.rows import loads, to_events
 
 pytestmark = pytest.mark.django_db(databases="__all__")
 
@@ -68,3 +68,24 @@ def test_a_text_that_is_not_one_value_fails_the_read_rather_than_shift_the_rows(
 
     with pytest.raises(json.JSONDecodeError):
         to_events(rows)
+
+
+DEEP = "[" * 300 + "]" * 300  # past pydantic-core's depth limit, within json's
+
+
+@pytest.mark.parametrize("text", [
+    '{"big": 18446744073709551616, "negative": -9223372036854775809}',  # past 64 bits
+    '{"f": 0.1, "tiny": 5e-324, "max": 1.7976931348623157e308, "z": -0.0, "e": 1E5}',
+    '{"inf": 1e400}',
+    '{"b": 1, "a": 2, "b": 3}',  # key order, and the last of a repeated key
+    '{"s": "\\u00e9\\n\\u0000", "raw": "é"}',
+    '{"lone": "\\ud800"}',  # an escaped lone surrogate: json's, pydantic-core refuses it
+    DEEP,
+], ids=["big ints", "floats", "inf", "keys", "strings", "lone surrogate", "deep"])
+def test_data_decodes_as_json_loads_does(text):
+    assert repr(loads(text)) == repr(json.loads(text))
+
+
+def test_text_that_is_not_json_raises_json_s_error():
+    with pytest.raises(json.JSONDecodeError):
+        loads('{"i": 1')
