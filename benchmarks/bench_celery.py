@@ -22,16 +22,25 @@ Measured in the same run, on the same workers and broker:
   the bare chain (colder caches), is also shown on its own. One hop = read what is new
   in the run's log (the message carries it), fold, decide or call the handler, append
   (one durable PostgreSQL commit), enqueue after commit.
+- **engine hop, tracing on**: the same runs on a second set of N workers (queues of
+  their own) whose site has ``AAA["OTEL"]`` on and the OpenTelemetry SDK set up in each
+  worker process (``celery_site.trace_exports``: a ``BatchSpanProcessor`` and a
+  ``PeriodicExportingMetricReader``, the OTLP/HTTP exporters, to ``otlp_sink.py``, a
+  receiver in a process of its own that reads each export and keeps nothing), started
+  by an engine of this process with the same observer, so a run's trace context travels
+  in its messages. Tracing off is the engine every site builds (``build_engine``: the
+  Django signals' observer, no receiver; no OpenTelemetry imported).
 - **durable commit**: a one-row INSERT in autocommit on the same server: the fsync
   every engine hop waits for and a no-op task does not (the floor the disk sets).
 
-The idle measurements are taken in rounds (a bare chain, the engine runs, a few
-commits, again), so a machine that is busier at one moment than another moves all
-three alike; the ratio is the median of the rounds' ratios.
+The idle measurements are taken in rounds (a bare chain, the engine runs with tracing
+off and on, in turn first, a few commits, again), so a machine that is busier at one
+moment than another moves them all alike; a ratio is the median of the rounds' ratios.
 - **throughput**: R runs of T turns started at once (runs/s, deliveries/s), next to
   the same number of bare no-op tasks enqueued at once (tasks/s).
 
-Goal: the engine's hop within 2x the bare hop.
+Goals: the engine's hop within 2x the bare hop; tracing on within 1.2x of tracing off
+(issue 16).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import argparse
 import asyncio
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
@@ -79,15 +89,44 @@ def redis_server(tmp: Path) -> Iterator[str]:
 
 
 @contextmanager
+def otlp_sink(tmp: Path) -> Iterator[dict]:
+    """``otlp_sink.py`` on a free port, the OTLP/HTTP endpoint of the traced workers:
+    ``{"url": ..., "taken": {"requests": ..., "bytes": ..., "spans": ..., "traces": ...}}``
+    (what it took: once stopped)."""
+    port = free_port()
+    out_path = tmp / "otlp_sink.out"
+    out = open(out_path, "wb")
+    proc = subprocess.Popen([sys.executable, str(HERE / "otlp_sink.py"), str(port)], stdout=out)
+    sink: dict = {"url": f"http://127.0.0.1:{port}", "taken": None}
+    end = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > end:
+                raise RuntimeError(f"otlp_sink.py did not start ({proc.poll()})") from None
+            time.sleep(0.02)
+    try:
+        yield sink
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        out.close()
+        sink["taken"] = dict(zip(("requests", "bytes", "spans", "traces"), map(int, out_path.read_text().split())))
+
+
+@contextmanager
 def workers(count: int, env: dict, tmp: Path, *, concurrency: int = 1,
-            queues: str = QUEUES) -> Iterator[list[subprocess.Popen]]:
-    """``count`` worker commands (prefork, ``-c concurrency`` each) taking ``queues``."""
+            queues: str = QUEUES, name: str = "bench") -> Iterator[list[subprocess.Popen]]:
+    """``count`` worker commands (prefork, ``-c concurrency`` each) taking ``queues``,
+    named ``name0@host``, ..."""
     procs = []
     for i in range(count):
-        ready = tmp / f"worker{i}.ready"
-        log = open(tmp / f"worker{i}.log", "wb")
+        ready = tmp / f"{name}{i}.ready"
+        log = open(tmp / f"{name}{i}.log", "wb")
         procs.append((subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "celery_site", "worker", "-n", f"bench{i}@%h",
+            [sys.executable, "-m", "celery", "-A", "celery_site", "worker", "-n", f"{name}{i}@%h",
              "-Q", queues, "-c", str(concurrency), "-P", "prefork", "-l", "warning",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=HERE, env={**env, "AAA_BENCH_READY": str(ready)}, stdout=log, stderr=subprocess.STDOUT,
@@ -97,7 +136,7 @@ def workers(count: int, env: dict, tmp: Path, *, concurrency: int = 1,
             end = time.monotonic() + 60
             while not ready.exists():
                 if p.poll() is not None or time.monotonic() > end:
-                    raise RuntimeError((tmp / "worker0.log").read_text())
+                    raise RuntimeError((tmp / f"{name}0.log").read_text())
                 time.sleep(0.05)
         yield [p for p, _ in procs]
     finally:
@@ -135,6 +174,23 @@ def bare_throughput(app, r, tasks: int) -> float:
     while int(r.get(key) or 0) < tasks:
         time.sleep(0.005)
     return tasks / (time.time() - t0)
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system, all threads) of processes ``pids`` and their children
+    (a prefork worker's pool), from /proc (Linux; in clock ticks)."""
+    total, tick = 0, os.sysconf("SC_CLK_TCK")
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            todo += [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
+                     for c in (t / "children").read_text().split()]
+        except FileNotFoundError:  # gone meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / tick
 
 
 def chain_hops(events) -> int:
@@ -199,19 +255,35 @@ async def load(engine, runs: int, turns: int) -> dict:
             "events": events, "hop_under_load": statistics.median(per_hop)}
 
 
+def traced_engine(queues: dict[str, str]):
+    """The engine this process starts the traced runs with: the site's engine on the
+    traced workers' queues, with the OpenTelemetry observer as ``AAA["OTEL"]`` gives
+    it (the process's SDK set up first), so a run's messages carry its trace."""
+    from aaa_django.celery.bus import DistributedBus
+    from aaa_django.observe.otel import OtelObserver
+    from aaa_django.site.engines import build_engine
+
+    engine = build_engine(bus=DistributedBus(queues=queues), poll_interval=0.25)
+    engine.bus.carry(engine.observe(OtelObserver(engine)))
+    return engine
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--turns", type=int, default=5)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2, help="worker processes of each set")
     parser.add_argument("--trace", metavar="FILE",
-                        help="timestamps inside the workers to FILE, and their breakdown (trace_hops.py)")
+                        help="timestamps inside the workers (tracing off) to FILE, and their breakdown "
+                             "(trace_hops.py)")
     args = parser.parse_args()
     runs = 40 if args.quick else args.runs
     idle_rounds, chain = (8, 60) if args.quick else (25, 100)
 
-    with workdir() as tmp, postgres(tmp) as pg, redis_server(tmp) as broker:
+    load_before = os.getloadavg()[0]
+    os.environ.pop("AAA_BENCH_OTLP", None)  # this process's site: tracing off (see traced_engine)
+    with workdir() as tmp, postgres(tmp) as pg, redis_server(tmp) as broker, otlp_sink(tmp) as sink:
         env = {
             **os.environ,
             "AAA_BENCH_PG_HOST": pg["host"], "AAA_BENCH_PG_PORT": str(pg["port"]),
@@ -219,6 +291,7 @@ def main() -> None:
             "DJANGO_SETTINGS_MODULE": "celery_site",
             "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
         }
+        traced_env = {**env, "AAA_BENCH_OTLP": sink["url"]}  # the second set: tracing on
         if args.trace:
             Path(args.trace).unlink(missing_ok=True)
             env["AAA_BENCH_TRACE"] = str(Path(args.trace).resolve())
@@ -232,7 +305,7 @@ def main() -> None:
         call_command("migrate", verbosity=0)
         import redis
         from asgiref.sync import async_to_sync
-        from celery_site import app
+        from celery_site import OTEL_QUEUES, app, trace_exports
 
         from aaa_django.site.engines import build_engine
 
@@ -241,45 +314,83 @@ def main() -> None:
 
         probe = psycopg.connect(**pg, dbname="aaa_bench", autocommit=True)
         probe.execute("CREATE TABLE bench_commit (at timestamptz)")
-        with workers(args.workers, env, tmp):
-            rounds: list[tuple[float, float, float, float]] = []
+        stop_tracing = trace_exports(sink["url"])  # this process starts the traced runs: its SDK too
+        with workers(args.workers, env, tmp) as off_procs, workers(
+                args.workers, traced_env, tmp, name="traced", queues=",".join(OTEL_QUEUES.values())) as on_procs:
+            pids = {"off": [p.pid for p in off_procs], "on": [p.pid for p in on_procs]}
+            # each set's CPU seconds and wall seconds while its engine runs (busy) and while
+            # the other set's does (idle: what the set spends doing nothing, to take off)
+            cpu = {(kind, state): [0.0, 0.0] for kind in ("off", "on") for state in ("busy", "idle")}
+            rounds: list[tuple[float, float, float]] = []  # bare hop, engine hop (tracing off), commit
+            traced: list[float] = []  # the engine hop with tracing on, one a round
+            # the first run of the engine that went right after the bare chain, and that chain's hop
+            firsts: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
             slow: list[float] = []  # bare chains sent by send_task (information)
             plain: list[float] = []  # bare chains with kombu's redis-py client per message
 
             async def cluster_part():
-                async with build_engine(poll_interval=0.25) as engine:  # polls cost the workers CPU
+                async with build_engine(poll_interval=0.25) as engine, traced_engine(OTEL_QUEUES) as on:
                     assert type(engine.bus).__name__ == "DistributedBus"
+                    engines = {"off": engine, "on": on}
                     for _ in range(3):  # warm up every worker
                         await engine_hop(engine, args.turns)
+                        await engine_hop(on, args.turns)
                     bare_hop(app, r, 50)
                     bare_hop(app, r, 50, fast=False)
                     bare_hop(app, r, 50, fast="kombu-client")
                     hops = 0
-                    for _ in range(idle_rounds):
+                    for i in range(idle_rounds):
                         bare = bare_hop(app, r, chain)
-                        engine_s, first_s, hops = await engine_hops(engine, args.turns, chain)
-                        rounds.append((bare, engine_s, commit_latency(probe, 20), first_s))
+                        order = ("off", "on") if i % 2 == 0 else ("on", "off")  # each goes first in turn
+                        took = {}
+                        for kind in order:
+                            other = "on" if kind == "off" else "off"
+                            t0, before = time.monotonic(), {k: cpu_seconds(p) for k, p in pids.items()}
+                            took[kind] = await engine_hops(engines[kind], args.turns, chain)
+                            wall = time.monotonic() - t0
+                            for k, state in ((kind, "busy"), (other, "idle")):
+                                cpu[k, state][0] += cpu_seconds(pids[k]) - before[k]
+                                cpu[k, state][1] += wall
+                        firsts[order[0]].append((took[order[0]][1], bare))
+                        (engine_s, _, hops), (on_s, *_) = took["off"], took["on"]
+                        rounds.append((bare, engine_s, commit_latency(probe, 20)))
+                        traced.append(on_s)
                         slow.append(bare_hop(app, r, chain, fast=False))
                         plain.append(bare_hop(app, r, chain, fast="kombu-client"))
                     loaded = await load(engine, runs, args.turns)
                     return hops, loaded
 
             hops, loaded = async_to_sync(cluster_part)()
+            stop_tracing()  # while the sink still takes the last export
             bare_tps = bare_throughput(app, r, loaded["events"])
         bare_hop_s = statistics.median(b for b, *_ in rounds)
         idle_hop_s = statistics.median(e for _, e, *_ in rounds)
-        commit_s = statistics.median(c for _, _, c, _ in rounds)
-        first_s = statistics.median(f for *_, f in rounds)
+        traced_s = statistics.median(traced)
+        commit_s = statistics.median(c for *_, c in rounds)
         ratio = statistics.median(e / b for b, e, *_ in rounds)
-        first_ratio = statistics.median(f / b for b, *_, f in rounds)
-        own_ratio = statistics.median((e - c) / b for b, e, c, _ in rounds)
+        traced_ratio = statistics.median(t / b for t, (b, *_) in zip(traced, rounds))
+        on_off = statistics.median(t / e for t, (_, e, *_) in zip(traced, rounds))
+        first_s = {kind: statistics.median(f for f, _ in fs) for kind, fs in firsts.items()}
+        first_ratio = {kind: statistics.median(f / b for f, b in fs) for kind, fs in firsts.items()}
+        own_ratio = statistics.median((e - c) / b for b, e, c in rounds)
         durability = ", ".join(f"{k}={probe.execute(f'SHOW {k}').fetchone()[0]}"
                                for k in ("fsync", "synchronous_commit"))
         probe.close()
+    traced_runs = 3 + idle_rounds * -(-chain // hops)  # the warm-up's and the rounds'
+    if sink["taken"]["traces"] != traced_runs:
+        raise RuntimeError(f"{traced_runs} runs with tracing on, {sink['taken']['traces']} traces exported")
 
     print(f"bench_celery: {platform.python_version()}, {os.cpu_count()} cores, "
-          f"{args.workers} worker processes (-c 1 prefork), PostgreSQL ({durability}), Redis broker")
+          f"{args.workers} + {args.workers} worker processes (-c 1 prefork; tracing off + on), "
+          f"PostgreSQL ({durability}), Redis broker; load average {load_before:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after")
     print()
+    per_run = -(-chain // hops) * hops
+    cpu_hop, idle_rate = {}, {}  # the workers' CPU per hop, less what they spend idle in the same time
+    for kind in ("off", "on"):
+        (busy, busy_wall), (idle, idle_wall) = cpu[kind, "busy"], cpu[kind, "idle"]
+        idle_rate[kind] = idle / idle_wall
+        cpu_hop[kind] = (busy - idle_rate[kind] * busy_wall) / (idle_rounds * per_run)
     print(table([f"per hop (idle cluster, {idle_rounds} rounds)", "median", "ratio"], [
         [f"bare Celery no-op hop (chains of {chain}; sent as the engine sends: FastPublisher)",
          ms(bare_hop_s), "1.00x"],
@@ -287,16 +398,25 @@ def main() -> None:
          f"{statistics.median(s / b for s, (b, *_) in zip(slow, rounds)):.2f}x"],
         ["  the same, kombu's redis-py client per message (no _reuse_redis_client)",
          ms(statistics.median(plain)), f"{statistics.median(p / b for p, (b, *_) in zip(plain, rounds)):.2f}x"],
-        [f"engine hop (ToolLoop, {args.turns} turns = {hops} hops; runs one after another, "
-         f"{-(-chain // hops) * hops} hops a round)", ms(idle_hop_s), f"{ratio:.2f}x"],
-        ["  the first run of a round alone (right after the bare chain)", ms(first_s),
-         f"{first_ratio:.2f}x"],
+        [f"engine hop, tracing off (ToolLoop, {args.turns} turns = {hops} hops; runs one after another, "
+         f"{per_run} hops a round)", ms(idle_hop_s), f"{ratio:.2f}x"],
+        ["  the first run of a round alone (rounds where it went right after the bare chain)",
+         ms(first_s["off"]), f"{first_ratio['off']:.2f}x"],
+        ["engine hop, tracing on (OpenTelemetry SDK, batched OTLP/HTTP export; its own workers)",
+         ms(traced_s), f"{traced_ratio:.2f}x"],
+        ["  the first run of a round alone (rounds where it went right after the bare chain)",
+         ms(first_s["on"]), f"{first_ratio['on']:.2f}x"],
+        ["  tracing on / tracing off (median of the rounds' ratios)", "", f"{on_off:.2f}x"],
+        [f"workers' CPU per engine hop, tracing off (all rounds; process and pool, less idle: "
+         f"{idle_rate['off'] * 1e3:.0f} ms/s)", ms(cpu_hop["off"]), ""],
+        [f"  tracing on (less idle: {idle_rate['on'] * 1e3:.0f} ms/s)", ms(cpu_hop["on"]),
+         f"{cpu_hop['on'] / cpu_hop['off']:.2f}x off"],
         ["PostgreSQL durable commit (one per engine hop)", ms(commit_s), f"{commit_s / bare_hop_s:.2f}x"],
-        ["engine hop less its commit (the engine's own cost)", ms(idle_hop_s - commit_s),
+        ["engine hop less its commit (the engine's own cost; tracing off)", ms(idle_hop_s - commit_s),
          f"{own_ratio:.2f}x"],
     ]))
     print()
-    print(table(["throughput", "value"], [
+    print(table(["throughput (tracing off)", "value"], [
         [f"{runs} runs of {args.turns} turns started at once", f"{loaded['seconds']:.2f} s"],
         ["runs/s", f"{loaded['runs/s']:.1f}"],
         ["engine deliveries/s (one per event)", f"{loaded['deliveries/s']:.0f}"],
@@ -311,8 +431,14 @@ def main() -> None:
         print()
     saved = statistics.median((p - b) / e for p, (b, e, *_) in zip(plain, rounds))
     print(f"kombu's client per message costs {saved:+.1%} of an engine hop (median of the rounds)")
+    print(f"tracing on: {traced_runs} runs, {sink['taken']['traces']} traces of {sink['taken']['spans']} spans "
+          f"exported in {sink['taken']['requests']} OTLP/HTTP requests ({sink['taken']['bytes'] / 1e6:.1f} MB)")
     print(f"goal: engine hop <= 2x bare hop: {ratio:.2f}x -> {'met' if ratio <= 2 else 'NOT met'}"
           f" (less the durable commit: {own_ratio:.2f}x)")
+    print(f"goal (issue 16): tracing on <= 1.2x tracing off: {on_off:.2f}x ({on_off - 1:+.1%}) -> "
+          f"{'met' if on_off <= 1.2 else 'NOT met'} (the workers' CPU per hop: "
+          f"{cpu_hop['on'] / cpu_hop['off']:.2f}x); tracing off is the engine every site builds "
+          "(the signals' observer alone): against no observer at all see bench_observe.py")
 
 
 if __name__ == "__main__":

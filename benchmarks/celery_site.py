@@ -6,6 +6,12 @@ task, and the workers' handlers. One module, so the workers need only
 with this directory on PYTHONPATH. Configured from the environment the driver sets:
 AAA_BENCH_PG_HOST/PORT/NAME (PostgreSQL, durable) and AAA_BENCH_REDIS (broker and
 coordination).
+
+With AAA_BENCH_OTLP (an OTLP/HTTP endpoint) the site has tracing on: ``AAA["OTEL"]``,
+and each worker process sets up the OpenTelemetry SDK as a deployment would
+(:func:`trace_exports`) when Celery's pool starts it; its deliveries go to queues of
+their own (``OTEL_QUEUES``), so a second set of workers with tracing on can serve the
+same broker and database beside the first.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Callable
 
 # -- Django settings ---------------------------------------------------------------------
 
@@ -33,16 +40,19 @@ TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGGING_CONFIG = None
 BROKER = os.environ.get("AAA_BENCH_REDIS", "redis://127.0.0.1:6379/0")
+OTLP = os.environ.get("AAA_BENCH_OTLP")  # tracing on, exported there
+# a queue per kind of work, as the bench's workers take them (-Q)
+QUEUES = {k: f"aaa.{k}" for k in ("algorithms", "llm", "tools")}
+OTEL_QUEUES = {k: f"aaa.otel.{k}" for k in ("algorithms", "llm", "tools")}
 AAA = {"BUS": "celery", "REDIS_URL": BROKER, "WORKER_SETUP": "celery_site.setup",
-       # a queue per kind of work, as the bench's workers take them (-Q)
-       "CELERY_QUEUES": {k: f"aaa.{k}" for k in ("algorithms", "llm", "tools")}}
+       "OTEL": bool(OTLP), "CELERY_QUEUES": OTEL_QUEUES if OTLP else QUEUES}
 
 # -- the Celery app --------------------------------------------------------------------------
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "celery_site")
 
 from celery import Celery  # noqa: E402
-from celery.signals import worker_ready  # noqa: E402
+from celery.signals import worker_process_init, worker_process_shutdown, worker_ready  # noqa: E402
 
 app = Celery("aaa_bench")
 app.conf.update(
@@ -117,6 +127,54 @@ def _ready(**kwargs):
     path = os.environ.get("AAA_BENCH_READY")
     if path:
         open(path, "w").write(str(os.getpid()))
+
+
+def trace_exports(endpoint: str) -> Callable[[], None]:
+    """Tracing on, as a site sets it up in each process before its engines are built:
+    the SDK's tracer and meter providers made the process's own, spans exported by a
+    ``BatchSpanProcessor`` (its own thread: batches of up to 512 spans, at least every
+    5 s) and metrics by a ``PeriodicExportingMetricReader`` (every 60 s), both with the
+    OTLP/HTTP exporters (protobuf, no compression: the SDK's defaults) to ``endpoint``.
+    Returns what flushes and stops them (else they do at the process's exit)."""
+    from opentelemetry import metrics, trace
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({"service.name": "aaa-bench"})
+    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))
+    trace.set_tracer_provider(tracer_provider)
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics"))
+    meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+    metrics.set_meter_provider(meter_provider)
+
+    def shutdown() -> None:
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+    return shutdown
+
+
+_stop_tracing: list[Callable[[], None]] = []
+
+
+@worker_process_init.connect
+def _trace_in_pool_process(**kwargs):
+    # in the pool's process, after the fork: the exporters' threads and connections are its own
+    if OTLP:
+        _stop_tracing.append(trace_exports(OTLP))
+
+
+@worker_process_shutdown.connect
+def _flush_traces(**kwargs):
+    # a prefork child leaves by os._exit: the SDK's atexit flush would not run
+    for stop in _stop_tracing:
+        stop()
 
 
 # -- the workers' handlers -------------------------------------------------------------------
