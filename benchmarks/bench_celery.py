@@ -1,11 +1,12 @@
 """Cluster benchmark: ToolLoop runs delivered by Celery workers, against bare Celery.
 
-    .venv/bin/python benchmarks/bench_celery.py             # the reported run (~1-2 min)
-    .venv/bin/python benchmarks/bench_celery.py --quick     # 40 runs, shorter chains
+    .venv/bin/python benchmarks/bench_celery.py             # the reported run (a few minutes)
+    .venv/bin/python benchmarks/bench_celery.py --quick     # 40 runs, shorter chains (~1 min when the machine is quiet)
 
 It starts a durable PostgreSQL 15 (fsync on; or AAA_BENCH_PG_PORT, see common.py), a
-Redis (the broker and the bus's coordination) and N Celery worker processes
-(``-c 1`` prefork each, every queue), all on loopback, and stops them by PID.
+Redis (the broker and the bus's coordination) and twice N Celery worker processes
+(``-c 1`` prefork each, every queue; N with tracing on), all on loopback, and stops
+them by PID.
 
 Measured in the same run, on the same workers and broker:
 
@@ -22,22 +23,28 @@ Measured in the same run, on the same workers and broker:
   the bare chain (colder caches), is also shown on its own. One hop = read what is new
   in the run's log (the message carries it), fold, decide or call the handler, append
   (one durable PostgreSQL commit), enqueue after commit.
-- **engine hop, tracing on**: the same runs on a second set of N workers (queues of
-  their own) whose site has ``AAA["OTEL"]`` on and the OpenTelemetry SDK set up in each
-  worker process (``celery_site.trace_exports``: a ``BatchSpanProcessor`` and a
-  ``PeriodicExportingMetricReader``, the OTLP/HTTP exporters, to ``otlp_sink.py``, a
-  receiver in a process of its own that reads each export and keeps nothing), started
-  by an engine of this process with the same observer, so a run's trace context travels
-  in its messages. Tracing off is the engine every site builds (``build_engine``: the
-  Django signals' observer, no receiver; no OpenTelemetry imported).
+- **engine hop, tracing on** (issue 16): the same runs on a second set of N workers
+  (queues of their own) whose site has ``AAA["OTEL"]`` on and sets up the
+  OpenTelemetry SDK in each pool process (``celery_site.trace_exports``: a
+  ``BatchSpanProcessor`` and a ``PeriodicExportingMetricReader`` with the OTLP/HTTP
+  exporters, to ``otlp_sink.py``, a receiver in a process of its own that reads every
+  export and keeps only counts), started by an engine of this process with the same
+  observer, so a run's trace context travels in its messages. A round's runs go in
+  pairs, tracing off and on one right after the other, each first in turn; the on/off
+  ratio is the median of the pairs'. Also the workers' CPU per engine hop of each set
+  (user + system of the worker processes and their pools, from /proc, less what the
+  set spends idle meanwhile), which a loaded machine moves less than wall time. The
+  run fails unless every traced run arrived at the receiver as one trace. Tracing off
+  is the engine every site builds (``build_engine``: the Django signals' observer,
+  no receiver; no OpenTelemetry imported).
 - **durable commit**: a one-row INSERT in autocommit on the same server: the fsync
   every engine hop waits for and a no-op task does not (the floor the disk sets).
-
-The idle measurements are taken in rounds (a bare chain, the engine runs with tracing
-off and on, in turn first, a few commits, again), so a machine that is busier at one
-moment than another moves them all alike; a ratio is the median of the rounds' ratios.
 - **throughput**: R runs of T turns started at once (runs/s, deliveries/s), next to
   the same number of bare no-op tasks enqueued at once (tasks/s).
+
+The idle measurements are taken in rounds (a bare chain, the engine runs, a few
+commits, again), so a machine that is busier at one moment than another moves them
+all alike; a ratio is the median of the rounds' ratios.
 
 Goals: the engine's hop within 2x the bare hop; tracing on within 1.2x of tracing off
 (issue 16).
@@ -220,17 +227,6 @@ async def engine_hop(engine, turns: int) -> tuple[float, int]:
     return (events[-1].time - events[0].time).total_seconds(), chain_hops(events)
 
 
-async def engine_hops(engine, turns: int, chain: int) -> tuple[float, float, int]:
-    """Runs one after another until ``chain`` hops: seconds per hop over all of them,
-    seconds per hop of the first, and the hops of one run."""
-    seconds, hops = await engine_hop(engine, turns)
-    first, per_run, total = seconds / hops, hops, hops
-    while total < chain:
-        more, hops = await engine_hop(engine, turns)
-        seconds, total = seconds + more, total + hops
-    return seconds / total, first, per_run
-
-
 def commit_latency(conn, count: int) -> float:
     """Median seconds of a durable one-row commit."""
     times = []
@@ -323,6 +319,7 @@ def main() -> None:
             cpu = {(kind, state): [0.0, 0.0] for kind in ("off", "on") for state in ("busy", "idle")}
             rounds: list[tuple[float, float, float]] = []  # bare hop, engine hop (tracing off), commit
             traced: list[float] = []  # the engine hop with tracing on, one a round
+            pairs: list[float] = []  # a run's hop with tracing on / the one's beside it with tracing off
             # the first run of the engine that went right after the bare chain, and that chain's hop
             firsts: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
             slow: list[float] = []  # bare chains sent by send_task (information)
@@ -338,23 +335,37 @@ def main() -> None:
                     bare_hop(app, r, 50)
                     bare_hop(app, r, 50, fast=False)
                     bare_hop(app, r, 50, fast="kombu-client")
+
+                    async def timed_run(kind: str) -> tuple[float, int]:
+                        """One run of ``kind``'s engine (its seconds and hops), its workers' CPU counted."""
+                        other = "on" if kind == "off" else "off"
+                        t0, before = time.monotonic(), {k: cpu_seconds(p) for k, p in pids.items()}
+                        took = await engine_hop(engines[kind], args.turns)
+                        wall = time.monotonic() - t0
+                        for k, state in ((kind, "busy"), (other, "idle")):
+                            cpu[k, state][0] += cpu_seconds(pids[k]) - before[k]
+                            cpu[k, state][1] += wall
+                        return took
+
                     hops = 0
                     for i in range(idle_rounds):
                         bare = bare_hop(app, r, chain)
-                        order = ("off", "on") if i % 2 == 0 else ("on", "off")  # each goes first in turn
-                        took = {}
-                        for kind in order:
-                            other = "on" if kind == "off" else "off"
-                            t0, before = time.monotonic(), {k: cpu_seconds(p) for k, p in pids.items()}
-                            took[kind] = await engine_hops(engines[kind], args.turns, chain)
-                            wall = time.monotonic() - t0
-                            for k, state in ((kind, "busy"), (other, "idle")):
-                                cpu[k, state][0] += cpu_seconds(pids[k]) - before[k]
-                                cpu[k, state][1] += wall
-                        firsts[order[0]].append((took[order[0]][1], bare))
-                        (engine_s, _, hops), (on_s, *_) = took["off"], took["on"]
-                        rounds.append((bare, engine_s, commit_latency(probe, 20)))
-                        traced.append(on_s)
+                        total = {"off": [0.0, 0], "on": [0.0, 0]}  # seconds and hops of the round's runs
+                        j = 0
+                        while total["off"][1] < chain:  # pairs of runs, until each made a bare chain's hops
+                            order = ("off", "on") if (i + j) % 2 == 0 else ("on", "off")
+                            j += 1
+                            per_hop = {}
+                            for kind in order:  # one right after the other, each first in turn
+                                seconds, hops = await timed_run(kind)
+                                per_hop[kind] = seconds / hops
+                                if not total["off"][1] and not total["on"][1]:  # right after the bare chain
+                                    firsts[kind].append((per_hop[kind], bare))
+                                total[kind][0] += seconds
+                                total[kind][1] += hops
+                            pairs.append(per_hop["on"] / per_hop["off"])
+                        rounds.append((bare, total["off"][0] / total["off"][1], commit_latency(probe, 20)))
+                        traced.append(total["on"][0] / total["on"][1])
                         slow.append(bare_hop(app, r, chain, fast=False))
                         plain.append(bare_hop(app, r, chain, fast="kombu-client"))
                     loaded = await load(engine, runs, args.turns)
@@ -369,7 +380,7 @@ def main() -> None:
         commit_s = statistics.median(c for *_, c in rounds)
         ratio = statistics.median(e / b for b, e, *_ in rounds)
         traced_ratio = statistics.median(t / b for t, (b, *_) in zip(traced, rounds))
-        on_off = statistics.median(t / e for t, (_, e, *_) in zip(traced, rounds))
+        on_off = statistics.median(pairs)
         first_s = {kind: statistics.median(f for f, _ in fs) for kind, fs in firsts.items()}
         first_ratio = {kind: statistics.median(f / b for f, b in fs) for kind, fs in firsts.items()}
         own_ratio = statistics.median((e - c) / b for b, e, c in rounds)
@@ -406,7 +417,8 @@ def main() -> None:
          ms(traced_s), f"{traced_ratio:.2f}x"],
         ["  the first run of a round alone (rounds where it went right after the bare chain)",
          ms(first_s["on"]), f"{first_ratio['on']:.2f}x"],
-        ["  tracing on / tracing off (median of the rounds' ratios)", "", f"{on_off:.2f}x"],
+        [f"  tracing on / tracing off (median of {len(pairs)} pairs of runs, one right after the other)",
+         "", f"{on_off:.2f}x"],
         [f"workers' CPU per engine hop, tracing off (all rounds; process and pool, less idle: "
          f"{idle_rate['off'] * 1e3:.0f} ms/s)", ms(cpu_hop["off"]), ""],
         [f"  tracing on (less idle: {idle_rate['on'] * 1e3:.0f} ms/s)", ms(cpu_hop["on"]),
