@@ -68,7 +68,7 @@ from typing import Iterator
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from common import ROOT, free_port, ms, postgres, table, workdir  # noqa: E402
+from common import ROOT, descendants, free_port, ms, postgres, table, workdir  # noqa: E402
 
 QUEUES = "aaa.algorithms,aaa.llm,aaa.tools,bench.hop"
 
@@ -184,20 +184,16 @@ def bare_throughput(app, r, tasks: int) -> float:
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    """CPU time (user + system, all threads) of processes ``pids`` and their children
-    (a prefork worker's pool), from /proc (Linux; in clock ticks)."""
-    total, tick = 0, os.sysconf("SC_CLK_TCK")
-    todo = list(pids)
-    while todo:
-        pid = todo.pop()
+    """CPU time (user + system, all threads) of processes ``pids`` and every process
+    under them (a prefork worker's pool), from /proc (Linux; in clock ticks)."""
+    ticks = 0
+    for pid in (p for top in pids for p in descendants(top)):
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            todo += [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
-                     for c in (t / "children").read_text().split()]
         except FileNotFoundError:  # gone meanwhile
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / tick
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def chain_hops(events) -> int:
