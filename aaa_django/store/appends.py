@@ -20,6 +20,7 @@ transactional path.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from functools import lru_cache
 from typing import Any, Generator, Sequence
@@ -201,6 +202,15 @@ class StatementAppends:
         folds the events into the run's row), ``COMMIT``; rolled back on any error. ``transaction.atomic`` and a
         statement per lookup cost more than the insert (benchmarks/bench_eventlog.py).
 
+        The statements go to the driver's own cursor, in its placeholder style, inside
+        Django's error translation (``wrap_database_errors``: the same exceptions, and
+        a broken connection noticed, as through Django's cursor): Django's cursor
+        wrapper (a conversion of each statement, checks and wrappers per call) cost
+        about as much as the statements' own work in SQLite, commit aside
+        (benchmarks/profile_turn_sqlite.py). Django's cursor when the site logs queries
+        (``DEBUG``) or has installed execute wrappers: they see these statements as any
+        other.
+
         None, with nothing written, when the batch is not the common case (a run's
         first events, an index row behind its log, more ids than one query takes, a
         transaction Django does not know of): the caller takes the transactional
@@ -208,24 +218,27 @@ class StatementAppends:
         if len(batch) > SQLITE_CHUNK or batch[0].type == RUN_STARTED:
             return None  # a new run's row is made by runindex (in an atomic block)
         conn.ensure_connection()
-        if conn.connection.in_transaction:
+        raw = conn.connection
+        if raw.in_transaction:
             return None  # someone's BEGIN, by plain SQL: theirs to end
-        with conn.cursor() as cur:
-            cur.execute("BEGIN IMMEDIATE")
+        if conn.queries_logged or conn.execute_wrappers:
+            with conn.cursor() as cur:
+                return _sqlite_transaction(self, conn, cur, raw, stream, batch, texts, expected_seq,
+                                           _as_written)
+        with conn.wrap_database_errors:
+            cur = raw.cursor()
             try:
-                stored = self._write_sqlite(conn, cur, stream, batch, texts, expected_seq)
-                if stored is not None:
-                    cur.execute("COMMIT")
+                return _sqlite_transaction(self, conn, cur, raw, stream, batch, texts, expected_seq,
+                                           _qmark)
             finally:
-                if conn.connection.in_transaction:  # an error, or not the common case
-                    cur.execute("ROLLBACK")
-        return stored
+                cur.close()
 
     def _write_sqlite(self, conn, cur, stream: str, batch: list[Event], texts: list[str],
-                      expected_seq) -> list[Event] | None:
-        """The statements of :meth:`_append_sqlite_transaction` inside its transaction."""
+                      expected_seq, sql) -> list[Event] | None:
+        """The statements of :meth:`_append_sqlite_transaction` inside its transaction
+        (``sql``: a statement in the placeholder style of ``cur``)."""
         ids = [e.id for e in batch]
-        cur.execute(_head_known_and_row_sqlite(len(ids)), [stream, *ids, stream])
+        cur.execute(sql(_head_known_and_row_sqlite(len(ids))), [stream, *ids, stream])
         head, known, *row = cur.fetchone()
         stored, rows = number(conn, batch, texts, head, json.loads(known) if known != "[]" else (),
                                expected_seq)
@@ -241,11 +254,11 @@ class StatementAppends:
         # In-process SQLite: executemany (one prepared statement, stepped per row) is
         # cheaper than parsing and binding one multi-row INSERT.
         if len(rows) == 1:
-            cur.execute(INSERT_ROW, rows[0])
+            cur.execute(sql(INSERT_ROW), rows[0])
         else:
-            cur.executemany(INSERT_ROW, rows)
+            cur.executemany(sql(INSERT_ROW), rows)
         if update is not None:
-            cur.execute(update[0], update[1])
+            cur.execute(sql(update[0]), update[1])
             if cur.rowcount != 1:
                 return None  # the row moved (it cannot, under the write lock): general path
         return stored
@@ -313,6 +326,34 @@ class StatementAppends:
 @lru_cache(maxsize=64)
 def _head_known_and_row_sqlite(n: int) -> str:
     return _HEAD_KNOWN_AND_ROW_SQLITE.format(ids=", ".join(["%s"] * n))
+
+
+def _sqlite_transaction(store, conn, cur, raw, stream, batch, texts, expected_seq, sql):
+    """``BEGIN IMMEDIATE``, the statements of ``_write_sqlite`` and ``COMMIT`` on
+    ``cur``; rolled back on any error, or when they return None."""
+    cur.execute("BEGIN IMMEDIATE")
+    try:
+        stored = store._write_sqlite(conn, cur, stream, batch, texts, expected_seq, sql)
+        if stored is not None:
+            cur.execute("COMMIT")
+    finally:
+        if raw.in_transaction:  # an error, or not the common case
+            cur.execute("ROLLBACK")
+    return stored
+
+
+def _as_written(sql: str) -> str:
+    return sql
+
+
+@lru_cache(maxsize=256)
+def _qmark(sql: str) -> str:
+    """``sql``'s ``%s`` placeholders as the sqlite3 driver's ``?`` (Django's SQLite
+    cursor converts every statement so; these are converted once)."""
+    return _FORMAT.sub("?", sql).replace("%%", "%")
+
+
+_FORMAT = re.compile(r"(?<!%)%s")
 
 
 def run_steps(cur, using: str, steps: Steps) -> list[Event] | None:

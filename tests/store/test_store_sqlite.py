@@ -7,12 +7,13 @@ and the run index commit, or roll back, together."""
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from django.db import OperationalError, connections, transaction
+from django.db import DatabaseError, OperationalError, connections, transaction
 
-from aaa_django.events import ConcurrencyError, Event
+from aaa_django.events import ConcurrencyError, Event, StoreUnavailable
 from aaa_django.models import RunRecord
 from aaa_django.store import DjangoEventStore
 from aaa_django.store.rows import time_adapter
@@ -209,3 +210,107 @@ def test_inside_a_callers_transaction_an_append_joins_it(outcome):
 def test_event_times_are_stored_as_django_stores_them(when):
     conn = connections[ALIAS]
     assert time_adapter(conn)(when) == conn.ops.adapt_datetimefield_value(when)
+
+
+# -- the driver's own cursor ---------------------------------------------------------------
+# Without execute wrappers and query logging (the common case: the tests above install a
+# wrapper, so they see Django's cursor), the one-transaction append runs its statements
+# on the sqlite3 driver's cursor, inside Django's error translation. The driver's trace
+# callback shows them; its authorizer makes one fail.
+
+@contextlib.contextmanager
+def driver_statements():
+    """The statements the sqlite3 driver runs, each as its first words (the inserts of
+    an executemany, and the statements of the triggers they fire, as one "INSERT")."""
+    conn = connections[ALIAS]
+    conn.ensure_connection()
+    seen: list[str] = []
+
+    def trace(sql: str) -> None:
+        words = sql.split()
+        kind = " ".join(words[:2]) if words[0] in ("BEGIN", "UPDATE") else words[0]
+        if not (kind == "INSERT" and seen and seen[-1] == "INSERT"):
+            seen.append(kind)
+
+    raw = conn.connection
+    raw.set_trace_callback(trace)
+    try:
+        yield seen
+    finally:
+        with contextlib.suppress(sqlite3.ProgrammingError):  # closed after a fault
+            raw.set_trace_callback(None)
+
+
+def test_an_append_runs_its_statements_on_the_drivers_cursor():
+    store, events = DjangoEventStore(ALIAS), log_of("run-f")
+    store.append_sync(events[:3])
+    conn = connections[ALIAS]
+    assert not conn.execute_wrappers and not conn.queries_logged
+
+    with driver_statements() as sql:
+        stored = store.append_sync(events[3:6])
+
+    assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "UPDATE aaa_run", "COMMIT"]
+    assert [e.seq for e in stored] == [4, 5, 6] and no_transaction_open()
+    assert row("run-f")["last_seq"] == 6
+
+
+def test_with_queries_logged_an_append_goes_through_djangos_cursor():
+    store = DjangoEventStore(ALIAS)
+    conn = connections[ALIAS]
+    store.append_sync([Event.new("plain", "test.happened", {})])
+    conn.force_debug_cursor = True
+    try:
+        conn.queries_log.clear()
+        store.append_sync([Event.new("plain", "test.happened", {})])
+        logged = [q["sql"].split()[0] for q in conn.queries]
+    finally:
+        conn.force_debug_cursor = False
+    assert logged == ["BEGIN", "SELECT", "INSERT", "COMMIT"]
+
+
+def test_on_the_drivers_cursor_an_error_rolls_back_the_events_and_the_row():
+
+    store, events = DjangoEventStore(ALIAS), log_of("run-g")
+    store.append_sync(events[:3])
+    before = row("run-g")
+    raw = connections[ALIAS].connection
+
+    def deny_run_updates(action, table, *_):
+        return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_UPDATE and table == "aaa_run" else sqlite3.SQLITE_OK
+
+    raw.set_authorizer(deny_run_updates)
+    with driver_statements() as sql, pytest.raises(StoreUnavailable) as caught:
+        store.append_sync(events[3:6])
+    # (a fault closes the connection, CONN_MAX_AGE being 0: the next call connects anew)
+    with contextlib.suppress(sqlite3.ProgrammingError):
+        raw.set_authorizer(None)
+
+    # Django's translation of the driver's error, and nothing of the append kept
+    assert isinstance(caught.value.__cause__, DatabaseError)
+    assert isinstance(caught.value.__cause__.__cause__, sqlite3.DatabaseError)
+    assert sql[:3] == ["BEGIN IMMEDIATE", "SELECT", "INSERT"] and sql[-1] == "ROLLBACK"
+    assert [e.seq for e in store.read_sync("run-g")] == [1, 2, 3] and row("run-g") == before
+    assert no_transaction_open()
+    store.append_sync(events[3:6])  # the connection is fine
+    assert row("run-g")["last_seq"] == 6
+
+
+def test_on_the_drivers_cursor_a_locked_database_is_a_race_retried():
+    store = DjangoEventStore(ALIAS)
+    store.append_sync([Event.new("plain", "test.happened", {})])
+    conn = connections[ALIAS]
+    other = sqlite3.connect(conn.settings_dict["NAME"], isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another writer holds the lock throughout
+    conn.connection.execute("PRAGMA busy_timeout = 0")
+    try:
+        with driver_statements() as sql, pytest.raises(ConcurrencyError, match="lost a race"):
+            store.append_sync([Event.new("plain", "test.happened", {})])
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+        conn.connection.execute("PRAGMA busy_timeout = 20000")
+
+    assert sql.count("BEGIN IMMEDIATE") == 20 and "INSERT" not in sql  # tried each time
+    assert no_transaction_open()
+    assert store.append_sync([Event.new("plain", "test.happened", {})])[0].seq == 2

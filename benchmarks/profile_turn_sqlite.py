@@ -1,0 +1,123 @@
+"""Where a ToolLoop turn's CPU goes on SQLite (issue 19): the Django store's path.
+
+    .venv-bench/bin/python benchmarks/profile_turn_sqlite.py                  # ~20 s
+    .venv-bench/bin/python benchmarks/profile_turn_sqlite.py --profile --sort tottime
+
+Runs ToolLoop runs of 20 turns (``bench_turn``'s) on the site's store over SQLite
+(WAL, ``synchronous=FULL``, as ``bench_turn``), and on the in-memory store; prints the
+process CPU per turn of each, the CPU of the loop's thread and of every other thread
+(the store's: Django's thread-sensitive executor), and the CPU of one append as the
+store runs it (``append_sync`` alone, and through the store's async ``append``).
+``--profile``: cProfile of the loop's thread and of the store's thread, by thread CPU
+time (this machine is shared: waits would swamp a wall-clock profile).
+"""
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_turn import aaa_run  # noqa: E402
+from common import setup_django, workdir  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--runs", type=int, default=30)
+ap.add_argument("--turns", type=int, default=20)
+ap.add_argument("--profile", action="store_true")
+ap.add_argument("--top", type=int, default=40)
+ap.add_argument("--sort", default="tottime")
+ap.add_argument("--inline", action="store_true", help="DjangoEventStore(inline=True)")
+args = ap.parse_args()
+
+
+def events(run: str, n: int):
+    from aaa_django.events import Event
+    from aaa_django.runtime.event_types import RUN_STARTED
+
+    now = lambda: datetime.now(timezone.utc)  # noqa: E731
+    yield [Event(id=uuid.uuid4().hex, stream=run, type=RUN_STARTED,
+                 data={"algorithm": "toolloop", "input": {"task": "x"}}, time=now())]
+    for i in range(n - 1):
+        yield [Event(id=uuid.uuid4().hex, stream=run, type="aaa.model.requested",
+                     data={"call": uuid.uuid4().hex, "messages": [{"role": "user", "content": "hello"}]},
+                     time=now())]
+
+
+def ms(s: float) -> str:
+    return f"{s * 1e3:.3f} ms"
+
+
+async def go(alias: str) -> None:
+    from asgiref.sync import sync_to_async
+
+    from aaa_django.events import InMemoryEventStore
+    from aaa_django.store.postgres import site_store
+
+    from aaa_django.store import DjangoEventStore
+
+    store = DjangoEventStore(alias, inline=True) if args.inline else site_store(alias)
+    print(f"# {store!r}, load {os.getloadavg()[0]:.1f}")
+    for _ in range(3):  # warm up
+        await aaa_run(store, args.turns)
+        await aaa_run(InMemoryEventStore(), args.turns)
+
+    # the store's thread: measure (and profile) its CPU from inside it
+    def thread_cpu():
+        return time.thread_time()
+
+    store_thread = sync_to_async(thread_cpu, thread_sensitive=True)
+    profs = {}
+    if args.profile:
+        profs["loop"] = cProfile.Profile(time.thread_time)
+        profs["store"] = cProfile.Profile(time.thread_time)
+        await sync_to_async(profs["store"].enable, thread_sensitive=True)()
+        profs["loop"].enable()
+    rows = []
+    for _ in range(args.runs):
+        s0, l0 = await store_thread(), time.thread_time()
+        r = await aaa_run(store, args.turns)
+        s1, l1 = await store_thread(), time.thread_time()
+        m = await aaa_run(InMemoryEventStore(), args.turns)
+        rows.append((r["cpu"], l1 - l0, s1 - s0, m["cpu"], r["seconds"]))
+    if args.profile:
+        profs["loop"].disable()
+        await sync_to_async(profs["store"].disable, thread_sensitive=True)()
+    med = lambda i: statistics.median(r[i] for r in rows) / args.turns  # noqa: E731
+    print(f"per turn: process CPU {ms(med(0))} (loop thread {ms(med(1))}, store thread "
+          f"{ms(med(2))}); memory store {ms(med(3))}; wall {ms(med(4))}; calls {r['by_method']}")
+
+    # one append, as the store runs it
+    n = 400
+    gen = events("run-" + uuid.uuid4().hex, n + 1)
+    def appends_sync(k):
+        t0 = time.thread_time()
+        for _ in range(k):
+            store.append_sync(next(gen))
+        return (time.thread_time() - t0) / k
+
+    await sync_to_async(appends_sync, thread_sensitive=True)(1)
+    sync_cpu = await sync_to_async(appends_sync, thread_sensitive=True)(n // 2)
+    c0 = time.process_time()
+    for _ in range(n // 2):
+        await store.append(next(gen))
+    async_cpu = (time.process_time() - c0) / (n // 2)
+    print(f"append (one event, a run's stream): append_sync {ms(sync_cpu)} thread CPU; "
+          f"await append {ms(async_cpu)} process CPU; load {os.getloadavg()[0]:.1f}")
+
+    if args.profile:
+        for name, prof in profs.items():
+            print(f"\n## {name} thread")
+            pstats.Stats(prof).sort_stats(args.sort).print_stats(args.top)
+
+
+with workdir() as tmp:
+    b = setup_django(tmp, None)
+    asyncio.run(go(b["SQLite"]))
