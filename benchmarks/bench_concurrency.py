@@ -27,7 +27,7 @@ Rows (each in a process of its own, on the same durable databases, in one run):
   aaa.algorithms,aaa.llm,aaa.tools -c C`` (prefork, ``--celery-concurrency``, 2 by
   default: two worker processes), on PostgreSQL and Redis; runs started by a driver
   process's engine (``build_engine()``: the web process's side); memory is the
-  worker processes';
+  worker processes', and so is the CPU (user + system, the timed runs only);
 - ``langgraph``: the same loop as a LangGraph 1.2 graph, ``ainvoke(...,
   durability="sync")`` with ``AsyncPostgresSaver`` on a ``psycopg_pool`` pool
   (``autocommit=True, row_factory=dict_row, prepare_threshold=0``; ``--pool`` connections).
@@ -53,7 +53,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from common import PG_DB, ROOT, descendants, postgres, rss, setup_django, table, workdir  # noqa: E402
+from common import PG_DB, ROOT, cpu_seconds, descendants, postgres, rss, setup_django, table, workdir  # noqa: E402
 
 ROWS = ["inprocess-sqlite", "inprocess-pg-django", "inprocess-pg-nogroup", "inprocess-pg", "celery",
         "langgraph"]
@@ -217,13 +217,17 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
                     for run in warm:
                         await run.result(timeout=120)
                     task = script(turns, latency)
+                    workers_then = pids()
+                    c0 = cpu_seconds(workers_then)
                     with PeakRSS(pids, every=0.1) as mem:
                         t0 = time.perf_counter()
                         started = await asyncio.gather(*(engine.start(algo, {"task": task}) for _ in range(runs)))
                         outcomes = await asyncio.gather(*(r.result(timeout=3600) for r in started))
                         wall = time.perf_counter() - t0
+                    # the workers' CPU for the 200 runs (the same processes: prefork keeps its children)
+                    cpu = cpu_seconds(workers_then) - c0
                     assert {o.outcome for o in outcomes} == {"success"}, outcomes
-                    return {"wall": wall, "memory": mem.peak - mem.base, "processes": len(pids())}
+                    return {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": len(pids())}
 
             return async_to_sync(drive)()
 

@@ -195,6 +195,20 @@ def rss(pid: int | str = "self") -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system) the processes ``pids`` have used so far, in seconds
+    (Linux: /proc); a process gone meanwhile counts as 0."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def descendants(pid: int) -> list[int]:
     """``pid`` and every process under it (Linux: /proc), e.g. a prefork worker's pool."""
     out, todo = [], [pid]
