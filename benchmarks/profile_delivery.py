@@ -38,6 +38,10 @@ from bench_celery import redis_server  # noqa: E402
 from common import ms, postgres, table, workdir  # noqa: E402
 
 
+#: --store: the store spec a worker gets in its messages
+STORES = {"pg": "aaa_django.store.postgres.PgEventStore", "django": "aaa_django.store.DjangoEventStore"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40)
@@ -48,6 +52,10 @@ def main() -> None:
     parser.add_argument("--sql", action="store_true", help="print the statements of one run")
     parser.add_argument("--async-commit", action="store_true",
                         help="synchronous_commit=off: what a delivery costs besides the fsync")
+    parser.add_argument("--store", choices=sorted(STORES), default="pg",
+                        help="the store the web process hands its workers: pg (PgEventStore, what "
+                             "build_engine() gives on PostgreSQL: awaited on the loop) or django "
+                             "(DjangoEventStore: its calls on the worker's db threads)")
     parser.add_argument("--send", action="store_true",
                         help="also publish each message to Redis as a worker does (to a queue nobody reads)")
     parser.add_argument("--trace", action="store_true",
@@ -140,7 +148,7 @@ def run(args) -> None:
     rt = WorkerRuntime()  # the loop in a thread of its own, the store's calls on its db threads
     engines = []
     for _ in range(args.engines):
-        engine = build_worker_engine(["django", "default", "aaa_django.store.DjangoEventStore"], db=rt.db)
+        engine = build_worker_engine(["django", "default", STORES[args.store]], db=rt.db)
         engine.cache = FoldCache(check_every=engine.cache.check_every)  # a holder per "worker"
         engines.append(engine)
 
@@ -190,14 +198,16 @@ def run(args) -> None:
 
     commit = "synchronous_commit=off" if args.async_commit else "durable"
     print(f"profile_delivery: {args.runs} ToolLoop runs of {args.turns} turns, "
-          f"{args.engines} engine(s) taking deliveries in turn, PostgreSQL ({commit}), Redis")
+          f"{args.engines} engine(s) taking deliveries in turn, PostgreSQL ({commit}), Redis, "
+          f"store {STORES[args.store]}")
     print()
     print(table(["per delivery", "value"], [
         ["deliveries", str(deliveries)],
         ["wall, median", ms(statistics.median(walls))],
         ["wall, mean", ms(statistics.mean(walls))],
         ["CPU (this process, all threads), mean", ms(cpu / deliveries)],
-        ["SQL statements, mean", f"{nq / deliveries:.2f}"],
+        # (Django's connections only: PgEventStore's own psycopg connections are not counted)
+        ["SQL statements through Django, mean", f"{nq / deliveries:.2f}"],
     ]))
     if args.trace:
         print()
