@@ -7,8 +7,10 @@ there, and the task's thread only hands it over. A model or tool call is handed 
 the task returns (its message is acknowledged) once the run's step is done and the
 call has started, and the call goes on waiting on the loop, hundreds at once. What
 the worker appends for a queue it takes is delivered on the same loop, without a
-message (:meth:`WorkerRuntime.take`). The store's statements run on a few threads of
-the process (:func:`on_threads`), so the loop goes on while a commit waits.
+message (:meth:`WorkerRuntime.take`). On PostgreSQL (psycopg 3) the loop awaits the
+store (:class:`~aaa_django.store.postgres.PgEventStore`: its own async connections,
+group commit); elsewhere the store's statements run on a few threads of the process
+(:func:`on_threads`). Either way the loop goes on while a commit waits.
 
 A delivery is the engine's step (``engine.handle``) split as the bus protocol allows:
 the run's step (see :meth:`DistributedBus.serial`): bring this worker's view of the
@@ -61,6 +63,7 @@ from aaa_django.runtime.retry import Redelivery, transient
 from aaa_django.site.engines import attach_site_handlers, build_engine
 from aaa_django.store.database import _outside_loop
 from aaa_django.store.faults import translate
+from aaa_django.store.postgres import PgEventStore
 from aaa_django.tools.handler import ToolHandler
 
 from .bus import DistributedBus, coordinator, open_store, queue_for
@@ -432,11 +435,16 @@ def build_worker_engine(spec: Sequence[Any], app: Any = None, db: Any = None) ->
     ``EngineHost`` attaches them: ``AAA["LLM_CLIENT"]``, ``AAA["TOOLS"]``,
     ``AAA["WORKER_SETUP"]``) and their tool pools shared by the whole cluster.
     ``db``: an executor whose threads make a Django store's calls (:func:`on_threads`;
-    default: the store queries on the loop's thread, blocking it for each)."""
+    default: the store queries on the loop's thread, blocking it for each). A
+    :class:`~aaa_django.store.postgres.PgEventStore` on PostgreSQL with psycopg 3 (the
+    store ``build_engine()`` gives the web process there) is awaited on the loop
+    instead, on its own connections, with group commit: only what it leaves to the
+    Django store (erasing, the sweeper's and the duty's queries) goes to ``db``."""
     using = spec[1] if spec[0] == "django" else "default"
     store = open_store(spec, inline=db is None)
     if db is not None and spec[0] == "django":
-        on_threads(store, db)
+        awaited = store.AWAITED if isinstance(store, PgEventStore) and store.awaits else ()
+        on_threads(store, db, keep=awaited)
     engine = build_engine(using=using, store=TailCachedStore(store),
                           bus=DistributedBus(in_worker=True, app=app))
     attach_site_handlers(engine)
@@ -450,10 +458,11 @@ def build_worker_engine(spec: Sequence[Any], app: Any = None, db: Any = None) ->
 DB_THREADS = 8
 
 
-def on_threads(store: Any, executor: concurrent.futures.Executor) -> Any:
+def on_threads(store: Any, executor: concurrent.futures.Executor, keep: Sequence[str] = ()) -> Any:
     """Make a Django store's async methods run its sync ones (``append`` runs
-    ``append_sync``, and so on) on ``executor``'s threads; returns the store. A call
-    that finds its connection broken closes it (the next call opens a new one)."""
+    ``append_sync``, and so on) on ``executor``'s threads, but those named in ``keep``
+    (a store's own awaits); returns the store. A call that finds its connection broken
+    closes it (the next call opens a new one)."""
     alias = store.using
 
     def on_thread(fn: Any, args: tuple, kwargs: dict) -> Any:
@@ -472,7 +481,7 @@ def on_threads(store: Any, executor: concurrent.futures.Executor) -> Any:
 
         return call
 
-    for name in [n for n, v in vars(store).items() if callable(v)]:
+    for name in [n for n, v in vars(store).items() if callable(v) and n not in keep]:
         sync = getattr(store, f"{name}_sync", None)
         if sync is not None:
             setattr(store, name, wrap(sync))

@@ -94,9 +94,14 @@ class PgEventStore(DjangoEventStore):
     """A :class:`~aaa_django.store.DjangoEventStore` whose async methods await
     PostgreSQL on the store's own psycopg connections (see the module).
 
-    ``inline=True`` (a Celery worker's store, ``bus.open_store``) keeps the Django
-    store's inline path: the worker side decides when its loop awaits this store.
+    ``inline=True`` keeps the Django store's inline path (no connections of its own).
+    A Celery worker's loop awaits this store as the web process does
+    (:func:`aaa_django.celery.worker.build_worker_engine`).
     """
+
+    #: the async methods that await the database on the store's own connections (when
+    #: :attr:`awaits`); the others are the Django store's (its sync method in a thread)
+    AWAITED = ("append", "read", "head", "load_snapshot", "read_from_snapshot", "save_snapshot")
 
     def __init__(self, using: str = "default", *, inline: bool = False,
                  group_commit: bool = True) -> None:
@@ -109,15 +114,17 @@ class PgEventStore(DjangoEventStore):
         if group_commit:
             self.group = GroupCommit(self)
         self._append_elsewhere = sync_to_async(self.append_sync, thread_sensitive=True)
-        self.append = self._append
-        self.read = self._read
-        self.head = self._head
-        self.load_snapshot = self._load_snapshot
-        self.read_from_snapshot = self._read_from_snapshot
-        self.save_snapshot = self._save_snapshot
+        for name in self.AWAITED:
+            setattr(self, name, getattr(self, f"_{name}"))
 
     def __repr__(self) -> str:
         return f"PgEventStore(using={self.using!r})"
+
+    @property
+    def awaits(self) -> bool:
+        """Do the :attr:`AWAITED` methods await the database on the store's own
+        connections (not inline, on PostgreSQL with psycopg 3)?"""
+        return self.pg is not None
 
     @property
     def conns(self) -> PgConnections:
