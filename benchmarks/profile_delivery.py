@@ -104,7 +104,7 @@ def run(args) -> None:
     def capture(self, messages, ended, *, swallow=True):
         """What the bus would send to the broker: kept, to be delivered here (and with
         ``--send`` published too, as a worker does, to a queue nobody reads)."""
-        for _, margs in messages:
+        for margs in (m[1] for m in messages):  # (queue, args, ...)
             queue.append(margs)
             self.sent += 1
             if args.send:
