@@ -18,10 +18,11 @@ from dataclasses import replace
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import connections
+from django.db.backends.signals import connection_created
 
 from aaa_django.celery.bus import DistributedBus
 from aaa_django.celery.coordination import Coordinator
-from aaa_django.celery.worker import WorkerRuntime, deliver_event
+from aaa_django.celery.worker import WorkerRuntime, build_worker_engine, deliver_event
 from aaa_django.events import Event, FoldCache
 from aaa_django.events.tail import TailCachedStore
 from aaa_django.models import RunRecord
@@ -310,6 +311,42 @@ def test_a_re_drive_of_an_ended_run_leaves_nothing_of_it_in_the_worker(worker):
 
 async def _start(engine, model: str = "add_then_answer"):
     return (await engine.start(site.loop(model), {"task": "add 1 and 2"})).run_id
+
+
+def test_a_worker_awaits_its_postgresql_store_on_the_loop(pg_alias, redis_url, settings):
+    """On PostgreSQL with psycopg 3 the store a worker's messages name is the web
+    process's PgEventStore: the worker's engine awaits it on the loop (its own
+    connections, group commit), so a run's deliveries open no Django connection on
+    the worker's db threads; the Django store keeps them (the other test)."""
+    settings.AAA = {"REDIS_URL": redis_url, "WORKER_SETUP": "tests.scenarios.site.attach"}
+    opened: list[str] = []
+
+    def created(sender, connection, **kwargs):
+        if connection.alias == pg_alias:
+            opened.append(threading.current_thread().name)
+
+    def run_one(store_class: str) -> list[str]:
+        rt = WorkerRuntime()
+        opened.clear()
+        try:
+            engine = build_worker_engine(["django", pg_alias, store_class], db=rt.db)
+            sent: list[dict] = []
+            engine.bus._send = lambda messages, ended, *, swallow=True: sent.append(
+                {"messages": [m[1] for m in messages]})
+            run_id = rt.run(_start(engine))
+            drive(rt, engine, sent)
+            assert rt.run(engine.outcome(run_id)).outcome == "success"
+            return [name for name in opened if name.startswith("aaa-worker-db")]
+        finally:
+            rt.close()
+
+    connection_created.connect(created)
+    try:
+        awaited = run_one("aaa_django.store.postgres.PgEventStore")
+        threaded = run_one("aaa_django.store.DjangoEventStore")
+    finally:
+        connection_created.disconnect(created)
+    assert awaited == [] and threaded
 
 
 def test_the_runtime_runs_sync_calls_on_its_thread():
