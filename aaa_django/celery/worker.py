@@ -195,12 +195,18 @@ class WorkerRuntime:
 
     def run(self, coro: Any) -> Any:
         """Run ``coro`` on the loop; return its result. An interruption of the waiting
-        thread (a soft time limit, a signal) cancels it on the loop."""
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        thread (a soft time limit, a signal) cancels it on the loop, wherever it comes:
+        the future that stands for ``coro`` exists before ``coro`` is handed to the
+        loop, and the handing over is inside the ``try`` that cancels it
+        (``asyncio.run_coroutine_threadsafe`` returns its future only after scheduling
+        ``coro``: an interruption inside it left the delivery running on the loop,
+        unowned)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
         try:
+            self.loop.call_soon_threadsafe(_start, coro, future)
             return future.result()
         except BaseException:
-            future.cancel()
+            future.cancel()  # (before the loop starts it: it never runs)
             raise
 
     def call(self, fn: Any, *args: Any) -> Any:
@@ -388,6 +394,38 @@ class WorkerRuntime:
                         cluster_bus(engine).local = self.take
                     self.engines[key] = engine
         return engine
+
+
+def _start(coro: Any, future: concurrent.futures.Future) -> None:
+    """On the loop (:meth:`WorkerRuntime.run`): run ``coro`` as a task whose outcome
+    becomes ``future``'s; cancelling ``future`` cancels the task, and a ``future``
+    cancelled already never starts it."""
+    if future.cancelled():
+        coro.close()
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        task = loop.create_task(coro)
+    except BaseException as exc:
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            future.set_exception(exc)
+        raise
+
+    def settle(task: asyncio.Task) -> None:
+        with contextlib.suppress(concurrent.futures.InvalidStateError):  # (cancelled meanwhile)
+            if task.cancelled():
+                future.cancel()
+            elif task.exception() is not None:
+                future.set_exception(task.exception())
+            else:
+                future.set_result(task.result())
+
+    def cancel(done: concurrent.futures.Future) -> None:  # (on the thread that cancels it)
+        if done.cancelled() and not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)
+
+    task.add_done_callback(settle)
+    future.add_done_callback(cancel)
 
 
 #: the process's runtime (a forked child makes its own)

@@ -399,6 +399,50 @@ def test_an_interrupted_wait_cancels_its_delivery():
         rt.close()
 
 
+def test_an_interruption_while_the_delivery_is_handed_over_cancels_it_too():
+    """The window of the test above, made certain: the interruption comes inside the
+    hand-over of the coroutine to the loop, after the loop has started it (where
+    ``asyncio.run_coroutine_threadsafe`` had scheduled it and not yet returned its
+    future: the delivery went on, unowned, after its task had given up on it)."""
+    import asyncio
+
+    rt = WorkerRuntime()
+    started, cancelled = threading.Event(), threading.Event()
+    interrupted: list[bool] = []
+
+    class Limit(Exception):
+        pass
+
+    async def delivery():
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    schedule = rt.loop.call_soon_threadsafe
+
+    def handing_over(callback, *args, **kwargs):
+        handle = schedule(callback, *args, **kwargs)
+        if not interrupted and threading.current_thread() is not rt.thread:
+            interrupted.append(True)
+            assert started.wait(10)  # the loop runs the delivery now
+            raise Limit  # (as a signal handler's exception would, here)
+        return handle
+
+    rt.loop.call_soon_threadsafe = handing_over
+    try:
+        with pytest.raises(Limit):
+            rt.run(delivery())
+        assert interrupted
+        assert cancelled.wait(10)
+        assert rt.run(asyncio.sleep(0, "next")) == "next"
+    finally:
+        rt.loop.call_soon_threadsafe = schedule
+        rt.close()
+
+
 def test_a_model_call_is_handed_off_its_task_returns_while_it_waits(worker, pg_alias):
     """The delivery of a model request returns once the run's step is done and the call
     is under way on the loop (the task acknowledges its message); the call goes on,
