@@ -499,8 +499,10 @@ DB_THREADS = 8
 def on_threads(store: Any, executor: concurrent.futures.Executor, keep: Sequence[str] = ()) -> Any:
     """Make a Django store's async methods run its sync ones (``append`` runs
     ``append_sync``, and so on) on ``executor``'s threads, but those named in ``keep``
-    (a store's own awaits); returns the store. A call that finds its connection broken
-    closes it (the next call opens a new one)."""
+    (a store's own awaits), and what such a store leaves to its sync methods there too
+    (a :class:`~aaa_django.store.postgres.PgEventStore`'s ``elsewhere``); returns the
+    store. A call that finds its connection broken closes it (the next call opens a
+    new one)."""
     alias = store.using
 
     def on_thread(fn: Any, args: tuple, kwargs: dict) -> Any:
@@ -523,6 +525,8 @@ def on_threads(store: Any, executor: concurrent.futures.Executor, keep: Sequence
         sync = getattr(store, f"{name}_sync", None)
         if sync is not None:
             setattr(store, name, wrap(sync))
+    if hasattr(store, "elsewhere"):  # what a store that awaits leaves to sync calls
+        store.elsewhere = wrap
     return store
 
 

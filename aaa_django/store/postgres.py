@@ -108,12 +108,17 @@ class PgEventStore(DjangoEventStore):
         super().__init__(using, inline=inline)
         self.pg: PgConnections | None = None
         self.group: GroupCommit | None = None
+        #: how what this store leaves to the Django store (an append that is not the
+        #: common case, a run's index row to catch up) runs off the loop: a sync
+        #: function -> its coroutine function. Django's thread-sensitive executor; a
+        #: worker's db threads in a Celery worker (``celery.worker.on_threads``)
+        self.elsewhere: Callable[[Callable[..., Any]], Callable[..., Awaitable[Any]]] = (
+            lambda fn: sync_to_async(fn, thread_sensitive=True))
         if inline or not async_capable(using):
             return
         self.pg = PgConnections.of(using)
         if group_commit:
             self.group = GroupCommit(self)
-        self._append_elsewhere = sync_to_async(self.append_sync, thread_sensitive=True)
         for name in self.AWAITED:
             setattr(self, name, getattr(self, f"_{name}"))
 
@@ -168,6 +173,10 @@ class PgEventStore(DjangoEventStore):
         wakeups.notify(self.using, [stream], committed=True)  # (the general path notifies too)
         return stored
 
+    async def _append_elsewhere(self, events: Sequence[Event], *, expected_seq: int | None) -> list[Event]:
+        """The Django store's transactional append (:attr:`elsewhere`)."""
+        return await self.elsewhere(self.append_sync)(events, expected_seq=expected_seq)
+
     async def _append_statement(self, stream: str, batch: list[Event], texts: list[str],
                                 expected_seq: int | None) -> list[Event] | None:
         """The common append alone: its statements in autocommit. None when it is not
@@ -215,7 +224,7 @@ class PgEventStore(DjangoEventStore):
     async def _catch_up(self, stored: list[Event]) -> None:
         """The run's index row caught up with committed ``stored`` (the sync run index)."""
 
-        await sync_to_async(index_events, thread_sensitive=True)(self.using, stored)
+        await self.elsewhere(index_events)(self.using, stored)
 
     @_translated(reads=True)
     async def _read(self, stream: str, *, after: int = 0, limit: int | None = None,

@@ -349,6 +349,36 @@ def test_a_worker_awaits_its_postgresql_store_on_the_loop(pg_alias, redis_url, s
     assert awaited == [] and threaded
 
 
+def test_what_a_worker_s_postgresql_store_leaves_to_the_django_store_runs_on_its_db_threads(
+        pg_alias, redis_url, settings):
+    """An append that is not the common case (more events than one statement takes) is
+    the Django store's transactional one: in a worker it runs on the db threads (each
+    with its connection, closed when found broken), not on the loop nor in asgiref's
+    one thread."""
+    from aaa_django.store.rows import INSERT_CHUNK
+
+    settings.AAA = {"REDIS_URL": redis_url}
+    rt = WorkerRuntime()
+    try:
+        engine = build_worker_engine(["django", pg_alias, "aaa_django.store.postgres.PgEventStore"], db=rt.db)
+        store = engine.store.inner
+        assert store.awaits
+        threads: list[str] = []
+        append_sync = store.append_sync
+
+        def recorded(*args, **kwargs):
+            threads.append(threading.current_thread().name)
+            return append_sync(*args, **kwargs)
+
+        store.append_sync = recorded
+        stream = f"run-{uuid.uuid4().hex}"
+        stored = rt.run(store.append([Event.new(stream, "test.e", {"i": i}) for i in range(INSERT_CHUNK + 1)]))
+        assert [e.seq for e in stored] == list(range(1, INSERT_CHUNK + 2))
+        assert len(threads) == 1 and threads[0].startswith("aaa-worker-db"), threads
+    finally:
+        rt.close()
+
+
 def test_the_runtime_runs_sync_calls_on_its_thread():
     rt = WorkerRuntime()
     try:
