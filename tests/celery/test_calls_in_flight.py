@@ -36,6 +36,17 @@ RUNS, TURNS, LATENCY = 200, 4, 1.0
 #: model calls in flight when the worker is killed, at least (how many more depends on
 #: the machine: on 2 busy cores a worker holds a few dozen of these runs' calls at once)
 HELD = 10
+#: seconds the test's coroutine may take before it counts as hung. What it takes is
+#: the CPU it gets: 56 s alone at load 6-8 on 2 cores; with its processes (services,
+#: workers, pytest) held to 0.3 of a CPU by a cgroup quota while other sessions' suites
+#: ran (load 7-13), 262 s, 200 s (sweeping with stall_after=10) and 352 s (POLL 0.5,
+#: load 9-13), every run ``success``, nothing lost. The 240 s it had timed out once in
+#: a suite at load 20-30: the bound, not a race
+HUNG = 600
+#: the first wait between two polls of a run's end: 200 runs are waited on at once, and
+#: the site's PostgreSQL wakes a waiter when its run moves (with the tests' 0.05 s, 200
+#: waiters polled 500 to 4,000 times a second, in the process that sweeps)
+POLL = 0.5
 
 
 def _calls() -> tuple[int, int]:
@@ -60,7 +71,7 @@ def test_a_worker_killed_holding_200_calls_loses_and_duplicates_nothing(new_clus
             redriven.extend((await sweep(engine, stall_after=2)).redriven)
 
     async def main():
-        async with make_engine(cluster.queues) as engine:
+        async with make_engine(cluster.queues, poll_interval=POLL) as engine:
             runs = await asyncio.gather(*(engine.start(loop(), {"task": task}) for _ in range(RUNS)))
             ids = [r.run_id for r in runs]
             # half the runs have asked the model, and the worker holds calls
@@ -83,7 +94,7 @@ def test_a_worker_killed_holding_200_calls_loses_and_duplicates_nothing(new_clus
                 await helper
             return held, outcomes, [await r.events() for r in runs]
 
-    held, outcomes, logs = arun(main(), timeout=240)
+    held, outcomes, logs = arun(main(), timeout=HUNG)
     print(f"\n{held} runs held by the killed worker, {len(redriven)} sweeper re-drives")
 
     assert held >= 1  # the killed worker held calls (their leases had not expired yet)
