@@ -146,10 +146,15 @@ def stored_event(id: str, stream: str, seq: int, type: str, data: dict[str, Any]
     return event
 
 
+#: the one encoder of event data (``json.dumps`` with arguments builds a new encoder at
+#: every call: a third of the cost of encoding an event's data)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def encode_json(value: Any) -> str:
     """Canonical JSON text of ``value``; raises ``InvalidEventError`` if it is not JSON."""
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidEventError(f"event data is not JSON-serialisable: {exc}") from None
 

@@ -7,12 +7,18 @@ absorbs the second append. That is what makes at-least-once delivery safe.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 import uuid
 
 # Fixed namespace for uuid5: changing it would change every derived id ever written.
 _NAMESPACE = uuid.UUID("6f3f1c8e-7d0b-4c55-9a6e-2b8f0b5a1d11")
+_PREFIX = _NAMESPACE.bytes
+#: the bits uuid5 sets: version 5, RFC 4122 variant
+_KEEP = ~((0xF000 << 64) | (0xC000 << 48))
+_SET = (5 << 76) | (0x8000 << 48)
+_sha1 = hashlib.sha1
 
 
 def new_id() -> str:
@@ -36,4 +42,8 @@ def derive_id(parent_id: str, *parts: object) -> str:
     if not parent_id:
         raise ValueError("derive_id needs the id of the event it derives from")
     key = "\x1f".join([parent_id, *(str(p) for p in parts)])
-    return str(uuid.uuid5(_NAMESPACE, key))
+    # ``str(uuid.uuid5(_NAMESPACE, key))``, the same text (a test compares them) in a
+    # quarter of the time: a run's step derives one or two ids per delivery.
+    value = (int.from_bytes(_sha1(_PREFIX + key.encode()).digest()[:16], "big") & _KEEP) | _SET
+    x = "%032x" % value
+    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
