@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 from .errors import ClosedStreamError, ConcurrencyError, InvalidEventError
-from .event import Event, check_event
+from .event import Event, check_event, stored_event
 
 #: a run's first event, and its last
 RUN_STARTED = "aaa.run.started"
@@ -212,15 +212,23 @@ def closed_reason(stream: str, *, ended: bool, type: str | None = None) -> str:
             f"{f', not {type}' if type else ''} (the run was erased, or never started)")
 
 
-def assign_seqs(events: list[Event], head: int, expected_seq: int | None) -> list[Event]:
-    """Number new events after ``head``; refuse any write that would break ``seq``."""
+def assign_seqs(events: list[Event], head: int, expected_seq: int | None,
+                datas: Sequence[dict] | None = None) -> list[Event]:
+    """Number new events after ``head``; refuse any write that would break ``seq``.
+    ``datas``: the data each stored event holds instead of its own (a store's decoded
+    copy)."""
     if expected_seq is not None and expected_seq != head:
         raise ConcurrencyError(f"stream head is {head}, expected {expected_seq}")
     out = []
     for i, e in enumerate(events, start=head + 1):
         if e.seq is not None and e.seq != i:
             raise ConcurrencyError(f"event {e.id} claims seq {e.seq} but the next seq is {i}")
-        out.append(replace(e, seq=i))
+        data = e.data if datas is None else datas[i - head - 1]
+        if type(e) is Event:  # (``replace``, made in a third of the time)
+            out.append(stored_event(e.id, e.stream, i, e.type, data, e.causation, e.time,
+                                    e.blobs, e.tenant))
+        else:
+            out.append(replace(e, seq=i, data=data))
     return out
 
 
@@ -271,12 +279,10 @@ class InMemoryEventStore:
             return []
         with self._lock:
             log = self._streams.get(stream, [])
-            fresh = [
-                replace(e, data=json.loads(t))
-                for e, t in zip(batch, texts)
-                if e.id not in self._ids
-            ]
-            stored = assign_seqs(fresh, len(log), expected_seq)
+            ids = self._ids
+            fresh = [(e, t) for e, t in zip(batch, texts) if e.id not in ids]
+            stored = assign_seqs([e for e, _ in fresh], len(log), expected_seq,
+                                 [json.loads(t) for _, t in fresh])
             check_open(stream, log[-1].type if log else None, stored)
             if stored:
                 log.extend(stored)
