@@ -67,9 +67,13 @@ class LoopState(BaseModel):
 
     def __deepcopy__(self, memo: dict | None = None) -> "LoopState":
         # Only the call list and the result dict are mutated in place by the fold.
-        new = self.model_copy()
-        new.calls = list(self.calls)
-        new.results = dict(self.results)
+        # (As ``RunMeta.__deepcopy__``: ``__copy__`` and its ``__dict__``, in half the
+        # time of ``model_copy`` and pydantic's assignments.)
+        new = self.__copy__()
+        fields = new.__dict__
+        fields["calls"] = list(self.calls)
+        fields["results"] = dict(self.results)
+        new.model_fields_set.update(("calls", "results"))
         return new
 
     @property

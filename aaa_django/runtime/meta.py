@@ -65,6 +65,10 @@ class PendingApproval(BaseModel):
     expires_at: float | None = None
 
 
+#: the fields :meth:`RunMeta.__deepcopy__` copies (set, as an assignment would)
+_COPIED = ("spend", "children", "approvals")
+
+
 class RunMeta(BaseModel):
     """Status, spend and open obligations of one run."""
 
@@ -94,10 +98,15 @@ class RunMeta(BaseModel):
     def __deepcopy__(self, memo: dict | None = None) -> "RunMeta":
         # The holder copies a state before folding on: copy only what the fold
         # mutates in place (spend, the two dicts); the rest is replaced, never mutated.
-        new = self.model_copy()
-        new.spend = self.spend.model_copy()
-        new.children = dict(self.children)
-        new.approvals = dict(self.approvals)
+        # (``__copy__`` and the copied ``__dict__`` written directly: ``model_copy``
+        # and assignments through pydantic's ``__setattr__`` cost twice as much, once
+        # per event the engine folds; the fields set are the same.)
+        new = self.__copy__()
+        fields = new.__dict__
+        fields["spend"] = self.spend.__copy__()
+        fields["children"] = dict(self.children)
+        fields["approvals"] = dict(self.approvals)
+        new.model_fields_set.update(_COPIED)
         return new
 
     @property
