@@ -21,7 +21,7 @@ import datetime
 import json
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from aaa_django.events import Event
 
@@ -43,17 +43,29 @@ _delivering: contextvars.ContextVar[Delivery | None] = contextvars.ContextVar("a
 FIELDS = ("run_id", "seq", "event_type")
 
 
-@contextlib.contextmanager
-def delivering(event: Event) -> Iterator[None]:
+def delivering(event: Event) -> contextlib.AbstractContextManager[None]:
     """Within: log records carry ``event``'s run id, seq and type."""
-    outer = _delivering.get()
-    if outer is not None and outer.event_type is None and (outer.run_id, outer.seq) == (event.stream, event.seq):
-        outer.event_type = event.type  # the bus's own lines about this delivery, from now on
-    token = _delivering.set(Delivery(event.stream, event.seq, event.type))
-    try:
-        yield
-    finally:
-        _delivering.reset(token)
+    return _Within(event)
+
+
+class _Within:
+    """:func:`delivering`'s context manager (a class, not a generator: entered once per
+    delivery, in a third of the time)."""
+
+    __slots__ = ("event", "token")
+
+    def __init__(self, event: Event) -> None:
+        self.event = event
+
+    def __enter__(self) -> None:
+        event = self.event
+        outer = _delivering.get()
+        if outer is not None and outer.event_type is None and (outer.run_id, outer.seq) == (event.stream, event.seq):
+            outer.event_type = event.type  # the bus's own lines about this delivery, from now on
+        self.token = _delivering.set(Delivery(event.stream, event.seq, event.type))
+
+    def __exit__(self, *exc: object) -> None:
+        _delivering.reset(self.token)
 
 
 def enter(delivery: Delivery) -> contextvars.Token:
