@@ -830,9 +830,6 @@ class Engine:
                     await algorithm.step(ctx, event)
             else:
                 await algorithm.step(ctx, event)
-            if ctx._out:
-                for e in ctx._out:  # the algorithm's own bad output is its failure
-                    check_event(e)
         except InfrastructureError:
             raise  # not the algorithm's fault: the delivery fails (and is retried)
         except Exception as exc:
@@ -842,12 +839,31 @@ class Engine:
             }
             await self.complete(run_id, Outcome(FAILED, value), cause=event)
             return
-        if ctx._out:
-            over = _over_budget(meta, ctx._out)
-            if over is not None:  # the requests are refused, not recorded: never made
-                await self.complete(run_id, Outcome(BUDGET_EXCEEDED, over), cause=event)
+        out = ctx._out
+        if not out:
+            return
+        # The algorithm's own bad output is its failure, decided before anything else.
+        # The store checks every event it is given (``check_event``, before writing any):
+        # the output is checked here first only where the store would not see all of it
+        # (a step over budget, an event past the run's end); else once, by the store,
+        # and checked again here only if the append raised (one JSON encoding per
+        # event, not two).
+        over = _over_budget(meta, out)
+        if over is not None or not _all_stored(out, run_id):
+            bad = _bad_output(out)
+            if bad is not None:
+                await self.complete(run_id, Outcome(FAILED, bad), cause=event)
                 return
-            await self.append(ctx._out)
+        if over is not None:  # the requests are refused, not recorded: never made
+            await self.complete(run_id, Outcome(BUDGET_EXCEEDED, over), cause=event)
+            return
+        try:
+            await self.append(out)
+        except Exception:
+            bad = _bad_output(out)
+            if bad is None:
+                raise  # not the output's fault
+            await self.complete(run_id, Outcome(FAILED, bad), cause=event)
 
     def algorithm(self, started: Event) -> Any:
         """The run's algorithm, rebuilt from its started event through the registry.
@@ -1061,6 +1077,27 @@ def _through_completion(events: Iterable[Event]) -> list[Event]:
         if e.type == RUN_COMPLETED:
             break
     return out
+
+
+def _all_stored(out: list[Event], run_id: str) -> bool:
+    """Would an append of a step's output ``out`` hand all of it to the run's store (one
+    stream, the run's; nothing after a completion)?"""
+    for i, e in enumerate(out):
+        if e.stream != run_id:
+            return False
+        if e.type == RUN_COMPLETED:
+            return i == len(out) - 1
+    return True
+
+
+def _bad_output(out: list[Event]) -> dict | None:
+    """What is wrong with a step's output (the run's ``failed`` value), or None."""
+    try:
+        for e in out:
+            check_event(e)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    return None
 
 
 def _over_budget(meta: RunMeta, out: list[Event]) -> dict | None:
