@@ -40,6 +40,26 @@ class Folded:
     event_time: Any = None
 
 
+# Each field's slot, set directly (as ``events.event.stored_event`` does): a frozen
+# dataclass's __init__ sets every field through object.__setattr__; a holder entry is
+# made at every read that folds something.
+_SET = tuple(Folded.__dict__[name].__set__ for name in
+             ("cursor", "event_id", "state", "unsaved", "event_time"))
+_new = object.__new__
+
+
+def folded(cursor: int, event_id: str, state: Any, unsaved: int, event_time: Any) -> Folded:
+    """``Folded(cursor, event_id, state, unsaved, event_time)``, in less time."""
+    entry = _new(Folded)
+    s_cursor, s_event_id, s_state, s_unsaved, s_event_time = _SET
+    s_cursor(entry, cursor)
+    s_event_id(entry, event_id)
+    s_state(entry, state)
+    s_unsaved(entry, unsaved)
+    s_event_time(entry, event_time)
+    return entry
+
+
 class FoldCache:
     """One shared holder per process: the latest :class:`Folded` per key.
 

@@ -9,7 +9,7 @@ from typing import Any, AsyncIterator, Callable, Generic, Iterable, Sequence, Ty
 
 from pydantic import TypeAdapter
 
-from .cache import CacheKey, FoldCache, Folded
+from .cache import CacheKey, FoldCache, Folded, folded
 from .event import Event
 from .store import EventList, EventReader, EventStore, ReadsFromSnapshot, Snapshot, SnapshotStore
 
@@ -31,6 +31,10 @@ class Loaded(Generic[S]):
     base_seq: int
     #: events folded by this read
     folded: int
+
+
+#: :class:`Loaded`'s fields, in order
+_Info = tuple[Any, int, str, int, int]
 
 
 @dataclass
@@ -142,7 +146,7 @@ class Projection(Generic[S]):
         at: int | None = None,
     ) -> S:
         """The state of ``stream`` now (or as of event ``at``)."""
-        return (await self.load_info(store, stream, cache=cache, at=at)).state
+        return (await self._load(store, stream, cache, at))[0]
 
     async def load_info(
         self,
@@ -164,6 +168,12 @@ class Projection(Generic[S]):
         A reader that only reads (not a :class:`SnapshotStore`) is replayed: no
         snapshot, and no holder (nothing names its log).
         """
+        return Loaded(*await self._load(store, stream, cache, at))
+
+    async def _load(self, store: EventReader, stream: str, cache: FoldCache | None,
+                    at: int | None) -> _Info:
+        """:meth:`load_info`'s fields, as a tuple (:meth:`load` wants only the state,
+        once or twice per delivery)."""
         if not _keeps_snapshots(store):
             return await self._replay(store, stream, at)
         if at is not None:
@@ -200,18 +210,19 @@ class Projection(Generic[S]):
             await self._save(store, stream, last.seq or 0, last.id, state)
             unsaved = 0
         if cache is not None and last is not None and committed:
-            cache.publish(key, Folded(last.seq or 0, last.id, state, unsaved, last.time))
-        return Loaded(self.result(state), last.seq or 0 if last else 0, source, base_seq, len(tail))
+            cache.publish(key, folded(last.seq or 0, last.id, state, unsaved, last.time))
+        return self.result(state), last.seq or 0 if last else 0, source, base_seq, len(tail)
 
     async def _advance(self, store: EventStore, stream: str, key: CacheKey, cache: FoldCache,
-                       prior: Folded, tail: Sequence[Event], committed: bool) -> Loaded[S]:
+                       prior: Folded, tail: Sequence[Event], committed: bool) -> _Info:
         state = self.fold(tail, self.copy(prior.state)) if tail else prior.state
         if tail:
             unsaved = prior.unsaved + len(tail)
+            last = tail[-1]
             if unsaved >= self.every and self.snapshots:
-                await self._save(store, stream, tail[-1].seq or 0, tail[-1].id, state)
+                await self._save(store, stream, last.seq or 0, last.id, state)
                 unsaved = 0
-            entry = Folded(tail[-1].seq or 0, tail[-1].id, state, unsaved, tail[-1].time)
+            entry = folded(last.seq or 0, last.id, state, unsaved, last.time)
             if committed:
                 cache.publish(key, entry)
         else:
@@ -223,7 +234,7 @@ class Projection(Generic[S]):
                 )
             else:
                 state = await self._self_check(store, stream, key, cache, entry)
-        return Loaded(self.result(state), entry.cursor, "cache", prior.cursor, len(tail))
+        return self.result(state), entry.cursor, "cache", prior.cursor, len(tail)
 
     async def _self_check(self, store: EventStore, stream: str, key: CacheKey, cache: FoldCache,
                           entry: Folded) -> S:
@@ -294,15 +305,15 @@ class Projection(Generic[S]):
             log.warning("projection %s: saving a snapshot of %s failed", self.key, stream,
                         exc_info=True)
 
-    async def _replay(self, reader: EventReader, stream: str, at: int | None) -> Loaded[S]:
+    async def _replay(self, reader: EventReader, stream: str, at: int | None) -> _Info:
         """The whole-log fold (up to event ``at``) of a reader that only reads."""
         if at is not None and at < 0:
             raise ValueError("at must be a seq >= 0")
         tail = await reader.read(stream, limit=at) if at != 0 else []
         state = self.fold(tail)
-        return Loaded(self.result(state), (tail[-1].seq or 0) if tail else 0, "replay", 0, len(tail))
+        return self.result(state), (tail[-1].seq or 0) if tail else 0, "replay", 0, len(tail)
 
-    async def _load_at(self, store: EventStore, stream: str, at: int) -> Loaded[S]:
+    async def _load_at(self, store: EventStore, stream: str, at: int) -> _Info:
         """Time travel: the state as of event ``at`` (from a snapshot at or before it)."""
         if at < 0:
             raise ValueError("at must be a seq >= 0")
@@ -316,7 +327,7 @@ class Projection(Generic[S]):
             tail = await store.read(stream, limit=at) if at else []
         state = self.fold(tail, state)
         last = tail[-1].seq or 0 if tail else base_seq
-        return Loaded(self.result(state), last, source, base_seq, len(tail))
+        return self.result(state), last, source, base_seq, len(tail)
 
 
 #: (reader class, capability) -> whether its instances have it (asked once per class: a

@@ -701,7 +701,9 @@ class Engine:
         """
         stored: list[Event] = []
         for stream, group in groupby(events, key=lambda e: e.stream):
-            batch = [await self._claim(e) for e in _through_completion(group)]
+            batch = _through_completion(group)
+            if self.blobs is not None:
+                batch = [await self._claim(e) for e in batch]
             self._appending(stream)
             try:
                 added = await self.store.append(batch)
@@ -761,7 +763,8 @@ class Engine:
                 # is current without a read (the step's guard catches another process's
                 # write).
                 synced = self.tail.holds(event)
-                event = await self.hydrate(event)
+                if is_claimed(event.data):
+                    event = await self.hydrate(event)
                 await self.step(event, synced=synced)
                 await self.dispatch(event)
         finally:

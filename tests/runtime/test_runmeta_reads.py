@@ -21,13 +21,13 @@ delivering: contextvars.ContextVar[str | None] = contextvars.ContextVar("deliver
 
 def test_a_delivery_reads_its_runs_runmeta_once(monkeypatch):
     reads: Counter[str | None] = Counter()
-    load_info = RUNMETA.load_info
+    read = RUNMETA._load  # (what ``load`` and ``load_info`` both do)
 
-    async def counted(store, stream, **kwargs):
+    async def counted(store, stream, cache, at):
         reads[delivering.get()] += 1
-        return await load_info(store, stream, **kwargs)
+        return await read(store, stream, cache, at)
 
-    monkeypatch.setattr(RUNMETA, "load_info", counted)
+    monkeypatch.setattr(RUNMETA, "_load", counted)
 
     async def scenario():
         registry = ToolRegistry([add])
