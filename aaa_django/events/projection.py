@@ -122,7 +122,11 @@ class Projection(Generic[S]):
         return self.finalize(self.copy(state)) if self.finalize else state
 
     def copy(self, state: S) -> S:
-        return _copy.deepcopy(state)
+        # A state that copies itself (``__deepcopy__``: the built-in projections' states
+        # copy only what their folds mutate) is asked directly: what copy.deepcopy
+        # would call, without its memo and bookkeeping (once per read that folds).
+        copier = getattr(state, "__deepcopy__", None)
+        return copier({}) if copier is not None else _copy.deepcopy(state)
 
     def dump(self, state: S) -> str:
         assert self._adapter is not None
