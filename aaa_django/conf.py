@@ -50,7 +50,9 @@ LEASE_TTL           number > 0       30            Seconds a tool-pool lease, a 
 STALL_AFTER         number > 0       60            The sweeper re-drives an unfinished run
                                                    with no new event and no live delivery
                                                    for this many seconds; the workers'
-                                                   duty sweeps every STALL_AFTER / 2.
+                                                   duty sweeps every STALL_AFTER / 2. A run
+                                                   re-driven waits at least as long again
+                                                   (at most 8x) before the next re-drive.
 DUTY_EVERY          number >= 0      1             Seconds between turns of the workers'
                                                    periodic duty (``aaa_django.celery.duty``):
                                                    due deadlines and approval expiries

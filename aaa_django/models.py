@@ -12,6 +12,7 @@ backwards. Unique constraints give one event per (stream, seq) and per id.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import secrets
 from datetime import timedelta
@@ -78,9 +79,10 @@ class SnapshotRecord(models.Model):
 class RunRecord(models.Model):
     """One run, as its log says (derived: ``aaa_reindex`` rebuilds it from the events).
 
-    Every field but ``request_hash`` is a function of the run's events (``RUNMETA``
-    plus event times); ``request_hash`` remembers the body of the API request that
-    started the run under an ``Idempotency-Key``. Its permissions decide who may see
+    Every field but ``request_hash``, ``redriven_at`` and ``redrives`` is a function of
+    the run's events (``RUNMETA`` plus event times); ``request_hash`` remembers the
+    body of the API request that started the run under an ``Idempotency-Key``, the
+    other two are the sweeper's ledger of re-drives. Its permissions decide who may see
     and act on runs that are not their own.
     """
 
@@ -120,6 +122,12 @@ class RunRecord(models.Model):
     #: until the timer duty looks and moves it on); None when it has none or has ended.
     #: The durable timers' index (``aaa_django.timers``).
     due_at = models.FloatField(null=True, blank=True)
+    #: the sweeper's ledger (``aaa_django.celery.redrives``): when it last re-drove the
+    #: run (seconds since the epoch), and how many times it has. Not derived from the
+    #: log: ``aaa_reindex`` keeps them, and a rebuilt row starts without (the run is
+    #: then re-driven as if never before)
+    redriven_at = models.FloatField("last re-driven", null=True, blank=True)
+    redrives = models.PositiveIntegerField("re-drives", default=0, db_default=0)
 
     class Meta:
         db_table = "aaa_run"
@@ -145,6 +153,13 @@ class RunRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.algorithm} {self.outcome or self.status}"
+
+    @property
+    def redriven(self) -> datetime.datetime | None:
+        """When the sweeper last re-drove the run (UTC), or None."""
+        if self.redriven_at is None:
+            return None
+        return datetime.datetime.fromtimestamp(self.redriven_at, datetime.timezone.utc)
 
     @property
     def tokens(self) -> int:

@@ -22,6 +22,13 @@ reaction is idempotent (deterministic ids), so this only does what was left undo
 a request without a result gets one, a past deadline ends the run ``timeout``, an
 expired approval is recorded as expired.
 
+A run the sweeper re-drove is left alone until the re-drive has had time to move it
+(``stall_after`` after the first, the wait doubling while the run does not move, at
+most ``8 * stall_after``): its messages may only be queued behind a backlog, and
+re-driving it on every sweep would add to that backlog. The ledger of re-drives is
+the run's index row (``RunRecord.redriven_at``, ``redrives``); see
+:mod:`aaa_django.celery.redrives`.
+
 A run that waits only for a person (its open tool calls are the ones its pending
 approvals gate, no model call or child run is open) is not stalled: it is left alone,
 however long it waits (the decision, or the approval's expiry, moves it on).
@@ -44,6 +51,7 @@ from aaa_django.runtime import RUNMETA, Bus, Engine, RunMeta
 from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
 
 from .coordination import Coordinator
+from .redrives import MemoryLedger, due_again, ledger_of
 
 log = logging.getLogger("aaa_django.sweeper")
 
@@ -79,6 +87,8 @@ class SweepReport:
     busy: list[str] = field(default_factory=list)
     #: idle runs that wait only for a person's decision (left alone)
     waiting: list[str] = field(default_factory=list)
+    #: idle runs re-driven lately, left to move (see :func:`~.redrives.due_again`)
+    recent: list[str] = field(default_factory=list)
     #: runs re-driven (or that would be, in a dry run)
     redriven: list[str] = field(default_factory=list)
     #: runs whose due time had come: fired first (not in a dry run)
@@ -86,7 +96,8 @@ class SweepReport:
 
     def summary(self) -> dict[str, Any]:
         return {"unfinished": self.unfinished, "active": len(self.active), "busy": len(self.busy),
-                "waiting": len(self.waiting), "redriven": len(self.redriven), "fired": len(self.fired),
+                "waiting": len(self.waiting), "recent": len(self.recent), "redriven": len(self.redriven),
+                "fired": len(self.fired),
                 "runs": list(self.redriven)}
 
 
@@ -171,17 +182,32 @@ async def sweep(
             report.active.append(run_id)
         else:
             idle.append(run_id)
+    ledger = ledger_of(engine.store)
+    if isinstance(ledger, MemoryLedger):
+        ledger.keep(runs)
+    seen = await ledger.seen(idle) if idle else {}
     for run_id in idle:
         if limit is not None and len(report.redriven) >= limit:
             break
+        if not due_again(runs[run_id], seen.get(run_id), now, stall_after):
+            report.recent.append(run_id)
+            continue
         if coord is not None and await asyncio.to_thread(coord.is_busy, run_id):
             report.busy.append(run_id)
             continue
         if waits_for_a_person(await engine.meta(run_id)):
             report.waiting.append(run_id)
             continue
-        report.redriven.append(run_id)
+        # Recorded before the re-drive: a re-drive lost on its way (a publish that
+        # failed, a broker that dropped it) is followed by another after the wait.
+        if dry_run or await ledger.claim(run_id, seen.get(run_id), now):
+            report.redriven.append(run_id)
+        else:
+            report.recent.append(run_id)  # another sweep re-drove it just now
     if report.redriven and not dry_run:
+        log.info("re-driving %d stalled runs (%d re-driven lately left to move, %d busy): %s",
+                 len(report.redriven), len(report.recent), len(report.busy),
+                 " ".join(report.redriven[:20]) + (" ..." if len(report.redriven) > 20 else ""))
         await engine.resume(report.redriven)
     return report
 

@@ -200,3 +200,17 @@ def test_run_page_shows_the_schema_of_a_structured_result_and_its_verdicts(clien
     assert json.loads(html.unescape(schema)) == Summary.model_json_schema()
     assert "answer rejected (1 error): answer: Invalid JSON" in page
     assert "completed · no_solution" in page
+
+
+def test_run_page_shows_how_often_the_sweeper_re_drove_the_run(client, admin_user, finished_run, settings):
+    from datetime import datetime, timezone
+
+    settings.TIME_ZONE = "Europe/Paris"
+    client.force_login(admin_user)
+    assert 'id="aaa-redriven"' not in text(client.get(run_url(finished_run)))  # never re-driven
+    at = 1_800_000_000.0
+    RunRecord.objects.filter(pk=finished_run).update(redriven_at=at, redrives=2)
+    page = text(client.get(run_url(finished_run)))
+    shown = re.search(r'<td id="aaa-redriven">([^<]*)</td>', page).group(1)
+    local = datetime.fromtimestamp(at, timezone.utc).astimezone(ZoneInfo("Europe/Paris"))
+    assert shown == f"2 times by the sweeper, last {local.strftime('%Y-%m-%d %H:%M:%S ')}{local.tzname()}"

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import time
+import uuid
 
 from django.core.management import call_command
 from django.test import override_settings
 
+from aaa_django.celery.redrives import BACKOFF_LIMIT, DatabaseLedger
 from aaa_django.celery.sweeper import sweep
 from aaa_django.celery.tasks import sweep as sweep_task
+from aaa_django.models import RunRecord
 
 from .conftest import CELERY_DB, make_engine
 from .site import loop, script
+from .workers import queue_names
 
 pytestmark = [CELERY_DB]
 
@@ -82,6 +87,105 @@ def test_the_command_and_the_beat_task_re_drive(cluster, arun):
             return [await engine.run(r).result(timeout=30) for r in (first, second)]
 
     assert [o.outcome for o in arun(main())] == ["success", "success"]
+
+
+def test_a_run_whose_messages_wait_in_the_queue_is_re_driven_once_per_wait(arun, redis):
+    """Queued is not lost: a run whose delivery waits in a queue nobody takes yet (a
+    backlog, a consumer paused) looks stalled to every sweep. It is re-driven once,
+    then left to move for as long as it had been idle (the wait doubling, at most
+    BACKOFF_LIMIT * stall_after): each re-drive adds its deliveries to that queue.
+    Swept every second for 190 s of idleness (stall_after 10 s): five re-drives, not
+    191 (before the ledger: one per sweep)."""
+    suffix = f"-unconsumed-{uuid.uuid4().hex[:8]}"
+    queues = queue_names(suffix)  # no worker takes these
+    stall = 10.0
+
+    def queued() -> int:
+        return sum(redis.llen(k) for k in redis.keys(f"aaa.*{suffix}*") if redis.type(k) == "list")
+
+    async def main():
+        async with make_engine(queues) as engine:
+            run = await engine.start(loop(), {"task": script(turns=2)})
+            last = (await engine.store.read(run.run_id))[-1].time.timestamp()
+            seen = []
+            for k in range(int(stall), int(20 * stall)):  # a sweep a second, as idle as that
+                before = await asyncio.to_thread(queued)
+                report = await sweep(engine, stall_after=stall, now=last + k)
+                after = await asyncio.to_thread(queued)
+                assert run.run_id in report.redriven + report.recent, (k, report.summary())
+                seen.append((k, run.run_id in report.redriven, after - before))
+            row = await RunRecord.objects.using("postgres").aget(pk=run.run_id)
+            return last, seen, row
+
+    try:
+        last, seen, row = arun(main())
+    finally:
+        for key in redis.keys(f"aaa.*{suffix}*"):
+            redis.delete(key)
+
+    redriven = [k for k, yes, _ in seen if yes]
+    print(f"\n{len(seen)} sweeps, re-driven at {redriven} s of idleness")
+    # S, then as long as it had been idle: 2S, 4S, 8S, then every BACKOFF_LIMIT * S
+    assert BACKOFF_LIMIT == 8 and redriven == [10, 20, 40, 80, 160]
+    added = {k: n for k, _, n in seen}
+    assert all(added[k] >= 1 for k in redriven)  # a re-drive publishes the run's delivery again
+    assert all(n == 0 for k, n in added.items() if k not in redriven)  # the others nothing
+    assert (row.redrives, row.redriven_at) == (5, last + 160)
+
+
+def test_a_re_drive_that_was_lost_is_followed_by_another(cluster, arun):
+    """The ledger holds a run back for a while, never for good: a re-drive whose
+    messages were lost (here: never published) is followed by another once it has had
+    its time, and the run finishes."""
+    stall = 0.5
+
+    async def main():
+        run_id = await stalled_run()
+        async with make_engine() as lost, make_engine() as engine:
+            lost.bus.closed = True  # its re-drive publishes nothing
+            last = (await engine.store.read(run_id))[-1].time.timestamp()
+            at = max(time.time(), last + stall)
+            first = await sweep(lost, stall_after=stall, now=at)
+            early = await sweep(engine, stall_after=stall, now=at + stall / 2)
+            due = at + max(stall, at - last)
+            while time.time() < due:
+                await _sleep(0.05)
+            again = await sweep(engine, stall_after=stall)
+            outcome = await engine.run(run_id).result(timeout=30)
+            row = await RunRecord.objects.using("postgres").aget(pk=run_id)
+            return run_id, first, early, again, outcome, row
+
+    run_id, first, early, again, outcome, row = arun(main())
+
+    assert run_id in first.redriven
+    assert run_id in early.recent and run_id not in early.redriven
+    assert run_id in again.redriven
+    assert outcome.outcome == "success"
+    assert row.redrives == 2
+
+
+def test_two_sweeps_at_once_re_drive_a_run_once(arun):
+    """The re-drive is claimed on the run's index row: of two sweeps that read the same
+    ledger, one re-drives."""
+    async def main():
+        run_id = await stalled_run()
+        async with make_engine() as one, make_engine() as two:
+            one.bus.closed = two.bus.closed = True
+            now = time.time() + 60
+            reports = await asyncio.gather(sweep(one, stall_after=1, now=now),
+                                           sweep(two, stall_after=1, now=now))
+            return run_id, now, reports
+
+    run_id, now, reports = arun(main())
+
+    assert sorted(run_id in r.redriven for r in reports) == [False, True]
+    assert [run_id in r.recent for r in reports].count(True) == 1
+    # the claim itself: on the time both read, once
+    ledger = DatabaseLedger("postgres")
+    assert ledger.claim_sync(run_id, now, now + 100) is True
+    assert ledger.claim_sync(run_id, now, now + 100) is False
+    assert ledger.claim_sync("no-such-run", None, now) is True  # no row: re-driven all the same
+    assert RunRecord.objects.using("postgres").get(pk=run_id).redrives == 2
 
 
 async def _sleep(seconds: float) -> None:

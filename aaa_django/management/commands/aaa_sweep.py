@@ -44,6 +44,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{report.unfinished} unfinished runs: {len(report.active)} active, "
             f"{len(report.busy)} busy, {len(report.waiting)} waiting for a person, "
+            f"{len(report.recent)} re-driven lately (left to move), "
             f"{verb} {len(report.redriven)}; {len(report.fired)} had a due time fired"
         )
         for run_id in report.redriven:
