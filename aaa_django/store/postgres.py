@@ -170,7 +170,7 @@ class PgEventStore(DjangoEventStore):
             return await self._append_elsewhere(events, expected_seq=expected_seq)
         stored = EventList(stored)
         self._recent.add(stored)  # committed: a bus may send them along
-        wakeups.notify(self.using, [stream], committed=True)  # (the general path notifies too)
+        wakeups.notify_committed(self.using, [stream])  # (the general path notifies too)
         return stored
 
     async def _append_elsewhere(self, events: Sequence[Event], *, expected_seq: int | None) -> list[Event]:

@@ -38,7 +38,7 @@ from django.db import connections, transaction
 
 from aaa_django.runtime.wakeups import Hub, Subscription, Wakeups
 
-__all__ = ["CHANNEL", "Listener", "Notifier", "for_database", "notify", "stop_all"]
+__all__ = ["CHANNEL", "Listener", "Notifier", "for_database", "notify", "notify_committed", "stop_all"]
 
 log = logging.getLogger("aaa_django.wakeups")
 
@@ -142,10 +142,19 @@ def notify(using: str, streams: list[str], *, committed: bool = False) -> None:
         notifier.add(streams)
 
 
+def notify_committed(using: str, streams: list[str]) -> None:
+    """:func:`notify` of a write committed already on PostgreSQL database ``using`` (the
+    async store's appends): straight to the process's :class:`Notifier`, without
+    looking up Django's connection (a thread-local lookup per append)."""
+    if streams:
+        _notifier(using).add(streams)
+
+
 class Notifier:
     """Sends the notifications of one database from a thread of its own, on a
     connection of its own, so an append hands its stream over and goes on: what came
-    in while a NOTIFY was on its way goes in the next, one statement for them all. The
+    in while a NOTIFY was on its way, or within :data:`GATHER` of the first, goes in the next,
+    one statement for them all. The
     thread and its connection end after :data:`IDLE` seconds without work (and start
     again on the next): a process that has stopped appending holds no connection."""
 
@@ -193,6 +202,10 @@ class Notifier:
                         if not self._pending:
                             self._running = False  # (under the lock: add() starts another)
                             return
+                # Let the appends of the next moments join this NOTIFY: a run's appends
+                # follow one another 1-3 ms apart, and a NOTIFY each cost this thread
+                # about as much CPU as the append itself (benchmarks/README.md, issue 19).
+                time.sleep(GATHER)
                 self._work.clear()
                 with self._lock:
                     batch, self._pending = sorted(self._pending), set()
@@ -215,6 +228,9 @@ class Notifier:
 
 #: seconds the notifier's thread (and connection) waits for work before it ends
 IDLE = 1.0
+#: seconds the notifier waits, once woken, for more streams to send in the same NOTIFY
+#: (a waiting stream hears of an append at most this much later)
+GATHER = 0.005
 _NOTIFIERS: dict[str, Notifier] = {}
 
 
