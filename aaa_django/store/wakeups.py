@@ -153,10 +153,10 @@ def notify_committed(using: str, streams: list[str]) -> None:
 class Notifier:
     """Sends the notifications of one database from a thread of its own, on a
     connection of its own, so an append hands its stream over and goes on: what came
-    in while a NOTIFY was on its way, or within :data:`GATHER` of the first, goes in the next,
-    one statement for them all. The
-    thread and its connection end after :data:`IDLE` seconds without work (and start
-    again on the next): a process that has stopped appending holds no connection."""
+    in while a NOTIFY was on its way, or within :data:`GATHER` of it, goes in the next,
+    one statement for them all. The thread and its connection end after :data:`IDLE`
+    seconds without work (and start again on the next): a process that has stopped
+    appending holds no connection."""
 
     def __init__(self, using: str) -> None:
         self.using = using
@@ -179,7 +179,9 @@ class Notifier:
                 self._running = True
                 threading.Thread(target=self._run, args=(self._params,), daemon=True,
                                  name=f"aaa-notify-{self.using}").start()
-        self._work.set()
+        # (the thread clears it before it takes what is pending: set, it will see ours)
+        if not self._work.is_set():
+            self._work.set()
 
     def idle(self, timeout: float) -> bool:
         """Wait until everything handed over was sent and the thread ended (tests)."""
@@ -195,6 +197,7 @@ class Notifier:
         import psycopg
 
         conn = None
+        sent = 0.0  # when the last NOTIFY went (time.monotonic)
         try:
             while True:
                 if not self._work.wait(IDLE):
@@ -202,10 +205,13 @@ class Notifier:
                         if not self._pending:
                             self._running = False  # (under the lock: add() starts another)
                             return
-                # Let the appends of the next moments join this NOTIFY: a run's appends
-                # follow one another 1-3 ms apart, and a NOTIFY each cost this thread
-                # about as much CPU as the append itself (benchmarks/README.md, issue 19).
-                time.sleep(GATHER)
+                # At most one NOTIFY per GATHER: the first after a quiet spell goes at
+                # once, the appends that follow it share the next. A run's appends come
+                # 1-3 ms apart, and a NOTIFY each cost this thread about as much CPU as
+                # the append itself (benchmarks/README.md, issue 19).
+                wait = sent + GATHER - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
                 self._work.clear()
                 with self._lock:
                     batch, self._pending = sorted(self._pending), set()
@@ -215,6 +221,7 @@ class Notifier:
                     if conn is None:
                         conn = psycopg.Connection.connect(**params, autocommit=True)
                     conn.execute(NOTIFY, [CHANNEL, batch])
+                    sent = time.monotonic()
                 except Exception as exc:  # the server went away: next time, a new connection
                     log.warning("aaa_django: could not notify event streams of %s (%s); they see "
                                 "it at their next heartbeat", batch, exc)
@@ -228,9 +235,10 @@ class Notifier:
 
 #: seconds the notifier's thread (and connection) waits for work before it ends
 IDLE = 1.0
-#: seconds the notifier waits, once woken, for more streams to send in the same NOTIFY
-#: (a waiting stream hears of an append at most this much later)
-GATHER = 0.005
+#: seconds between two NOTIFYs of a notifier at least: what comes meanwhile goes in
+#: the next (a waiting stream hears of an append at most this much later; of the first
+#: after a quiet spell, at once)
+GATHER = 0.025
 _NOTIFIERS: dict[str, Notifier] = {}
 
 
