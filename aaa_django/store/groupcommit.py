@@ -3,14 +3,16 @@ and one durable commit (:class:`GroupCommit`, used by
 :class:`~aaa_django.store.postgres.PgEventStore`).
 
 Each event loop has a few *lanes* (transactions in flight at once). An append that
-finds a lane free starts at once, alone (its statements in autocommit, as an append
-alone always is); appends that arrive while every lane is busy wait for the next free
-lane and go together: one transaction, and in it each append's own statements (the
+finds a lane free holds it for one turn of the loop, and if no other append came
+meanwhile, it is made at once, alone (its statements in autocommit, as an append alone
+always is), in its caller's task; appends that arrive at the same moment, or while
+every lane is busy, go together, in the next free lane: one transaction, and in it each append's own statements (the
 same as alone: the same ordering checks, ``expected_seq``, idempotent ids, the run's
 index row, the triggers), pipelined: the first statement of every append of the group
 in one round trip, then the next of those that need another (an append without a
-hint of its stream's head asks first), and one ``COMMIT``. Nothing waits for company:
-a group is what queued while the lanes were busy. A group holds one append per stream
+hint of its stream's head asks first), and one ``COMMIT``. Nothing waits for company
+longer than that turn of the loop: a group is what queued meanwhile, or while the
+lanes were busy. A group holds one append per stream
 (a stream's next append starts from the head the one before it leaves: it goes in the
 next group) and takes them in stream order, so two groups never wait on each other's
 rows in opposite orders.
@@ -105,12 +107,35 @@ class GroupCommit:
             state = self._loops[loop] = _Loop()
         item = _Append(stream, batch, texts, expected_seq, loop.create_future())
         state.queue.append(item)
-        if state.busy < self.lanes:
+        if state.busy >= self.lanes:
+            return await item.future  # a lane takes it when one is free
+        if len(state.queue) == 1:
+            # First in, a lane free: hold it one turn of the loop, for the appends
+            # started at the same moment to queue. Still alone: made here, in the
+            # caller's task, as a lane would make it (without a lane's task); else the
+            # appends go together, by a lane.
             state.busy += 1
-            task = loop.create_task(self._lane(state))
-            state.tasks.add(task)
-            task.add_done_callback(state.tasks.discard)
+            try:
+                await asyncio.sleep(0)
+                if len(state.queue) == 1 and state.queue[0] is item:
+                    state.queue = []
+                    return await self.store._append_statement(stream, batch, texts, expected_seq)
+            except BaseException:
+                item.future.cancel()  # (a lane that takes it skips it)
+                raise
+            finally:
+                state.busy -= 1
+                if state.busy < self.lanes and any(not i.future.done() for i in state.queue):
+                    self._start_lane(loop, state)
+            return await item.future  # taken by a lane meanwhile, or queued for one
+        self._start_lane(loop, state)
         return await item.future
+
+    def _start_lane(self, loop: asyncio.AbstractEventLoop, state: _Loop) -> None:
+        state.busy += 1
+        task = loop.create_task(self._lane(state))
+        state.tasks.add(task)
+        task.add_done_callback(state.tasks.discard)
 
     async def _lane(self, state: _Loop) -> None:
         group: list[_Append] = []
