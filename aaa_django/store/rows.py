@@ -202,8 +202,8 @@ def number(conn, batch: list[Event], texts: list[str], head: int, known, expecte
     if not batch:
         return [], []
     # What the caller gets back is what a reader will get: the decoded text (one
-    # decode for the batch: a JSON array of the texts).
-    datas = json.loads(f"[{','.join(texts)}]") if len(texts) > 1 else [json.loads(texts[0])]
+    # decode for the batch: a JSON array of the texts), by the readers' decoder.
+    datas = loads(f"[{','.join(texts)}]") if len(texts) > 1 else [loads(texts[0])]
     stored, rows = [], []
     adapt = time_adapter(conn)
     for seq, (e, text, data) in enumerate(zip(batch, texts, datas), start=head + 1):
