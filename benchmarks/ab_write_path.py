@@ -4,6 +4,10 @@ loaded machine moves both alike; separate processes minutes apart did not compar
     .venv/bin/python benchmarks/ab_write_path.py --base /work/wt/main-copy          # one run appending
     .venv/bin/python benchmarks/ab_write_path.py --base /work/wt/main-copy --runs 8 # 8 runs at once
 
+``--prepared``: this checkout with psycopg's server-side prepared statements on the
+store's connections (``prepare_threshold`` 0, what a site's ``OPTIONS`` can ask for)
+against without (Django's default), instead.
+
 ``--base``: a checkout of the commit to compare with (``git worktree add --detach DIR
 main``). Its ``store/groupcommit.py``, ``store/wakeups.py`` and ``store/rows.py`` are
 loaded beside this checkout's, and each round swaps them into one ``PgEventStore``
@@ -29,11 +33,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import postgres, setup_django, workdir
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--base", required=True, help="a checkout of the commit to compare with")
+ap.add_argument("--base", help="a checkout of the commit to compare with")
+ap.add_argument("--prepared", action="store_true",
+                help="instead: this checkout with psycopg's server-side prepared statements "
+                     "(prepare_threshold 0 on the store's connections) against without")
 ap.add_argument("--rounds", type=int, default=10)
 ap.add_argument("--runs", type=int, default=1, help="runs appending at once (1: one after another)")
 args = ap.parse_args()
-BASE = Path(args.base) / "aaa_django" / "store"
+if not args.base and not args.prepared:
+    ap.error("--base DIR or --prepared")
+BASE = Path(args.base or ".") / "aaa_django" / "store"
 ROUNDS, K = args.rounds, args.runs
 
 def load(name):
@@ -56,17 +65,24 @@ async def go(alias):
     import aaa_django.store.appends as A
     import aaa_django.store.postgres as P
     import aaa_django.store.wakeups as W
-    bgc, bwk, brows = load("groupcommit"), load("wakeups"), load("rows")
     store = P.PgEventStore(alias)
-    new_group, old_group = store.group, bgc.GroupCommit(store)
-    shim = types.SimpleNamespace(notify_committed=lambda using, streams: bwk.notify(using, streams, committed=True),
-                                 notify=bwk.notify)
-    new_number = A.number
-    def variant(v):
+    if args.prepared:
+        def variant(v):  # "base": unprepared (Django's default), "this": prepared
+            for conn in store.conns._idle:  # (between rounds every connection is idle)
+                conn.prepare_threshold = 0 if v == "this" else None
+    else:
+        bgc, bwk, brows = load("groupcommit"), load("wakeups"), load("rows")
+        new_group, old_group = store.group, bgc.GroupCommit(store)
+        shim = types.SimpleNamespace(notify=bwk.notify, notify_committed=lambda using, streams:
+                                     bwk.notify(using, streams, committed=True))
+        new_number = A.number
+    def swap(v):
         if v == "base":
             store.group, P.wakeups, A.number = old_group, shim, brows.number
         else:
             store.group, P.wakeups, A.number = new_group, W, new_number
+    if not args.prepared:
+        variant = swap
     async def one_run(n):
         gen = events_for("run-" + uuid.uuid4().hex)
         for _ in range(n):

@@ -5,7 +5,9 @@
   (``AAA_BENCH_PG_HOST``, user ``postgres``). It stops only what it started, by PID.
 - :func:`setup_django` configures settings in-process (no settings module needed): the
   app, SQLite in WAL mode with ``synchronous=FULL`` in a temporary directory, and
-  PostgreSQL when a port is given; then migrates both.
+  PostgreSQL when a port is given (``AAA_BENCH_PG_PREPARE=N``: its ``OPTIONS``
+  ``prepare_threshold`` is N, psycopg's server-side prepared statements, off by
+  default as Django has them); then migrates both.
 - :func:`median_time`, :func:`table`: medians of repeats, printed as a plain table.
 """
 
@@ -104,6 +106,8 @@ def setup_django(tmp: Path, pg: dict | None) -> dict[str, str]:
             "HOST": pg["host"], "PORT": str(pg["port"]), "USER": pg["user"], "PASSWORD": "",
             "NAME": PG_DB,
         }
+        if os.environ.get("AAA_BENCH_PG_PREPARE"):  # psycopg's server-side prepared statements
+            databases["postgres"]["OPTIONS"] = {"prepare_threshold": int(os.environ["AAA_BENCH_PG_PREPARE"])}
     settings.configure(
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "aaa_django"],
         DATABASES=databases,
