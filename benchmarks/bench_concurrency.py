@@ -17,7 +17,7 @@ held before it, over N).
 Rows (each in a process of its own, on the same durable databases, in one run):
 
 - ``inprocess-sqlite``, ``inprocess-pg``: the embedded default, ``Engine`` on the
-  in-process bus with the site's store (``site_store``: ``DjangoEventStore`` on SQLite
+  in-process bus with the site's store (``site_store``: ``SqliteEventStore`` on SQLite
   WAL + synchronous=FULL; on PostgreSQL 15 with fsync on, ``PgEventStore``, its calls
   awaits on psycopg's async connections, with group commit), the model and tool
   handlers in the same process; ``inprocess-pg-django`` (the Django store: every call

@@ -35,6 +35,9 @@ ap.add_argument("--profile", action="store_true")
 ap.add_argument("--top", type=int, default=40)
 ap.add_argument("--sort", default="tottime")
 ap.add_argument("--inline", action="store_true", help="DjangoEventStore(inline=True)")
+ap.add_argument("--compare", action="store_true",
+                help="the Django store (a hop a call) against SqliteEventStore on its thread and on "
+                     "the loop, in alternating rounds")
 args = ap.parse_args()
 
 
@@ -53,6 +56,35 @@ def events(run: str, n: int):
 
 def ms(s: float) -> str:
     return f"{s * 1e3:.3f} ms"
+
+
+async def compare(alias: str) -> None:
+    """Runs on each store in turn, round after round (a busy moment of this shared
+    machine moves them alike): wall and process CPU per turn, and each against the
+    Django store's in the same round (the median of the rounds' ratios)."""
+    from aaa_django.events import InMemoryEventStore
+    from aaa_django.store import DjangoEventStore
+    from aaa_django.store.sqlite import SqliteEventStore
+
+    stores = {"DjangoEventStore (hop)": DjangoEventStore(alias),
+              "SqliteEventStore (own thread)": SqliteEventStore(alias, own_thread=True),
+              "SqliteEventStore (on the loop)": SqliteEventStore(alias, own_thread=False),
+              "memory store": InMemoryEventStore()}
+    for store in stores.values():  # warm up
+        await aaa_run(store, args.turns)
+    rows = []
+    load0 = os.getloadavg()[0]
+    for _ in range(args.runs):
+        rows.append({name: await aaa_run(store, args.turns) for name, store in stores.items()})
+    med = statistics.median
+    base = "DjangoEventStore (hop)"
+    print(f"# {args.runs} rounds of {args.turns} turns, load {load0:.1f} -> {os.getloadavg()[0]:.1f}")
+    for name in stores:
+        wall = med(r[name]["seconds"] for r in rows) / args.turns
+        cpu = med(r[name]["cpu"] for r in rows) / args.turns
+        vs_wall = med(r[name]["seconds"] / r[base]["seconds"] for r in rows)
+        vs_cpu = med(r[name]["cpu"] / r[base]["cpu"] for r in rows)
+        print(f"{name:32} wall {ms(wall)} ({vs_wall:.2f}x)  process CPU {ms(cpu)} ({vs_cpu:.2f}x)")
 
 
 async def go(alias: str) -> None:
@@ -120,4 +152,4 @@ async def go(alias: str) -> None:
 
 with workdir() as tmp:
     b = setup_django(tmp, None)
-    asyncio.run(go(b["SQLite"]))
+    asyncio.run((compare if args.compare else go)(b["SQLite"]))

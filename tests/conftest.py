@@ -55,16 +55,18 @@ def require_service(name: str, available: bool) -> None:
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup):
     """pytest-django's, and before its test databases are dropped: the async store's
-    own PostgreSQL connections closed (:mod:`aaa_django.store.connections`), and the
+    own PostgreSQL connections closed (:mod:`aaa_django.store.connections`) and its
+    SQLite ones (:mod:`aaa_django.store.sqlite`), and the
     wake-ups' listening and notifying ones (:mod:`aaa_django.store.wakeups`): an open one
     would keep its database."""
     yield
     from asgiref.sync import async_to_sync
 
-    from aaa_django.store import wakeups
+    from aaa_django.store import sqlite, wakeups
     from aaa_django.store.connections import close_all
 
     async_to_sync(close_all)()
+    sqlite.close_all()
     wakeups.stop_all()
 
 

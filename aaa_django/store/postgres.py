@@ -86,8 +86,13 @@ def _translated(*, reads: bool) -> Callable[[Callable[..., Awaitable[Any]]], Cal
 
 def site_store(using: str = "default") -> DjangoEventStore:
     """The store a site's engines use on ``using``: :class:`PgEventStore` on
-    PostgreSQL with psycopg 3, else the Django store."""
-    return PgEventStore(using) if async_capable(using) else DjangoEventStore(using)
+    PostgreSQL with psycopg 3, :class:`~aaa_django.store.sqlite.SqliteEventStore` on
+    SQLite, else the Django store."""
+    if async_capable(using):
+        return PgEventStore(using)
+    from .sqlite import SqliteEventStore, is_sqlite  # (it imports this module)
+
+    return SqliteEventStore(using) if is_sqlite(using) else DjangoEventStore(using)
 
 
 class PgEventStore(DjangoEventStore):

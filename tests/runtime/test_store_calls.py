@@ -18,6 +18,7 @@ from aaa_django.llm.fake import text, tool_call
 from aaa_django.runtime import Engine
 from aaa_django.store import DjangoEventStore
 from aaa_django.store.postgres import PgEventStore, site_store
+from aaa_django.store.sqlite import SqliteEventStore
 from aaa_django.testing.eventstore import run
 from aaa_django.tools import ToolHandler, ToolRegistry, tool
 
@@ -84,6 +85,15 @@ def test_a_toolloop_turn_is_its_appends_and_no_read_of_them(db_alias):
 def test_a_toolloop_turn_on_the_async_store_is_its_appends_too(pg_alias):
     store = site_store(pg_alias)
     assert isinstance(store, PgEventStore)
+    assert_a_turn_is_its_appends(store)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("own_thread", [True, False], ids=["own-thread", "on-loop"])
+def test_a_toolloop_turn_on_the_sqlite_store_is_its_appends_too(own_thread):
+    store = site_store("default")
+    assert isinstance(store, SqliteEventStore)
+    store.own_thread = own_thread
     assert_a_turn_is_its_appends(store)
 
 

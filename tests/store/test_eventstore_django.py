@@ -1,4 +1,6 @@
-"""The Django ORM store passes the EventStore contract on SQLite and on PostgreSQL.
+"""The Django ORM store passes the EventStore contract on SQLite and on PostgreSQL, and so
+do the stores whose async calls run on connections of their own (PgEventStore,
+SqliteEventStore).
 
 Tests that start threads ask for pytest-django's ``transactional_db`` (through the
 contract's ``concurrently`` fixture): each thread has its own connection, which must
@@ -12,6 +14,7 @@ from django.db import connections
 
 from aaa_django.store import DjangoEventStore
 from aaa_django.store.postgres import PgEventStore
+from aaa_django.store.sqlite import SqliteEventStore
 from aaa_django.testing.eventstore import Concurrently, EventStoreContract
 
 
@@ -75,3 +78,18 @@ class TestPgEventStore(OnPostgreSQL):
 
     def same_log(self, store):
         return PgEventStore(using=self.alias)
+
+
+@pytest.mark.django_db(databases=["default"], transaction=True)
+class TestSqliteEventStore(DjangoStoreContract):
+    """The store whose async calls run on its own SQLite connection (outside any
+    transaction of the test's: ``transaction=True``), on its thread and on the loop's."""
+
+    @pytest.fixture(params=[True, False], ids=["own-thread", "on-loop"])
+    def store(self, request):
+        store = SqliteEventStore(using=self.alias, own_thread=request.param)
+        assert store.db is not None, "its own connection is what this class tests"
+        return store
+
+    def same_log(self, store):
+        return SqliteEventStore(using=self.alias, own_thread=store.own_thread)

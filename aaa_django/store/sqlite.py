@@ -1,0 +1,322 @@
+"""The event store on SQLite whose calls hop no thread of asgiref's:
+:class:`SqliteEventStore`, the Django store with its async methods on an ``sqlite3``
+connection of its own.
+
+The Django store (:class:`~aaa_django.store.DjangoEventStore`) runs each async call in
+Django's thread-sensitive executor (``sync_to_async``): a hand-off to another thread
+and back per call, which cost a ToolLoop turn about as much as its SQL did
+(benchmarks/profile_turn_sqlite.py). Here the engine's calls (``append``, ``read``,
+``head``, the snapshots) run on the store's own connection to the alias's database
+file, opened as Django opens its own (``get_connection_params`` and
+``get_new_connection`` of the alias's backend: the file, ``OPTIONS`` such as
+``timeout`` and ``init_command`` with its PRAGMAs, the converters), one per alias
+and process, in autocommit. Where they run (``own_thread``): on one plain thread the
+connection owns (``loop.run_in_executor`` on a ``ThreadPoolExecutor(1)``; the default)
+or on the calling thread, blocking its loop for each call (``own_thread=False``). See
+benchmarks/README.md for what each cost and why the default is what it is.
+
+The statements are the sync store's: the one-transaction append of
+:mod:`aaa_django.store.appends` (``BEGIN IMMEDIATE``, one query, the INSERT and the
+run row's UPDATE, ``COMMIT``) on the driver's cursor, the reads and snapshots of
+:mod:`aaa_django.store.database`, rows decoded by :mod:`aaa_django.store.rows`. What
+is not the common case (a run's first events, an index row behind its log, a large
+batch, a lost race, a read of a page or of one tenant) takes the sync store's path,
+in Django's executor, as before.
+
+SQLite has one writer at a time: an append waits for the write lock (another
+process's, or Django's connection in this one) up to the alias's busy timeout
+(``OPTIONS["timeout"]``, 5 s by default), then leaves as a lost race that the sync
+path tries again. On the calling thread (``own_thread=False``) that wait, and each
+commit's fsync, block the event loop; on the store's thread they do not.
+
+Transactions: as :class:`~aaa_django.store.postgres.PgEventStore`'s, these calls run
+outside any transaction a caller opened, and their results are ``committed``; a
+caller that wants events in its own transaction calls the ``*_sync`` methods inside
+it. Faults leave as :class:`~aaa_django.events.StoreUnavailable`
+(:mod:`aaa_django.store.faults`); a connection that failed for a reason other than a
+busy lock is closed, the next call opens it again, and a read is tried once more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+from asgiref.sync import sync_to_async
+from django.db import Error as DatabaseDriverError
+from django.db import IntegrityError, InterfaceError, connections
+from django.utils.timezone import now
+
+from aaa_django.events import Event, Snapshot, StoreUnavailable
+from aaa_django.events.store import prepare_batch
+from aaa_django.runtime.event_types import RUN_STARTED
+
+from . import wakeups
+from .appends import _qmark, _sqlite_transaction
+from .database import (
+    _LOAD_SNAPSHOT,
+    DjangoEventStore,
+    from_snapshot_rows,
+    read_from_snapshot_sql,
+    snapshot_writes,
+)
+from .faults import contention, translate
+from .postgres import _translated
+from .rows import SQLITE_CHUNK, EventList, closed_refusal, select, to_events
+
+__all__ = ["SqliteConnection", "SqliteEventStore", "close_all", "is_sqlite"]
+
+_READ = _qmark(f"{select('sqlite')} WHERE stream = %s AND seq > %s ORDER BY seq")
+_HEAD = "SELECT seq, id FROM aaa_event WHERE stream = ? ORDER BY seq DESC LIMIT 1"
+
+#: alias -> the process's connection to it (one, whatever the number of stores)
+_BY_ALIAS: dict[str, "SqliteConnection"] = {}
+_BY_ALIAS_LOCK = threading.Lock()
+
+
+def is_sqlite(using: str) -> bool:
+    """Is ``using`` an SQLite database (Django's backend)?"""
+    return connections.settings[using]["ENGINE"] == "django.db.backends.sqlite3"
+
+
+class SqliteConnection:
+    """The stores' own ``sqlite3`` connection to one alias in this process, its lock
+    (one call at a time), and the thread that runs the calls of stores with
+    ``own_thread``."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        #: a Django connection of the alias that never connects: the parameters the
+        #: store connects with, its ``ops`` for the statements' values, and its
+        #: translation of the driver's errors (``wrap_database_errors``)
+        self.django = connections.create_connection(using)
+        self.raw: Any = None
+        self.opened = 0  # connections opened so far (tests)
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+
+    @classmethod
+    def of(cls, using: str) -> "SqliteConnection":
+        """The process's connection to ``using``."""
+        with _BY_ALIAS_LOCK:
+            found = _BY_ALIAS.get(using)
+            if found is None:
+                found = _BY_ALIAS[using] = cls(using)
+            return found
+
+    def executor(self) -> ThreadPoolExecutor:
+        """The one thread that runs the calls of stores with ``own_thread``."""
+        executor = self._executor
+        if executor is None:
+            with self._lock:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"aaa-sqlite-{self.using}")
+                executor = self._executor
+        return executor
+
+    def open(self) -> Any:
+        """The connection, opened as Django opens the alias's (on a thread without a
+        running event loop: Django's ``get_new_connection`` refuses one that has)."""
+        with self._lock:
+            if self.raw is None:
+                django = self.django
+                raw = django.get_new_connection(django.get_connection_params())
+                raw.isolation_level = None  # autocommit: the statements say BEGIN
+                self.raw, self.opened = raw, self.opened + 1
+            return self.raw
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(connection, *args)``, one call at a time, the driver's errors as
+        Django's (the same classes as the sync store's, the driver's as the cause)."""
+        with self._lock, self.django.wrap_database_errors:
+            raw = self.raw
+            if raw is None:
+                raise InterfaceError("the store's SQLite connection is not open")
+            return fn(raw, *args)
+
+    def discard(self) -> None:
+        """Close the connection (it failed): the next call opens a new one."""
+        with self._lock:
+            raw, self.raw = self.raw, None
+        if raw is not None:
+            try:
+                raw.close()
+            except Exception:  # closing a broken connection: nothing to do
+                pass
+
+    def close(self) -> None:
+        """Close the connection and end the thread (when nothing uses them)."""
+        self.discard()
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+
+    def _forked(self) -> None:
+        # In a forked child: the parent's connection and thread are the parent's
+        # (dropped unclosed: SQLite's locks are per process), its lock may be held.
+        self.raw, self._executor, self._lock = None, None, threading.Lock()
+
+
+def close_all() -> None:
+    """Close the stores' SQLite connections (before a test database is removed; at a
+    process's orderly end)."""
+    with _BY_ALIAS_LOCK:
+        every = list(_BY_ALIAS.values())
+    for conn in every:
+        conn.close()
+
+
+def _after_fork() -> None:
+    for conn in list(_BY_ALIAS.values()):
+        conn._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+class SqliteEventStore(DjangoEventStore):
+    """A :class:`~aaa_django.store.DjangoEventStore` whose async methods run on the
+    store's own SQLite connection, with no hop to Django's executor (see the module).
+
+    ``own_thread``: the calls run on the connection's one thread (the default; the
+    loop awaits them) or, False, on the calling thread (the loop waits for each:
+    for its commit's fsync, and for the write lock up to the busy timeout).
+    ``inline=True`` (a Celery worker's store) keeps the Django store's inline path.
+    """
+
+    def __init__(self, using: str = "default", *, inline: bool = False,
+                 own_thread: bool = True) -> None:
+        super().__init__(using, inline=inline)
+        self.db: SqliteConnection | None = None
+        self.own_thread = own_thread
+        if inline or not is_sqlite(using):
+            return
+        self.db = SqliteConnection.of(using)
+        self._append_elsewhere = sync_to_async(self.append_sync, thread_sensitive=True)
+        self._read_elsewhere = sync_to_async(self.read_sync, thread_sensitive=True)
+        self.append = self._append
+        self.read = self._read
+        self.head = self._head
+        self.load_snapshot = self._load_snapshot
+        self.read_from_snapshot = self._read_from_snapshot
+        self.save_snapshot = self._save_snapshot
+
+    def __repr__(self) -> str:
+        return f"SqliteEventStore(using={self.using!r})"
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(connection, *args)`` on the store's connection, where ``own_thread``
+        says."""
+        db = self.db
+        assert db is not None
+        if self.own_thread:
+            return await asyncio.get_running_loop().run_in_executor(db.executor(), _opened_run, db, fn, args)
+        if db.raw is None:
+            await asyncio.to_thread(db.open)
+        return db.run(fn, *args)
+
+    def _fault_of(self, exc: BaseException) -> tuple[StoreUnavailable | None, bool]:
+        """The core's error for a database error of the store's connection (None: not
+        one, or a refused row, the caller's), and whether the connection was closed
+        for it (anything but a busy lock: the next call opens it anew)."""
+        if not isinstance(exc, DatabaseDriverError):
+            return None, False
+        lost = not isinstance(exc, IntegrityError) and not contention(exc)
+        if lost and self.db is not None:
+            self.db.discard()
+        return translate(exc, StoreUnavailable), lost
+
+    # -- events -------------------------------------------------------------------
+
+    @_translated(reads=False)
+    async def _append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
+        stream, batch, texts = prepare_batch(events)  # raises before any write
+        if not batch:
+            return []
+        stored = None
+        if len(batch) <= SQLITE_CHUNK and batch[0].type != RUN_STARTED:  # (a new run: runindex)
+            try:
+                stored = await self._call(_append_now, self, stream, batch, texts, expected_seq)
+            except DatabaseDriverError as exc:
+                closed = closed_refusal(stream, exc) if isinstance(exc, IntegrityError) else None
+                if closed is not None:  # a run that has ended, or was erased: final
+                    raise closed from exc
+                if not (isinstance(exc, IntegrityError) or contention(exc)):
+                    raise
+                # a lost race: the sync path decides again (and waits its turn)
+        if stored is None:
+            return await self._append_elsewhere(events, expected_seq=expected_seq)
+        stored = EventList(stored)
+        self._recent.add(stored)  # committed: a bus may send them along
+        wakeups.notify(self.using, [stream], committed=True)
+        return stored
+
+    @_translated(reads=True)
+    async def _read(self, stream: str, *, after: int = 0, limit: int | None = None,
+                    tenant: str | None = None) -> list[Event]:
+        if limit is not None or tenant is not None:  # a page: not the engine's
+            return await self._read_elsewhere(stream, after=after, limit=limit, tenant=tenant)
+        return to_events(await self._call(_fetch, _READ, [stream, after]))
+
+    @_translated(reads=True)
+    async def _head(self, stream: str) -> tuple[int, str] | None:
+        rows = await self._call(_fetch, _HEAD, [stream])
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    # -- snapshots ----------------------------------------------------------------
+
+    @_translated(reads=True)
+    async def _load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
+        rows = await self._call(_fetch, _qmark(_LOAD_SNAPSHOT), [stream, name, version])
+        return Snapshot(stream, name, version, *rows[0]) if rows else None
+
+    @_translated(reads=True)
+    async def _read_from_snapshot(self, stream: str, name: str,
+                                  version: int) -> tuple[Snapshot | None, list[Event]]:
+        found = await self._call(_fetch, _qmark(read_from_snapshot_sql("sqlite")), [stream, name, version])
+        return from_snapshot_rows(stream, name, version, found, committed=True)
+
+    @_translated(reads=False)
+    async def _save_snapshot(self, snapshot: Snapshot) -> bool:
+        """As :meth:`DjangoEventStore.save_snapshot_sync`, under the write lock: the
+        conditional UPDATE, else the INSERT (nobody can insert in between)."""
+        assert self.db is not None
+        writes = snapshot_writes(snapshot, self.db.django.ops.adapt_datetimefield_value(now()))
+        return await self._call(_save, writes)
+
+
+def _opened_run(db: SqliteConnection, fn: Callable[..., Any], args: tuple) -> Any:
+    if db.raw is None:
+        db.open()
+    return db.run(fn, *args)
+
+
+def _fetch(raw: Any, sql: str, params: list[Any]) -> list[tuple]:
+    return raw.execute(sql, params).fetchall()
+
+
+def _append_now(raw: Any, store: SqliteEventStore, stream: str, batch: list[Event], texts: list[str],
+                expected_seq: int | None) -> list[Event] | None:
+    """The one-transaction append of :mod:`aaa_django.store.appends` on ``raw``."""
+    assert store.db is not None
+    cur = raw.cursor()
+    try:
+        return _sqlite_transaction(store, store.db.django, cur, raw, stream, batch, texts, expected_seq,
+                                   _qmark)
+    finally:
+        cur.close()
+
+
+def _save(raw: Any, writes: tuple[tuple[str, list], tuple[str, list]]) -> bool:
+    raw.execute("BEGIN IMMEDIATE")
+    try:
+        saved = any(raw.execute(_qmark(sql), params).rowcount for sql, params in writes)
+    except BaseException:
+        if raw.in_transaction:
+            raw.execute("ROLLBACK")
+        raise
+    raw.execute("COMMIT")
+    return saved
