@@ -23,6 +23,10 @@ is not the common case (a run's first events, an index row behind its log, a lar
 batch, a lost race, a read of a page or of one tenant) takes the sync store's path,
 in Django's executor, as before.
 
+Group commit (on the store's thread): appends that arrive while the thread is busy
+wait together and go as one transaction, one savepoint each and one ``COMMIT`` (one
+fsync for them all); one refused fails alone (see :meth:`SqliteConnection.append`).
+
 SQLite has one writer at a time: an append waits for the write lock (another
 process's, or Django's connection in this one) up to the alias's busy timeout
 (``OPTIONS["timeout"]``, 5 s by default), then leaves as a lost race that the sync
@@ -97,6 +101,12 @@ class SqliteConnection:
         self.opened = 0  # connections opened so far (tests)
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
+        #: appends waiting for the thread (see :meth:`append`), and whether a drain
+        #: of them is queued on it
+        self._pending: list[_Append] = []
+        self._draining = False
+        self._pending_lock = threading.Lock()
+        self.groups = 0  # transactions of more than one append so far (tests, benchmarks)
 
     @classmethod
     def of(cls, using: str) -> "SqliteConnection":
@@ -137,6 +147,106 @@ class SqliteConnection:
                 raise InterfaceError("the store's SQLite connection is not open")
             return fn(raw, *args)
 
+    def append(self, store: "SqliteEventStore", stream: str, batch: list[Event], texts: list[str],
+               expected_seq: int | None) -> "asyncio.Future[list[Event] | None]":
+        """The one-transaction append of ``batch`` on the thread, as a future of the
+        calling loop. Appends that arrive while the thread is busy wait together and
+        go as one group: one ``BEGIN IMMEDIATE``, each append's statements inside a
+        savepoint of its own, one ``COMMIT`` (one fsync for them all). An append
+        refused by its own checks, or by the database, is rolled back to its
+        savepoint and fails alone; when the group's transaction itself fails (the
+        lock not taken, the commit refused) each of its appends is made again by the
+        Django store's path (None: ids are idempotent)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._pending_lock:
+            self._pending.append(_Append(loop, future, store, stream, batch, texts, expected_seq))
+            if self._draining:
+                return future
+            self._draining = True
+        self.executor().submit(self._drain)
+        return future
+
+    def _drain(self) -> None:
+        """(On the thread.) The appends waiting now, as one group (at most
+        :data:`GROUP`; the rest after the thread's other calls queued meanwhile)."""
+        with self._pending_lock:
+            group, self._pending = self._pending[:GROUP], self._pending[GROUP:]
+        try:
+            if self.raw is None:
+                self.open()
+            if len(group) == 1:
+                item = group[0]
+                try:
+                    item.settle(self.run(_append_now, item.store, item.stream, item.batch, item.texts,
+                                         item.expected_seq))
+                except Exception as exc:
+                    item.settle(None, exc)
+            else:
+                with self._lock:
+                    self._append_group(group)
+        except Exception as exc:  # not opened: every one of them fails with it
+            for item in group:
+                item.settle(None, exc)
+        finally:
+            with self._pending_lock:
+                if self._pending:
+                    self.executor().submit(self._drain)
+                else:
+                    self._draining = False
+
+    def _append_group(self, group: list["_Append"]) -> None:
+        raw, errors = self.raw, self.django.wrap_database_errors
+        try:
+            with errors:
+                raw.execute("BEGIN IMMEDIATE")
+        except Exception as exc:  # the lock not taken: a lost race each
+            for item in group:
+                item.settle(None, exc)
+            return
+        results: list[tuple[_Append, Any, BaseException | None]] = []
+        for item in group:
+            try:
+                with errors:
+                    raw.execute("SAVEPOINT aaa_append")
+                    try:
+                        cur = raw.cursor()
+                        stored = item.store._write_sqlite(self.django, cur, item.stream, item.batch, item.texts,
+                                                          item.expected_seq, _qmark)
+                        cur.close()
+                    except BaseException:
+                        if raw.in_transaction:
+                            raw.execute("ROLLBACK TO aaa_append")
+                            raw.execute("RELEASE aaa_append")
+                        raise
+                    if stored is None:  # not the common case: nothing of it stays
+                        raw.execute("ROLLBACK TO aaa_append")
+                    raw.execute("RELEASE aaa_append")
+                results.append((item, stored, None))
+            except Exception as exc:
+                results.append((item, None, exc))
+                if not raw.in_transaction:  # SQLite ended the group's transaction itself
+                    break
+        try:
+            if not raw.in_transaction:
+                raise InterfaceError("the group's transaction ended before its COMMIT")
+            with errors:
+                raw.execute("COMMIT")
+        except Exception:
+            if raw.in_transaction:
+                raw.execute("ROLLBACK")
+            # Nothing of the group stays: each append not refused alone is made again
+            # by the Django store's path (None).
+            results = [(item, None, err if err is not None and _refused(err) else None)
+                       for item, _, err in results]
+        done = {id(item) for item, _, _ in results}
+        self.groups += 1
+        for item, stored, err in results:
+            item.settle(stored, err)
+        for item in group:  # after a transaction SQLite ended: made again elsewhere
+            if id(item) not in done:
+                item.settle(None)
+
     def discard(self) -> None:
         """Close the connection (it failed): the next call opens a new one."""
         with self._lock:
@@ -158,6 +268,44 @@ class SqliteConnection:
         # In a forked child: the parent's connection and thread are the parent's
         # (dropped unclosed: SQLite's locks are per process), its lock may be held.
         self.raw, self._executor, self._lock = None, None, threading.Lock()
+        self._pending, self._draining, self._pending_lock = [], False, threading.Lock()
+
+
+#: appends in one group commit at the most
+GROUP = 100
+
+
+class _Append:
+    """An append waiting for the thread, and the future its caller awaits."""
+
+    __slots__ = ("loop", "future", "store", "stream", "batch", "texts", "expected_seq")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future, store: "SqliteEventStore",
+                 stream: str, batch: list[Event], texts: list[str], expected_seq: int | None) -> None:
+        self.loop, self.future, self.store = loop, future, store
+        self.stream, self.batch, self.texts, self.expected_seq = stream, batch, texts, expected_seq
+
+    def settle(self, stored: Any, exc: BaseException | None = None) -> None:
+        """(On the thread.) The caller's future done, on its loop."""
+        try:
+            self.loop.call_soon_threadsafe(_settle, self.future, stored, exc)
+        except RuntimeError:  # its loop is closed: nobody waits
+            pass
+
+
+def _settle(future: asyncio.Future, stored: Any, exc: BaseException | None) -> None:
+    if future.done():  # cancelled meanwhile
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(stored)
+
+
+def _refused(exc: BaseException) -> bool:
+    """Was ``exc`` an append's own refusal (its checks, a closed stream), not the
+    group's?"""
+    return not isinstance(exc, DatabaseDriverError) or isinstance(exc, IntegrityError)
 
 
 def close_all() -> None:
@@ -239,7 +387,11 @@ class SqliteEventStore(DjangoEventStore):
         stored = None
         if len(batch) <= SQLITE_CHUNK and batch[0].type != RUN_STARTED:  # (a new run: runindex)
             try:
-                stored = await self._call(_append_now, self, stream, batch, texts, expected_seq)
+                if self.own_thread:
+                    assert self.db is not None
+                    stored = await self.db.append(self, stream, batch, texts, expected_seq)
+                else:
+                    stored = await self._call(_append_now, self, stream, batch, texts, expected_seq)
             except DatabaseDriverError as exc:
                 closed = closed_refusal(stream, exc) if isinstance(exc, IntegrityError) else None
                 if closed is not None:  # a run that has ended, or was erased: final

@@ -1,0 +1,90 @@
+"""The SQLite store's own connection and thread (``aaa_django.store.sqlite``): the site's
+store on SQLite, its appends waiting for the thread committed together (one
+transaction, a savepoint each), an append refused in a group failing alone.
+
+(The EventStore contract runs on it too: tests/store/test_eventstore_django.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from aaa_django.events import ClosedStreamError, ConcurrencyError
+from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
+from aaa_django.store.postgres import site_store
+from aaa_django.store.sqlite import SqliteEventStore
+from aaa_django.testing.eventstore import ev, run
+
+# transaction=True: the store's connection is its own, and sees committed rows only
+pytestmark = pytest.mark.django_db(databases=["default"], transaction=True)
+
+
+def test_the_site_store_on_sqlite_is_the_sqlite_store():
+    store = site_store("default")
+    assert isinstance(store, SqliteEventStore) and store.db is not None and store.own_thread
+
+
+def held(store: SqliteEventStore):
+    """The store's thread kept busy until the returned event is set: the appends
+    made meanwhile wait for it, together."""
+    release = threading.Event()
+    assert store.db is not None
+    store.db.executor().submit(release.wait, 30)
+    return release
+
+
+def appends_while_the_thread_is_busy(store: SqliteEventStore, batches: list[tuple[list, int | None]]):
+    """Each of ``batches`` appended by a task of its own while the thread is busy,
+    then the thread let go; each task's result or exception, in order."""
+
+    async def main():
+        release = held(store)
+        tasks = [asyncio.ensure_future(store.append(events, expected_seq=expected))
+                 for events, expected in batches]
+        await asyncio.sleep(0.05)  # every task has queued its append
+        release.set()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    return run(main())
+
+
+def test_appends_waiting_for_the_thread_commit_as_one_group():
+    store = SqliteEventStore("default")
+    for i in range(5):  # each stream's first event, one at a time
+        run(store.append([ev(f"s-{i}")]))
+    groups = store.db.groups
+
+    results = appends_while_the_thread_is_busy(
+        store, [([ev(f"s-{i % 5}", data={"n": i})], None) for i in range(10)])
+
+    assert store.db.groups == groups + 1  # the ten in one transaction
+    assert not any(isinstance(r, BaseException) for r in results), results
+    for i in range(5):  # two more on each stream, in the order they were made
+        log = run(store.read(f"s-{i}"))
+        assert [e.seq for e in log] == [1, 2, 3]
+        assert [e.data for e in log[1:]] == [{"n": i}, {"n": i + 5}]
+    assert [e.seq for r in results for e in r] == [2] * 5 + [3] * 5
+
+
+def test_an_append_refused_in_a_group_fails_alone():
+    store = SqliteEventStore("default")
+    run(store.append([ev("s-a")]))
+    run(store.append([ev("s-b")]))
+    run(store.append([ev("run-x", type=RUN_STARTED, data={"algorithm": "a", "input": {}})]))
+    run(store.append([ev("run-x", type=RUN_COMPLETED, data={"outcome": "success"})]))
+
+    results = appends_while_the_thread_is_busy(store, [
+        ([ev("s-a", data={"n": 1})], None),
+        ([ev("s-b", data={"n": 2})], 5),  # not the head: refused
+        ([ev("run-x", data={"late": True})], None),  # after the run's end: refused
+        ([ev("s-b", data={"n": 3})], 1),
+    ])
+
+    assert isinstance(results[1], ConcurrencyError)
+    assert isinstance(results[2], ClosedStreamError)
+    assert [e.data for e in results[0]] == [{"n": 1}]
+    assert [e.data for e in results[3]] == [{"n": 3}]
+    assert [e.data for e in run(store.read("s-b"))] == [{}, {"n": 3}]
+    assert [e.type for e in run(store.read("run-x"))] == [RUN_STARTED, RUN_COMPLETED]
