@@ -68,7 +68,6 @@ from .database import (
     snapshot_writes,
 )
 from .faults import contention, translate
-from .postgres import _translated
 from .rows import SQLITE_CHUNK, EventList, closed_refusal, select, to_events
 
 __all__ = ["SqliteConnection", "SqliteEventStore", "close_all", "is_sqlite"]
@@ -355,9 +354,23 @@ class SqliteEventStore(DjangoEventStore):
     def __repr__(self) -> str:
         return f"SqliteEventStore(using={self.using!r})"
 
-    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _call(self, fn: Callable[..., Any], *args: Any, reads: bool) -> Any:
         """``fn(connection, *args)`` on the store's connection, where ``own_thread``
-        says."""
+        says; its database errors as :class:`StoreUnavailable` (a refused row's as
+        they are), and ``reads``, which change nothing, tried once more on a new
+        connection when the one they ran on was closed for a fault."""
+        for last in (False, True):
+            try:
+                return await self._on_connection(fn, *args)
+            except DatabaseDriverError as exc:
+                fault, lost = self._fault_of(exc)
+                if fault is None:
+                    raise
+                if last or not (reads and lost):
+                    raise fault from exc
+        raise AssertionError("unreachable")
+
+    async def _on_connection(self, fn: Callable[..., Any], *args: Any) -> Any:
         db = self.db
         assert db is not None
         if self.own_thread:
@@ -379,7 +392,6 @@ class SqliteEventStore(DjangoEventStore):
 
     # -- events -------------------------------------------------------------------
 
-    @_translated(reads=False)
     async def _append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
         stream, batch, texts = prepare_batch(events)  # raises before any write
         if not batch:
@@ -391,13 +403,18 @@ class SqliteEventStore(DjangoEventStore):
                     assert self.db is not None
                     stored = await self.db.append(self, stream, batch, texts, expected_seq)
                 else:
-                    stored = await self._call(_append_now, self, stream, batch, texts, expected_seq)
+                    stored = await self._on_connection(_append_now, self, stream, batch, texts, expected_seq)
             except DatabaseDriverError as exc:
                 closed = closed_refusal(stream, exc) if isinstance(exc, IntegrityError) else None
                 if closed is not None:  # a run that has ended, or was erased: final
                     raise closed from exc
                 if not (isinstance(exc, IntegrityError) or contention(exc)):
-                    raise
+                    # an outage or a refusal, not a race (not tried again: whether a
+                    # failed commit committed is the caller's retry to find out)
+                    fault = self._fault_of(exc)[0]
+                    if fault is None:
+                        raise
+                    raise fault from exc
                 # a lost race: the sync path decides again (and waits its turn)
         if stored is None:
             return await self._append_elsewhere(events, expected_seq=expected_seq)
@@ -406,38 +423,34 @@ class SqliteEventStore(DjangoEventStore):
         wakeups.notify(self.using, [stream], committed=True)
         return stored
 
-    @_translated(reads=True)
     async def _read(self, stream: str, *, after: int = 0, limit: int | None = None,
                     tenant: str | None = None) -> list[Event]:
         if limit is not None or tenant is not None:  # a page: not the engine's
             return await self._read_elsewhere(stream, after=after, limit=limit, tenant=tenant)
-        return to_events(await self._call(_fetch, _READ, [stream, after]))
+        return to_events(await self._call(_fetch, _READ, [stream, after], reads=True))
 
-    @_translated(reads=True)
     async def _head(self, stream: str) -> tuple[int, str] | None:
-        rows = await self._call(_fetch, _HEAD, [stream])
+        rows = await self._call(_fetch, _HEAD, [stream], reads=True)
         return (rows[0][0], rows[0][1]) if rows else None
 
     # -- snapshots ----------------------------------------------------------------
 
-    @_translated(reads=True)
     async def _load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
-        rows = await self._call(_fetch, _qmark(_LOAD_SNAPSHOT), [stream, name, version])
+        rows = await self._call(_fetch, _qmark(_LOAD_SNAPSHOT), [stream, name, version], reads=True)
         return Snapshot(stream, name, version, *rows[0]) if rows else None
 
-    @_translated(reads=True)
     async def _read_from_snapshot(self, stream: str, name: str,
                                   version: int) -> tuple[Snapshot | None, list[Event]]:
-        found = await self._call(_fetch, _qmark(read_from_snapshot_sql("sqlite")), [stream, name, version])
+        found = await self._call(_fetch, _qmark(read_from_snapshot_sql("sqlite")), [stream, name, version],
+                                 reads=True)
         return from_snapshot_rows(stream, name, version, found, committed=True)
 
-    @_translated(reads=False)
     async def _save_snapshot(self, snapshot: Snapshot) -> bool:
         """As :meth:`DjangoEventStore.save_snapshot_sync`, under the write lock: the
         conditional UPDATE, else the INSERT (nobody can insert in between)."""
         assert self.db is not None
         writes = snapshot_writes(snapshot, self.db.django.ops.adapt_datetimefield_value(now()))
-        return await self._call(_save, writes)
+        return await self._call(_save, writes, reads=False)
 
 
 def _opened_run(db: SqliteConnection, fn: Callable[..., Any], args: tuple) -> Any:

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from aaa_django.events import ClosedStreamError, ConcurrencyError
+from aaa_django.events import ClosedStreamError, ConcurrencyError, StoreUnavailable
 from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
 from aaa_django.store.postgres import site_store
 from aaa_django.store.sqlite import SqliteEventStore
@@ -88,3 +88,20 @@ def test_an_append_refused_in_a_group_fails_alone():
     assert [e.data for e in results[3]] == [{"n": 3}]
     assert [e.data for e in run(store.read("s-b"))] == [{}, {"n": 3}]
     assert [e.type for e in run(store.read("run-x"))] == [RUN_STARTED, RUN_COMPLETED]
+
+
+@pytest.mark.parametrize("own_thread", [True, False], ids=["own-thread", "on-loop"])
+def test_a_broken_connection_is_replaced_and_a_write_on_it_is_a_store_fault(own_thread):
+    store = SqliteEventStore("default", own_thread=own_thread)
+    run(store.append([ev("s-1")]))
+    db = store.db
+    opened = db.opened
+    db.raw.close()  # broken under the store (as a lost file or a driver fault leaves it)
+
+    assert [e.seq for e in run(store.read("s-1"))] == [1]  # a read: again, on a new one
+    assert db.opened == opened + 1
+
+    db.raw.close()
+    with pytest.raises(StoreUnavailable):
+        run(store.append([ev("s-1")]))
+    assert run(store.head("s-1"))[0] == 1  # nothing written; the next call reconnects
