@@ -75,8 +75,16 @@ def test_appends_and_erasures_notify_their_streams_after_the_commit(pg_alias):
             store.append_sync(events("run-rolled-back", 1))
             raise RuntimeError("the caller's transaction rolls back")
         assert heard() == []
-        store.erase_many_sync(["run-batch", "run-kept"])
-        assert sorted(heard(frozenset({"run-batch", "run-kept"}))) == ["run-batch", "run-kept"]
+        ended = [wakeups.ENDED + "run-batch", wakeups.ENDED + "run-kept"]
+        store.erase_many_sync(["run-batch", "run-kept"])  # they end: their waits are woken too
+        assert sorted(heard(frozenset({"run-batch", "run-kept", *ended}))) == sorted(
+            ["run-batch", "run-kept", *ended])
+        # an append whose events end the run: the plain id (event streams, and a listener
+        # of the previous version) and the marked one (Engine.wait)
+        store.append_sync([*events("run-ends"), Event(id=new_id(), stream="run-ends",
+                                                       type="aaa.run.completed", data={})])
+        assert sorted(heard(frozenset({"run-ends", wakeups.ENDED + "run-ends"}))) == [
+            wakeups.ENDED + "run-ends", "run-ends"]
     # then the notifier's thread ends, and its connection with it
     assert wakeups._notifier(pg_alias).idle(10)
 
@@ -142,6 +150,60 @@ def test_the_site_engines_wait_wakes_on_another_processs_end_of_the_run(pg_alias
 
     outcome = asyncio.run(main())
     assert outcome.outcome == "failed" and reads[0] is None and reads[-1] == outcome
+
+
+@pytest.mark.parametrize("appends", [3, 12])
+def test_a_waits_reads_do_not_grow_with_its_runs_appends(pg_alias, appends):
+    """Issue 15: ``Engine.wait`` subscribes ``ends_only``: another process's appends to
+    the run wake the run's event streams (each one, on the same listener) and not the
+    wait, which reads the run when it begins and when the run ends: as many reads for
+    3 appends as for 12 (it read once per append, 28 reads a run in bench_concurrency)."""
+    from aaa_django.runtime import InProcessBus
+    from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED, completion_id, started_id
+    from aaa_django.site.engines import build_engine
+
+    run_id = f"run-{new_id()}"
+    elsewhere = PgEventStore(pg_alias)  # another process: it tells no hub of this one
+    reads: list[object] = []
+    streamed: list[bool] = []
+
+    async def main():
+        async with build_engine(using=pg_alias, bus=InProcessBus(), poll_interval=3600) as waiter:
+            hub = waiter.wakeups
+            stream = hub.subscribe(run_id)  # an event stream of the run, in this process
+            assert await asyncio.to_thread(hub.listening, 10)
+            outcome = waiter.outcome
+
+            async def watched(rid):
+                found = await outcome(rid)
+                reads.append(found)
+                return found
+
+            waiter.outcome = watched
+            waiting = asyncio.ensure_future(waiter.wait(run_id, timeout=60))
+            await elsewhere.append([Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED,
+                                          data={})])
+            for batch in [events(run_id) for _ in range(appends)]:
+                stream.clear()
+                await elsewhere.append(batch)
+                # heard: the listener has woken whom this append wakes (it woke the
+                # wait too, before; the wait then read the run)
+                streamed.append(await asyncio.to_thread(stream.wait, 10))
+                await asyncio.sleep(0)
+            stream.clear()
+            await elsewhere.append([Event(id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED,
+                                          data={"outcome": "success"})])
+            found = await waiting
+            streamed.append(await asyncio.to_thread(stream.wait, 10))
+            stream.close()
+            return found
+
+    found = asyncio.run(main())
+    assert found.outcome == "success" and reads[-1] == found
+    assert streamed == [True] * (appends + 1)  # every append woke the event stream
+    # the first read, the end's; one more at most: the listener wakes everyone when
+    # it (re)connects, and a wake-up may come between a read and the next clear()
+    assert len(reads) <= 3, reads
 
 
 def test_an_async_subscription_wakes_on_its_loop(listener, pg_alias):

@@ -593,14 +593,16 @@ class Engine:
         """Wait for a run to end. The wait is a subscription to the run on
         :attr:`wakeups`, woken at once when this engine ends the run, when a bus that
         hears of other processes' ends does (:class:`~.bus.WatchesEnds`), and on the
-        site's PostgreSQL when any process appends to it; it reads the run's end when woken,
+        site's PostgreSQL when any process ends it (not at each append: the
+        subscription is ``ends_only``); it reads the run's end when woken,
         and polls for an end no one announces, first after ``poll_interval``, then at
         intervals doubling up to ``POLL_BACKOFF`` times it (:func:`poll_intervals`):
         a poll is a read of the run, and a thousand runs waited on at once must not
         read their logs a thousand times a second."""
         if self._watch_ends is not None:
             self._watch_ends()
-        sub = self.wakeups.subscribe(run_id, asyncio.get_running_loop())
+        # (ends_only: on PostgreSQL, the run's appends before its end wake no read)
+        sub = self.wakeups.subscribe(run_id, asyncio.get_running_loop(), ends_only=True)
 
         async def loop() -> Outcome:
             for interval in poll_intervals(self.poll_interval):

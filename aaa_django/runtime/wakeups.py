@@ -9,6 +9,13 @@ PostgreSQL the database's own notifications (:mod:`aaa_django.store.wakeups`, wh
 says :meth:`~Wakeups.reliable`: every change is heard). A waiter reads when woken,
 and polls at a pace of its own only for what no one announces.
 
+A waiter that wants only the run's end (``Engine.wait``) subscribes ``ends_only``:
+the database's notice of an append that did not end the run wakes the event streams
+and not it (a run appends a dozen events or more before its end; each wake-up of a
+wait is a read of the run). ``wake(run_id)`` wakes both kinds: whoever calls it
+learnt that the run ended, or cannot tell (a lost listening connection wakes
+everyone).
+
 :class:`Hub` is the in-process hub (an engine's default; a database that cannot
 notify).
 """
@@ -28,8 +35,10 @@ class Subscription:
     as the run moved after the ``clear()``, False when ``timeout`` ran out."""
 
     def __init__(self, hub: "Hub | None", stream: str,
-                 loop: asyncio.AbstractEventLoop | None) -> None:
+                 loop: asyncio.AbstractEventLoop | None, *, ends_only: bool = False) -> None:
         self.hub, self.stream, self._loop = hub, stream, loop
+        #: woken only by the run's end (or its erasure), not by each append
+        self.ends_only = ends_only
         self._flag = threading.Event()
         self._aflag = asyncio.Event() if loop is not None else None
 
@@ -65,7 +74,11 @@ class Subscription:
 class Wakeups(Protocol):
     """What tells a process's waiters that their run moved."""
 
-    def subscribe(self, stream: str, loop: asyncio.AbstractEventLoop | None = None) -> Subscription:
+    def subscribe(self, stream: str, loop: asyncio.AbstractEventLoop | None = None, *,
+                  ends_only: bool = False) -> Subscription:
+        """A subscription to ``stream``; ``ends_only``: one that an append which does
+        not end the run need not wake (it may: a waiter reads when woken, and finds
+        what it finds)."""
         ...
 
     def wake(self, stream: str | None = None) -> None:
@@ -86,8 +99,9 @@ class Hub:
         self._lock = threading.Lock()
         self._subs: dict[str, set[Subscription]] = {}
 
-    def subscribe(self, stream: str, loop: asyncio.AbstractEventLoop | None = None) -> Subscription:
-        sub = Subscription(self, stream, loop)
+    def subscribe(self, stream: str, loop: asyncio.AbstractEventLoop | None = None, *,
+                  ends_only: bool = False) -> Subscription:
+        sub = Subscription(self, stream, loop, ends_only=ends_only)
         with self._lock:
             self._subs.setdefault(stream, set()).add(sub)
         return sub
@@ -104,6 +118,14 @@ class Hub:
         with self._lock:
             subs = [s for group in self._subs.values() for s in group] if stream is None \
                 else list(self._subs.get(stream, ()))
+        for sub in subs:
+            sub.wake()
+
+    def _wake_kind(self, stream: str, ends_only: bool) -> None:
+        """Wake the subscriptions to ``stream`` whose ``ends_only`` is ``ends_only``
+        (a database's notices: of an append, of an end)."""
+        with self._lock:
+            subs = [s for s in self._subs.get(stream, ()) if s.ends_only is ends_only]
         for sub in subs:
             sub.wake()
 

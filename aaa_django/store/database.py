@@ -214,7 +214,8 @@ class DjangoEventStore(StatementAppends):
                 # Appended inside a caller's transaction: they may still roll back (a
                 # cache of the log must not take them as facts yet).
                 stored.committed = not connections[self.using].in_atomic_block
-                wakeups.notify(self.using, [stream])  # waiting event streams: at commit
+                # waiting event streams (and waits for its end, if it ended): at commit
+                wakeups.notify(self.using, [stream], ended=wakeups.ended(stored))
                 return stored
             except DatabaseDriverError as exc:
                 closed = closed_refusal(stream, exc) if isinstance(exc, IntegrityError) else None
@@ -323,7 +324,7 @@ class DjangoEventStore(StatementAppends):
                 deleted += cur.rowcount
                 # the run index is derived from the log: its rows go with it
                 cur.execute(f"DELETE FROM aaa_run WHERE run_id {where}", params)
-        wakeups.notify(self.using, streams)  # their event streams end
+        wakeups.notify(self.using, streams, ended=True)  # their event streams end, and waits
         return deleted
 
     @_translated(reads=True)

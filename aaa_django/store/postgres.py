@@ -175,7 +175,8 @@ class PgEventStore(DjangoEventStore):
             return await self._append_elsewhere(events, expected_seq=expected_seq)
         stored = EventList(stored)
         self._recent.add(stored)  # committed: a bus may send them along
-        wakeups.notify_committed(self.using, [stream])  # (the general path notifies too)
+        wakeups.notify_committed(self.using, [stream],  # (the general path notifies too)
+                                 ended=wakeups.ended(stored))
         return stored
 
     async def _append_elsewhere(self, events: Sequence[Event], *, expected_seq: int | None) -> list[Event]:

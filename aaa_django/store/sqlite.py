@@ -420,7 +420,7 @@ class SqliteEventStore(DjangoEventStore):
             return await self._append_elsewhere(events, expected_seq=expected_seq)
         stored = EventList(stored)
         self._recent.add(stored)  # committed: a bus may send them along
-        wakeups.notify(self.using, [stream], committed=True)
+        wakeups.notify(self.using, [stream], committed=True, ended=wakeups.ended(stored))
         return stored
 
     async def _read(self, stream: str, *, after: int = 0, limit: int | None = None,

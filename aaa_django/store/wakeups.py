@@ -10,6 +10,16 @@ the hubs of :mod:`aaa_django.runtime.wakeups`, one per database alias and proces
   woken. Should the listening connection drop, every subscription is woken and its
   waiter polls until it is back (then all are woken again: nothing that committed
   meanwhile is missed).
+
+  A notification's payload is the stream's id: it wakes the subscriptions that want
+  every append (event streams). An append that ends the run (its batch stored
+  ``aaa.run.completed``) and an erasure send a second one, :data:`ENDED` and the id
+  (:func:`ended`), which wakes the subscriptions that want only the run's end
+  (``Engine.wait``, subscribed ``ends_only``): a run's dozen appends before its end
+  wake no wait (they did, each a read of the run: issue 15). Within a deploy, a
+  listener of the previous version reads the plain id as before (the marked one
+  names no stream it has); a wait in a new process on a run that an old one ends is
+  not woken by it, and finds the end at its next poll.
 - Any other database: a :class:`~aaa_django.runtime.wakeups.Hub`, woken only by what
   this process learns (its engine's ends, a bus's notices); a stream polls
   (``aaa_django.api.stream.POLL``).
@@ -36,14 +46,19 @@ import time
 
 from django.db import connections, transaction
 
+from aaa_django.runtime.event_types import RUN_COMPLETED
 from aaa_django.runtime.wakeups import Hub, Subscription, Wakeups
 
-__all__ = ["CHANNEL", "Listener", "Notifier", "for_database", "notify", "notify_committed", "stop_all"]
+__all__ = ["CHANNEL", "ENDED", "Listener", "Notifier", "ended", "for_database", "notify",
+           "notify_committed", "stop_all"]
 
 log = logging.getLogger("aaa_django.wakeups")
 
 #: the channel the store notifies (a stream's id as the payload)
 CHANNEL = "aaa_events"
+#: the start of a payload that says its stream ended (or was erased): ENDED + the id
+#: (a control character: no run id starts with it, and an old listener wakes no one)
+ENDED = "\x1fended "
 #: one statement, its own transaction: the commit does not wait for the disk
 NOTIFY = ("SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, s) "
           "FROM unnest(%s::text[]) AS s")
@@ -66,7 +81,8 @@ class Listener(Hub):
         self._thread: threading.Thread | None = None
         self._pid = 0
 
-    def subscribe(self, stream: str, loop: asyncio.AbstractEventLoop | None = None) -> Subscription:
+    def subscribe(self, stream: str, loop: asyncio.AbstractEventLoop | None = None, *,
+                  ends_only: bool = False) -> Subscription:
         with self._lock:
             if self._pid != os.getpid():  # first use here (or a fork's child): start anew
                 self._pid, self._subs, self._thread = os.getpid(), {}, None
@@ -76,7 +92,7 @@ class Listener(Hub):
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name=f"aaa-listen-{self.using}")
                 self._thread.start()
-        return super().subscribe(stream, loop)
+        return super().subscribe(stream, loop, ends_only=ends_only)
 
     def reliable(self) -> bool:
         return self._listening.is_set()
@@ -91,6 +107,15 @@ class Listener(Hub):
         thread = self._thread
         if thread is not None:
             thread.join()
+
+    def heard(self, payload: str) -> None:
+        """Wake whom a notification's ``payload`` concerns: a stream's id, the
+        subscriptions that want every append; :data:`ENDED` and the id, those that
+        want only the run's end (the others heard of it by the plain id)."""
+        if payload.startswith(ENDED):
+            self._wake_kind(payload[len(ENDED):], ends_only=True)
+        else:
+            self._wake_kind(payload, ends_only=False)
 
     def _connect(self):
         import psycopg
@@ -111,7 +136,7 @@ class Listener(Hub):
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=1.0):  # then look at _stop
                             heard = time.monotonic()
-                            self.wake(note.payload)
+                            self.heard(note.payload)
                         if time.monotonic() - heard >= PING:
                             heard = time.monotonic()
                             conn.execute("SELECT 1")  # a dead connection raises here
@@ -126,28 +151,36 @@ class Listener(Hub):
             self._stop.wait(RECONNECT)
 
 
-def notify(using: str, streams: list[str], *, committed: bool = False) -> None:
+def ended(stored) -> bool:
+    """Did an append that stored the events ``stored`` end their run? (Then its
+    notification says so: :data:`ENDED`.)"""
+    return any(e.type == RUN_COMPLETED for e in stored)
+
+
+def notify(using: str, streams: list[str], *, committed: bool = False, ended: bool = False) -> None:
     """Tell the listeners of database ``using`` (PostgreSQL; elsewhere nothing) that
     ``streams`` moved, once the caller's transaction commits (never if it rolls back);
     ``committed``: the write has committed already, on a connection of its own (the
-    async store's), whatever transaction the calling thread is in. It only hands them
-    to the process's :class:`Notifier`: the append does not wait."""
+    async store's), whatever transaction the calling thread is in; ``ended``: the
+    write ended them (a run's completion, an erasure), and the waits for their end
+    are woken too. It only hands them to the process's :class:`Notifier`: the append
+    does not wait."""
     connection = connections[using]
     if connection.vendor != "postgresql" or not streams:
         return
     notifier = _notifier(using)
     if connection.in_atomic_block and not committed:
-        transaction.on_commit(lambda: notifier.add(streams), using=using)
+        transaction.on_commit(lambda: notifier.add(streams, ended=ended), using=using)
     else:
-        notifier.add(streams)
+        notifier.add(streams, ended=ended)
 
 
-def notify_committed(using: str, streams: list[str]) -> None:
+def notify_committed(using: str, streams: list[str], *, ended: bool = False) -> None:
     """:func:`notify` of a write committed already on PostgreSQL database ``using`` (the
     async store's appends): straight to the process's :class:`Notifier`, without
     looking up Django's connection (a thread-local lookup per append)."""
     if streams:
-        _notifier(using).add(streams)
+        _notifier(using).add(streams, ended=ended)
 
 
 class Notifier:
@@ -167,7 +200,7 @@ class Notifier:
         self._pid = 0
         self._params: dict | None = None
 
-    def add(self, streams: list[str]) -> None:
+    def add(self, streams: list[str], *, ended: bool = False) -> None:
         with self._lock:
             if self._pid != os.getpid():  # first use here (or a fork's child): start anew
                 self._pid, self._pending, self._running = os.getpid(), set(), False
@@ -175,6 +208,8 @@ class Notifier:
             if self._params is None:
                 self._params = connections[self.using].get_connection_params()
             self._pending.update(streams)
+            if ended:  # (and the plain ids: the event streams, and older listeners)
+                self._pending.update(ENDED + s for s in streams)
             if not self._running:
                 self._running = True
                 threading.Thread(target=self._run, args=(self._params,), daemon=True,
