@@ -123,7 +123,12 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
     registry = noop_registry()
     algo = ToolLoop(registry, max_turns=turns + 1)
     store = inprocess_store(row)
-    async with Engine(store=store, close_timeout=30) as engine:
+    hub = {}
+    if os.environ.get("AAA_BENCH_SITE_WAKEUPS"):  # --site-wakeups: build_engine()'s hub
+        from aaa_django.store import wakeups
+
+        hub = {"wakeups": wakeups.for_database("default" if row == "inprocess-sqlite" else "postgres")}
+    async with Engine(store=store, close_timeout=30, **hub) as engine:
         LLMHandler(FakeLLMClient(scripted(turns, latency))).attach(engine)
         ToolHandler(registry).attach(engine)
         warm = [await engine.start(algo, {"task": "warm-up"}) for _ in range(3)]
@@ -254,6 +259,10 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(ROWS), help=f"rows to run, of {','.join(ROWS)}")
     ap.add_argument("--celery-concurrency", type=int, default=2, help="worker processes (prefork -c)")
     ap.add_argument("--pool", type=int, default=10, help="LangGraph's PostgreSQL pool size")
+    ap.add_argument("--site-wakeups", action="store_true",
+                    help="in-process rows: the engine waits on the site's wake-ups hub, as "
+                         "build_engine()'s do (on PostgreSQL, the LISTENing connection's), "
+                         "not on a hub of its own")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -275,6 +284,7 @@ def main() -> None:
                    str(args.turns), "--latency", str(args.latency), "--celery-concurrency",
                    str(args.celery_concurrency), "--pool", str(args.pool)]
             env = {**os.environ, "AAA_BENCH_PG": json.dumps(pg), "AAA_BENCH_TMP": str(sub),
+                   **({"AAA_BENCH_SITE_WAKEUPS": "1"} if args.site_wakeups else {}),
                    "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if proc.returncode:
