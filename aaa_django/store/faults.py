@@ -16,7 +16,7 @@ of a library the process never loaded cannot be raised.
 from __future__ import annotations
 
 import sys
-from typing import TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 from aaa_django.events import InfrastructureError
 
@@ -34,6 +34,26 @@ _SQLITE_CONTENTION = ("SQLITE_BUSY", "SQLITE_LOCKED")
 #: S3 error codes worth retrying, whatever their HTTP status
 _S3_TRANSIENT = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
                            "RequestLimitExceeded", "InternalError", "ServiceUnavailable"})
+
+
+async def translated(call: Callable[[], Awaitable[Any]],
+                     fault_of: Callable[[BaseException], tuple[InfrastructureError | None, bool]],
+                     *, reads: bool) -> Any:
+    """``await call()`` with a store's driver errors translated at its boundary:
+    ``fault_of(exc)`` gives the core's error for ``exc`` (None: not the store's to
+    translate, raised as it is) and whether the connection was lost; a read, which
+    changes nothing, is tried once more after a lost connection. The async stores'
+    one error boundary (:mod:`aaa_django.store.postgres`, :mod:`aaa_django.store.sqlite`)."""
+    for last in (False, True):
+        try:
+            return await call()
+        except Exception as exc:
+            fault, lost = fault_of(exc)
+            if fault is None:
+                raise
+            if last or not (reads and lost):
+                raise fault from exc
+    raise AssertionError("unreachable")
 
 
 def translate(exc: BaseException, kind: type[F] = InfrastructureError,  # type: ignore[assignment]

@@ -45,7 +45,7 @@ from .database import (
     read_from_snapshot_sql,
     snapshot_writes,
 )
-from .faults import connection_lost, translate
+from .faults import connection_lost, translate, translated
 from .groupcommit import GroupCommit
 from .rows import INSERT_CHUNK, EventList, select, to_events
 from .runindex import index_events
@@ -63,21 +63,7 @@ def _translated(*, reads: bool) -> Callable[[Callable[..., Awaitable[Any]]], Cal
     def wrap(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         @wraps(fn)
         async def call(self: "PgEventStore", *args: Any, **kwargs: Any) -> Any:
-            try:
-                return await fn(self, *args, **kwargs)
-            except Exception as exc:
-                fault, lost = self._fault_of(exc)
-                if fault is None:
-                    raise
-                if not (reads and lost):
-                    raise fault from exc
-            try:
-                return await fn(self, *args, **kwargs)
-            except Exception as exc:
-                fault, _ = self._fault_of(exc)
-                if fault is None:
-                    raise
-                raise fault from exc
+            return await translated(lambda: fn(self, *args, **kwargs), self._fault_of, reads=reads)
 
         return call
 

@@ -67,7 +67,7 @@ from .database import (
     read_from_snapshot_sql,
     snapshot_writes,
 )
-from .faults import contention, translate
+from .faults import contention, translate, translated
 from .rows import SQLITE_CHUNK, EventList, closed_refusal, select, to_events
 
 __all__ = ["SqliteConnection", "SqliteEventStore", "close_all", "is_sqlite"]
@@ -359,16 +359,7 @@ class SqliteEventStore(DjangoEventStore):
         says; its database errors as :class:`StoreUnavailable` (a refused row's as
         they are), and ``reads``, which change nothing, tried once more on a new
         connection when the one they ran on was closed for a fault."""
-        for last in (False, True):
-            try:
-                return await self._on_connection(fn, *args)
-            except DatabaseDriverError as exc:
-                fault, lost = self._fault_of(exc)
-                if fault is None:
-                    raise
-                if last or not (reads and lost):
-                    raise fault from exc
-        raise AssertionError("unreachable")
+        return await translated(lambda: self._on_connection(fn, *args), self._fault_of, reads=reads)
 
     async def _on_connection(self, fn: Callable[..., Any], *args: Any) -> Any:
         db = self.db
