@@ -169,7 +169,10 @@ class GroupCommit:
         all), their results back to their steps. ``BEGIN`` goes with the first round,
         ``COMMIT`` with the round after which no append has another statement (one
         whose next statement is its last: an insert; the query of an append without a
-        hint has one after it): the common case is one round trip for the group."""
+        hint has one after it): the common case is one round trip for the group. When
+        a round that was not known to be the last turns out to be (every append that
+        asked ended after its query: absorbed, or refused by its own checks), the
+        ``COMMIT`` goes alone, one more round trip."""
         now = {id(item): _advance(item, steps[id(item)], None) for item in group}
         began = False
         try:
@@ -200,6 +203,13 @@ class GroupCommit:
                             item.stored = None
                     return
                 now = nxt
+            if began:
+                # The round's statements were the last after all: the appends that
+                # asked first ended after their query (absorbed, or refused by their
+                # own checks), so no round carried the COMMIT. Commit what the others
+                # wrote (without this they were rolled back and reported stored).
+                await conn.execute("COMMIT")
+                began = False
         finally:
             from psycopg.pq import TransactionStatus
 

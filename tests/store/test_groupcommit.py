@@ -126,3 +126,30 @@ def test_an_append_to_a_closed_run_in_a_group_fails_only_itself(store):
     assert isinstance(results[2], ClosedStreamError) and RUN_STARTED in str(results[2])
     assert [e.type for e in run(store.read("run-ended"))] == [RUN_STARTED, RUN_COMPLETED]
     assert run(store.read("run-erased")) == []
+
+
+@pytest.mark.parametrize("ends", ["refused", "absorbed"])
+def test_an_append_that_ends_after_its_query_leaves_the_groups_other_appends_committed(store, pg_alias, ends):
+    # run-a's append starts from this store's hint (its insert goes in the first round
+    # trip); run-b's has none and asks first, then ends with that answer: refused by
+    # its own check, or absorbed (its event stored already). No append of the group
+    # had a statement after that round, so the COMMIT was never sent: the transaction
+    # was rolled back and run-a's event reported stored (a result lost for good).
+    for stream in ("run-a", "run-b"):
+        run(store.append([started(stream)]))
+    again = run(store.append([ev("run-b", "b.first")]))
+    store._forget("run-b")  # (a hint not kept, or forgotten after another process's append)
+    late = store.append([ev("run-b", "b.late")], expected_seq=5) if ends == "refused" else store.append(again)
+
+    results = together(store.append([ev("run-a", "a.here")]), late)
+
+    assert (store.group.groups, store.group.grouped) == (1, 2)
+    assert [(e.type, e.seq) for e in results[0]] == [("a.here", 2)]
+    if ends == "refused":
+        assert isinstance(results[1], ConcurrencyError)
+    else:
+        assert results[1] == []
+    # committed: another store (its own connections) reads it, and the run's row has it
+    assert [e.type for e in run(PgEventStore(pg_alias).read("run-a"))] == [RUN_STARTED, "a.here"]
+    assert RunRecord.objects.using(pg_alias).get(run_id="run-a").last_seq == 2
+    assert [e.type for e in run(PgEventStore(pg_alias).read("run-b"))] == [RUN_STARTED, "b.first"]
