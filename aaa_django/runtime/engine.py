@@ -33,7 +33,15 @@ from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import groupby
-from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    TypeVar,
+)
 
 from aaa_django.data import (
     DEFAULT_HOT_FIELDS,
@@ -121,6 +129,14 @@ HYDRATED_KEPT = 256
 #: runs whose end this engine delivered, remembered (their ids) so that a delivery of
 #: one of them drops again what it read back (:meth:`Engine.delivered`)
 ENDED_KEPT = 1024
+#: runs whose ``aaa.run.completed`` this engine appended, kept: a wait for one of them
+#: (woken by that append) has its outcome without reading the run back
+COMPLETIONS_KEPT = 4096
+#: while the wake-ups hub hears every process's changes (``Wakeups.reliable``), the
+#: seconds between a wait's polls at the least: a poll is then only a safety net for a
+#: notification lost on its way (the event streams' heartbeat, ``api.stream``, is the
+#: same), not what ends the wait
+RELIABLE_POLL = 15.0
 
 
 def poll_intervals(first: float) -> Iterator[float]:
@@ -265,6 +281,8 @@ class Engine:
         self._delivery: contextvars.ContextVar[dict[str, _Delivering] | None] = \
             contextvars.ContextVar(f"aaa_delivery_{id(self):x}", default=None)
         self._ended: OrderedDict[str, None] = OrderedDict()
+        #: run id -> the ``aaa.run.completed`` this engine appended (``COMPLETIONS_KEPT``)
+        self._completions: OrderedDict[str, Event] = OrderedDict()
         self._closed = False
         #: what watches this engine's work (see :mod:`aaa_django.runtime.observe`)
         self.observers: list[Observer] = [check_observer(o) for o in observers]
@@ -510,6 +528,7 @@ class Engine:
                 await self._blob_call(self._namespaces.delete_namespace, run_id)
             self.forget(run_id)  # again: a read during the erase may have kept some of it
             self._ended.pop(run_id, None)  # (an import may write it again)
+            self._completions.pop(run_id, None)
             self._disarm(run_id)
         if self.blobs is not None:
             for ref in refs:
@@ -594,11 +613,14 @@ class Engine:
         :attr:`wakeups`, woken at once when this engine ends the run, when a bus that
         hears of other processes' ends does (:class:`~.bus.WatchesEnds`), and on the
         site's PostgreSQL when any process ends it (not at each append: the
-        subscription is ``ends_only``); it reads the run's end when woken,
-        and polls for an end no one announces, first after ``poll_interval``, then at
-        intervals doubling up to ``POLL_BACKOFF`` times it (:func:`poll_intervals`):
-        a poll is a read of the run, and a thousand runs waited on at once must not
-        read their logs a thousand times a second."""
+        subscription is ``ends_only``); it reads the run's end when woken (an end this
+        engine appended it has, without a read), and polls for an end no one
+        announces, first after ``poll_interval``, then at intervals doubling up to
+        ``POLL_BACKOFF`` times it (:func:`poll_intervals`): a poll is a read of the
+        run, and a thousand runs waited on at once must not read their logs a
+        thousand times a second. While the hub hears every process's changes
+        (``wakeups.reliable()``: the site's PostgreSQL listening), a poll is only a
+        safety net, at least ``RELIABLE_POLL`` apart."""
         if self._watch_ends is not None:
             self._watch_ends()
         # (ends_only: on PostgreSQL, the run's appends before its end wake no read)
@@ -610,6 +632,8 @@ class Engine:
                 outcome = await self.outcome(run_id)
                 if outcome is not None:
                     return outcome
+                if self.wakeups.reliable():
+                    interval = max(interval, RELIABLE_POLL)
                 await sub.until(interval)
             raise AssertionError("unreachable")  # (poll_intervals never ends)
 
@@ -724,6 +748,7 @@ class Engine:
             stored.extend(added)
         for e in stored:
             if e.type == RUN_COMPLETED:
+                self._completed(e)
                 self.wake(e.stream)
         if stored:
             await self.bus.publish(stored)
@@ -987,7 +1012,17 @@ class Engine:
         await self.append([Event(id=started_id(child), stream=child, type=RUN_STARTED,
                                  data=data, causation=event.id, tenant=event.tenant)])
 
+    def _completed(self, completion: Event) -> None:
+        completions = self._completions
+        completions.pop(completion.stream, None)
+        completions[completion.stream] = completion
+        if len(completions) > COMPLETIONS_KEPT:
+            completions.popitem(last=False)
+
     async def _completion_event(self, run_id: str) -> Event | None:
+        known = self._completions.get(run_id)
+        if known is not None:  # appended here: a run's end is final
+            return known
         meta = await self.meta(run_id, fresh=True)  # (waiters look for other processes' ends)
         if not meta.completed or not meta.completion_seq:
             return None

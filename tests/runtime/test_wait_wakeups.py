@@ -6,8 +6,13 @@ waiters too."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from aaa_django.events import FoldCache, InMemoryEventStore
 from aaa_django.runtime import Engine, InProcessBus
+from aaa_django.runtime.engine import RELIABLE_POLL
 from aaa_django.runtime.outcome import FAILED
 from aaa_django.runtime.wakeups import Hub
 
@@ -58,3 +63,74 @@ def test_an_end_the_engine_makes_wakes_the_hubs_other_waiters():
 
     arun(main())
     assert stream.wait(0) and not other.wait(0)
+
+
+class CountingStore(InMemoryEventStore):
+    """Counts the reads made of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def read(self, *args, **kwargs):
+        self.reads += 1
+        return await super().read(*args, **kwargs)
+
+
+def test_a_wait_for_a_run_this_engine_ended_reads_nothing():
+    # The engine appended the run's end: it has the outcome, and reads nothing back for
+    # a wait (a thousand runs waited on at once were a thousand reads and more).
+    store = CountingStore()
+
+    async def main():
+        async with engine(store) as e:
+            run = await e.start(Boom(), {}, run_id="run-b")
+            await e.drain()
+            before = store.reads
+            outcome = await run.result(timeout=10)
+            return outcome, store.reads - before
+
+    outcome, reads = arun(main())
+    assert outcome.outcome == FAILED
+    assert reads == 0
+
+
+class ReliableHub(Hub):
+    """A hub that hears every process's changes (as the site's PostgreSQL listener
+    does while it listens); it records how long each wait on it waits at most."""
+
+    def __init__(self, reliable: bool) -> None:
+        super().__init__()
+        self._reliable = reliable
+        self.waits: list[float] = []
+
+    def reliable(self) -> bool:
+        return self._reliable
+
+    def subscribe(self, stream, loop=None, *, ends_only=False):
+        sub = super().subscribe(stream, loop, ends_only=ends_only)
+        until = sub.until
+
+        async def recorded(timeout):
+            self.waits.append(timeout)
+            return await until(min(timeout, 0.01))  # (the test's own short wait)
+
+        sub.until = recorded
+        return sub
+
+
+@pytest.mark.parametrize("reliable", [True, False])
+def test_while_the_hub_hears_everything_a_wait_polls_only_as_a_safety_net(reliable):
+    hub = ReliableHub(reliable)
+
+    async def main():
+        async with engine(InMemoryEventStore(), wakeups=hub, poll_interval=0.5) as e:
+            with pytest.raises(asyncio.TimeoutError):  # a run no one ends
+                await e.wait("run-never", timeout=0.2)
+
+    arun(main())
+    assert hub.waits
+    if reliable:
+        assert min(hub.waits) >= RELIABLE_POLL
+    else:
+        assert hub.waits[:3] == [0.5, 1.0, 2.0]
