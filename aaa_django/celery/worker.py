@@ -60,6 +60,7 @@ from aaa_django.runtime.event_types import (
     TOOL_REQUESTED,
 )
 from aaa_django.runtime.retry import Redelivery, transient
+from aaa_django.runtime.turns import for_delivery
 from aaa_django.site.engines import attach_site_handlers, build_engine
 from aaa_django.store.database import _outside_loop
 from aaa_django.store.faults import translate
@@ -263,9 +264,10 @@ class WorkerRuntime:
                 or queue_for(event.type, cluster_bus(engine).queues) not in self.local_queues):
             return False
         # A context of its own: not the publishing delivery's (its tail state, its
-        # record of what it published).
+        # record of what it published); its turn queues with the stamp of the work
+        # that caused it (aaa_django.runtime.turns).
         self._track(self._carry(engine, event.stream, event.seq, event.id, event=event),
-                    context=contextvars.Context())
+                    context=for_delivery(contextvars.Context()))
         self.taken += 1
         return True
 
@@ -666,24 +668,25 @@ async def _step(engine: Engine, stream: str, seq: int, event_id: str, loaded: as
     to date, which the step needs anyway; then the run's step (:meth:`Engine.step`:
     guarded by that view, tried again when the log moved on) and the handlers
     (``calling()`` first when they make a model or tool call: :data:`HANDED_OFF`)."""
-    try:
-        if not synced:
-            engine.tail.stale(stream)
-        found = await engine.store.read(stream, after=seq - 1, limit=1)
-        event = found[0] if found and found[0].id == event_id else None
-        loaded.set_result(event)
-        if event is None:
-            return None
-        event = await engine.hydrate(event)
-    finally:
-        if not loaded.done():
-            loaded.set_result(None)
-    with engine.observing(event):  # log lines carry the event; observers watch it
-        await engine.step(event, synced=True)
-        if calling is not None and event.type in HANDED_OFF:
-            calling()
-        await engine.dispatch(event)
-    return event
+    async with engine.turns.turn():  # (aaa_django.runtime.turns: the oldest work first)
+        try:
+            if not synced:
+                engine.tail.stale(stream)
+            found = await engine.store.read(stream, after=seq - 1, limit=1)
+            event = found[0] if found and found[0].id == event_id else None
+            loaded.set_result(event)
+            if event is None:
+                return None
+            event = await engine.hydrate(event)
+        finally:
+            if not loaded.done():
+                loaded.set_result(None)
+        with engine.observing(event):  # log lines carry the event; observers watch it
+            await engine.step(event, synced=True)
+            if calling is not None and event.type in HANDED_OFF:
+                calling()
+            await engine.dispatch(event)
+        return event
 
 
 async def _guard_slow(engine: Engine, stream: str, loaded: asyncio.Future, work: asyncio.Future,

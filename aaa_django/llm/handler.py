@@ -90,7 +90,8 @@ class LLMHandler:
         try:
             call = (self.client.complete(request) if self.streaming is None
                     else self.streaming.stream(request, self._publisher(event)))
-            response = await (asyncio.wait_for(call, self.timeout) if self.timeout else call)
+            async with engine.waiting():  # other runs' work goes on meanwhile
+                response = await (asyncio.wait_for(call, self.timeout) if self.timeout else call)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -33,6 +33,7 @@ from aaa_django.events import Event
 
 from .engine_api import EngineAPI
 from .retry import Redelivery, transient
+from .turns import for_delivery
 
 log = logging.getLogger("aaa_django.runtime")
 
@@ -177,7 +178,9 @@ class InProcessBus:
         self._spawn(coro)
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
+        # A delivery of its own: it takes its own turn, queued by the stamp of the
+        # work that caused it (see aaa_django.runtime.turns).
+        task = asyncio.get_running_loop().create_task(coro, context=for_delivery())
         self._tasks.add(task)
         task.add_done_callback(self._done)
 

@@ -35,6 +35,7 @@ from datetime import datetime
 from itertools import groupby
 from typing import (
     Any,
+    AsyncContextManager,
     Awaitable,
     Callable,
     Iterable,
@@ -97,6 +98,7 @@ from .observe import Observer, around, check_observer, notify_appended
 from .outcome import BUDGET_EXCEEDED, CANCELLED, FAILED, INVALID_INPUT, TIMEOUT, Outcome
 from .retry import failure, transient
 from .run import Run
+from .turns import Turns
 from .validation import ValidationHandler
 from .view import HydratedView
 from .wakeups import Hub, Wakeups
@@ -228,6 +230,7 @@ class Engine:
         poll_interval: float = 0.5,
         observers: Iterable[Observer] = (),
         wakeups: Wakeups | None = None,
+        turns: Turns | None = None,
     ) -> None:
         store = store if store is not None else InMemoryEventStore()
         if not isinstance(store, Tail):
@@ -265,6 +268,8 @@ class Engine:
         #: what wakes this engine's waits (``wait``) when a run moves: its own hub
         #: unless given the process's (:mod:`aaa_django.runtime.wakeups`)
         self.wakeups: Wakeups = wakeups if wakeups is not None else Hub()
+        #: which deliveries run now, the oldest work first (:mod:`aaa_django.runtime.turns`)
+        self.turns: Turns = turns if turns is not None else Turns()
         #: run id -> (due time, loop timer): on a bus without durable timers only
         self._timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}
         self._keeps_timers = not isinstance(self.bus, DurableTimers)
@@ -785,17 +790,26 @@ class Engine:
         if self._closed:
             return
         try:
-            with self.tail.delivery(), self.observing(event), self.delivering(event.stream):
-                # An event this engine appended (or read) is in its tail: the run's view
-                # is current without a read (the step's guard catches another process's
-                # write).
-                synced = self.tail.holds(event)
-                if is_claimed(event.data):
-                    event = await self.hydrate(event)
-                await self.step(event, synced=synced)
-                await self.dispatch(event)
+            async with self.turns.turn():
+                with self.tail.delivery(), self.observing(event), self.delivering(event.stream):
+                    # An event this engine appended (or read) is in its tail: the run's
+                    # view is current without a read (the step's guard catches another
+                    # process's write).
+                    synced = self.tail.holds(event)
+                    if is_claimed(event.data):
+                        event = await self.hydrate(event)
+                    await self.step(event, synced=synced)
+                    await self.dispatch(event)
         finally:
             self.delivered(event.stream)
+
+    def waiting(self) -> AsyncContextManager[None]:
+        """``async with engine.waiting():`` around a handler's wait on something
+        outside (a model, a tool, a person): the delivery's turn goes to other runs'
+        work meanwhile, and what follows the wait queues by when it ended
+        (:mod:`aaa_django.runtime.turns`). A wait not wrapped keeps the turn for
+        ``turns.hold`` seconds at most: slower, never stuck."""
+        return self.turns.waiting()
 
     async def step(self, event: Event, *, synced: bool = False) -> None:
         """The run's step for ``event`` (:meth:`react`), under the bus's serialisation

@@ -190,8 +190,10 @@ class ToolHandler:
             # process. The call's lease makes a duplicate wait for it, then find its
             # result; an intent without a result is "uncertain" only once its holder
             # is gone (its lease expired), never while the call still runs.
-            async with self._leases.exclusive(request.derive(TOOL_STARTED).id):
-                engine = self._engine()
+            engine = self._engine()
+            async with contextlib.AsyncExitStack() as held:
+                async with engine.waiting():  # perhaps on another process's call
+                    await held.enter_async_context(self._leases.exclusive(request.derive(TOOL_STARTED).id))
                 engine.tail.stale(request.stream)  # what the holder wrote meanwhile
                 done = await self._progress(request)
                 if result_id(request.id) not in done:
@@ -231,7 +233,8 @@ class ToolHandler:
         running = self._running.setdefault(request.stream, {})
         running[request.id] = task
         try:
-            await asyncio.wait({task})
+            async with engine.waiting():  # (its pool, then the call) other runs' work goes on
+                await asyncio.wait({task})
         except asyncio.CancelledError:  # the delivery itself is cancelled (shutdown)
             task.cancel()
             raise
