@@ -20,11 +20,10 @@ only the bound on connections in use is per loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import threading
 import weakref
-from typing import Any, AsyncIterator
+from typing import Any
 
 from django.db import connections
 
@@ -72,18 +71,10 @@ class PgConnections:
                 found = _BY_ALIAS[using] = cls(using)
             return found
 
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[Any]:
-        """A connection for one call (autocommit), back to the idle ones after it
-        unless the call left it broken or inside a transaction."""
-        async with self._slot():
-            conn = self._take()
-            if conn is None:
-                conn = await self._open()
-            try:
-                yield conn
-            finally:
-                self._give(conn)
+    def connection(self) -> "_Lease":
+        """``async with``: a connection for one call (autocommit), back to the idle
+        ones after it unless the call left it broken or inside a transaction."""
+        return _Lease(self)
 
     def _slot(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
@@ -109,7 +100,7 @@ class PgConnections:
     def _give(self, conn: Any) -> None:
         from psycopg.pq import TransactionStatus
 
-        if conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
+        if conn.closed or conn.pgconn.transaction_status != TransactionStatus.IDLE:
             # Broken, cancelled mid-call, or left in a transaction: never reused.
             # (Closing it is a local call: libpq's PQfinish.)
             conn.pgconn.finish()
@@ -159,3 +150,33 @@ async def close_all() -> None:
         every = list(_BY_ALIAS.values())
     for conns in every:
         await conns.close()
+
+
+class _Lease:
+    """:meth:`PgConnections.connection`'s context manager (a class: every store call
+    enters one, and a generator's context manager cost several times as much)."""
+
+    __slots__ = ("conns", "slot", "conn")
+
+    def __init__(self, conns: PgConnections) -> None:
+        self.conns = conns
+
+    async def __aenter__(self) -> Any:
+        conns = self.conns
+        slot = self.slot = conns._slot()
+        await slot.acquire()
+        try:
+            conn = conns._take()
+            if conn is None:
+                conn = await conns._open()
+        except BaseException:
+            slot.release()
+            raise
+        self.conn = conn
+        return conn
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            self.conns._give(self.conn)
+        finally:
+            self.slot.release()
