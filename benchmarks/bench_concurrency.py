@@ -10,9 +10,13 @@ Every run is a ToolLoop of T model calls (a no-op tool call after each but the l
 the model is scripted and its reply comes after ``asyncio.sleep(L)``: a run waits
 T x L at the least, and that is the ideal wall time of N such runs started together
 (they wait at the same time). Printed per row: the wall time from the first start to
-the last result, the ideal T x L, their ratio, and the memory per in-flight run (the
-peak resident memory of the processes doing the work during the load, less what they
-held before it, over N).
+the last result, the ideal T x L, their ratio, each run's own wall time (its start to
+its result) over the ideal, median and 90th percentile (what one user of the load
+feels), and the memory per in-flight run (the peak resident memory of the processes
+doing the work during the load, less what they held before it, over N); for the
+in-process rows, the garbage collector's time during the load (``--gc off`` or
+``freeze`` to see what it costs) and ``--width`` for the engine's turns
+(``aaa_django.runtime.turns``).
 
 Rows (each in a process of its own, on the same durable databases, in one run):
 
@@ -53,10 +57,20 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from common import PG_DB, ROOT, cpu_seconds, descendants, postgres, rss, setup_django, table, workdir  # noqa: E402
+from common import (  # noqa: E402
+    PG_DB,
+    ROOT,
+    cpu_seconds,
+    descendants,
+    postgres,
+    rss,
+    setup_django,
+    table,
+    workdir,
+)
 
 ROWS = ["inprocess-sqlite", "inprocess-pg-django", "inprocess-pg-nogroup", "inprocess-pg", "celery",
-        "langgraph"]
+        "langgraph", "inprocess-memory"]
 
 
 class PeakRSS:
@@ -105,6 +119,10 @@ def inprocess_store(row: str):
     from aaa_django.store import DjangoEventStore
     from aaa_django.store.postgres import PgEventStore, site_store
 
+    if row == "inprocess-memory":  # no database: the engine's own work
+        from aaa_django.events import InMemoryEventStore
+
+        return InMemoryEventStore()
     if row == "inprocess-pg-django":
         return DjangoEventStore("postgres")
     if row == "inprocess-pg-nogroup":
@@ -124,10 +142,14 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
     algo = ToolLoop(registry, max_turns=turns + 1)
     store = inprocess_store(row)
     hub = {}
-    if os.environ.get("AAA_BENCH_SITE_WAKEUPS"):  # --site-wakeups: build_engine()'s hub
+    if os.environ.get("AAA_BENCH_SITE_WAKEUPS"):  # (not --own-hub) build_engine()'s hub
         from aaa_django.store import wakeups
 
         hub = {"wakeups": wakeups.for_database("default" if row == "inprocess-sqlite" else "postgres")}
+    if os.environ.get("AAA_BENCH_WIDTH"):  # --width: deliveries running at once
+        from aaa_django.runtime.turns import Turns
+
+        hub["turns"] = Turns(int(os.environ["AAA_BENCH_WIDTH"]))
     async with Engine(store=store, close_timeout=30, **hub) as engine:
         LLMHandler(FakeLLMClient(scripted(turns, latency))).attach(engine)
         ToolHandler(registry).attach(engine)
@@ -136,18 +158,81 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
             await run.result()
         await engine.drain()
         gc.collect()
+        if os.environ.get("AAA_BENCH_GC") == "freeze":  # --gc: what the collector costs
+            gc.freeze()
+        elif os.environ.get("AAA_BENCH_GC") == "off":
+            gc.disable()
+        if os.environ.get("AAA_BENCH_GC_THRESHOLD"):  # --gc-threshold
+            gc.set_threshold(*map(int, os.environ["AAA_BENCH_GC_THRESHOLD"].split(",")))
+        # the collector's passes during the load, by generation: [count, seconds, collected]
+        gcstats = {0: [0, 0.0, 0], 1: [0, 0.0, 0], 2: [0, 0.0, 0]}
+        gcstart = [0.0]
+
+        def gcwatch(phase, info):
+            if phase == "start":
+                gcstart[0] = time.perf_counter()
+            else:
+                st = gcstats[info["generation"]]
+                st[0] += 1
+                st[1] += time.perf_counter() - gcstart[0]
+                st[2] += info["collected"]
+
+        gc.callbacks.append(gcwatch)
+
+        async def one(i: int):
+            t = time.perf_counter()
+            run = await engine.start(algo, {"task": f"run {i}"})
+            return await run.result(), time.perf_counter() - t, run.run_id
+
         with PeakRSS(lambda: [os.getpid()]) as mem:
             t0, c0 = time.perf_counter(), time.process_time()
-            started = await asyncio.gather(*(engine.start(algo, {"task": f"run {i}"}) for i in range(runs)))
-            outcomes = await asyncio.gather(*(r.result() for r in started))
+            done = await asyncio.gather(*(one(i) for i in range(runs)))
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        assert {o.outcome for o in outcomes} == {"success"}, outcomes
+        assert {o.outcome for o, *_ in done} == {"success"}, done
+    gc.callbacks.remove(gcwatch)
     out = {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": 1,
-           "store": repr(store)}
+           "store": repr(store), "runs": [t for _, t, _ in done], "gc": gcstats}
+    if os.environ.get("AAA_BENCH_LAGS"):
+        out["lags"] = await lags(engine.store, [r for _, _, r in done])
     group = getattr(store, "group", None)
     if group is not None:  # group commit: transactions of several appends, and their appends
         out["groups"], out["grouped"], out["rolled_back"] = group.groups, group.grouped, group.rolled_back
         out["connections"] = store.pg.opened
+    return out
+
+
+async def lags(store, run_ids: list[str]) -> dict:
+    """Where the runs' time went, from their logs (each event's time is when the engine
+    made it): for each stretch between two events, its median, 90th percentile and
+    largest over the runs, in ms. ``model k`` is the k-th model call (request to
+    result; the model's own latency included), ``turn k`` the work between the k-th
+    result and the next request (the step, the tool call, the next step)."""
+    from aaa_django.runtime.event_types import (
+        LLM_COMPLETED,
+        LLM_REQUESTED,
+        RUN_COMPLETED,
+        RUN_STARTED,
+    )
+
+    def at(events, type: str) -> list:
+        return [e.time for e in events if e.type == type]
+
+    stretches: dict[str, list[float]] = {}
+    for run_id in run_ids:
+        events = await store.read(run_id)
+        asked, answered = at(events, LLM_REQUESTED), at(events, LLM_COMPLETED)
+        marks = [("start", at(events, RUN_STARTED)[0], asked[0])]
+        for k, (a, b) in enumerate(zip(asked, answered)):
+            marks.append((f"model {k + 1}", a, b))
+            if k + 1 < len(asked):
+                marks.append((f"turn {k + 1}", b, asked[k + 1]))
+        marks.append(("end", answered[-1], at(events, RUN_COMPLETED)[0]))
+        for name, a, b in marks:
+            stretches.setdefault(name, []).append((b - a).total_seconds() * 1000)
+    out = {}
+    for name, values in stretches.items():
+        values.sort()
+        out[name] = [values[len(values) // 2], values[len(values) * 9 // 10], values[-1]]
     return out
 
 
@@ -166,20 +251,22 @@ async def langgraph(pg: dict, runs: int, turns: int, latency: float, pool_size: 
         app = langgraph_app(turns, saver, latency)
         warm = langgraph_app(turns, saver)
 
-        async def one(graph, i: int) -> str:
+        async def one(graph, i: int) -> tuple[str, float]:
+            t = time.perf_counter()
             out = await graph.ainvoke({"messages": [HumanMessage(f"run {i}")]}, lg_config(turns),
                                       durability="sync")
-            return out["messages"][-1].content
+            return out["messages"][-1].content, time.perf_counter() - t
 
         for i in range(3):
             await one(warm, i)
         gc.collect()
         with PeakRSS(lambda: [os.getpid()]) as mem:
             t0, c0 = time.perf_counter(), time.process_time()
-            answers = await asyncio.gather(*(one(app, i) for i in range(runs)))
+            done = await asyncio.gather(*(one(app, i) for i in range(runs)))
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        assert set(answers) == {"done"}, answers
-    return {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": 1}
+        assert {a for a, _ in done} == {"done"}, done
+    return {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": 1,
+            "runs": [t for _, t in done]}
 
 
 def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int, tmp: Path) -> dict:
@@ -224,15 +311,20 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
                     task = script(turns, latency)
                     workers_then = pids()
                     c0 = cpu_seconds(workers_then)
+                    async def one():
+                        t = time.perf_counter()
+                        run = await engine.start(algo, {"task": task})
+                        return await run.result(timeout=3600), time.perf_counter() - t
+
                     with PeakRSS(pids, every=0.1) as mem:
                         t0 = time.perf_counter()
-                        started = await asyncio.gather(*(engine.start(algo, {"task": task}) for _ in range(runs)))
-                        outcomes = await asyncio.gather(*(r.result(timeout=3600) for r in started))
+                        done = await asyncio.gather(*(one() for _ in range(runs)))
                         wall = time.perf_counter() - t0
                     # the workers' CPU for the 200 runs (the same processes: prefork keeps its children)
                     cpu = cpu_seconds(workers_then) - c0
-                    assert {o.outcome for o in outcomes} == {"success"}, outcomes
-                    return {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": len(pids())}
+                    assert {o.outcome for o, _ in done} == {"success"}, done
+                    return {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": len(pids()),
+                            "runs": [t for _, t in done]}
 
             return async_to_sync(drive)()
 
@@ -247,7 +339,14 @@ def child(args) -> None:
         out = asyncio.run(langgraph(pg, args.runs, args.turns, args.latency, args.pool))
     else:
         setup_django(tmp, pg)
-        out = asyncio.run(inprocess(args.child, args.runs, args.turns, args.latency))
+        if os.environ.get("AAA_BENCH_PROFILE"):  # a deterministic profile of the row, to a file
+            import cProfile
+
+            with cProfile.Profile() as prof:
+                out = asyncio.run(inprocess(args.child, args.runs, args.turns, args.latency))
+            prof.dump_stats(os.environ["AAA_BENCH_PROFILE"])
+        else:
+            out = asyncio.run(inprocess(args.child, args.runs, args.turns, args.latency))
     print(json.dumps(out))
 
 
@@ -259,10 +358,22 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(ROWS), help=f"rows to run, of {','.join(ROWS)}")
     ap.add_argument("--celery-concurrency", type=int, default=2, help="worker processes (prefork -c)")
     ap.add_argument("--pool", type=int, default=10, help="LangGraph's PostgreSQL pool size")
-    ap.add_argument("--site-wakeups", action="store_true",
-                    help="in-process rows: the engine waits on the site's wake-ups hub, as "
-                         "build_engine()'s do (on PostgreSQL, the LISTENing connection's), "
-                         "not on a hub of its own")
+    ap.add_argument("--own-hub", action="store_true",
+                    help="in-process rows: the engine waits on a wake-ups hub of its own (as an "
+                         "Engine built by hand does), not on the site's, which build_engine() "
+                         "gives (on PostgreSQL, the LISTENing connection's; the default)")
+    ap.add_argument("--site-wakeups", action="store_true", help=argparse.SUPPRESS)  # (the default now)
+    ap.add_argument("--width", type=int, help="in-process rows: the engine's turns' width "
+                    "(deliveries running at once; default aaa_django.runtime.turns.WIDTH)")
+    ap.add_argument("--gc", choices=["default", "freeze", "off"], default="default",
+                    help="in-process rows: the garbage collector as it is, gc.freeze() after the "
+                         "warm-up, or off during the load (to see what it costs)")
+    ap.add_argument("--gc-threshold", metavar="G0,G1,G2",
+                    help="in-process rows: gc.set_threshold(G0, G1, G2) for the load, as a site "
+                         "that carries many runs in one process may (README: many runs in one "
+                         "process)")
+    ap.add_argument("--lags", action="store_true",
+                    help="in-process rows: where the runs' time went, stretch by stretch, from their logs")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -284,14 +395,19 @@ def main() -> None:
                    str(args.turns), "--latency", str(args.latency), "--celery-concurrency",
                    str(args.celery_concurrency), "--pool", str(args.pool)]
             env = {**os.environ, "AAA_BENCH_PG": json.dumps(pg), "AAA_BENCH_TMP": str(sub),
-                   **({"AAA_BENCH_SITE_WAKEUPS": "1"} if args.site_wakeups else {}),
+                   **({} if args.own_hub else {"AAA_BENCH_SITE_WAKEUPS": "1"}),
+                   **({"AAA_BENCH_WIDTH": str(args.width)} if args.width else {}),
+                   "AAA_BENCH_GC": args.gc,
+                   **({"AAA_BENCH_LAGS": "1"} if args.lags else {}),
+                   **({"AAA_BENCH_GC_THRESHOLD": args.gc_threshold} if args.gc_threshold else {}),
                    "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if proc.returncode:
                 print(f"# {row} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", file=sys.stderr)
                 continue
             results[row] = json.loads(proc.stdout.strip().splitlines()[-1])
-            print(f"# {row}: {results[row]}", flush=True)
+            print(f"# {row}: { {k: v for k, v in results[row].items() if k not in ('runs', 'lags')} }",
+                  flush=True)
     print(f"\n# bench_concurrency: Python {platform.python_version()}, {os.cpu_count()} CPUs; "
           f"{args.runs} runs x {args.turns} turns x {args.latency:g} s model latency, started "
           f"together; durable PostgreSQL 15 and SQLite")
@@ -301,16 +417,28 @@ def main() -> None:
         "inprocess-pg-django": "in-process bus, PostgreSQL, Django store (before)",
         "inprocess-pg-nogroup": "in-process bus, PostgreSQL, async store, no group commit",
         "inprocess-pg": "in-process bus, PostgreSQL (async store, group commit)",
+        "inprocess-memory": "in-process bus, the memory store (no database: the engine's own work)",
         "celery": f"Celery, one worker -c {args.celery_concurrency} (prefork), PostgreSQL",
         "langgraph": f"LangGraph, AsyncPostgresSaver (pool {args.pool}), durability=sync",
     }
     for row, r in results.items():
+        each = sorted(r["runs"])
         out.append([labels[row], f"{r['wall']:.2f} s", f"{ideal:g} s", f"{r['wall'] / ideal:.2f}x",
+                    f"{each[len(each) // 2] / ideal:.2f}x / {each[len(each) * 9 // 10] / ideal:.2f}x",
                     f"{r['memory'] / args.runs / 1024:.0f} KB", str(r["processes"]),
                     f"{r['cpu']:.1f} s" if "cpu" in r else ""])
-    print(table(["row", "wall", "T x L", "wall / ideal", "memory per in-flight run", "processes",
-                 "process CPU"], out))
+    print(table(["row", "wall", "T x L", "wall / ideal", "a run / ideal (p50 / p90)",
+                 "memory per in-flight run", "processes", "process CPU"], out))
     for row, r in results.items():
+        if "gc" in r:
+            g = {int(k): v for k, v in r["gc"].items()}  # generation -> [passes, seconds, collected]
+            print(f"# {labels[row]}: the garbage collector {sum(v[1] for v in g.values()):.2f} s "
+                  f"during the load; {g[2][0]} full collections, {g[2][1]:.2f} s (--gc {args.gc}"
+                  f"{', --gc-threshold ' + args.gc_threshold if args.gc_threshold else ''})")
+        if "lags" in r:
+            print(f"# {labels[row]}: where a run's time went (ms: median / p90 / max over the runs):")
+            for name, (p50, p90, most) in r["lags"].items():
+                print(f"#   {name:8s} {p50:8.1f} {p90:8.1f} {most:8.1f}")
         if "groups" in r:
             print(f"# {labels[row]}: {r['grouped']} appends in {r['groups']} group commits "
                   f"(the others alone; {r['rolled_back']} groups rolled back and made again "
