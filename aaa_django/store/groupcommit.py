@@ -179,17 +179,26 @@ class GroupCommit:
             while any(step is not None for step in now.values()):
                 last = all(step is None or step[0] is not QUERY for step in now.values())
                 cursors = {}
+                refused: Exception | None = None
                 async with conn.pipeline():
-                    if not began:
-                        await conn.execute("BEGIN")
-                        began = True
-                    for key, step in now.items():
-                        if step is not None:
-                            cur = cursors[key] = conn.cursor()
-                            await cur.execute(*step)
-                    if last:
-                        await conn.execute("COMMIT")
-                        began = False
+                    # A statement refused in the pipeline surfaces in a later execute;
+                    # kept until the pipeline is left (which raises it too), so that
+                    # psycopg does not log "error ignored terminating" the pipeline.
+                    try:
+                        if not began:
+                            await conn.execute("BEGIN")
+                            began = True
+                        for key, step in now.items():
+                            if step is not None:
+                                cur = cursors[key] = conn.cursor()
+                                await cur.execute(*step)
+                        if last:
+                            await conn.execute("COMMIT")
+                            began = False
+                    except Exception as exc:
+                        refused = exc
+                if refused is not None:
+                    raise refused
                 nxt = {}
                 for item in group:
                     cur = cursors.get(id(item))
