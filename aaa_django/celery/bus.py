@@ -61,7 +61,7 @@ from django.db import transaction
 from django.utils.module_loading import import_string
 
 from aaa_django.conf import aaa_settings
-from aaa_django.events import Event, EventStore
+from aaa_django.events import Event, EventList, EventStore
 from aaa_django.events.tail import TailCachedStore
 from aaa_django.runtime import logcontext
 from aaa_django.runtime.engine_api import EngineAPI
@@ -270,7 +270,10 @@ class DistributedBus:
     # -- publishing -------------------------------------------------------------------------
 
     async def publish(self, events: Iterable[Event]) -> None:
-        """Enqueue a delivery of each event once its transaction commits."""
+        """Enqueue a delivery of each event once its transaction commits (events the
+        engine says are committed, an :class:`~aaa_django.events.EventList`'s
+        ``committed``: at once)."""
+        committed = isinstance(events, EventList) and events.committed
         events = list(events)
         if self.closed or not events:
             return
@@ -288,11 +291,14 @@ class DistributedBus:
             # A broker round trip inline is cheaper than a thread hop. A failure raises:
             # the delivery is retried, and its retry enqueues what this one could not.
             self._send(messages, ended, swallow=False)
-        elif self.spec[0] == "django":
+        elif self.spec[0] == "django" and not committed:
             # on_commit must be called in the thread that owns the store's connection
-            # (and transaction): the thread-sensitive executor the store runs in.
+            # (and transaction): the thread-sensitive executor the store runs in. (One
+            # thread for the whole process: 200 runs started at once queued on it.)
             await sync_to_async(self._on_commit, thread_sensitive=True)(messages, ended)
         else:
+            # Committed already (the site's store commits every append it awaits):
+            # sent from any thread of the loop's executor, several at once.
             await asyncio.to_thread(self._send, messages, ended)
 
     def _args(self, event: Event, batch: list[Event]) -> list[Any]:

@@ -59,6 +59,7 @@ from aaa_django.events import (
     ConcurrencyError,
     ErasesMany,
     Event,
+    EventList,
     EventStore,
     FoldCache,
     InfrastructureError,
@@ -728,9 +729,12 @@ class Engine:
         Events already in the store (same id) are absorbed and not published again.
         Nothing is appended after a run's ``aaa.run.completed``, nor to a run that was
         erased or never started: the store refuses it (``ClosedStreamError``), and the
-        refused events are dropped here (a late result of an ended run).
+        refused events are dropped here (a late result of an ended run). The bus is
+        given them as an :class:`~aaa_django.events.EventList` that says whether they
+        are all committed (not, when appended inside a caller's transaction: the
+        Celery bus then enqueues them at its commit).
         """
-        stored: list[Event] = []
+        stored = EventList()
         for stream, group in groupby(events, key=lambda e: e.stream):
             batch = _through_completion(group)
             if self.blobs is not None:
@@ -750,6 +754,8 @@ class Engine:
                 self._track_due(added)
             if added and self.observers:
                 await notify_appended(self.observers, added)
+            if isinstance(added, EventList) and not added.committed:
+                stored.committed = False
             stored.extend(added)
         for e in stored:
             if e.type == RUN_COMPLETED:

@@ -449,3 +449,33 @@ def test_an_algorithm_is_not_stepped_for_the_events_it_ignores(monkeypatch):
     assert stepped == [e.type for e in events if e.type not in ToolLoop.ignores
                        and e.type not in ("aaa.run.started", "aaa.run.completed")]
     assert "aaa.llm.requested" not in stepped and "aaa.llm.completed" in stepped
+
+
+def test_the_bus_is_told_whether_what_it_publishes_is_committed():
+    """A store's result inside a caller's transaction (``EventList.committed`` False)
+    reaches the bus as such (the Celery bus enqueues it at the commit); any other
+    result is committed (the Celery bus sends it at once)."""
+    from aaa_django.events import EventList, InMemoryEventStore
+    from aaa_django.runtime import InProcessBus
+
+    published: dict[str, set[bool]] = {}
+
+    class Recording(InProcessBus):
+        async def publish(self, events):
+            name = type(self.engine.store.inner).__name__
+            published.setdefault(name, set()).add(isinstance(events, EventList) and events.committed)
+            await super().publish(events)
+
+    class InATransaction(InMemoryEventStore):
+        async def append(self, events, **kwargs):
+            stored = EventList(await super().append(events, **kwargs))
+            stored.committed = False
+            return stored
+
+    async def main():
+        for store in (InMemoryEventStore(), InATransaction()):
+            async with Engine(store=store, bus=Recording(), cache=FoldCache(), validate=False) as engine:
+                await engine.append([Event.new("run-c", "aaa.run.started", {"algorithm": "x", "input": {}})])
+
+    arun(main())
+    assert published == {"InMemoryEventStore": {True}, "InATransaction": {False}}
