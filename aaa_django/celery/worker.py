@@ -76,13 +76,16 @@ log = logging.getLogger("aaa_django.bus")
 TOOL_WORK = frozenset({TOOL_REQUESTED, *APPROVAL_DECISIONS})
 #: events that set a timer (a deadline, an approval's expiry)
 TIMED = frozenset({RUN_STARTED, APPROVAL_REQUESTED})
-#: events whose handlers wait (a model call, a tool call): once the run's step is done
-#: their delivery is handed off, and its task returns (the message is acknowledged)
-#: while the call goes on on the worker's loop. What makes that safe: the request is
-#: durable before the call starts, its result has a deterministic id (a second one is
-#: absorbed), a call past SLOW_DELIVERY holds its run's busy lease (renewed while
-#: held), and the sweeper re-drives a run that no live process holds
-HANDED_OFF = frozenset({LLM_REQUESTED, TOOL_REQUESTED, *APPROVAL_DECISIONS})
+#: events whose handlers wait (a model call, a tool call), and a run's start (its input's
+#: validation): once the run's step is done their delivery is handed off, and its task
+#: returns (the message is acknowledged) while the handlers go on on the worker's loop.
+#: What makes that safe: the request is durable before the call starts, its result has
+#: a deterministic id (a second one is absorbed), a call past SLOW_DELIVERY holds its
+#: run's busy lease (renewed while held), and the sweeper re-drives a run that no live
+#: process holds. (A run's start: a burst of starts went through each pool slot one
+#: validation's commit at a time, 200 runs started at once 0.5-0.6 s on -c 2;
+#: benchmarks/README.md, issue 15.)
+HANDED_OFF = frozenset({RUN_STARTED, LLM_REQUESTED, TOOL_REQUESTED, *APPROVAL_DECISIONS})
 #: a model or tool call still running after this many seconds takes its run's busy
 #: lease (and, for tool work, starts listening for its run's end); quicker ones never
 #: touch Redis for it
@@ -354,6 +357,7 @@ class WorkerRuntime:
     async def _drain(self, seconds: float) -> Drain:
         started = set(self.in_flight)
         if started:
+            log.warning("worker shutdown: waiting up to %g s for %d deliveries in flight", seconds, len(started))
             await asyncio.wait(started, timeout=seconds)
         left = len(self.in_flight)
         released = await self.leases.give_up()

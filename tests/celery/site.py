@@ -43,12 +43,13 @@ def _redis():
 
 
 def script(turns: int, tool: str = "noop", args: dict | None = None, parallel: int = 1,
-           latency: float = 0.0) -> str:
+           latency: float = 0.0, hold: str | None = None) -> str:
     """A task text the model below follows: ``turns`` model calls, the first
     ``turns - 1`` asking for ``parallel`` calls of ``tool`` each, the last answering;
-    each call answers after ``latency`` seconds."""
+    each call answers after ``latency`` seconds, and not before the Redis key ``hold``
+    is gone (a test holds calls in flight for as long as it needs them there)."""
     return json.dumps({"turns": turns, "tool": tool, "args": args or {}, "parallel": parallel,
-                       "latency": latency})
+                       "latency": latency, "hold": hold})
 
 
 async def scripted_model(request):
@@ -56,6 +57,10 @@ async def scripted_model(request):
     plan = json.loads(next(m.content for m in request.messages if m.role == "user"))
     if plan.get("latency"):
         await asyncio.sleep(plan["latency"])
+    if plan.get("hold"):
+        r = _redis()
+        while r.exists(plan["hold"]):
+            await asyncio.sleep(0.05)
     done = sum(1 for m in request.messages if m.role == "tool") // plan["parallel"]
     if done >= plan["turns"] - 1:
         return text(f"done after {done} tool turns")

@@ -50,13 +50,24 @@ def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
     (a second worker was there from the start) or "restarted" (the only worker; another
     starts once it is gone, and the sweeper runs). Returns (drain records, runs busy
     once the worker was gone, runs re-driven by the sweeper, outcomes, logs)."""
+    import threading
+
+    import redis as redis_py
+
     from aaa_django.celery.bus import coordinator
 
     sweeper = other == "restarted"
     cluster = new_cluster(1 if sweeper else 2, suffix=f"-drain{drain_seconds}", concurrency=2,
                           env={"AAA_TEST_DRAIN_SECONDS": drain_seconds})
     worker = cluster.workers[0]
-    task = script(turns=TURNS, tool="record", latency=LATENCY)
+    # The model calls are held until the worker's drain has begun (within the bound:
+    # they end during the drain) or the worker is gone (past it): either way the drain
+    # finds them in flight, however long a loaded machine takes to get its pool
+    # children there.
+    r = redis_py.Redis.from_url(cluster.env["AAA_TEST_CELERY_BROKER"])
+    hold = f"aaa-test:hold:drain{drain_seconds}"
+    r.set(hold, 1)
+    task = script(turns=TURNS, tool="record", latency=LATENCY, hold=hold)
     redriven: list[str] = []
 
     async def sweep_every_second(engine, stop: asyncio.Event) -> None:
@@ -75,7 +86,19 @@ def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
                 await asyncio.sleep(0.02)
             # Warm shutdown; far longer than the drain's bound (a worker that had to be
             # killed logs no record, and the test fails on that)
-            await asyncio.to_thread(worker.stop, 60)
+            def release_once_draining() -> None:
+                def watch() -> None:
+                    for _ in range(1200):
+                        if "worker shutdown: waiting up to" in worker.log_file.read_text(errors="replace"):
+                            break
+                        threading.Event().wait(0.05)
+                    r.delete(hold)
+
+                threading.Thread(target=watch, daemon=True).start()
+
+            draining = release_once_draining if float(drain_seconds) > 0 else None
+            await asyncio.to_thread(worker.stop, 60, signalled=draining)
+            r.delete(hold)
             busy = await asyncio.to_thread(lambda: sum(map(coordinator().is_busy, ids)))
             if sweeper:
                 await asyncio.to_thread(cluster.start, 1, concurrency=2)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("algorithms", "llm", "tools")
@@ -98,11 +99,14 @@ class Worker:
                 pass
         self.proc.wait(10)
 
-    def stop(self, timeout: float = 15) -> None:
-        """Warm shutdown (SIGTERM), then SIGKILL what lingers; by PID only."""
+    def stop(self, timeout: float = 15, *, signalled: Any = None) -> None:
+        """Warm shutdown (SIGTERM), then SIGKILL what lingers; by PID only.
+        ``signalled()``, if given, is called once the SIGTERM is sent."""
         if self.proc.poll() is None:
             kids = children(self.pid)
             self.proc.send_signal(signal.SIGTERM)
+            if signalled is not None:
+                signalled()
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
