@@ -314,17 +314,26 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
                     async def one():
                         t = time.perf_counter()
                         run = await engine.start(algo, {"task": task})
-                        return await run.result(timeout=3600), time.perf_counter() - t
+                        started_at.append(time.perf_counter() - t0)
+                        return await run.result(timeout=3600), time.perf_counter() - t, run.run_id
 
+                    started_at: list[float] = []
                     with PeakRSS(pids, every=0.1) as mem:
                         t0 = time.perf_counter()
                         done = await asyncio.gather(*(one() for _ in range(runs)))
                         wall = time.perf_counter() - t0
                     # the workers' CPU for the 200 runs (the same processes: prefork keeps its children)
                     cpu = cpu_seconds(workers_then) - c0
-                    assert {o.outcome for o, _ in done} == {"success"}, done
-                    return {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": len(pids()),
-                            "runs": [t for _, t in done]}
+                    assert {o.outcome for o, *_ in done} == {"success"}, done
+                    out = {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": len(pids()),
+                           "runs": [t for _, t, _ in done]}
+                    if os.environ.get("AAA_BENCH_LAGS"):
+                        out["lags"] = await lags(engine.store, [r for *_, r in done])
+                        started_at.sort()
+                        out["lags"]["(driver) start returned"] = [
+                            1000 * started_at[len(started_at) // 2], 1000 * started_at[len(started_at) * 9 // 10],
+                            1000 * started_at[-1]]
+                    return out
 
             return async_to_sync(drive)()
 
@@ -373,7 +382,8 @@ def main() -> None:
                          "that carries many runs in one process may (README: many runs in one "
                          "process)")
     ap.add_argument("--lags", action="store_true",
-                    help="in-process rows: where the runs' time went, stretch by stretch, from their logs")
+                    help="in-process and Celery rows: where the runs' time went, stretch by stretch, "
+                         "from their logs")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
