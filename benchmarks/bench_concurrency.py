@@ -49,6 +49,7 @@ import gc
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import threading
@@ -192,6 +193,7 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
     gc.callbacks.remove(gcwatch)
     out = {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": 1,
            "store": repr(store), "runs": [t for _, t, _ in done], "gc": gcstats}
+    out["turns"] = {"queued": engine.turns.queued, "forfeited": engine.turns.forfeited}
     if os.environ.get("AAA_BENCH_LAGS"):
         out["lags"] = await lags(engine.store, [r for _, _, r in done])
     group = getattr(store, "group", None)
@@ -384,6 +386,9 @@ def main() -> None:
     ap.add_argument("--lags", action="store_true",
                     help="in-process and Celery rows: where the runs' time went, stretch by stretch, "
                          "from their logs")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run every row this many times, the rows in turn, and print medians "
+                         "(this machine's noise: one run of a row moved by 20-40%%)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -397,30 +402,34 @@ def main() -> None:
     started = time.perf_counter()
     results = {}
     with workdir() as tmp, postgres(tmp) as pg:
-        for row in rows:
-            sub = tmp / row
-            sub.mkdir()
-            os.chmod(sub, 0o777)
-            cmd = [sys.executable, __file__, "--child", row, "--runs", str(args.runs), "--turns",
-                   str(args.turns), "--latency", str(args.latency), "--celery-concurrency",
-                   str(args.celery_concurrency), "--pool", str(args.pool)]
-            env = {**os.environ, "AAA_BENCH_PG": json.dumps(pg), "AAA_BENCH_TMP": str(sub),
-                   **({} if args.own_hub else {"AAA_BENCH_SITE_WAKEUPS": "1"}),
-                   **({"AAA_BENCH_WIDTH": str(args.width)} if args.width else {}),
-                   "AAA_BENCH_GC": args.gc,
-                   **({"AAA_BENCH_LAGS": "1"} if args.lags else {}),
-                   **({"AAA_BENCH_GC_THRESHOLD": args.gc_threshold} if args.gc_threshold else {}),
-                   "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            if proc.returncode:
-                print(f"# {row} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", file=sys.stderr)
-                continue
-            results[row] = json.loads(proc.stdout.strip().splitlines()[-1])
-            print(f"# {row}: { {k: v for k, v in results[row].items() if k not in ('runs', 'lags')} }",
-                  flush=True)
+        for repetition in range(args.repeat):  # the rows in turn, each time (the machine's noise spread)
+            for row in rows:
+                sub = tmp / f"{row}-{repetition}"
+                sub.mkdir()
+                os.chmod(sub, 0o777)
+                cmd = [sys.executable, __file__, "--child", row, "--runs", str(args.runs), "--turns",
+                       str(args.turns), "--latency", str(args.latency), "--celery-concurrency",
+                       str(args.celery_concurrency), "--pool", str(args.pool)]
+                env = {**os.environ, "AAA_BENCH_PG": json.dumps(pg), "AAA_BENCH_TMP": str(sub),
+                       **({} if args.own_hub else {"AAA_BENCH_SITE_WAKEUPS": "1"}),
+                       **({"AAA_BENCH_WIDTH": str(args.width)} if args.width else {}),
+                       "AAA_BENCH_GC": args.gc,
+                       **({"AAA_BENCH_LAGS": "1"} if args.lags else {}),
+                       **({"AAA_BENCH_GC_THRESHOLD": args.gc_threshold} if args.gc_threshold else {}),
+                       "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                if proc.returncode:
+                    print(f"# {row} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", file=sys.stderr)
+                    continue
+                result = json.loads(proc.stdout.strip().splitlines()[-1])
+                result["repetition"] = repetition
+                results.setdefault(row, []).append(result)
+                print(f"# {row}: { {k: v for k, v in result.items() if k not in ('runs', 'lags')} }",
+                      flush=True)
     print(f"\n# bench_concurrency: Python {platform.python_version()}, {os.cpu_count()} CPUs; "
           f"{args.runs} runs x {args.turns} turns x {args.latency:g} s model latency, started "
-          f"together; durable PostgreSQL 15 and SQLite")
+          f"together; durable PostgreSQL 15 and SQLite; each row {args.repeat} time(s), medians"
+          f"{' (min-max)' if args.repeat > 1 else ''}")
     out = []
     labels = {
         "inprocess-sqlite": "in-process bus, SQLite",
@@ -431,33 +440,51 @@ def main() -> None:
         "celery": f"Celery, one worker -c {args.celery_concurrency} (prefork), PostgreSQL",
         "langgraph": f"LangGraph, AsyncPostgresSaver (pool {args.pool}), durability=sync",
     }
-    for row, r in results.items():
+
+    def med(values: list[float]) -> float:
+        return statistics.median(values)
+
+    def spread(values: list[float], fmt: str) -> str:
+        return f"{fmt.format(med(values))}" + (
+            f" ({fmt.format(min(values))}-{fmt.format(max(values))})" if len(values) > 1 else "")
+
+    def percentile(r: dict, q: float) -> float:
         each = sorted(r["runs"])
-        out.append([labels[row], f"{r['wall']:.2f} s", f"{ideal:g} s", f"{r['wall'] / ideal:.2f}x",
-                    f"{each[len(each) // 2] / ideal:.2f}x / {each[len(each) * 9 // 10] / ideal:.2f}x",
-                    f"{r['memory'] / args.runs / 1024:.0f} KB", str(r["processes"]),
-                    f"{r['cpu']:.1f} s" if "cpu" in r else ""])
+        return each[min(int(len(each) * q), len(each) - 1)] / ideal
+
+    for row, rs in results.items():
+        out.append([labels[row], spread([r["wall"] for r in rs], "{:.2f} s"), f"{ideal:g} s",
+                    spread([r["wall"] / ideal for r in rs], "{:.2f}x"),
+                    f"{med([percentile(r, 0.5) for r in rs]):.2f}x / {med([percentile(r, 0.9) for r in rs]):.2f}x",
+                    f"{med([r['memory'] for r in rs]) / args.runs / 1024:.0f} KB", str(rs[0]["processes"]),
+                    f"{med([r['cpu'] for r in rs]):.1f} s" if "cpu" in rs[0] else ""])
     print(table(["row", "wall", "T x L", "wall / ideal", "a run / ideal (p50 / p90)",
                  "memory per in-flight run", "processes", "process CPU"], out))
-    for row, r in results.items():
+    for row, rs in results.items():
+        r = sorted(rs, key=lambda r: r["wall"])[len(rs) // 2]  # the repetition of the median wall
         if "gc" in r:
-            g = {int(k): v for k, v in r["gc"].items()}  # generation -> [passes, seconds, collected]
-            print(f"# {labels[row]}: the garbage collector {sum(v[1] for v in g.values()):.2f} s "
-                  f"during the load; {g[2][0]} full collections, {g[2][1]:.2f} s (--gc {args.gc}"
+            gcs = [{int(k): v for k, v in x["gc"].items()} for x in rs]  # generation -> [passes, s, collected]
+            print(f"# {labels[row]}: the garbage collector {med([sum(v[1] for v in g.values()) for g in gcs]):.2f} s "
+                  f"during the load; {med([g[2][0] for g in gcs]):g} full collections, "
+                  f"{med([g[2][1] for g in gcs]):.2f} s (--gc {args.gc}"
                   f"{', --gc-threshold ' + args.gc_threshold if args.gc_threshold else ''})")
         if "lags" in r:
-            print(f"# {labels[row]}: where a run's time went (ms: median / p90 / max over the runs):")
+            print(f"# {labels[row]}: where a run's time went (ms: median / p90 / max over the runs; "
+                  f"the median repetition):")
             for name, (p50, p90, most) in r["lags"].items():
                 print(f"#   {name:8s} {p50:8.1f} {p90:8.1f} {most:8.1f}")
         if "groups" in r:
             print(f"# {labels[row]}: {r['grouped']} appends in {r['groups']} group commits "
                   f"(the others alone; {r['rolled_back']} groups rolled back and made again "
-                  f"alone); {r['connections']} connections opened")
-    lg = results.get("langgraph")
-    if lg is not None:
-        for row, r in results.items():
+                  f"alone); {r['connections']} connections opened (the median repetition)")
+    lg = {r["repetition"]: r for r in results.get("langgraph", [])}
+    if lg:
+        for row, rs in results.items():
             if row != "langgraph":
-                print(f"# {labels[row]}: {r['wall'] / lg['wall']:.2f}x LangGraph's wall time")
+                pairs = [r["wall"] / lg[r["repetition"]]["wall"] for r in rs if r["repetition"] in lg]
+                if pairs:
+                    print(f"# {labels[row]}: {spread(pairs, '{:.2f}x')} LangGraph's wall time "
+                          f"(each repetition against LangGraph's in the same one)")
     print(f"# total {time.perf_counter() - started:.0f} s")
 
 
