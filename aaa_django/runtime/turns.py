@@ -5,11 +5,12 @@ model calls return together advance one hop each in turn (a step, its append, th
 next step...), so each of them reaches its next model call only once all of them
 have done their work: every run pays for every other's, and a run's wall time is
 the sum of every turn's whole burst. :class:`Turns` lets ``width`` deliveries run at
-once and queues the others by the time their work became ready (their *stamp*): the
-run whose model answered first gets through its turn (the step, the tool, the next
-request) first, while the database commits of the ``width`` deliveries running still
-share their transactions (group commit). The work is the same; who waits for it is
-not: runs end spread over the burst instead of all at its end.
+once and queues the others by their *stamp* (where their run's work would be on its
+timeline had the engine taken no time: below): the run most behind gets through its
+turn (the step, the tool, the next request) first, while the database commits of the
+``width`` deliveries running still share their transactions (group commit). The work
+is the same; who waits for it is not: runs end spread over the burst instead of all
+at its end.
 
 - A delivery takes a turn (:meth:`Turns.turn`, the engine's ``handle`` and a worker's
   delivery) and keeps it while it works. The events it appends are delivered with its
@@ -47,7 +48,8 @@ WIDTH = 16
 #: seconds a delivery keeps its turn at most (see the module)
 HOLD = 0.1
 
-#: when the work of this context became ready (``time.monotonic``; None: now)
+#: where this context's work is on its run's ideal timeline (the turns' clock: a new
+#: run's is the moment its first delivery asks for a turn; None: not yet stamped)
 _stamp: contextvars.ContextVar[float | None] = contextvars.ContextVar("aaa_turn_stamp", default=None)
 #: the turn this context's delivery has taken, if any
 _turn: contextvars.ContextVar["_Turn | None"] = contextvars.ContextVar("aaa_turn", default=None)
