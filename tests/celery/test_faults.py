@@ -42,25 +42,36 @@ from .site import EXEC_TABLE, loop, script
 pytestmark = [CELERY_DB]
 
 RUNS, TURNS = 20, 5
+#: kills made while the runs' first model calls are held in flight
+MIN_KILLS = 3
 #: seconds after which a run that has not ended counts as hung
 HANG = 300
 REQUEST_TYPES = {LLM_REQUESTED: (LLM_COMPLETED, LLM_FAILED),
                  TOOL_REQUESTED: (TOOL_COMPLETED, TOOL_FAILED)}
 
 
-def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_cluster, arun):
+def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_cluster, arun, redis):
     cluster = new_cluster(2, suffix=broker.suffix("fault"), concurrency=2,
                           env={**broker.env, "AAA_TEST_STALL_AFTER": "3"})
     rng = random.Random(int(os.environ.get("AAA_FAULT_SEED", time.time_ns() % 10_000)))
     kills: list[str] = []
     restarts: list[asyncio.Future] = []
+    # The model calls are held in flight until the killer has made its first MIN_KILLS
+    # kills: the runs once ended (5 s) before a third kill came, and the test then
+    # showed nothing. After that the calls go on and the killer goes on killing among
+    # them, at random moments, until the runs end.
+    hold = f"aaa-test:hold:fault{broker.suffix('')}"
+    redis.set(hold, 1)
 
     async def killer(stop: asyncio.Event) -> None:
-        # Never waits for a replacement worker to come up (that takes seconds, and the
-        # runs could end meanwhile): it goes on killing in the workers that are left.
+        # Kills in the workers that are up (ready): a prefork child killed while its
+        # worker boots makes Celery give the whole worker up ("Could not start worker
+        # processes"), which is Celery's start-up, not a run in flight. Never waits for
+        # a replacement to come up (that takes seconds): it goes on killing in the
+        # workers that are left.
         while not stop.is_set() and len(kills) < 16:
             await asyncio.sleep(rng.uniform(0.05, 0.35))
-            live = cluster.live()
+            live = [w for w in cluster.live() if w.ready_file.exists()]
             if not live:
                 continue
             w = rng.choice(live)
@@ -73,10 +84,20 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_clus
                 await asyncio.to_thread(w.kill)
                 kills.append("worker")
                 restarts.append(asyncio.ensure_future(asyncio.to_thread(cluster.start, 1, concurrency=2)))
+            if len(kills) >= MIN_KILLS:
+                redis.delete(hold)
+        # Done killing: the runs need live workers to end on. The replacements come up
+        # (one that fails to is replaced) until two are.
+        await asyncio.gather(*restarts, return_exceptions=True)
+        while len(cluster.live()) < 2:
+            try:
+                await asyncio.to_thread(cluster.start, 1, concurrency=2)
+            except RuntimeError:
+                pass
 
     async def main():
         async with make_engine(cluster.queues, app=broker.app) as engine:
-            runs = [await engine.start(loop(), {"task": script(turns=TURNS, tool="record")})
+            runs = [await engine.start(loop(), {"task": script(turns=TURNS, tool="record", hold=hold)})
                     for _ in range(RUNS)]
             stop = asyncio.Event()
             helpers = [asyncio.ensure_future(killer(stop))]
@@ -102,12 +123,12 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_clus
             return outcomes, [await r.events() for r in runs]
 
     t0 = time.monotonic()
-    outcomes, logs = arun(main())
+    outcomes, logs = arun(main(), HANG + 60)
     uncertain = sum(1 for events in logs for e in events if e.data.get("reason") == "uncertain")
     print(f"\nfault test on {broker.name}: {Counter(kills)} kills, {uncertain} uncertain tool calls, "
           f"{time.monotonic() - t0:.1f} s")
 
-    assert len(kills) >= 3, kills  # the workers really were killed mid-flight
+    assert len(kills) >= MIN_KILLS, kills  # the workers really were killed mid-flight
     assert {o.outcome for o in outcomes} == {"success"}, outcomes
     executions = _executions()
     for events in logs:
