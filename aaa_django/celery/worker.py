@@ -19,8 +19,9 @@ from this process's own tail for a local delivery, else one read), then the engi
 reaction and the algorithm's step (``engine.react``), whose appends are guarded by
 the head of that view and which runs again when the log moved on; after it, the
 handlers (``engine.dispatch``). Around it: the run's busy lease for a call that runs
-longer than ``SLOW_DELIVERY`` (the sweeper leaves the run alone; a dead worker's
-lease expires and the sweeper re-drives the run), cancelling tool work when the run
+longer than ``SLOW_DELIVERY`` (tool work) or ``SLOW_CALL`` (a model call; see
+:func:`_lease_after`): the sweeper leaves the run alone; a dead worker's lease
+expires and the sweeper re-drives the run; cancelling tool work when the run
 ends in another worker, re-enqueueing what an interrupted earlier delivery of the
 same event may have left unenqueued, and the run's deadline or an approval's expiry
 already due when its event is delivered fired at once (later ones are the duty's,
@@ -40,6 +41,7 @@ import logging
 import os
 import random
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -86,10 +88,20 @@ TIMED = frozenset({RUN_STARTED, APPROVAL_REQUESTED})
 #: validation's commit at a time, 200 runs started at once 0.5-0.6 s on -c 2;
 #: benchmarks/README.md, issue 15.)
 HANDED_OFF = frozenset({RUN_STARTED, LLM_REQUESTED, TOOL_REQUESTED, *APPROVAL_DECISIONS})
-#: a model or tool call still running after this many seconds takes its run's busy
-#: lease (and, for tool work, starts listening for its run's end); quicker ones never
-#: touch Redis for it
+#: tool work still running after this many seconds takes its run's busy lease and
+#: starts listening for its run's end (a cancelled run's tool call is cancelled at once);
+#: quicker ones never touch Redis for it
 SLOW_DELIVERY = 0.05
+#: a model call (or a start's validation) still running after this many seconds takes
+#: its run's busy lease, or sooner: by a quarter of ``STALL_AFTER`` after its request was
+#: written (:func:`_lease_after`). Nothing listens for the run's end there, and the
+#: sweeper needs the lease only once the run's newest event is ``STALL_AFTER`` old; a
+#: call that answers within this never touches Redis for it. Taking and releasing a
+#: lease after 50 ms, for every call, cost a tenth of the workers' CPU on
+#: bench_concurrency's Celery row (200 x 3 x 1 s, alternating runs: 2.9-3.0 s -> 2.6 s,
+#: 60 -> 50 KB a run; 1 s here was not enough: a 1 s call outlives a 1 s timer
+#: started before it)
+SLOW_CALL = 5.0
 #: a run's step (no call) takes the lease after this many seconds (a step is quick; the
 #: sweeper leaves a run alone for STALL_AFTER after its newest event anyway)
 SLOW_STEP = 1.0
@@ -634,14 +646,15 @@ async def _deliver(engine: Engine, stream: str, seq: int, event_id: str, redeliv
     def start_guard() -> None:
         guard.append(leases.guard(_guard_slow(engine, stream, loaded, finished, leases.given_up)))
 
-    def calling() -> None:
+    def calling(event: Event) -> None:
         # The step is done and a model or tool call starts: hand it off, and hold the
-        # run's lease if the call takes longer than SLOW_DELIVERY.
+        # run's lease if the call takes longer than SLOW_DELIVERY (tool work) or
+        # SLOW_CALL (a model call).
         if handed is not None and not handed.done():
             handed.set_result(None)
         timers[0].cancel()
         if not guard:
-            timers[0] = loop.call_later(SLOW_DELIVERY, start_guard)
+            timers[0] = loop.call_later(_lease_after(event, time.time()), start_guard)
 
     with bus.recording() as published:
         # Most steps end well before SLOW_STEP, most calls before SLOW_DELIVERY: a
@@ -666,7 +679,7 @@ async def _deliver(engine: Engine, stream: str, seq: int, event_id: str, redeliv
 
 
 async def _step(engine: Engine, stream: str, seq: int, event_id: str, loaded: asyncio.Future,
-                synced: bool = False, calling: Callable[[], None] | None = None) -> Event | None:
+                synced: bool = False, calling: Callable[[Event], None] | None = None) -> Event | None:
     """``engine.handle`` for the event at ``seq``: the event, from the tail (the message
     carried it: ``synced``) or one read that brings this worker's view of the run up
     to date, which the step needs anyway; then the run's step (:meth:`Engine.step`:
@@ -688,9 +701,23 @@ async def _step(engine: Engine, stream: str, seq: int, event_id: str, loaded: as
         with engine.observing(event):  # log lines carry the event; observers watch it
             await engine.step(event, synced=True)
             if calling is not None and event.type in HANDED_OFF:
-                calling()
+                calling(event)
             await engine.dispatch(event)
         return event
+
+
+def _lease_after(event: Event, now: float) -> float:
+    """Seconds after its call starts that a delivery of ``event`` takes its run's busy
+    lease: tool work after SLOW_DELIVERY; a model call after SLOW_CALL, or sooner so
+    that it holds the lease by a quarter of ``STALL_AFTER`` after the request was
+    written (a delivery that started late, behind a backlog), never sooner than
+    SLOW_DELIVERY. The sweeper counts a run's idle time from its newest event, which is
+    no older than the request: the lease is always there before the run could look
+    stalled."""
+    if event.type in TOOL_WORK:
+        return SLOW_DELIVERY
+    by = event.time.timestamp() + float(aaa_settings()["STALL_AFTER"]) / 4 - now
+    return max(SLOW_DELIVERY, min(SLOW_CALL, by))
 
 
 async def _guard_slow(engine: Engine, stream: str, loaded: asyncio.Future, work: asyncio.Future,

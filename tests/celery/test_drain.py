@@ -84,6 +84,11 @@ def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
                 if asked >= RUNS // 2 and asked - answered >= HELD:
                     break
                 await asyncio.sleep(0.02)
+            # ...and the held calls hold their runs' leases (a model call takes it
+            # after SLOW_CALL): what a drain past its bound gives up
+            leased = lambda: sum(map(coordinator().is_busy, ids))  # noqa: E731
+            while await asyncio.to_thread(leased) < 1:
+                await asyncio.sleep(0.1)
             # Warm shutdown; far longer than the drain's bound (a worker that had to be
             # killed logs no record, and the test fails on that)
             def release_once_draining() -> None:
