@@ -1,5 +1,7 @@
 """Fault test with real processes: SIGKILL workers at random moments while 20 ToolLoop
-runs are in flight.
+runs are in flight (their first model calls are held until the first three kills
+are made, so that much always happens mid-flight; then the runs go on and so does the
+killer, up to 16 kills, after which the cluster is topped back up to two workers).
 
 Most kills hit a prefork child in the middle of a task (Celery requeues its message:
 ``acks_late`` + ``reject_on_worker_lost``); some take a whole worker with its children
