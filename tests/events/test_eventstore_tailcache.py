@@ -11,6 +11,7 @@ import pytest
 from aaa_django.events import ConcurrencyError, InMemoryEventStore
 from aaa_django.events.tail import TailCachedStore
 from aaa_django.testing.eventstore import EventStoreContract, ev, run
+from tests.runtime.helpers import ReadCountingStore
 
 
 class TestTailCachedStore(EventStoreContract):
@@ -21,18 +22,8 @@ class TestTailCachedStore(EventStoreContract):
         return TailCachedStore(store.inner)  # another process's cache on the same log
 
 
-class Counting(InMemoryEventStore):
-    def __init__(self):
-        super().__init__()
-        self.reads = 0
-
-    async def read(self, *args, **kwargs):
-        self.reads += 1
-        return await super().read(*args, **kwargs)
-
-
 def test_in_a_delivery_reads_of_a_synced_stream_make_no_query():
-    inner = Counting()
+    inner = ReadCountingStore()
     run(inner.append([ev(), ev()]))
     store = TailCachedStore(inner)
 
@@ -67,7 +58,7 @@ def test_an_erased_and_rewritten_stream_is_read_again():
 
 
 def test_a_carried_event_is_taken_only_when_it_follows_the_cached_tail():
-    inner = Counting()
+    inner = ReadCountingStore()
     store = TailCachedStore(inner)
     first, second = run(inner.append([ev(), ev()]))
     third, fourth = run(inner.append([ev(), ev()]))
@@ -93,7 +84,7 @@ def test_a_carried_event_is_taken_only_when_it_follows_the_cached_tail():
 
 
 def test_a_young_runs_events_before_the_carried_one_start_an_empty_cache():
-    inner = Counting()
+    inner = ReadCountingStore()
     first, second, third = run(inner.append([ev(), ev(), ev()]))
 
     async def delivery(store, event, prev, earlier):

@@ -16,6 +16,18 @@ from aaa_django.runtime import Engine, InProcessBus
 from aaa_django.tools import ToolHandler, ToolRegistry
 
 
+class ReadCountingStore(InMemoryEventStore):
+    """The in-memory store, counting the reads made of it (``reads``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def read(self, *args: Any, **kwargs: Any) -> list[Event]:
+        self.reads += 1
+        return await super().read(*args, **kwargs)
+
+
 def arun(coro: Awaitable[Any], timeout: float = 30) -> Any:
     """Run ``coro`` on a fresh loop, failing the test if it hangs."""
 

@@ -17,7 +17,7 @@ from aaa_django.runtime.outcome import FAILED
 from aaa_django.runtime.wakeups import Hub
 
 from .algos import Boom
-from .helpers import arun
+from .helpers import ReadCountingStore, arun
 
 
 def engine(store, **kwargs) -> Engine:
@@ -65,22 +65,10 @@ def test_an_end_the_engine_makes_wakes_the_hubs_other_waiters():
     assert stream.wait(0) and not other.wait(0)
 
 
-class CountingStore(InMemoryEventStore):
-    """Counts the reads made of it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads = 0
-
-    async def read(self, *args, **kwargs):
-        self.reads += 1
-        return await super().read(*args, **kwargs)
-
-
 def test_a_wait_for_a_run_this_engine_ended_reads_nothing():
     # The engine appended the run's end: it has the outcome, and reads nothing back for
     # a wait (a thousand runs waited on at once were a thousand reads and more).
-    store = CountingStore()
+    store = ReadCountingStore()
 
     async def main():
         async with engine(store) as e:
