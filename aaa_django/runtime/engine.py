@@ -656,9 +656,7 @@ class Engine:
             if not first or first[0].type != RUN_STARTED:
                 return None
             e = await self.hydrate(first[0])
-            self._started[run_id] = e
-            if len(self._started) > STARTED_KEPT:
-                self._started.popitem(last=False)
+            _keep(self._started, run_id, e, STARTED_KEPT)
         return e
 
     async def hydrate(self, event: Event) -> Event:
@@ -672,9 +670,7 @@ class Engine:
             raise BlobError(f"event {event.id} is claim-checked but the engine has no blob store")
         data = await self._blob_call(hydrate, event.data, event.blobs[-1], store=self.blobs)
         full = replace(event, data=data)
-        self._hydrated[event.id] = full
-        if len(self._hydrated) > HYDRATED_KEPT:
-            self._hydrated.popitem(last=False)
+        _keep(self._hydrated, event.id, full, HYDRATED_KEPT)
         return full
 
     async def read_after(self, event: Event) -> list[Event]:
@@ -759,7 +755,7 @@ class Engine:
             stored.extend(added)
         for e in stored:
             if e.type == RUN_COMPLETED:
-                self._completed(e)
+                _keep(self._completions, e.stream, e, COMPLETIONS_KEPT)
                 self.wake(e.stream)
         if stored:
             await self.bus.publish(stored)
@@ -942,10 +938,7 @@ class Engine:
         elif handlers:
             raised = await asyncio.gather(*(self._call(h, event) for h in handlers))
         if event.type == RUN_COMPLETED:
-            self._ended.pop(event.stream, None)
-            self._ended[event.stream] = None
-            if len(self._ended) > ENDED_KEPT:
-                self._ended.popitem(last=False)
+            _keep(self._ended, event.stream, None, ENDED_KEPT)
             self.forget(event.stream)
         failed = [exc for exc in raised if exc is not None]
         if failed:
@@ -1031,13 +1024,6 @@ class Engine:
         child = d["child"]
         await self.append([Event(id=started_id(child), stream=child, type=RUN_STARTED,
                                  data=data, causation=event.id, tenant=event.tenant)])
-
-    def _completed(self, completion: Event) -> None:
-        completions = self._completions
-        completions.pop(completion.stream, None)
-        completions[completion.stream] = completion
-        if len(completions) > COMPLETIONS_KEPT:
-            completions.popitem(last=False)
 
     async def _completion_event(self, run_id: str) -> Event | None:
         known = self._completions.get(run_id)
@@ -1126,6 +1112,14 @@ class Engine:
         """Wake whoever waits for run ``run_id`` (``wait``, and the other waiters on
         :attr:`wakeups`) to look again."""
         self.wakeups.wake(run_id)
+
+
+def _keep(kept: OrderedDict[str, Any], key: str, value: Any, most: int) -> None:
+    """``kept[key] = value`` as its newest entry; the oldest dropped past ``most``."""
+    kept.pop(key, None)
+    kept[key] = value
+    if len(kept) > most:
+        kept.popitem(last=False)
 
 
 def _through_completion(events: Iterable[Event]) -> list[Event]:
