@@ -91,11 +91,14 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_clus
         # Done killing: the runs need live workers to end on. The replacements come up
         # (one that fails to is replaced) until two are.
         await asyncio.gather(*restarts, return_exceptions=True)
-        while len(cluster.live()) < 2:
+        for attempt in range(5):
+            if len(cluster.live()) >= 2:
+                return
             try:
                 await asyncio.to_thread(cluster.start, 1, concurrency=2)
             except RuntimeError:
-                pass
+                if attempt == 4:
+                    raise  # (a worker that never comes up: its log says why)
 
     async def main():
         async with make_engine(cluster.queues, app=broker.app) as engine:
