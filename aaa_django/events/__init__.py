@@ -34,7 +34,7 @@ from .store import (
     Snapshot,
     SnapshotStore,
 )
-from .tail import Tail, TailCachedStore
+from .tail import Staged, Tail, TailCachedStore
 
 #: names spec 001 lists here that live elsewhere -> their module (loaded on first use)
 _ELSEWHERE = {"InProcessBus": "aaa_django.runtime.bus", "DistributedBus": "aaa_django.celery.bus"}
@@ -68,6 +68,7 @@ __all__ = [
     "Snapshot",
     "SnapshotStore",
     "StoreUnavailable",
+    "Staged",
     "Tail",
     "TailCachedStore",
     "check_event",

@@ -46,6 +46,8 @@ class _Base(Generic[S]):
     event: Event
     tail: list[Event]
     committed: bool
+    #: the read's publications to make once its events are appended (``EventList.pending``)
+    pending: list[Any] | None = None
 
 
 class Projection(Generic[S]):
@@ -190,7 +192,8 @@ class Projection(Generic[S]):
                 if events and _same_event(events[0], prior):
                     cache.hits += 1
                     return await self._advance(
-                        store, stream, key, cache, prior, events[1:], _committed(events)
+                        store, stream, key, cache, prior, events[1:], _committed(events),
+                        _pending(events),
                     )
                 # The reader's view does not reach the prior's cursor (an older view),
                 # or holds another event there (another log): never use it.
@@ -202,23 +205,28 @@ class Projection(Generic[S]):
         tail: Sequence[Event]
         if base is None:
             tail = await store.read(stream)
-            committed = _committed(tail)
+            committed, pending = _committed(tail), _pending(tail)
             state, base_seq, base_event, source = self.new_state(), 0, None, "replay"
         else:
             state, base_event, tail, committed = base.state, base.event, base.tail, base.committed
-            base_seq, source = base_event.seq or 0, "snapshot"
+            base_seq, source, pending = base_event.seq or 0, "snapshot", base.pending
         state = self.fold(tail, state)
         last = tail[-1] if tail else base_event
         unsaved = len(tail)
         if last is not None and tail and unsaved >= self.every and self.snapshots:
             await self._save(store, stream, last.seq or 0, last.id, state)
             unsaved = 0
-        if cache is not None and last is not None and committed:
-            cache.publish(key, folded(last.seq or 0, last.id, state, unsaved, last.time))
+        if cache is not None and last is not None:
+            entry = folded(last.seq or 0, last.id, state, unsaved, last.time)
+            if committed:
+                cache.publish(key, entry)
+            elif pending is not None:
+                pending.append((cache, key, entry))
         return self.result(state), last.seq or 0 if last else 0, source, base_seq, len(tail)
 
     async def _advance(self, store: EventStore, stream: str, key: CacheKey, cache: FoldCache,
-                       prior: Folded, tail: Sequence[Event], committed: bool) -> _Info:
+                       prior: Folded, tail: Sequence[Event], committed: bool,
+                       pending: list[Any] | None = None) -> _Info:
         state = self.fold(tail, self.copy(prior.state)) if tail else prior.state
         if tail:
             unsaved = prior.unsaved + len(tail)
@@ -229,6 +237,8 @@ class Projection(Generic[S]):
             entry = folded(last.seq or 0, last.id, state, unsaved, last.time)
             if committed:
                 cache.publish(key, entry)
+            elif pending is not None:
+                pending.append((cache, key, entry))
         else:
             entry = prior
         if cache.check_due():
@@ -298,7 +308,7 @@ class Projection(Generic[S]):
             log.info("projection %s: snapshot of %s at seq %s is not in this view of the "
                      "log, replaying", self.key, stream, snap.seq)
             return None
-        return _Base(state, events[0], list(events[1:]), _committed(events))
+        return _Base(state, events[0], list(events[1:]), _committed(events), _pending(events))
 
     async def _save(self, store: EventStore, stream: str, seq: int, event_id: str, state: S) -> None:
         try:
@@ -371,6 +381,12 @@ def _committed(events: Sequence[Event]) -> bool:
     # transaction) marks the list it returned: a state built on those rows must not be
     # published to other readers, since a rollback would take the rows back.
     return not isinstance(events, EventList) or events.committed
+
+
+def _pending(events: Sequence[Event]) -> list[Any] | None:
+    """Where a fold of a view of events not yet appended leaves what to publish once
+    they are (``EventList.pending``), or None."""
+    return events.pending if isinstance(events, EventList) else None
 
 
 async def pages(

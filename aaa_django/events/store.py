@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, replace
-from typing import Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from .errors import ClosedStreamError, ConcurrencyError, InvalidEventError
 from .event import Event, check_event, stored_event
@@ -41,6 +41,10 @@ class EventList(list[Event]):
     take back is never shared with other readers (see ``FoldCache``)."""
 
     committed: bool = True
+    #: a view of events not yet appended (``TailCachedStore.staging``): where a fold of
+    #: it leaves ``(cache, key, entry)`` to publish once they are appended as read
+    #: (the engine does, ``Engine.answer``); None for any other read
+    pending: list[Any] | None = None
 
 
 @runtime_checkable

@@ -28,6 +28,13 @@ raises :class:`~aaa_django.events.ConcurrencyError`, stores nothing, and the bus
 the step again from the log as it is now (an optimistic check on the stream head:
 two workers' steps of one run may overlap, but never both decide from the same log).
 
+**Staged events** (:meth:`TailCachedStore.staging`): within, in this context only, reads
+of a stream see events not yet appended after its log (numbered after it), as a view
+that says it is not committed (an :class:`~aaa_django.events.EventList` with
+``committed = False``: no fold of it is shared), and no snapshot is saved. The engine steps a
+run on a handler's result this way before appending the result and the step's output
+together (``Engine.answer``); other contexts never see them.
+
 The cache checks that its tail is a prefix of the log (the id at its last seq), so an
 erased and rewritten stream is read again from the start.
 """
@@ -79,6 +86,34 @@ class _Guard:
 
 _guarded: contextvars.ContextVar[_Guard | None] = contextvars.ContextVar("aaa_guarded", default=None)
 
+#: the staged events this context's reads see (see :meth:`TailCachedStore.staging`)
+_staged: contextvars.ContextVar["Staged | None"] = contextvars.ContextVar("aaa_staged", default=None)
+
+
+class Staged:
+    """Events staged after a stream's held log, seen by one context's reads
+    (:meth:`TailCachedStore.staging`), and what reads of them would have kept: the
+    folds to publish (``(cache, key, entry)``, left by projections through
+    ``EventList.pending``) and the snapshots to save, once the events are appended as
+    they were read."""
+
+    __slots__ = ("stream", "events", "folds", "snapshots", "_token")
+
+    def __init__(self, stream: str, events: Sequence[Event]) -> None:
+        self.stream, self.events = stream, events
+        self.folds: list[Any] = []
+        self.snapshots: list[Snapshot] = []
+
+    def __enter__(self) -> "Staged":
+        synced = _synced.get()
+        if synced is not None:
+            synced.add(self.stream)
+        self._token = _staged.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _staged.reset(self._token)
+
 
 class _Delivery:
     """Within: a delivery (see :meth:`TailCachedStore.delivery`). (A class, not a
@@ -116,6 +151,10 @@ class Tail(Protocol):
     def cached(self, stream: str, seq: int) -> Event | None: ...
 
     def fresh(self, event_id: str) -> bool: ...
+
+    def held(self, stream: str) -> int | None: ...
+
+    def staging(self, stream: str, events: Sequence[Event]) -> contextlib.AbstractContextManager["Staged"]: ...
 
 
 #: streams whose logs an engine keeps by default (see the module docstring)
@@ -232,6 +271,23 @@ class TailCachedStore:
         self._logs.move_to_end(event.stream)
         return True
 
+    def held(self, stream: str) -> int | None:
+        """How many events of ``stream`` the cache holds (a prefix of its log: what this
+        process appended or read), or None when it holds none of it."""
+        log = self._logs.get(stream)
+        return len(log) if log else None
+
+    @staticmethod
+    def staging(stream: str, events: Sequence[Event]) -> contextlib.AbstractContextManager[Staged]:
+        """Within (this context and the tasks it starts): reads of ``stream`` see
+        ``events`` (numbered on from the held log: ``seq`` = :meth:`held` + 1, ...)
+        after the held log, which counts as synced without a read, as a view that is
+        not committed. For a step on events about to be appended with its output; the
+        caller appends them after, guarded by the held head, and then publishes the
+        :class:`Staged` folds and saves its snapshots (a snapshot saved within is
+        kept there, not written)."""
+        return Staged(stream, events)
+
     def forget(self, stream: str) -> None:
         """Drop ``stream``'s log (its run ended): the next read of it reads it whole."""
         self._drop(stream)
@@ -290,6 +346,9 @@ class TailCachedStore:
             return await self.inner.read(stream, after=after, limit=limit, tenant=tenant)
         log = await self._log(stream)
         start = max(after, 0)
+        staged = _staged.get()
+        if staged is not None and staged.stream == stream:
+            return _with_staged(log, staged, start, limit)
         return log[start:] if limit is None else log[start:start + max(limit, 0)]
 
     async def append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
@@ -363,6 +422,10 @@ class TailCachedStore:
         return snap, ([] if snap is None else await self.read(stream, after=snap.seq - 1))
 
     async def save_snapshot(self, snapshot: Snapshot) -> bool:
+        staged = _staged.get()
+        if staged is not None and staged.stream == snapshot.stream:
+            staged.snapshots.append(snapshot)  # a fold of events not yet appended: saved after
+            return False
         saved = await self.inner.save_snapshot(snapshot)
         if saved and snapshot.stream in self._logs:  # kept as long as the stream's log
             self._snapshots.setdefault(snapshot.stream, {})[snapshot.name, snapshot.version] = snapshot
@@ -370,6 +433,18 @@ class TailCachedStore:
 
     async def streams(self) -> list[str]:
         return await self.inner.streams()
+
+
+def _with_staged(log: list[Event], staging: Staged, start: int, limit: int | None) -> EventList:
+    """``log`` followed by the staged events, from ``start`` (at most ``limit``), as a
+    view that is not committed (its folds' publications kept for later)."""
+    end = None if limit is None else start + max(limit, 0)
+    n = len(log)
+    view = EventList(log[start:end] if start < n else ())
+    if end is None or end > n:
+        view.extend(staging.events[max(start - n, 0):None if end is None else end - n])
+    view.committed, view.pending = False, staging.folds
+    return view
 
 
 def _whole(earlier: Sequence[Event], seq: int, prev_id: str | None) -> bool:

@@ -95,7 +95,7 @@ class LLMHandler:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            await engine.append([result_event(event, LLM_FAILED, {**base, **self.failure(exc)})])
+            await engine.answer([result_event(event, LLM_FAILED, {**base, **self.failure(exc)})])
             return
         message = _with_call_ids(response.message, event.id)
         data = {
@@ -110,7 +110,7 @@ class LLMHandler:
         }
         if not response.priced:
             data["priced"] = False  # cost 0 because nobody priced the model, not free
-        await engine.append([result_event(event, LLM_COMPLETED, data)])
+        await engine.answer([result_event(event, LLM_COMPLETED, data)])
 
     def _publisher(self, event: Event) -> Any:
         sink, run_id, request_id = self.deltas, event.stream, event.id

@@ -97,6 +97,18 @@ class DurableTimers(Protocol):
     durable_timers: Literal[True]
 
 
+@runtime_checkable
+class StepsInline(Protocol):
+    """A bus whose deliveries of every event run in this process, each run's steps
+    under ``serial(run)`` (the in-process bus): a handler's result may be stepped on
+    before it is appended, under that lock, and appended with the step's output in
+    one append (``Engine.answer``); its delivery then skips the step. A bus whose
+    steps run elsewhere (the Celery bus: on the algorithm queue, in any worker) is
+    not one: a result is appended alone there and stepped on where it is delivered."""
+
+    steps_inline: Literal[True]
+
+
 class InProcessBus:
     """The embedded bus: asyncio tasks in this process (the default).
 
@@ -104,6 +116,9 @@ class InProcessBus:
     :class:`~aaa_django.runtime.retry.Redelivery`); ``sleep``: how the bus waits
     meanwhile (a test passes one that records the delays).
     """
+
+    #: every step of a run runs here, under :meth:`serial` (:class:`StepsInline`)
+    steps_inline: Literal[True] = True
 
     def __init__(self, *, duplicate: bool = False, redelivery: Redelivery | None = None,
                  sleep: Callable[[float], Awaitable[Any]] | None = None) -> None:

@@ -70,11 +70,11 @@ from aaa_django.events import (
     derive_id,
     new_id,
 )
-from aaa_django.events.tail import Tail, TailCachedStore
+from aaa_django.events.tail import Staged, Tail, TailCachedStore
 
 from . import registry
 from .budget import Budget
-from .bus import Bus, DurableTimers, InProcessBus, WatchesEnds
+from .bus import Bus, DurableTimers, InProcessBus, StepsInline, WatchesEnds
 from .ctx import Ctx, _budget, _plain, absolute_deadline
 from .engine_api import ChecksStart
 from .errors import RunNotEndedError
@@ -135,6 +135,9 @@ ENDED_KEPT = 1024
 #: runs whose ``aaa.run.completed`` this engine appended, kept: a wait for one of them
 #: (woken by that append) has its outcome without reading the run back
 COMPLETIONS_KEPT = 4096
+#: results stepped on before their append (``Engine.answer``) whose delivery has not
+#: come yet: it skips the step
+STEPPED_KEPT = 4096
 #: while the wake-ups hub hears every process's changes (``Wakeups.reliable``), the
 #: seconds between a wait's polls at the least: a poll is then only a safety net for a
 #: notification lost on its way (the event streams' heartbeat, ``api.stream``, is the
@@ -214,7 +217,11 @@ class Engine:
     watch its work: signals, tracing (more with :meth:`observe`). ``wakeups``
     (:class:`~aaa_django.runtime.wakeups.Wakeups`): the hub its waits subscribe to,
     shared with the process's other waiters (the site's: its database's, which hears
-    other processes' appends on PostgreSQL); by default one of its own.
+    other processes' appends on PostgreSQL); by default one of its own. ``answers``:
+    a handler's result and what the run's step on it writes go in one append
+    (:meth:`answer`), where the bus runs every step in this process (the in-process
+    bus); False: each result is appended alone and stepped on when it is delivered
+    (what the Celery bus does; the same log, twice the appends).
     """
 
     def __init__(
@@ -232,6 +239,7 @@ class Engine:
         observers: Iterable[Observer] = (),
         wakeups: Wakeups | None = None,
         turns: Turns | None = None,
+        answers: bool = True,
     ) -> None:
         store = store if store is not None else InMemoryEventStore()
         if not isinstance(store, Tail):
@@ -289,6 +297,14 @@ class Engine:
         self._ended: OrderedDict[str, None] = OrderedDict()
         #: run id -> the ``aaa.run.completed`` this engine appended (``COMPLETIONS_KEPT``)
         self._completions: OrderedDict[str, Event] = OrderedDict()
+        #: a result is stepped on before its append, with the step's output (``answer``):
+        #: asked for, and every step runs here, under the bus's serialisation
+        self._steps_inline = answers and isinstance(self.bus, StepsInline)
+        #: ids of results stepped on before their append (``STEPPED_KEPT``)
+        self._stepped: OrderedDict[str, None] = OrderedDict()
+        #: the run, and the output kept, of a step on a result not yet appended (``answer``)
+        self._capture: contextvars.ContextVar[tuple[str, list[Event]] | None] = \
+            contextvars.ContextVar(f"aaa_capture_{id(self):x}", default=None)
         self._closed = False
         #: what watches this engine's work (see :mod:`aaa_django.runtime.observe`)
         self.observers: list[Observer] = [check_observer(o) for o in observers]
@@ -730,36 +746,141 @@ class Engine:
         are all committed (not, when appended inside a caller's transaction: the
         Celery bus then enqueues them at its commit).
         """
+        capture = self._capture.get()
         stored = EventList()
         for stream, group in groupby(events, key=lambda e: e.stream):
             batch = _through_completion(group)
-            if self.blobs is not None:
-                batch = [await self._claim(e) for e in batch]
-            self._appending(stream)
+            if capture is not None:
+                # A step on a result not yet appended (``answer``): its output joins the
+                # result's append; an append anywhere else cannot wait for it.
+                if stream != capture[0]:
+                    raise _NotInline(stream)
+                capture[1].extend(batch)
+                stored.extend(batch)
+                continue
             try:
-                added = await self.store.append(batch)
+                added = await self._append_stream(stream, batch)
             except ClosedStreamError as exc:
                 log.debug("not appended to %s: %s", stream, exc)
                 continue
-            finally:
-                self._appending(stream)  # (a read meanwhile may have kept the log before it)
-            if added and self._keeps_timers:
-                # As soon as a due time is stored, as the run index's ``due_at`` is
-                # (in the append's transaction): never a moment when the log says a
-                # timer is running and this engine holds none.
-                self._track_due(added)
-            if added and self.observers:
-                await notify_appended(self.observers, added)
             if isinstance(added, EventList) and not added.committed:
                 stored.committed = False
             stored.extend(added)
+        if capture is None:
+            await self._appended(stored)
+        return stored
+
+    async def _append_stream(self, stream: str, batch: list[Event], *,
+                             expected_seq: int | None = None) -> list[Event]:
+        """``batch`` (of ``stream``) claim-checked and appended; its due times kept, the
+        observers told. Raises what the store raised."""
+        if self.blobs is not None:
+            batch = [await self._claim(e) for e in batch]
+        self._appending(stream)
+        try:
+            added = await (self.store.append(batch) if expected_seq is None
+                           else self.store.append(batch, expected_seq=expected_seq))
+        finally:
+            self._appending(stream)  # (a read meanwhile may have kept the log before it)
+        if added and self._keeps_timers:
+            # As soon as a due time is stored, as the run index's ``due_at`` is
+            # (in the append's transaction): never a moment when the log says a
+            # timer is running and this engine holds none.
+            self._track_due(added)
+        if added and self.observers:
+            await notify_appended(self.observers, added)
+        return added
+
+    async def _appended(self, stored: EventList) -> None:
+        """After an append: a run's end kept and its waiters woken; the new events
+        published."""
         for e in stored:
             if e.type == RUN_COMPLETED:
                 _keep(self._completions, e.stream, e, COMPLETIONS_KEPT)
                 self.wake(e.stream)
         if stored:
             await self.bus.publish(stored)
+
+    async def answer(self, events: Iterable[Event]) -> list[Event]:
+        """Append a handler's result to its run (``events``: of one run, e.g. a model's
+        ``aaa.llm.completed``) and, in the same append, what the run's step on it
+        writes: the step runs first, under the run's serialisation, on the run's log
+        as this engine holds it with the result after it (``Tail.staging``: seen in
+        this context only, as not committed), its output is kept instead of appended,
+        and the result and the output go as one batch guarded by the held head. One
+        append, one commit, instead of two; the log is the same, event for event. The
+        result's delivery then skips the step (it was taken); its handlers run as
+        ever. Returns the new events, as :meth:`append`.
+
+        Only where every step runs in this process (a :class:`~.bus.StepsInline` bus:
+        the in-process one) and this engine holds the run's log; anything the step
+        would write elsewhere (another run), an append that finds the log moved on
+        or the run ended, or an output the store refuses: the result is appended
+        alone, as :meth:`append` does, and stepped on when it is delivered."""
+        events = list(events)
+        if not self._steps_inline or self._closed or not events or any(e.stream != events[0].stream for e in events):
+            return await self.append(events)
+        stream = events[0].stream
+        async with self.bus.serial(stream, synced=True):
+            head = self.tail.held(stream)
+            stored = None if head is None else await self._answer(stream, head, events)
+        return stored if stored is not None else await self.append(events)
+
+    async def _answer(self, stream: str, head: int, events: list[Event]) -> EventList | None:
+        """:meth:`answer` under the run's lock, its log held to ``head``: the new events,
+        or None (nothing appended: append the result alone)."""
+        staged = [e.with_seq(head + i) for i, e in enumerate(events, 1)]
+        out: list[Event] = []
+        token = self._capture.set((stream, out))
+        try:
+            with self.tail.delivery(), self.delivering(stream), self.tail.staging(stream, staged) as kept:
+                self._appending(stream)  # a RUNMETA kept before lacks the result
+                for e in staged:
+                    with self.observing(e):  # (its step, as if in its own delivery)
+                        await self.react(e)
+        except (_NotInline, Exception) as exc:  # (the result's delivery steps again, and sees it)
+            log.debug("run %s: the step on a result not taken before its append (%r)", stream, exc)
+            return None
+        finally:
+            self._capture.reset(token)
+            self._appending(stream)
+        try:
+            added = await self._append_stream(stream, _through_completion([*events, *out]), expected_seq=head)
+        except InfrastructureError:
+            raise  # as the result's own append would
+        except Exception as exc:  # the log moved on, the run ended, an output the store refuses
+            log.debug("run %s: a result and its step's output not appended together (%r)", stream, exc)
+            return None
+        stored = added if isinstance(added, EventList) else EventList(added)
+        results = {e.id for e in events}
+        for e in stored:
+            if e.id in results:
+                _keep(self._stepped, e.id, None, STEPPED_KEPT)
+        if stored.committed:
+            await self._keep_folds(stream, kept)
+        await self._appended(stored)
         return stored
+
+    async def _keep_folds(self, stream: str, kept: Staged) -> None:
+        """What the step's reads of the staged result would have kept, now that it is
+        appended: the folded states published, the snapshots saved (each where the
+        log holds, at its seq, the event it was folded up to)."""
+        tail = self.tail
+
+        def holds(seq: int, event_id: str) -> Event | None:
+            e = tail.cached(stream, seq)
+            return e if e is not None and e.id == event_id else None
+
+        for cache, key, entry in kept.folds:
+            e = holds(entry.cursor, entry.event_id)
+            if e is not None and e.time == entry.event_time:
+                cache.publish(key, entry)
+        for snapshot in kept.snapshots:
+            if holds(snapshot.seq, snapshot.event_id) is not None:
+                try:
+                    await self.store.save_snapshot(snapshot)
+                except InfrastructureError as exc:  # a missed snapshot costs a longer fold later
+                    log.warning("saving a snapshot of %s failed: %s", stream, exc)
 
     async def _claim(self, e: Event) -> Event:
         if self.blobs is None or e.type == RUN_COMPLETED or not e.data:
@@ -791,6 +912,11 @@ class Engine:
         """
         if self._closed:
             return
+        if event.id in self._stepped and not self._handlers.get(event.type):
+            # A result ``answer`` stepped on, and no handler of its own: delivered.
+            del self._stepped[event.id]
+            self.delivered(event.stream)
+            return
         try:
             async with self.turns.turn():
                 with self.tail.delivery(), self.observing(event), self.delivering(event.stream):
@@ -800,7 +926,10 @@ class Engine:
                     synced = self.tail.holds(event)
                     if is_claimed(event.data):
                         event = await self.hydrate(event)
-                    await self.step(event, synced=synced)
+                    if event.id in self._stepped:
+                        del self._stepped[event.id]  # ``answer`` took its step
+                    else:
+                        await self.step(event, synced=synced)
                     await self.dispatch(event)
         finally:
             self.delivered(event.stream)
@@ -1112,6 +1241,12 @@ class Engine:
         """Wake whoever waits for run ``run_id`` (``wait``, and the other waiters on
         :attr:`wakeups`) to look again."""
         self.wakeups.wake(run_id)
+
+
+class _NotInline(BaseException):
+    """A step on a result not yet appended (``Engine.answer``) would append to another
+    run: it is taken when the result is delivered instead. (Not an ``Exception``: it
+    passes the step's own error boundary.)"""
 
 
 def _keep(kept: OrderedDict[str, Any], key: str, value: Any, most: int) -> None:

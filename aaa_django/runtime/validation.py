@@ -67,7 +67,7 @@ class ValidationHandler:
             verdict = result_event(event, INPUT_REJECTED, {"errors": compact(errors)})
         else:
             verdict = result_event(event, INPUT_VALIDATED, {})
-        await engine.append([verdict])
+        await engine.answer([verdict])
 
     async def _output(self, engine: EngineAPI, event: Event) -> None:
         rid = result_id(event.id)
@@ -78,14 +78,14 @@ class ValidationHandler:
             model = output_model(event.data["schema"], trusted=True)
         except (ImportError, ValueError) as exc:  # this process lacks the site's code: the run cannot end well
             error = {"type": "schema_unavailable", "loc": [], "msg": f"{type(exc).__name__}: {exc}"}
-            await engine.append([result_event(event, OUTPUT_REJECTED, {"errors": [error], "fatal": True})])
+            await engine.answer([result_event(event, OUTPUT_REJECTED, {"errors": [error], "fatal": True})])
             return
         value, errors = check(model, event.data.get("value"))
         if errors:
             verdict = result_event(event, OUTPUT_REJECTED, {"errors": compact(errors)})
         else:
             verdict = result_event(event, OUTPUT_VALIDATED, {"value": value})
-        await engine.append([verdict])
+        await engine.answer([verdict])
 
 
 def start_errors(engine: EngineAPI, config: Any, budget: Any) -> list[dict[str, Any]]:

@@ -67,7 +67,8 @@ class HydratedView:
         if not any(is_claimed(e.data) for e in events):
             return events
         out = EventList([await self._hydrate(e) for e in events])
-        out.committed = not isinstance(events, EventList) or events.committed
+        if isinstance(events, EventList):
+            out.committed, out.pending = events.committed, events.pending
         return out
 
     def __getattr__(self, name: str) -> Any:

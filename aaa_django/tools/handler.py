@@ -254,7 +254,7 @@ class ToolHandler:
         else:
             data = {"call_id": request.data.get("call_id"), "name": tool.name,
                     "result": task.result()}
-            await engine.append([result_event(request, TOOL_COMPLETED, data)])
+            await engine.answer([result_event(request, TOOL_COMPLETED, data)])
 
     async def _invoke(self, tool: Tool, args: dict[str, Any], key: str) -> Any:
         pool = self._pool(tool.pool)
@@ -282,7 +282,7 @@ class ToolHandler:
     async def _fail(self, request: Event, reason: str, error: str, **extra: Any) -> None:
         data = {"call_id": request.data.get("call_id"), "name": request.data.get("name"),
                 "reason": reason, "error": error, **extra}
-        await self._engine().append([result_event(request, TOOL_FAILED, data)])
+        await self._engine().answer([result_event(request, TOOL_FAILED, data)])
 
     def _engine(self) -> "Engine":
         assert self.engine is not None, "attach the handler to an engine first"

@@ -103,3 +103,15 @@ class Reader(Algorithm):
     async def step(self, ctx, event):
         if event.type == "tests.go.given":
             ctx.complete("success", {"events": await ctx.project(COUNT)})
+
+
+class ExplodesOnResult(Algorithm):
+    """Asks the model once; raises in its step on the model's reply."""
+
+    name = "tests.explodes_on_result"
+
+    async def step(self, ctx, event):
+        if event.type == "aaa.llm.completed":
+            raise RuntimeError(f"boom on {event.type}")
+        if event.type == "aaa.input.validated":
+            ctx.llm([{"role": "user", "content": "add 1 and 2"}], key="ask")

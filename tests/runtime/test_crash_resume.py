@@ -40,17 +40,21 @@ async def uninterrupted():
         return outcome, await engine.store.read(RUN)
 
 
-async def crash_then_resume(k: int):
+async def crash_then_resume(k: int, *, answers: bool):
     store = InMemoryEventStore()
     crashing = CrashingStore(store, k)
-    first = make_engine(ten_turns, REGISTRY, store=crashing)
+    first = make_engine(ten_turns, REGISTRY, store=crashing, answers=answers)
     await first.start(ToolLoop(REGISTRY, max_turns=TURNS), {"task": "ten turns"}, run_id=RUN)
     done = asyncio.ensure_future(first.run(RUN).result())
     await asyncio.wait({done, asyncio.ensure_future(crashing.crashed.wait())},
                        return_when=asyncio.FIRST_COMPLETED, timeout=10)
     await first.close(drain=False)  # the process is gone: nothing in flight survives
     done.cancel()
-    assert len(await store.read(RUN)) == k
+    at_crash = len(await store.read(RUN))
+    if answers:  # a result goes with its step's output: the log is cut between such pairs
+        assert k - 1 <= at_crash <= k
+    else:
+        assert at_crash == k
     async with make_engine(ten_turns, REGISTRY, store=store) as second:
         adopted = await second.resume()
         outcome = await second.run(RUN).result(timeout=10)
@@ -67,10 +71,15 @@ def test_reference_run_is_ten_turns():
     assert sum(e.type == "aaa.llm.requested" for e in log) == TURNS
 
 
+@pytest.mark.parametrize("answers", [True, False], ids=["answered", "results-alone"])
 @pytest.mark.parametrize("k", range(1, len(REFERENCE[1])))
-def test_resume_after_crash_at_every_cut_point(k):
+def test_resume_after_crash_at_every_cut_point(k, answers):
+    """``results-alone``: every event its own append (as on the Celery bus), so every
+    cut point is reached, between a result and the step on it too; ``answered``
+    (the in-process default): a result and its step's output are one append, so a
+    crash leaves the log before the pair or after it, never between."""
     ref_outcome, ref_log = REFERENCE
-    adopted, outcome, log = arun(crash_then_resume(k))
+    adopted, outcome, log = arun(crash_then_resume(k, answers=answers))
     assert adopted == [RUN]
     assert outcome == ref_outcome
     assert [e.type for e in log] == [e.type for e in ref_log]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextvars
 from collections import Counter
 
+import pytest
+
 from aaa_django.algos import ToolLoop
 from aaa_django.runtime import RUNMETA
 from aaa_django.tools import ToolRegistry
@@ -19,7 +21,12 @@ from .scenarios import add, add_then_answer
 delivering: contextvars.ContextVar[str | None] = contextvars.ContextVar("delivering", default=None)
 
 
-def test_a_delivery_reads_its_runs_runmeta_once(monkeypatch):
+@pytest.mark.parametrize("answers", [False, True], ids=["results-alone", "answered"])
+def test_a_delivery_reads_its_runs_runmeta_once(monkeypatch, answers):
+    """``answered`` (the in-process default): the step on a handler's result is taken
+    in the request's delivery, before the result's append (``Engine.answer``), with
+    one read of its own (the result in the view); the result's delivery then reads
+    none. Either way one read per event."""
     reads: Counter[str | None] = Counter()
     read = RUNMETA._load  # (what ``load`` and ``load_info`` both do)
 
@@ -31,7 +38,7 @@ def test_a_delivery_reads_its_runs_runmeta_once(monkeypatch):
 
     async def scenario():
         registry = ToolRegistry([add])
-        async with make_engine(add_then_answer, registry) as engine:
+        async with make_engine(add_then_answer, registry, answers=answers) as engine:
             handle = engine.handle
 
             async def tagged(event):
@@ -48,4 +55,11 @@ def test_a_delivery_reads_its_runs_runmeta_once(monkeypatch):
     delivered = {f"{e.seq}:{e.type}" for e in log}
     # every event was delivered, and each delivery read RUNMETA once (before: the model's
     # and the tool's requests were read again by their handlers, a tool's twice)
-    assert {k: n for k, n in reads.items() if k is not None} == dict.fromkeys(delivered, 1)
+    expected = dict.fromkeys(delivered, 1)
+    if answers:
+        for e in log:
+            if e.type in ("aaa.llm.completed", "aaa.tool.completed"):
+                del expected[f"{e.seq}:{e.type}"]
+                request = next(r for r in log if r.id == e.causation)
+                expected[f"{request.seq}:{request.type}"] += 1
+    assert {k: n for k, n in reads.items() if k is not None} == expected

@@ -1,10 +1,13 @@
 """What a ToolLoop turn asks of the store (issue #19): the engine knows what it has
 just appended (its tail), so a turn is its appends, and not one read of its own events.
 
-A turn here is one model call and the tool call it asks for: four events, four
-appends (``aaa.llm.requested``, ``aaa.llm.completed``, ``aaa.tool.requested``,
-``aaa.tool.completed``), each one durable commit. The store is counted under the
-engine's tail, so every call counted is one the database answers.
+A turn here is one model call and the tool call it asks for: four events
+(``aaa.llm.requested``, ``aaa.llm.completed``, ``aaa.tool.requested``,
+``aaa.tool.completed``) in two appends on the in-process bus, each one durable commit:
+a handler's result goes with what the run's step on it writes (``Engine.answer``: the
+model's reply with the tool call it asks for, the tool's result with the next model
+request). The store is counted under the engine's tail, so every call counted is one
+the database answers.
 """
 
 from __future__ import annotations
@@ -101,9 +104,10 @@ def assert_a_turn_is_its_appends(store) -> None:
     calls = run(toolloop_run(store, count_calls(store)))
 
     methods = [name for name, _ in calls]
-    # The run's start, its input's validation, 4 events a turn (no tool call after
-    # the last reply), its end: an append each.
-    assert methods.count("append") == 2 + 4 * TURNS - 2 + 1, calls
+    # The run's start; then a result and what the step on it writes, an append each:
+    # the input's verdict with the first model request, two a turn, the last reply
+    # with the run's end.
+    assert methods.count("append") == 1 + 1 + 2 * (TURNS - 1) + 1, calls
     assert len(calls) / TURNS <= 5
     # Every event of the run was appended by this engine: none is read back.
     assert set(methods) <= {"append", "save_snapshot"}, calls
