@@ -58,7 +58,7 @@ def test_a_delivery_reads_its_runs_runmeta_once(monkeypatch, answers):
     expected = dict.fromkeys(delivered, 1)
     if answers:
         for e in log:
-            if e.type in ("aaa.llm.completed", "aaa.tool.completed"):
+            if e.type in ("aaa.input.validated", "aaa.llm.completed", "aaa.tool.completed"):
                 del expected[f"{e.seq}:{e.type}"]
                 request = next(r for r in log if r.id == e.causation)
                 expected[f"{request.seq}:{request.type}"] += 1
