@@ -52,7 +52,7 @@ import logging
 import threading
 import weakref
 from functools import partial
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from asgiref.sync import sync_to_async
 from celery import current_app
@@ -232,6 +232,10 @@ class DistributedBus:
         #: ``local(engine, event) -> bool``: a worker's runtime delivering ``event`` on
         #: its own loop instead of sending it (see ``WorkerRuntime.take``); None: send all
         self.local: Any = None
+        #: ``local_steps(event) -> bool``: may a run's step on ``event`` be taken in this
+        #: process (a worker's runtime that takes the event's queue, see
+        #: ``WorkerRuntime.steps_here``); None: nowhere but on delivery
+        self.local_steps: Callable[[Event], bool] | None = None
         self._spawned: set[asyncio.Task] = set()
         self._listener: asyncio.Task | None = None
         #: what carries a run's trace context in the messages (OpenTelemetry), or None
@@ -395,6 +399,13 @@ class DistributedBus:
         cluster-wide lock, so a contended run still makes progress."""
         async with self.coordination().lock(key) if self.serialize and contended else contextlib.AsyncExitStack():
             yield
+
+    def steps_here(self, event: Event) -> bool:
+        """May the step on a handler's result ``event`` be taken here, before it is
+        appended (``Engine.answer``; :class:`~aaa_django.runtime.bus.StepsInline`)?
+        In a worker that takes its queue: the step is guarded as every step is, and
+        the result's delivery, taken on this loop, skips it. Elsewhere, no."""
+        return self.local_steps is not None and self.local_steps(event)
 
     def exclusive(self, name: str):
         """``async with``: the one cluster-wide lease on ``name`` (see

@@ -286,6 +286,15 @@ class WorkerRuntime:
         self.taken += 1
         return True
 
+    def steps_here(self, engine: Engine, event: Event) -> bool:
+        """May the run's step on ``event`` (a handler's result this process is about to
+        append) be taken here, before its append (``Engine.answer``)? When this worker
+        takes the event's queue and is not shutting down: the step is one this worker
+        would take on delivery (its algorithms are registered here), and the result's
+        delivery, taken here (:meth:`take`), skips it; one sent instead (no room on
+        the loop) is stepped on again where it lands, which writes nothing new."""
+        return not self.draining and queue_for(event.type, cluster_bus(engine).queues) in self.local_queues
+
     async def _carry(self, engine: Any, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
                      wire: str | None = None, handed: asyncio.Future | None = None, event: Event | None = None,
                      retries: int = 0) -> str:
@@ -410,6 +419,7 @@ class WorkerRuntime:
                         # the queues this worker consumes (-Q): set before the pool starts
                         self.local_queues = frozenset(app.amqp.queues.consume_from or ())
                         cluster_bus(engine).local = self.take
+                        cluster_bus(engine).local_steps = functools.partial(self.steps_here, engine)
                     self.engines[key] = engine
         return engine
 

@@ -99,14 +99,16 @@ class DurableTimers(Protocol):
 
 @runtime_checkable
 class StepsInline(Protocol):
-    """A bus whose deliveries of every event run in this process, each run's steps
-    under ``serial(run)`` (the in-process bus): a handler's result may be stepped on
-    before it is appended, under that lock, and appended with the step's output in
-    one append (``Engine.answer``); its delivery then skips the step. A bus whose
-    steps run elsewhere (the Celery bus: on the algorithm queue, in any worker) is
-    not one: a result is appended alone there and stepped on where it is delivered."""
+    """A bus on which a run's step on a handler's result may be taken where the result
+    is made, before it is appended (``Engine.answer``): the step runs under
+    ``serial(run)``, and its output goes with the result in one append guarded by the
+    head of the log it read, so the same guard that keeps two steps from deciding on
+    one log holds here. ``steps_here(event)``: may the step on ``event`` run in this
+    process now (the in-process bus: always; the Celery bus: in a worker that takes
+    the event's queue, where its delivery would be taken on the worker's loop too)?
+    The result's delivery then skips the step (it was taken)."""
 
-    steps_inline: Literal[True]
+    def steps_here(self, event: Event) -> bool: ...
 
 
 class InProcessBus:
@@ -116,9 +118,6 @@ class InProcessBus:
     :class:`~aaa_django.runtime.retry.Redelivery`); ``sleep``: how the bus waits
     meanwhile (a test passes one that records the delays).
     """
-
-    #: every step of a run runs here, under :meth:`serial` (:class:`StepsInline`)
-    steps_inline: Literal[True] = True
 
     def __init__(self, *, duplicate: bool = False, redelivery: Redelivery | None = None,
                  sleep: Callable[[float], Awaitable[Any]] | None = None) -> None:
@@ -176,6 +175,11 @@ class InProcessBus:
             await self.engine.fail(event.stream, exc, event=event, attempts=attempts)
         except Exception:  # the store is down too: the run is resumed from its log later
             log.exception("could not record why run %s failed", event.stream)
+
+    @staticmethod
+    def steps_here(event: Event) -> bool:
+        """Every step of a run runs here, under :meth:`serial` (:class:`StepsInline`)."""
+        return True
 
     def serial(self, key: str, *, contended: bool = False, synced: bool = False) -> asyncio.Lock:
         """The lock that serialises the algorithm steps of run ``key`` in this process."""

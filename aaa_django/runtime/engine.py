@@ -220,8 +220,8 @@ class Engine:
     other processes' appends on PostgreSQL); by default one of its own. ``answers``:
     a handler's result and what the run's step on it writes go in one append
     (:meth:`answer`), where the bus runs every step in this process (the in-process
-    bus); False: each result is appended alone and stepped on when it is delivered
-    (what the Celery bus does; the same log, twice the appends).
+    bus, and a Celery worker's for the queues it takes); False: each result is appended
+    alone and stepped on when it is delivered (the same log, twice the appends).
     """
 
     def __init__(
@@ -297,9 +297,10 @@ class Engine:
         self._ended: OrderedDict[str, None] = OrderedDict()
         #: run id -> the ``aaa.run.completed`` this engine appended (``COMPLETIONS_KEPT``)
         self._completions: OrderedDict[str, Event] = OrderedDict()
-        #: a result is stepped on before its append, with the step's output (``answer``):
-        #: asked for, and every step runs here, under the bus's serialisation
-        self._steps_inline = answers and isinstance(self.bus, StepsInline)
+        #: the bus, when a result may be stepped on before its append, with the step's
+        #: output (``answer``; asked for, and the bus says where, ``StepsInline``)
+        self._steps_inline: StepsInline | None = (
+            self.bus if answers and isinstance(self.bus, StepsInline) else None)
         #: ids of results stepped on before their append (``STEPPED_KEPT``)
         self._stepped: OrderedDict[str, None] = OrderedDict()
         #: the run, and the output kept, of a step on a result not yet appended (``answer``)
@@ -812,13 +813,16 @@ class Engine:
         result's delivery then skips the step (it was taken); its handlers run as
         ever. Returns the new events, as :meth:`append`.
 
-        Only where every step runs in this process (a :class:`~.bus.StepsInline` bus:
-        the in-process one) and this engine holds the run's log; anything the step
+        Only where the bus lets the step run here (:class:`~.bus.StepsInline`: the
+        in-process bus; the Celery bus in a worker that takes the result's queue) and
+        this engine holds the run's log; anything the step
         would write elsewhere (another run), an append that finds the log moved on
         or the run ended, or an output the store refuses: the result is appended
         alone, as :meth:`append` does, and stepped on when it is delivered."""
         events = list(events)
-        if not self._steps_inline or self._closed or not events or any(e.stream != events[0].stream for e in events):
+        inline = self._steps_inline
+        if (inline is None or self._closed or not events or any(e.stream != events[0].stream for e in events)
+                or not inline.steps_here(events[0])):
             return await self.append(events)
         stream = events[0].stream
         async with self.bus.serial(stream, synced=True):
@@ -926,10 +930,7 @@ class Engine:
                     synced = self.tail.holds(event)
                     if is_claimed(event.data):
                         event = await self.hydrate(event)
-                    if event.id in self._stepped:
-                        del self._stepped[event.id]  # ``answer`` took its step
-                    else:
-                        await self.step(event, synced=synced)
+                    await self.step(event, synced=synced)
                     await self.dispatch(event)
         finally:
             self.delivered(event.stream)
@@ -949,6 +950,9 @@ class Engine:
         appended meanwhile, nothing of the try is stored and the step runs again from
         the log as it is now (from the second try on, ``contended``: a bus may then
         take a stronger lock). ``synced``: the tail holds the run as it is, no read."""
+        if event.id in self._stepped:
+            del self._stepped[event.id]  # ``answer`` took it, before the event was appended
+            return
         tail, stream = self.tail, event.stream
         for attempt in range(STEP_TRIES):
             current = synced and attempt == 0

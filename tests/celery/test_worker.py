@@ -10,6 +10,7 @@ with whether the run's lock was held at that moment.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import uuid
@@ -27,6 +28,7 @@ from aaa_django.events import Event, FoldCache
 from aaa_django.events.tail import TailCachedStore
 from aaa_django.models import RunRecord
 from aaa_django.runtime.event_types import LLM_COMPLETED, LLM_REQUESTED, RUN_COMPLETED, RUN_STARTED
+from aaa_django.runtime.observe import BaseObserver
 from aaa_django.site.engines import build_engine
 from aaa_django.store import DjangoEventStore
 from tests.scenarios import site
@@ -294,6 +296,69 @@ def test_a_toolloop_turn_in_a_worker_is_its_appends_and_no_read_of_them(worker, 
     assert methods.count("append") == 2 + 4 * TURNS - 2 + 1, calls
     assert len(calls) / TURNS <= 5
     assert set(methods) <= {"append", "save_snapshot"}, calls
+
+
+def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(worker, pg_alias):
+    """A worker that takes every queue delivers what it appends on its own loop
+    (``WorkerRuntime.take``) and steps on a handler's result before appending it
+    (``WorkerRuntime.steps_here``, ``Engine.answer``): a turn is two appends, as
+    in-process, and no message is sent; the log is the one a run of results appended
+    alone writes, id for id."""
+    from aaa_django.algos import ToolLoop
+    from aaa_django.llm import FakeLLMClient, LLMHandler
+    from aaa_django.tools import ToolHandler, ToolRegistry
+    from tests.runtime.test_store_calls import TURNS, count_calls, model, noop
+
+    rt, engine, sent = worker
+
+    def one_run(answers: bool) -> tuple[list[str], list[tuple[str, str]], int]:
+        store = DjangoEventStore(pg_alias, inline=True)
+        counted = count_calls(store)
+        mine = build_engine(using=pg_alias, store=TailCachedStore(store), cache=FoldCache(check_every=0),
+                            bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
+                            answers=answers)
+        mine.bus._send = engine.bus._send
+        rt.local_queues = frozenset(mine.bus.queues.values())
+        mine.bus.local = rt.take
+        mine.bus.local_steps = lambda e: rt.steps_here(mine, e)
+        registry = ToolRegistry([noop])
+        LLMHandler(FakeLLMClient(model)).attach(mine)
+        ToolHandler(registry).attach(mine)
+
+        class Ended(BaseObserver):
+            """Set once the run's end is appended (a wait would read the store)."""
+
+            def __init__(self) -> None:
+                self.ended = asyncio.Event()
+
+            async def appended(self, events) -> None:
+                if any(e.type == RUN_COMPLETED for e in events):
+                    self.ended.set()
+
+        async def go():
+            ended = mine.observe(Ended())
+            run = await mine.start(ToolLoop(registry, max_turns=TURNS + 1), {"task": "count"},
+                                   run_id=f"run-local-{answers}")
+            await asyncio.wait_for(ended.ended.wait(), 30)
+            calls = list(counted)
+            assert (await mine.outcome(run.run_id)).outcome == "success"
+            return calls, [(e.type, e.id) for e in await mine.store.read(run.run_id)]
+
+        try:
+            calls, log = rt.run(go())
+        finally:
+            rt.run(mine.close())
+        return [name for name, _ in calls], log, mine.bus.sent
+
+    answered, answered_log, sent_answered = one_run(True)
+    alone, alone_log, sent_alone = one_run(False)
+    assert sent_answered == sent_alone == 0  # every delivery taken on the loop
+    # the start; the verdict with the first request; two a turn; the last reply with the end
+    assert answered.count("append") == 1 + 1 + 2 * (TURNS - 1) + 1, answered
+    assert alone.count("append") == 2 + 4 * TURNS - 2 + 1, alone
+    assert set(answered) <= {"append", "save_snapshot"}, answered
+    assert [t for t, _ in answered_log] == [t for t, _ in alone_log]
+    assert len({i for _, i in answered_log}) == len(answered_log)
 
 
 def test_a_re_drive_of_an_ended_run_leaves_nothing_of_it_in_the_worker(worker):
