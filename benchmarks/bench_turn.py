@@ -16,7 +16,9 @@ so a busy moment of this 2-core machine moves every side alike:
 - **aaa_django**: ``Engine`` on the in-process bus with the site's store (the embedded
   default's path, ``site_store``: on PostgreSQL ``PgEventStore``, whose calls are
   awaits; the Django store, a thread hop per call, is measured in the same rounds
-  beside it), a ToolLoop run of T turns; per turn = the run's wall time / T. Also its store calls per turn (of them,
+  beside it), a ToolLoop run of T turns; per turn = the run's wall time / T. The same
+  runs with each result appended alone (``Engine(answers=False)``) are measured in the
+  same rounds beside it. Also its store calls per turn (of them,
   reads), the durable commits per turn (appends that stored something), and the
   process's CPU per turn.
 - **LangGraph** 1.2: the same loop as a graph (an agent node and a tool node over
@@ -88,8 +90,10 @@ def noop_registry():
     return ToolRegistry([noop])
 
 
-async def aaa_run(store, turns: int, cache=None) -> dict:
-    """One ToolLoop run of ``turns`` turns on ``store``: seconds, CPU, store calls."""
+async def aaa_run(store, turns: int, cache=None, *, answers: bool = True) -> dict:
+    """One ToolLoop run of ``turns`` turns on ``store``: seconds, CPU, store calls.
+    ``answers=False``: each result appended alone, stepped on when delivered (see
+    ``Engine.answer``), for the comparison in the same rounds."""
     from aaa_django.algos import ToolLoop
     from aaa_django.events import FoldCache
     from aaa_django.llm import FakeLLMClient, LLMHandler
@@ -98,7 +102,7 @@ async def aaa_run(store, turns: int, cache=None) -> dict:
 
     registry = noop_registry()
     counting = CountingStore(store)
-    async with Engine(store=counting, cache=cache or FoldCache()) as engine:
+    async with Engine(store=counting, cache=cache or FoldCache(), answers=answers) as engine:
         LLMHandler(FakeLLMClient(scripted(turns))).attach(engine)
         ToolHandler(registry).attach(engine)
         c0, t0 = time.process_time(), time.perf_counter()
@@ -282,11 +286,12 @@ async def bench(label: str, alias: str, pg: dict | None, sqlite_path: str, turns
     for _ in range(rounds):
         ours = await aaa_run(store, turns)
         before = await aaa_run(django, turns) if django is not None else None
+        alone = await aaa_run(store, turns, answers=False)
         memory = await aaa_run(InMemoryEventStore(), turns)
         lg_async, thread_id = await lg_run_async(app_async, turns)
         lg_sync = await asyncio.to_thread(lg_run_sync, app_sync, turns)
         commit = (raw_commit_postgres(pg, 10) if label == "PostgreSQL" else raw_commit_sqlite(sqlite_path, 10))
-        rows.append({"ours": ours, "before": before, "memory": memory, "lg_async": lg_async, "lg_sync": lg_sync,
+        rows.append({"ours": ours, "before": before, "alone": alone, "memory": memory, "lg_async": lg_async, "lg_sync": lg_sync,
                      "commit": commit, "thread_id": thread_id})
     await savers.close()
     storage = storage_per_turn(pg, rows[-1]["ours"]["run_id"], rows[-1]["thread_id"], turns) if label == "PostgreSQL" else None
@@ -305,8 +310,13 @@ def summarise(rows: list[dict], turns: int, storage) -> dict:
         for k, v in r["ours"]["by_method"].items():
             by_method[k] = by_method.get(k, 0) + v / turns / len(rows)
     before = [turn(r["before"]["seconds"]) for r in rows if r["before"] is not None]
+    alone = [turn(r["alone"]["seconds"]) for r in rows]
     return {
         "before": med(before) if before else None,
+        "alone": med(alone),
+        "vs_alone": med(o / a for o, a in zip(ours, alone)),
+        "alone_cpu": med(turn(r["alone"]["cpu"]) for r in rows),
+        "alone_commits": med(r["alone"]["commits"] for r in rows) / turns,
         "ours": med(ours),
         "ours_cpu": med(turn(r["ours"]["cpu"]) for r in rows),
         "memory": med(turn(r["memory"]["seconds"]) for r in rows),
@@ -365,6 +375,11 @@ def main() -> None:
                 print(f"\n{label}: {r['store']} {ms(r['ours'])} per turn; the Django store "
                       f"(a thread hop per call) {ms(r['before'])} in the same rounds "
                       f"({r['ours'] / r['before']:.2f}x)")
+        for label, r in results.items():
+            print(f"\n{label}: each result appended alone (Engine(answers=False): the step on it "
+                  f"when it is delivered) {ms(r['alone'])} per turn, {r['alone_commits']:.2f} commits, "
+                  f"CPU {ms(r['alone_cpu'])}; a result with its step's output in one append "
+                  f"(the default) {r['vs_alone']:.2f}x that in the same rounds")
         for label, r in results.items():
             if r["storage"]:
                 print(f"\n{label} storage per turn at {args.turns} turns: aaa_django "

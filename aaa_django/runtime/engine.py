@@ -641,7 +641,9 @@ class Engine:
         announces, first after ``poll_interval``, then at intervals doubling up to
         ``POLL_BACKOFF`` times it (:func:`poll_intervals`): a poll is a read of the
         run, and a thousand runs waited on at once must not read their logs a
-        thousand times a second. While the hub hears every process's changes
+        thousand times a second. A run this engine is driving (it holds its log, it
+        has not ended it) is not read when the wait begins: its end, or the first
+        poll, is the first look. While the hub hears every process's changes
         (``wakeups.reliable()``: the site's PostgreSQL listening), a poll is only a
         safety net, at least ``RELIABLE_POLL`` apart."""
         if self._watch_ends is not None:
@@ -649,10 +651,17 @@ class Engine:
         # (ends_only: on PostgreSQL, the run's appends before its end wake no read)
         sub = self.wakeups.subscribe(run_id, asyncio.get_running_loop(), ends_only=True)
 
+        # A run whose log this engine holds, and whose end it has not appended, is one
+        # it is driving: its end wakes the wait, so the first look reads nothing (a
+        # read racing the run's own appends, on a store of one writer, delays them).
+        driving = run_id not in self._completions and self.tail.held(run_id) is not None
+
         async def loop() -> Outcome:
+            first = driving
             for interval in poll_intervals(self.poll_interval):
                 sub.clear()  # (before the read: what moves the run after it wakes us)
-                outcome = await self.outcome(run_id)
+                outcome = None if first else await self.outcome(run_id)
+                first = False
                 if outcome is not None:
                     return outcome
                 if self.wakeups.reliable():

@@ -250,7 +250,11 @@ class StatementAppends:
             if update is None:
                 return None  # a row behind its log: runindex catches it up
         elif starts_run(stored):
-            return None  # a new run (its start after an id stored elsewhere): runindex
+            # A new run: its row made by a plain INSERT after its events (as on
+            # PostgreSQL, ``row_insert``), in the same transaction.
+            update = row_insert(conn, stored)
+            if update is None:
+                return None  # not foldable: runindex decides (and logs why)
         # In-process SQLite: executemany (one prepared statement, stepped per row) is
         # cheaper than parsing and binding one multi-row INSERT.
         if len(rows) == 1:
@@ -259,7 +263,9 @@ class StatementAppends:
             cur.executemany(sql(INSERT_ROW), rows)
         if update is not None:
             cur.execute(sql(update[0]), update[1])
-            if cur.rowcount != 1:
+            if row[0] is None:
+                cur.fetchall()  # (the INSERT's RETURNING: the statement completes)
+            elif cur.rowcount != 1:
                 return None  # the row moved (it cannot, under the write lock): general path
         return stored
 

@@ -195,6 +195,10 @@ _INSERTED = ("run_id", "algorithm", "status", "outcome", "parent", "tokens_in", 
              "request_hash", "forked_from", "forked_at", "due_at")
 
 
+#: the inserted columns that are datetimes (``forked_at`` is a seq, ``due_at`` a timestamp)
+_DATETIMES = frozenset({"started_at", "ended_at", "updated_at"})
+
+
 def row_insert(conn: Any, events: list[Event]) -> tuple[str, list, tuple] | None:
     """A new run's row in plain SQL, folded from its first stored ``events`` (from seq
     1, ``aaa.run.started``): the INSERT (``RETURNING owner_id``), its parameters, and
@@ -205,7 +209,7 @@ def row_insert(conn: Any, events: list[Event]) -> tuple[str, list, tuple] | None
     if fields is None:
         return None
     adapt = conn.ops.adapt_datetimefield_value
-    values = [adapt(fields[c]) if c.endswith("_at") and fields[c] is not None else fields[c]
+    values = [adapt(fields[c]) if c in _DATETIMES and fields[c] is not None else fields[c]
               for c in _INSERTED]
     User = get_user_model()
     qn = conn.ops.quote_name

@@ -19,9 +19,10 @@ The statements are the sync store's: the one-transaction append of
 :mod:`aaa_django.store.appends` (``BEGIN IMMEDIATE``, one query, the INSERT and the
 run row's UPDATE, ``COMMIT``) on the driver's cursor, the reads and snapshots of
 :mod:`aaa_django.store.database`, rows decoded by :mod:`aaa_django.store.rows`. What
-is not the common case (a run's first events, an index row behind its log, a large
-batch, a lost race, a read of a page or of one tenant) takes the sync store's path,
-in Django's executor, as before.
+is not the common case (an index row behind its log, a large batch, a lost race, a
+read of a page or of one tenant) takes the sync store's path, in Django's executor,
+as before. A run's first events make its index row by a plain ``INSERT`` in the same
+transaction (``runindex.row_insert``, as on PostgreSQL).
 
 Group commit (on the store's thread): appends that arrive while the thread is busy
 wait together and go as one transaction, one savepoint each and one ``COMMIT`` (one
@@ -56,7 +57,6 @@ from django.utils.timezone import now
 
 from aaa_django.events import Event, Snapshot, StoreUnavailable
 from aaa_django.events.store import prepare_batch
-from aaa_django.runtime.event_types import RUN_STARTED
 
 from . import wakeups
 from .appends import _qmark, _sqlite_transaction
@@ -388,7 +388,7 @@ class SqliteEventStore(DjangoEventStore):
         if not batch:
             return []
         stored = None
-        if len(batch) <= SQLITE_CHUNK and batch[0].type != RUN_STARTED:  # (a new run: runindex)
+        if len(batch) <= SQLITE_CHUNK:
             try:
                 if self.own_thread:
                     assert self.db is not None

@@ -105,3 +105,39 @@ def test_a_broken_connection_is_replaced_and_a_write_on_it_is_a_store_fault(own_
     with pytest.raises(StoreUnavailable):
         run(store.append([ev("s-1")]))
     assert run(store.head("s-1"))[0] == 1  # nothing written; the next call reconnects
+
+
+@pytest.mark.parametrize("batches", [[10], [1] * 10, [3, 4, 3], [1, 9]])
+@pytest.mark.parametrize("owner", ["exists", "missing", None])
+def test_a_new_runs_row_is_made_by_the_stores_own_statements(batches, owner):
+    """A run's first events on the store's own connection make its index row in the
+    same transaction (``runindex.row_insert``, as on PostgreSQL), not on Django's path:
+    the row equals the one the run index rebuilds from the log, its owner the user the
+    run names only if that user exists."""
+    from django.contrib.auth import get_user_model
+
+    from aaa_django.store import runindex
+    from tests.api.test_runindex import log_of
+    from tests.store.test_runindex_statement import row
+
+    user = get_user_model().objects.create_user(f"owner-{owner}-{len(batches)}")
+    named = {"exists": str(user.pk), "missing": str(user.pk + 1000), None: None}[owner]
+    store, events = SqliteEventStore("default"), log_of("run-o", named)
+    elsewhere: list[int] = []
+    django_path = store._append_elsewhere
+
+    async def counted(batch, **kwargs):
+        elsewhere.append(len(batch))
+        return await django_path(batch, **kwargs)
+
+    store._append_elsewhere = counted
+    at = 0
+    for n in batches:
+        assert len(run(store.append(events[at:at + n]))) == n
+        at += n
+    assert elsewhere == []  # every append on the store's own connection, the start's too
+    made = row("run-o", "default")
+    assert made["owner"] == (user.pk if owner == "exists" else None)
+    assert made["status"] == "completed" and made["last_seq"] == len(events)
+    runindex.reindex("default")
+    assert row("run-o", "default") == made
