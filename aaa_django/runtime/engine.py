@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 import time
 import traceback
@@ -106,6 +107,8 @@ from .wakeups import Hub, Wakeups
 
 #: a projection's state type
 S = TypeVar("S")
+#: a bounded map's key
+K = TypeVar("K")
 
 log = logging.getLogger("aaa_django.runtime")
 
@@ -125,7 +128,8 @@ POLL_BACKOFF = 8
 # dropped first (a long-lived worker serves any number of runs).
 #: runs whose hydrated ``aaa.run.started`` is kept
 STARTED_KEPT = 4096
-#: runs whose rebuilt algorithm is kept (a pure function of the started event)
+#: runs whose rebuilt algorithm is kept (a pure function of the started event), and
+#: distinct (algorithm, config) instances
 ALGORITHMS_KEPT = 1024
 #: claim-checked events kept hydrated (their payloads read back from the blob store)
 HYDRATED_KEPT = 256
@@ -284,7 +288,9 @@ class Engine:
         self._keeps_timers = not isinstance(self.bus, DurableTimers)
         self._started: OrderedDict[str, Event] = OrderedDict()
         self._hydrated: OrderedDict[str, Event] = OrderedDict()
-        self._algorithms: dict[str, Any] = {}
+        #: started event id -> its run's algorithm; (name, config JSON) -> the instance
+        self._algorithms: OrderedDict[str, Any] = OrderedDict()
+        self._built: OrderedDict[tuple[str, str], Any] = OrderedDict()
         #: the runs being delivered to (see :meth:`delivering`)
         #: run id -> the deliveries to it now (a RUNMETA they keep is old once this
         #: engine appends to the run)
@@ -1056,15 +1062,21 @@ class Engine:
     def algorithm(self, started: Event) -> Any:
         """The run's algorithm, rebuilt from its started event through the registry.
 
-        A pure function of the registered name and the JSON config, so the instance
-        is kept per started event (never any run state: algorithms hold none).
+        A pure function of the registered name and the JSON config (never any run
+        state: algorithms hold none), so one instance serves every run started with
+        the same name and config (``ALGORITHMS_KEPT`` of them, and of runs), built
+        once: a ToolLoop builds its tools' schemas, a thousand runs of one agent do
+        not build them a thousand times.
         """
         algo = self._algorithms.get(started.id)
         if algo is None:
-            algo = registry.build(started.data["algorithm"], started.data.get("config") or {})
-            if len(self._algorithms) >= ALGORITHMS_KEPT:
-                self._algorithms.pop(next(iter(self._algorithms)))
-            self._algorithms[started.id] = algo
+            name, config = started.data["algorithm"], started.data.get("config") or {}
+            key = (name, json.dumps(config, sort_keys=True, separators=(",", ":")))
+            algo = self._built.get(key)
+            if algo is None:
+                algo = registry.build(name, config)
+            _keep(self._built, key, algo, ALGORITHMS_KEPT)
+            _keep(self._algorithms, started.id, algo, ALGORITHMS_KEPT)
         return algo
 
     async def dispatch(self, event: Event) -> None:
@@ -1262,7 +1274,7 @@ class _NotInline(BaseException):
     passes the step's own error boundary.)"""
 
 
-def _keep(kept: OrderedDict[str, Any], key: str, value: Any, most: int) -> None:
+def _keep(kept: OrderedDict[K, Any], key: K, value: Any, most: int) -> None:
     """``kept[key] = value`` as its newest entry; the oldest dropped past ``most``."""
     kept.pop(key, None)
     kept[key] = value
