@@ -648,8 +648,10 @@ class Engine:
         ``POLL_BACKOFF`` times it (:func:`poll_intervals`): a poll is a read of the
         run, and a thousand runs waited on at once must not read their logs a
         thousand times a second. A run this engine is driving (it holds its log, it
-        has not ended it) is not read when the wait begins: its end, or the first
-        poll, is the first look. While the hub hears every process's changes
+        has not ended it) is not read when the wait begins: its end wakes the wait,
+        and the first poll, ``poll_interval`` later (even while the hub hears
+        everything: an end another process appended before the wait began woke
+        nobody), reads it. While the hub hears every process's changes
         (``wakeups.reliable()``: the site's PostgreSQL listening), a poll is only a
         safety net, at least ``RELIABLE_POLL`` apart."""
         if self._watch_ends is not None:
@@ -666,12 +668,14 @@ class Engine:
             first = driving
             for interval in poll_intervals(self.poll_interval):
                 sub.clear()  # (before the read: what moves the run after it wakes us)
-                outcome = None if first else await self.outcome(run_id)
-                first = False
-                if outcome is not None:
-                    return outcome
-                if self.wakeups.reliable():
-                    interval = max(interval, RELIABLE_POLL)
+                if first:  # (the first poll then comes after poll_interval, whatever the hub)
+                    first = False
+                else:
+                    outcome = await self.outcome(run_id)
+                    if outcome is not None:
+                        return outcome
+                    if self.wakeups.reliable():
+                        interval = max(interval, RELIABLE_POLL)
                 await sub.until(interval)
             raise AssertionError("unreachable")  # (poll_intervals never ends)
 

@@ -122,3 +122,66 @@ def test_while_the_hub_hears_everything_a_wait_polls_only_as_a_safety_net(reliab
         assert min(hub.waits) >= RELIABLE_POLL
     else:
         assert hub.waits[:3] == [0.5, 1.0, 2.0]
+
+
+def blocked_model(gate: asyncio.Event):
+    """A model that answers once ``gate`` is set."""
+    from aaa_django.llm.fake import text
+
+    async def model(request):
+        await gate.wait()
+        return text("done")
+
+    return model
+
+
+def test_a_wait_on_a_run_this_engine_drives_reads_nothing_when_it_begins():
+    """The engine holds the run's log and will append its end: the wait's first look is
+    its wake-up (a read at once raced the run's own first appends)."""
+    from aaa_django.algos import ToolLoop
+    from aaa_django.llm import FakeLLMClient, LLMHandler
+
+    store = ReadCountingStore()
+
+    async def main():
+        gate = asyncio.Event()
+        async with engine(store, poll_interval=3600) as e:
+            LLMHandler(FakeLLMClient(blocked_model(gate))).attach(e)
+            run = await e.start(ToolLoop(), {"task": "wait"}, run_id="run-d")
+            await asyncio.sleep(0.05)  # the model call is in flight
+            before = store.reads
+            waiting = asyncio.ensure_future(e.wait("run-d", timeout=10))
+            await asyncio.sleep(0.05)
+            read_meanwhile = store.reads - before
+            gate.set()
+            return await waiting, read_meanwhile, run
+
+    outcome, read_meanwhile, _ = arun(main())
+    assert outcome.outcome == "success"
+    assert read_meanwhile == 0
+
+
+def test_a_run_it_holds_that_ended_elsewhere_is_read_at_the_first_poll_even_on_a_reliable_hub():
+    """The run ended in another process before the wait began (its notification woke
+    nobody yet): the first poll, ``poll_interval`` after, reads it, not
+    ``RELIABLE_POLL`` after."""
+    from aaa_django.algos import ToolLoop
+    from aaa_django.llm import FakeLLMClient, LLMHandler
+
+    store, hub = InMemoryEventStore(), ReliableHub(True)
+
+    async def main():
+        gate = asyncio.Event()
+        async with engine(store, wakeups=hub, poll_interval=0.5) as here, engine(store) as elsewhere:
+            LLMHandler(FakeLLMClient(blocked_model(gate))).attach(here)
+            await here.start(ToolLoop(), {"task": "wait"}, run_id="run-e")
+            await asyncio.sleep(0.05)  # here holds the run's log, its model call in flight
+            assert await elsewhere.cancel("run-e", reason="elsewhere")
+            await elsewhere.drain(5)
+            outcome = await here.wait("run-e", timeout=10)
+            gate.set()
+            return outcome
+
+    outcome = arun(main())
+    assert outcome.outcome == "cancelled"
+    assert hub.waits[0] == 0.5
