@@ -880,30 +880,36 @@ class Engine:
             if e.id in results:
                 _keep(self._stepped, e.id, None, STEPPED_KEPT)
         if stored.committed:
-            await self._keep_folds(stream, kept)
-        await self._appended(stored)
+            self._publish_folds(stream, kept)
+        await self._appended(stored)  # (the new events' deliveries are on their way)
+        if stored.committed:
+            await self._save_snapshots(stream, kept)
         return stored
 
-    async def _keep_folds(self, stream: str, kept: Staged) -> None:
-        """What the step's reads of the staged result would have kept, now that it is
-        appended: the folded states published, the snapshots saved (each where the
-        log holds, at its seq, the event it was folded up to)."""
-        tail = self.tail
+    def _holds(self, stream: str, seq: int, event_id: str) -> Event | None:
+        """The event at ``seq`` of ``stream`` in this engine's tail, if it is ``event_id``."""
+        e = self.tail.cached(stream, seq)
+        return e if e is not None and e.id == event_id else None
 
-        def holds(seq: int, event_id: str) -> Event | None:
-            e = tail.cached(stream, seq)
-            return e if e is not None and e.id == event_id else None
-
+    def _publish_folds(self, stream: str, kept: Staged) -> None:
+        """The states the step's reads folded over the staged result, published now that
+        it is appended (each where the log holds, at its cursor, the event it was folded
+        up to)."""
         for cache, key, entry in kept.folds:
-            e = holds(entry.cursor, entry.event_id)
+            e = self._holds(stream, entry.cursor, entry.event_id)
             if e is not None and e.time == entry.event_time:
                 cache.publish(key, entry)
+
+    async def _save_snapshots(self, stream: str, kept: Staged) -> None:
+        """The snapshots the step's reads would have saved, saved now (where the log
+        holds the event each was taken at). A failed save costs a longer fold later,
+        nothing else (as a projection's own)."""
         for snapshot in kept.snapshots:
-            if holds(snapshot.seq, snapshot.event_id) is not None:
+            if self._holds(stream, snapshot.seq, snapshot.event_id) is not None:
                 try:
                     await self.store.save_snapshot(snapshot)
-                except InfrastructureError as exc:  # a missed snapshot costs a longer fold later
-                    log.warning("saving a snapshot of %s failed: %s", stream, exc)
+                except Exception:
+                    log.warning("saving a snapshot of %s failed", stream, exc_info=True)
 
     async def _claim(self, e: Event) -> Event:
         if self.blobs is None or e.type == RUN_COMPLETED or not e.data:

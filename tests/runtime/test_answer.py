@@ -165,3 +165,36 @@ def test_on_a_bus_whose_steps_run_elsewhere_every_result_is_appended_alone():
     outcome, batches = arun(main())
     assert outcome.outcome == "success"
     assert len(batches) == 9 and all(len(batch) == 1 for batch in batches)
+
+
+class FailingSnapshots(BatchStore):
+    """A store whose snapshot saves fail (a bug, a full disk): they are derived data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tried = 0
+
+    async def save_snapshot(self, snapshot):
+        self.tried += 1
+        raise RuntimeError("no room for snapshots")
+
+
+def test_a_snapshot_the_step_on_a_result_would_save_that_fails_after_the_append_loses_nothing(monkeypatch):
+    """The snapshots folded over a staged result are saved after its append, and after
+    its deliveries are on their way: a save that fails costs a longer fold later, never
+    the run."""
+    from aaa_django.algos import LOOP
+
+    monkeypatch.setattr(LOOP, "every", 2)
+
+    async def main():
+        store = FailingSnapshots()
+        async with make_engine(add_then_answer, ToolRegistry([add]), store=store) as engine:
+            run = await engine.start(ToolLoop(ToolRegistry([add])), {"task": "add 1 and 2"}, run_id="run-f")
+            outcome = await run.result(timeout=10)
+            await engine.drain(5)
+            return outcome, store.tried, engine
+
+    outcome, tried, engine = arun(main())
+    assert outcome.outcome == "success"
+    assert tried >= 1 and engine.errors == [] and engine.bus.errors == []
