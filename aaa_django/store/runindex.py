@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, connections, models, transaction
 
 from aaa_django.events import Event
 from aaa_django.models import RunRecord
@@ -195,8 +195,9 @@ _INSERTED = ("run_id", "algorithm", "status", "outcome", "parent", "tokens_in", 
              "request_hash", "forked_from", "forked_at", "due_at")
 
 
-#: the inserted columns that are datetimes (``forked_at`` is a seq, ``due_at`` a timestamp)
-_DATETIMES = frozenset({"started_at", "ended_at", "updated_at"})
+#: the run row's datetime columns, as the model declares them (``forked_at`` is a seq,
+#: ``due_at`` a timestamp: adapted as they are)
+_DATETIMES = frozenset(f.column for f in RunRecord._meta.concrete_fields if isinstance(f, models.DateTimeField))
 
 
 def row_insert(conn: Any, events: list[Event]) -> tuple[str, list, tuple] | None:
