@@ -700,6 +700,11 @@ async def _step(engine: Engine, stream: str, seq: int, event_id: str, loaded: as
             if not synced:
                 engine.tail.stale(stream)
             found = await engine.store.read(stream, after=seq - 1, limit=1)
+            if synced and not (found and found[0].id == event_id):
+                # The view this delivery was told is current lacks its own event: never
+                # take that for an erased one (its run would wait for the sweeper). Ask.
+                engine.tail.stale(stream)
+                found = await engine.store.read(stream, after=seq - 1, limit=1)
             event = found[0] if found and found[0].id == event_id else None
             loaded.set_result(event)
             if event is None:

@@ -316,21 +316,28 @@ class TailCachedStore:
             return log
         self.syncs += 1
         held = log
-        if log:
-            more = await self.inner.read(stream, after=len(log) - 1)
-            if more and more[0].id == log[-1].id and more[0].seq == len(log):
-                log.extend(more[1:])
-            else:  # erased (and perhaps written again): start over
-                log = list(await self.inner.read(stream))
+        n = len(log) if log else 0
+        if n:
+            more = await self.inner.read(stream, after=n - 1)
+            # (the held list may have grown meanwhile: this process's appends extend it)
+            if not (more and more[0].id == log[n - 1].id and more[0].seq == n and _extend(log, more, n)):
+                log = list(await self.inner.read(stream))  # erased (and perhaps written again): start over
         else:
             log = list(await self.inner.read(stream))
-        if synced is None and self._logs.get(stream) is not held:
+        current = self._logs.get(stream)
+        if current is None and held is not None and synced is None:
             # Outside a delivery (a background self-check), the stream was dropped while
             # it was read (its run ended, it was erased): what was read is returned, not
             # kept, or every run whose end overtook a check would stay here until the
             # LRU bound pushed it out. (In a delivery it is kept: the step's guard
             # expects the head of the view it read.)
             return log
+        if current is not None and current is not log:
+            # Another read of the stream installed its view while this one waited, and
+            # this process's appends may have extended that one since: what this read
+            # saw can be older. Never keep the older of two views of one log (the events
+            # this process appended, and told its deliveries it holds, would go).
+            log = _newest(current, log)
         self._logs[stream] = log
         self._logs.move_to_end(stream)
         if synced is not None:
@@ -451,3 +458,27 @@ def _whole(earlier: Sequence[Event], seq: int, prev_id: str | None) -> bool:
     """Are ``earlier`` a stream's events 1 .. seq - 1, the last one ``prev_id``?"""
     return (len(earlier) == seq - 1 and earlier[-1].id == prev_id
             and all(e.seq == i and e.stream == earlier[0].stream for i, e in enumerate(earlier, 1)))
+
+
+def _extend(log: list[Event], more: Sequence[Event], n: int) -> bool:
+    """``log`` (held with ``n`` events when ``more``, the log from seq ``n`` on, was
+    read) brought up to ``more`` in place; it may hold more than ``n`` events by now
+    (this process appended meanwhile). False when the two disagree (erased and written
+    again meanwhile): nothing changed."""
+    have = len(log) - n + 1  # events of ``more`` the log holds already
+    if have > len(more):
+        return more[-1].id == log[n - 2 + len(more)].id
+    if log[-1].id != more[have - 1].id:
+        return False
+    log.extend(more[have:])
+    return True
+
+
+def _newest(current: list[Event], read: list[Event]) -> list[Event]:
+    """The newer of two views of a stream's log: the longer, when the shorter is a
+    prefix of it; else (they disagree: erased and written again meanwhile) ``read``,
+    the one just read."""
+    short, long = (current, read) if len(current) <= len(read) else (read, current)
+    if not short or long[len(short) - 1].id == short[-1].id:
+        return long
+    return read

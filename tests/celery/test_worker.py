@@ -166,6 +166,34 @@ def test_a_delivery_makes_one_statement_and_no_query(worker, pg_alias):
     assert rt.run(deliver_event(engine, run_id, 3, "not-that-event")) == "missing"
 
 
+
+def test_a_delivery_whose_current_view_lacks_its_own_event_asks_before_calling_it_missing(worker, pg_alias):
+    """A delivery taken on the loop is told its view is current (the tail holds the
+    event). Should that view lack the event anyway, the delivery reads the log again
+    before it calls the event missing: "missing" drops the delivery, and its run would
+    wait for the sweeper (the field's 200 runs: a tail that installed an older view of
+    a log its appends had extended, tests/events/test_eventstore_tailcache.py)."""
+    rt, engine, sent = worker
+    run_id = rt.run(_start(engine))
+    event = rt.run(engine.store.read(run_id))[0]
+    read = engine.store.read
+    blinks: list[int] = []
+
+    async def blinking(stream, **kwargs):
+        if kwargs.get("limit") == 1 and not blinks:
+            blinks.append(1)
+            return []  # the view without its event, once
+        return await read(stream, **kwargs)
+
+    engine.store.read = blinking
+    try:
+        with engine.tail.delivery():
+            assert engine.tail.holds(event)
+        assert rt.run(deliver_event(engine, run_id, event.seq, event.id, event=event)) == "delivered"
+    finally:
+        del engine.store.read
+    assert blinks == [1]
+
 def test_a_run_started_elsewhere_is_delivered_without_a_query(worker, pg_alias):
     """The web process's start travels with its message (its store just appended it):
     a worker that never saw the run takes the start as the run's log, and knows the

@@ -190,3 +190,64 @@ def test_a_run_whose_end_overtakes_a_read_outside_a_delivery_is_not_kept():
 
     assert [e.seq for e in run(check_overtaken_by_the_end())] == [1, 2]
     assert store.cached("run-1", 1) is None
+
+
+class SnapshotThenWait(InMemoryEventStore):
+    """A store whose reads take their result at once and return it when the test says
+    (``hold()``: the next read waits on the returned event): a query that reads a
+    snapshot of the log and is answered later, while this process appends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gates: list = []
+
+    def hold(self):
+        import asyncio
+
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        return gate
+
+    async def read(self, stream, **kwargs):
+        found = await super().read(stream, **kwargs)
+        if self.gates:
+            await self.gates.pop(0).wait()
+        return found
+
+
+def test_two_reads_overlapping_an_append_never_leave_the_older_view():
+    """Two deliveries of one run sync its log while this process appends to it (a worker
+    carries hundreds at once): one read's view is older than the other's by the time it
+    is answered. The tail keeps the newer: it lost the event just appended (the field's
+    200 runs: 1 to 5 of them stalled until the sweeper re-drove them, their event
+    "missing" from a view the delivery was told it holds)."""
+    import asyncio
+
+    inner = SnapshotThenWait()
+    store = TailCachedStore(inner)
+    run(store.append([ev(), ev(), ev()]))
+
+    async def main():
+        async def sync():
+            with store.delivery():
+                return await store.read("run-1")
+
+        first_gate = inner.hold()
+        first = asyncio.ensure_future(sync())  # reads from seq 3 on: [3]
+        await asyncio.sleep(0)
+        (fourth,) = await store.append([ev()])  # the held log grows to 4
+        second_gate = inner.hold()
+        second = asyncio.ensure_future(sync())  # reads from seq 4 on: [4]
+        await asyncio.sleep(0)
+        first_gate.set()  # its [3] no longer ends the held log: read again, whole
+        assert [e.seq for e in await first] == [1, 2, 3, 4]
+        (fifth,) = await store.append([ev()])  # extends the view the first read installed
+        second_gate.set()  # its view (up to 4) is older than the one kept now
+        await second
+        with store.delivery():
+            assert store.holds(fifth)
+            return fourth, fifth, await store.read("run-1")
+
+    fourth, fifth, seen = run(main())
+    assert [e.id for e in seen[-2:]] == [fourth.id, fifth.id]
+    assert store.held("run-1") == 5
