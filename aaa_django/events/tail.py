@@ -316,12 +316,14 @@ class TailCachedStore:
             return log
         self.syncs += 1
         held = log
-        n = len(log) if log else 0
-        if n:
+        if held:
+            n = len(held)
             more = await self.inner.read(stream, after=n - 1)
             # (the held list may have grown meanwhile: this process's appends extend it)
-            if not (more and more[0].id == log[n - 1].id and more[0].seq == n and _extend(log, more, n)):
-                log = list(await self.inner.read(stream))  # erased (and perhaps written again): start over
+            if more and more[0].id == held[n - 1].id and more[0].seq == n and _extend(held, more, n):
+                log = held
+            else:  # erased (and perhaps written again): start over
+                log = list(await self.inner.read(stream))
         else:
             log = list(await self.inner.read(stream))
         current = self._logs.get(stream)
