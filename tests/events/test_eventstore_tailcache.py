@@ -251,3 +251,38 @@ def test_two_reads_overlapping_an_append_never_leave_the_older_view():
     fourth, fifth, seen = run(main())
     assert [e.id for e in seen[-2:]] == [fourth.id, fifth.id]
     assert store.held("run-1") == 5
+
+
+def test_a_read_that_an_append_overtakes_twice_keeps_every_event_appended():
+    """The schedule the field's worker logged: a sync reads the log after its held
+    tail; an append of this process extends the held tail meanwhile, so the read no
+    longer ends it; the tail then read the whole log again, and another append landed
+    while that read was on its way: the whole log it installed lacked the newest event
+    (a watcher of the run's end, reading while the run's tool results were appended)."""
+    import asyncio
+
+    inner = SnapshotThenWait()
+    store = TailCachedStore(inner)
+    run(store.append([ev(), ev(), ev()]))
+
+    async def main():
+        async def sync():
+            with store.delivery():
+                return await store.read("run-1")
+
+        read_gate = inner.hold()
+        syncing = asyncio.ensure_future(sync())  # reads from seq 3 on: [3]
+        await asyncio.sleep(0)
+        await store.append([ev()])  # 4: the held tail grows past the read
+        reread_gate = inner.hold()  # (a read of the whole log, if one is made, waits too)
+        read_gate.set()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        (fifth,) = await store.append([ev()])  # 5, while a whole-log read would be on its way
+        reread_gate.set()
+        seen = await syncing
+        return fifth, seen
+
+    fifth, seen = run(main())
+    assert [e.seq for e in seen][:4] == [1, 2, 3, 4]
+    assert store.held("run-1") == 5 and store.cached("run-1", 5) == fifth
