@@ -28,8 +28,11 @@ class Site:
     """``with Site(tmp, s3_endpoint, bus="celery", workers=2, model=True) as site:``"""
 
     def __init__(self, tmp: Path, s3_endpoint: str, *, bus: str = "inprocess", workers: int = 0,
-                 model: bool = False, web_workers: int = 1, stall_after: float | None = None) -> None:
+                 model: bool = False, web_workers: int = 1, stall_after: float | None = None,
+                 model_latency: tuple[float, float] | None = None) -> None:
         self.tmp = tmp
+        #: the model server's seconds per call (min, max; its default: 0.3 to 1.0)
+        self.model_latency = model_latency
         self.stall_after = stall_after
         self.s3_endpoint = s3_endpoint
         self.bus = bus
@@ -86,8 +89,9 @@ class Site:
             port = free_port()
             self.env.update({"AAA_LLM_PROVIDER": "openai", "AAA_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1",
                              "AAA_LLM_API_KEY": "field-test-key", "AAA_LLM_MODEL": "field-model"})
+            latency = [] if self.model_latency is None else ["--latency", *map(str, self.model_latency)]
             model = self._process("model", sys.executable, "-m", "tests.field.model_server", str(port),
-                                  "--hold", str(self.model_hold))
+                                  "--hold", str(self.model_hold), *latency)
         self.manage("migrate", "--noinput")
         self.manage("demo_user", "--username", "field", "--password", "field-pass-1")
         self.key = self.manage("aaa_apikey", "create", "--user", "field", "--name", "field").split()[-1]

@@ -1,0 +1,145 @@
+"""The example site as it is deployed, under a load of runs that wait on a model, tried
+as a user would (issue 15): what the suite's in-process figures do not show.
+
+    .venv/bin/python benchmarks/field_trial.py              # 200 runs (~1 min)
+    .venv/bin/python benchmarks/field_trial.py --kill       # SIGKILL the worker mid-flight
+    .venv/bin/python benchmarks/field_trial.py --runs 50 --tries 5
+
+It starts what tests/field/site.py starts: a PostgreSQL cluster and a Redis server of
+its own, S3 (moto), the site's web server (gunicorn, two processes), one Celery worker
+started the usual way (``celery -A project worker -c 2``) and the field test's model
+server, here with 1 s a call (it asks for two tool calls at once, then answers). It
+starts the runs over the REST API at once (50 client threads), waits for their ends
+over the API, then reads every run's log: each must end ``success`` with the answer
+for its input, its seqs dense, one ``aaa.run.completed``, one result per request. It
+prints the wall time against the ideal (two model calls: 2 s), where the runs' time
+went (stretch by stretch, from their logs), and how many runs the workers' sweep
+re-drove: with nothing broken, none should be (a re-driven run waited for the sweep,
+``AAA_STALL_AFTER`` = 15 s here, for a step it had lost). ``--kill``: 2 s in, the
+worker is SIGKILLed with its deliveries in hand and started again; every run must
+still end ``success``, nothing lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.chdir(ROOT)
+
+from tests.field.model_server import answer  # noqa: E402
+from tests.field.services import free_port, wait_port  # noqa: E402
+from tests.field.site import Site  # noqa: E402
+from tests.field.test_field import POPULATIONS, TOOLS, check_log, events  # noqa: E402
+
+LATENCY = 1.0
+IDEAL = 2 * LATENCY  # two model calls a run (the tools answer at once)
+
+
+def patient(client) -> None:
+    """The client waits out the API's rate limit (a 429 says how long), as a user's
+    program would: this trial reads every run's log."""
+    call = client.call
+
+    def again(*args, **kwargs):
+        while True:
+            status, body = call(*args, **kwargs)
+            if status != 429:
+                return status, body
+            time.sleep(2)
+
+    client.call = again
+
+
+def stretches(logs: dict[str, list[dict]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for log in logs.values():
+        times = [(e["type"], dt.datetime.fromisoformat(e["time"].replace("Z", "+00:00")).timestamp()) for e in log]
+        for (a, ta), (b, tb) in zip(times, times[1:]):
+            out.setdefault(f"{a} -> {b}", []).append(tb - ta)
+    return out
+
+
+def trial(tmp: Path, s3: str, runs: int, kill: bool) -> dict:
+    with Site(tmp, s3, bus="celery", workers=1, model=True, web_workers=2, stall_after=15,
+              model_latency=(LATENCY, LATENCY)) as site:
+        client = site.client
+        patient(client)
+        tasks = [f"trial {i} " + "x" * 2000 for i in range(runs)]
+        started: dict[int, str] = {}
+
+        def start(i: int) -> None:
+            status, body = client.call("POST", "/runs", {
+                "algorithm": "aaa.algos.ToolLoop", "input": {"task": tasks[i]},
+                "config": {"tools": TOOLS, "max_turns": 4}, "deadline": 600,
+            }, headers={"Idempotency-Key": f"trial-{i}"})
+            assert status in (200, 201), (status, body)
+            started[i] = body["id"]
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(50) as pool:
+            list(pool.map(start, range(runs)))
+        api = time.monotonic() - t0
+        if kill:
+            time.sleep(2.0)
+            site.workers[0].kill()
+            site.start_worker()
+        while client.call("GET", "/runs?status=completed&limit=1")[1]["count"] < runs:
+            assert time.monotonic() - t0 < 600, f"runs not ended after 600 s\n{site.logs()}"
+            time.sleep(0.2)
+        wall = time.monotonic() - t0
+        logs = {run_id: events(client, run_id) for run_id in started.values()}
+        wrong = []
+        for i, run_id in started.items():
+            run = client.call("GET", f"/runs/{run_id}")[1]
+            if (run["outcome"], run["value"]) != ("success", {"text": answer(tasks[i], POPULATIONS)}):
+                wrong.append(run_id)
+            check_log(run_id, logs[run_id])
+        redriven = {run_id for w in site.workers for line in re.findall(r"re-driving \d+ stalled runs.*", w.text())
+                    for run_id in re.findall(r"run-[0-9a-f-]{36}", line)}
+        return {"api": api, "wall": wall, "wrong": wrong, "stretches": stretches(logs),
+                "redriven": len(redriven)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--tries", type=int, default=1)
+    ap.add_argument("--kill", action="store_true")
+    args = ap.parse_args()
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="aaa-trial-") as tmp:
+        moto = subprocess.Popen([str(ROOT / ".venv/bin/moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_port(port, proc=moto)
+            for n in range(args.tries):
+                (Path(tmp) / f"try{n}").mkdir()
+                out = trial(Path(tmp) / f"try{n}", f"http://127.0.0.1:{port}", args.runs, args.kill)
+                print(f"try {n + 1}: {args.runs} runs started over the API in {out['api']:.1f} s; all ended "
+                      f"{out['wall']:.1f} s after the first start ({out['wall'] / IDEAL:.1f}x the ideal "
+                      f"{IDEAL:.0f} s{', the worker SIGKILLed 2 s in' if args.kill else ''}); wrong outcomes "
+                      f"{len(out['wrong'])}; runs the sweep re-drove {out['redriven']}")
+                for name, values in out["stretches"].items():
+                    values.sort()
+                    print(f"    {name:52s} p50 {1000 * values[len(values) // 2]:8.1f} ms  "
+                          f"p90 {1000 * values[int(len(values) * 0.9)]:8.1f} ms  max {1000 * values[-1]:8.1f} ms")
+                assert not out["wrong"], out["wrong"]
+        finally:
+            moto.terminate()
+            moto.wait()
+
+
+if __name__ == "__main__":
+    main()
