@@ -4,6 +4,7 @@ as a user would (issue 15): what the suite's in-process figures do not show.
     .venv/bin/python benchmarks/field_trial.py              # 200 runs (~1 min)
     .venv/bin/python benchmarks/field_trial.py --kill       # SIGKILL the worker mid-flight
     .venv/bin/python benchmarks/field_trial.py --runs 50 --tries 5
+    .venv/bin/python benchmarks/field_trial.py --bus inprocess  # the embedded default
 
 It starts what tests/field/site.py starts: a PostgreSQL cluster and a Redis server of
 its own, S3 (moto), the site's web server (gunicorn, two processes), one Celery worker
@@ -71,9 +72,9 @@ def stretches(logs: dict[str, list[dict]]) -> dict[str, list[float]]:
     return out
 
 
-def trial(tmp: Path, s3: str, runs: int, kill: bool) -> dict:
-    with Site(tmp, s3, bus="celery", workers=1, model=True, web_workers=2, stall_after=15,
-              model_latency=(LATENCY, LATENCY)) as site:
+def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery") -> dict:
+    with Site(tmp, s3, bus=bus, workers=1 if bus == "celery" else 0, model=True, web_workers=2,
+              stall_after=15, model_latency=(LATENCY, LATENCY)) as site:
         client = site.client
         patient(client)
         tasks = [f"trial {i} " + "x" * 2000 for i in range(runs)]
@@ -117,6 +118,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--tries", type=int, default=1)
     ap.add_argument("--kill", action="store_true")
+    ap.add_argument("--bus", choices=["celery", "inprocess"], default="celery",
+                    help="inprocess: the embedded default (the runs run in the web processes)")
     args = ap.parse_args()
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="aaa-trial-") as tmp:
@@ -126,7 +129,7 @@ def main() -> None:
             wait_port(port, proc=moto)
             for n in range(args.tries):
                 (Path(tmp) / f"try{n}").mkdir()
-                out = trial(Path(tmp) / f"try{n}", f"http://127.0.0.1:{port}", args.runs, args.kill)
+                out = trial(Path(tmp) / f"try{n}", f"http://127.0.0.1:{port}", args.runs, args.kill, args.bus)
                 print(f"try {n + 1}: {args.runs} runs started over the API in {out['api']:.1f} s; all ended "
                       f"{out['wall']:.1f} s after the first start ({out['wall'] / IDEAL:.1f}x the ideal "
                       f"{IDEAL:.0f} s{', the worker SIGKILLed 2 s in' if args.kill else ''}); wrong outcomes "
