@@ -62,6 +62,20 @@ def patient(client) -> None:
     client.call = again
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of the processes ``pids`` and their children, so far."""
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", ",".join(map(str, pids))], capture_output=True, text=True)
+    every = pids + [int(p) for p in out.stdout.split()]
+    total = 0
+    for pid in every:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def stretches(logs: dict[str, list[dict]]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for log in logs.values():
@@ -87,6 +101,17 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery") -> dic
             assert status in (200, 201), (status, body)
             started[i] = body["id"]
 
+        def serving() -> list[int]:
+            return [p.proc.pid for name, p in site.procs.items() if name == "web" or name.startswith("worker")]
+
+        spy = None
+        if os.environ.get("AAA_TRIAL_PYSPY"):  # a sampled profile of the web and worker processes, to that file
+            spy = subprocess.Popen([str(ROOT / ".venv-bench/bin/py-spy"), "record", "--subprocesses", "--nonblocking",
+                                    "-f", "raw", "-o", os.environ["AAA_TRIAL_PYSPY"], "-r", "200",
+                                    "-p", str(site.procs["web"].proc.pid)], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+            time.sleep(1)
+        cpu0 = cpu_seconds(serving())
         t0 = time.monotonic()
         with ThreadPoolExecutor(50) as pool:
             list(pool.map(start, range(runs)))
@@ -99,6 +124,10 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery") -> dic
             assert time.monotonic() - t0 < 600, f"runs not ended after 600 s\n{site.logs()}"
             time.sleep(0.2)
         wall = time.monotonic() - t0
+        cpu = cpu_seconds(serving()) - cpu0
+        if spy is not None:
+            spy.send_signal(2)
+            spy.wait()
         logs = {run_id: events(client, run_id) for run_id in started.values()}
         wrong = []
         for i, run_id in started.items():
@@ -108,7 +137,7 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery") -> dic
             check_log(run_id, logs[run_id])
         redriven = {run_id for w in site.workers for line in re.findall(r"re-driving \d+ stalled runs.*", w.text())
                     for run_id in re.findall(r"run-[0-9a-f-]{36}", line)}
-        return {"api": api, "wall": wall, "wrong": wrong, "stretches": stretches(logs),
+        return {"api": api, "wall": wall, "cpu": cpu, "wrong": wrong, "stretches": stretches(logs),
                 "redriven": len(redriven)}
 
 
@@ -131,7 +160,8 @@ def main() -> None:
                 out = trial(Path(tmp) / f"try{n}", f"http://127.0.0.1:{port}", args.runs, args.kill, args.bus)
                 print(f"try {n + 1}: {args.runs} runs started over the API in {out['api']:.1f} s; all ended "
                       f"{out['wall']:.1f} s after the first start ({out['wall'] / IDEAL:.1f}x the ideal "
-                      f"{IDEAL:.0f} s{', the worker SIGKILLed 2 s in' if args.kill else ''}); wrong outcomes "
+                      f"{IDEAL:.0f} s{', the worker SIGKILLed 2 s in' if args.kill else ''}); the web and worker "
+                      f"processes' CPU {out['cpu']:.1f} s ({1000 * out['cpu'] / args.runs:.0f} ms a run); wrong outcomes "
                       f"{len(out['wrong'])}; runs the sweep re-drove {out['redriven']}")
                 for name, values in out["stretches"].items():
                     values.sort()
