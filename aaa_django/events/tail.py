@@ -36,7 +36,12 @@ run on a handler's result this way before appending the result and the step's ou
 together (``Engine.answer``); other contexts never see them.
 
 The cache checks that its tail is a prefix of the log (the id at its last seq), so an
-erased and rewritten stream is read again from the start.
+erased and rewritten stream is read again from the start. Reads of one stream overlap
+(a worker carries hundreds of deliveries, several of one run) while this process appends
+to it: a sync extends the tail it holds even when those appends grew it meanwhile, and
+never keeps the older of two views of one log, so an event this process appended stays
+held once the tail has it (a delivery told it holds its event found it missing, and its
+run waited for the sweeper: benchmarks/README.md, issue 15 by hand).
 """
 
 from __future__ import annotations
