@@ -5,6 +5,7 @@ as a user would (issue 15): what the suite's in-process figures do not show.
     .venv/bin/python benchmarks/field_trial.py --kill       # SIGKILL the worker mid-flight
     .venv/bin/python benchmarks/field_trial.py --runs 50 --tries 5
     .venv/bin/python benchmarks/field_trial.py --bus inprocess  # the embedded default
+    .venv/bin/python benchmarks/field_trial.py --cancel         # cancel every other run, 1.5 s in
 
 It starts what tests/field/site.py starts: a PostgreSQL cluster and a Redis server of
 its own, S3 (moto), the site's web server (gunicorn, two processes), one Celery worker
@@ -18,7 +19,10 @@ went (stretch by stretch, from their logs), and how many runs the workers' sweep
 re-drove: with nothing broken, none should be (a re-driven run waited for the sweep,
 ``AAA_STALL_AFTER`` = 15 s here, for a step it had lost). ``--kill``: 2 s in, the
 worker is SIGKILLed with its deliveries in hand and started again; every run must
-still end ``success``, nothing lost or duplicated.
+still end ``success``, nothing lost or duplicated. ``--cancel``: 1.5 s after the last
+start, every other run is cancelled over the API (a 409 for one that has ended); each
+ends ``cancelled`` (its log whole, nothing after its end) or, ended before, ``success``;
+the time from the cancel asked for to the run's end is printed.
 """
 
 from __future__ import annotations
@@ -62,6 +66,21 @@ def patient(client) -> None:
     client.call = again
 
 
+def check_cancelled(run_id: str, log: list[dict]) -> None:
+    """A cancelled run's log: dense seqs, unique ids, one end (the last event), nothing
+    after it, and no result without its request (a call the end cut short has none)."""
+    from aaa_django.runtime.event_types import RUN_COMPLETED, result_id
+
+    types = [e["type"] for e in log]
+    assert [e["seq"] for e in log] == list(range(1, len(log) + 1)), (run_id, types)
+    assert len({e["id"] for e in log}) == len(log), (run_id, types)
+    assert types.count(RUN_COMPLETED) == 1 and types[-1] == RUN_COMPLETED, (run_id, types)
+    ids = {e["id"] for e in log}
+    results = [e for e in log if e["type"] in ("aaa.llm.completed", "aaa.llm.failed", "aaa.tool.completed",
+                                                "aaa.tool.failed")]
+    assert all(any(result_id(i) == r["id"] for i in ids) for r in results), (run_id, types)
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU of the processes ``pids`` and their children, so far."""
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", ",".join(map(str, pids))], capture_output=True, text=True)
@@ -85,7 +104,7 @@ def stretches(logs: dict[str, list[dict]]) -> dict[str, list[float]]:
     return out
 
 
-def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery") -> dict:
+def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel: bool = False) -> dict:
     with Site(tmp, s3, bus=bus, workers=1 if bus == "celery" else 0, model=True, web_workers=2,
               stall_after=15, model_latency=(LATENCY, LATENCY)) as site:
         client = site.client
@@ -120,6 +139,18 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery") -> dic
             time.sleep(2.0)
             site.workers[0].kill()
             site.start_worker()
+        cancelled: dict[str, float] = {}  # run id -> when its cancel was asked for
+        if cancel:  # every other run, 1.5 s in: in the middle of its first model call or after
+            time.sleep(1.5)
+
+            def stop(i: int) -> None:
+                asked = time.time()
+                status, body = client.call("POST", f"/runs/{started[i]}/cancel", {"reason": "trial"})
+                assert status in (202, 409), (status, body)
+                cancelled[started[i]] = asked
+
+            with ThreadPoolExecutor(20) as pool:
+                list(pool.map(stop, range(0, runs, 2)))
         while client.call("GET", "/runs?status=completed&limit=1")[1]["count"] < runs:
             assert time.monotonic() - t0 < 600, f"runs not ended after 600 s\n{site.logs()}"
             time.sleep(0.2)
@@ -130,14 +161,20 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery") -> dic
             spy.wait()
         logs = {run_id: events(client, run_id) for run_id in started.values()}
         wrong = []
+        stopped: list[float] = []  # seconds from a cancel asked for to the run's end
         for i, run_id in started.items():
             run = client.call("GET", f"/runs/{run_id}")[1]
+            if run_id in cancelled and run["outcome"] == "cancelled":
+                check_cancelled(run_id, logs[run_id])
+                end = logs[run_id][-1]["time"]
+                stopped.append(dt.datetime.fromisoformat(end.replace("Z", "+00:00")).timestamp() - cancelled[run_id])
+                continue
             if (run["outcome"], run["value"]) != ("success", {"text": answer(tasks[i], POPULATIONS)}):
                 wrong.append(run_id)
             check_log(run_id, logs[run_id])
         redriven = {run_id for w in site.workers for line in re.findall(r"re-driving \d+ stalled runs.*", w.text())
                     for run_id in re.findall(r"run-[0-9a-f-]{36}", line)}
-        return {"api": api, "wall": wall, "cpu": cpu, "wrong": wrong, "stretches": stretches(logs),
+        return {"api": api, "wall": wall, "cpu": cpu, "wrong": wrong, "stopped": sorted(stopped), "stretches": stretches(logs),
                 "redriven": len(redriven)}
 
 
@@ -146,6 +183,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--tries", type=int, default=1)
     ap.add_argument("--kill", action="store_true")
+    ap.add_argument("--cancel", action="store_true", help="cancel every other run over the API, 1.5 s in")
     ap.add_argument("--bus", choices=["celery", "inprocess"], default="celery",
                     help="inprocess: the embedded default (the runs run in the web processes)")
     args = ap.parse_args()
@@ -157,12 +195,19 @@ def main() -> None:
             wait_port(port, proc=moto)
             for n in range(args.tries):
                 (Path(tmp) / f"try{n}").mkdir()
-                out = trial(Path(tmp) / f"try{n}", f"http://127.0.0.1:{port}", args.runs, args.kill, args.bus)
+                out = trial(Path(tmp) / f"try{n}", f"http://127.0.0.1:{port}", args.runs, args.kill, args.bus,
+                            args.cancel)
                 print(f"try {n + 1}: {args.runs} runs started over the API in {out['api']:.1f} s; all ended "
                       f"{out['wall']:.1f} s after the first start ({out['wall'] / IDEAL:.1f}x the ideal "
                       f"{IDEAL:.0f} s{', the worker SIGKILLed 2 s in' if args.kill else ''}); the web and worker "
                       f"processes' CPU {out['cpu']:.1f} s ({1000 * out['cpu'] / args.runs:.0f} ms a run); wrong outcomes "
                       f"{len(out['wrong'])}; runs the sweep re-drove {out['redriven']}")
+                if args.cancel:
+                    st = out["stopped"]
+                    print(f"    cancelled over the API: {len(st)} runs ended cancelled; from the cancel asked "
+                          f"to the run's end p50 {1000 * st[len(st) // 2]:.0f} ms, p90 "
+                          f"{1000 * st[int(len(st) * 0.9)]:.0f} ms, max {1000 * st[-1]:.0f} ms" if st else
+                          "    no run ended cancelled")
                 for name, values in out["stretches"].items():
                     values.sort()
                     print(f"    {name:52s} p50 {1000 * values[len(values) // 2]:8.1f} ms  "
