@@ -174,7 +174,8 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel
             check_log(run_id, logs[run_id])
         redriven = {run_id for w in site.workers for line in re.findall(r"re-driving \d+ stalled runs.*", w.text())
                     for run_id in re.findall(r"run-[0-9a-f-]{36}", line)}
-        return {"api": api, "wall": wall, "cpu": cpu, "wrong": wrong, "stopped": sorted(stopped), "stretches": stretches(logs),
+        lacked = sum(w.text().count("lacked it; reading the run again") for w in site.workers)
+        return {"api": api, "wall": wall, "cpu": cpu, "wrong": wrong, "stopped": sorted(stopped), "lacked": lacked, "stretches": stretches(logs),
                 "redriven": len(redriven)}
 
 
@@ -201,7 +202,8 @@ def main() -> None:
                       f"{out['wall']:.1f} s after the first start ({out['wall'] / IDEAL:.1f}x the ideal "
                       f"{IDEAL:.0f} s{', the worker SIGKILLed 2 s in' if args.kill else ''}); the web and worker "
                       f"processes' CPU {out['cpu']:.1f} s ({1000 * out['cpu'] / args.runs:.0f} ms a run); wrong outcomes "
-                      f"{len(out['wrong'])}; runs the sweep re-drove {out['redriven']}")
+                      f"{len(out['wrong'])}; runs the sweep re-drove {out['redriven']}; deliveries whose view lacked "
+                      f"their event {out['lacked']}")
                 if args.cancel:
                     st = out["stopped"]
                     print(f"    cancelled over the API: {len(st)} runs ended cancelled; from the cancel asked "

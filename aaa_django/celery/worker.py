@@ -703,6 +703,9 @@ async def _step(engine: Engine, stream: str, seq: int, event_id: str, loaded: as
             if synced and not (found and found[0].id == event_id):
                 # The view this delivery was told is current lacks its own event: never
                 # take that for an erased one (its run would wait for the sweeper). Ask.
+                # (A bug of the tail's if it happens: said, so that it is seen.)
+                log.warning("run %s: the view of the run held for the delivery of seq %s (%s) "
+                            "lacked it; reading the run again", stream, seq, event_id)
                 engine.tail.stale(stream)
                 found = await engine.store.read(stream, after=seq - 1, limit=1)
             event = found[0] if found and found[0].id == event_id else None

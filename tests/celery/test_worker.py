@@ -167,7 +167,8 @@ def test_a_delivery_makes_one_statement_and_no_query(worker, pg_alias):
 
 
 
-def test_a_delivery_whose_current_view_lacks_its_own_event_asks_before_calling_it_missing(worker, pg_alias):
+def test_a_delivery_whose_current_view_lacks_its_own_event_asks_before_calling_it_missing(worker, pg_alias,
+                                                                                          caplog):
     """A delivery taken on the loop is told its view is current (the tail holds the
     event). Should that view lack the event anyway, the delivery reads the log again
     before it calls the event missing: "missing" drops the delivery, and its run would
@@ -193,6 +194,9 @@ def test_a_delivery_whose_current_view_lacks_its_own_event_asks_before_calling_i
     finally:
         del engine.store.read
     assert blinks == [1]
+    # said in the worker's log: a view that lacks its own event is a bug of the tail's
+    assert any("lacked it; reading the run again" in r.getMessage() and r.levelname == "WARNING"
+               for r in caplog.records)
 
 def test_a_run_started_elsewhere_is_delivered_without_a_query(worker, pg_alias):
     """The web process's start travels with its message (its store just appended it):
