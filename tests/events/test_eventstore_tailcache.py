@@ -4,6 +4,7 @@ delivery it serves synced streams from memory until the bus marks them stale."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
@@ -202,8 +203,6 @@ class SnapshotThenWait(InMemoryEventStore):
         self.gates: list = []
 
     def hold(self):
-        import asyncio
-
         gate = asyncio.Event()
         self.gates.append(gate)
         return gate
@@ -215,31 +214,37 @@ class SnapshotThenWait(InMemoryEventStore):
         return found
 
 
+def held_three() -> tuple[SnapshotThenWait, TailCachedStore]:
+    """A tail holding three events of ``run-1``, over a store whose reads wait."""
+    inner = SnapshotThenWait()
+    store = TailCachedStore(inner)
+    run(store.append([ev(), ev(), ev()]))
+    return inner, store
+
+
+async def synced(store: TailCachedStore):
+    """A delivery's first read of ``run-1``: the tail syncs it."""
+    with store.delivery():
+        return await store.read("run-1")
+
+
 def test_two_reads_overlapping_an_append_never_leave_the_older_view():
     """Two deliveries of one run sync its log while this process appends to it (a worker
     carries hundreds at once): one read's view is older than the other's by the time it
     is answered. The tail keeps the newer: it lost the event just appended (the field's
     200 runs: 1 to 5 of them stalled until the sweeper re-drove them, their event
     "missing" from a view the delivery was told it holds)."""
-    import asyncio
-
-    inner = SnapshotThenWait()
-    store = TailCachedStore(inner)
-    run(store.append([ev(), ev(), ev()]))
+    inner, store = held_three()
 
     async def main():
-        async def sync():
-            with store.delivery():
-                return await store.read("run-1")
-
         first_gate = inner.hold()
-        first = asyncio.ensure_future(sync())  # reads from seq 3 on: [3]
+        first = asyncio.ensure_future(synced(store))  # reads from seq 3 on: [3]
         await asyncio.sleep(0)
         (fourth,) = await store.append([ev()])  # the held log grows to 4
         second_gate = inner.hold()
-        second = asyncio.ensure_future(sync())  # reads from seq 4 on: [4]
+        second = asyncio.ensure_future(synced(store))  # reads from seq 4 on: [4]
         await asyncio.sleep(0)
-        first_gate.set()  # its [3] no longer ends the held log: read again, whole
+        first_gate.set()  # its [3] ends the log as it was held: the held log, grown since, stays
         assert [e.seq for e in await first] == [1, 2, 3, 4]
         (fifth,) = await store.append([ev()])  # extends the view the first read installed
         second_gate.set()  # its view (up to 4) is older than the one kept now
@@ -259,19 +264,11 @@ def test_a_read_that_an_append_overtakes_twice_keeps_every_event_appended():
     longer ends it; the tail then read the whole log again, and another append landed
     while that read was on its way: the whole log it installed lacked the newest event
     (a watcher of the run's end, reading while the run's tool results were appended)."""
-    import asyncio
-
-    inner = SnapshotThenWait()
-    store = TailCachedStore(inner)
-    run(store.append([ev(), ev(), ev()]))
+    inner, store = held_three()
 
     async def main():
-        async def sync():
-            with store.delivery():
-                return await store.read("run-1")
-
         read_gate = inner.hold()
-        syncing = asyncio.ensure_future(sync())  # reads from seq 3 on: [3]
+        syncing = asyncio.ensure_future(synced(store))  # reads from seq 3 on: [3]
         await asyncio.sleep(0)
         await store.append([ev()])  # 4: the held tail grows past the read
         reread_gate = inner.hold()  # (a read of the whole log, if one is made, waits too)
