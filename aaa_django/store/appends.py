@@ -211,12 +211,13 @@ class StatementAppends:
         (``DEBUG``) or has installed execute wrappers: they see these statements as any
         other.
 
-        None, with nothing written, when the batch is not the common case (a run's
-        first events, an index row behind its log, more ids than one query takes, a
-        transaction Django does not know of): the caller takes the transactional
-        path."""
-        if len(batch) > SQLITE_CHUNK or batch[0].type == RUN_STARTED:
-            return None  # a new run's row is made by runindex (in an atomic block)
+        A run's first events make its index row in the same transaction (as
+        :class:`~aaa_django.store.sqlite.SqliteEventStore`'s appends do: the same
+        statements). None, with nothing written, when the batch is not the common case
+        (an index row behind its log, more ids than one query takes, a transaction
+        Django does not know of): the caller takes the transactional path."""
+        if len(batch) > SQLITE_CHUNK:
+            return None
         conn.ensure_connection()
         raw = conn.connection
         if raw.in_transaction:

@@ -141,3 +141,40 @@ def test_a_new_runs_row_is_made_by_the_stores_own_statements(batches, owner):
     assert made["status"] == "completed" and made["last_seq"] == len(events)
     runindex.reindex("default")
     assert row("run-o", "default") == made
+
+
+@pytest.mark.parametrize("batches", [[10], [1] * 10, [3, 4, 3]])
+@pytest.mark.parametrize("owner", ["exists", "missing", None])
+def test_the_django_stores_sync_appends_make_a_new_runs_row_by_the_same_statements(batches, owner):
+    """The Django store's own append on SQLite (``append_sync`` outside a transaction)
+    runs the same one-transaction statements, a run's start included: the row equals
+    the one the run index rebuilds, its owner the user the run names only if that user
+    exists."""
+    from django.contrib.auth import get_user_model
+
+    from aaa_django.store import DjangoEventStore, runindex
+    from tests.api.test_runindex import log_of
+    from tests.store.test_runindex_statement import row
+
+    user = get_user_model().objects.create_user(f"sync-owner-{owner}-{len(batches)}")
+    named = {"exists": str(user.pk), "missing": str(user.pk + 1000), None: None}[owner]
+    store, events = DjangoEventStore("default"), log_of("run-s", named)
+    statements: list[bool] = []
+    one_transaction = store._append_sqlite_transaction
+
+    def counted(*args, **kwargs):
+        stored = one_transaction(*args, **kwargs)
+        statements.append(stored is not None)
+        return stored
+
+    store._append_sqlite_transaction = counted
+    at = 0
+    for n in batches:
+        assert len(store.append_sync(events[at:at + n])) == n
+        at += n
+    assert statements == [True] * len(batches)  # the start's append too
+    made = row("run-s", "default")
+    assert made["owner"] == (user.pk if owner == "exists" else None)
+    assert made["status"] == "completed" and made["last_seq"] == len(events)
+    runindex.reindex("default")
+    assert row("run-s", "default") == made
