@@ -22,6 +22,7 @@ twice.
 from __future__ import annotations
 
 import logging
+from functools import lru_cache
 from itertools import groupby
 from typing import Any, Iterable, Sequence
 
@@ -130,10 +131,21 @@ _LAST_SEQ = ROW_COLUMNS.index("last_seq")
 _SELECT_ROW = f"SELECT {', '.join(ROW_COLUMNS)} FROM aaa_run WHERE run_id = %s"
 _UPDATED = ("algorithm", "status", "outcome", "parent", "tokens_in", "tokens_out", "cost",
             "model_calls", "tool_calls", "updated_at", "last_seq", "due_at")
-_UPDATE_ROW = (
-    f"UPDATE aaa_run SET {', '.join(f'{c} = %s' for c in _UPDATED)}, "
-    "ended_at = COALESCE(%s, ended_at) WHERE run_id = %s AND last_seq = %s"
-)
+#: the columns every fold sets: ``updated_at`` and ``last_seq`` move with each event;
+#: ``due_at`` may differ from the row as its append saw it (the timer duty's
+#: ``settle_due`` moves it without moving ``last_seq``), so it is always written
+_ALWAYS = frozenset(("updated_at", "last_seq", "due_at"))
+
+
+@lru_cache(maxsize=128)
+def _update_row(columns: tuple[str, ...], ends: bool) -> str:
+    """The UPDATE of ``columns`` (and ``ended_at`` when the run ends), guarded by the
+    row's ``last_seq``. Only the columns a fold changed are named: SQLite rewrites the
+    entry of every index on a column an UPDATE names, even to the value it had (a
+    turn's UPDATE naming all of them dirtied six pages of the run's indexes, every one
+    written to the WAL and synced at the commit; see benchmarks/README.md)."""
+    sets = [f"{c} = %s" for c in columns] + (["ended_at = %s"] if ends else [])
+    return f"UPDATE aaa_run SET {', '.join(sets)} WHERE run_id = %s AND last_seq = %s"
 
 
 class _Row:
@@ -163,10 +175,12 @@ def row_update(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tup
         return None
     r, fields, after = folded
     adapt = conn.ops.adapt_datetimefield_value
-    values = [adapt(fields[c]) if c == "updated_at" else fields[c] for c in _UPDATED]
-    ended = fields["ended_at"]
-    return (_UPDATE_ROW, [*values, adapt(ended) if ended is not None else None, r.run_id, r.last_seq],
-            after)
+    columns = tuple(c for c in _UPDATED if c in _ALWAYS or fields[c] != getattr(r, c))
+    values = [adapt(fields[c]) if c == "updated_at" else fields[c] for c in columns]
+    ended = fields["ended_at"]  # the run's end among the events (None: the row's stays)
+    if ended is not None:
+        values.append(adapt(ended))
+    return _update_row(columns, ended is not None), [*values, r.run_id, r.last_seq], after
 
 
 def row_after(row: Sequence[Any] | None, events: list[Event]) -> tuple | None:

@@ -178,3 +178,47 @@ def test_the_django_stores_sync_appends_make_a_new_runs_row_by_the_same_statemen
     assert made["status"] == "completed" and made["last_seq"] == len(events)
     runindex.reindex("default")
     assert row("run-s", "default") == made
+
+
+def test_an_appends_update_of_the_runs_row_names_only_the_columns_it_changes():
+    """SQLite rewrites the entry of every index on a column an UPDATE names, even to the
+    value it had: an append that names the run row's indexed columns (status,
+    algorithm, outcome, parent) when its events change none of them makes the
+    commit write and sync their index pages for nothing. Each append's UPDATE names
+    the columns its fold changed (and ``updated_at``, ``last_seq``, ``due_at``); the
+    row still equals the one the run index rebuilds."""
+    import re
+
+    from aaa_django.runtime.event_types import INPUT_VALIDATED
+    from aaa_django.store import runindex
+    from tests.api.test_runindex import log_of
+    from tests.store.test_runindex_statement import row
+
+    store, events = SqliteEventStore("default"), log_of("run-u", None)
+    run(store.append(events[:1]))
+    statements: list[str] = []
+    assert store.db is not None and store.db.raw is not None
+    store.db.raw.set_trace_callback(statements.append)
+    named: dict[str, set[str]] = {}
+    try:
+        for e in events[1:]:
+            statements.clear()
+            run(store.append([e]))
+            (update,) = [s for s in statements if s.startswith("UPDATE aaa_run")]
+            sets = update.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
+            named[e.type] = set(re.findall(r"(\w+) = ", sets))
+    finally:
+        store.db.raw.set_trace_callback(None)
+
+    always = {"updated_at", "last_seq", "due_at"}
+    assert named[INPUT_VALIDATED] == always | {"status"}
+    assert named["aaa.llm.requested"] == always | {"model_calls"}
+    assert named["aaa.llm.completed"] == always | {"tokens_in", "tokens_out", "cost"}
+    assert named["aaa.tool.requested"] == always | {"tool_calls"}
+    assert named["aaa.tool.completed"] == named["acme.note.made"] == always
+    assert named[RUN_COMPLETED] == always | {"status", "outcome", "ended_at"}
+    made = row("run-u", "default")
+    assert made["status"] == "completed" and made["ended_at"] is not None
+    assert (made["model_calls"], made["tool_calls"], made["cost"]) == (2, 1, 0.75)
+    runindex.reindex("default")
+    assert row("run-u", "default") == made
