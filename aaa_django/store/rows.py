@@ -207,8 +207,8 @@ def number(conn, batch: list[Event], texts: list[str], head: int, known, expecte
     stored, rows = [], []
     adapt = time_adapter(conn)
     for seq, (e, text, data) in enumerate(zip(batch, texts, datas), start=head + 1):
-        stored.append(Event(id=e.id, stream=e.stream, type=e.type, data=data, seq=seq,
-                            causation=e.causation, time=e.time, blobs=e.blobs, tenant=e.tenant))
+        stored.append(stored_event(e.id, e.stream, seq, e.type, data, e.causation, e.time, e.blobs,
+                                   e.tenant))  # (checked: ``prepare_batch``)
         blobs = json.dumps(encode_blobs(e.blobs)) if e.blobs else "[]"
         rows.append((e.id, e.stream, seq, e.type, text, e.causation, adapt(e.time), blobs, e.tenant))
     return stored, rows

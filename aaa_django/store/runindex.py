@@ -174,7 +174,7 @@ def row_update(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tup
     if folded is None:
         return None
     r, fields, after = folded
-    adapt = conn.ops.adapt_datetimefield_value
+    adapt = rows.time_adapter(conn)
     columns = tuple(c for c in _UPDATED if c in _ALWAYS or fields[c] != getattr(r, c))
     values = [adapt(fields[c]) if c == "updated_at" else fields[c] for c in columns]
     ended = fields["ended_at"]  # the run's end among the events (None: the row's stays)
