@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
@@ -15,6 +16,16 @@ RUN_STARTED = "aaa.run.started"
 RUN_COMPLETED = "aaa.run.completed"
 #: the runtime's event types: a stream whose first event is one of them is a run's
 RUN_TYPES = "aaa."
+
+#: True while a caller whose event loop has nothing else to do awaits a store's call:
+#: the engine sets it around an append made by the only work it has going (its one
+#: delivery holding a turn, none queued, no wait on a model or tool open:
+#: ``Turns.alone``). A store whose calls otherwise go to a thread of its own and back
+#: may then make the call on the calling thread, blocking the loop for it: there is
+#: nothing for the loop to do meanwhile, and the two hand-offs cost a SQLite turn more
+#: than its statements did (``SqliteEventStore``; benchmarks/README.md). A hint: no
+#: store needs it, and a caller that sets it wrongly only makes its loop wait.
+caller_alone: ContextVar[bool] = ContextVar("aaa_store_caller_alone", default=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,7 @@ from aaa_django.events import (
     derive_id,
     new_id,
 )
+from aaa_django.events.store import caller_alone
 from aaa_django.events.tail import Staged, Tail, TailCachedStore
 
 from . import registry
@@ -797,10 +798,12 @@ class Engine:
         if self.blobs is not None:
             batch = [await self._claim(e) for e in batch]
         self._appending(stream)
+        alone = caller_alone.set(self.turns.alone())  # (a hint to the store: see caller_alone)
         try:
             added = await (self.store.append(batch) if expected_seq is None
                            else self.store.append(batch, expected_seq=expected_seq))
         finally:
+            caller_alone.reset(alone)
             self._appending(stream)  # (a read meanwhile may have kept the log before it)
         if added and self._keeps_timers:
             # As soon as a due time is stored, as the run index's ``due_at`` is

@@ -91,6 +91,8 @@ class Turns:
         self.forfeited = 0
         #: the turns held now -> when they were taken (``time.monotonic``)
         self._held: dict[_Turn, float] = {}
+        #: waits on something outside (``waiting``) open now
+        self.waits = 0
         #: the check of the turns held too long, while any is held (one timer for all:
         #: not one per delivery)
         self._check: asyncio.TimerHandle | None = None
@@ -103,6 +105,14 @@ class Turns:
     @property
     def waiting_now(self) -> int:
         return sum(1 for *_, f in self._queue if not f.done())
+
+    def alone(self) -> bool:
+        """Is the current context's delivery all these turns have going: its turn the
+        one held, none queued, no wait open (a model or a tool whose answer would
+        want the loop)? The engine's own count, not a guess from timing."""
+        turn = _turn.get()
+        return (turn is not None and turn.turns is self and turn.held and self._free == self.width - 1
+                and self.waits == 0 and not any(not f.done() for *_, f in self._queue))
 
     def turn(self) -> "_Turn":
         """``async with``: a delivery's turn (inside one already: nothing more)."""
@@ -212,12 +222,14 @@ class _Waiting:
 
     async def __aenter__(self) -> None:
         self.began = self.turns.clock()
+        self.turns.waits += 1
         turn = _turn.get()
         if turn is not None and turn.turns is self.turns and turn.held:
             self.turns._drop(turn)
             self.given = turn
 
     async def __aexit__(self, exc_type: Any, *exc: object) -> None:
+        self.turns.waits -= 1
         waited = self.turns.clock() - self.began
         stamp = _stamp.get()
         # The work's place in line moves on by the time it waited, not to now: a run

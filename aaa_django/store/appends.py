@@ -335,10 +335,12 @@ def _head_known_and_row_sqlite(n: int) -> str:
     return _HEAD_KNOWN_AND_ROW_SQLITE.format(ids=", ".join(["%s"] * n))
 
 
-def _sqlite_transaction(store, conn, cur, raw, stream, batch, texts, expected_seq, sql):
-    """``BEGIN IMMEDIATE``, the statements of ``_write_sqlite`` and ``COMMIT`` on
-    ``cur``; rolled back on any error, or when they return None."""
-    cur.execute("BEGIN IMMEDIATE")
+def _sqlite_transaction(store, conn, cur, raw, stream, batch, texts, expected_seq, sql, *, begun=False):
+    """``BEGIN IMMEDIATE`` (unless ``begun``: the caller's, just now), the statements
+    of ``_write_sqlite`` and ``COMMIT`` on ``cur``; rolled back on any error, or when
+    they return None."""
+    if not begun:
+        cur.execute("BEGIN IMMEDIATE")
     try:
         stored = store._write_sqlite(conn, cur, stream, batch, texts, expected_seq, sql)
         if stored is not None:

@@ -46,9 +46,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from asgiref.sync import sync_to_async
 from django.db import Error as DatabaseDriverError
@@ -56,7 +57,7 @@ from django.db import IntegrityError, InterfaceError, connections
 from django.utils.timezone import now
 
 from aaa_django.events import Event, Snapshot, StoreUnavailable
-from aaa_django.events.store import prepare_batch
+from aaa_django.events.store import caller_alone, prepare_batch
 
 from . import wakeups
 from .appends import _qmark, _sqlite_transaction
@@ -106,6 +107,10 @@ class SqliteConnection:
         self._draining = False
         self._pending_lock = threading.Lock()
         self.groups = 0  # transactions of more than one append so far (tests, benchmarks)
+        #: the connection's busy timeout (ms: ``OPTIONS["timeout"]``), and the appends
+        #: made on the calling thread so far (see :meth:`append_here`; tests, benchmarks)
+        self.busy_ms = 0
+        self.here = 0
 
     @classmethod
     def of(cls, using: str) -> "SqliteConnection":
@@ -134,6 +139,7 @@ class SqliteConnection:
                 django = self.django
                 raw = django.get_new_connection(django.get_connection_params())
                 raw.isolation_level = None  # autocommit: the statements say BEGIN
+                self.busy_ms = int(raw.execute("PRAGMA busy_timeout").fetchone()[0])
                 self.raw, self.opened = raw, self.opened + 1
             return self.raw
 
@@ -165,6 +171,39 @@ class SqliteConnection:
             self._draining = True
         self.executor().submit(self._drain)
         return future
+
+    def append_here(self, store: "SqliteEventStore", stream: str, batch: list[Event], texts: list[str],
+                    expected_seq: int | None) -> Any:
+        """The one-transaction append of ``batch`` made on the calling thread, which
+        waits for it (its commit's fsync included), if nothing else wants the
+        connection or the database now: the store's thread has no append to make,
+        the connection is free, and the write lock is taken at once (the busy timeout
+        is 0 for the ``BEGIN IMMEDIATE``: another writer holding the lock never makes
+        the caller wait). :data:`NOT_NOW` otherwise, having done nothing: the thread
+        makes it. For a caller whose loop has nothing else to do (``caller_alone``)."""
+        raw = self.raw
+        if raw is None or self._draining or not self._lock.acquire(blocking=False):
+            return NOT_NOW
+        try:
+            with self.django.wrap_database_errors:
+                raw.execute("PRAGMA busy_timeout = 0")
+                try:
+                    raw.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError as exc:
+                    if not contention(_as_cause(exc)):
+                        raise
+                    return NOT_NOW  # another writer has the lock: the thread waits for it
+                finally:
+                    raw.execute(f"PRAGMA busy_timeout = {self.busy_ms}")
+                self.here += 1
+                cur = raw.cursor()
+                try:
+                    return _sqlite_transaction(store, self.django, cur, raw, stream, batch, texts,
+                                               expected_seq, _qmark, begun=True)
+                finally:
+                    cur.close()
+        finally:
+            self._lock.release()
 
     def _drain(self) -> None:
         """(On the thread.) The appends waiting now, as one group (at most
@@ -272,6 +311,8 @@ class SqliteConnection:
 
 #: appends in one group commit at the most
 GROUP = 100
+#: :meth:`SqliteConnection.append_here` did nothing: the thread makes the append
+NOT_NOW = object()
 
 
 class _Append:
@@ -290,6 +331,13 @@ class _Append:
             self.loop.call_soon_threadsafe(_settle, self.future, stored, exc)
         except RuntimeError:  # its loop is closed: nobody waits
             pass
+
+
+def _as_cause(exc: BaseException) -> BaseException:
+    """A driver's error as the cause of an error, as :func:`contention` reads one."""
+    wrapped = DatabaseDriverError(str(exc))
+    wrapped.__cause__ = exc
+    return wrapped
 
 
 def _settle(future: asyncio.Future, stored: Any, exc: BaseException | None) -> None:
@@ -387,12 +435,17 @@ class SqliteEventStore(DjangoEventStore):
         stream, batch, texts = prepare_batch(events)  # raises before any write
         if not batch:
             return []
-        stored = None
+        stored: list[Event] | None = None
         if len(batch) <= SQLITE_CHUNK:
             try:
                 if self.own_thread:
                     assert self.db is not None
-                    stored = await self.db.append(self, stream, batch, texts, expected_seq)
+                    # The caller's loop has nothing else to do: made here, without the
+                    # hand-off to the thread and back (unless the thread or the lock is busy).
+                    here = (self.db.append_here(self, stream, batch, texts, expected_seq)
+                            if caller_alone.get() else NOT_NOW)
+                    stored = (await self.db.append(self, stream, batch, texts, expected_seq)
+                              if here is NOT_NOW else cast("list[Event] | None", here))
                 else:
                     stored = await self._on_connection(_append_now, self, stream, batch, texts, expected_seq)
             except DatabaseDriverError as exc:

@@ -219,3 +219,68 @@ def test_the_run_whose_model_answered_first_gets_through_its_turn_first():
     # run-2's.)
     assert turn_ends["run-2"] < turn_ends["run-0"] < turn_ends["run-1"], appended
     assert turn_ends["run-2"] < turn_starts["run-1"], appended
+
+
+def test_a_delivery_is_alone_only_when_it_is_all_the_turns_have_going():
+    """``Turns.alone``: the current delivery holds the one turn held, none is queued,
+    no wait is open (a model or tool whose answer would want the loop). Outside a
+    delivery, or inside a wait, it is not (the engine's hint to its store: see
+    ``caller_alone``)."""
+    turns = Turns(2)
+    seen: dict[str, bool] = {}
+    answer, other_holds, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def waiting_run() -> None:  # a run whose model call is in flight
+        async with turns.turn():
+            async with turns.waiting():
+                seen["inside its own wait"] = turns.alone()
+                await answer.wait()
+            seen["after its answer, alone again"] = turns.alone()
+
+    async def other_run() -> None:
+        async with turns.turn():
+            other_holds.set()
+            await release.wait()
+
+    async def main() -> None:
+        seen["outside a delivery"] = turns.alone()
+        async with turns.turn():
+            seen["the only delivery"] = turns.alone()
+        waiter = asyncio.ensure_future(waiting_run())
+        await settle()
+        async with turns.turn():
+            seen["beside a wait"] = turns.alone()
+        answer.set()
+        await waiter
+        holder = asyncio.ensure_future(other_run())
+        await other_holds.wait()
+        async with turns.turn():
+            seen["beside another turn"] = turns.alone()
+        release.set()
+        await holder
+
+    async def queued_check() -> None:  # one turn held, one queued behind it
+        one = Turns(1)
+
+        async def next_delivery() -> None:
+            async with one.turn():
+                pass
+
+        async with one.turn():
+            behind = asyncio.get_running_loop().create_task(next_delivery(), context=for_delivery())
+            await settle()
+            seen["with one queued"] = one.alone()
+        await behind
+
+    arun(main())
+    arun(queued_check())
+    assert seen == {
+        "outside a delivery": False,
+        "the only delivery": True,
+        "inside its own wait": False,
+        "beside a wait": False,
+        "after its answer, alone again": True,
+        "beside another turn": False,
+        "with one queued": False,
+    }
+    assert (turns.running, turns.waits) == (0, 0)

@@ -222,3 +222,141 @@ def test_an_appends_update_of_the_runs_row_names_only_the_columns_it_changes():
     assert (made["model_calls"], made["tool_calls"], made["cost"]) == (2, 1, 0.75)
     runindex.reindex("default")
     assert row("run-u", "default") == made
+
+
+# -- a caller with nothing else to do: the append on its own thread ----------------------
+
+
+def threads_of_inserts(store: SqliteEventStore) -> tuple[list[str], object]:
+    """The threads that run the store's event INSERTs, by name, in turn (its
+    connection's trace callback: a thread's INSERTs in a row, and their triggers'
+    statements, once), and a function that stops recording."""
+    names: list[str] = []
+
+    def trace(sql: str) -> None:
+        name = threading.current_thread().name
+        if sql.startswith("INSERT INTO aaa_event") and (not names or names[-1] != name):
+            names.append(name)
+
+    assert store.db is not None and store.db.raw is not None
+    store.db.raw.set_trace_callback(trace)
+    return names, lambda: store.db.raw.set_trace_callback(None)
+
+
+def test_an_append_of_a_caller_alone_is_made_on_its_thread_and_any_other_on_the_stores():
+    """With ``caller_alone`` (the engine's hint: the append is all its loop has to do)
+    the one-transaction append runs on the calling thread: no hand-off to the store's
+    thread and back. Without it, on the store's thread, as ever."""
+    from aaa_django.events.store import caller_alone
+
+    store = SqliteEventStore("default")
+    run(store.append([ev("s-a")]))
+    names, stop = threads_of_inserts(store)
+    here = store.db.here
+
+    async def alone_append(seq: int):
+        token = caller_alone.set(True)
+        try:
+            return await store.append([ev("s-a", data={"n": seq})]), threading.current_thread().name
+        finally:
+            caller_alone.reset(token)
+
+    try:
+        stored, caller = run(alone_append(2))
+        run(store.append([ev("s-a", data={"n": 3})]))
+    finally:
+        stop()
+    assert stored[0].seq == 2 and store.db.here == here + 1
+    assert names == [caller, "aaa-sqlite-default_0"]
+    assert [e.seq for e in run(store.read("s-a"))] == [1, 2, 3]
+
+
+def test_an_alone_append_never_waits_for_another_writers_lock_on_its_loop():
+    """Another connection holds the database's write lock: the caller's append does not
+    wait for it on the caller's thread (the busy timeout is 0 for its BEGIN); it goes
+    to the store's thread, which waits (the busy timeout), while the loop goes on:
+    here the loop itself releases the other writer's lock, which it could not do if
+    the append held it."""
+    import sqlite3
+
+    from django.db import connections
+
+    from aaa_django.events.store import caller_alone
+
+    store = SqliteEventStore("default")
+    run(store.append([ev("s-b")]))
+    other = sqlite3.connect(connections["default"].settings_dict["NAME"], isolation_level=None,
+                            check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    here = store.db.here
+    caller: list[str] = []  # what the caller's thread ran on the connection
+    store.db.raw.set_trace_callback(
+        lambda sql: caller.append(sql) if not threading.current_thread().name.startswith("aaa-sqlite") else None)
+
+    async def main():
+        token = caller_alone.set(True)
+        try:
+            append = asyncio.ensure_future(store.append([ev("s-b", data={"n": 2})]))
+        finally:
+            caller_alone.reset(token)
+        for _ in range(5):
+            await asyncio.sleep(0)  # the append is under way, on the thread
+        other.execute("ROLLBACK")  # the loop is free: it lets the other writer go
+        return await append
+
+    try:
+        stored = run(main())
+    finally:
+        store.db.raw.set_trace_callback(None)
+        other.close()
+    assert stored[0].seq == 2 and store.db.here == here  # made on the store's thread
+    # the caller only tried the lock, without waiting, then set the timeout back
+    assert caller == ["PRAGMA busy_timeout = 0", "BEGIN IMMEDIATE", f"PRAGMA busy_timeout = {store.db.busy_ms}"]
+    busy = store.db.raw.execute("PRAGMA busy_timeout").fetchone()[0]
+    assert busy == store.db.busy_ms > 0  # the connection's own timeout
+
+
+def test_a_lone_runs_appends_are_made_on_the_engines_loop():
+    """One ToolLoop run on the site's store: every append made in a delivery (all but
+    the start's) is the only work its engine has going, and is made on the loop's
+    thread; the log and the run's row are what they always are."""
+    from aaa_django.algos import ToolLoop
+    from aaa_django.events import FoldCache
+    from aaa_django.llm import FakeLLMClient, LLMHandler
+    from aaa_django.llm.fake import text, tool_call
+    from aaa_django.models import RunRecord
+    from aaa_django.runtime import Engine
+    from aaa_django.tools import ToolHandler, ToolRegistry, tool
+
+    @tool(name="noop", inline=True)
+    def noop(i: int = 0) -> int:
+        """Does nothing."""
+        return i
+
+    registry = ToolRegistry([noop])
+
+    async def model(request):
+        done = sum(1 for m in request.messages if m.role == "tool")
+        return text("done") if done >= 3 else tool_call("noop", i=done)
+
+    store = SqliteEventStore("default")
+    run(store.append([ev("warm-up")]))  # (the connection open)
+    names, stop = threads_of_inserts(store)
+
+    async def main():
+        async with Engine(store=store, cache=FoldCache()) as engine:
+            LLMHandler(FakeLLMClient(model)).attach(engine)
+            ToolHandler(registry).attach(engine)
+            started = await engine.start(ToolLoop(registry, max_turns=5), {"task": "x"})
+            return started.run_id, await started.result(), threading.current_thread().name
+
+    try:
+        run_id, outcome, loop_thread = run(main())
+    finally:
+        stop()
+    assert outcome.outcome == "success"
+    # the start (not in a delivery) on the store's thread, then every other on the loop's
+    assert names == ["aaa-sqlite-default_0", loop_thread]
+    log = run(store.read(run_id))
+    assert [e.seq for e in log] == list(range(1, len(log) + 1))
+    assert RunRecord.objects.get(pk=run_id).tool_calls == 3
