@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import threading
 from functools import lru_cache
 from typing import Any, Generator, Sequence
@@ -32,8 +33,10 @@ from aaa_django.runtime.event_types import RUN_STARTED
 
 from .rows import (
     HEAD,
+    INSERT,
     INSERT_CHUNK,
     INSERT_ROW,
+    ROW,
     ROW_COLUMNS,
     ROW_PG,
     SQLITE_CHUNK,
@@ -237,37 +240,70 @@ class StatementAppends:
     def _write_sqlite(self, conn, cur, stream: str, batch: list[Event], texts: list[str],
                       expected_seq, sql) -> list[Event] | None:
         """The statements of :meth:`_append_sqlite_transaction` inside its transaction
-        (``sql``: a statement in the placeholder style of ``cur``)."""
+        (``sql``: a statement in the placeholder style of ``cur``). With the head and
+        the run's row this store's last append (or read) of the stream left (a hint,
+        as on PostgreSQL), the INSERT and the UPDATE alone; had anything been appended
+        since, the unique ``(stream, seq)`` index, the dense-seq trigger or an event's
+        unique id refuses the INSERT (one statement: SQLite undoes all of it, the
+        transaction goes on), and the append asks: one query (the head, the ids stored
+        already, the run's row), then the INSERT and the UPDATE."""
+        seen = self._forget(stream)
+        if seen is not None:
+            try:
+                return self._write_sqlite_after(conn, cur, stream, batch, texts, expected_seq, sql,
+                                                seen[0], (), seen[1], hint=True)
+            except (ConcurrencyError, IntegrityError, sqlite3.IntegrityError):
+                pass  # perhaps only our view of the head is old: ask
         ids = [e.id for e in batch]
         cur.execute(sql(_head_known_and_row_sqlite(len(ids))), [stream, *ids, stream])
         head, known, *row = cur.fetchone()
-        stored, rows = number(conn, batch, texts, head, json.loads(known) if known != "[]" else (),
-                               expected_seq)
-        if not rows:
+        return self._write_sqlite_after(conn, cur, stream, batch, texts, expected_seq, sql, head,
+                                        json.loads(known) if known != "[]" else (),
+                                        tuple(row) if row[0] is not None else None)
+
+    def _write_sqlite_after(self, conn, cur, stream: str, batch: list[Event], texts: list[str],
+                            expected_seq, sql, head: int, known, row: tuple | None, *,
+                            hint: bool = False) -> list[Event] | None:
+        """The INSERT of the events after ``head`` and the UPDATE (or, a run's start,
+        the INSERT) of the run's row ``row``: the stored events, remembered for the
+        next append; None when it is not the common case (the caller rolls back).
+        ``hint``: ``head`` and ``row`` are the store's memory, not a query's (the
+        events' INSERT is one statement, refused whole)."""
+        stored, rows = number(conn, batch, texts, head, known, expected_seq)
+        if not rows:  # all stored already: absorbed
+            self._remember(stream, head, row)  # as the query just saw them
             return stored
-        update = None
-        if row[0] is not None:  # a run's stream: fold the events into its row
+        update = after = None
+        if row is not None:  # a run's stream: fold the events into its row
             update = row_update(conn, row, stored)
             if update is None:
                 return None  # a row behind its log: runindex catches it up
+            after = update[2]
         elif starts_run(stored):
             # A new run: its row made by a plain INSERT after its events (as on
             # PostgreSQL, ``row_insert``), in the same transaction.
             update = row_insert(conn, stored)
             if update is None:
                 return None  # not foldable: runindex decides (and logs why)
+            after = update[2]
         # In-process SQLite: executemany (one prepared statement, stepped per row) is
-        # cheaper than parsing and binding one multi-row INSERT.
+        # cheaper than parsing and binding one multi-row INSERT; on a hint, one
+        # statement (refused whole, or not at all).
         if len(rows) == 1:
             cur.execute(sql(INSERT_ROW), rows[0])
+        elif hint:
+            cur.execute(sql(INSERT + ", ".join([ROW] * len(rows))), [v for r in rows for v in r])
         else:
             cur.executemany(sql(INSERT_ROW), rows)
         if update is not None:
             cur.execute(sql(update[0]), update[1])
-            if row[0] is None:
-                cur.fetchall()  # (the INSERT's RETURNING: the statement completes)
+            if row is None:
+                (owner,) = cur.fetchone()  # the INSERT's RETURNING: the owner it stored
+                cur.fetchall()  # (the statement completes)
+                after = (*after[:_OWNER], owner, *after[_OWNER + 1:])
             elif cur.rowcount != 1:
                 return None  # the row moved (it cannot, under the write lock): general path
+        self._remember(stream, stored[-1].seq, after)
         return stored
 
     def _remember(self, stream: str, head: int, row: tuple | None) -> None:
@@ -338,7 +374,8 @@ def _head_known_and_row_sqlite(n: int) -> str:
 def _sqlite_transaction(store, conn, cur, raw, stream, batch, texts, expected_seq, sql, *, begun=False):
     """``BEGIN IMMEDIATE`` (unless ``begun``: the caller's, just now), the statements
     of ``_write_sqlite`` and ``COMMIT`` on ``cur``; rolled back on any error, or when
-    they return None."""
+    they return None (and the store's hint of the stream, which their statements
+    left, forgotten)."""
     if not begun:
         cur.execute("BEGIN IMMEDIATE")
     try:
@@ -347,6 +384,7 @@ def _sqlite_transaction(store, conn, cur, raw, stream, batch, texts, expected_se
             cur.execute("COMMIT")
     finally:
         if raw.in_transaction:  # an error, or not the common case
+            store._forget(stream)
             cur.execute("ROLLBACK")
     return stored
 

@@ -253,11 +253,13 @@ class SqliteConnection:
                                                           item.expected_seq, _qmark)
                         cur.close()
                     except BaseException:
+                        item.store._forget(item.stream)  # (the hint its statements left)
                         if raw.in_transaction:
                             raw.execute("ROLLBACK TO aaa_append")
                             raw.execute("RELEASE aaa_append")
                         raise
                     if stored is None:  # not the common case: nothing of it stays
+                        item.store._forget(item.stream)
                         raw.execute("ROLLBACK TO aaa_append")
                     raw.execute("RELEASE aaa_append")
                 results.append((item, stored, None))
@@ -273,6 +275,8 @@ class SqliteConnection:
         except Exception:
             if raw.in_transaction:
                 raw.execute("ROLLBACK")
+            for item in group:  # (the hints their statements left)
+                item.store._forget(item.stream)
             # Nothing of the group stays: each append not refused alone is made again
             # by the Django store's path (None).
             results = [(item, None, err if err is not None and _refused(err) else None)

@@ -1,8 +1,10 @@
 """Appends on SQLite. Outside a caller's transaction an append is one short
-transaction of its own: BEGIN IMMEDIATE, one query (the head, the ids stored already,
-the run's index row), the INSERT and the run row's UPDATE, COMMIT; on any error it is
-rolled back whole. Inside a caller's transaction it joins it. Either way the events
-and the run index commit, or roll back, together."""
+transaction of its own: BEGIN IMMEDIATE, the INSERT and the run row's UPDATE, COMMIT;
+on any error it is rolled back whole. The head and the run's row come from the store's
+last append of the stream (a hint) or, without one or when the INSERT refuses it (the
+log moved since), from one query (the head, the ids stored already, the run's index
+row). Inside a caller's transaction it joins it. Either way the events and the run
+index commit, or roll back, together."""
 
 from __future__ import annotations
 
@@ -64,9 +66,34 @@ def test_an_append_outside_a_transaction_is_one_transaction_of_its_own():
         stored = store.append_sync([Event.new("plain", "test.happened", {"i": i})
                                     for i in (1, 2, 3)])
 
-    assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "COMMIT"]
+    assert sql == ["BEGIN IMMEDIATE", "INSERT", "COMMIT"]  # its last append's head: no query
     assert [e.seq for e in stored] == [2, 3, 4] and no_transaction_open()
     assert [e.data for e in store.read_sync("plain")] == [{"i": i} for i in range(4)]
+
+    with statements() as sql:  # a store that has not appended to the stream asks
+        stored = DjangoEventStore(ALIAS).append_sync([Event.new("plain", "test.happened", {"i": 4})])
+    assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "COMMIT"] and stored[0].seq == 5
+
+
+def test_a_hint_of_a_log_that_moved_since_is_refused_and_the_append_asks():
+    """Another store (another process) appended after this store's hint: the INSERT on
+    the hint is refused whole (the unique (stream, seq) index), in the same
+    transaction the query finds the head and the INSERT numbers after it."""
+    store, other, events = DjangoEventStore(ALIAS), DjangoEventStore(ALIAS), log_of("run-h")
+    store.append_sync(events[:3])
+    other.append_sync(events[3:5])
+
+    with statements() as sql:
+        stored = store.append_sync(events[5:7])
+
+    assert sql == ["BEGIN IMMEDIATE", "INSERT", "SELECT", "INSERT", "UPDATE aaa_run", "COMMIT"]
+    assert [e.seq for e in stored] == [6, 7]
+    assert [e.id for e in store.read_sync("run-h")] == [e.id for e in events[:7]]
+    assert row("run-h")["last_seq"] == 7 and row("run-h")["tool_calls"] == 1
+    with statements() as sql:  # its hint now the query's
+        store.append_sync(events[7:])
+    assert sql == ["BEGIN IMMEDIATE", "INSERT", "UPDATE aaa_run", "COMMIT"]
+    assert_row_is_the_log_folded(store, "run-h", ALIAS)
 
 
 def test_an_append_of_stored_ids_only_reads():
@@ -78,10 +105,11 @@ def test_an_append_of_stored_ids_only_reads():
         stored = store.append_sync(events)  # two absorbed, one new
 
     assert [(e.id, e.seq) for e in stored] == [(events[2].id, 3)]
-    assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "COMMIT"]
+    # the hint's INSERT of all three refused (two ids stored), the query, the new one
+    assert sql == ["BEGIN IMMEDIATE", "INSERT", "SELECT", "INSERT", "COMMIT"]
     with statements() as sql:
         assert store.append_sync(events) == []
-    assert sql == ["BEGIN IMMEDIATE", "SELECT", "COMMIT"]  # nothing to write
+    assert sql == ["BEGIN IMMEDIATE", "INSERT", "SELECT", "COMMIT"]  # nothing to write
     assert no_transaction_open()
 
 
@@ -92,10 +120,10 @@ def test_a_runs_row_is_updated_in_the_same_transaction_as_its_events(batches):
         with statements() as sql:
             assert len(store.append_sync(events[i:i + n])) == n
         if i == 0:
-            # The run's first events make its row: the transactional path (runindex).
-            assert "ROLLBACK" not in sql and RunRecord.objects.filter(pk="run-a").exists()
+            # The run's first events make its row, in the same transaction.
+            assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "INSERT", "COMMIT"]
         else:
-            assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "UPDATE aaa_run", "COMMIT"]
+            assert sql == ["BEGIN IMMEDIATE", "INSERT", "UPDATE aaa_run", "COMMIT"]
         store.append_sync(events[i:i + n])  # again: absorbed, the row unchanged
         i += n
 
@@ -122,7 +150,8 @@ def test_a_row_behind_its_log_is_caught_up_by_the_transactional_path():
     with statements() as sql:
         store.append_sync(events[4:6])
 
-    assert sql[:3] == ["BEGIN IMMEDIATE", "SELECT", "ROLLBACK"]  # not the common case
+    # the row's guard (its last_seq) refuses the hint's UPDATE: not the common case
+    assert sql[:4] == ["BEGIN IMMEDIATE", "INSERT", "UPDATE aaa_run", "ROLLBACK"]
     assert row("run-b")["last_seq"] == 6 and row("run-b")["tokens_in"] == 7
     assert [e.seq for e in store.read_sync("run-b")] == [1, 2, 3, 4, 5, 6]
 
@@ -170,7 +199,8 @@ def test_a_lost_race_is_retried_from_scratch():
         stored = store.append_sync([Event.new("plain", "test.happened", {"n": n})
                                     for n in range(2)])
 
-    assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "ROLLBACK",
+    # (the hint the rolled-back attempt left is forgotten: the retry asks)
+    assert sql == ["BEGIN IMMEDIATE", "INSERT", "ROLLBACK",
                    "BEGIN IMMEDIATE", "SELECT", "INSERT", "COMMIT"]
     assert [e.seq for e in stored] == [2, 3]
     assert [e.seq for e in store.read_sync("plain")] == [1, 2, 3]
@@ -250,7 +280,7 @@ def test_an_append_runs_its_statements_on_the_drivers_cursor():
     with driver_statements() as sql:
         stored = store.append_sync(events[3:6])
 
-    assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "UPDATE aaa_run", "COMMIT"]
+    assert sql == ["BEGIN IMMEDIATE", "INSERT", "UPDATE aaa_run", "COMMIT"]
     assert [e.seq for e in stored] == [4, 5, 6] and no_transaction_open()
     assert row("run-f")["last_seq"] == 6
 
@@ -266,7 +296,7 @@ def test_with_queries_logged_an_append_goes_through_djangos_cursor():
         logged = [q["sql"].split()[0] for q in conn.queries]
     finally:
         conn.force_debug_cursor = False
-    assert logged == ["BEGIN", "SELECT", "INSERT", "COMMIT"]
+    assert logged == ["BEGIN", "INSERT", "COMMIT"]
 
 
 def test_on_the_drivers_cursor_an_error_rolls_back_the_events_and_the_row():
@@ -289,7 +319,7 @@ def test_on_the_drivers_cursor_an_error_rolls_back_the_events_and_the_row():
     # Django's translation of the driver's error, and nothing of the append kept
     assert isinstance(caught.value.__cause__, DatabaseError)
     assert isinstance(caught.value.__cause__.__cause__, sqlite3.DatabaseError)
-    assert sql[:3] == ["BEGIN IMMEDIATE", "SELECT", "INSERT"] and sql[-1] == "ROLLBACK"
+    assert sql[:2] == ["BEGIN IMMEDIATE", "INSERT"] and sql[-1] == "ROLLBACK"
     assert [e.seq for e in store.read_sync("run-g")] == [1, 2, 3] and row("run-g") == before
     assert no_transaction_open()
     store.append_sync(events[3:6])  # the connection is fine
