@@ -273,7 +273,8 @@ class StatementAppends:
         if not rows:  # all stored already: absorbed
             self._remember(stream, head, row)  # as the query just saw them
             return stored
-        update = after = None
+        update: tuple[str, list, tuple] | None = None
+        after: tuple | None = None
         if row is not None:  # a run's stream: fold the events into its row
             update = row_update(conn, row, stored)
             if update is None:
@@ -300,7 +301,8 @@ class StatementAppends:
             if row is None:
                 (owner,) = cur.fetchone()  # the INSERT's RETURNING: the owner it stored
                 cur.fetchall()  # (the statement completes)
-                after = (*after[:_OWNER], owner, *after[_OWNER + 1:])
+                made = update[2]
+                after = (*made[:_OWNER], owner, *made[_OWNER + 1:])
             elif cur.rowcount != 1:
                 return None  # the row moved (it cannot, under the write lock): general path
         self._remember(stream, stored[-1].seq, after)
