@@ -22,6 +22,7 @@ twice.
 from __future__ import annotations
 
 import logging
+from collections import namedtuple
 from functools import lru_cache
 from itertools import groupby
 from typing import Any, Iterable, Sequence
@@ -148,19 +149,19 @@ def _update_row(columns: tuple[str, ...], ends: bool) -> str:
     return f"UPDATE aaa_run SET {', '.join(sets)} WHERE run_id = %s AND last_seq = %s"
 
 
-class _Row:
-    """The columns of ``ROW_COLUMNS``, named as the model's fields."""
+#: the columns of ``ROW_COLUMNS``, named as the model's fields (and the row's
+#: ``ended_at``: None, the UPDATE keeps the stored one unless the run ends now)
+_RowTuple = namedtuple("_RowTuple", (*ROW_COLUMNS, "ended_at"))  # type: ignore[misc]  # (its names: a constant's)
 
-    __slots__ = ROW_COLUMNS + ("ended_at",)
-    run_id: str
-    last_seq: int
-    owner_id: Any
-    ended_at: Any
 
-    def __init__(self, values: Sequence[Any]) -> None:
-        for name, value in zip(ROW_COLUMNS, values):
-            setattr(self, name, value)
-        self.ended_at = None  # the UPDATE keeps the stored one unless the run ends now
+def _Row(values: Sequence[Any]) -> Any:
+    return _RowTuple(*values, None)  # type: ignore[call-arg]
+
+
+#: (column, its place in ``ROW_COLUMNS``): of the fold's columns, those it may change
+#: (compared with the row's) and those the row keeps after it
+_COMPARED = tuple((c, ROW_COLUMNS.index(c)) for c in _UPDATED if c not in _ALWAYS)
+_FOLDED_AT = tuple((c, ROW_COLUMNS.index(c)) for c in _UPDATED if c in ROW_COLUMNS)
 
 
 def row_update(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tuple[str, list, tuple] | None:
@@ -175,7 +176,8 @@ def row_update(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tup
         return None
     r, fields, after = folded
     adapt = rows.time_adapter(conn)
-    columns = tuple(c for c in _UPDATED if c in _ALWAYS or fields[c] != getattr(r, c))
+    changed = {c for c, i in _COMPARED if fields[c] != r[i]}
+    columns = tuple(c for c in _UPDATED if c in _ALWAYS or c in changed)
     values = [adapt(fields[c]) if c == "updated_at" else fields[c] for c in columns]
     ended = fields["ended_at"]  # the run's end among the events (None: the row's stays)
     if ended is not None:
@@ -200,7 +202,10 @@ def _fold_row(row: Sequence[Any] | None, events: list[Event]) -> tuple[Any, dict
         fields = _folded(_fold(_meta_of(r), events), events, r)
     except Exception:
         return None  # the general path logs it
-    return r, fields, tuple(fields.get(c, getattr(r, c)) for c in ROW_COLUMNS)
+    after = list(row)
+    for c, i in _FOLDED_AT:
+        after[i] = fields[c]
+    return r, fields, tuple(after)
 
 
 #: the columns a new run's row is inserted with (``owner_id`` follows, see ``row_insert``)

@@ -59,7 +59,6 @@ from django.utils.timezone import now
 from aaa_django.events import Event, Snapshot, StoreUnavailable
 from aaa_django.events.store import caller_alone, prepare_batch
 
-from . import wakeups
 from .appends import _qmark, _sqlite_transaction
 from .database import (
     _LOAD_SNAPSHOT,
@@ -468,7 +467,8 @@ class SqliteEventStore(DjangoEventStore):
             return await self._append_elsewhere(events, expected_seq=expected_seq)
         stored = EventList(stored)
         self._recent.add(stored)  # committed: a bus may send them along
-        wakeups.notify(self.using, [stream], committed=True, ended=wakeups.ended(stored))
+        # (No database notice: ``wakeups.notify`` has listeners on PostgreSQL only, and
+        # asking it costs an append a lookup of Django's connection, a thread-local.)
         return stored
 
     async def _read(self, stream: str, *, after: int = 0, limit: int | None = None,
