@@ -10,6 +10,14 @@ process CPU per turn of each, the CPU of the loop's thread and of every other th
 store runs it (``append_sync`` alone, and through the store's async ``append``).
 ``--profile``: cProfile of the loop's thread and of the store's thread, by thread CPU
 time (this machine is shared: waits would swamp a wall-clock profile).
+
+    .venv-bench/bin/python benchmarks/profile_turn_sqlite.py --compare --runs 20
+
+``--compare``: one process, alternating rounds of the same runs on the Django store,
+``SqliteEventStore`` as it is by default (a run alone has its appends made on its
+loop's thread), the same always on its thread (``here_when_alone=False``), on the
+loop (``own_thread=False``), and the in-memory store; each against the Django store
+as the median of the rounds' ratios.
 """
 import argparse
 import asyncio
@@ -36,8 +44,8 @@ ap.add_argument("--top", type=int, default=40)
 ap.add_argument("--sort", default="tottime")
 ap.add_argument("--inline", action="store_true", help="DjangoEventStore(inline=True)")
 ap.add_argument("--compare", action="store_true",
-                help="the Django store (a hop a call) against SqliteEventStore on its thread and on "
-                     "the loop, in alternating rounds")
+                help="the Django store (a hop a call) against SqliteEventStore as it is by default, "
+                     "always on its thread, and on the loop, in alternating rounds")
 args = ap.parse_args()
 
 
@@ -67,7 +75,8 @@ async def compare(alias: str) -> None:
     from aaa_django.store.sqlite import SqliteEventStore
 
     stores = {"DjangoEventStore (hop)": DjangoEventStore(alias),
-              "SqliteEventStore (own thread)": SqliteEventStore(alias, own_thread=True),
+              "SqliteEventStore (the default)": SqliteEventStore(alias),
+              "SqliteEventStore (own thread)": SqliteEventStore(alias, here_when_alone=False),
               "SqliteEventStore (on the loop)": SqliteEventStore(alias, own_thread=False),
               "memory store": InMemoryEventStore()}
     for store in stores.values():  # warm up

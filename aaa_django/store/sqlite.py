@@ -382,14 +382,19 @@ class SqliteEventStore(DjangoEventStore):
     ``own_thread``: the calls run on the connection's one thread (the default; the
     loop awaits them) or, False, on the calling thread (the loop waits for each:
     for its commit's fsync, and for the write lock up to the busy timeout).
+    ``here_when_alone`` (with ``own_thread``): an append whose caller has nothing else
+    for its loop to do (``caller_alone``) is made on the calling thread when the
+    thread and the write lock are free at once (:meth:`SqliteConnection.append_here`;
+    False: every append on the thread).
     ``inline=True`` (a Celery worker's store) keeps the Django store's inline path.
     """
 
     def __init__(self, using: str = "default", *, inline: bool = False,
-                 own_thread: bool = True) -> None:
+                 own_thread: bool = True, here_when_alone: bool = True) -> None:
         super().__init__(using, inline=inline)
         self.db: SqliteConnection | None = None
         self.own_thread = own_thread
+        self.here_when_alone = here_when_alone
         if inline or not is_sqlite(using):
             return
         self.db = SqliteConnection.of(using)
@@ -446,7 +451,7 @@ class SqliteEventStore(DjangoEventStore):
                     # The caller's loop has nothing else to do: made here, without the
                     # hand-off to the thread and back (unless the thread or the lock is busy).
                     here = (self.db.append_here(self, stream, batch, texts, expected_seq)
-                            if caller_alone.get() else NOT_NOW)
+                            if self.here_when_alone and caller_alone.get() else NOT_NOW)
                     stored = (await self.db.append(self, stream, batch, texts, expected_seq)
                               if here is NOT_NOW else cast("list[Event] | None", here))
                 else:

@@ -270,6 +270,14 @@ def test_an_append_of_a_caller_alone_is_made_on_its_thread_and_any_other_on_the_
     assert names == [caller, "aaa-sqlite-default_0"]
     assert [e.seq for e in run(store.read("s-a"))] == [1, 2, 3]
 
+    store = SqliteEventStore("default", here_when_alone=False)  # (alone_append's store now)
+    names, stop = threads_of_inserts(store)
+    try:
+        stored, caller = run(alone_append(4))
+    finally:
+        stop()
+    assert stored[0].seq == 4 and names == ["aaa-sqlite-default_0"]  # on the thread
+
 
 def test_an_alone_append_never_waits_for_another_writers_lock_on_its_loop():
     """Another connection holds the database's write lock: the caller's append does not
