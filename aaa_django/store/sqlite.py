@@ -28,11 +28,18 @@ Group commit (on the store's thread): appends that arrive while the thread is bu
 wait together and go as one transaction, one savepoint each and one ``COMMIT`` (one
 fsync for them all); one refused fails alone (see :meth:`SqliteConnection.append`).
 
+A caller alone (``caller_alone``: the engine, when the append is all it has going):
+its append is made on the calling thread when the store's thread has none to make
+and the write lock is free at once (:meth:`SqliteConnection.append_here`), with no
+hand-off to the thread and back; the loop waits for its commit, having nothing else
+to do. Otherwise, on the thread as above.
+
 SQLite has one writer at a time: an append waits for the write lock (another
 process's, or Django's connection in this one) up to the alias's busy timeout
 (``OPTIONS["timeout"]``, 5 s by default), then leaves as a lost race that the sync
 path tries again. On the calling thread (``own_thread=False``) that wait, and each
-commit's fsync, block the event loop; on the store's thread they do not.
+commit's fsync, block the event loop; on the store's thread they do not (a caller
+alone's append never waits for the lock: it goes to the thread instead).
 
 Transactions: as :class:`~aaa_django.store.postgres.PgEventStore`'s, these calls run
 outside any transaction a caller opened, and their results are ``committed``; a
