@@ -33,7 +33,6 @@ from aaa_django.runtime.event_types import RUN_STARTED
 
 from .rows import (
     HEAD,
-    INSERT,
     INSERT_CHUNK,
     INSERT_ROW,
     ROW,
@@ -64,6 +63,8 @@ from .runindex import (
 #: are committed. A sync cursor runs it (:func:`run_steps`), or an async one.
 Steps = Generator[tuple[Any, Any], Any, "list[Event] | None"]
 CATCH_UP = object()
+#: (SQLite) an append on a hint refused, having written nothing: it asks
+_ASK: Any = object()
 
 #: the run's index row in a query (``r``: ``aaa_run``, NULLs when there is none)
 _ROW = ", ".join(f"r.{c}" for c in ROW_COLUMNS)
@@ -249,11 +250,11 @@ class StatementAppends:
         already, the run's row), then the INSERT and the UPDATE."""
         seen = self._forget(stream)
         if seen is not None:
-            try:
-                return self._write_sqlite_after(conn, cur, stream, batch, texts, expected_seq, sql,
-                                                seen[0], (), seen[1], hint=True)
-            except (ConcurrencyError, IntegrityError, sqlite3.IntegrityError):
-                pass  # perhaps only our view of the head is old: ask
+            stored = self._write_sqlite_after(conn, cur, stream, batch, texts, expected_seq, sql,
+                                              seen[0], (), seen[1], hint=True)
+            if stored is not _ASK:
+                return stored
+            # perhaps only our view of the head is old (nothing written): ask
         ids = [e.id for e in batch]
         cur.execute(sql(_head_known_and_row_sqlite(len(ids))), [stream, *ids, stream])
         head, known, *row = cur.fetchone()
@@ -267,9 +268,15 @@ class StatementAppends:
         """The INSERT of the events after ``head`` and the UPDATE (or, a run's start,
         the INSERT) of the run's row ``row``: the stored events, remembered for the
         next append; None when it is not the common case (the caller rolls back).
-        ``hint``: ``head`` and ``row`` are the store's memory, not a query's (the
-        events' INSERT is one statement, refused whole)."""
-        stored, rows = number(conn, batch, texts, head, known, expected_seq)
+        ``hint``: ``head`` and ``row`` are the store's memory, not a query's: the
+        events' INSERT is one statement, and its refusal (or the numbering's, before
+        it) returns ``_ASK`` having written nothing."""
+        try:
+            stored, rows = number(conn, batch, texts, head, known, expected_seq)
+        except ConcurrencyError:
+            if hint:
+                return _ASK
+            raise
         if not rows:  # all stored already: absorbed
             self._remember(stream, head, row)  # as the query just saw them
             return stored
@@ -290,12 +297,17 @@ class StatementAppends:
         # In-process SQLite: executemany (one prepared statement, stepped per row) is
         # cheaper than parsing and binding one multi-row INSERT; on a hint, one
         # statement (refused whole, or not at all).
-        if len(rows) == 1:
-            cur.execute(sql(INSERT_ROW), rows[0])
-        elif hint:
-            cur.execute(sql(INSERT + ", ".join([ROW] * len(rows))), [v for r in rows for v in r])
-        else:
-            cur.executemany(sql(INSERT_ROW), rows)
+        try:
+            if len(rows) == 1:
+                cur.execute(sql(INSERT_ROW), rows[0])
+            elif hint:
+                cur.execute(*_sqlite_insert(sql, rows))
+            else:
+                cur.executemany(sql(INSERT_ROW), rows)
+        except (IntegrityError, sqlite3.IntegrityError):
+            if hint:
+                return _ASK  # (the statement undone whole; the transaction goes on)
+            raise
         if update is not None:
             cur.execute(sql(update[0]), update[1])
             if row is None:
@@ -366,6 +378,12 @@ class StatementAppends:
         else:
             self._forget(stream)
         return events
+
+
+def _sqlite_insert(sql, rows: list[tuple]) -> tuple[str, list]:
+    """One multi-row INSERT of ``rows`` in ``sql``'s placeholder style."""
+    statement, params = insert(ROW, rows)
+    return sql(statement), params
 
 
 @lru_cache(maxsize=64)

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence, cast
@@ -190,18 +189,21 @@ class SqliteConnection:
         raw = self.raw
         if raw is None or self._draining or not self._lock.acquire(blocking=False):
             return NOT_NOW
+        errors = self.django.wrap_database_errors
         try:
-            with self.django.wrap_database_errors:
-                raw.execute("PRAGMA busy_timeout = 0")
-                try:
-                    raw.execute("BEGIN IMMEDIATE")
-                except sqlite3.OperationalError as exc:
-                    if not contention(_as_cause(exc)):
-                        raise
-                    return NOT_NOW  # another writer has the lock: the thread waits for it
-                finally:
-                    raw.execute(f"PRAGMA busy_timeout = {self.busy_ms}")
-                self.here += 1
+            try:
+                with errors:
+                    raw.execute("PRAGMA busy_timeout = 0")
+                    try:
+                        raw.execute("BEGIN IMMEDIATE")
+                    finally:
+                        raw.execute(f"PRAGMA busy_timeout = {self.busy_ms}")
+            except DatabaseDriverError as exc:
+                if not contention(exc):
+                    raise
+                return NOT_NOW  # another writer has the lock: the thread waits for it
+            self.here += 1
+            with errors:
                 cur = raw.cursor()
                 try:
                     return _sqlite_transaction(store, self.django, cur, raw, stream, batch, texts,
@@ -341,13 +343,6 @@ class _Append:
             self.loop.call_soon_threadsafe(_settle, self.future, stored, exc)
         except RuntimeError:  # its loop is closed: nobody waits
             pass
-
-
-def _as_cause(exc: BaseException) -> BaseException:
-    """A driver's error as the cause of an error, as :func:`contention` reads one."""
-    wrapped = DatabaseDriverError(str(exc))
-    wrapped.__cause__ = exc
-    return wrapped
 
 
 def _settle(future: asyncio.Future, stored: Any, exc: BaseException | None) -> None:
