@@ -1,0 +1,84 @@
+"""The store's own PostgreSQL connections prepare their statements when nothing pools
+them (``aaa_django.store.connections``): the alias's ``OPTIONS`` decide if they name a
+``prepare_threshold``, an alias that says it is pooled (``DISABLE_SERVER_SIDE_CURSORS``)
+or a connect a pooler answered (its own cancel key: another pid than the backend's)
+prepares none."""
+
+from __future__ import annotations
+
+import pytest
+
+from aaa_django.events import Event
+from aaa_django.runtime.event_types import RUN_STARTED
+from aaa_django.store.connections import PREPARE_THRESHOLD, PgConnections, prepare_threshold
+from aaa_django.store.postgres import PgEventStore
+from aaa_django.testing.eventstore import ev, run
+
+ALIAS = {"ENGINE": "django.db.backends.postgresql", "NAME": "db", "OPTIONS": {}}
+
+
+@pytest.mark.parametrize(("settings_dict", "key_pid", "expected"), [
+    (ALIAS, 41, PREPARE_THRESHOLD),  # the backend's own key: nothing in between
+    (ALIAS, 7, None),  # a pooler's key
+    ({**ALIAS, "DISABLE_SERVER_SIDE_CURSORS": True}, 41, None),  # the site says it is pooled
+    ({**ALIAS, "OPTIONS": {"prepare_threshold": None}}, 41, None),  # the site's word wins
+    ({**ALIAS, "OPTIONS": {"prepare_threshold": 0}}, 7, 0),
+    ({**ALIAS, "OPTIONS": {"prepare_threshold": 3}, "DISABLE_SERVER_SIDE_CURSORS": True}, 41, 3),
+], ids=["direct", "pooler", "pooled-alias", "options-none", "options-zero", "options-over-alias"])
+def test_the_threshold_a_connection_takes(settings_dict, key_pid, expected):
+    assert prepare_threshold(settings_dict, key_pid, 41) == expected
+
+
+def conns_with(alias: str, **changes) -> PgConnections:
+    """The alias's connections, its settings changed for them alone."""
+    conns = PgConnections(alias)
+    settings_dict = dict(conns.django.settings_dict)
+    options = dict(settings_dict.get("OPTIONS") or {})
+    options.update(changes.pop("OPTIONS", {}))
+    conns.django.settings_dict = {**settings_dict, **changes, "OPTIONS": options}
+    return conns
+
+
+def prepared_after_appends(conns: PgConnections) -> tuple[int | None, list[str]]:
+    """A run's appends, more than the threshold, one at a time on a store over
+    ``conns`` (one connection, reused); then its threshold and what the server holds
+    prepared for it."""
+    store = PgEventStore(conns.using)
+    store.pg = conns
+    stream = f"run-prep-{id(conns)}"
+
+    async def main():
+        await store.append([Event.new(stream, RUN_STARTED, {"algorithm": "tests.Algo", "input": {}})])
+        for _ in range(PREPARE_THRESHOLD + 3):
+            await store.append([ev(stream)])
+        async with conns.connection() as conn, conn.cursor() as cur:
+            await cur.execute("SELECT statement FROM pg_prepared_statements")
+            statements = [row[0] for row in await cur.fetchall()]
+            threshold = conn.prepare_threshold
+        await conns.close()
+        return threshold, statements
+
+    try:
+        return run(main())
+    finally:
+        assert conns.opened == 1  # every call on the one connection
+
+
+on_postgres = pytest.mark.django_db(databases=["postgres"], transaction=True)
+
+
+@on_postgres
+def test_a_direct_connection_prepares_the_statements_it_repeats(pg_alias):
+    threshold, statements = prepared_after_appends(PgConnections(pg_alias))
+    assert threshold == PREPARE_THRESHOLD
+    assert any(s.startswith("WITH stored AS (INSERT INTO aaa_event") for s in statements), statements
+
+
+@on_postgres
+@pytest.mark.parametrize("changes", [{"OPTIONS": {"prepare_threshold": None}},
+                                     {"DISABLE_SERVER_SIDE_CURSORS": True}],
+                         ids=["options-none", "pooled-alias"])
+def test_an_alias_that_says_no_or_says_it_is_pooled_prepares_nothing(pg_alias, changes):
+    threshold, statements = prepared_after_appends(conns_with(pg_alias, **changes))
+    assert threshold is None
+    assert statements == []
