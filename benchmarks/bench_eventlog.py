@@ -81,7 +81,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SQLITE_PRAGMAS, ms, postgres, setup_django, table, workdir  # noqa: E402
+from common import PG_UNPREPARED, SQLITE_PRAGMAS, ms, postgres, setup_django, table, workdir  # noqa: E402
 
 EVERY = 64
 TAIL = EVERY // 2
@@ -546,7 +546,10 @@ def bench_snapshot_reads(label: str, alias: str, pg: dict | None, tmp, rounds: i
     ``Projection.load``, no holder) against eventsourcing's ``repository.get`` on the
     same server, in alternating rounds; ours through the store the engine uses on this
     database (``site_store``: ``PgEventStore`` on PostgreSQL) and, on PostgreSQL, through
-    ``DjangoEventStore`` too."""
+    ``DjangoEventStore`` too, and through ``PgEventStore`` on connections that prepare no
+    statements (``OPTIONS`` ``prepare_threshold`` None: as behind a transaction-mode
+    pooler; by default they prepare when nothing pools them, as here, and eventsourcing
+    prepares its own, ``execute(prepare=True)``)."""
     from aaa_django.events import Snapshot
     from aaa_django.store import DjangoEventStore
     from aaa_django.store.postgres import site_store
@@ -566,6 +569,8 @@ def bench_snapshot_reads(label: str, alias: str, pg: dict | None, tmp, rounds: i
     stores = {}
     for store in (site_store(alias), DjangoEventStore(using=alias)):
         stores.setdefault(type(store).__name__, store)
+    if label == "PostgreSQL":
+        stores["PgEventStore, unprepared"] = site_store(PG_UNPREPARED)
     p = loop_projection()
     stream = f"snap-{label}"
 

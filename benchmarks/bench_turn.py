@@ -18,9 +18,12 @@ so a busy moment of this 2-core machine moves every side alike:
   awaits; the Django store, a thread hop per call, is measured in the same rounds
   beside it), a ToolLoop run of T turns; per turn = the run's wall time / T. The same
   runs with each result appended alone (``Engine(answers=False)``) are measured in the
-  same rounds beside it. Also its store calls per turn (of them,
-  reads), the durable commits per turn (appends that stored something), and the
-  process's CPU per turn.
+  same rounds beside it, and on PostgreSQL the same runs on connections that prepare
+  no statements (``OPTIONS`` ``prepare_threshold`` None: as behind a transaction-mode
+  pooler; the store's connections prepare theirs when nothing pools them, as here,
+  ``aaa_django.store.connections``). Also its store
+  calls per turn (of them, reads), the durable commits per turn (appends that stored
+  something), and the process's CPU per turn.
 - **LangGraph** 1.2: the same loop as a graph (an agent node and a tool node over
   ``MessagesState``-style ``add_messages`` state), ``ainvoke(..., durability="sync")``
   with its async checkpointer on the same database (``AsyncPostgresSaver`` on a
@@ -52,6 +55,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     PG_DB,
+    PG_UNPREPARED,
     SQLITE_PRAGMAS,
     CountingStore,
     postgres,
@@ -274,11 +278,16 @@ async def bench(label: str, alias: str, pg: dict | None, sqlite_path: str, turns
     # The Django store (every call through Django's thread-sensitive executor), where
     # the site's store is another (PostgreSQL: the async store), in the same rounds.
     django = DjangoEventStore(alias) if type(store) is not DjangoEventStore else None
+    # PostgreSQL: the same store on connections that prepare no statements (OPTIONS
+    # prepare_threshold None: as behind a transaction-mode pooler).
+    unprepared = site_store(PG_UNPREPARED) if label == "PostgreSQL" else None
     # Warm up every path (imports, connections, the model of each code path).
     for _ in range(2):
         await aaa_run(store, turns)
         if django is not None:
             await aaa_run(django, turns)
+        if unprepared is not None:
+            await aaa_run(unprepared, turns)
         await aaa_run(InMemoryEventStore(), turns)
         await lg_run_async(app_async, turns)
         await asyncio.to_thread(lg_run_sync, app_sync, turns)
@@ -286,12 +295,14 @@ async def bench(label: str, alias: str, pg: dict | None, sqlite_path: str, turns
     for _ in range(rounds):
         ours = await aaa_run(store, turns)
         before = await aaa_run(django, turns) if django is not None else None
+        pooled = await aaa_run(unprepared, turns) if unprepared is not None else None
         alone = await aaa_run(store, turns, answers=False)
         memory = await aaa_run(InMemoryEventStore(), turns)
         lg_async, thread_id = await lg_run_async(app_async, turns)
         lg_sync = await asyncio.to_thread(lg_run_sync, app_sync, turns)
         commit = (raw_commit_postgres(pg, 10) if label == "PostgreSQL" else raw_commit_sqlite(sqlite_path, 10))
-        rows.append({"ours": ours, "before": before, "alone": alone, "memory": memory, "lg_async": lg_async, "lg_sync": lg_sync,
+        rows.append({"ours": ours, "before": before, "unprepared": pooled, "alone": alone,
+                     "memory": memory, "lg_async": lg_async, "lg_sync": lg_sync,
                      "commit": commit, "thread_id": thread_id})
     await savers.close()
     storage = storage_per_turn(pg, rows[-1]["ours"]["run_id"], rows[-1]["thread_id"], turns) if label == "PostgreSQL" else None
@@ -311,7 +322,12 @@ def summarise(rows: list[dict], turns: int, storage) -> dict:
             by_method[k] = by_method.get(k, 0) + v / turns / len(rows)
     before = [turn(r["before"]["seconds"]) for r in rows if r["before"] is not None]
     alone = [turn(r["alone"]["seconds"]) for r in rows]
+    unprepared = [turn(r["unprepared"]["seconds"]) for r in rows if r["unprepared"] is not None]
     return {
+        "unprepared": med(unprepared) if unprepared else None,
+        "vs_unprepared": med(o / u for o, u in zip(ours, unprepared)) if unprepared else None,
+        "unprepared_vs_lg": med(u / g for u, g in zip(unprepared, lg)) if unprepared else None,
+        "unprepared_vs_floor": med(u / f for u, f in zip(unprepared, floors)) if unprepared else None,
         "before": med(before) if before else None,
         "alone": med(alone),
         "vs_alone": med(o / a for o, a in zip(ours, alone)),
@@ -375,6 +391,13 @@ def main() -> None:
                 print(f"\n{label}: {r['store']} {ms(r['ours'])} per turn; the Django store "
                       f"(a thread hop per call) {ms(r['before'])} in the same rounds "
                       f"({r['ours'] / r['before']:.2f}x)")
+        for label, r in results.items():
+            if r["unprepared"] is not None:
+                print(f"\n{label}: on connections that prepare no statements (OPTIONS "
+                      f"prepare_threshold None: as behind a transaction-mode pooler) "
+                      f"{ms(r['unprepared'])} per turn in the same rounds, {r['unprepared_vs_lg']:.2f}x "
+                      f"LangGraph, {r['unprepared_vs_floor']:.2f}x the floor; the default "
+                      f"(prepared: nothing pools these connections) {r['vs_unprepared']:.2f}x that")
         for label, r in results.items():
             print(f"\n{label}: each result appended alone (Engine(answers=False): the step on it "
                   f"when it is delivered) {ms(r['alone'])} per turn, {r['alone_commits']:.2f} commits, "

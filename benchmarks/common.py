@@ -6,8 +6,12 @@
 - :func:`setup_django` configures settings in-process (no settings module needed): the
   app, SQLite in WAL mode with ``synchronous=FULL`` in a temporary directory, and
   PostgreSQL when a port is given (``AAA_BENCH_PG_PREPARE=N``: its ``OPTIONS``
-  ``prepare_threshold`` is N, psycopg's server-side prepared statements, off by
-  default as Django has them); then migrates both.
+  ``prepare_threshold`` is N; without it, the store's connections prepare their
+  statements when nothing pools them, as here: ``aaa_django.store.connections``);
+  then migrates both. With PostgreSQL, a second alias of the same database,
+  :data:`PG_UNPREPARED` (``OPTIONS`` ``prepare_threshold`` None: no prepared
+  statements, as behind a transaction-mode pooler), not migrated, for the rows that
+  measure what preparing buys in the same rounds.
 - :func:`median_time`, :func:`table`: medians of repeats, printed as a plain table.
 """
 
@@ -28,6 +32,8 @@ from typing import Callable, Iterator
 ROOT = Path(__file__).resolve().parent.parent
 PG_BIN = Path(os.environ.get("AAA_PG_BIN", "/usr/lib/postgresql/15/bin"))
 PG_DB = "aaa_bench"
+#: the alias of the same PostgreSQL database whose connections prepare no statements
+PG_UNPREPARED = "postgres_unprepared"
 # The pragmas of the SQLite rows, for the ORM store and the raw driver alike.
 SQLITE_PRAGMAS = "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
 
@@ -108,6 +114,7 @@ def setup_django(tmp: Path, pg: dict | None) -> dict[str, str]:
         }
         if os.environ.get("AAA_BENCH_PG_PREPARE"):  # psycopg's server-side prepared statements
             databases["postgres"]["OPTIONS"] = {"prepare_threshold": int(os.environ["AAA_BENCH_PG_PREPARE"])}
+        databases[PG_UNPREPARED] = {**databases["postgres"], "OPTIONS": {"prepare_threshold": None}}
     settings.configure(
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "aaa_django"],
         DATABASES=databases,
@@ -119,7 +126,8 @@ def setup_django(tmp: Path, pg: dict | None) -> dict[str, str]:
     )
     django.setup()
     for alias in databases:
-        call_command("migrate", database=alias, verbosity=0)
+        if alias != PG_UNPREPARED:  # (the same database as "postgres")
+            call_command("migrate", database=alias, verbosity=0)
     return {"SQLite": "default", **({"PostgreSQL": "postgres"} if pg else {})}
 
 
