@@ -20,8 +20,8 @@ PgBouncer, pgcat, Supavisor and Odyssey do), and the alias does not say it is po
 (``DISABLE_SERVER_SIDE_CURSORS``, which Django asks of sites behind a transaction
 pooler). A ``prepare_threshold`` in the alias's ``OPTIONS`` decides instead (None: never).
 Preparing saves the server the parse and plan of each statement: on this project's
-machine a snapshot with the 50 events after it read in 0.7x the time, a ToolLoop turn
-about 0.8x, appends of 8 runs at once 0.6x (``benchmarks/README.md``).
+machine a snapshot with the 50 events after it read in 0.70-0.76x the time, a ToolLoop
+turn 0.89-0.93x, appends of 8 runs at once 0.61x (``benchmarks/README.md``).
 
 Why not ``psycopg_pool``: its async pool belongs to the event loop that opened it
 (its workers are tasks of that loop), while one store serves every loop of its
