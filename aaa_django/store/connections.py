@@ -23,6 +23,12 @@ Preparing saves the server the parse and plan of each statement: on this project
 machine a snapshot with the 50 events after it read in 0.70-0.76x the time, a ToolLoop
 turn 0.89-0.93x, appends of 8 runs at once 0.61x (``benchmarks/README.md``).
 
+A connection whose call was interrupted (cancelled mid-statement: psycopg's view of
+what the server holds, its prepared statements', may be off) or whose server no longer
+holds a statement it prepared (:data:`PREPARED_LOST`) is never used again: the next
+call connects anew. (Found with 200 runs on a Celery worker: a connection believing in
+a statement its server never prepared failed every call it served.)
+
 Why not ``psycopg_pool``: its async pool belongs to the event loop that opened it
 (its workers are tasks of that loop), while one store serves every loop of its
 process (the web process's engine host, ``async_to_sync``'s loop of each call, the
@@ -49,6 +55,26 @@ SIZE = 10
 #: how many times a statement runs before a connection nothing pools prepares it
 #: (psycopg's own default; see the module)
 PREPARE_THRESHOLD = 5
+#: SQLSTATEs of a prepared statement the connection and its server disagree about
+#: (does not exist, exists already): the connection is dropped
+PREPARED_LOST = ("26000", "42P05")
+
+
+def reusable_after(exc: BaseException | None) -> bool:
+    """May a connection whose call ended with ``exc`` (None: it returned) serve another?
+    Not after an interruption (not an ``Exception``: cancelled, KeyboardInterrupt), nor
+    after an error that shows its prepared statements out of step with its server
+    (:data:`PREPARED_LOST`, the error or its cause)."""
+    if exc is None:
+        return True
+    if not isinstance(exc, Exception):
+        return False
+    seen: BaseException | None = exc
+    while seen is not None:
+        if getattr(seen, "sqlstate", None) in PREPARED_LOST:
+            return False
+        seen = seen.__cause__ or seen.__context__
+    return True
 
 
 def prepare_threshold(settings_dict: dict, key_pid: int, backend_pid: int) -> int | None:
@@ -128,12 +154,12 @@ class PgConnections:
                     return conn
         return None
 
-    def _give(self, conn: Any) -> None:
+    def _give(self, conn: Any, *, reusable: bool = True) -> None:
         from psycopg.pq import TransactionStatus
 
-        if conn.closed or conn.pgconn.transaction_status != TransactionStatus.IDLE:
-            # Broken, cancelled mid-call, or left in a transaction: never reused.
-            # (Closing it is a local call: libpq's PQfinish.)
+        if not reusable or conn.closed or conn.pgconn.transaction_status != TransactionStatus.IDLE:
+            # Broken, interrupted mid-call, out of step, or left in a transaction:
+            # never reused. (Closing it is a local call: libpq's PQfinish.)
             conn.pgconn.finish()
             return
         with self._lock:
@@ -216,8 +242,8 @@ class _Lease:
         self.conn = conn
         return conn
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         try:
-            self.conns._give(self.conn)
+            self.conns._give(self.conn, reusable=reusable_after(exc))
         finally:
             self.slot.release()

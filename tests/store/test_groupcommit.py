@@ -153,3 +153,33 @@ def test_an_append_that_ends_after_its_query_leaves_the_groups_other_appends_com
     assert [e.type for e in run(PgEventStore(pg_alias).read("run-a"))] == [RUN_STARTED, "a.here"]
     assert RunRecord.objects.using(pg_alias).get(run_id="run-a").last_seq == 2
     assert [e.type for e in run(PgEventStore(pg_alias).read("run-b"))] == [RUN_STARTED, "b.first"]
+
+
+def test_groups_refused_in_the_pipeline_leave_the_connections_prepared_statements_usable(pg_alias):
+    # The store's connections prepare what they repeat (aaa_django.store.connections):
+    # groups whose pipeline the database refuses, between groups that commit, on one
+    # connection that prepares, leave it usable (an out-of-step connection answers
+    # "prepared statement _pg3_N does not exist" on its next use).
+    from aaa_django.store.connections import PREPARE_THRESHOLD, PgConnections
+
+    store = PgEventStore(pg_alias)
+    store.pg = PgConnections(pg_alias)
+    store.group = GroupCommit(store, lanes=1)
+    other = PgEventStore(pg_alias)
+    streams = [f"run-prep-{i}" for i in range(3)]
+    for stream in streams:
+        run(store.append([started(stream)]))
+    failures = []
+    for turn in range(3 * PREPARE_THRESHOLD):
+        if turn % 3 == 2:  # another process appends: this store's hint is stale, its statement refused
+            run(other.append([ev(streams[turn % len(streams)], "x.elsewhere")]))
+        results = together(*(store.append([ev(stream, "x.here")]) for stream in streams))
+        failures += [r for r in results if isinstance(r, BaseException)]
+        failures += [r for r in [run(store.read(streams[0]))] if isinstance(r, BaseException)]
+    assert failures == []
+    assert store.group.rolled_back >= PREPARE_THRESHOLD  # the refusals happened
+    assert store.group.groups >= PREPARE_THRESHOLD  # and groups committed between them
+    for stream in streams:
+        seqs = [e.seq for e in run(store.read(stream))]
+        assert seqs == list(range(1, len(seqs) + 1))
+    run(store.pg.close())

@@ -82,3 +82,94 @@ def test_an_alias_that_says_no_or_says_it_is_pooled_prepares_nothing(pg_alias, c
     threshold, statements = prepared_after_appends(conns_with(pg_alias, **changes))
     assert threshold is None
     assert statements == []
+
+
+def test_a_connection_is_reused_after_a_return_or_an_error_the_server_answered():
+    import asyncio
+
+    import psycopg
+
+    from aaa_django.events import StoreUnavailable
+    from aaa_django.store.connections import reusable_after
+
+    assert reusable_after(None)
+    assert reusable_after(psycopg.errors.UniqueViolation("refused"))  # a refusal: the round trip completed
+    assert not reusable_after(asyncio.CancelledError())  # interrupted mid-call
+    assert not reusable_after(psycopg.errors.InvalidSqlStatementName('prepared statement "_pg3_2" does not exist'))
+    lost = StoreUnavailable("InvalidSqlStatementName: ...", transient=True)
+    lost.__cause__ = psycopg.errors.InvalidSqlStatementName("gone")
+    assert not reusable_after(lost)
+    assert not reusable_after(psycopg.errors.DuplicatePreparedStatement("exists"))
+
+
+@on_postgres
+def test_a_connection_whose_server_lost_its_prepared_statements_is_dropped(pg_alias):
+    # Its server no longer holds what psycopg prepared there (DEALLOCATE ALL sent
+    # past psycopg, by libpq): the next append fails as a transient outage, nothing
+    # written, the connection is not used again, and the append after it succeeds on
+    # a new one.
+    from aaa_django.events import StoreUnavailable
+
+    conns = PgConnections(pg_alias)
+    store = PgEventStore(pg_alias)
+    store.pg = conns
+    stream = "run-prep-lost"
+
+    async def main():
+        await store.append([Event.new(stream, RUN_STARTED, {"algorithm": "tests.Algo", "input": {}})])
+        for _ in range(PREPARE_THRESHOLD + 2):
+            await store.append([ev(stream)])
+        async with conns.connection() as conn:
+            conn.pgconn.exec_(b"DEALLOCATE ALL")
+        with pytest.raises(StoreUnavailable) as lost:
+            await store.append([ev(stream, "x.lost")])
+        assert lost.value.transient
+        assert conns.opened == 1 and conns._idle == []  # dropped
+        stored = await store.append([ev(stream, "x.after")])
+        assert conns.opened == 2
+        events = await store.read(stream)
+        await conns.close()
+        return lost.value, stored, events
+
+    _, stored, events = run(main())
+    assert [e.type for e in stored] == ["x.after"]
+    assert "x.lost" not in [e.type for e in events]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+@on_postgres
+def test_a_connection_whose_call_was_cancelled_midway_is_dropped(pg_alias):
+    import asyncio
+
+    conns = PgConnections(pg_alias)
+
+    async def main():
+        started = asyncio.Event()
+
+        async def slow():
+            async with conns.connection() as conn:
+                started.set()
+                await conn.execute("SELECT pg_sleep(30)")
+
+        task = asyncio.ensure_future(slow())
+        await started.wait()
+        async with conns.connection() as watcher:  # a second connection sees the first's statement running
+            for _ in range(500):
+                cur = await watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)' "
+                                            "AND state = 'active'")
+                if (await cur.fetchone())[0]:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the statement never ran")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        idle = len(conns._idle)  # the watcher's only
+        async with conns.connection():
+            pass
+        opened = conns.opened
+        await conns.close()
+        return idle, opened
+
+    assert run(main()) == (1, 2)  # the cancelled one dropped; the watcher's kept and reused
