@@ -70,7 +70,9 @@ def reusable_after(exc: BaseException | None) -> bool:
     if not isinstance(exc, Exception):
         return False
     seen: BaseException | None = exc
-    while seen is not None:
+    for _ in range(8):  # (an error, its causes: a few links, never a cycle's round)
+        if seen is None:
+            break
         if getattr(seen, "sqlstate", None) in PREPARED_LOST:
             return False
         seen = seen.__cause__ or seen.__context__
