@@ -295,13 +295,13 @@ async def bench(label: str, alias: str, pg: dict | None, sqlite_path: str, turns
     for _ in range(rounds):
         ours = await aaa_run(store, turns)
         before = await aaa_run(django, turns) if django is not None else None
-        pooled = await aaa_run(unprepared, turns) if unprepared is not None else None
+        none_prepared = await aaa_run(unprepared, turns) if unprepared is not None else None
         alone = await aaa_run(store, turns, answers=False)
         memory = await aaa_run(InMemoryEventStore(), turns)
         lg_async, thread_id = await lg_run_async(app_async, turns)
         lg_sync = await asyncio.to_thread(lg_run_sync, app_sync, turns)
         commit = (raw_commit_postgres(pg, 10) if label == "PostgreSQL" else raw_commit_sqlite(sqlite_path, 10))
-        rows.append({"ours": ours, "before": before, "unprepared": pooled, "alone": alone,
+        rows.append({"ours": ours, "before": before, "unprepared": none_prepared, "alone": alone,
                      "memory": memory, "lg_async": lg_async, "lg_sync": lg_sync,
                      "commit": commit, "thread_id": thread_id})
     await savers.close()

@@ -64,19 +64,14 @@ def reusable_after(exc: BaseException | None) -> bool:
     """May a connection whose call ended with ``exc`` (None: it returned) serve another?
     Not after an interruption (not an ``Exception``: cancelled, KeyboardInterrupt), nor
     after an error that shows its prepared statements out of step with its server
-    (:data:`PREPARED_LOST`, the error or its cause)."""
+    (:data:`PREPARED_LOST`, the error or its direct cause)."""
     if exc is None:
         return True
     if not isinstance(exc, Exception):
         return False
-    seen: BaseException | None = exc
-    for _ in range(8):  # (an error, its causes: a few links, never a cycle's round)
-        if seen is None:
-            break
-        if getattr(seen, "sqlstate", None) in PREPARED_LOST:
-            return False
-        seen = seen.__cause__ or seen.__context__
-    return True
+    # psycopg's error, or the error raised from it (as faults.translate reads them)
+    code = getattr(exc, "sqlstate", None) or getattr(exc.__cause__, "sqlstate", None)
+    return code not in PREPARED_LOST
 
 
 def prepare_threshold(settings_dict: dict, key_pid: int, backend_pid: int) -> int | None:

@@ -26,9 +26,10 @@ F = TypeVar("F", bound=InfrastructureError)
 #: exceptions (08), insufficient resources (53), transaction rollbacks (40:
 #: serialization failures, deadlocks), system errors (58), an administrator's or a
 #: crash's shutdown (57P01-57P03), a lock not available (55P03), and a prepared
-#: statement the connection believed the server held (26000: nothing ran; the
-#: connection is not used again, see ``connections.PREPARED_LOST``)
-_PG_TRANSIENT = ("08", "53", "40", "58", "57P01", "57P02", "57P03", "55P03", "26000")
+#: statement the connection and its server disagree about (26000: it does not exist,
+#: 42P05: it exists already; nothing ran, and the connection is not used again, see
+#: ``connections.PREPARED_LOST``)
+_PG_TRANSIENT = ("08", "53", "40", "58", "57P01", "57P02", "57P03", "55P03", "26000", "42P05")
 #: PostgreSQL codes of a lost race between two writers (retried inside the store)
 _PG_CONTENTION = ("40001", "40P01", "55P03")
 #: SQLite result codes (``sqlite_errorname``'s prefix) of a busy database

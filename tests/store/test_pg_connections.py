@@ -102,6 +102,17 @@ def test_a_connection_is_reused_after_a_return_or_an_error_the_server_answered()
     assert not reusable_after(psycopg.errors.DuplicatePreparedStatement("exists"))
 
 
+def test_a_prepared_statement_out_of_step_is_a_transient_outage():
+    import psycopg
+
+    from aaa_django.events import StoreUnavailable
+    from aaa_django.store.faults import translate
+
+    for error in (psycopg.errors.InvalidSqlStatementName("gone"), psycopg.errors.DuplicatePreparedStatement("there")):
+        assert translate(error, StoreUnavailable).transient  # nothing ran: the step is tried again
+    assert translate(psycopg.errors.UndefinedTable("no table"), StoreUnavailable).transient is False
+
+
 @on_postgres
 def test_a_connection_whose_server_lost_its_prepared_statements_is_dropped(pg_alias):
     # Its server no longer holds what psycopg prepared there (DEALLOCATE ALL sent
