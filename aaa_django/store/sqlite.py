@@ -240,6 +240,10 @@ class SqliteConnection:
                     self.executor().submit(self._drain)
                 else:
                     self._draining = False
+            # Told after the thread is free again: a caller whose append is done finds
+            # the connection idle (its next append alone may be made on its own thread).
+            for item in group:
+                item.deliver()
 
     def _append_group(self, group: list["_Append"]) -> None:
         raw, errors = self.raw, self.django.wrap_database_errors
@@ -330,17 +334,27 @@ NOT_NOW = object()
 class _Append:
     """An append waiting for the thread, and the future its caller awaits."""
 
-    __slots__ = ("loop", "future", "store", "stream", "batch", "texts", "expected_seq")
+    __slots__ = ("loop", "future", "store", "stream", "batch", "texts", "expected_seq", "outcome")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future, store: "SqliteEventStore",
                  stream: str, batch: list[Event], texts: list[str], expected_seq: int | None) -> None:
         self.loop, self.future, self.store = loop, future, store
         self.stream, self.batch, self.texts, self.expected_seq = stream, batch, texts, expected_seq
+        #: what the caller is told (:meth:`deliver`): the first :meth:`settle`'s
+        self.outcome: tuple[Any, BaseException | None] | None = None
 
     def settle(self, stored: Any, exc: BaseException | None = None) -> None:
-        """(On the thread.) The caller's future done, on its loop."""
+        """(On the thread.) What the caller will be told, if nothing was decided yet."""
+        if self.outcome is None:
+            self.outcome = (stored, exc)
+
+    def deliver(self) -> None:
+        """(On the thread, after the drain.) The caller's future done, on its loop."""
+        outcome = self.outcome
+        if outcome is None:  # (never the case: every path settles its appends)
+            outcome = (None, InterfaceError("the append was not made"))
         try:
-            self.loop.call_soon_threadsafe(_settle, self.future, stored, exc)
+            self.loop.call_soon_threadsafe(_settle, self.future, *outcome)
         except RuntimeError:  # its loop is closed: nobody waits
             pass
 

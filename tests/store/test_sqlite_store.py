@@ -279,6 +279,39 @@ def test_an_append_of_a_caller_alone_is_made_on_its_thread_and_any_other_on_the_
     assert stored[0].seq == 4 and names == ["aaa-sqlite-default_0"]  # on the thread
 
 
+def test_an_appends_caller_is_told_after_the_thread_is_free_again():
+    """The thread ends its drain (no append left for it) before it tells the callers:
+    a caller whose append is done finds the connection idle, so its next append alone
+    may be made on its own thread. (CI found the other order: the caller told first,
+    its next append sent to a thread that had not yet said it was free.) The drain's
+    last step is slowed here to widen the window; it never changes the order."""
+    store = SqliteEventStore("default")
+    run(store.append([ev("s-t")]))  # opened
+    db = store.db
+    plain = db._pending_lock
+
+    class Slow:  # the thread's last step of a drain, slowed
+        def __enter__(self):
+            if threading.current_thread().name.startswith("aaa-sqlite"):
+                threading.Event().wait(0.05)
+            return plain.__enter__()
+
+        def __exit__(self, *exc):
+            return plain.__exit__(*exc)
+
+    async def main():
+        db._pending_lock = Slow()
+        try:
+            stored = await store.append([ev("s-t", data={"n": 2})])
+            return stored, db._draining
+        finally:
+            db._pending_lock = plain
+
+    stored, draining = run(main())
+    assert stored[0].seq == 2
+    assert draining is False  # told once the thread had let go
+
+
 def test_an_alone_append_never_waits_for_another_writers_lock_on_its_loop():
     """Another connection holds the database's write lock: the caller's append does not
     wait for it on the caller's thread (the busy timeout is 0 for its BEGIN); it goes
