@@ -15,7 +15,8 @@
 
 Time in leases is the Redis server's clock (``TIME`` inside the scripts), so workers
 with skewed clocks still agree on what has expired. A coordinator uses a synchronous
-client (thread-safe, any caller) and one asyncio client per event loop.
+client (thread-safe, any caller) and one asyncio client per event loop, of at most
+:data:`ASYNC_CONNECTIONS` connections.
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ return redis.call('ZCARD', KEYS[1])
 """
 
 
+#: connections of a loop's asyncio client at most (its commands wait for a free one);
+#: the run-ended notices of every wait of the loop take one (see :class:`_Ends`)
+ASYNC_CONNECTIONS = 50
+
+
 def _token() -> str:
     return f"{os.getpid()}-{os.urandom(8).hex()}"
 
@@ -92,6 +98,7 @@ class Coordinator:
         self._tag = "{" + prefix + "}"
         self._aclients: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
         self._local_locks: "weakref.WeakValueDictionary[tuple, asyncio.Lock]" = weakref.WeakValueDictionary()
+        self._loop_ends: "weakref.WeakKeyDictionary[Any, _Ends]" = weakref.WeakKeyDictionary()
         self._live = self.client.register_script(_LIVE)
 
     def __repr__(self) -> str:
@@ -110,7 +117,10 @@ class Coordinator:
         if entry is None:
             import redis.asyncio
 
-            client = redis.asyncio.Redis.from_url(self.url)
+            # Commands wait for a free connection (up to 20 s) rather than fail: redis-py's
+            # plain pool raises "Too many connections" at its bound.
+            client = redis.asyncio.Redis(connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
+                self.url, max_connections=ASYNC_CONNECTIONS, timeout=20))
             scripts = {
                 name: client.register_script(lua)
                 for name, lua in (("unlock", _UNLOCK), ("renew_lock", _RENEW_LOCK),
@@ -257,18 +267,103 @@ class Coordinator:
 
     async def wait_ended(self, run_id: str, ended: Callable[[], Awaitable[bool]], *, poll: float = 2.0) -> None:
         """Return when ``run_id`` has ended: on its notice, or when ``ended()`` says so
-        (checked after subscribing, then every ``poll`` seconds: notices are not
-        durable)."""
-        client, _ = self._async()
-        pubsub = client.pubsub()
+        (checked once the loop's subscription is up, then every ``poll`` seconds:
+        notices are not durable). Every wait of a loop shares one subscription (see
+        :class:`_Ends`): a worker holding hundreds of tool calls holds one connection
+        for their notices, not one each."""
+        ends = self._ends()
+        heard = ends.watch(run_id)
         try:
-            await pubsub.subscribe(self.channel(run_id))
+            await ends.up(poll)
             while not await ended():
-                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=poll)
-                if message is not None:
+                try:
+                    async with asyncio.timeout(poll):
+                        await heard.wait()
                     return
+                except TimeoutError:
+                    ends.keep_up()  # (a listener that lost Redis starts again)
         finally:
+            ends.unwatch(run_id, heard)
+
+    def _ends(self) -> "_Ends":
+        """This loop's shared subscription to run-ended notices."""
+        loop = asyncio.get_running_loop()
+        ends = self._loop_ends.get(loop)
+        if ends is None:
+            ends = self._loop_ends[loop] = _Ends(self)
+        return ends
+
+
+class _Ends:
+    """One pattern subscription (``{prefix}:ended:*``) on one connection for every
+    :meth:`Coordinator.wait_ended` of an event loop: a listener task, started by the
+    first wait and ended once no wait is left (after a second without one), sets the
+    waits of the run whose notice it hears. (One subscription per wait held one
+    connection of the loop's pool each: at 200 runs a worker's slow tool calls took
+    all of it, and its leases' renewals found none, "Too many connections".)"""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+        self.prefix = coordinator.channel("")
+        #: run id -> the waits on it (each an event the listener sets)
+        self.waits: dict[str, set[asyncio.Event]] = {}
+        self.subscribed = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+    def watch(self, run_id: str) -> asyncio.Event:
+        heard = asyncio.Event()
+        self.waits.setdefault(run_id, set()).add(heard)
+        self.keep_up()
+        return heard
+
+    def unwatch(self, run_id: str, heard: asyncio.Event) -> None:
+        waits = self.waits.get(run_id)
+        if waits is not None:
+            waits.discard(heard)
+            if not waits:
+                del self.waits[run_id]
+
+    def keep_up(self) -> None:
+        """Start the listener if it is not running."""
+        if self.task is None or self.task.done():
+            self.subscribed.clear()
+            self.task = asyncio.ensure_future(self._listen())
+
+    async def up(self, timeout: float) -> None:
+        """Wait until the subscription is up (at most ``timeout``: without Redis the
+        waits poll). (``asyncio.timeout``, not ``wait_for``: Python 3.11's ``wait_for``
+        loses a cancellation that lands as its awaitable completes, and a cancelled
+        wait would then go on for good.)"""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self.subscribed.wait()
+
+    async def _listen(self) -> None:
+        client, _ = self.coordinator._async()
+        pubsub = client.pubsub()
+        idled = False
+        try:
+            await pubsub.psubscribe(self.prefix + "*")
+            self.subscribed.set()
+            idle = 0
+            while idle < 2:  # a second and more with no wait: done (the next wait starts it)
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+                idle = 0 if self.waits else idle + 1
+                if message is None or message.get("type") != "pmessage":
+                    continue
+                channel = message["channel"]
+                channel = channel.decode() if isinstance(channel, bytes) else channel
+                for heard in self.waits.get(channel[len(self.prefix):], ()):
+                    heard.set()
+            idled = True
+        except Exception:  # Redis away: the waits poll; the next poll starts it again
+            log.debug("the run-ended subscription failed", exc_info=True)
+        finally:
+            self.subscribed.clear()
             await _drop(pubsub)
+        if idled and self.waits and self.task is asyncio.current_task():
+            # a wait came while it closed (it found this task not yet done)
+            self.task = asyncio.ensure_future(self._listen())
 
 
 async def _drop(pubsub: Any) -> None:
