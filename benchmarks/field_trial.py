@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -175,8 +176,15 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel
         redriven = {run_id for w in site.workers for line in re.findall(r"re-driving \d+ stalled runs.*", w.text())
                     for run_id in re.findall(r"run-[0-9a-f-]{36}", line)}
         lacked = sum(w.text().count("lacked it; reading the run again") for w in site.workers)
+        # what an operator reading the logs would see: errors and warnings, by message
+        said: Counter[str] = Counter()
+        for name, p in site.procs.items():
+            for line in p.text().splitlines():
+                found = re.search(r"(WARNING|ERROR|CRITICAL)(/[^\]]*)?\] (.*)", line)
+                if found:
+                    said[f"{name}: {found.group(1)} {re.sub(r'run-[0-9a-f-]{36}', 'run-…', found.group(3))[:140]}"] += 1
         return {"api": api, "wall": wall, "cpu": cpu, "wrong": wrong, "stopped": sorted(stopped), "lacked": lacked, "stretches": stretches(logs),
-                "redriven": len(redriven)}
+                "redriven": len(redriven), "said": said}
 
 
 def main() -> None:
@@ -210,6 +218,8 @@ def main() -> None:
                           f"to the run's end p50 {1000 * st[len(st) // 2]:.0f} ms, p90 "
                           f"{1000 * st[int(len(st) * 0.9)]:.0f} ms, max {1000 * st[-1]:.0f} ms" if st else
                           "    no run ended cancelled")
+                print(f"    the processes' logs: {sum(out['said'].values())} warnings and errors"
+                      + "".join(f"\n      {n:5d} x {line}" for line, n in out["said"].most_common(8)))
                 for name, values in out["stretches"].items():
                     values.sort()
                     print(f"    {name:52s} p50 {1000 * values[len(values) // 2]:8.1f} ms  "
