@@ -27,7 +27,10 @@ A connection whose call was interrupted (cancelled mid-statement: psycopg's view
 what the server holds, its prepared statements', may be off) or whose server no longer
 holds a statement it prepared (:data:`PREPARED_LOST`) is never used again: the next
 call connects anew. (Found with 200 runs on a Celery worker: a connection believing in
-a statement its server never prepared failed every call it served.)
+a statement its server never prepared failed every call it served.) Nor is one whose
+group commit was refused in its pipeline (``groupcommit``: psycopg may count a statement
+prepared whose Parse the server skipped there); the group's BEGIN, COMMIT and ROLLBACK
+are never prepared.
 
 Why not ``psycopg_pool``: its async pool belongs to the event loop that opened it
 (its workers are tasks of that loop), while one store serves every loop of its
@@ -220,10 +223,13 @@ class _Lease:
     """:meth:`PgConnections.connection`'s context manager (a class: every store call
     enters one, and a generator's context manager cost several times as much)."""
 
-    __slots__ = ("conns", "slot", "conn")
+    __slots__ = ("conns", "slot", "conn", "keep")
 
     def __init__(self, conns: PgConnections) -> None:
         self.conns = conns
+        #: False: the connection is not used again, whatever the call's end (its
+        #: caller knows it out of step)
+        self.keep = True
 
     async def __aenter__(self) -> Any:
         conns = self.conns
@@ -241,6 +247,6 @@ class _Lease:
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         try:
-            self.conns._give(self.conn, reusable=reusable_after(exc))
+            self.conns._give(self.conn, reusable=self.keep and reusable_after(exc))
         finally:
             self.slot.release()

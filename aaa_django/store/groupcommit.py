@@ -186,14 +186,14 @@ class GroupCommit:
                     # psycopg does not log "error ignored terminating" the pipeline.
                     try:
                         if not began:
-                            await conn.execute("BEGIN")
+                            await conn.execute("BEGIN", prepare=False)
                             began = True
                         for key, step in now.items():
                             if step is not None:
                                 cur = cursors[key] = conn.cursor()
                                 await cur.execute(*step)
                         if last:
-                            await conn.execute("COMMIT")
+                            await conn.execute("COMMIT", prepare=False)
                             began = False
                     except Exception as exc:
                         refused = exc
@@ -217,13 +217,13 @@ class GroupCommit:
                 # asked first ended after their query (absorbed, or refused by their
                 # own checks), so no round carried the COMMIT. Commit what the others
                 # wrote (without this they were rolled back and reported stored).
-                await conn.execute("COMMIT")
+                await conn.execute("COMMIT", prepare=False)
                 began = False
         finally:
             from psycopg.pq import TransactionStatus
 
             if began or conn.info.transaction_status != TransactionStatus.IDLE:
-                await conn.execute("ROLLBACK")  # refused, or cut short: nothing stored
+                await conn.execute("ROLLBACK", prepare=False)  # refused, or cut short: nothing stored
 
     async def _together(self, group: list[_Append]) -> None:
         store = self.store
@@ -231,8 +231,22 @@ class GroupCommit:
         steps = {id(item): store._steps(item.stream, item.batch, item.texts, item.expected_seq)
                  for item in group}
         try:
-            async with store.conns.connection() as conn:
-                await self._rounds(conn, group, steps)
+            lease = store.conns.connection()
+            async with lease as conn:
+                try:
+                    await self._rounds(conn, group, steps)
+                except Exception:
+                    # psycopg counts a statement prepared once it has queued its Parse,
+                    # and checks the Parse's result only for a statement it had not
+                    # seen before (psycopg 3.3's PrepareManager): a Parse that the
+                    # server skipped behind a refused statement of the pipeline leaves
+                    # it believing in a statement the server never made ("prepared
+                    # statement _pg3_N does not exist" later; its clearing of them all
+                    # on a ROLLBACK has the same blind spot). Such a connection is
+                    # not used again.
+                    if conn.prepare_threshold is not None:
+                        lease.keep = False
+                    raise
         except Exception:
             # A statement refused (the transaction is rolled back whole), or the
             # transaction failed as a whole (perhaps at COMMIT: stored or not): each

@@ -183,3 +183,46 @@ def test_groups_refused_in_the_pipeline_leave_the_connections_prepared_statement
         seqs = [e.seq for e in run(store.read(stream))]
         assert seqs == list(range(1, len(seqs) + 1))
     run(store.pg.close())
+
+
+
+def test_a_connection_whose_group_was_refused_in_its_pipeline_is_not_used_again(pg_alias):
+    # psycopg counts a statement prepared once it has queued its Parse and checks the
+    # Parse's result only for a statement new to it: a Parse the server skipped behind
+    # the pipeline's refused statement leaves the connection believing in a statement
+    # that was never made. Seen in the field (runs cancelled in bursts, their appends
+    # refused): "prepared statement _pg3_N does not exist" on the connection's later
+    # groups, and on their appends made again alone, failed deliveries in the worker's
+    # log. Here: groups refused twice in a row, then one that commits, on a connection
+    # that prepares at psycopg's default threshold: only the refused groups roll back
+    # (before: 27 of 36, three of the groups that should commit failing on a statement
+    # the connection lacked, on the one connection, reused), each refused group's
+    # connection is dropped, and transaction control is never prepared.
+    from aaa_django.store.connections import PgConnections
+
+    store = PgEventStore(pg_alias)
+    conns = store.pg = PgConnections(pg_alias)
+    store.group = GroupCommit(store, lanes=1)
+    other = PgEventStore(pg_alias)
+    for stream in ("run-a", "run-b"):
+        run(store.append([started(stream)]))
+    failures = []
+    for _ in range(12):
+        for refused in (True, True, False):
+            if refused:
+                run(other.append([ev("run-a", "a.elsewhere")]))  # this store's hint for run-a is stale
+            results = together(store.append([ev("run-a", "a.here")]), store.append([ev("run-b", "b.here")]))
+            failures += [r for r in results if isinstance(r, BaseException)]
+
+    async def prepared() -> list[str]:
+        async with conns.connection() as conn, conn.cursor() as cur:
+            await cur.execute("SELECT statement FROM pg_prepared_statements")
+            return [row[0] for row in await cur.fetchall()]
+
+    statements = run(prepared())
+    assert failures == []
+    assert (store.group.rolled_back, store.group.groups) == (24, 12)
+    assert conns.opened == 1 + 24  # each refused group's connection dropped, no other
+    assert not [s for s in statements if s.split()[0] in ("BEGIN", "COMMIT", "ROLLBACK")], statements
+    assert [e.seq for e in run(store.read("run-b"))] == list(range(1, 2 + 36))
+    run(conns.close())
