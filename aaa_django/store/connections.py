@@ -63,6 +63,13 @@ PREPARE_THRESHOLD = 5
 PREPARED_LOST = ("26000", "42P05")
 
 
+def application_name(pid: int | None = None) -> str:
+    """The ``application_name`` of this process's store connections (unless the alias's
+    ``OPTIONS`` name one): the server's ``pg_stat_activity`` tells them from Django's,
+    process by process."""
+    return f"aaa_django store {os.getpid() if pid is None else pid}"
+
+
 def reusable_after(exc: BaseException | None) -> bool:
     """May a connection whose call ended with ``exc`` (None: it returned) serve another?
     Not after an interruption (not an ``Exception``: cancelled, KeyboardInterrupt), nor
@@ -171,6 +178,9 @@ class PgConnections:
 
         params = dict(self.django.get_connection_params())
         params.pop("cursor_factory", None)  # Django's sync cursor classes
+        # Named in pg_stat_activity (the site's own name in OPTIONS wins): which
+        # process holds which of the server's connections.
+        params.setdefault("application_name", application_name())
         conn = await psycopg.AsyncConnection.connect(autocommit=True, **params)
         try:
             role = self.django.settings_dict["OPTIONS"].get("assume_role")

@@ -6,6 +6,8 @@ prepares none."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from aaa_django.events import Event
@@ -82,6 +84,24 @@ def test_an_alias_that_says_no_or_says_it_is_pooled_prepares_nothing(pg_alias, c
     threshold, statements = prepared_after_appends(conns_with(pg_alias, **changes))
     assert threshold is None
     assert statements == []
+
+
+@on_postgres
+@pytest.mark.parametrize("options", [{}, {"application_name": "the-site"}], ids=["default", "the-sites"])
+def test_the_server_names_a_store_connection_by_its_process_unless_the_site_names_it(pg_alias, options):
+    from aaa_django.store.connections import application_name
+
+    conns = conns_with(pg_alias, OPTIONS=options)
+
+    async def main():
+        async with conns.connection() as conn, conn.cursor() as cur:
+            await cur.execute("SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+            (name,) = await cur.fetchone()
+        await conns.close()
+        return name
+
+    assert run(main()) == options.get("application_name", application_name())
+    assert application_name().endswith(f" {os.getpid()}")
 
 
 def test_a_connection_is_reused_after_a_return_or_an_error_the_server_answered():
