@@ -50,14 +50,19 @@ redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
 return 1
 """
-# KEYS: the lease set. ARGV: ttl ms, token. 1 if the lease was still ours.
+# KEYS: the lease set. ARGV: ttl ms, token, size (0 = no limit). 1 if the lease was
+# still ours; 2 if it had lapsed and, the set having no limit, is ours again; else 0.
 _RENEW_LEASE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then return 0 end
+local held = 1
+if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+    if tonumber(ARGV[3]) > 0 then return 0 end
+    held = 2
+end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
-return 1
+return held
 """
 # KEYS: the lease set. The number of live leases.
 _LIVE = """
@@ -187,9 +192,13 @@ class Coordinator:
                 pass
             wait = ttl / 3
             try:
-                if not await renew():
+                held = await renew()
+                if not held:
                     log.error("lost %s while holding it (held past its TTL?)", what)
                     return
+                if held == 2:  # (a mark with no limit: taken again)
+                    log.warning("%s had lapsed while held (not renewed within its TTL: the process "
+                                "stalled?); held again", what)
             except Exception:  # Redis away for a moment: try again next time
                 log.warning("could not renew %s", what, exc_info=True)
 
@@ -207,7 +216,8 @@ class Coordinator:
             delay = min(delay * 1.5, 0.2)
         stop = asyncio.Event()
         renew = asyncio.ensure_future(self._keep(
-            lambda: scripts["renew_lease"](keys=[key], args=[ttl_ms, token]), self.lease_ttl, key, stop))
+            lambda: scripts["renew_lease"](keys=[key], args=[ttl_ms, token, int(size)]), self.lease_ttl, key,
+            stop))
         try:
             yield
         finally:
