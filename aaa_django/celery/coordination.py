@@ -184,6 +184,8 @@ class Coordinator:
         may swallow a cancellation that lands in the middle of a command, and a renewal
         that went on would keep the lease alive for ever (its holder waiting on it)."""
         wait = ttl / 3 if first is None else first
+        clock = asyncio.get_running_loop().time
+        last = clock()  # the last time it was known held (taken, or renewed)
         while True:
             try:
                 await asyncio.wait_for(stop.wait(), wait)
@@ -192,13 +194,17 @@ class Coordinator:
                 pass
             wait = ttl / 3
             try:
+                asked = clock()
                 held = await renew()
+                # (how late: the renewal asked for it this long after it was last held, and
+                # Redis answered that much later)
+                late = f"{asked - last:.2f} s after it was last held, answered in {clock() - asked:.2f} s"
                 if not held:
-                    log.error("lost %s while holding it (held past its TTL?)", what)
+                    log.error("lost %s while holding it (held past its TTL of %g s? renewed %s)", what, ttl, late)
                     return
                 if held == 2:  # (a mark with no limit: taken again)
-                    log.warning("%s had lapsed while held (not renewed within its TTL: the process "
-                                "stalled?); held again", what)
+                    log.warning("%s had lapsed while held (its TTL %g s; renewed %s); held again", what, ttl, late)
+                last = asked
             except Exception:  # Redis away for a moment: try again next time
                 log.warning("could not renew %s", what, exc_info=True)
 
