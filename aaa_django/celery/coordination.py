@@ -262,16 +262,20 @@ class Coordinator:
         """Tell every worker that ``run_id`` has ended (sync; fire and forget)."""
         self.client.publish(self.channel(run_id), "1")
 
-    async def ended_notices(self, stop: Callable[[], bool] = lambda: False) -> AsyncIterator[str]:
+    async def ended_notices(self, stop: Callable[[], bool] = lambda: False,
+                            subscribed: Callable[[], None] | None = None) -> AsyncIterator[str]:
         """The ids of runs as they end anywhere in the cluster (one pattern
         subscription; notices published while nobody listens are lost), until
         ``stop()``: checked at least every second (a blocking read is not reliably
-        interrupted by cancelling its task)."""
+        interrupted by cancelling its task). ``subscribed()`` is called once the
+        subscription is up."""
         client, _ = self._async()
         pubsub = client.pubsub()
         prefix = self.channel("")
         try:
             await pubsub.psubscribe(prefix + "*")
+            if subscribed is not None:
+                subscribed()
             while not stop():
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                 if message is not None and message.get("type") == "pmessage":
@@ -311,10 +315,10 @@ class Coordinator:
 
 
 class _Ends:
-    """One pattern subscription (``{prefix}:ended:*``) on one connection for every
-    :meth:`Coordinator.wait_ended` of an event loop: a listener task, started by the
-    first wait and ended once no wait is left (after a second without one), sets the
-    waits of the run whose notice it hears. (One subscription per wait held one
+    """One pattern subscription (:meth:`Coordinator.ended_notices`) on one connection
+    for every :meth:`Coordinator.wait_ended` of an event loop: a listener task, started
+    by the first wait and ended once no wait is left (within a second), sets the waits
+    of the run whose notice it hears. (One subscription per wait held one
     connection of the loop's pool each: at 200 runs a worker's slow tool calls took
     all of it, and its leases' renewals found none, "Too many connections".)"""
 
@@ -355,28 +359,16 @@ class _Ends:
                 await self.subscribed.wait()
 
     async def _listen(self) -> None:
-        client, _ = self.coordinator._async()
-        pubsub = client.pubsub()
         idled = False
         try:
-            await pubsub.psubscribe(self.prefix + "*")
-            self.subscribed.set()
-            idle = 0
-            while idle < 2:  # a second and more with no wait: done (the next wait starts it)
-                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
-                idle = 0 if self.waits else idle + 1
-                if message is None or message.get("type") != "pmessage":
-                    continue
-                channel = message["channel"]
-                channel = channel.decode() if isinstance(channel, bytes) else channel
-                for heard in self.waits.get(channel[len(self.prefix):], ()):
+            async for run_id in self.coordinator.ended_notices(lambda: not self.waits, self.subscribed.set):
+                for heard in self.waits.get(run_id, ()):
                     heard.set()
-            idled = True
+            idled = True  # no wait left (the next wait starts it again)
         except Exception:  # Redis away: the waits poll; the next poll starts it again
             log.debug("the run-ended subscription failed", exc_info=True)
         finally:
             self.subscribed.clear()
-            await _drop(pubsub)
         if idled and self.waits and self.task is asyncio.current_task():
             # a wait came while it closed (it found this task not yet done)
             self.task = asyncio.ensure_future(self._listen())

@@ -27,10 +27,10 @@ A connection whose call was interrupted (cancelled mid-statement: psycopg's view
 what the server holds, its prepared statements', may be off) or whose server no longer
 holds a statement it prepared (:data:`PREPARED_LOST`) is never used again: the next
 call connects anew. (Found with 200 runs on a Celery worker: a connection believing in
-a statement its server never prepared failed every call it served.) Nor is one whose
-group commit was refused in its pipeline (``groupcommit``: psycopg may count a statement
-prepared whose Parse the server skipped there); the group's BEGIN, COMMIT and ROLLBACK
-are never prepared.
+a statement its server never prepared failed every call it served.) Nor is one that
+prepares and whose pipeline failed (``connection(pipelined=True)``, the group commit's:
+psycopg may count a statement prepared whose Parse the server skipped there); the
+group's BEGIN, COMMIT and ROLLBACK are never prepared.
 
 Why not ``psycopg_pool``: its async pool belongs to the event loop that opened it
 (its workers are tasks of that loop), while one store serves every loop of its
@@ -63,11 +63,11 @@ PREPARE_THRESHOLD = 5
 PREPARED_LOST = ("26000", "42P05")
 
 
-def application_name(pid: int | None = None) -> str:
+def application_name() -> str:
     """The ``application_name`` of this process's store connections (unless the alias's
     ``OPTIONS`` name one): the server's ``pg_stat_activity`` tells them from Django's,
     process by process."""
-    return f"aaa_django store {os.getpid() if pid is None else pid}"
+    return f"aaa_django store {os.getpid()}"
 
 
 def reusable_after(exc: BaseException | None) -> bool:
@@ -135,10 +135,17 @@ class PgConnections:
                 found = _BY_ALIAS[using] = cls(using)
             return found
 
-    def connection(self) -> "_Lease":
+    def connection(self, *, pipelined: bool = False) -> "_Lease":
         """``async with``: a connection for one call (autocommit), back to the idle
-        ones after it unless the call left it broken or inside a transaction."""
-        return _Lease(self)
+        ones after it unless the call left it broken or inside a transaction.
+        ``pipelined``: the call runs a pipeline, and a connection that prepares is not
+        used again after it failed (psycopg counts a statement prepared once it has
+        queued its Parse, and checks the Parse's result only for a statement it had
+        not seen before, psycopg 3.3's ``PrepareManager``: a Parse the server skipped
+        behind a refused statement of the pipeline leaves it believing in a statement
+        the server never made; its clearing of them all on a ``ROLLBACK`` has the same
+        blind spot)."""
+        return _Lease(self, pipelined)
 
     def _slot(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
@@ -233,13 +240,11 @@ class _Lease:
     """:meth:`PgConnections.connection`'s context manager (a class: every store call
     enters one, and a generator's context manager cost several times as much)."""
 
-    __slots__ = ("conns", "slot", "conn", "keep")
+    __slots__ = ("conns", "slot", "conn", "pipelined")
 
-    def __init__(self, conns: PgConnections) -> None:
+    def __init__(self, conns: PgConnections, pipelined: bool = False) -> None:
         self.conns = conns
-        #: False: the connection is not used again, whatever the call's end (its
-        #: caller knows it out of step)
-        self.keep = True
+        self.pipelined = pipelined
 
     async def __aenter__(self) -> Any:
         conns = self.conns
@@ -257,6 +262,9 @@ class _Lease:
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         try:
-            self.conns._give(self.conn, reusable=self.keep and reusable_after(exc))
+            conn = self.conn
+            reusable = reusable_after(exc) and not (
+                exc is not None and self.pipelined and conn.prepare_threshold is not None)
+            self.conns._give(conn, reusable=reusable)
         finally:
             self.slot.release()

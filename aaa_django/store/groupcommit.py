@@ -231,22 +231,10 @@ class GroupCommit:
         steps = {id(item): store._steps(item.stream, item.batch, item.texts, item.expected_seq)
                  for item in group}
         try:
-            lease = store.conns.connection()
-            async with lease as conn:
-                try:
-                    await self._rounds(conn, group, steps)
-                except Exception:
-                    # psycopg counts a statement prepared once it has queued its Parse,
-                    # and checks the Parse's result only for a statement it had not
-                    # seen before (psycopg 3.3's PrepareManager): a Parse that the
-                    # server skipped behind a refused statement of the pipeline leaves
-                    # it believing in a statement the server never made ("prepared
-                    # statement _pg3_N does not exist" later; its clearing of them all
-                    # on a ROLLBACK has the same blind spot). Such a connection is
-                    # not used again.
-                    if conn.prepare_threshold is not None:
-                        lease.keep = False
-                    raise
+            # (pipelined: after a refusal the connection is not used again, see
+            # PgConnections.connection)
+            async with store.conns.connection(pipelined=True) as conn:
+                await self._rounds(conn, group, steps)
         except Exception:
             # A statement refused (the transaction is rolled back whole), or the
             # transaction failed as a whole (perhaps at COMMIT: stored or not): each
