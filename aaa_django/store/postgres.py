@@ -43,7 +43,6 @@ from .database import (
     DjangoEventStore,
     from_snapshot_rows,
     read_from_snapshot_sql,
-    snapshot_writes,
 )
 from .faults import connection_lost, translate, translated
 from .groupcommit import GroupCommit
@@ -53,6 +52,15 @@ from .runindex import index_events
 __all__ = ["PgEventStore", "site_store"]
 
 _HEAD = "SELECT seq, id FROM aaa_event WHERE stream = %s ORDER BY seq DESC LIMIT 1"
+# A snapshot's save: the row, or (a row of the key stored) its update where the stored
+# one is older. ``rowcount`` 1: saved; 0: one at the same or a later seq is stored (the
+# update's WHERE keeps it, so migration 0002's trigger never sees a seq go back).
+_SNAPSHOT_UPSERT = (
+    "INSERT INTO aaa_snapshot (stream, name, version, seq, event_id, state, saved_at) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (stream, name, version) DO UPDATE "
+    "SET seq = EXCLUDED.seq, event_id = EXCLUDED.event_id, state = EXCLUDED.state, "
+    "saved_at = EXCLUDED.saved_at WHERE aaa_snapshot.seq < EXCLUDED.seq"
+)
 
 
 def _translated(*, reads: bool) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
@@ -260,15 +268,13 @@ class PgEventStore(DjangoEventStore):
 
     @_translated(reads=False)
     async def _save_snapshot(self, snapshot: Snapshot) -> bool:
-        """As :meth:`DjangoEventStore.save_snapshot_sync`: a conditional UPDATE, else an
-        INSERT that yields to a row inserted meanwhile, then the UPDATE again."""
-        update, insert_ = snapshot_writes(snapshot, self.conns.django.ops.adapt_datetimefield_value(now()))
-        async with self.conns.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            for _ in range(2):
-                await cur.execute(*update)
-                if cur.rowcount:
-                    return True
-                await cur.execute(*insert_)
-                if cur.rowcount:
-                    return True
-        return False
+        """As :meth:`DjangoEventStore.save_snapshot_sync` (stored unless one at the same
+        or a later seq is), in one statement in autocommit: an INSERT whose conflict
+        with the stored row updates it only where it is older (one round trip, where
+        the sync store's transaction of a conditional UPDATE and an INSERT takes three
+        or four; racing savers meet at the unique key, and the seq never goes back)."""
+        async with self.conns.connection() as conn, conn.cursor() as cur:
+            await cur.execute(_SNAPSHOT_UPSERT, [
+                snapshot.stream, snapshot.name, snapshot.version, snapshot.seq, snapshot.event_id,
+                snapshot.state, self.conns.django.ops.adapt_datetimefield_value(now())])
+            return cur.rowcount == 1

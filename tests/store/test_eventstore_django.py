@@ -9,13 +9,15 @@ see committed rows, and closes it when done.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from django.db import connections
 
 from aaa_django.store import DjangoEventStore
 from aaa_django.store.postgres import PgEventStore
 from aaa_django.store.sqlite import SqliteEventStore
-from aaa_django.testing.eventstore import Concurrently, EventStoreContract
+from aaa_django.testing.eventstore import Concurrently, EventStoreContract, run
 
 
 class DjangoStoreContract(EventStoreContract):
@@ -78,6 +80,25 @@ class TestPgEventStore(OnPostgreSQL):
 
     def same_log(self, store):
         return PgEventStore(using=self.alias)
+
+    def test_racing_saves_of_one_snapshot_keep_the_newest(self, store):
+        # One statement a save (an INSERT whose conflict updates only an older row):
+        # saves of one key at once, from tasks on many connections and from another
+        # store, each answered, none refused by the unique key or the trigger, and
+        # the newest kept; a save is True only where it replaced an older one.
+        other = self.same_log(store)
+        seqs = [7, 3, 12, 5, 12, 9, 1, 11, 4, 10, 2, 8, 6]
+
+        async def saves():
+            return await asyncio.gather(*(
+                (store if i % 2 else other).save_snapshot(self.snap(seq, event_id=f"e{seq}"))
+                for i, seq in enumerate(seqs)))
+
+        saved = run(saves())
+        assert all(type(ok) is bool for ok in saved), saved
+        kept = run(store.load_snapshot("run-1", "test.tally", 1))
+        assert (kept.seq, kept.event_id) == (12, "e12")
+        assert [ok for ok, seq in zip(saved, seqs) if seq == 12].count(True) == 1  # the equal one: False
 
 
 @pytest.mark.django_db(databases=["default"], transaction=True)
