@@ -3,7 +3,8 @@ together share one transaction; each run's order and invariants are the ones an
 append alone has, and one append's refusal fails no other.
 
 One lane (``lanes=1``) makes the grouping deterministic: appends started together on
-one loop are all queued before the lane's first transaction starts.
+one loop while another append is on its way (``together``) are all queued before the
+lane's first transaction starts.
 """
 
 from __future__ import annotations
