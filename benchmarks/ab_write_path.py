@@ -39,6 +39,8 @@ ap.add_argument("--prepared", action="store_true",
                      "(prepare_threshold 0 on the store's connections) against without")
 ap.add_argument("--rounds", type=int, default=10)
 ap.add_argument("--runs", type=int, default=1, help="runs appending at once (1: one after another)")
+ap.add_argument("--alone", action="store_true",
+                help="each append says its caller is alone (caller_alone), as the engine's for a run alone")
 args = ap.parse_args()
 if not args.base and not args.prepared:
     ap.error("--base DIR or --prepared")
@@ -73,8 +75,10 @@ async def go(alias):
     else:
         bgc, bwk, brows = load("groupcommit"), load("wakeups"), load("rows")
         new_group, old_group = store.group, bgc.GroupCommit(store)
-        shim = types.SimpleNamespace(notify=bwk.notify, notify_committed=lambda using, streams:
-                                     bwk.notify(using, streams, committed=True))
+        # (a base from before ``notify_committed``: its ``notify`` in its place)
+        shim = bwk if hasattr(bwk, "notify_committed") else types.SimpleNamespace(
+            notify=bwk.notify, notify_committed=lambda using, streams, ended=False:
+            bwk.notify(using, streams, committed=True))
         new_number = A.number
     def swap(v):
         if v == "base":
@@ -84,6 +88,9 @@ async def go(alias):
     if not args.prepared:
         variant = swap
     async def one_run(n):
+        if args.alone:
+            from aaa_django.events.store import caller_alone
+            caller_alone.set(True)  # (this task's context only)
         gen = events_for("run-" + uuid.uuid4().hex)
         for _ in range(n):
             await store.append(next(gen))

@@ -3,13 +3,12 @@ and one durable commit (:class:`GroupCommit`, used by
 :class:`~aaa_django.store.postgres.PgEventStore`).
 
 Each event loop has a few *lanes* (transactions in flight at once). An append that
-finds its loop with no other append on its way or waiting is made at once, alone (its
-statements in autocommit, as an append alone always is), in its caller's task: a run
-alone on its loop waits for nobody (the first append of a burst goes so too). One that
-comes while another is on its way and finds a lane free holds it for one turn of the
-loop, and if no other append came meanwhile, it too is made alone, in its caller's
-task; appends that arrive at the same moment, or while every lane is busy, go
-together, in the next free lane: one transaction, and in it each append's own statements (the
+finds a lane free holds it for one turn of the loop, and if no other append came
+meanwhile, it is made at once, alone (its statements in autocommit, as an append alone
+always is), in its caller's task; a caller whose loop has nothing else to do
+(``caller_alone``, the engine's hint for a run alone) holds no turn when no other
+append is on its way. Appends that arrive at the same moment, or while
+every lane is busy, go together, in the next free lane: one transaction, and in it each append's own statements (the
 same as alone: the same ordering checks, ``expected_seq``, idempotent ids, the run's
 index row, the triggers), pipelined: the first statement of every append of the group
 in one round trip, then the next of those that need another (an append without a
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aaa_django.events import Event
+from aaa_django.events.store import caller_alone
 
 from .appends import CATCH_UP, QUERY, Steps
 from .connections import PgConnections
@@ -108,29 +108,22 @@ class GroupCommit:
         state = self._loops.get(loop)
         if state is None:
             state = self._loops[loop] = _Loop()
-        if state.busy == 0 and not state.queue:
-            # Nothing of this loop's on its way or waiting: made at once, alone, in the
-            # caller's task (a run alone on its loop holds no turn for company that
-            # is not coming); the appends that come meanwhile go together.
-            state.busy += 1
-            try:
-                return await self.store._append_statement(stream, batch, texts, expected_seq)
-            finally:
-                state.busy -= 1
-                if any(not i.future.done() for i in state.queue):
-                    self._start_lane(loop, state)  # (queued while every lane was busy)
         item = _Append(stream, batch, texts, expected_seq, loop.create_future())
         state.queue.append(item)
         if state.busy >= self.lanes:
             return await item.future  # a lane takes it when one is free
         if len(state.queue) == 1:
-            # First in while another append is on its way, a lane free: hold it one
-            # turn of the loop, for the appends started at the same moment to queue.
-            # Still alone: made here, in the caller's task, as a lane would make it
-            # (without a lane's task); else the appends go together, by a lane.
+            # First in, a lane free: hold it one turn of the loop, for the appends
+            # started at the same moment to queue; still alone, made here, in the
+            # caller's task, as a lane would make it (without a lane's task); else the
+            # appends go together, by a lane. No turn is held for a caller that says its
+            # loop has nothing else to do (``caller_alone``: the engine, for a run alone)
+            # while no other append is on its way: no company is coming.
+            hold = state.busy > 0 or not caller_alone.get()
             state.busy += 1
             try:
-                await asyncio.sleep(0)
+                if hold:
+                    await asyncio.sleep(0)
                 if len(state.queue) == 1 and state.queue[0] is item:
                     state.queue = []
                     return await self.store._append_statement(stream, batch, texts, expected_seq)

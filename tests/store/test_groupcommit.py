@@ -3,8 +3,7 @@ together share one transaction; each run's order and invariants are the ones an
 append alone has, and one append's refusal fails no other.
 
 One lane (``lanes=1``) makes the grouping deterministic: appends started together on
-one loop while another append is on its way (``together``) are all queued before the
-lane's first transaction starts.
+one loop are all queued before the lane's first transaction starts.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ import asyncio
 import pytest
 
 from aaa_django.events import ClosedStreamError, ConcurrencyError, Event
+from aaa_django.events.store import caller_alone
 from aaa_django.models import RunRecord
 from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED, TOOL_COMPLETED
 from aaa_django.store.groupcommit import GroupCommit
@@ -34,24 +34,15 @@ def started(run_id: str) -> Event:
     return Event.new(run_id, RUN_STARTED, {"algorithm": "tests.Algo", "input": {}})
 
 
-def together(store, *appends):
-    """The results of ``appends`` started at the same moment while another append of
-    the loop is on its way: they queue behind it and go together. (The first append of
-    a burst on an idle loop is made at once, alone:
-    ``test_an_append_with_nothing_else_on_its_way_is_made_at_once``.)"""
-
+def together(*appends):
     async def main():
-        opener = asyncio.ensure_future(store.append([ev("opener", "x.opener")]))
-        await asyncio.sleep(0)  # it has taken the loop's first lane and is on its way
-        results = await asyncio.gather(*appends, return_exceptions=True)
-        await opener
-        return results
+        return await asyncio.gather(*appends, return_exceptions=True)
 
     return run(main())
 
 
 def test_appends_of_several_runs_started_together_share_one_transaction(store):
-    results = together(store, *(store.append([started(f"run-{i}"), ev(f"run-{i}")]) for i in range(5)))
+    results = together(*(store.append([started(f"run-{i}"), ev(f"run-{i}")]) for i in range(5)))
 
     assert (store.group.groups, store.group.grouped) == (1, 5)
     for i, stored in enumerate(results):
@@ -63,11 +54,11 @@ def test_appends_of_several_runs_started_together_share_one_transaction(store):
     assert sorted((r.run_id, r.last_seq) for r in rows) == [(f"run-{i}", 2) for i in range(5)]
 
 
-def test_an_append_with_nothing_else_on_its_way_is_made_at_once(store):
-    # A run alone on its loop (a web process's run, a worker with one delivery) holds
-    # no turn of the loop for company that is not coming: its append's statement is
-    # sent before anything else the loop has ready runs. A burst on an idle loop: the
-    # first is made so, alone; the others, started with it, go together.
+def test_an_append_whose_caller_is_alone_holds_no_turn_of_the_loop(store):
+    # A caller that says its loop has nothing else to do (``caller_alone``: the engine,
+    # for a run alone) gets its statement sent before anything else the loop has ready
+    # runs; any other caller, and one alone while another append is on its way, holds
+    # a turn for company (the appends started with it then go together).
     order: list[str] = []
     statement = store._append_statement
 
@@ -77,22 +68,29 @@ def test_an_append_with_nothing_else_on_its_way_is_made_at_once(store):
 
     store._append_statement = recorded
 
-    async def lone():
-        asyncio.get_running_loop().call_soon(order.append, "the loop's next turn")
-        return await store.append([started("run-lone")])
+    async def append(stream: str, *, alone: bool):
+        token = caller_alone.set(alone)
+        try:
+            asyncio.get_running_loop().call_soon(order.append, f"the loop's next turn ({stream})")
+            return await store.append([started(stream)])
+        finally:
+            caller_alone.reset(token)
 
-    stored = run(lone())
-    assert order == ["run-lone", "the loop's next turn"]
-    assert [e.seq for e in stored] == [1] and (store.group.groups, store.group.grouped) == (0, 0)
+    run(append("run-alone", alone=True))
+    run(append("run-not-alone", alone=False))
+    assert order == ["run-alone", "the loop's next turn (run-alone)",
+                     "the loop's next turn (run-not-alone)", "run-not-alone"]
+
+    async def alone_behind_another():
+        first = asyncio.ensure_future(append("run-first", alone=True))
+        await asyncio.sleep(0)  # (on its way)
+        return await asyncio.gather(first, append("run-second", alone=True), append("run-third", alone=False))
 
     order.clear()
-    async def burst_of(n):
-        return await asyncio.gather(*(store.append([started(f"run-burst-{i}")]) for i in range(n)))
-
-    burst = run(burst_of(4))
-    assert [[e.seq for e in stored] for stored in burst] == [[1]] * 4
-    assert order == ["run-burst-0"]  # alone; the other three in one transaction
-    assert (store.group.groups, store.group.grouped) == (1, 3)
+    results = run(alone_behind_another())
+    assert [[e.seq for e in stored] for stored in results] == [[1], [1], [1]]
+    assert order[0] == "run-first" and "run-second" not in order and "run-third" not in order
+    assert (store.group.groups, store.group.grouped) == (1, 2)  # the two behind it, together
 
 
 def test_a_refused_append_fails_only_itself(store):
@@ -102,7 +100,6 @@ def test_a_refused_append_fails_only_itself(store):
     again = run(store.read("run-1", after=1))  # stored already: absorbed, not stored twice
 
     results = together(
-        store,
         store.append([ev("run-0", "a.b")]),
         store.append([ev("run-1", "a.b")], expected_seq=5),  # the head is 2
         store.append(again),
@@ -125,7 +122,7 @@ def test_a_streams_appends_in_one_group_keep_their_order(store):
     run(store.append([started("run-a")]))
     first, second, other = ev("run-a", "a.first"), ev("run-a", "a.second"), ev("run-b", "a.other")
 
-    results = together(store, store.append([first]), store.append([other]), store.append([second]))
+    results = together(store.append([first]), store.append([other]), store.append([second]))
 
     # one append per stream in a group: the second of run-a goes in the next one
     assert (store.group.groups, store.group.grouped) == (1, 2), results
@@ -140,7 +137,7 @@ def test_a_lost_race_in_a_group_makes_each_append_again_alone(store, pg_alias):
     # Another process appends to run-a: this store's hint of its head is stale.
     run(PgEventStore(pg_alias).append([ev("run-a", "a.elsewhere")]))
 
-    results = together(store, store.append([ev("run-a", "a.here")]), store.append([ev("run-b", "b.here")]))
+    results = together(store.append([ev("run-a", "a.here")]), store.append([ev("run-b", "b.here")]))
 
     # The database refused run-a's statement: the group was rolled back whole, and
     # each append made again alone.
@@ -156,7 +153,6 @@ def test_an_append_to_a_closed_run_in_a_group_fails_only_itself(store):
     run(store.append([started("run-going")]))
 
     results = together(
-        store,
         store.append([ev("run-ended", TOOL_COMPLETED)]),  # a late result of an ended run
         store.append([ev("run-going", "a.b")]),
         store.append([ev("run-erased", TOOL_COMPLETED)]),  # no start: an orphan stream
@@ -185,7 +181,7 @@ def test_an_append_that_ends_after_its_query_leaves_the_groups_other_appends_com
     store._forget("run-b")  # (a hint not kept, or forgotten after another process's append)
     late = store.append([ev("run-b", "b.late")], expected_seq=5) if ends == "refused" else store.append(again)
 
-    results = together(store, store.append([ev("run-a", "a.here")]), late)
+    results = together(store.append([ev("run-a", "a.here")]), late)
 
     assert (store.group.groups, store.group.grouped) == (1, 2)
     assert [(e.type, e.seq) for e in results[0]] == [("a.here", 2)]
@@ -217,7 +213,7 @@ def test_groups_refused_in_the_pipeline_leave_the_connections_prepared_statement
     for turn in range(3 * PREPARE_THRESHOLD):
         if turn % 3 == 2:  # another process appends: this store's hint is stale, its statement refused
             run(other.append([ev(streams[turn % len(streams)], "x.elsewhere")]))
-        results = together(store, *(store.append([ev(stream, "x.here")]) for stream in streams))
+        results = together(*(store.append([ev(stream, "x.here")]) for stream in streams))
         failures += [r for r in results if isinstance(r, BaseException)]
         run(store.read(streams[0]))  # a read on the same connection (raises if it is out of step)
     assert failures == []
@@ -255,7 +251,7 @@ def test_a_connection_whose_group_was_refused_in_its_pipeline_is_not_used_again(
         for refused in (True, True, False):
             if refused:
                 run(other.append([ev("run-a", "a.elsewhere")]))  # this store's hint for run-a is stale
-            results = together(store, store.append([ev("run-a", "a.here")]), store.append([ev("run-b", "b.here")]))
+            results = together(store.append([ev("run-a", "a.here")]), store.append([ev("run-b", "b.here")]))
             failures += [r for r in results if isinstance(r, BaseException)]
 
     async def prepared() -> list[str]:
