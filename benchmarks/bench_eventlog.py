@@ -39,7 +39,10 @@ the same rows into the same table (its triggers included), four ways:
                       ``_set_running_loop``, what a Celery worker's SQLite store does);
                       this row against the one above is what that private use buys;
 - PgEventStore append (PostgreSQL): ``PgEventStore.append`` awaited, the engine's
-                      store on PostgreSQL (psycopg's async connections, no hop).
+                      store on PostgreSQL (psycopg's async connections, no hop);
+- SqliteEventStore append (SQLite): ``SqliteEventStore.append`` awaited, the
+                      engine's store on SQLite (its own sqlite3 connection on a
+                      thread of its own, as raw driver, async).
 
 The store's common append on PostgreSQL is one autocommit statement (it remembers the
 stream's head from its previous append), where raw psycopg's transaction per call is
@@ -382,9 +385,13 @@ HOWS = {
     # DjangoEventStore(inline=True), a Celery worker's: the queries on the loop's
     # thread with the loop hidden (asyncio's private _set_running_loop), no hop
     "append (async), inline": "raw driver, async",
-    # PostgreSQL only: PgEventStore, the async store (its own psycopg connections)
+    # the site's store (``site_store``, what the engine awaits): on PostgreSQL
+    # PgEventStore (its own psycopg connections), on SQLite SqliteEventStore (its own
+    # sqlite3 connection, on a thread of its own)
     "PgEventStore append": "raw driver, async",
     "PgEventStore append, a run's stream": "raw driver, async",
+    "SqliteEventStore append": "raw driver, async",
+    "SqliteEventStore append, a run's stream": "raw driver, async",
 }
 
 
@@ -401,11 +408,14 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
                   runs: int) -> list:
     from aaa_django.store import DjangoEventStore
     from aaa_django.store.postgres import PgEventStore
+    from aaa_django.store.sqlite import SqliteEventStore
 
     store = DjangoEventStore(using=alias)
     inline = DjangoEventStore(using=alias, inline=True)
-    pgstore = PgEventStore(using=alias) if label == "PostgreSQL" else None
-    hows = [h for h in HOWS if pgstore is not None or not h.startswith("PgEventStore")]
+    site = "PgEventStore" if label == "PostgreSQL" else "SqliteEventStore"
+    sitestore = PgEventStore(using=alias) if label == "PostgreSQL" else SqliteEventStore(alias)
+    hows = [h for h in HOWS if not h.endswith("Store append") and "Store append," not in h
+            or h.startswith(site)]
     results = []
     counter = iter(range(10**6))
     for batch, total in plan.items():
@@ -453,14 +463,12 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
             store.append_sync([run_started(stream)])
             events = events_for(stream, 0, total)
             rates["append (async), a run's stream"].append(total / asyncio.run(go(events)))
-            if pgstore is not None:
-                events = events_for(f"pg-{next(counter)}", 0, total)
-                rates["PgEventStore append"].append(total / asyncio.run(go(events, pgstore)))
-                stream = f"run-pg-{next(counter)}"
-                store.append_sync([run_started(stream)])
-                events = events_for(stream, 0, total)
-                rates["PgEventStore append, a run's stream"].append(
-                    total / asyncio.run(go(events, pgstore)))
+            events = events_for(f"site-{next(counter)}", 0, total)
+            rates[f"{site} append"].append(total / asyncio.run(go(events, sitestore)))
+            stream = f"run-site-{next(counter)}"
+            store.append_sync([run_started(stream)])
+            events = events_for(stream, 0, total)
+            rates[f"{site} append, a run's stream"].append(total / asyncio.run(go(events, sitestore)))
         if label == "PostgreSQL":
             floor = []
             for _ in range(runs):
@@ -703,6 +711,11 @@ def main() -> None:
                 low = min(float(r[5][:-1]) for r in runs_rows)
                 print(f"\nappends on a run's stream, lowest store/raw: {low:.2f}x "
                       f"(goal >= 0.5x: {'met' if low >= 0.5 else 'MISSED'})")
+                site_rows = [r for r in runs_rows if "Store append" in r[2]]
+                print("  of them, the site's stores' (what the engine awaits: PgEventStore, "
+                      "SqliteEventStore): lowest "
+                      f"{min(float(r[5][:-1]) for r in site_rows):.2f}x; the Django store's sync "
+                      f"path: lowest {min(float(r[5][:-1]) for r in runs_rows if 'append_sync' in r[2]):.2f}x")
             worst = min(rows, key=lambda r: float(r[5][:-1]) if r[5] else float("inf"))
             ratio = float(worst[5][:-1])
             print(f"\nlowest store/raw ratio, over every store row: {ratio:.2f}x ({worst[0]}, "

@@ -47,6 +47,26 @@ def test_the_test_database_has_the_triggers(db_alias):
     assert TRIGGERS <= triggers(db_alias)
 
 
+def test_postgresql_has_the_append_function_and_sqlite_none(db_alias):
+    """Migration 0009: PostgreSQL's append function; nothing on SQLite."""
+    from aaa_django.store.runindex import APPEND_EVENT
+
+    conn = connections[db_alias]
+    with conn.cursor() as cur:
+        if conn.vendor != "postgresql":
+            cur.execute("SELECT count(*) FROM sqlite_master WHERE sql LIKE '%aaa_append_event%'")
+            assert cur.fetchone() == (0,)
+            return
+        cur.execute("SELECT pronargs FROM pg_proc WHERE proname = 'aaa_append_event'")
+        assert cur.fetchall() == [(APPEND_EVENT.count("%s"),)]
+    forwards = io.StringIO()
+    call_command("sqlmigrate", "aaa", "0009", database=db_alias, stdout=forwards)
+    backwards = io.StringIO()
+    call_command("sqlmigrate", "aaa", "0009", "--backwards", database=db_alias, stdout=backwards)
+    assert "CREATE FUNCTION aaa_append_event(" in forwards.getvalue()
+    assert "DROP FUNCTION IF EXISTS aaa_append_event(" in backwards.getvalue()
+
+
 @pytest.mark.slow
 def test_a_fresh_database_migrates_forwards_back_and_forwards_again(tmp_path):
     db = {"AAA_SQLITE_PATH": str(tmp_path / "fresh.sqlite3")}

@@ -3,7 +3,9 @@ backend allows (the mixin :class:`StatementAppends` of
 :class:`~aaa_django.store.DjangoEventStore`):
 
 - PostgreSQL: one statement that inserts the events and folds them into the run's
-  index row (a statement is a transaction), preceded by one query (the head, the ids
+  index row (a statement is a transaction; one event of a run, on a connection that
+  prepares nothing, the call of migration 0009's function that does the same with
+  plans the session keeps), preceded by one query (the head, the ids
   stored already, the run's row) unless the store remembers them from its own last
   append or read of the stream (a hint, refused by the unique ``(stream, seq)`` index
   when another process appended since), or the batch starts a run: then the
@@ -44,9 +46,11 @@ from .rows import (
     event_columns,
     insert,
     number,
+    prepares,
     to_events,
 )
 from .runindex import (
+    append_event_call,
     index_events,
     initial_row,
     row_after,
@@ -134,30 +138,36 @@ class StatementAppends:
             return None
         with cursor(conn) as cur:
             return run_steps(cur, self.using,
-                             self._pg_steps(conn, stream, batch, texts, expected_seq, seen))
+                             self._pg_steps(conn, stream, batch, texts, expected_seq, seen,
+                                            prepares=prepares(conn.connection)))
 
     def _pg_steps(self, conn, stream: str, batch: list[Event], texts: list[str], expected_seq,
-                  seen: tuple[int, tuple | None] | None) -> Steps:
+                  seen: tuple[int, tuple | None] | None, *, prepares: bool) -> Steps:
         """The statements of :meth:`_append_pg_statement`, as :data:`Steps` (the sync
         store and the async one, :mod:`aaa_django.store.postgres`, run the same ones). ``conn``
-        is a Django connection of the store's alias: only its ``ops`` are used."""
+        is a Django connection of the store's alias: only its ``ops`` are used;
+        ``prepares``: whether the connection the steps run on prepares its statements
+        (:func:`~aaa_django.store.rows.prepares`)."""
         if seen is None and batch[0].type == RUN_STARTED and batch[0].seq in (None, 1):
             seen = (0, None)  # a new run (most likely): its events and its row at once
         if seen is not None:
             head, row = seen
-            stored = yield from self._write_pg(conn, stream, batch, texts, expected_seq, head, (), row)
+            stored = yield from self._write_pg(conn, stream, batch, texts, expected_seq, head, (), row,
+                                               prepares=prepares)
             if stored is not None:
                 return stored
         _, found = yield _HEAD_KNOWN_AND_ROW_PG, [stream, [e.id for e in batch], stream]
         head, known, *row = found
         row = tuple(row) if row[0] is not None else None
         return (yield from self._write_pg(conn, stream, batch, texts, expected_seq, head, known, row,
-                                          optimistic=False))
+                                          prepares=prepares, optimistic=False))
 
     def _write_pg(self, conn, stream, batch, texts, expected_seq, head: int, known,
-                  row: tuple | None, *, optimistic: bool = True) -> Steps:
-        """The events after ``head`` and the run's row after ``row`` in one statement.
-        None: not the common case, or (``optimistic``) the log moved since ``head``."""
+                  row: tuple | None, *, prepares: bool, optimistic: bool = True) -> Steps:
+        """The events after ``head`` and the run's row after ``row`` in one statement
+        (one event of a run on a connection that does not prepare its statements
+        (``prepares``): the call of migration 0009's function). None: not the common
+        case, or (``optimistic``) the log moved since ``head``."""
         try:
             stored, rows = number(conn, batch, texts, head, known, expected_seq)
         except ConcurrencyError:
@@ -168,17 +178,28 @@ class StatementAppends:
             if not optimistic:
                 self._remember(stream, head, row)  # as the query just saw them
             return stored
-        sql, params = insert(ROW_PG, rows)
-        if row is None and not starts_run(stored):
-            # Not a run (a run's row is made by its first event): the events alone.
-            statement, after = sql, None
-        else:  # a new run's row made, or the run's row brought up to date, by the same statement
-            fold = row_insert(conn, stored) if row is None else row_update(conn, row, stored)
+        call = row is not None and len(rows) == 1 and not prepares
+        if call:
+            # One event of a run's stream, on a connection that prepares nothing: the
+            # append function's call (migration 0009), whose plans the session keeps.
+            fold = append_event_call(conn, rows[0], row, stored)
             if fold is None:
                 return None
-            statement, params, after = f"WITH stored AS ({sql}) {fold[0]}", params + fold[1], fold[2]
+            statement, params, after = fold
+        else:
+            sql, params = insert(ROW_PG, rows)
+            if row is None and not starts_run(stored):
+                # Not a run (a run's row is made by its first event): the events alone.
+                statement, after = sql, None
+            else:  # a new run's row made, or the run's row brought up to date, by the same statement
+                fold = row_insert(conn, stored) if row is None else row_update(conn, row, stored)
+                if fold is None:
+                    return None
+                statement, params, after = f"WITH stored AS ({sql}) {fold[0]}", params + fold[1], fold[2]
         try:
             rowcount, first = yield statement, params
+            if call:
+                (rowcount,) = first  # the rows the function updated
         except IntegrityError as exc:
             if optimistic:
                 # The log moved, the run is not new, or the events are stored already (a

@@ -40,6 +40,7 @@ from aaa_django.events.store import caller_alone
 
 from .appends import CATCH_UP, QUERY, Steps
 from .connections import PgConnections
+from .rows import prepares
 
 #: transactions in flight at once per event loop (of the 10 connections a loop may use: the
 #: other two serve reads and snapshots meanwhile)
@@ -77,7 +78,7 @@ class GroupedStore(Protocol):
     def conns(self) -> PgConnections: ...
 
     def _steps(self, stream: str, batch: list[Event], texts: list[str],
-               expected_seq: int | None) -> Steps: ...
+               expected_seq: int | None, *, prepares: bool) -> Steps: ...
 
     async def _append_statement(self, stream: str, batch: list[Event], texts: list[str],
                                 expected_seq: int | None) -> list[Event] | None: ...
@@ -235,12 +236,15 @@ class GroupCommit:
     async def _together(self, group: list[_Append]) -> None:
         store = self.store
         group.sort(key=lambda item: item.stream)
-        steps = {id(item): store._steps(item.stream, item.batch, item.texts, item.expected_seq)
-                 for item in group}
+        steps: dict[int, Steps] = {}
         try:
             # (pipelined: after a refusal the connection is not used again, see
             # PgConnections.connection)
             async with store.conns.connection(pipelined=True) as conn:
+                on = prepares(conn)  # (which statements the steps send)
+                steps.update((id(item), store._steps(item.stream, item.batch, item.texts,
+                                                     item.expected_seq, prepares=on))
+                             for item in group)
                 await self._rounds(conn, group, steps)
         except Exception:
             # A statement refused (the transaction is rolled back whole), or the

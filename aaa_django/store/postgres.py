@@ -46,7 +46,7 @@ from .database import (
 )
 from .faults import connection_lost, translate, translated
 from .groupcommit import GroupCommit
-from .rows import INSERT_CHUNK, EventList, select, to_events
+from .rows import INSERT_CHUNK, EventList, prepares, select, to_events
 from .runindex import index_events
 
 __all__ = ["PgEventStore", "site_store"]
@@ -183,12 +183,16 @@ class PgEventStore(DjangoEventStore):
         the common case, or lost a race (nothing written)."""
         try:
             async with self.conns.connection() as conn:
-                return await self._run(conn, self._steps(stream, batch, texts, expected_seq))
+                return await self._run(conn, self._steps(stream, batch, texts, expected_seq,
+                                                         prepares=prepares(conn)))
         except IntegrityError:
             return None
 
-    def _steps(self, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None) -> Steps:
-        return self._pg_steps(self.conns.django, stream, batch, texts, expected_seq, self._forget(stream))
+    def _steps(self, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None,
+               *, prepares: bool) -> Steps:
+        """An append's statements, for a connection that prepares its statements or not."""
+        return self._pg_steps(self.conns.django, stream, batch, texts, expected_seq, self._forget(stream),
+                              prepares=prepares)
 
     async def _run(self, conn: Any, steps: Steps, *, in_group: list | None = None) -> list[Event] | None:
         """Run an append's statements (see ``appends.Steps``) on ``conn``. Alone, a

@@ -94,6 +94,18 @@ def cursor(conn):
     return conn.make_debug_cursor(raw) if conn.queries_logged else conn.make_cursor(raw)
 
 
+def prepares(raw: Any) -> bool:
+    """Whether the driver's connection ``raw`` prepares the statements it runs often:
+    psycopg 3's with a ``prepare_threshold`` (Django turns it off unless the alias's
+    ``OPTIONS`` name one; the store's own connections set theirs,
+    :mod:`aaa_django.store.connections`). psycopg 2's never do."""
+    try:
+        from psycopg import BaseConnection
+    except ImportError:  # psycopg 2
+        return False
+    return isinstance(raw, BaseConnection) and raw.prepare_threshold is not None
+
+
 def _server_binding_cursor():
     try:
         from django.db.backends.postgresql.base import ServerBindingCursor

@@ -185,6 +185,42 @@ def row_update(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tup
     return _update_row(columns, ended is not None), [*values, r.run_id, r.last_seq], after
 
 
+#: the call of the append function of migration 0009 (one event of a run's stream,
+#: folded into its row): the event's row (``rows.ROW_PG``), the row's ``last_seq``,
+#: the mask of the folded columns written (bit i: ``_COMPARED[i]``, then ``ended_at``),
+#: their values, ``updated_at``, ``due_at``, ``ended_at``
+APPEND_EVENT = (
+    "SELECT aaa_append_event(%s, %s, %s::bigint, %s, %s, %s, %s::timestamptz, %s::jsonb, %s, "
+    "%s::bigint, %s::integer, %s, %s, %s, %s, %s::bigint, %s::bigint, %s::double precision, "
+    "%s::integer, %s::integer, %s::timestamptz, %s::double precision, %s::timestamptz)"
+)
+#: the mask's bit of ``ended_at`` (after those of ``_COMPARED``)
+_ENDS = 1 << len(_COMPARED)
+
+
+def append_event_call(conn: Any, event_row: tuple, row: Sequence[Any] | None,
+                      events: list[Event]) -> tuple[str, list, tuple] | None:
+    """:func:`row_update`'s fold as the call of the append function (migration 0009)
+    that inserts ``event_row``, the row of the one stored event ``events``, and folds
+    it into the run's row whose ``ROW_COLUMNS`` are ``row``: the statement, its
+    parameters, and the row's ``ROW_COLUMNS`` after it. The columns the fold changed
+    are written, the others kept, as by :func:`row_update`'s UPDATE. None when it
+    would not apply (as :func:`row_update`)."""
+    folded = _fold_row(row, events)
+    if folded is None or len(events) != 1:
+        return None
+    r, fields, after = folded
+    adapt = rows.time_adapter(conn)
+    mask = sum(1 << i for i, (c, at) in enumerate(_COMPARED) if fields[c] != r[at])
+    ended = fields["ended_at"]  # the run's end (None: the row's stays)
+    if ended is not None:
+        mask |= _ENDS
+    params = [*event_row, r.last_seq, mask, *(fields[c] for c, _ in _COMPARED),
+              adapt(fields["updated_at"]), fields["due_at"],
+              adapt(ended) if ended is not None else None]
+    return APPEND_EVENT, params, after
+
+
 def row_after(row: Sequence[Any] | None, events: list[Event]) -> tuple | None:
     """The ``ROW_COLUMNS`` of the row ``row`` after stored ``events`` are folded into
     it (what :func:`row_update` would leave), or None when it would not apply."""

@@ -41,13 +41,42 @@ def conns_with(alias: str, **changes) -> PgConnections:
     return conns
 
 
-def prepared_after_appends(conns: PgConnections) -> tuple[int | None, list[str]]:
+class Recorded:
+    """An append's steps (``appends.Steps``), the statements they send recorded."""
+
+    def __init__(self, steps, sent: list[str]) -> None:
+        self.steps, self.sent = steps, sent
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._seen(next(self.steps))
+
+    def send(self, value):
+        return self._seen(self.steps.send(value))
+
+    def throw(self, exc):
+        return self._seen(self.steps.throw(exc))
+
+    def close(self):
+        self.steps.close()
+
+    def _seen(self, step):
+        self.sent.append(step[0])
+        return step
+
+
+def prepared_after_appends(conns: PgConnections, sent: list | None = None) -> tuple[int | None, list[str]]:
     """A run's appends, more than the threshold, one at a time on a store over
     ``conns`` (one connection, reused); then its threshold and what the server holds
-    prepared for it."""
+    prepared for it. ``sent``: where the statements of the appends go."""
     store = PgEventStore(conns.using)
     store.pg = conns
     stream = f"run-prep-{id(conns)}"
+    if sent is not None:
+        steps = store._steps
+        store._steps = lambda *args, **kwargs: Recorded(steps(*args, **kwargs), sent)  # type: ignore[method-assign]
 
     async def main():
         await store.append([Event.new(stream, RUN_STARTED, {"algorithm": "tests.Algo", "input": {}})])
@@ -71,9 +100,11 @@ on_postgres = pytest.mark.django_db(databases=["postgres"], transaction=True)
 
 @on_postgres
 def test_a_direct_connection_prepares_the_statements_it_repeats(pg_alias):
-    threshold, statements = prepared_after_appends(PgConnections(pg_alias))
+    sent: list[str] = []
+    threshold, statements = prepared_after_appends(PgConnections(pg_alias), sent)
     assert threshold == PREPARE_THRESHOLD
     assert any(s.startswith("WITH stored AS (INSERT INTO aaa_event") for s in statements), statements
+    assert len(sent) == PREPARE_THRESHOLD + 4 and all(s.startswith("WITH stored AS") for s in sent)
 
 
 @on_postgres
@@ -81,9 +112,15 @@ def test_a_direct_connection_prepares_the_statements_it_repeats(pg_alias):
                                      {"DISABLE_SERVER_SIDE_CURSORS": True}],
                          ids=["options-none", "pooled-alias"])
 def test_an_alias_that_says_no_or_says_it_is_pooled_prepares_nothing(pg_alias, changes):
-    threshold, statements = prepared_after_appends(conns_with(pg_alias, **changes))
+    """... and its appends of one event to a run are calls of the append function
+    (migration 0009: its plans are the session's, nothing is named on the client)."""
+    sent: list[str] = []
+    threshold, statements = prepared_after_appends(conns_with(pg_alias, **changes), sent)
     assert threshold is None
     assert statements == []
+    assert sent[0].startswith("WITH stored AS")  # the run's start: its events and its row
+    assert len(sent) == PREPARE_THRESHOLD + 4
+    assert all(s.startswith("SELECT aaa_append_event(") for s in sent[1:]), sent
 
 
 @on_postgres

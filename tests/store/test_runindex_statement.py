@@ -42,18 +42,30 @@ def assert_row_is_the_log_folded(store: DjangoEventStore, run_id: str, using: st
     assert row(run_id, using) == incremental
 
 
+def kind(sql: str) -> str:
+    """A statement of the store's, as the tests tell them apart: "CALL" for the call of
+    the append function (migration 0009), else its first word."""
+    return "CALL" if sql.startswith("SELECT aaa_append_event(") else sql.split()[0]
+
+
+@pytest.mark.parametrize("prepares", [False, True], ids=["unprepared", "prepared"])
 @pytest.mark.parametrize("batches", [[10], [1] * 10, [3, 4, 3], [1, 9], [8, 2]])
-def test_appends_outside_a_transaction_keep_the_index(pg_alias, batches):
+def test_appends_outside_a_transaction_keep_the_index(pg_alias, batches, prepares, monkeypatch):
     """The store remembers the head and the run's row its last append left: each
     later batch is one statement (the events and the row's update), no query. An
     append of events stored already is refused by that statement (the unique ids),
-    then one query finds them stored: absorbed."""
+    then one query finds them stored: absorbed. On a connection that prepares
+    nothing (Django's, by default), a batch of one event is the append function's
+    call; else the statement (``prepares``: as the connection would say)."""
+    from aaa_django.store import appends
+
+    monkeypatch.setattr(appends, "prepares", lambda raw: prepares)
     store, events = DjangoEventStore(pg_alias), log_of("run-a")
     conn = connections[pg_alias]
     calls: list[list[str]] = []
 
     def record(execute, sql, params, many, context):
-        calls[-1].append(sql.split()[0])
+        calls[-1].append(kind(sql))
         return execute(sql, params, many, context)
 
     assert conn.get_autocommit()
@@ -67,8 +79,9 @@ def test_appends_outside_a_transaction_keep_the_index(pg_alias, batches):
             i += n
     assert calls[0] == ["WITH"]  # a new run: its events and its row in one statement
     new, again = calls[2::2], calls[3::2]  # after the batch that made the row
-    assert new == [["WITH"]] * (len(batches) - 1)
-    assert again == [["WITH", "SELECT"]] * (len(batches) - 1)
+    one = [("WITH" if prepares or n > 1 else "CALL") for n in batches[1:]]
+    assert new == [[k] for k in one]
+    assert again == [[k, "SELECT"] for k in one]
     assert_row_is_the_log_folded(store, "run-a", pg_alias)
 
 
@@ -132,3 +145,50 @@ def test_a_start_that_is_not_new_falls_back_to_asking(pg_alias):
     stored = DjangoEventStore(pg_alias).append_sync([late])
     assert [e.seq for e in stored] == [2]
     assert not RunRecord.objects.using(pg_alias).filter(pk="stream-x").exists()  # not a run's start
+
+
+@pytest.mark.parametrize("prepares", [False, True], ids=["unprepared", "prepared"])
+def test_a_column_the_fold_leaves_keeps_what_the_row_holds(pg_alias, prepares, monkeypatch):
+    """An append writes the run row's columns its fold changed, and keeps the others
+    as the row holds them, though its view of the row is older (here ``algorithm``
+    and ``parent``, moved without ``last_seq``): the statement names only those
+    columns, the function's call masks the others out."""
+    from aaa_django.store import appends
+
+    monkeypatch.setattr(appends, "prepares", lambda raw: prepares)
+    store, events = DjangoEventStore(pg_alias), log_of("run-m")
+    store.append_sync(events[:3])
+    RunRecord.objects.using(pg_alias).filter(pk="run-m").update(algorithm="edited", parent="moved")
+    calls: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        calls.append(kind(sql))
+        return execute(sql, params, many, context)
+
+    with connections[pg_alias].execute_wrapper(record):
+        for event in events[3:]:
+            store.append_sync([event])  # one at a time, each from the store's hint
+    assert calls == ["WITH" if prepares else "CALL"] * (len(events) - 3)
+    kept = row("run-m", pg_alias)
+    assert (kept["algorithm"], kept["parent"]) == ("edited", "moved")
+    assert kept["last_seq"] == len(events) and kept["outcome"] == "success"
+    assert kept["ended_at"] == events[-1].time
+
+
+def test_the_functions_mask_is_the_folds_columns_in_order():
+    """Bit i of the append function's mask writes the fold's i-th compared column, and
+    the bit after them ``ended_at`` (the call's parameters are in that order)."""
+    from importlib import import_module
+
+    sql = import_module("aaa_django.migrations.0009_append_event_function").PG_APPEND_EVENT
+    columns = [c for c, _ in runindex._COMPARED]
+    assert columns == ["algorithm", "status", "outcome", "parent", "tokens_in", "tokens_out",
+                       "cost", "model_calls", "tool_calls"]
+    for i, column in enumerate([*columns, "ended_at"]):
+        assert f"{column} = CASE WHEN p_set & {1 << i} <> 0 THEN p_{column} ELSE {column} END" in sql
+    assert runindex._ENDS == 1 << len(columns)
+    params = sql[sql.index("(") + 1: sql.index(") RETURNS")]
+    names = [p.split()[0] for p in params.replace("\n", " ").split(",")]
+    assert names[11:20] == [f"p_{c}" for c in columns]
+    assert names[20:] == ["p_updated_at", "p_due_at", "p_ended_at"]
+    assert runindex.APPEND_EVENT.count("%s") == len(names)
