@@ -1,0 +1,82 @@
+"""A/B: the Django store's append of one event to a run's stream on PostgreSQL, as the
+append function's call (migration 0009, what a connection that prepares nothing sends)
+against the ``WITH stored AS (INSERT ...) UPDATE`` statement (what it sent before, and
+what a connection that prepares sends), on the same connection, in the same run.
+
+    .venv/bin/python benchmarks/ab_append_call.py [--blocks 30] [--block 200]
+
+Blocks of ``--block`` appends (``append_sync``, one event each, every one from the
+store's hint: one statement, no query), the two shapes alternated and the order swapped
+every block, each on a run of its own; and raw psycopg's transaction per event (BEGIN,
+INSERT, COMMIT: ``bench_eventlog.py``'s "raw driver, sync") in the same rotation. The
+statement shape is chosen by monkeypatching ``aaa_django.store.appends.prepares`` for
+the statement's blocks (Django's connection prepares nothing either way, so its
+statement goes unprepared, as it did before 0009). Prints the medians per append and
+the call's time over the statement's (the median of the blocks' pairs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import postgres, setup_django, workdir  # noqa: E402
+
+import bench_eventlog as be  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--blocks", type=int, default=30)
+    ap.add_argument("--block", type=int, default=200)
+    args = ap.parse_args()
+    with workdir() as tmp, postgres(tmp) as pg:
+        setup_django(tmp, pg)
+        from aaa_django.store import DjangoEventStore, appends
+
+        store = DjangoEventStore(using="postgres")
+        real = appends.prepares
+        seqs: dict[str, int] = {}
+
+        def block(shape: str, n: int) -> float:
+            """``n`` appends of ``shape``; seconds per append."""
+            if shape == "raw":
+                rows = be.rows_of(be.events_for(f"raw-{time.perf_counter_ns()}", 0, n))
+                return be.raw_postgres(pg, rows, 1) / n
+            stream = f"run-{shape}-{len(seqs)}"
+            seqs[stream] = 1
+            store.append_sync([be.run_started(stream)])
+            events = be.events_for(stream, 1, n)
+            appends.prepares = (lambda raw: True) if shape == "statement" else real
+            try:
+                store.append_sync(events[:1])  # (the hint: from here one statement each)
+                t0 = time.perf_counter()
+                for e in events[1:]:
+                    store.append_sync([e])
+                return (time.perf_counter() - t0) / (n - 1)
+            finally:
+                appends.prepares = real
+
+        shapes = ["call", "statement", "raw"]
+        times: dict[str, list[float]] = {s: [] for s in shapes}
+        block("call", 50), block("statement", 50)  # warm: connections, plans
+        for i in range(args.blocks):
+            order = shapes[i % 3:] + shapes[:i % 3]
+            for shape in (order if i % 2 == 0 else order[::-1]):
+                times[shape].append(block(shape, args.block))
+        for shape in shapes:
+            print(f"{shape:10s} {statistics.median(times[shape]) * 1000:.3f} ms an append "
+                  f"(p25 {statistics.quantiles(times[shape], n=4)[0] * 1000:.3f})")
+        ratio = statistics.median(c / s for c, s in zip(times["call"], times["statement"]))
+        print(f"call / statement: {ratio:.2f}x (median of {args.blocks} blocks' pairs)")
+        for shape in ("call", "statement"):
+            r = statistics.median(raw / t for raw, t in zip(times["raw"], times[shape]))
+            print(f"{shape} vs raw (bench_eventlog's 'vs raw', rate over rate): {r:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
