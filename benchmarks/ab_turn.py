@@ -1,12 +1,16 @@
 """A ToolLoop turn on PostgreSQL with this checkout's group commit against another
-checkout's, in one process, alternated round by round, their order swapped every round.
+checkout's (``--db sqlite``: on SQLite, this checkout's ``SqliteEventStore`` against
+another's), in one process, alternated round by round, their order swapped every round.
 
     .venv-bench/bin/python benchmarks/ab_turn.py --base /tmp/base           # ~1 min
     .venv-bench/bin/python benchmarks/ab_turn.py --base . --rounds 81       # the noise: this against itself
+    .venv-bench/bin/python benchmarks/ab_turn.py --base /tmp/base --db sqlite
 
 ``--base``: a checkout of the commit to compare with (``git worktree add --detach DIR
 REV``); its ``aaa_django/store/groupcommit.py`` is loaded beside this one's and given to
-a second ``PgEventStore`` (everything else is this checkout's). Each round runs one
+a second ``PgEventStore`` (everything else is this checkout's); with ``--db sqlite`` its
+``aaa_django/store/sqlite.py`` is, and its ``SqliteEventStore`` (a connection of its own
+to the same database file) is the base. Each round runs one
 20-turn run on each store (``bench_turn.aaa_run``) and one on the in-memory store; the
 order of the two swaps every round, because on this machine the second of two
 identical stores measured 0.96x the first (a harness that ran the base first in every
@@ -29,6 +33,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--base", required=True, help="a checkout of the commit to compare with")
 ap.add_argument("--rounds", type=int, default=41)
 ap.add_argument("--turns", type=int, default=20)
+ap.add_argument("--db", choices=["postgres", "sqlite"], default="postgres")
 args = ap.parse_args()
 
 
@@ -44,10 +49,17 @@ async def go(alias: str) -> None:
     from aaa_django.events import InMemoryEventStore
     from aaa_django.store.postgres import PgEventStore
 
-    base_module = load(Path(args.base).resolve() / "aaa_django/store/groupcommit.py",
-                       "aaa_django.store._base_groupcommit")
-    base, this = PgEventStore(alias), PgEventStore(alias)
-    base.group = base_module.GroupCommit(base)
+    if args.db == "sqlite":
+        from aaa_django.store.sqlite import SqliteEventStore
+
+        base_module = load(Path(args.base).resolve() / "aaa_django/store/sqlite.py",
+                           "aaa_django.store._base_sqlite")
+        base, this = base_module.SqliteEventStore(alias), SqliteEventStore(alias)
+    else:
+        base_module = load(Path(args.base).resolve() / "aaa_django/store/groupcommit.py",
+                           "aaa_django.store._base_groupcommit")
+        base, this = PgEventStore(alias), PgEventStore(alias)
+        base.group = base_module.GroupCommit(base)
     res: dict[str, list[dict]] = {"base": [], "this": [], "memory": []}
     for rnd in range(args.rounds + 3):
         pair = [("base", base), ("this", this)]
@@ -64,5 +76,9 @@ async def go(alias: str) -> None:
         print(f"{name:7} wall {wall:.3f} ms, CPU {cpu:.3f} ms a turn{vs}")
 
 
-with workdir() as tmp, postgres(tmp) as pg:
-    asyncio.run(go(setup_django(tmp, pg)["PostgreSQL"]))
+with workdir() as tmp:
+    if args.db == "sqlite":
+        asyncio.run(go(setup_django(tmp, None)["SQLite"]))
+    else:
+        with postgres(tmp) as pg:
+            asyncio.run(go(setup_django(tmp, pg)["PostgreSQL"]))

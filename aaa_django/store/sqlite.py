@@ -116,6 +116,8 @@ class SqliteConnection:
         #: made on the calling thread so far (see :meth:`append_here`; tests, benchmarks)
         self.busy_ms = 0
         self.here = 0
+        #: the busy timeout the connection has now (ms; see :meth:`_busy`)
+        self._busy_now = 0
 
     @classmethod
     def of(cls, using: str) -> "SqliteConnection":
@@ -144,17 +146,29 @@ class SqliteConnection:
                 django = self.django
                 raw = django.get_new_connection(django.get_connection_params())
                 raw.isolation_level = None  # autocommit: the statements say BEGIN
-                self.busy_ms = int(raw.execute("PRAGMA busy_timeout").fetchone()[0])
+                self.busy_ms = self._busy_now = int(raw.execute("PRAGMA busy_timeout").fetchone()[0])
                 self.raw, self.opened = raw, self.opened + 1
             return self.raw
 
+    def _busy(self, raw: Any, ms: int) -> None:
+        """(Holding the lock.) The connection's busy timeout made ``ms``, unless it is
+        already: :meth:`append_here` takes the write lock with a timeout of 0 and
+        leaves it so, and every other call sets the alias's back first. (Set and
+        restored around each ``BEGIN IMMEDIATE``, two PRAGMAs cost a run alone 0.028 ms
+        an append, a tenth of it; benchmarks/README.md, session 33.)"""
+        if self._busy_now != ms:
+            raw.execute(f"PRAGMA busy_timeout = {ms}")
+            self._busy_now = ms
+
     def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(connection, *args)``, one call at a time, the driver's errors as
-        Django's (the same classes as the sync store's, the driver's as the cause)."""
+        Django's (the same classes as the sync store's, the driver's as the cause),
+        with the alias's busy timeout."""
         with self._lock, self.django.wrap_database_errors:
             raw = self.raw
             if raw is None:
                 raise InterfaceError("the store's SQLite connection is not open")
+            self._busy(raw, self.busy_ms)
             return fn(raw, *args)
 
     def append(self, store: "SqliteEventStore", stream: str, batch: list[Event], texts: list[str],
@@ -193,11 +207,8 @@ class SqliteConnection:
         try:
             try:
                 with errors:
-                    raw.execute("PRAGMA busy_timeout = 0")
-                    try:
-                        raw.execute("BEGIN IMMEDIATE")
-                    finally:
-                        raw.execute(f"PRAGMA busy_timeout = {self.busy_ms}")
+                    self._busy(raw, 0)  # (left so for the next: see _busy)
+                    raw.execute("BEGIN IMMEDIATE")
             except DatabaseDriverError as exc:
                 if not contention(exc):
                     raise
@@ -249,6 +260,7 @@ class SqliteConnection:
         raw, errors = self.raw, self.django.wrap_database_errors
         try:
             with errors:
+                self._busy(raw, self.busy_ms)
                 raw.execute("BEGIN IMMEDIATE")
         except Exception as exc:  # the lock not taken: a lost race each
             for item in group:

@@ -331,8 +331,9 @@ def test_an_alone_append_never_waits_for_another_writers_lock_on_its_loop():
     other.execute("BEGIN IMMEDIATE")
     here = store.db.here
     caller: list[str] = []  # what the caller's thread ran on the connection
+    thread: list[str] = []  # ... and the store's
     store.db.raw.set_trace_callback(
-        lambda sql: caller.append(sql) if not threading.current_thread().name.startswith("aaa-sqlite") else None)
+        lambda sql: (thread if threading.current_thread().name.startswith("aaa-sqlite") else caller).append(sql))
 
     async def main():
         token = caller_alone.set(True)
@@ -351,10 +352,52 @@ def test_an_alone_append_never_waits_for_another_writers_lock_on_its_loop():
         store.db.raw.set_trace_callback(None)
         other.close()
     assert stored[0].seq == 2 and store.db.here == here  # made on the store's thread
-    # the caller only tried the lock, without waiting, then set the timeout back
-    assert caller == ["PRAGMA busy_timeout = 0", "BEGIN IMMEDIATE", f"PRAGMA busy_timeout = {store.db.busy_ms}"]
+    # the caller only tried the lock, without waiting; the thread set the alias's
+    # timeout back before its own BEGIN, and waited with it
+    assert caller == ["PRAGMA busy_timeout = 0", "BEGIN IMMEDIATE"]
+    assert thread[:2] == [f"PRAGMA busy_timeout = {store.db.busy_ms}", "BEGIN IMMEDIATE"]
     busy = store.db.raw.execute("PRAGMA busy_timeout").fetchone()[0]
     assert busy == store.db.busy_ms > 0  # the connection's own timeout
+
+
+def test_a_lone_runs_appends_set_the_busy_timeout_once_and_any_other_call_sets_it_back():
+    """Appends of a caller alone, one after another, take the write lock with a busy
+    timeout of 0, set once and left so between them (two PRAGMAs an append were a
+    tenth of its cost); the next call of any other kind (here a read, then an append
+    on the store's thread) has the alias's timeout back first."""
+    from aaa_django.events.store import caller_alone
+
+    store = SqliteEventStore("default")
+    run(store.append([ev("s-p")]))  # opened, on the thread
+    sent: list[tuple[bool, str]] = []  # (on the store's thread?, statement)
+    store.db.raw.set_trace_callback(
+        lambda sql: sent.append((threading.current_thread().name.startswith("aaa-sqlite"), sql)))
+
+    async def alone(n: int):
+        token = caller_alone.set(True)
+        try:
+            for i in range(n):
+                await store.append([ev("s-p", data={"n": i})])
+        finally:
+            caller_alone.reset(token)
+
+    busy = f"PRAGMA busy_timeout = {store.db.busy_ms}"
+    try:
+        here = store.db.here
+        run(alone(3))
+        assert store.db.here == here + 3  # all three on the caller's thread
+        pragmas = [sql for _, sql in sent if sql.startswith("PRAGMA")]
+        assert pragmas == ["PRAGMA busy_timeout = 0"]
+        sent.clear()
+        assert len(run(store.read("s-p"))) == 4
+        assert [sql for _, sql in sent if sql.startswith("PRAGMA")] == [busy]
+        sent.clear()
+        run(store.append([ev("s-p", data={"n": 9})]))  # not alone: on the thread
+        assert [sql for _, sql in sent if sql.startswith("PRAGMA")] == []  # it is set already
+        assert all(on_thread for on_thread, _ in sent)
+    finally:
+        store.db.raw.set_trace_callback(None)
+    assert store.db.raw.execute("PRAGMA busy_timeout").fetchone()[0] == store.db.busy_ms > 0
 
 
 def test_a_lone_runs_appends_are_made_on_the_engines_loop():
