@@ -192,3 +192,46 @@ def test_the_functions_mask_is_the_folds_columns_in_order():
     assert names[11:20] == [f"p_{c}" for c in columns]
     assert names[20:] == ["p_updated_at", "p_due_at", "p_ended_at"]
     assert runindex.APPEND_EVENT.count("%s") == len(names)
+
+
+def test_racing_appenders_of_one_run_keep_its_row_the_log_folded(pg_alias):
+    """Six appenders (a store and a connection each, as six workers) append one event
+    at a time to one run's stream at once, on connections that prepare nothing: the
+    append function's calls refused (the head moved since the hint) ask and land
+    after; a row moved under a call is caught up. The log is dense, nothing lost, and
+    the run's row is the whole log's fold."""
+    from aaa_django.runtime.event_types import LLM_COMPLETED, RUN_STARTED
+    from aaa_django.store import appends
+    from aaa_django.testing.eventstore import Concurrently
+
+    assert not appends.prepares(connections[pg_alias].connection)  # the call's path
+    run_id, writers, each = "run-race", 6, 15
+    DjangoEventStore(pg_alias).append_sync([Event.new(run_id, RUN_STARTED, {
+        "algorithm": "tests.api.echo", "input": {}, "owner": None, "parent": None})])
+
+    def writer(w: int):
+        def body() -> None:
+            mine = DjangoEventStore(pg_alias)
+            try:
+                for i in range(each):
+                    data = ({"usage": {"input_tokens": 1, "output_tokens": 2}, "cost": 0.5}
+                            if i % 3 == 0 else {"w": w, "i": i})
+                    event = Event.new(run_id, LLM_COMPLETED if i % 3 == 0 else "tests.step", data)
+                    assert [e.id for e in mine.append_sync([event])] == [event.id]
+            finally:
+                connections[pg_alias].close()  # (this thread's)
+
+        return body
+
+    Concurrently(lambda: None)(*(writer(w) for w in range(writers)))
+    events = DjangoEventStore(pg_alias).read_sync(run_id)
+    assert [e.seq for e in events] == list(range(1, 1 + 1 + writers * each))
+    kept = row(run_id, pg_alias)
+    spend = RUNMETA.fold(events).spend
+    calls = writers * len(range(0, each, 3))
+    assert (spend.tokens_in, spend.tokens_out, spend.cost) == (calls, 2 * calls, 0.5 * calls)
+    assert (kept["tokens_in"], kept["tokens_out"], kept["cost"]) == (calls, 2 * calls, 0.5 * calls)
+    assert (kept["model_calls"], kept["tool_calls"]) == (spend.model_calls, spend.tool_calls)
+    assert kept["last_seq"] == len(events) and kept["updated_at"] == events[-1].time
+    runindex.reindex(pg_alias)
+    assert row(run_id, pg_alias) == kept
