@@ -45,7 +45,7 @@ def main() -> None:
         def block(shape: str, n: int) -> float:
             """``n`` appends of ``shape``; seconds per append."""
             if shape == "raw":
-                rows = be.rows_of(be.events_for(f"raw-{time.perf_counter_ns()}", 0, n))
+                rows = be.rows_of(be.events_for(f"raw-{time.perf_counter_ns()}", 0, n, plain=True))
                 return be.raw_postgres(pg, rows, 1) / n
             stream = f"run-{shape}-{len(seqs)}"
             seqs[stream] = 1
