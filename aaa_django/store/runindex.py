@@ -171,18 +171,29 @@ def row_update(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tup
     by the row's ``last_seq``, its parameters, and the row's ``ROW_COLUMNS`` after
     it. None unless the row exists and the events follow on from it (then
     :func:`index_events` does it all)."""
+    write = _fold_to_write(conn, row, events)
+    if write is None:
+        return None
+    r, fields, after, changed, ended, adapt = write
+    columns = tuple(c for c in _UPDATED if c in _ALWAYS or c in changed)
+    values = [adapt(fields[c]) if c == "updated_at" else fields[c] for c in columns]
+    if ended is not None:
+        values.append(adapt(ended))
+    return _update_row(columns, ended is not None), [*values, r.run_id, r.last_seq], after
+
+
+def _fold_to_write(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tuple | None:
+    """:func:`_fold_row`'s fold with what a write of it needs (:func:`row_update`'s
+    UPDATE, :func:`append_event_call`'s call): the row, the folded fields, the row
+    after, the columns of ``_COMPARED`` the fold changed, the run's end among the
+    events (None: the row's stays), and ``conn``'s time adapter; None when it would
+    not apply."""
     folded = _fold_row(row, events)
     if folded is None:
         return None
     r, fields, after = folded
-    adapt = rows.time_adapter(conn)
-    changed = {c for c, i in _COMPARED if fields[c] != r[i]}
-    columns = tuple(c for c in _UPDATED if c in _ALWAYS or c in changed)
-    values = [adapt(fields[c]) if c == "updated_at" else fields[c] for c in columns]
-    ended = fields["ended_at"]  # the run's end among the events (None: the row's stays)
-    if ended is not None:
-        values.append(adapt(ended))
-    return _update_row(columns, ended is not None), [*values, r.run_id, r.last_seq], after
+    changed = frozenset(c for c, i in _COMPARED if fields[c] != r[i])
+    return r, fields, after, changed, fields["ended_at"], rows.time_adapter(conn)
 
 
 #: the call of the append function of migration 0009 (one event of a run's stream,
@@ -206,13 +217,11 @@ def append_event_call(conn: Any, event_row: tuple, row: Sequence[Any] | None,
     parameters, and the row's ``ROW_COLUMNS`` after it. The columns the fold changed
     are written, the others kept, as by :func:`row_update`'s UPDATE. None when it
     would not apply (as :func:`row_update`)."""
-    folded = _fold_row(row, events)
-    if folded is None or len(events) != 1:
+    write = _fold_to_write(conn, row, events) if len(events) == 1 else None
+    if write is None:
         return None
-    r, fields, after = folded
-    adapt = rows.time_adapter(conn)
-    mask = sum(1 << i for i, (c, at) in enumerate(_COMPARED) if fields[c] != r[at])
-    ended = fields["ended_at"]  # the run's end (None: the row's stays)
+    r, fields, after, changed, ended, adapt = write
+    mask = sum(1 << i for i, (c, _) in enumerate(_COMPARED) if c in changed)
     if ended is not None:
         mask |= _ENDS
     params = [*event_row, r.last_seq, mask, *(fields[c] for c, _ in _COMPARED),
