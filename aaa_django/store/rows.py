@@ -80,9 +80,11 @@ def cursor(conn):
     ``OPTIONS["server_side_binding"]``, unnamed statements, so connection poolers are
     unaffected) whatever the site's option: the server then parses the statement
     without the values in it, and an append costs about 0.09 ms less than with the
-    values quoted into its text (an event's JSON is most of the statement).
-    Elsewhere (and on psycopg 2): ``conn.cursor()``. Django's execute wrappers and
-    error translation apply either way."""
+    values quoted into its text (an event's JSON is most of the statement). Unless the
+    site logs queries (``DEBUG``) or has installed execute wrappers, that cursor is
+    wrapped by :class:`StoreCursor` (Django's error translation, without the layers of
+    its cursor wrapper that serve only them); else by Django's own wrapper, and they
+    see these statements as any other. Elsewhere (and on psycopg 2): ``conn.cursor()``."""
     if conn.vendor != "postgresql":
         return conn.cursor()
     binding = _server_binding_cursor()
@@ -91,7 +93,58 @@ def cursor(conn):
     conn.ensure_connection()
     conn.validate_thread_sharing()
     raw = binding(conn.connection)
-    return conn.make_debug_cursor(raw) if conn.queries_logged else conn.make_cursor(raw)
+    if conn.queries_logged:
+        return conn.make_debug_cursor(raw)
+    if conn.execute_wrappers:
+        return conn.make_cursor(raw)
+    return StoreCursor(raw, conn)
+
+
+class StoreCursor:
+    """Django's cursor wrapper (``django.db.backends.utils.CursorWrapper``) less what
+    serves only logging and execute wrappers (:func:`cursor` gives it where there are
+    none): each statement checked against a broken transaction and its errors, and
+    those of the fetches, translated by the connection's ``wrap_database_errors``
+    (Django's exceptions, a broken connection noticed), as there; the attributes the
+    store reads, and no others. Django's wrapper cost 6-10% of a one-event append on
+    PostgreSQL here (its per-statement wrapper chain and a ``__getattr__`` for each
+    attribute read; ``benchmarks/ab_store_cursor.py``)."""
+
+    __slots__ = ("cursor", "db")
+
+    def __init__(self, cursor: Any, db: Any) -> None:
+        self.cursor = cursor
+        self.db = db
+
+    def __enter__(self) -> "StoreCursor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.cursor.close()
+        except self.db.Database.Error:  # as Django's: errors of a cleanup are not useful
+            pass
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        self.db.validate_no_broken_transaction()
+        with self.db.wrap_database_errors:
+            return self.cursor.execute(sql, params)
+
+    def fetchone(self) -> Any:
+        with self.db.wrap_database_errors:
+            return self.cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        with self.db.wrap_database_errors:
+            return self.cursor.fetchall()
+
+    @property
+    def rowcount(self) -> int:
+        return self.cursor.rowcount
+
+    @property
+    def description(self) -> Any:
+        return self.cursor.description
 
 
 def prepares(raw: Any) -> bool:
