@@ -32,3 +32,25 @@ def test_the_section_runs_as_written(heading, prints, tmp_path):
     done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert prints in done.stdout
+
+
+@pytest.mark.django_db(databases="__all__", transaction=True)
+def test_the_event_log_example_runs_as_written_on_the_sites_store(db_alias):
+    """The "Event log & projections" block (top-level awaits: async code's), in a
+    coroutine, on each database (the block names "default", the suite's SQLite; the
+    PostgreSQL alias in its place): its store is the site's, and the fold reads back
+    what it appended."""
+    import asyncio
+    import textwrap
+
+    from aaa_django.store.postgres import PgEventStore
+    from aaa_django.store.sqlite import SqliteEventStore
+
+    block = first_python_block("Event log & projections")
+    assert 'site_store("default")' in block
+    block = block.replace('site_store("default")', f"site_store({db_alias!r})")
+    scope: dict = {}
+    exec(f"async def example():\n{textwrap.indent(block, '    ')}\n    return store, state", scope)
+    store, state = asyncio.run(scope["example"]())
+    assert type(store) is (PgEventStore if db_alias == "postgres" else SqliteEventStore)
+    assert state == {"events": 1}

@@ -8,11 +8,15 @@
 - :mod:`.postgres`: :class:`~aaa_django.store.postgres.PgEventStore`, the same log
   through psycopg's async connections (:mod:`.connections`, the runtime's own), with
   :mod:`.groupcommit` sharing one transaction between runs appending at once;
+- :func:`site_store`: the store a site's engines use on an alias (``PgEventStore`` on
+  PostgreSQL with psycopg 3, ``SqliteEventStore`` on SQLite: awaits with no thread hop
+  per call; else the Django store, whose async methods hop to Django's executor);
 - :mod:`.redis`: :class:`~aaa_django.store.redis.RedisEventStore`, the log in Redis.
 
 (What every engine reads through, whichever store: ``aaa_django.events.tail``.)
 """
 
 from .database import DjangoEventStore, EventList
+from .postgres import site_store
 
-__all__ = ["DjangoEventStore", "EventList"]
+__all__ = ["DjangoEventStore", "EventList", "site_store"]

@@ -154,7 +154,9 @@ class DjangoEventStore(StatementAppends):
     """An :class:`~aaa_django.events.EventStore` on the database alias ``using``.
 
     Async methods (the protocol the engine uses) run the ORM in Django's
-    thread-sensitive executor; the ``*_sync`` methods are for sync callers (Celery
+    thread-sensitive executor (a hop to another thread a call: async code on
+    PostgreSQL or SQLite is better served by :func:`~aaa_django.store.site_store`'s
+    store, whose calls make none); the ``*_sync`` methods are for sync callers (Celery
     tasks, the admin, the API). Appends join the caller's transaction when there is
     one, so events commit (or roll back) with the caller's own writes.
 
