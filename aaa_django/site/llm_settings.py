@@ -137,12 +137,12 @@ def client_from_settings() -> Any:
 
 
 def check_llm_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """System check ``aaa.E030``: ``AAA["LLM"]`` is malformed, or its provider's SDK
+    """System check ``aaa.E060``: ``AAA["LLM"]`` is malformed, or its provider's SDK
     is not installed."""
     try:
         o = llm_options()
     except ImproperlyConfigured as exc:
-        return [Error(str(exc), hint="See docs/models.md.", id="aaa.E030")]
+        return [Error(str(exc), hint="See docs/models.md.", id="aaa.E060")]
     if o is None:
         return []
     package = PACKAGES[o["PROVIDER"]]
@@ -150,5 +150,5 @@ def check_llm_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         __import__(package)
     except ImportError:
         return [Error(f"AAA['LLM'] uses PROVIDER {o['PROVIDER']!r}, but the {package!r} package is missing.",
-                      hint=f"pip install 'aaa_django[{o['PROVIDER']}]'", id="aaa.E030")]
+                      hint=f"pip install 'aaa_django[{o['PROVIDER']}]'", id="aaa.E060")]
     return []

@@ -73,7 +73,7 @@ def test_a_bad_config_is_a_clear_error_at_start_up(settings, llm, says):
     with pytest.raises(ImproperlyConfigured, match=re.escape(says)):
         client_from_settings()
     [error] = check_llm_settings()
-    assert error.id == "aaa.E030" and says in error.msg
+    assert error.id == "aaa.E060" and says in error.msg
     assert KEY not in error.msg and "12345678" not in error.msg
 
 
