@@ -34,3 +34,14 @@ def test_the_sdist_has_the_docs_the_package_points_to(tmp_path):
     assert docs <= names, sorted(docs - names)
     assert {"README.md", "aaa_django/templates/aaa/admin/run.html",
             "aaa_django/static/aaa/live.js"} <= names
+
+
+def test_the_readme_names_every_extra_a_site_installs():
+    """The README's ``pip install`` line names each optional dependency a site may ask
+    for (``test`` is the suite's own)."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    line = next(ln for ln in (ROOT / "README.md").read_text().splitlines()
+                if ln.startswith("pip install aaa_django "))
+    assert [name for name in extras if name != "test" and f"[{name}]" not in line] == []
