@@ -74,20 +74,23 @@ def reindex(using: str = "default", run_ids: Iterable[str] | None = None, *,
 
     All streams by default: rows of streams that no longer exist are deleted. The
     ``request_hash`` of an existing row (not in the log) is kept. Returns counts of
-    ``indexed``, ``skipped`` (streams that are not runs) and ``deleted`` rows.
+    ``indexed``, ``skipped`` (streams that are not runs), ``missing`` (streams of
+    ``run_ids`` that have no events: their rows, if any, are deleted) and ``deleted``
+    rows.
     ``progress``: an :class:`~aaa_django.management.progress.Progress`, given the number of
     streams and advanced by each.
     """
     streams = list(run_ids) if run_ids is not None else rows.streams(connections[using])
-    counts = {"indexed": 0, "skipped": 0, "deleted": 0}
+    counts = {"indexed": 0, "skipped": 0, "missing": 0, "deleted": 0}
     if progress is not None:
         progress.total = len(streams)
     for stream in streams:
         events = read_all(using, stream)
-        if not events or events[0].type != RUN_STARTED:
+        if not events:
+            counts["missing"] += 1
+            counts["deleted"] += RunRecord.objects.using(using).filter(pk=stream).delete()[0]
+        elif events[0].type != RUN_STARTED:
             counts["skipped"] += 1
-            if not events:
-                counts["deleted"] += RunRecord.objects.using(using).filter(pk=stream).delete()[0]
         else:
             meta = _fold(RunMeta(), events)
             fields = _fields(meta, events, None, using)

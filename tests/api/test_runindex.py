@@ -117,6 +117,21 @@ def test_reindex_command_rebuilds_and_drops_erased_runs(alice):
     assert not RunRecord.objects.filter(pk="run-gone").exists()
 
 
+def test_reindex_of_named_runs_says_which_are_not_in_the_log(alice):
+    runindex.index_events("default", STORE.append_sync(log_of("run-f", str(alice.pk))))
+    STORE.append_sync([Event(id="odd-1", stream="odd-f", type="acme.thing.happened")])
+    RunRecord.objects.create(run_id="run-erased", status="completed", started_at=row("run-f")["started_at"],
+                             updated_at=row("run-f")["updated_at"])
+    out = StringIO()
+    call_command("aaa_reindex", "--run", "run-f", "--run", "odd-f", "--run", "run-erased",
+                 "--run", "run-never", stdout=out)
+    said = out.getvalue()
+    assert "Indexed 1 runs; skipped 1 streams that are not runs; deleted 1 rows" in said
+    assert "Not in the log: 2 of the runs named" in said
+    assert not RunRecord.objects.filter(pk="run-erased").exists()
+    assert runindex.reindex("default", ["run-f"]) == {"indexed": 1, "skipped": 0, "missing": 0, "deleted": 0}
+
+
 @pytest.mark.django_db(databases="__all__", transaction=True)
 def test_the_store_indexes_runs_in_the_append_transaction(db_alias, django_user_model):
     owner = django_user_model.objects.db_manager(db_alias).create_user("erin")

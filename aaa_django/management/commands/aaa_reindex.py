@@ -32,3 +32,6 @@ class Command(BaseCommand):
             f"Indexed {counts['indexed']} runs; skipped {counts['skipped']} streams that "
             f"are not runs; deleted {counts['deleted']} rows of erased runs."
         )
+        if counts["missing"]:  # (named with --run: streams of the log are never empty)
+            self.stdout.write(f"Not in the log: {counts['missing']} of the runs named "
+                              f"(no events: erased, or never started).")
