@@ -22,7 +22,10 @@ worker is SIGKILLed with its deliveries in hand and started again; every run mus
 still end ``success``, nothing lost or duplicated. ``--cancel``: 1.5 s after the last
 start, every other run is cancelled over the API (a 409 for one that has ended); each
 ends ``cancelled`` (its log whole, nothing after its end) or, ended before, ``success``;
-the time from the cancel asked for to the run's end is printed.
+the time from the cancel asked for to the run's end is printed. The CPU of the
+serving processes is printed in all and split between the web server's and the
+workers'. ``AAA_TRIAL_PYSPY=FILE``: py-spy samples the web server's processes and the
+first worker's (with their children) to ``FILE.web`` and ``FILE.worker``.
 """
 
 from __future__ import annotations
@@ -121,17 +124,23 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel
             assert status in (200, 201), (status, body)
             started[i] = body["id"]
 
-        def serving() -> list[int]:
-            return [p.proc.pid for name, p in site.procs.items() if name == "web" or name.startswith("worker")]
+        def serving(role: str = "") -> list[int]:
+            """The web server's processes ("web"), the workers' ("worker"), or both."""
+            return [p.proc.pid for name, p in site.procs.items()
+                    if (name == "web" or name.startswith("worker")) and name.startswith(role)]
 
-        spy = None
-        if os.environ.get("AAA_TRIAL_PYSPY"):  # a sampled profile of the web and worker processes, to that file
-            spy = subprocess.Popen([str(ROOT / ".venv-bench/bin/py-spy"), "record", "--subprocesses", "--nonblocking",
-                                    "-f", "raw", "-o", os.environ["AAA_TRIAL_PYSPY"], "-r", "200",
-                                    "-p", str(site.procs["web"].proc.pid)], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+        spies = []
+        if os.environ.get("AAA_TRIAL_PYSPY"):
+            # sampled profiles of the web server's processes and of the worker's (and
+            # their children), to FILE.web and FILE.worker (py-spy's raw format)
+            for role, proc in [("web", site.procs["web"].proc)] + [("worker", w.proc) for w in site.workers[:1]]:
+                spies.append(subprocess.Popen(
+                    [str(ROOT / ".venv-bench/bin/py-spy"), "record", "--subprocesses", "--nonblocking",
+                     "-f", "raw", "-o", f"{os.environ['AAA_TRIAL_PYSPY']}.{role}", "-r", "200",
+                     "-p", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(1)
         cpu0 = cpu_seconds(serving())
+        web0 = cpu_seconds(serving("web"))
         t0 = time.monotonic()
         with ThreadPoolExecutor(50) as pool:
             list(pool.map(start, range(runs)))
@@ -157,7 +166,8 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel
             time.sleep(0.2)
         wall = time.monotonic() - t0
         cpu = cpu_seconds(serving()) - cpu0
-        if spy is not None:
+        web = cpu_seconds(serving("web")) - web0  # (a worker restarted by --kill: its CPU from its start)
+        for spy in spies:
             spy.send_signal(2)
             spy.wait()
         logs = {run_id: events(client, run_id) for run_id in started.values()}
@@ -183,7 +193,7 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel
                 found = re.search(r"(WARNING|ERROR|CRITICAL)(/[^\]]*)?\] (.*)", line)
                 if found:
                     said[f"{name}: {found.group(1)} {re.sub(r'run-[0-9a-f-]{36}', 'run-…', found.group(3))[:140]}"] += 1
-        return {"api": api, "wall": wall, "cpu": cpu, "wrong": wrong, "stopped": sorted(stopped), "lacked": lacked, "stretches": stretches(logs),
+        return {"api": api, "wall": wall, "cpu": cpu, "web": web, "wrong": wrong, "stopped": sorted(stopped), "lacked": lacked, "stretches": stretches(logs),
                 "redriven": len(redriven), "said": said}
 
 
@@ -209,7 +219,8 @@ def main() -> None:
                 print(f"try {n + 1}: {args.runs} runs started over the API in {out['api']:.1f} s; all ended "
                       f"{out['wall']:.1f} s after the first start ({out['wall'] / IDEAL:.1f}x the ideal "
                       f"{IDEAL:.0f} s{', the worker SIGKILLed 2 s in' if args.kill else ''}); the web and worker "
-                      f"processes' CPU {out['cpu']:.1f} s ({1000 * out['cpu'] / args.runs:.0f} ms a run); wrong outcomes "
+                      f"processes' CPU {out['cpu']:.1f} s ({1000 * out['cpu'] / args.runs:.0f} ms a run: the web's "
+                      f"{1000 * out['web'] / args.runs:.0f}, the workers' {1000 * (out['cpu'] - out['web']) / args.runs:.0f}); wrong outcomes "
                       f"{len(out['wrong'])}; runs the sweep re-drove {out['redriven']}; deliveries whose view lacked "
                       f"their event {out['lacked']}")
                 if args.cancel:
