@@ -24,9 +24,61 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import postgres, setup_django, workdir  # noqa: E402
+import bench_eventlog as be
+from common import postgres, setup_django, workdir
 
-import bench_eventlog as be  # noqa: E402
+
+def ab_appends(pg: dict, shapes: dict[str, dict[str, object]], blocks: int, size: int) -> None:
+    """The harness of this A/B and of ``ab_store_cursor.py``: ``append_sync`` of one event
+    of a run's stream on Django's connection, in blocks of ``size``, for each of the two
+    ``shapes`` (name -> the attributes of ``aaa_django.store.appends`` patched for its
+    blocks: what the shape changes) and raw psycopg's transaction per event, the order
+    rotated and swapped every block. Prints the medians per append, the first shape's
+    time over the second's (the median of the blocks' pairs) and each against raw (rate
+    over rate, as bench_eventlog's "vs raw")."""
+    from aaa_django.store import DjangoEventStore, appends
+
+    store = DjangoEventStore(using="postgres")
+    made = [0]
+
+    def block(shape: str, n: int) -> float:
+        """``n`` appends of ``shape``; seconds per append."""
+        if shape == "raw":
+            rows = be.rows_of(be.events_for(f"raw-{time.perf_counter_ns()}", 0, n, plain=True))
+            return be.raw_postgres(pg, rows, 1) / n
+        made[0] += 1
+        stream = f"run-{shape}-{made[0]}"
+        store.append_sync([be.run_started(stream)])
+        events = be.events_for(stream, 1, n)
+        real = {name: getattr(appends, name) for name in shapes[shape]}
+        for name, value in shapes[shape].items():
+            setattr(appends, name, value)
+        try:
+            store.append_sync(events[:1])  # (the hint: from here one statement each)
+            t0 = time.perf_counter()
+            for e in events[1:]:
+                store.append_sync([e])
+            return (time.perf_counter() - t0) / (n - 1)
+        finally:
+            for name, value in real.items():
+                setattr(appends, name, value)
+
+    first, second = shapes
+    names = [first, second, "raw"]
+    times: dict[str, list[float]] = {s: [] for s in names}
+    block(first, 50), block(second, 50)  # warm: connections, plans
+    for i in range(blocks):
+        order = names[i % 3:] + names[:i % 3]
+        for shape in (order if i % 2 == 0 else order[::-1]):
+            times[shape].append(block(shape, size))
+    for shape in names:
+        print(f"{shape:10s} {statistics.median(times[shape]) * 1000:.3f} ms an append "
+              f"(p25 {statistics.quantiles(times[shape], n=4)[0] * 1000:.3f})")
+    ratio = statistics.median(a / b for a, b in zip(times[first], times[second]))
+    print(f"{first} / {second}: {ratio:.3f}x (median of {blocks} blocks' pairs)")
+    for shape in (first, second):
+        r = statistics.median(raw / t for raw, t in zip(times["raw"], times[shape]))
+        print(f"{shape} vs raw (bench_eventlog's 'vs raw', rate over rate): {r:.2f}x")
 
 
 def main() -> None:
@@ -36,46 +88,9 @@ def main() -> None:
     args = ap.parse_args()
     with workdir() as tmp, postgres(tmp) as pg:
         setup_django(tmp, pg)
-        from aaa_django.store import DjangoEventStore, appends
-
-        store = DjangoEventStore(using="postgres")
-        real = appends.prepares
-        seqs: dict[str, int] = {}
-
-        def block(shape: str, n: int) -> float:
-            """``n`` appends of ``shape``; seconds per append."""
-            if shape == "raw":
-                rows = be.rows_of(be.events_for(f"raw-{time.perf_counter_ns()}", 0, n, plain=True))
-                return be.raw_postgres(pg, rows, 1) / n
-            stream = f"run-{shape}-{len(seqs)}"
-            seqs[stream] = 1
-            store.append_sync([be.run_started(stream)])
-            events = be.events_for(stream, 1, n)
-            appends.prepares = (lambda raw: True) if shape == "statement" else real
-            try:
-                store.append_sync(events[:1])  # (the hint: from here one statement each)
-                t0 = time.perf_counter()
-                for e in events[1:]:
-                    store.append_sync([e])
-                return (time.perf_counter() - t0) / (n - 1)
-            finally:
-                appends.prepares = real
-
-        shapes = ["call", "statement", "raw"]
-        times: dict[str, list[float]] = {s: [] for s in shapes}
-        block("call", 50), block("statement", 50)  # warm: connections, plans
-        for i in range(args.blocks):
-            order = shapes[i % 3:] + shapes[:i % 3]
-            for shape in (order if i % 2 == 0 else order[::-1]):
-                times[shape].append(block(shape, args.block))
-        for shape in shapes:
-            print(f"{shape:10s} {statistics.median(times[shape]) * 1000:.3f} ms an append "
-                  f"(p25 {statistics.quantiles(times[shape], n=4)[0] * 1000:.3f})")
-        ratio = statistics.median(c / s for c, s in zip(times["call"], times["statement"]))
-        print(f"call / statement: {ratio:.2f}x (median of {args.blocks} blocks' pairs)")
-        for shape in ("call", "statement"):
-            r = statistics.median(raw / t for raw, t in zip(times["raw"], times[shape]))
-            print(f"{shape} vs raw (bench_eventlog's 'vs raw', rate over rate): {r:.2f}x")
+        # Django's connection prepares nothing: the call as is; the statement's blocks
+        # are told the connection prepares (its statement then goes, unprepared)
+        ab_appends(pg, {"call": {}, "statement": {"prepares": lambda raw: True}}, args.blocks, args.block)
 
 
 if __name__ == "__main__":

@@ -19,15 +19,12 @@ against raw (rate over rate, as bench_eventlog's "vs raw").
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import postgres, setup_django, workdir  # noqa: E402
-
-import bench_eventlog as be  # noqa: E402
+from ab_append_call import ab_appends
+from common import postgres, setup_django, workdir
 
 
 def main() -> None:
@@ -39,53 +36,13 @@ def main() -> None:
         setup_django(tmp, pg)
         from django.db.backends.postgresql.base import ServerBindingCursor
 
-        from aaa_django.store import DjangoEventStore, appends
-
-        store = DjangoEventStore(using="postgres")
-        real = appends.cursor
-
         def wrapped(conn):
             """``rows.cursor`` as it was: the server-binding cursor in Django's wrapper."""
             conn.ensure_connection()
             conn.validate_thread_sharing()
             return conn.make_cursor(ServerBindingCursor(conn.connection))
 
-        made = [0]
-
-        def block(shape: str, n: int) -> float:
-            """``n`` appends on ``shape``'s cursor; seconds per append."""
-            if shape == "raw":
-                rows = be.rows_of(be.events_for(f"raw-{time.perf_counter_ns()}", 0, n, plain=True))
-                return be.raw_postgres(pg, rows, 1) / n
-            made[0] += 1
-            stream = f"run-{shape}-{made[0]}"
-            store.append_sync([be.run_started(stream)])
-            events = be.events_for(stream, 1, n)
-            appends.cursor = wrapped if shape == "django" else real
-            try:
-                store.append_sync(events[:1])  # (the hint: from here one statement each)
-                t0 = time.perf_counter()
-                for e in events[1:]:
-                    store.append_sync([e])
-                return (time.perf_counter() - t0) / (n - 1)
-            finally:
-                appends.cursor = real
-
-        shapes = ["store", "django", "raw"]
-        times: dict[str, list[float]] = {s: [] for s in shapes}
-        block("store", 50), block("django", 50)  # warm: connections, plans
-        for i in range(args.blocks):
-            order = shapes[i % 3:] + shapes[:i % 3]
-            for shape in (order if i % 2 == 0 else order[::-1]):
-                times[shape].append(block(shape, args.block))
-        for shape in shapes:
-            print(f"{shape:7s} {statistics.median(times[shape]) * 1000:.3f} ms an append "
-                  f"(p25 {statistics.quantiles(times[shape], n=4)[0] * 1000:.3f})")
-        ratio = statistics.median(s / d for s, d in zip(times["store"], times["django"]))
-        print(f"store cursor / Django's wrapper: {ratio:.3f}x (median of {args.blocks} blocks' pairs)")
-        for shape in ("store", "django"):
-            r = statistics.median(raw / t for raw, t in zip(times["raw"], times[shape]))
-            print(f"{shape} vs raw (bench_eventlog's 'vs raw', rate over rate): {r:.2f}x")
+        ab_appends(pg, {"store": {}, "django": {"cursor": wrapped}}, args.blocks, args.block)
 
 
 if __name__ == "__main__":

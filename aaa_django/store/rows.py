@@ -106,9 +106,9 @@ class StoreCursor:
     none): each statement checked against a broken transaction and its errors, and
     those of the fetches, translated by the connection's ``wrap_database_errors``
     (Django's exceptions, a broken connection noticed), as there; the attributes the
-    store reads, and no others. Django's wrapper cost 6-10% of a one-event append on
-    PostgreSQL here (its per-statement wrapper chain and a ``__getattr__`` for each
-    attribute read; ``benchmarks/ab_store_cursor.py``)."""
+    store reads, and no others. Django's wrapper cost 1-10% of a one-event append on
+    PostgreSQL here, in three runs (its per-statement wrapper chain and a
+    ``__getattr__`` for each attribute read; ``benchmarks/ab_store_cursor.py``)."""
 
     __slots__ = ("cursor", "db")
 
