@@ -126,7 +126,14 @@ def celery_app() -> Any:
     """The site's Celery app: Celery's default app, which is the site's in every
     thread (Celery's Django fixup makes the site's app the default; a site without it
     calls ``app.set_default()``). A worker's engines are given the app of the task
-    that delivers (``DistributedBus(app=...)``)."""
+    that delivers (``DistributedBus(app=...)``).
+
+    The app itself, not Celery's ``current_app`` proxy, which resolves the calling
+    thread's current app at every attribute read: the bus keeps what this returns and
+    uses it from other threads (the engine host's, a worker's db threads), where the
+    current app may be another, and its publisher's pools must be the one app's.
+    ``Proxy._get_current_object`` is private, though Celery's own code unwraps its
+    proxies so throughout; ``tests/celery/test_celery_app.py`` fails if it changes."""
     return current_app._get_current_object()
 
 
