@@ -496,6 +496,60 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
     return results
 
 
+def wal_per_event(alias: str, pg: dict, n: int = 400) -> list:
+    """PostgreSQL's WAL bytes per appended event, one event a call: what the server
+    writes and syncs for an append, counted by the server (``pg_current_wal_insert_lsn``
+    before and after ``n`` appends), so not moved by a busy moment of the machine as a
+    time is. The raw INSERT's and the stores'; a run's stream folds each event into the
+    run's index row too (an UPDATE of it in the same commit)."""
+    import psycopg
+
+    from aaa_django.store import DjangoEventStore
+    from aaa_django.store.postgres import PgEventStore
+
+    store, site = DjangoEventStore(using=alias), PgEventStore(using=alias)
+    counter = iter(range(10**6))
+
+    def lsn(conn) -> int:
+        high, low = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0].split("/")
+        return (int(high, 16) << 32) + int(low, 16)
+
+    def raw(conn, stream):
+        rows = encoded(rows_of(events_for(stream, 0, n, plain=True)))
+        for row in rows:
+            conn.execute(INSERT.format(p="%s"), row)
+
+    def sync(stream, run):
+        if run:
+            store.append_sync([run_started(stream)])
+        for e in events_for(stream, 1 if run else 0, n, plain=not run):
+            store.append_sync([e])
+
+    def site_append(stream, run):
+        if run:
+            store.append_sync([run_started(stream)])
+
+        async def go():
+            for e in events_for(stream, 1 if run else 0, n, plain=not run):
+                await site.append([e])
+        asyncio.run(go())
+
+    hows = [("raw INSERT (autocommit)", lambda c, s: raw(c, s)),
+            ("append_sync", lambda c, s: sync(s, False)),
+            ("append_sync, a run's stream", lambda c, s: sync(s, True)),
+            ("PgEventStore append", lambda c, s: site_append(s, False)),
+            ("PgEventStore append, a run's stream", lambda c, s: site_append(s, True))]
+    out = []
+    with psycopg.connect(**pg, dbname="aaa_bench", autocommit=True) as conn:
+        for how, append in hows:
+            append(conn, f"wal-warm-{next(counter)}")  # (a run's start, first pages: not counted)
+            before = lsn(conn)
+            append(conn, f"wal-{next(counter)}")
+            # the run's start (one event, a new index row) is in the count: small over n
+            out.append(["PostgreSQL", how, f"{(lsn(conn) - before) / n:,.0f} B"])
+    return out
+
+
 # --- snapshot + 50 events, against eventsourcing -------------------------------------------
 
 SNAP_TAIL = 50
@@ -732,6 +786,10 @@ def main() -> None:
                 print("PostgreSQL append_sync vs raw psycopg's fewest round trips (autocommit, one "
                       "INSERT per call; information, not the goal's baseline): "
                       + ", ".join(f"{b}/call {r:.2f}x" for b, r in FLOOR.items()))
+            if pg is not None:
+                print("\nPostgreSQL's WAL per appended event, one event a call (counted by the "
+                      "server: what an append writes and syncs, not a time)")
+                print(table(["backend", "how", "WAL per event"], wal_per_event(backends["PostgreSQL"], pg)))
 
         if "snapshot" in parts:
             snap_rows = []

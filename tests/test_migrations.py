@@ -78,3 +78,64 @@ def test_a_fresh_database_migrates_forwards_back_and_forwards_again(tmp_path):
     found = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
     con.close()
     assert found >= TRIGGERS
+
+
+def like_indexes(alias: str) -> set[str]:
+    """Indexes of the log's tables (events, runs) with a ``LIKE`` operator class."""
+    with connections[alias].cursor() as cur:
+        cur.execute("SELECT indexname FROM pg_indexes WHERE tablename IN ('aaa_event', 'aaa_run') "
+                    "AND indexdef LIKE '%%pattern_ops%%'")
+        return {name for (name,) in cur.fetchall()}
+
+
+@pytest.mark.django_db(databases=["postgres"])
+def test_the_log_tables_have_no_like_index_every_append_would_write(pg_alias):
+    """Migration 0010: Django's ``varchar_pattern_ops`` twins of the event's and the run's
+    primary keys are gone (nothing reads them, every append wrote one); the primary keys'
+    own indexes stay."""
+    assert like_indexes(pg_alias) == set()
+    with connections[pg_alias].cursor() as cur:
+        cur.execute("SELECT indexname FROM pg_indexes WHERE tablename IN ('aaa_event', 'aaa_run')")
+        names = {name for (name,) in cur.fetchall()}
+    assert {"aaa_event_pkey", "aaa_run_pkey", "aaa_event_stream_seq"} <= names
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(databases=["postgres"])
+def test_postgresql_migrates_forwards_back_and_forwards_again(pg_alias):
+    """A fresh PostgreSQL database, by ``manage.py migrate`` as a site runs it: forwards,
+    back to 0009 (0010's indexes made again, concurrently), back to the start, forwards."""
+    import uuid
+
+    import psycopg
+
+    settings = connections[pg_alias].settings_dict
+    name = f"aaa_migrate_{uuid.uuid4().hex[:12]}"
+    server = dict(host=settings["HOST"], port=settings["PORT"], user=settings["USER"], autocommit=True)
+    env = {"AAA_DB": "postgres", "AAA_PG_HOST": settings["HOST"], "AAA_PG_PORT": str(settings["PORT"]),
+           "AAA_PG_NAME": name, "AAA_PG_USER": settings["USER"]}
+
+    def likes() -> set[str]:
+        with psycopg.connect(**server, dbname=name) as conn:
+            return {n for (n,) in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename IN ('aaa_event', 'aaa_run') "
+                "AND indexdef LIKE '%pattern_ops%'")}
+
+    with psycopg.connect(**server, dbname="postgres") as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        for args, expected in ((["migrate"], set()),
+                               (["migrate", "aaa", "0009"], {"aaa_event_id_f659985e_like",
+                                                            "aaa_run_run_id_d08c1ef7_like"}),
+                               (["migrate", "aaa", "zero"], None),
+                               (["migrate"], set())):
+            result = manage(*args, "--verbosity", "0", **env)
+            assert result.returncode == 0, (args, result.stderr)
+            if expected is not None:
+                assert likes() == expected, args
+        with psycopg.connect(**server, dbname=name) as conn:
+            found = {n for (n,) in conn.execute("SELECT tgname FROM pg_trigger WHERE tgname LIKE 'aaa%'")}
+        assert found >= TRIGGERS
+    finally:
+        with psycopg.connect(**server, dbname="postgres") as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
