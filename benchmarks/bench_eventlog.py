@@ -87,7 +87,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PG_UNPREPARED, SQLITE_PRAGMAS, ms, postgres, setup_django, table, workdir  # noqa: E402
+from common import PG_UNPREPARED, SQLITE_PRAGMAS, ms, postgres, setup_django, table, wal_lsn, workdir
 
 EVERY = 64
 TAIL = EVERY // 2
@@ -510,10 +510,6 @@ def wal_per_event(alias: str, pg: dict, n: int = 400) -> list:
     store, site = DjangoEventStore(using=alias), PgEventStore(using=alias)
     counter = iter(range(10**6))
 
-    def lsn(conn) -> int:
-        high, low = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0].split("/")
-        return (int(high, 16) << 32) + int(low, 16)
-
     def raw(conn, stream):
         rows = encoded(rows_of(events_for(stream, 0, n, plain=True)))
         for row in rows:
@@ -543,10 +539,10 @@ def wal_per_event(alias: str, pg: dict, n: int = 400) -> list:
     with psycopg.connect(**pg, dbname="aaa_bench", autocommit=True) as conn:
         for how, append in hows:
             append(conn, f"wal-warm-{next(counter)}")  # (a run's start, first pages: not counted)
-            before = lsn(conn)
+            before = wal_lsn(conn)
             append(conn, f"wal-{next(counter)}")
             # the run's start (one event, a new index row) is in the count: small over n
-            out.append(["PostgreSQL", how, f"{(lsn(conn) - before) / n:,.0f} B"])
+            out.append(["PostgreSQL", how, f"{(wal_lsn(conn) - before) / n:,.0f} B"])
     return out
 
 

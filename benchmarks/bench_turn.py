@@ -42,7 +42,9 @@ so a busy moment of this 2-core machine moves every side alike:
 
 Goals (issue #19): a turn below LangGraph's on both databases, and within 2x of the
 floor. Storage per turn is printed too (PostgreSQL: ``pg_column_size`` of the rows a
-run or a thread wrote): LangGraph rewrites the conversation at every step.
+run or a thread wrote): LangGraph rewrites the conversation at every step; so is the
+WAL per turn of one run on each side (``pg_current_wal_insert_lsn`` before and after:
+what the server wrote and synced, counted by it, the same from one run to the next).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from common import (  # noqa: E402
     raw_commit_sqlite,
     setup_django,
     table,
+    wal_lsn,
     workdir,
 )
 
@@ -316,9 +319,26 @@ async def bench(label: str, alias: str, pg: dict | None, sqlite_path: str, turns
                      "memory": memory, "lg_async": lg_async, "lg_sync": lg_sync,
                      "commit": raw(gap), "back_to_back": raw(0.0), "gap": gap,
                      "thread_id": thread_id})
+    wal = await wal_per_turn(pg, store, app_async, app_sync, turns) if label == "PostgreSQL" else None
     await savers.close()
     storage = storage_per_turn(pg, rows[-1]["ours"]["run_id"], rows[-1]["thread_id"], turns) if label == "PostgreSQL" else None
-    return {**summarise(rows, turns, storage), "store": repr(store)}
+    return {**summarise(rows, turns, storage), "store": repr(store), "wal": wal}
+
+
+async def wal_per_turn(pg: dict, store, app_async, app_sync, turns: int) -> dict:
+    """PostgreSQL's WAL bytes per turn of one run on each side (``pg_current_wal_insert_lsn``
+    before and after it: what the server wrote and synced, counted by it, not a time)."""
+    import psycopg
+
+    out = {}
+    with psycopg.connect(**pg, dbname=PG_DB, autocommit=True) as conn:
+        for side, run in (("aaa_django", lambda: aaa_run(store, turns)),
+                          ("LangGraph async", lambda: lg_run_async(app_async, turns)),
+                          ("LangGraph sync", lambda: asyncio.to_thread(lg_run_sync, app_sync, turns))):
+            before = wal_lsn(conn)
+            await run()
+            out[side] = (wal_lsn(conn) - before) / turns
+    return out
 
 
 def summarise(rows: list[dict], turns: int, storage) -> dict:
@@ -424,6 +444,10 @@ def main() -> None:
                   f"when it is delivered) {ms(r['alone'])} per turn, {r['alone_commits']:.2f} commits, "
                   f"CPU {ms(r['alone_cpu'])}; a result with its step's output in one append "
                   f"(the default) {r['vs_alone']:.2f}x that in the same rounds")
+        for label, r in results.items():
+            if r["wal"]:
+                print(f"\n{label} WAL per turn (counted by the server): "
+                      + ", ".join(f"{side} {b / 1024:.2f} KB" for side, b in r["wal"].items()))
         for label, r in results.items():
             if r["storage"]:
                 print(f"\n{label} storage per turn at {args.turns} turns: aaa_django "

@@ -264,6 +264,13 @@ def raw_commit_sqlite(path: str, count: int, gap: float = 0.0) -> float:
     return statistics.median(times)
 
 
+def wal_lsn(conn) -> int:
+    """The server's WAL insert position in bytes (``pg_current_wal_insert_lsn``) on a
+    psycopg connection in autocommit: two readings bracket what was written between."""
+    high, low = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0].split("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
 def raw_commit_postgres(pg: dict, count: int, gap: float = 0.0) -> float:
     """Median seconds of a durable one-row commit on PostgreSQL: an event-sized INSERT
     in autocommit (one round trip, one fsync), raw psycopg.
