@@ -18,7 +18,9 @@ size, side by side:
    a random running run: its transaction, its index row); a run's *projection read*
    (``RUNMETA.load`` of a random run with a cold in-process holder: its snapshot and the
    events after it, as another process reads it); the *run list* (the newest 50 runs,
-   as the admin and the API page them) and the API's *run count*.
+   as the admin and the API page them), the API's *run count*, and the sweeper's
+   question (``unfinished``: every running run and its newest event's time, asked of
+   the run index; beside it, once, the same asked of the log, as before session 35).
 3. **Sweep** each: ``apply_retention(policy={"success": 30})`` (batched erases
    through ``Engine.erase_runs``), then ``VACUUM (ANALYZE)``; the time of each and the
    table's size (heap, indexes) before and after; then the same measurements again.
@@ -208,7 +210,8 @@ class Probe:
         self.runs = list(self.rows.values_list("run_id", flat=True))
         self.rng = random.Random(7)
         self.loop = asyncio.new_event_loop()
-        self.samples: dict[str, list[float]] = {"append": [], "read": [], "list": [], "count": []}
+        self.samples: dict[str, list[float]] = {"append": [], "read": [], "list": [], "count": [],
+                                                 "unfinished": []}
 
     def round(self, n: int) -> None:
         from aaa_django.events import Event, FoldCache, new_id
@@ -240,6 +243,11 @@ class Probe:
             t0 = time.perf_counter()
             self.rows.count()
             s["count"].append(time.perf_counter() - t0)
+        for _ in range(max(n // 5, 1)):
+            t0 = time.perf_counter()
+            found = self.store.unfinished_sync()
+            s["unfinished"].append(time.perf_counter() - t0)
+            assert len(found) == len(self.running)
 
     def medians(self) -> dict[str, float]:
         return {k: statistics.median(v) for k, v in self.samples.items()}
@@ -248,13 +256,35 @@ class Probe:
         self.loop.close()
 
 
+def unfinished_from_the_log(alias: str) -> dict[str, float]:
+    """The sweeper's question as it was asked before session 35: of the log (the
+    streams with a start and no completion, each one's newest event time): the
+    baseline of ``unfinished``, which asks the run index."""
+    from django.db.models import Max
+
+    from aaa_django.models import EventRecord
+
+    events = EventRecord.objects.using(alias)
+    started = events.filter(type="aaa.run.started").values("stream")
+    completed = events.filter(type="aaa.run.completed").values("stream")
+    rows = (events.filter(stream__in=started).exclude(stream__in=completed).values("stream")
+            .annotate(last=Max("time")).values_list("stream", "last"))
+    return {stream: last.timestamp() for stream, last in rows}
+
+
 def measure(aliases: list[str], samples: int) -> dict[str, dict[str, float]]:
-    """Each database's medians, the databases measured in turns."""
+    """Each database's medians, the databases measured in turns; and the sweeper's
+    question asked of the log once each (``unfinished, of the log``: seconds at 10M)."""
     probes = [Probe(alias) for alias in aliases]
     for _ in range(max(samples // PER_ROUND, 1)):
         for probe in probes:
             probe.round(PER_ROUND)
     out = {p.alias: p.medians() for p in probes}
+    for p in probes:
+        t0 = time.perf_counter()
+        of_the_log = unfinished_from_the_log(p.alias)
+        out[p.alias]["unfinished, of the log"] = time.perf_counter() - t0
+        assert of_the_log == p.store.unfinished_sync()
     for p in probes:
         p.close()
     return out
@@ -321,13 +351,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"(heap {mb(a['heap'])}, indexes {mb(a['indexes'])})", flush=True)
         m_after = measure(aliases, args.samples)
 
-    figures = ("append", "read", "list", "count")
+    figures = ("append", "read", "list", "count", "unfinished", "unfinished, of the log")
     print()
     rows = []
     for alias, total in zip(aliases, totals):
         rows.append([f"{total:,}", *(ms(m_before[alias][k]) for k in figures)])
         rows.append([f"{total:,}, half swept", *(ms(m_after[alias][k]) for k in figures)])
-    print(table(["events", "append", "projection read", "run list (50)", "run count"], rows))
+    print(table(["events", "append", "projection read", "run list (50)", "run count",
+                 "sweeper's question", "the same of the log (before)"], rows))
     small, big = aliases[0], aliases[-1]
     if big != small:
         for label, m in (("before the sweep", m_before), ("after the sweep", m_after)):

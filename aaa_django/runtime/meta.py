@@ -65,6 +65,12 @@ class PendingApproval(BaseModel):
     expires_at: float | None = None
 
 
+#: a run's statuses (:attr:`RunMeta.status`), in the order a run goes through them; a
+#: run index row holds one of them (never "new": a row is made with the run's start)
+STATUSES = ("new", "pending", "running", "completed")
+#: the statuses of a run that has not ended
+OPEN_STATUSES = STATUSES[:-1]
+
 #: the fields :meth:`RunMeta.__deepcopy__` copies (set, as an assignment would)
 _COPIED = ("spend", "children", "approvals")
 

@@ -18,13 +18,11 @@ from typing import Any, Callable, Sequence
 from asgiref.sync import sync_to_async
 from django.db import Error as DatabaseDriverError
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Max
 from django.utils.timezone import now
 
 from aaa_django.events import ConcurrencyError, Event, Snapshot, StoreUnavailable
 from aaa_django.events.store import RecentIds, prepare_batch
 from aaa_django.models import EventRecord
-from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
 
 from . import rows, wakeups
 from .appends import StatementAppends
@@ -336,18 +334,11 @@ class DjangoEventStore(StatementAppends):
     @_translated(reads=True)
     def unfinished_sync(self) -> dict[str, float]:
         """Run id -> the time (epoch seconds) of its newest event, for every run that
-        has started and not completed (the sweeper's question, in one query)."""
-        events = self._events
-        started = events.filter(type=RUN_STARTED).values("stream")
-        completed = events.filter(type=RUN_COMPLETED).values("stream")
-        rows = (
-            events.filter(stream__in=started)
-            .exclude(stream__in=completed)
-            .values("stream")
-            .annotate(last=Max("time"))
-            .values_list("stream", "last")
-        )
-        return {stream: last.timestamp() for stream, last in rows}
+        has started and not completed (the sweeper's question, in one query of the run
+        index: :func:`~aaa_django.store.runindex.unfinished`)."""
+        from .runindex import unfinished
+
+        return unfinished(self.using)
 
     @_translated(reads=True)
     def due_sync(self, now: float, limit: int = 500) -> list[tuple[str, int]]:

@@ -30,13 +30,14 @@ from typing import Any, Iterable, Sequence
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, models, transaction
+from django.db.models import OuterRef, Subquery
 
 from aaa_django.events import Event
-from aaa_django.models import RunRecord
+from aaa_django.models import EventRecord, RunRecord
 from aaa_django.runtime.budget import Spend
 from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
 from aaa_django.runtime.lineage import FORKED_FROM
-from aaa_django.runtime.meta import RUNMETA, RunMeta
+from aaa_django.runtime.meta import OPEN_STATUSES, RUNMETA, RunMeta
 
 from . import rows
 from .rows import ROW_COLUMNS
@@ -109,6 +110,35 @@ def reindex(using: str = "default", run_ids: Iterable[str] | None = None, *,
 
 _DUE = "SELECT run_id, last_seq FROM aaa_run WHERE due_at <= %s ORDER BY due_at LIMIT %s"
 _SETTLE = "UPDATE aaa_run SET due_at = %s WHERE run_id = %s AND last_seq = %s"
+
+
+def unfinished(using: str) -> dict[str, float]:
+    """Run id -> the time (epoch seconds) of its newest event, for every run started
+    and not completed: the sweeper's question (every ``STALL_AFTER / 2`` seconds).
+
+    Asked of the index, not the log: the rows whose status is not ``completed`` (the
+    status index), and of each of those runs its newest event, read by its key
+    (``(stream, seq)``). So the question costs what the unfinished runs cost, however
+    long the log: asked of the log it read every event of every run (a sequential
+    scan of ``aaa_event``: 0.4 s and 770 MB read at 2 million events, every sweep;
+    at 1 million events with 1,000 runs in flight 346 ms, and 23 ms of the index,
+    ``benchmarks/bench_scale.py``, ``benchmarks/README.md``, session 35). The newest event decides, not the row: a row
+    behind its log (caught up after the commit, see :func:`index_events`) whose run
+    has completed is not unfinished, and its time is the log's. A row is made in the
+    transaction that stores the run's start, so every run the stores appended has
+    one; a run's events written around the stores have none until ``aaa_reindex``."""
+    return {run_id: last.timestamp() for run_id, last, last_type in unfinished_query(using)
+            if last is not None and last_type != RUN_COMPLETED}
+
+
+def unfinished_query(using: str) -> models.QuerySet:
+    """:func:`unfinished`'s query: ``(run id, its newest event's time and type)`` of
+    every row whose status is not ``completed``."""
+    newest = EventRecord.objects.using(using).filter(stream=OuterRef("run_id")).order_by("-seq")
+    return (RunRecord.objects.using(using).filter(status__in=OPEN_STATUSES)
+            .annotate(last=Subquery(newest.values("time")[:1]),
+                      last_type=Subquery(newest.values("type")[:1]))
+            .values_list("run_id", "last", "last_type"))
 
 
 def due_runs(using: str, now: float, limit: int) -> list[tuple[str, int]]:
