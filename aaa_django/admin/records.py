@@ -12,12 +12,17 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
+from django.core.paginator import Paginator
+from django.db import connections
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from aaa_django import access
 from aaa_django.models import RunRecord
+from aaa_django.store import rows
 
 from . import timeline
 
@@ -52,9 +57,60 @@ def _run_link(site: admin.AdminSite, run_id: str, suffix: str = "") -> str:
     return format_html('<a href="{}">{}</a>', url, run_id)
 
 
+#: an event list PostgreSQL's planner expects to hold more rows than this is counted
+#: by that estimate, and says so ("about")
+ESTIMATE_ABOVE = 100_000
+
+
+class LogPaginator(Paginator):
+    """The event list's pages. Django's admin counts the list for its pages: on a long
+    log a ``COUNT(*)`` of every event at every page (64-78 ms at 2 million events,
+    growing with the log; the estimate 0.7 ms, ``benchmarks/README.md``, session 35).
+    On PostgreSQL, a list the planner expects to exceed
+    :data:`ESTIMATE_ABOVE` rows is counted by that estimate instead
+    (``QuerySet.explain``: no row read), and the page says "about"; a shorter list
+    (a run's events, a filter on a rare type) is counted exactly."""
+
+    #: the count is the planner's estimate (the pagination template says "about")
+    estimated = False
+
+    @cached_property
+    def count(self) -> int:
+        queryset = self.object_list
+        if isinstance(queryset, QuerySet) and connections[queryset.db].vendor == "postgresql":
+            rows = int(json.loads(queryset.explain(format="json"))[0]["Plan"]["Plan Rows"])
+            if rows > ESTIMATE_ABOVE:
+                self.estimated = True
+                return rows
+        return super().count
+
+
+class EventTypeFilter(admin.SimpleListFilter):
+    """The list's filter by type. Its choices are the log's types, found one index probe
+    a type (``rows.distinct``), where Django's filter of a field's values reads every
+    event (``SELECT DISTINCT type``) at every page; a user who sees only some runs gets
+    the types of their events."""
+
+    title = "type"
+    parameter_name = "type"  # the URLs of Django's field filter, which this replaces
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        queryset = model_admin.get_queryset(request)
+        if access.sees_all(request.user):
+            types = rows.distinct(connections[queryset.db], "type")
+        else:
+            types = list(queryset.order_by("type").values_list("type", flat=True).distinct())
+        return [(t, t) for t in types]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        return queryset.filter(type=value) if value else queryset
+
+
 class EventAdmin(ReadOnlyAdmin):
     list_display = ("seq", "run", "type", "time", "summary_col")
-    list_filter = ("type",)
+    list_filter = (EventTypeFilter,)
+    paginator = LogPaginator
     search_fields = ("=stream", "=id", "=causation")
     readonly_fields = ("id", "run", "seq", "type", "time", "causation", "tenant", "data", "blobs")
     fields = readonly_fields
