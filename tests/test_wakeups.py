@@ -206,12 +206,22 @@ def test_a_waits_reads_do_not_grow_with_its_runs_appends(pg_alias, appends):
     assert len(reads) <= 3, reads
 
 
+def append_closing(alias: str, batch) -> None:
+    """An append from a thread of the loop's executor, whose connection is closed after
+    it (else it outlives the test: the test database is "being accessed by other users"
+    when it is dropped)."""
+    try:
+        DjangoEventStore(alias).append_sync(batch)
+    finally:
+        connections[alias].close()
+
+
 def test_an_async_subscription_wakes_on_its_loop(listener, pg_alias):
     async def go() -> bool:
         sub = listener.subscribe("run-async", asyncio.get_running_loop())
         await asyncio.to_thread(listener.listening, 10)
         sub.clear()
-        await asyncio.to_thread(DjangoEventStore(pg_alias).append_sync, events("run-async"))
+        await asyncio.to_thread(append_closing, pg_alias, events("run-async"))
         woken = await sub.until(10)
         sub.close()
         return woken

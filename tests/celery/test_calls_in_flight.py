@@ -54,11 +54,17 @@ POLL = 0.5
 
 
 def _calls() -> tuple[int, int]:
-    """Model calls asked for and answered so far."""
-    with connections["postgres"].cursor() as cur:
-        cur.execute("SELECT count(*) FILTER (WHERE type = %s), count(*) FILTER (WHERE type = %s) "
-                    "FROM aaa_event", [LLM_REQUESTED, LLM_COMPLETED])
-        return cur.fetchone()
+    """Model calls asked for and answered so far. Called in a thread of the loop's
+    executor (``asyncio.to_thread``): the thread's connection is closed after it, or it
+    outlives the test and the test database cannot be dropped at the end ("being
+    accessed by other users")."""
+    try:
+        with connections["postgres"].cursor() as cur:
+            cur.execute("SELECT count(*) FILTER (WHERE type = %s), count(*) FILTER (WHERE type = %s) "
+                        "FROM aaa_event", [LLM_REQUESTED, LLM_COMPLETED])
+            return cur.fetchone()
+    finally:
+        connections["postgres"].close()
 
 
 def test_a_worker_killed_holding_200_calls_loses_and_duplicates_nothing(new_cluster, arun):
