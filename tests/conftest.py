@@ -68,6 +68,20 @@ def django_db_setup(django_db_setup):
     async_to_sync(close_all)()
     sqlite.close_all()
     wakeups.stop_all()
+    _close_executor_connections()
+
+
+def _close_executor_connections() -> None:
+    """Close the Django connections of asgiref's thread for thread-sensitive sync code
+    called from a loop no ``async_to_sync`` started (a test's ``asyncio.run``: the
+    Django store's async path runs its queries there): the thread outlives the tests,
+    and its connections would keep the test databases from being dropped."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    asyncio.run(sync_to_async(connections.close_all, thread_sensitive=True)())
 
 
 @pytest.fixture
