@@ -78,10 +78,10 @@ class LogPaginator(Paginator):
     def count(self) -> int:
         queryset = self.object_list
         if isinstance(queryset, QuerySet) and connections[queryset.db].vendor == "postgresql":
-            rows = int(json.loads(queryset.explain(format="json"))[0]["Plan"]["Plan Rows"])
-            if rows > ESTIMATE_ABOVE:
+            expected = int(json.loads(queryset.explain(format="json"))[0]["Plan"]["Plan Rows"])
+            if expected > ESTIMATE_ABOVE:
                 self.estimated = True
-                return rows
+                return expected
         return super().count
 
 

@@ -121,10 +121,11 @@ def unfinished(using: str) -> dict[str, float]:
     (``(stream, seq)``). So the question costs what the unfinished runs cost, however
     long the log: asked of the log it read every event of every run (a sequential
     scan of ``aaa_event``: 0.4 s and 770 MB read at 2 million events, every sweep;
-    at 1 million events with 1,000 runs in flight 346 ms, and 23 ms of the index,
-    ``benchmarks/bench_scale.py``, ``benchmarks/README.md``, session 35). The newest event decides, not the row: a row
-    behind its log (caught up after the commit, see :func:`index_events`) whose run
-    has completed is not unfinished, and its time is the log's. A row is made in the
+    at 1 million events with 1,000 runs in flight 346 ms, and 23 ms of the index:
+    ``benchmarks/bench_scale.py``, ``benchmarks/README.md``, session 35). The newest
+    event decides, not the row: a row behind its log (caught up after the commit, see
+    :func:`index_events`) whose run has completed is not unfinished, and its time is
+    the log's. A row is made in the
     transaction that stores the run's start, so every run the stores appended has
     one; a run's events written around the stores have none until ``aaa_reindex``."""
     return {run_id: last.timestamp() for run_id, last, last_type in unfinished_query(using)
