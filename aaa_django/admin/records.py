@@ -63,9 +63,10 @@ ESTIMATE_ABOVE = 100_000
 
 
 class LogPaginator(Paginator):
-    """The event list's pages. Django's admin counts the list for its pages: on a long
-    log a ``COUNT(*)`` of every event at every page (64-78 ms at 2 million events,
-    growing with the log; the estimate 0.7 ms, ``benchmarks/README.md``, session 35).
+    """The event list's pages, and the run list's. Django's admin counts the list for
+    its pages: on a long log a ``COUNT(*)`` of every event at every page (64-78 ms at 2
+    million events, growing with the log; the estimate 0.7 ms; a million runs 47 ms,
+    ``benchmarks/README.md``, session 35).
     On PostgreSQL, a list the planner expects to exceed
     :data:`ESTIMATE_ABOVE` rows is counted by that estimate instead
     (``QuerySet.explain``: no row read), and the page says "about"; a shorter list
@@ -85,26 +86,38 @@ class LogPaginator(Paginator):
         return super().count
 
 
-class EventTypeFilter(admin.SimpleListFilter):
-    """The list's filter by type. Its choices are the log's types, found one index probe
-    a type (``rows.distinct``), where Django's filter of a field's values reads every
-    event (``SELECT DISTINCT type``) at every page; a user who sees only some runs gets
-    the types of their events."""
+def indexed_values(field: str, table: str) -> type[admin.SimpleListFilter]:
+    """A list filter by ``field`` (a column of ``table`` that leads an index) whose
+    choices are its values found one index probe a value (``rows.distinct``), where
+    Django's filter of a field's values reads every row (``SELECT DISTINCT``) at every
+    page: 77 ms for a million runs' outcomes, 77 ms for 2 million events' types. Its URL
+    is Django's (``?outcome=...``). A user who sees only some runs gets the values of
+    what they see (their rows are few); NULL is not offered (a run's outcome is NULL
+    until it ends: the status filter finds those)."""
 
-    title = "type"
-    parameter_name = "type"  # the URLs of Django's field filter, which this replaces
+    class IndexedValuesFilter(admin.SimpleListFilter):
+        title = field
+        parameter_name = field
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        queryset = model_admin.get_queryset(request)
-        if access.sees_all(request.user):
-            types = rows.distinct(connections[queryset.db], "type")
-        else:
-            types = list(queryset.order_by("type").values_list("type", flat=True).distinct())
-        return [(t, t) for t in types]
+        def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+            queryset = model_admin.get_queryset(request)
+            if access.sees_all(request.user):
+                values = rows.distinct(connections[queryset.db], field, table)
+            else:
+                values = list(queryset.exclude(**{f"{field}__isnull": True}).order_by(field)
+                              .values_list(field, flat=True).distinct())
+            return [(v, v or "(none)") for v in values]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        value = self.value()
-        return queryset.filter(type=value) if value else queryset
+        def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+            value = self.value()
+            return queryset.filter(**{field: value}) if value else queryset
+
+    IndexedValuesFilter.__name__ = IndexedValuesFilter.__qualname__ = f"{field.title()}Filter"
+    return IndexedValuesFilter
+
+
+#: the event list's filter by type
+EventTypeFilter = indexed_values("type", "aaa_event")
 
 
 class EventAdmin(ReadOnlyAdmin):

@@ -251,22 +251,26 @@ def streams(conn) -> list[str]:
     return distinct(conn, "stream")
 
 
-#: the log's columns that lead an index (``(stream, seq)``, ``type``): :func:`distinct`'s
-_LEADING = frozenset({"stream", "type"})
+#: (table, column) of the log and the run index whose column leads an index (events:
+#: ``(stream, seq)``, ``type``; runs: ``status``, ``(outcome, ended_at)``, ``algorithm``):
+#: :func:`distinct`'s
+_LEADING = frozenset({("aaa_event", "stream"), ("aaa_event", "type"), ("aaa_run", "status"),
+                      ("aaa_run", "outcome"), ("aaa_run", "algorithm")})
 
 
-def distinct(conn, column: str) -> list[str]:
-    """The distinct values of ``column`` in the log (one that leads an index: ``stream``
-    or ``type``), in order, found one index probe a value (the next value above the
-    last, a recursive query: a "loose index scan", which neither PostgreSQL before 18
-    nor SQLite plans for ``SELECT DISTINCT``): what the values cost, not the log's
-    length. (At 2 million events ``SELECT DISTINCT type`` read the whole index, 77-86
-    ms, and this 0.5 ms; the streams of 20,000 runs 241 ms and 134 ms,
-    ``benchmarks/README.md``, session 35.)"""
-    if column not in _LEADING:
-        raise ValueError(f"not a leading column of an index of the log: {column!r}")
-    sql = (f"WITH RECURSIVE t(v) AS (SELECT min({column}) FROM aaa_event UNION ALL "
-           f"SELECT (SELECT min({column}) FROM aaa_event WHERE {column} > t.v) FROM t "
+def distinct(conn, column: str, table: str = "aaa_event") -> list[str]:
+    """The distinct values of ``column`` in ``table`` (one that leads an index, see
+    ``_LEADING``; NULL is not a value), in order, found one index probe a value (the
+    next value above the last, a recursive query: a "loose index scan", which neither
+    PostgreSQL before 18 nor SQLite plans for ``SELECT DISTINCT``): what the values
+    cost, not the table's length. (At 2 million events ``SELECT DISTINCT type`` read
+    the whole index, 77-86 ms, and this 0.5 ms; the streams of 20,000 runs 241 ms and
+    134 ms; at a million runs their outcomes 77 ms; ``benchmarks/README.md``, session
+    35.)"""
+    if (table, column) not in _LEADING:
+        raise ValueError(f"not a leading column of an index: {table}.{column}")
+    sql = (f"WITH RECURSIVE t(v) AS (SELECT min({column}) FROM {table} UNION ALL "
+           f"SELECT (SELECT min({column}) FROM {table} WHERE {column} > t.v) FROM t "
            "WHERE t.v IS NOT NULL) SELECT v FROM t WHERE v IS NOT NULL")
     with cursor(conn) as cur:
         cur.execute(sql)

@@ -19,6 +19,7 @@ from .conftest import make_staff
 from .test_run_pages import text
 
 LIST = "admin:aaa_eventrecord_changelist"
+RUNS = "admin:aaa_runrecord_changelist"
 
 
 def fill(using: str = "default", owner: str | None = None, *runs: str) -> None:
@@ -58,6 +59,7 @@ def test_an_estimated_count_says_about(admin_client, monkeypatch):
     fill("default", None, "run-a")
     monkeypatch.setattr(records.LogPaginator, "estimated", True)
     assert "about 10 events" in " ".join(text(admin_client.get(reverse(LIST))).split())
+    assert "about 1 run" in " ".join(text(admin_client.get(reverse(RUNS))).split())
     monkeypatch.setattr(records.LogPaginator, "estimated", False)
     page = " ".join(text(admin_client.get(reverse(LIST))).split())
     assert "10 events" in page and "about 10" not in page
@@ -94,3 +96,30 @@ def test_a_long_list_is_counted_by_the_planners_estimate_on_postgresql(pg_alias,
     monkeypatch.setattr(records, "ESTIMATE_ABOVE", 100_000)
     exact = records.LogPaginator(events, 50)
     assert exact.count == 300 and not exact.estimated
+
+
+@pytest.mark.django_db
+def test_the_run_lists_filters_offer_the_indexs_values_without_reading_every_row(admin_client):
+    """The run list's outcome and algorithm filters, the same way (``?outcome=`` as
+    Django's); a run in flight (no outcome yet) is found by its status."""
+    fill("default", None, "run-a", "run-b")
+    DjangoEventStore("default").append_sync(log_of("run-c", None)[:3])
+    with CaptureQueriesContext(connection) as queries:
+        page = text(admin_client.get(reverse(RUNS)))
+    assert "?outcome=success" in page and "?algorithm=tests.api.echo" in page
+    distinct = [q["sql"] for q in queries if "DISTINCT" in q["sql"].upper()
+                and ('"outcome"' in q["sql"] or '"algorithm"' in q["sql"])]
+    assert not distinct, distinct
+    assert "run-c" not in text(admin_client.get(reverse(RUNS) + "?outcome=success"))
+    assert "run-c" in text(admin_client.get(reverse(RUNS) + "?status__exact=running"))
+
+
+@pytest.mark.django_db(databases="__all__", transaction=True)
+def test_distinct_values_of_the_run_index_leave_null_out(db_alias):
+    fill(db_alias, None, "run-a")
+    DjangoEventStore(db_alias).append_sync(log_of("run-b", None)[:3])  # no outcome yet
+    conn = connections[db_alias]
+    assert rows.distinct(conn, "outcome", "aaa_run") == ["success"]
+    assert rows.distinct(conn, "status", "aaa_run") == ["completed", "running"]
+    with pytest.raises(ValueError):
+        rows.distinct(conn, "owner_id", "aaa_run")
