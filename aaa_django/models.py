@@ -22,6 +22,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from aaa_django.runtime import meta
+
 
 class EventRecord(models.Model):
     """One stored event (see :class:`aaa_django.events.Event`)."""
@@ -86,7 +88,8 @@ class RunRecord(models.Model):
     and act on runs that are not their own.
     """
 
-    STATUSES = ("pending", "running", "completed")
+    #: the statuses a row holds: RUNMETA's, but "new" (a row is made with the run's start)
+    STATUSES = meta.STATUSES[1:]
 
     run_id = models.CharField(primary_key=True, max_length=200)
     algorithm = models.CharField(max_length=200, blank=True, default="")

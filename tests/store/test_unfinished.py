@@ -103,3 +103,4 @@ def test_every_status_the_fold_sets_is_named_and_only_completed_ends_a_run():
     assert set_by_fold and set_by_fold <= set(STATUSES)
     assert meta_module.RunMeta().status in STATUSES
     assert set(STATUSES) - set(OPEN_STATUSES) == {"completed"}
+    assert RunRecord.STATUSES == tuple(s for s in STATUSES if s != "new")  # the rows' choices
