@@ -50,7 +50,7 @@ from aaa_django.store.rows import to_event
 from . import charts, graphs, livetokens, pictures, reading, timeline
 from .actions import RunActions
 from .exchange import RunExchange, forks_of
-from .records import LogPaginator, indexed_values
+from .records import EstimatingPaginator, indexed_values
 
 #: blobs listed (and verified) per page of the run page
 BLOBS_PER_PAGE = 10
@@ -162,7 +162,7 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
     )
     list_filter = (indexed_values("outcome", "aaa_run"), "status", indexed_values("algorithm", "aaa_run"),
                    ("started_at", admin.DateFieldListFilter))
-    paginator = LogPaginator
+    paginator = EstimatingPaginator
     search_fields = ("run_id", "owner__username", "owner__email")
     list_select_related = ("owner",)
     ordering = ("-started_at",)

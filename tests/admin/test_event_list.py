@@ -57,10 +57,10 @@ def test_staff_who_see_only_their_runs_are_offered_only_their_events_types(clien
 @pytest.mark.django_db
 def test_an_estimated_count_says_about(admin_client, monkeypatch):
     fill("default", None, "run-a")
-    monkeypatch.setattr(records.LogPaginator, "estimated", True)
+    monkeypatch.setattr(records.EstimatingPaginator, "estimated", True)
     assert "about 10 events" in " ".join(text(admin_client.get(reverse(LIST))).split())
     assert "about 1 run" in " ".join(text(admin_client.get(reverse(RUNS))).split())
-    monkeypatch.setattr(records.LogPaginator, "estimated", False)
+    monkeypatch.setattr(records.EstimatingPaginator, "estimated", False)
     page = " ".join(text(admin_client.get(reverse(LIST))).split())
     assert "10 events" in page and "about 10" not in page
 
@@ -86,15 +86,15 @@ def test_a_long_list_is_counted_by_the_planners_estimate_on_postgresql(pg_alias,
         cur.execute("ANALYZE aaa_event")
     events = EventRecord.objects.using(pg_alias).order_by("-pk")
     monkeypatch.setattr(records, "ESTIMATE_ABOVE", 100)
-    long = records.LogPaginator(events, 50)
+    long = records.EstimatingPaginator(events, 50)
     with CaptureQueriesContext(connections[pg_alias]) as queries:
         assert 150 <= long.count <= 600
     assert long.estimated
     assert not [q for q in queries if "COUNT(" in q["sql"].upper()]
-    short = records.LogPaginator(events.filter(stream="run-3"), 50)
+    short = records.EstimatingPaginator(events.filter(stream="run-3"), 50)
     assert short.count == 10 and not short.estimated  # (estimated 10: under the bar)
     monkeypatch.setattr(records, "ESTIMATE_ABOVE", 100_000)
-    exact = records.LogPaginator(events, 50)
+    exact = records.EstimatingPaginator(events, 50)
     assert exact.count == 300 and not exact.estimated
 
 
