@@ -67,6 +67,23 @@ def test_postgresql_has_the_append_function_and_sqlite_none(db_alias):
     assert "DROP FUNCTION IF EXISTS aaa_append_event(" in backwards.getvalue()
 
 
+def test_postgresql_has_the_snapshot_read_function_and_sqlite_none(db_alias):
+    """Migration 0011: PostgreSQL's snapshot read as a function; nothing on SQLite."""
+    conn = connections[db_alias]
+    with conn.cursor() as cur:
+        if conn.vendor != "postgresql":
+            cur.execute("SELECT count(*) FROM sqlite_master WHERE sql LIKE '%aaa_read_from_snapshot%'")
+            assert cur.fetchone() == (0,)
+            return
+        cur.execute("SELECT pronargs, proretset FROM pg_proc WHERE proname = 'aaa_read_from_snapshot'")
+        assert cur.fetchall() == [(3, True)]
+    forwards, backwards = io.StringIO(), io.StringIO()
+    call_command("sqlmigrate", "aaa", "0011", database=db_alias, stdout=forwards)
+    call_command("sqlmigrate", "aaa", "0011", "--backwards", database=db_alias, stdout=backwards)
+    assert "CREATE FUNCTION aaa_read_from_snapshot(" in forwards.getvalue()
+    assert "DROP FUNCTION IF EXISTS aaa_read_from_snapshot(" in backwards.getvalue()
+
+
 @pytest.mark.slow
 def test_a_fresh_database_migrates_forwards_back_and_forwards_again(tmp_path):
     db = {"AAA_SQLITE_PATH": str(tmp_path / "fresh.sqlite3")}
@@ -104,7 +121,8 @@ def test_the_log_tables_have_no_like_index_every_append_would_write(pg_alias):
 @pytest.mark.django_db(databases=["postgres"])
 def test_postgresql_migrates_forwards_back_and_forwards_again(pg_alias):
     """A fresh PostgreSQL database, by ``manage.py migrate`` as a site runs it: forwards,
-    back to 0009 (0010's indexes made again, concurrently), back to the start, forwards."""
+    back to 0009 (0010's indexes made again, concurrently; 0011's function dropped), back
+    to the start, forwards."""
     import uuid
 
     import psycopg
@@ -121,6 +139,10 @@ def test_postgresql_migrates_forwards_back_and_forwards_again(pg_alias):
                 "SELECT indexname FROM pg_indexes WHERE tablename IN ('aaa_event', 'aaa_run') "
                 "AND indexdef LIKE '%pattern_ops%'")}
 
+    def functions() -> set[str]:
+        with psycopg.connect(**server, dbname=name) as conn:
+            return {n for (n,) in conn.execute("SELECT proname FROM pg_proc WHERE proname LIKE 'aaa%'")}
+
     with psycopg.connect(**server, dbname="postgres") as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
@@ -133,6 +155,9 @@ def test_postgresql_migrates_forwards_back_and_forwards_again(pg_alias):
             assert result.returncode == 0, (args, result.stderr)
             if expected is not None:
                 assert likes() == expected, args
+                # 0009's append function from 0009 on, 0011's snapshot read after 0010
+                assert functions() >= {"aaa_append_event"}, args
+                assert ("aaa_read_from_snapshot" in functions()) is (args == ["migrate"]), args
         with psycopg.connect(**server, dbname=name) as conn:
             found = {n for (n,) in conn.execute("SELECT tgname FROM pg_trigger WHERE tgname LIKE 'aaa%'")}
         assert found >= TRIGGERS

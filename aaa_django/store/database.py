@@ -39,6 +39,7 @@ from .rows import (
     event_columns,
     insert,
     number,
+    prepares,
     to_events,
 )
 from .runindex import index_events
@@ -82,9 +83,19 @@ _SNAPSHOT_INSERT = (
 )
 
 
+#: the snapshot read on PostgreSQL as the call of migration 0011's function, whose plan
+#: the session keeps (the same rows as ``_READ_FROM_SNAPSHOT``)
+READ_FROM_SNAPSHOT_CALL = "SELECT * FROM aaa_read_from_snapshot(%s, %s, %s)"
+
+
 @lru_cache(maxsize=None)
-def read_from_snapshot_sql(vendor: str) -> str:
-    """``_READ_FROM_SNAPSHOT`` on ``vendor``."""
+def read_from_snapshot_sql(vendor: str, *, prepares: bool = True) -> str:
+    """``_READ_FROM_SNAPSHOT`` on ``vendor``; on PostgreSQL, for a connection that does
+    not prepare its statements (``prepares`` False: Django's own, or one behind a
+    pooler), the call of migration 0011's function: the server plans the statement
+    at every read (its lateral join, 0.11 ms of 0.32), the function once a session."""
+    if vendor == "postgresql" and not prepares:
+        return READ_FROM_SNAPSHOT_CALL
     log = _LOG_FROM_SNAPSHOT_PG if vendor == "postgresql" else _LOG_FROM_SNAPSHOT
     return _READ_FROM_SNAPSHOT.format(events=event_columns(vendor, "e"), log=log)
 
@@ -371,7 +382,8 @@ class DjangoEventStore(StatementAppends):
         on, in one query (see ``ReadsFromSnapshot``)."""
         conn = connections[self.using]
         with cursor(conn) as cur:
-            cur.execute(read_from_snapshot_sql(conn.vendor), [stream, name, version])
+            sql = read_from_snapshot_sql(conn.vendor, prepares=prepares(conn.connection))
+            cur.execute(sql, [stream, name, version])
             found = cur.fetchall()
         return from_snapshot_rows(stream, name, version, found, committed=not conn.in_atomic_block)
 

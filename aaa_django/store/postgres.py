@@ -267,7 +267,10 @@ class PgEventStore(DjangoEventStore):
     @_translated(reads=True)
     async def _read_from_snapshot(self, stream: str, name: str,
                                   version: int) -> tuple[Snapshot | None, list[Event]]:
-        found = await self._fetch(read_from_snapshot_sql("postgresql"), [stream, name, version])
+        async with self.conns.connection() as conn, conn.cursor() as cur:
+            await cur.execute(read_from_snapshot_sql("postgresql", prepares=prepares(conn)),
+                              [stream, name, version])
+            found = await cur.fetchall()
         return from_snapshot_rows(stream, name, version, found, committed=True)
 
     @_translated(reads=False)
