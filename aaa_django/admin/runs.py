@@ -49,6 +49,7 @@ from aaa_django.store.rows import to_event
 
 from . import charts, graphs, livetokens, pictures, reading, timeline
 from .actions import RunActions
+from .dates import ProbedDates
 from .exchange import RunExchange, forks_of
 from .records import EstimatingPaginator, indexed_values
 
@@ -225,7 +226,11 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
     # -- who sees and acts -------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest):
-        return access.visible(request.user, super().get_queryset(request))
+        # Django's (the model's default manager's rows, in the admin's order), as a
+        # queryset whose date drill-down probes the index (``dates.ProbedDates``)
+        runs = ProbedDates(self.model, using=self.model._default_manager.db)
+        ordering = self.get_ordering(request)
+        return access.visible(request.user, runs.order_by(*ordering) if ordering else runs)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return may_use_runs(request.user)
