@@ -47,41 +47,31 @@ def test_the_test_database_has_the_triggers(db_alias):
     assert TRIGGERS <= triggers(db_alias)
 
 
-def test_postgresql_has_the_append_function_and_sqlite_none(db_alias):
-    """Migration 0009: PostgreSQL's append function; nothing on SQLite."""
+@pytest.mark.parametrize(("migration", "function", "returns"), [
+    ("0009", "aaa_append_event", "integer"),  # a run's one-event append: the rows it updated
+    ("0011", "aaa_read_from_snapshot", "TABLE(%"),  # a snapshot's read: its rows
+])
+def test_postgresql_has_the_functions_and_sqlite_none(db_alias, migration, function, returns):
+    """Migrations 0009 and 0011: PostgreSQL's functions of the store's calls, which
+    ``sqlmigrate`` shows made and dropped; nothing on SQLite."""
+    from aaa_django.store.database import READ_FROM_SNAPSHOT_CALL
     from aaa_django.store.runindex import APPEND_EVENT
 
     conn = connections[db_alias]
     with conn.cursor() as cur:
         if conn.vendor != "postgresql":
-            cur.execute("SELECT count(*) FROM sqlite_master WHERE sql LIKE '%aaa_append_event%'")
+            cur.execute("SELECT count(*) FROM sqlite_master WHERE sql LIKE %s", [f"%{function}%"])
             assert cur.fetchone() == (0,)
             return
-        cur.execute("SELECT pronargs FROM pg_proc WHERE proname = 'aaa_append_event'")
-        assert cur.fetchall() == [(APPEND_EVENT.count("%s"),)]
-    forwards = io.StringIO()
-    call_command("sqlmigrate", "aaa", "0009", database=db_alias, stdout=forwards)
-    backwards = io.StringIO()
-    call_command("sqlmigrate", "aaa", "0009", "--backwards", database=db_alias, stdout=backwards)
-    assert "CREATE FUNCTION aaa_append_event(" in forwards.getvalue()
-    assert "DROP FUNCTION IF EXISTS aaa_append_event(" in backwards.getvalue()
-
-
-def test_postgresql_has_the_snapshot_read_function_and_sqlite_none(db_alias):
-    """Migration 0011: PostgreSQL's snapshot read as a function; nothing on SQLite."""
-    conn = connections[db_alias]
-    with conn.cursor() as cur:
-        if conn.vendor != "postgresql":
-            cur.execute("SELECT count(*) FROM sqlite_master WHERE sql LIKE '%aaa_read_from_snapshot%'")
-            assert cur.fetchone() == (0,)
-            return
-        cur.execute("SELECT pronargs, proretset FROM pg_proc WHERE proname = 'aaa_read_from_snapshot'")
-        assert cur.fetchall() == [(3, True)]
+        cur.execute("SELECT pronargs, pg_get_function_result(oid) LIKE %s FROM pg_proc WHERE proname = %s",
+                    [returns, function])
+        call = APPEND_EVENT if function == "aaa_append_event" else READ_FROM_SNAPSHOT_CALL
+        assert cur.fetchall() == [(call.count("%s"), True)]
     forwards, backwards = io.StringIO(), io.StringIO()
-    call_command("sqlmigrate", "aaa", "0011", database=db_alias, stdout=forwards)
-    call_command("sqlmigrate", "aaa", "0011", "--backwards", database=db_alias, stdout=backwards)
-    assert "CREATE FUNCTION aaa_read_from_snapshot(" in forwards.getvalue()
-    assert "DROP FUNCTION IF EXISTS aaa_read_from_snapshot(" in backwards.getvalue()
+    call_command("sqlmigrate", "aaa", migration, database=db_alias, stdout=forwards)
+    call_command("sqlmigrate", "aaa", migration, "--backwards", database=db_alias, stdout=backwards)
+    assert f"CREATE FUNCTION {function}(" in forwards.getvalue()
+    assert f"DROP FUNCTION IF EXISTS {function}(" in backwards.getvalue()
 
 
 @pytest.mark.slow
