@@ -222,3 +222,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.s3)
         if "redis_url" in names:
             item.add_marker(pytest.mark.redis)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """A test's teardown (pytest-django's flush of a ``transaction=True`` test among
+    it) with :class:`tests.flush.LockFirst` on every PostgreSQL connection of this
+    thread: the flush cannot deadlock with the workers still reading the database."""
+    from contextlib import ExitStack
+
+    from django.db import connections
+
+    from tests.flush import LockFirst
+
+    with ExitStack() as stack:
+        for alias in settings.DATABASES:
+            if connections[alias].vendor == "postgresql":
+                stack.enter_context(connections[alias].execute_wrapper(LockFirst()))
+        return (yield)
