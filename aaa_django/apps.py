@@ -1,5 +1,7 @@
 """The Django app configuration."""
 
+import importlib.util
+
 from django.apps import AppConfig
 from django.core import checks
 
@@ -26,8 +28,9 @@ class AaaConfig(AppConfig):
 
         load_agents()
 
-        try:
-            from .celery.duty import install
-        except ImportError:  # no Celery: no workers to hook
-            return
-        install()
+        # The Celery bus registers itself with the site's wiring where Celery is
+        # installed; without it, the in-process bus only (aaa.E101 if BUS says celery).
+        if importlib.util.find_spec("celery") is not None:
+            from .celery.wiring import register
+
+            register()

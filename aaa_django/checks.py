@@ -28,14 +28,13 @@ aaa.W020   The API's limits (``API_RATE``, ``API_KEY_FAILURES``,
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import Error, Warning
 from django.utils.module_loading import import_string
 
-from .conf import BUSES, DEFAULTS, aaa_settings, site_aaa
+from .conf import BUSES, DEFAULTS, aaa_settings, broker_url, redis_url, site_aaa
 from .events import Projection
 from .runtime.outcome import OUTCOMES
 from .tools import Tool
@@ -355,7 +354,7 @@ def check_celery_bus(app_configs: Any = None, **kwargs: Any) -> list[Error | War
             hint="Use PostgreSQL for a cluster; SQLite is fine for a demo.",
             id="aaa.W101",
         ))
-    broker = _broker_url()
+    broker = broker_url()
     if not broker:
         out.append(Error(
             "AAA['BUS'] is 'celery' but no Celery broker is configured.",
@@ -363,8 +362,7 @@ def check_celery_bus(app_configs: Any = None, **kwargs: Any) -> list[Error | War
                  "app in your project's __init__.py.",
             id="aaa.E102",
         ))
-    redis_url = site.get("REDIS_URL") or (broker if broker.split(":", 1)[0] in ("redis", "rediss", "unix") else None)
-    if not redis_url:
+    if not redis_url():
         out.append(Error(
             "AAA['BUS'] is 'celery' but there is no Redis for the run locks, tool pools and "
             "cancel notices.",
@@ -372,13 +370,6 @@ def check_celery_bus(app_configs: Any = None, **kwargs: Any) -> list[Error | War
             id="aaa.E103",
         ))
     return out
-
-
-def _broker_url() -> str:
-    from celery import current_app
-
-    return (getattr(settings, "CELERY_BROKER_URL", None) or current_app.conf.broker_url
-            or os.environ.get("CELERY_BROKER_URL") or "")
 
 
 @register("database")

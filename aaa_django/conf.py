@@ -130,7 +130,7 @@ STREAM_TOKENS       bool             False         Live tokens: the model client
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from django.conf import settings
 
@@ -188,3 +188,44 @@ def aaa_settings() -> dict[str, Any]:
     """The site's ``AAA`` dict merged over ``DEFAULTS``."""
     site = site_aaa()
     return {**DEFAULTS, **(site if isinstance(site, dict) else {})}
+
+
+# -- the broker and Redis of the cluster -------------------------------------------------
+
+#: URL schemes of a Redis server (a Celery broker of that kind doubles as the bus's Redis)
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+#: the site's Celery broker URL, as the Celery app the bus publishes to has it: set by
+#: the Celery adapter when the app is ready (``aaa_django.celery.wiring``); None while
+#: no bus registered one (then ``settings.CELERY_BROKER_URL``)
+_broker: Callable[[], str | None] | None = None
+
+
+def set_broker(url: Callable[[], str | None] | None) -> None:
+    """Name where the site's Celery broker URL is read (the Celery adapter does, from
+    ``AppConfig.ready``); None forgets it."""
+    global _broker
+    _broker = url
+
+
+def broker_url() -> str:
+    """The site's Celery broker URL: the registered Celery app's, else
+    ``settings.CELERY_BROKER_URL``; "" when there is none."""
+    url = _broker() if _broker is not None else None
+    return url or getattr(settings, "CELERY_BROKER_URL", None) or ""
+
+
+def is_redis(url: str | None) -> bool:
+    """Does ``url`` name a Redis server?"""
+    return bool(url) and str(url).split(":", 1)[0] in REDIS_SCHEMES
+
+
+def redis_url() -> str | None:
+    """The Redis of the Celery bus (locks, leases, notices, live tokens):
+    ``AAA["REDIS_URL"]``, else the Celery broker's URL when it is Redis; None when
+    there is none."""
+    url = aaa_settings()["REDIS_URL"]
+    if url:
+        return str(url)
+    broker = broker_url()
+    return broker if is_redis(broker) else None

@@ -25,11 +25,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
 def broker_from_settings_only(monkeypatch):
     # A Celery app another test configured (or the environment) must not supply a
     # broker here: the broker is CELERY_BROKER_URL, as each test sets it.
-    from django.conf import settings
+    import aaa_django.conf as conf
 
-    import aaa_django.checks as checks
-
-    monkeypatch.setattr(checks, "_broker_url", lambda: getattr(settings, "CELERY_BROKER_URL", "") or "")
+    monkeypatch.setattr(conf, "_broker", None)  # no Celery app registered: the settings' URL
 
 
 def test_the_in_process_bus_needs_nothing():

@@ -60,7 +60,7 @@ from celery.signals import task_postrun, task_prerun
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from aaa_django.conf import aaa_settings
+from aaa_django.conf import aaa_settings, redis_url
 from aaa_django.events import Event, EventList, EventStore
 from aaa_django.events.tail import TailCachedStore
 from aaa_django.runtime import logcontext
@@ -135,15 +135,6 @@ def celery_app() -> Any:
     ``Proxy._get_current_object`` is private, though Celery's own code unwraps its
     proxies so throughout; ``tests/celery/test_celery_app.py`` fails if it changes."""
     return current_app._get_current_object()
-
-
-def redis_url() -> str | None:
-    """``AAA["REDIS_URL"]``, else the Celery broker URL when it is Redis."""
-    url = aaa_settings()["REDIS_URL"]
-    if url:
-        return url
-    broker = celery_app().conf.broker_url or ""
-    return broker if broker.split(":", 1)[0] in ("redis", "rediss", "unix") else None
 
 
 _coordinators: dict[tuple, Coordinator] = {}

@@ -34,9 +34,9 @@ from typing import Any
 from celery import bootsteps
 from celery.signals import celeryd_init, worker_ready
 
-from aaa_django.conf import aaa_settings
+from aaa_django.conf import aaa_settings, redis_url
 
-from .bus import _queues, redis_url
+from .bus import _queues
 from .coordination import Coordinator
 
 log = logging.getLogger("aaa_django.bus")

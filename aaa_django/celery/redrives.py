@@ -75,10 +75,7 @@ class Ledger(Protocol):
 
 
 def ledger_of(store: Any) -> Ledger:
-    """The ledger for runs in ``store`` (or in the store it wraps: an engine's
-    ``TailCachedStore``)."""
-    while not isinstance(store, DjangoEventStore) and getattr(store, "inner", None) is not None:
-        store = store.inner
+    """The ledger for runs in ``store`` (an engine's ``base_store``)."""
     if isinstance(store, DjangoEventStore):
         return DatabaseLedger(store.using)
     return MemoryLedger.of(store)

@@ -108,7 +108,7 @@ async def fire_due(engine: Engine, *, now: float | None = None, limit: int = FIR
     is asked for its unfinished runs and each run's ``RUNMETA`` instead (the sweeper's
     pace, not the duty's)."""
     now = time.time() if now is None else now
-    store = engine.store
+    store = engine.base_store
     if not isinstance(store, DueIndex):
         due = []
         for run_id in sorted(await unfinished_runs(store)):
@@ -173,7 +173,7 @@ async def sweep(
     report = SweepReport()
     if not dry_run:
         report.fired = await fire_due(engine, now=now)
-    runs = await unfinished_runs(engine.store)
+    runs = await unfinished_runs(engine.base_store)
     report.unfinished = len(runs)
     coord = _coordinator_of(engine.bus)
     idle = []
@@ -182,7 +182,7 @@ async def sweep(
             report.active.append(run_id)
         else:
             idle.append(run_id)
-    ledger = ledger_of(engine.store)
+    ledger = ledger_of(engine.base_store)
     if isinstance(ledger, MemoryLedger):
         ledger.keep(runs)
     seen = await ledger.seen(idle) if idle else {}

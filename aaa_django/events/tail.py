@@ -136,10 +136,14 @@ class _Delivery:
 
 
 @runtime_checkable
-class Tail(Protocol):
+class Tail(EventStore, Protocol):
     """What the engine asks of a store that keeps the tails of the streams it serves
     (detected once, where the engine is built): a delivery's scope, in which a synced
-    stream is read from memory; the step's guard; what it holds already."""
+    stream is read from memory; the step's guard; what it holds already; and the
+    store it keeps them of (``inner``: what that store offers beyond the EventStore
+    protocol is found there; a tail forwards nothing it does not declare)."""
+
+    inner: EventStore
 
     def delivery(self) -> contextlib.AbstractContextManager[None]: ...
 
@@ -192,9 +196,6 @@ class TailCachedStore:
 
     def __repr__(self) -> str:
         return f"TailCachedStore({self.inner!r})"
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     @staticmethod
     def delivery() -> contextlib.AbstractContextManager[None]:

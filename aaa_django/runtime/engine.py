@@ -247,17 +247,20 @@ class Engine:
         answers: bool = True,
     ) -> None:
         store = store if store is not None else InMemoryEventStore()
-        if not isinstance(store, Tail):
-            store = TailCachedStore(store)
-        self.store: EventStore = store
+        tail: Tail = store if isinstance(store, Tail) else TailCachedStore(store)
+        #: the site's store under the tail: what it offers beyond the EventStore protocol
+        #: (``ErasesMany``, a due index, the database it is on) is found on it, never
+        #: through the tail, which forwards nothing it does not declare
+        self.base_store: EventStore = tail.inner
+        self.store: EventStore = tail
         #: the store's tail (detected once, here): what this engine holds of the log
-        self.tail: Tail = store
+        self.tail: Tail = tail
         #: a run's step appends only if the run's log is still the one it read (False:
         #: only to show, in a test, what the guard prevents)
         self.guard_steps = True
-        #: the store's ``erase_many`` (many streams in one transaction; through the tail:
-        #: its inner's), or None
-        self._erase_many = store.erase_many if isinstance(store, ErasesMany) else None
+        #: the store's ``erase_many`` (many streams in one transaction), or None
+        base = self.base_store
+        self._erase_many = base.erase_many if isinstance(base, ErasesMany) else None
         self.blobs = blobs
         #: the blob store keeps namespaces (a run's blobs are erased in one call)
         self._namespaced = isinstance(blobs, NamespacedBlobStore)

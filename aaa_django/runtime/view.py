@@ -8,7 +8,7 @@ log, so the in-process holder may share states. The engine reads through one (it
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 from aaa_django.data import is_claimed
 from aaa_django.events import (
@@ -28,7 +28,8 @@ __all__ = ["HydratedView", "StoreUnavailable"]
 
 class HydratedView:
     """``store`` with ``read`` returning hydrated events (``hydrate`` restores one
-    event's claim-checked payload); the rest delegated. ``unavailable``: a failed read
+    event's claim-checked payload); the rest of the EventStore protocol delegated, and
+    nothing else (what ``store`` offers beyond it is asked of ``store`` itself). ``unavailable``: a failed read
     raises :class:`StoreUnavailable` (the engine's view); else the error itself."""
 
     def __init__(self, store: EventStore, hydrate: Callable[[Event], Awaitable[Event]], *,
@@ -71,5 +72,23 @@ class HydratedView:
             out.committed, out.pending = events.committed, events.pending
         return out
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+    # -- the rest of the EventStore protocol, forwarded by name (declared, so that a
+    # Protocol check sees it on every Python: 3.12 looks attributes up statically) --
+
+    async def append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
+        return await self._store.append(events, expected_seq=expected_seq)
+
+    async def head(self, stream: str) -> tuple[int, str] | None:
+        return await self._store.head(stream)
+
+    async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
+        return await self._store.load_snapshot(stream, name, version)
+
+    async def save_snapshot(self, snapshot: Snapshot) -> bool:
+        return await self._store.save_snapshot(snapshot)
+
+    async def erase(self, stream: str) -> int:
+        return await self._store.erase(stream)
+
+    async def streams(self) -> list[str]:
+        return await self._store.streams()

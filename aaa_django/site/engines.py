@@ -21,6 +21,7 @@ from aaa_django.store.postgres import site_store
 from aaa_django.tools import ToolHandler, ToolRegistry
 
 from .blobs import StorageBlobStore
+from .buses import site_bus
 from .llm_settings import client_from_settings
 from .mcp_settings import mcp_tools
 from .tokens import site_tokens
@@ -36,8 +37,8 @@ def build_engine(*, using: str = "default", **overrides: Any) -> Engine:
     the run.
 
     ``overrides`` go to the Engine as they are (``bus=...``, ``blobs=...``, ...). The
-    bus is the one ``AAA["BUS"]`` names unless given: with ``"celery"``, a
-    :class:`~aaa_django.celery.bus.DistributedBus`. The engine sends the signals of
+    bus is the one ``AAA["BUS"]`` names unless given (:func:`~aaa_django.site.buses.site_bus`:
+    with ``"celery"``, the Celery adapter's ``DistributedBus``). The engine sends the signals of
     :mod:`aaa_django.signals`, and with ``AAA["OTEL"]`` OpenTelemetry spans and metrics
     (:mod:`aaa_django.observe.otel`).
     Use it as ``async with build_engine() as engine:``.
@@ -51,11 +52,9 @@ def build_engine(*, using: str = "default", **overrides: Any) -> Engine:
         # its waits share the process's hub for the database with the event streams
         "wakeups": wakeups.for_database(using),
     }
-    if conf["BUS"] == "celery" and "bus" not in overrides:
-        # the cluster: deliveries are Celery tasks (Celery: an optional dependency)
-        from aaa_django.celery.bus import DistributedBus
-
-        options["bus"] = DistributedBus()
+    if "bus" not in overrides and (bus := site_bus(conf["BUS"])) is not None:
+        # the cluster: deliveries are Celery tasks (the bus its adapter registered)
+        options["bus"] = bus
     options.update(overrides)
     engine = Engine(**options)
     from aaa_django.signals import SignalSender  # the run's signals, after commit
@@ -111,16 +110,25 @@ def attach_site_handlers(engine: Engine) -> Engine:
         LLMHandler(client, deltas=deltas).attach(engine)
     elif not setup:
         LLMHandler(NoModelClient()).attach(engine)
-    tools = [import_string(p) for p in conf.get("TOOLS") or ()]
-    if conf.get("MCP_SERVERS"):
-        tools += mcp_tools()
-    if conf.get("AGENTS"):
-        tools += [t for path in conf["AGENTS"] for t in agent_tools(import_string(path))]
+    tools = site_tools()
     if tools:
         ToolHandler(ToolRegistry(tools)).attach(engine)
     if setup:
         import_string(setup)(engine)
     return engine
+
+
+def site_tools() -> list[Any]:
+    """The tools the settings give the site's engines: ``AAA["TOOLS"]`` (dotted paths of
+    @tool functions), the tools of the ``AAA["MCP_SERVERS"]`` (listed now, from each
+    server) and those of the ``AAA["AGENTS"]`` (Pydantic AI agents)."""
+    conf = aaa_settings()
+    tools = [import_string(p) for p in conf.get("TOOLS") or ()]
+    if conf.get("MCP_SERVERS"):
+        tools += mcp_tools()
+    if conf.get("AGENTS"):
+        tools += [t for path in conf["AGENTS"] for t in agent_tools(import_string(path))]
+    return tools
 
 
 def load_agents() -> list[Any]:

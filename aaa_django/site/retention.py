@@ -49,6 +49,7 @@ from aaa_django.models import EventRecord, RunRecord
 from aaa_django.runtime import InProcessBus
 from aaa_django.runtime.event_types import completion_id
 from aaa_django.runtime.outcome import OUTCOMES
+from aaa_django.store import DjangoEventStore
 
 from .engines import build_engine
 
@@ -123,7 +124,7 @@ async def apply_retention(
     trees erased in this pass (the rest wait for the next); ``now`` is for tests.
     ``progress``: an :class:`~aaa_django.management.progress.Progress`, advanced by the
     runs erased (found due, in a dry run) at each batch."""
-    using = engine.store.using
+    using = database_of(engine)
     policy = Policy.from_settings() if policy is None else policy
     now = datetime.now(timezone.utc) if now is None else now
     batch = int(aaa_settings()["RETENTION_BATCH"] if batch is None else batch)
@@ -154,6 +155,16 @@ async def apply_retention(
 
 
 # -- which runs are due ---------------------------------------------------------------
+
+
+def database_of(engine: Any) -> str:
+    """The database alias of ``engine``'s store: retention erases from the site's
+    database (an engine of :func:`~aaa_django.site.engines.build_engine`)."""
+    store = engine.base_store
+    if not isinstance(store, DjangoEventStore):
+        raise TypeError(f"retention works on the site's database store, not on {store!r}: "
+                        "use build_engine()")
+    return store.using
 
 
 def due_roots(using: str, policy: Policy, now: datetime, limit: int,
@@ -237,7 +248,7 @@ async def sweep_orphans(engine: Any, *, now: datetime | None = None, grace: floa
     if not isinstance(blobs, BlobInventory):
         log.warning("retention: %r cannot list its blobs; no orphan sweep", blobs)
         return []
-    using = engine.store.using
+    using = database_of(engine)
     grace = float(aaa_settings()["ORPHAN_GRACE"] if grace is None else grace)
     cutoff = (time.time() if now is None else now.timestamp()) - grace
     found: list[tuple[str, str]] = []

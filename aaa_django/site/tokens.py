@@ -13,10 +13,9 @@ from __future__ import annotations
 import json
 import logging
 
-from aaa_django.celery.bus import redis_url
-from aaa_django.conf import aaa_settings
+from aaa_django.conf import aaa_settings, redis_url
 from aaa_django.llm.deltas import LocalTokens, TokenDelta, TokenSubscription
-from aaa_django.store.tokens import RedisTokens
+from aaa_django.store.tokens import RedisTokens  # (redis itself: imported when used)
 
 log = logging.getLogger("aaa_django.tokens")
 
