@@ -165,7 +165,7 @@ if env("AAA_REDIS_URL"):
 CELERY_BROKER_URL = env("AAA_REDIS_URL", "memory://")
 CELERY_RESULT_BACKEND = env("AAA_REDIS_URL") or None
 CELERY_TASK_IGNORE_RESULT = True
-# Cluster mode (README "Cluster mode"): `celery -A project worker`, no -Q and no beat
+# Cluster mode (docs/cluster.md): `celery -A project worker`, no -Q and no beat
 # (the workers fire due deadlines and sweep stalled runs themselves). One message at a
 # time per worker process; a message a worker took and did not acknowledge goes to
 # another after 10 minutes (above the demo's longest model or tool call: no message

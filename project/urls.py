@@ -10,7 +10,7 @@ from aaa_django.api import router as aaa_router
 api = NinjaAPI(
     title="aaa_django example site",
     version="1",
-    description="Start, watch, answer and cancel agent runs (see the README's REST API section).",
+    description="Start, watch, answer and cancel agent runs (see docs/api.md).",
     urls_namespace="aaa",
 )
 api.add_router("/", aaa_router)

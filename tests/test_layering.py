@@ -1,5 +1,5 @@
-"""The layers of DESIGN.md hold: the core imports no Django, Celery or other adapter
-library; arrows point down only; no module imports itself through others.
+"""The layers of docs/architecture.md#layers hold: the core imports no Django, Celery or
+other adapter library; arrows point down only; no module imports itself through others.
 
 Checked by import-linter's contracts in pyproject.toml (the core's forbidden imports,
 the layers, the independent siblings), by reading every core module's imports with

@@ -36,12 +36,17 @@ def test_the_sdist_has_the_docs_the_package_points_to(tmp_path):
             "aaa_django/static/aaa/live.js"} <= names
 
 
-def test_the_readme_names_every_extra_a_site_installs():
-    """The README's ``pip install`` line names each optional dependency a site may ask
-    for (``test`` is the suite's own)."""
+@pytest.mark.parametrize("page", ["README.md", "docs/install.md"])
+def test_the_install_instructions_name_every_extra_a_site_installs(page):
+    """The ``pip install aaa_django`` line of the README and of the install how-to names
+    each optional dependency a site may ask for (``test`` is the suite's own), and
+    their table of extras has a row for each."""
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    line = next(ln for ln in (ROOT / "README.md").read_text().splitlines()
-                if ln.startswith("pip install aaa_django "))
-    assert [name for name in extras if name != "test" and f"[{name}]" not in line] == []
+    wanted = [name for name in extras if name != "test"]
+    text = (ROOT / page).read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("pip install aaa_django "))
+    assert [name for name in wanted if f"[{name}]" not in line] == []
+    rows = [ln.split(" | ")[0] for ln in text.splitlines() if ln.startswith("| `")]
+    assert [name for name in wanted if not any(f"`{name}`" in row for row in rows)] == []

@@ -1,9 +1,12 @@
-"""The README as a new user reads it: its commands run as written, its tables are whole.
+"""The README and the docs as a new user reads them: their commands run as written,
+their tables are whole.
 
-- Every environment variable the example site reads is in the README's table.
-- The REST walkthrough ("Try it on the example site") runs, as written, in bash with
-  ``set -euo pipefail``, against the example site started as ``bin/serve`` starts it
-  (migrate, the demo user, the development server), on a scratch SQLite file.
+- Every environment variable the example site reads is in the table of
+  ``docs/settings.md`` ("The example site's environment variables").
+- The REST walkthrough of ``docs/tutorial.md`` ("2. Drive a run over the REST API"),
+  then the README's first run over the REST API ("A first run"), run, as written, in
+  bash with ``set -euo pipefail``, against the example site started as ``bin/serve``
+  starts it (migrate, the demo user, the development server), on a scratch SQLite file.
 """
 
 from __future__ import annotations
@@ -21,33 +24,31 @@ from pathlib import Path
 
 import pytest
 
+from .docs.pages import blocks, section
 from .test_site import manage
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
 
 
-def section(title: str) -> str:
-    start = README.index(title)
-    end = README.find("\n## ", start)
-    return README[start:end if end >= 0 else None]
-
-
-def test_every_variable_the_example_site_reads_is_in_the_readme_table():
+def test_every_variable_the_example_site_reads_is_in_the_settings_table():
     read = {name for p in (ROOT / "project").rglob("*.py")
             for name in re.findall(r"""\b(?:env|env_flag|getenv|environ\.get)\(\s*["'](AAA_[A-Z0-9_]+)""",
                                    p.read_text())}
     assert {"AAA_DEBUG", "AAA_LLM_BASE_URL", "AAA_S3_BUCKET"} <= read  # the scan sees them
-    table = section("## The example site's environment variables")
+    table = section("docs/settings.md", "The example site's environment variables")
     rows = [line for line in table.splitlines() if line.startswith("| `AAA_")]
     documented = {name for row in rows for name in re.findall(r"`(AAA_[A-Z0-9_]+)`", row.split(" | ")[0])}
-    assert read - documented == set(), "read by project/ but not in the README's table"
+    assert read - documented == set(), "read by project/ but not in the table of docs/settings.md"
 
 
 def walkthrough() -> str:
-    text = section("## REST API")
-    start = text.index("Try it on the example site")
-    return re.search(r"```sh\n(.*?)```", text[start:], re.S).group(1)
+    (script,) = blocks(section("docs/tutorial.md", "2. Drive a run over the REST API"), "sh")
+    return script
+
+
+def first_run_over_rest() -> str:
+    (script,) = blocks(section("README.md", "A first run"), "sh")
+    return script
 
 
 def free_port() -> int:
@@ -85,7 +86,8 @@ def test_the_rest_walkthrough_runs_as_written(tmp_path):
         cwd=ROOT, env={**clean, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_http(f"http://127.0.0.1:{port}/api/aaa/openapi.json", server)
-        script = "set -euo pipefail\n" + walkthrough() + '\necho; echo "RUNS $RUN $RUN2"\n'
+        script = ("set -euo pipefail\n" + walkthrough() + '\necho; echo "RUNS $RUN $RUN2"\n'
+                  + first_run_over_rest() + '\necho; echo "FIRST RUN DONE"\n')
         # the venv the README names is this one (bin/test and bin/serve make .venv)
         assert Path(ROOT / ".venv/bin/python").exists()
         result = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True,
@@ -100,6 +102,8 @@ def test_the_rest_walkthrough_runs_as_written(tmp_path):
     assert '"type":"aaa.run.completed"' in out  # the stream ran to the run's end
     assert f'"id": "{run}"' in out and '"outcome": "success"' in out
     assert '"cancel_requested": true' in out
+    first = out[out.index(f"RUNS {run} {run2}"):]  # the README's run, started over the API
+    assert '"algorithm": "aaa.algos.ToolLoop"' in first and "FIRST RUN DONE" in first
     con = sqlite3.connect(db)
     try:
         rows = dict(con.execute("SELECT run_id, outcome FROM aaa_run").fetchall())

@@ -113,10 +113,10 @@ def test_retention_settings_are_checked(aaa, expected):
     assert retention_ids(aaa) == expected
 
 
-def test_each_check_id_is_issued_by_one_module_and_named_in_the_readme():
+def test_each_check_id_is_issued_by_one_module_and_named_in_the_settings_reference():
     """A check id means one thing (a site silences it by id: ``SILENCED_SYSTEM_CHECKS``),
-    so one module issues it; the README names each (alone, or in a range ``aaa.E001``
-    ... ``aaa.E006``)."""
+    so one module issues it; the settings reference (``docs/settings.md``) names each
+    (alone, or in a range ``aaa.E001`` ... ``aaa.E006``)."""
     import re
     from pathlib import Path
 
@@ -128,15 +128,15 @@ def test_each_check_id_is_issued_by_one_module_and_named_in_the_readme():
     assert len(issued) > 20
     assert {i: m for i, m in issued.items() if len(m) > 1} == {}
 
-    readme = (root / "README.md").read_text()
-    named = set(re.findall(r"`(aaa\.[EW]\d{3})`", readme))
-    for low, high in re.findall(r"`aaa\.([EW]\d{3})`\.\.\.`aaa\.([EW]\d{3})`", readme):
+    reference = (root / "docs" / "settings.md").read_text()
+    named = set(re.findall(r"`(aaa\.[EW]\d{3})`", reference))
+    for low, high in re.findall(r"`aaa\.([EW]\d{3})`\.\.\.`aaa\.([EW]\d{3})`", reference):
         named |= {f"aaa.{low[0]}{n:03d}" for n in range(int(low[1:]), int(high[1:]) + 1)}
     assert set(issued) - named == set()
 
 
-def test_every_key_of_the_settings_has_a_row_in_a_readme_table():
+def test_every_key_of_the_settings_has_a_row_in_the_settings_reference():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert [key for key in DEFAULTS if f"| `{key}` |" not in readme] == []
+    reference = (Path(__file__).resolve().parents[1] / "docs" / "settings.md").read_text()
+    assert [key for key in DEFAULTS if f"| `{key}` |" not in reference] == []

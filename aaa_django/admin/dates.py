@@ -3,7 +3,7 @@ found by probing the index of the date, period by period.
 
 Django's date hierarchy asks its queryset's ``datetimes(field, kind)``: ``SELECT
 DISTINCT`` of the truncated date of every row the list's filters keep (247-360 ms a
-page at a million runs, ``benchmarks/README.md``, session 35), at every page of the
+page at a million runs, ``benchmarks/bench_run_list.py``), at every page of the
 list. :class:`ProbedDates` answers the same question with one query a period that
 holds a row, and one more: the first row at or after the start of the next period
 (``ORDER BY started_at LIMIT 1``, an index probe on ``aaa_run_started``). The answer

@@ -66,7 +66,7 @@ class EstimatingPaginator(Paginator):
     """The event list's pages, and the run list's. Django's admin counts the list for
     its pages: on a long log a ``COUNT(*)`` of every event at every page (64-78 ms at 2
     million events, growing with the log; the estimate 0.7 ms; a million runs 47 ms,
-    ``benchmarks/README.md``, session 35).
+    measured on ``benchmarks/bench_scale.py``'s tables).
     On PostgreSQL, a list the planner expects to exceed
     :data:`ESTIMATE_ABOVE` rows is counted by that estimate instead
     (``QuerySet.explain``: no row read), and the page says "about"; a shorter list

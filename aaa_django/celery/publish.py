@@ -183,8 +183,8 @@ def _reuse_redis_client(channel: Any) -> None:
     publishes one client over its connection pool, the same commands on the same
     connections.
 
-    A private detail of kombu, kept for a measured reason (benchmarks/README.md, issue
-    15): with kombu 5.7 and redis-py 8 a send costs 1.33-1.85x the CPU without it
+    A private detail of kombu, kept for a measured reason (benchmarks/bench_publish.py):
+    with kombu 5.7 and redis-py 8 a send costs 1.33-1.85x the CPU without it
     (``benchmarks/bench_publish.py``; the same one command and no new connection per
     send), a bare hop 1.14-1.27x the time, 6-15% of an engine hop.
     ``test_kombu_makes_a_client_per_publish_through_the_attribute_the_publisher_replaces``

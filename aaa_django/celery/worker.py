@@ -86,7 +86,7 @@ TIMED = frozenset({RUN_STARTED, APPROVAL_REQUESTED})
 #: run's busy lease (renewed while held), and the sweeper re-drives a run that no live
 #: process holds. (A run's start: a burst of starts went through each pool slot one
 #: validation's commit at a time, 200 runs started at once 0.5-0.6 s on -c 2;
-#: benchmarks/README.md, issue 15.)
+#: benchmarks/bench_concurrency.py --lags.)
 HANDED_OFF = frozenset({RUN_STARTED, LLM_REQUESTED, TOOL_REQUESTED, *APPROVAL_DECISIONS})
 #: tool work still running after this many seconds takes its run's busy lease and
 #: starts listening for its run's end (a cancelled run's tool call is cancelled at once);

@@ -23,7 +23,7 @@ RUN_TYPES = "aaa."
 #: ``Turns.alone``). A store whose calls otherwise go to a thread of its own and back
 #: may then make the call on the calling thread, blocking the loop for it: there is
 #: nothing for the loop to do meanwhile, and the two hand-offs cost a SQLite turn more
-#: than its statements did (``SqliteEventStore``; benchmarks/README.md). A hint: no
+#: than its statements did (``SqliteEventStore``; benchmarks/profile_turn_sqlite.py). A hint: no
 #: store needs it, and a caller that sets it wrongly only makes its loop wait.
 caller_alone: ContextVar[bool] = ContextVar("aaa_store_caller_alone", default=False)
 

@@ -41,7 +41,7 @@ erased and rewritten stream is read again from the start. Reads of one stream ov
 to it: a sync extends the tail it holds even when those appends grew it meanwhile, and
 never keeps the older of two views of one log, so an event this process appended stays
 held once the tail has it (a delivery told it holds its event found it missing, and its
-run waited for the sweeper: benchmarks/README.md, issue 15 by hand).
+run waited for the sweeper: found by benchmarks/field_trial.py).
 """
 
 from __future__ import annotations

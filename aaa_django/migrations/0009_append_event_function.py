@@ -10,7 +10,7 @@ connection behind a pooler): PL/pgSQL keeps the plans of its two statements for 
 session, so the server plans them once a connection, where the same work as one
 unprepared ``WITH stored AS (INSERT ...) UPDATE`` statement is parsed and planned at
 every append (0.08 ms of its 0.36 ms on the benchmark machine,
-``benchmarks/README.md``, session 33). Nothing is kept between calls on the client
+``benchmarks/ab_append_call.py``). Nothing is kept between calls on the client
 and nothing named is prepared, so a pooler that hands the next transaction to
 another server connection is unaffected. A connection that prepares sends the
 statement instead (prepared, it is a little cheaper than the call).

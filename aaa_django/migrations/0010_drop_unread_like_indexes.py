@@ -9,7 +9,8 @@ which no btree index serves). Yet the event's was written at every append, and
 weighed as much as the primary key: without it an append of one event writes 10-13%
 less WAL (``append_sync`` 968 bytes to 838, a run's event on ``PgEventStore`` 1,043 to
 962), and the event table's indexes hold 124 bytes an event instead of 197
-(``benchmarks/README.md``, session 35). The run's was written with each new run.
+(``benchmarks/bench_eventlog.py --only appends`` prints the WAL an event). The run's was
+written with each new run.
 
 ``CONCURRENTLY`` (so the migration is not atomic): a site with a large log does not
 hold its tables locked while the index goes, nor while it comes back on the way back.

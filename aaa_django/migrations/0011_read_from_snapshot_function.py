@@ -10,7 +10,7 @@ turns off for connection poolers; a store connection behind a pooler): PL/pgSQL 
 the plan of its query for the session, where the same query sent as a statement is
 parsed and planned at every read (its lateral join: 0.32 ms a read against 0.20 ms
 prepared and 0.23 ms as this call, a 1,000-event stream read 50 events behind its
-snapshot, ``benchmarks/README.md``, session 36). Nothing named is prepared on the
+snapshot; ``benchmarks/bench_eventlog.py --only snapshot``). Nothing named is prepared on the
 client, so a pooler that hands the next transaction to another server connection is
 unaffected; a connection that prepares sends the statement (prepared, it is a little
 cheaper than the call), as migration 0009's append does.

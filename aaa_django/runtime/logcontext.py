@@ -10,7 +10,8 @@ read it, for the site's ``LOGGING``:
   string may name them (``%(run_id)s``);
 - :class:`JsonFormatter`: one JSON object per line, with those three fields when set.
 
-Both are plain ``logging``: the README shows a ``LOGGING`` that uses them.
+Both are plain ``logging``: ``docs/observe.md#logs-with-context`` shows a ``LOGGING`` that
+uses them.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ __all__ = ["HOLD", "WIDTH", "Turns", "for_delivery"]
 
 #: deliveries running at once: enough for the CPU to have work while commits wait
 #: (a delivery is ~0.5 ms of CPU, a durable commit 0.4-2 ms) and for group commits to
-#: fill; few enough that the oldest work is done first (benchmarks/README.md, issue 15)
+#: fill; few enough that the oldest work is done first (benchmarks/bench_concurrency.py --width)
 WIDTH = 16
 #: seconds a delivery keeps its turn at most (see the module)
 HOLD = 0.1

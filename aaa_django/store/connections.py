@@ -21,7 +21,7 @@ PgBouncer, pgcat, Supavisor and Odyssey do), and the alias does not say it is po
 pooler). A ``prepare_threshold`` in the alias's ``OPTIONS`` decides instead (None: never).
 Preparing saves the server the parse and plan of each statement: on this project's
 machine a snapshot with the 50 events after it read in 0.70-0.76x the time, a ToolLoop
-turn 0.89-0.93x, appends of 8 runs at once 0.61x (``benchmarks/README.md``).
+turn 0.89-0.93x, appends of 8 runs at once 0.61x (``benchmarks/ab_write_path.py --prepared``).
 
 A connection whose call was interrupted (cancelled mid-statement: psycopg's view of
 what the server holds, its prepared statements', may be off) or whose server no longer

@@ -265,8 +265,8 @@ def distinct(conn, column: str, table: str = "aaa_event") -> list[str]:
     PostgreSQL before 18 nor SQLite plans for ``SELECT DISTINCT``): what the values
     cost, not the table's length. (At 2 million events ``SELECT DISTINCT type`` read
     the whole index, 77-86 ms, and this 0.5 ms; the streams of 20,000 runs 241 ms and
-    134 ms; at a million runs their outcomes 77 ms; ``benchmarks/README.md``, session
-    35.)"""
+    134 ms; at a million runs their outcomes 77 ms; on ``benchmarks/bench_scale.py``'s
+    tables.)"""
     if (table, column) not in _LEADING:
         raise ValueError(f"not a leading column of an index: {table}.{column}")
     sql = (f"WITH RECURSIVE t(v) AS (SELECT min({column}) FROM {table} UNION ALL "

@@ -122,7 +122,7 @@ def unfinished(using: str) -> dict[str, float]:
     long the log: asked of the log it read every event of every run (a sequential
     scan of ``aaa_event``: 0.4 s and 770 MB read at 2 million events, every sweep;
     at 1 million events with 1,000 runs in flight 346 ms, and 23 ms of the index:
-    ``benchmarks/bench_scale.py``, ``benchmarks/README.md``, session 35). The newest
+    ``benchmarks/bench_scale.py``). The newest
     event decides, not the row: a row behind its log (caught up after the commit, see
     :func:`index_events`) whose run has completed is not unfinished, and its time is
     the log's. A row is made in the
@@ -178,7 +178,7 @@ def _update_row(columns: tuple[str, ...], ends: bool) -> str:
     row's ``last_seq``. Only the columns a fold changed are named: SQLite rewrites the
     entry of every index on a column an UPDATE names, even to the value it had (a
     turn's UPDATE naming all of them dirtied six pages of the run's indexes, every one
-    written to the WAL and synced at the commit; see benchmarks/README.md)."""
+    written to the WAL and synced at the commit)."""
     sets = [f"{c} = %s" for c in columns] + (["ended_at = %s"] if ends else [])
     return f"UPDATE aaa_run SET {', '.join(sets)} WHERE run_id = %s AND last_seq = %s"
 

@@ -13,7 +13,8 @@ file, opened as Django opens its own (``get_connection_params`` and
 and process, in autocommit. Where they run (``own_thread``): on one plain thread the
 connection owns (``loop.run_in_executor`` on a ``ThreadPoolExecutor(1)``; the default)
 or on the calling thread, blocking its loop for each call (``own_thread=False``). See
-benchmarks/README.md for what each cost and why the default is what it is.
+benchmarks/profile_turn_sqlite.py --compare for what each costs (``docs/waiting.md`` says
+why the default is what it is).
 
 The statements are the sync store's: the one-transaction append of
 :mod:`aaa_django.store.appends` (``BEGIN IMMEDIATE``, one query, the INSERT and the
@@ -155,7 +156,7 @@ class SqliteConnection:
         already: :meth:`append_here` takes the write lock with a timeout of 0 and
         leaves it so, and every other call sets the alias's back first. (Set and
         restored around each ``BEGIN IMMEDIATE``, two PRAGMAs cost a run alone 0.028 ms
-        an append, a tenth of it; benchmarks/README.md, session 33.)"""
+        an append, a tenth of it; benchmarks/ab_turn.py --db sqlite.)"""
         if self._busy_now != ms:
             raw.execute(f"PRAGMA busy_timeout = {ms}")
             self._busy_now = ms

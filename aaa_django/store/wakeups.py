@@ -243,7 +243,7 @@ class Notifier:
                 # At most one NOTIFY per GATHER: the first after a quiet spell goes at
                 # once, the appends that follow it share the next. A run's appends come
                 # 1-3 ms apart, and a NOTIFY each cost this thread about as much CPU as
-                # the append itself (benchmarks/README.md, issue 19).
+                # the append itself (benchmarks/profile_append.py).
                 wait = sent + GATHER - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)

@@ -2,8 +2,8 @@
 
 Reads an export (``aaa_export``, the API, the admin), checks it (every blob against
 its hash) and stores the run with its ids, owned by ``--owner`` (a username) or
-nobody. Nothing is written when anything is wrong. The run is not driven: ``--resume``
-adopts an unfinished one in this process (with ``AAA["BUS"] = "celery"``: the workers).
+nobody. Nothing is written when anything is wrong. The run is not driven: an unfinished
+one waits until something re-drives it (``aaa_sweep``, ``engine.resume``).
 """
 
 from __future__ import annotations
