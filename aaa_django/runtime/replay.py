@@ -41,6 +41,8 @@ from .event_types import (
     CHILD_COMPLETED,
     INPUT_REJECTED,
     INPUT_VALIDATED,
+    LLM_ABANDONED,
+    LLM_ATTEMPTED,
     LLM_COMPLETED,
     LLM_FAILED,
     RUN_COMPLETED,
@@ -58,6 +60,8 @@ FED = frozenset({
     RUN_STARTED,
     INPUT_VALIDATED,
     INPUT_REJECTED,
+    LLM_ATTEMPTED,
+    LLM_ABANDONED,
     LLM_COMPLETED,
     LLM_FAILED,
     TOOL_STARTED,
@@ -72,8 +76,12 @@ FED = frozenset({
 
 def is_fed(e: Event) -> bool:
     """Whether the replay feeds ``e`` rather than expects the code to decide it. A
-    timeout is the clock's doing (a timer rang), like an approval's expiry."""
-    return e.type in FED or (e.type == RUN_COMPLETED and e.data.get("outcome") == TIMEOUT)
+    timeout is the clock's doing (a timer rang), like an approval's expiry. The result
+    a run's end records for a call it cut off (``"cut_off": true``) is the engine's
+    decision, made with the end."""
+    if e.type == RUN_COMPLETED:
+        return e.data.get("outcome") == TIMEOUT
+    return e.type in FED and not e.data.get("cut_off")
 
 
 class ReplayBus:

@@ -308,7 +308,8 @@ async def cascade_cancel(duplicate: bool) -> Result:
 Scenario = Callable[[bool], Awaitable[Result]]
 
 STARTED = ["aaa.run.started", "aaa.input.validated"]
-LLM = ["aaa.llm.requested", "aaa.llm.completed"]
+#: a model call: its request, its attempt (on the log before it is sent), its result
+LLM = ["aaa.llm.requested", "aaa.llm.attempted", "aaa.llm.completed"]
 TOOL_OK = ["aaa.tool.requested", "aaa.tool.completed"]
 DONE = ["aaa.run.completed"]
 
@@ -316,8 +317,8 @@ DONE = ["aaa.run.completed"]
 EXPECTED: dict[str, tuple[Scenario, str, list[str]]] = {
     "success": (success, "success", STARTED + LLM + TOOL_OK + LLM + DONE),
     "no_solution": (no_solution, "no_solution", STARTED + LLM + TOOL_OK + LLM + DONE),
-    # nothing follows a run's end: the cancelled tool's result is not recorded
-    "timeout": (timeout, "timeout", STARTED + LLM + ["aaa.tool.requested"] + DONE),
+    # the run's end records the tool call it cut off; nothing follows the end
+    "timeout": (timeout, "timeout", STARTED + LLM + ["aaa.tool.requested", "aaa.tool.failed"] + DONE),
     "budget_tokens": (budget_tokens, "budget_exceeded", STARTED + LLM + TOOL_OK + LLM + DONE),
     "budget_cost": (budget_cost, "budget_exceeded", STARTED + LLM + DONE),
     # the request over a call budget is refused: never recorded
@@ -327,9 +328,10 @@ EXPECTED: dict[str, tuple[Scenario, str, list[str]]] = {
     "invalid_input": (invalid_input, "invalid_input",
                       ["aaa.run.started", "aaa.input.rejected"] + DONE),
     "cancelled": (cancelled, "cancelled",
-                  STARTED + LLM + ["aaa.tool.requested", "aaa.cancel.requested"] + DONE),
+                  STARTED + LLM + ["aaa.tool.requested", "aaa.cancel.requested", "aaa.tool.failed"] + DONE),
     "failed": (failed, "failed", STARTED + DONE),
-    "failed_model": (failed_model, "failed", STARTED + ["aaa.llm.requested", "aaa.llm.failed"] + DONE),
+    "failed_model": (failed_model, "failed",
+                     STARTED + ["aaa.llm.requested", "aaa.llm.attempted", "aaa.llm.failed"] + DONE),
     "approval_granted": (approval_granted, "success",
                          STARTED + LLM + ["aaa.tool.requested", "aaa.approval.requested",
                                           "aaa.approval.granted", "aaa.tool.completed"] + LLM + DONE),
@@ -346,11 +348,13 @@ EXPECTED: dict[str, tuple[Scenario, str, list[str]]] = {
     "pool": (pool, "success",
              STARTED + ["aaa.tool.requested"] * 10 + ["aaa.tool.completed"] * 10 + DONE),
     "late_model_result": (late_model_result, "cancelled",
-                          STARTED + ["aaa.llm.requested", "aaa.cancel.requested"] + DONE),
+                          STARTED + ["aaa.llm.requested", "aaa.llm.attempted", "aaa.cancel.requested",
+                                     "aaa.llm.failed"] + DONE),
     "child_run": (child_run, "success",
                   STARTED + ["aaa.child.requested", "aaa.child.completed"] + DONE
                   + STARTED + LLM + TOOL_OK + LLM + DONE),
     "cascade_cancel": (cascade_cancel, "cancelled",
                        STARTED + ["aaa.child.requested", "aaa.cancel.requested"] + DONE
-                       + STARTED + LLM + ["aaa.tool.requested", "aaa.cancel.requested"] + DONE),
+                       + STARTED + LLM + ["aaa.tool.requested", "aaa.cancel.requested", "aaa.tool.failed"]
+                       + DONE),
 }

@@ -9,7 +9,7 @@ import copy
 
 from aaa_django.algos.loops import LoopCall, LoopResult, LoopState
 from aaa_django.runtime.budget import Budget
-from aaa_django.runtime.meta import PendingApproval, RunMeta
+from aaa_django.runtime.meta import OpenCall, PendingApproval, RunMeta
 
 
 def _reference_meta(s: RunMeta) -> RunMeta:
@@ -17,6 +17,7 @@ def _reference_meta(s: RunMeta) -> RunMeta:
     new.spend = s.spend.model_copy()
     new.children = dict(s.children)
     new.approvals = dict(s.approvals)
+    new.calls = dict(s.calls)
     return new
 
 
@@ -32,7 +33,8 @@ def _same(a, b) -> None:
 def test_a_runmeta_copy_is_model_copy_and_shares_nothing_mutable():
     s = RunMeta(run_id="run-1", algorithm="a", status="running", budget=Budget(model_calls=3),
                 children={"run-c": "k"},
-                approvals={"r": PendingApproval(seq=3, tool_request_id="t", tool_request_seq=2)})
+                approvals={"r": PendingApproval(seq=3, tool_request_id="t", tool_request_seq=2)},
+                calls={"q": OpenCall(kind="llm", seq=4, tag="turn-1")})
     s.spend.model_calls = 2
     for state in (s, RunMeta()):
         new = copy.deepcopy(state)
@@ -40,13 +42,15 @@ def test_a_runmeta_copy_is_model_copy_and_shares_nothing_mutable():
         _same(new.spend, state.spend)
         assert new.spend is not state.spend
         assert new.children is not state.children and new.approvals is not state.approvals
+        assert new.calls is not state.calls
         new.spend.model_calls += 1
         new.children["x"] = "y"
         new.approvals.pop("r", None)
+        new.calls.pop("q", None)
         new.status = "completed"
         assert state.spend.model_calls in (0, 2) and "x" not in state.children
         assert state.status != "completed"
-    assert "r" in s.approvals
+    assert "r" in s.approvals and "q" in s.calls
 
 
 def test_a_loop_state_copy_is_model_copy_and_shares_nothing_mutable():
