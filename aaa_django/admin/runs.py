@@ -49,6 +49,7 @@ from aaa_django.store.rows import to_event
 
 from . import charts, graphs, livetokens, pictures, reading, timeline
 from .actions import RunActions
+from .attempts import model_calls
 from .dates import ProbedDates
 from .exchange import RunExchange, forks_of
 from .records import EstimatingPaginator, indexed_values
@@ -345,6 +346,7 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
             schema_text=_schema_text(started_data.get("config")),
             outcome_text=_pretty((reading.data_of(ended) or {}).get("value")) if ended else None,
             approvals=self._approvals(run.run_id, meta, using),
+            attempts=model_calls(run.run_id, using),  # the attempts panel (_attempts.html)
             parent=RunRecord.objects.using(using).filter(pk=run.parent).first() if run.parent else None,
             children=list(RunRecord.objects.using(using).filter(parent=run.run_id)
                           .order_by("started_at")[:CHILDREN_SHOWN]),
