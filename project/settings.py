@@ -154,6 +154,8 @@ if env_flag("AAA_STREAM_TOKENS", False):  # a provider's replies as they are wri
     AAA["STREAM_TOKENS"] = True
 if env("AAA_STALL_AFTER"):  # the cluster's sweeper: seconds before a run counts as stalled
     AAA["STALL_AFTER"] = float(env("AAA_STALL_AFTER"))
+if env("AAA_LEASE_TTL"):  # the cluster's leases: seconds a dead worker's leases live
+    AAA["LEASE_TTL"] = float(env("AAA_LEASE_TTL"))
 
 # The API's rate limits count in the default cache: shared between processes when
 # there is a Redis (else each process counts alone: system check aaa.W020 outside DEBUG).

@@ -88,7 +88,6 @@ from .event_types import (
     CANCEL_REQUESTED,
     CHILD_COMPLETED,
     CHILD_REQUESTED,
-    LLM_ATTEMPTED,
     LLM_FAILED,
     LLM_REQUESTED,
     RUN_COMPLETED,
@@ -878,16 +877,11 @@ class Engine:
 
     async def _appended(self, stored: EventList) -> None:
         """After an append: a run's end kept and its waiters woken; the new events
-        published, but a model attempt's record (``aaa.llm.attempted``: nothing
-        reacts to it; a Celery message saved per model call)."""
+        published."""
         for e in stored:
             if e.type == RUN_COMPLETED:
                 _keep(self._completions, e.stream, e, COMPLETIONS_KEPT)
                 self.wake(e.stream)
-        if any(e.type == LLM_ATTEMPTED for e in stored):
-            kept = EventList(e for e in stored if e.type != LLM_ATTEMPTED)
-            kept.committed = stored.committed
-            stored = kept
         if stored:
             await self.bus.publish(stored)
 

@@ -10,6 +10,11 @@ test knows the one right answer of each run. Each answer comes after a random de
 between MIN and MAX seconds (a model thinks); while FILE exists, none comes (the calls
 wait: a test holds its runs in flight while it breaks things). It prints ``ready``
 once it listens.
+
+It counts the calls it receives, as a provider bills them: ``GET /calls`` answers
+``{"total": n, "calls": {"<key>": n}}``, a call's key being :func:`call_key` (which
+task, which turn), so a test compares each run's attempts on its log with what was
+received.
 """
 
 from __future__ import annotations
@@ -35,6 +40,12 @@ def fingerprint(task: str) -> str:
 def answer(task: str, populations: list[int]) -> str:
     """The final answer the script gives for ``task`` (the field test expects it)."""
     return f"task of {fingerprint(task)}: Lyon and Porto have {sum(populations)} inhabitants"
+
+
+def call_key(task: str, turn: int) -> str:
+    """The key a call is counted under: its task's SHA-256 (the start) and its turn (the
+    tool results the conversation holds: 0 for the first call, 2 after the two lookups)."""
+    return f"{hashlib.sha256(task.encode()).hexdigest()[:16]}:{turn}"
 
 
 def reply(body: dict[str, Any], n: int) -> dict[str, Any]:
@@ -64,6 +75,7 @@ def serve(port: int, latency: tuple[float, float], seed: int, hold: Path | None 
     rng = random.Random(seed)
     lock = threading.Lock()
     count = [0]
+    calls: dict[str, int] = {}
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -71,13 +83,25 @@ def serve(port: int, latency: tuple[float, float], seed: int, hold: Path | None 
         def log_message(self, *args: Any) -> None:
             pass
 
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") != "/calls":
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            with lock:
+                counted = {"total": count[0], "calls": dict(calls)}
+            self._send(200, counted)
+
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             if self.path.rstrip("/") != "/v1/chat/completions":
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
                 return
+            messages = body.get("messages") or []
+            task = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+            key = call_key(task, sum(1 for m in messages if m.get("role") == "tool"))
             with lock:
                 count[0] += 1
+                calls[key] = calls.get(key, 0) + 1
                 n, delay = count[0], rng.uniform(*latency)
             while hold is not None and hold.exists():
                 time.sleep(0.05)

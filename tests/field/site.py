@@ -29,11 +29,13 @@ class Site:
 
     def __init__(self, tmp: Path, s3_endpoint: str, *, bus: str = "inprocess", workers: int = 0,
                  model: bool = False, web_workers: int = 1, stall_after: float | None = None,
-                 model_latency: tuple[float, float] | None = None) -> None:
+                 model_latency: tuple[float, float] | None = None, lease_ttl: float | None = None) -> None:
         self.tmp = tmp
         #: the model server's seconds per call (min, max; its default: 0.3 to 1.0)
         self.model_latency = model_latency
         self.stall_after = stall_after
+        #: AAA["LEASE_TTL"] (None: the default): how long a dead worker's leases live
+        self.lease_ttl = lease_ttl
         self.s3_endpoint = s3_endpoint
         self.bus = bus
         self.n_workers = workers
@@ -81,12 +83,14 @@ class Site:
         }
         if self.stall_after is not None:
             self.env["AAA_STALL_AFTER"] = str(self.stall_after)
+        if self.lease_ttl is not None:
+            self.env["AAA_LEASE_TTL"] = str(self.lease_ttl)
         if self.bus == "celery":
             self.redis = Redis(self.tmp)
             self._stops.append(self.redis.close)
             self.env["AAA_REDIS_URL"] = self.redis.url
         if self.with_model:
-            port = free_port()
+            port = self.model_port = free_port()
             self.env.update({"AAA_LLM_PROVIDER": "openai", "AAA_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1",
                              "AAA_LLM_API_KEY": "field-test-key", "AAA_LLM_MODEL": "field-model"})
             latency = [] if self.model_latency is None else ["--latency", *map(str, self.model_latency)]
@@ -119,6 +123,16 @@ class Site:
             self.model_hold.touch()
         else:
             self.model_hold.unlink(missing_ok=True)
+
+    def model_calls(self) -> dict[str, Any]:
+        """What the model server received: ``{"total": n, "calls": {key: n}}`` (keys:
+        :func:`tests.field.model_server.call_key`)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.model_port, timeout=30)
+        try:
+            conn.request("GET", "/calls")
+            return json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
 
     def start_worker(self) -> Process:
         """One more Celery worker, started the usual way."""
