@@ -105,6 +105,9 @@ def test_a_killed_workers_calls_are_abandoned_asked_again_and_each_attempt_is_a_
         outcomes.update(wait_ended(site, [runs[i] for i in later]))
         logs = {i: events(site.client, run_id) for i, run_id in runs.items()}
         received = site.model_calls()["calls"]
+    print(f"\n{len(runs)} runs: {sum(received.values())} calls received, "
+          f"{sum(e['type'] == 'aaa.llm.attempted' for log in logs.values() for e in log)} attempts on the logs, "
+          f"{sum(e['type'] == 'aaa.llm.abandoned' for log in logs.values() for e in log)} abandoned")
 
     wrong = {runs[i]: (outcomes[runs[i]]["outcome"], outcomes[runs[i]]["value"]) for i in runs
              if (outcomes[runs[i]]["outcome"], outcomes[runs[i]]["value"])
@@ -140,6 +143,9 @@ def test_a_worker_killed_on_every_attempt_of_a_call_ends_the_run_failed_after_th
         log = events(site.client, run_id)
         received = site.model_calls()
         site.hold_model(False)
+    print(f"\ncrash loop: {received['total']} calls received, "
+          f"{sum(e['type'] == 'aaa.llm.attempted' for e in log)} attempts on the log, "
+          f"{sum(e['type'] == 'aaa.llm.abandoned' for e in log)} abandoned; outcome {run['outcome']}")
 
     assert (run["outcome"], run["value"]["reason"], run["value"]["abandoned"]) == (
         "failed", "abandoned_attempts", 3), run["value"]
