@@ -21,13 +21,15 @@ view), and calls the attempt abandoned (``aaa.llm.abandoned``, counted at its
 estimate) only when its maker is gone:
 
 - in this process, no delivery is making it (the handler's own in-flight set);
-- on a bus whose deliveries of one event may run in several processes at once
-  (:class:`~aaa_django.runtime.bus.ExclusiveLeases`: the Celery bus) the whole call,
-  from the attempt's record to its result's append, holds the request's exclusive
-  lease: a second delivery waits for the first (a live maker renews it), and gets it
-  only once the maker released it without a result or died (its lease lapsed);
-- and this process holds the run (:class:`~aaa_django.runtime.holding.HoldsRuns`,
-  asked before every attempt; a bus that does not say holds every run it delivers).
+- this process holds the run (:class:`~aaa_django.runtime.holding.HoldsRuns`,
+  asked before every attempt: one process at a time holds a run; a bus that does not
+  say holds every run it delivers);
+- on a bus that does not say, but whose deliveries of one event may run in several
+  processes at once (:class:`~aaa_django.runtime.bus.ExclusiveLeases`: the Celery
+  bus), the whole call, from the attempt's record to its result's append, holds the
+  request's exclusive lease: a second delivery waits for the first (a live maker
+  renews it), and gets it only once the maker released it without a result or died
+  (its lease lapsed).
 
 The engine ends the run ``failed`` once one call has ``max_abandoned`` attempts
 abandoned (a crash loop cannot spend without limit).
@@ -123,8 +125,8 @@ class LLMHandler:
         #: what an attempt costs at most (the client's prices and limits, detected once)
         self.estimator = Estimator(client, assumed_max_tokens=assumed_max_tokens)
         self.engine: "Engine | None" = None
-        #: the bus's cluster-wide leases, and whether it says which runs this process
-        #: holds (detected once, in ``attach``)
+        #: whether the bus says which runs this process holds, else its cluster-wide
+        #: leases (detected once, in ``attach``)
         self._leases: ExclusiveLeases | None = None
         self._holder: HoldsRuns | None = None
         self._inflight: set[str] = set()
@@ -137,8 +139,10 @@ class LLMHandler:
         """Subscribe to ``aaa.llm.requested`` (and run ends, to cancel calls in flight)
         on ``engine``."""
         self.engine = engine
-        self._leases = engine.bus if isinstance(engine.bus, ExclusiveLeases) else None
         self._holder = engine.bus if isinstance(engine.bus, HoldsRuns) else None
+        # (a bus that says which process holds a run has one maker per call already)
+        self._leases = (engine.bus if self._holder is None and isinstance(engine.bus, ExclusiveLeases)
+                        else None)
         engine.subscribe(LLM_REQUESTED, self)
         engine.subscribe(RUN_COMPLETED, self.on_run_completed)
         return self

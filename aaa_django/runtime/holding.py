@@ -15,9 +15,12 @@ from typing import Protocol, runtime_checkable
 
 @runtime_checkable
 class HoldsRuns(Protocol):
-    """A bus that says whether this process still holds run ``run_id`` (it may drive it:
-    no other live process does). False: another process took it over, or this one lost
-    its lease (cut off from the cluster): make no call for it."""
+    """A bus that says whether this process still holds run ``run_id``: True only while
+    no other live process holds it (one holder at a time, on a lease its process
+    renews: a new holder takes a run over once the old one's lease lapsed). False:
+    another process took it over, or this one lost its lease (cut off from the
+    cluster): make no call for it. On such a bus a handler needs no lease of its own
+    per call: in the run's one holder, the handler knows its calls in flight."""
 
     async def holds(self, run_id: str) -> bool: ...
 

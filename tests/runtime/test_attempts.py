@@ -527,3 +527,109 @@ def test_on_postgresql_a_full_disk_under_a_reply_costs_no_second_call(pg_alias, 
     assert client.calls == 2 == len(of_type(log, LLM_ATTEMPTED))  # one call a request, none again
     assert of_type(log, "aaa.llm.abandoned") == []
     reads_whole(log)
+
+
+# -- two processes: a lease per call, unless the bus says who holds the run ------------------
+
+
+class Leasing(InProcessBus):
+    """The in-process bus with the cluster's exclusive leases (``ExclusiveLeases``, as the
+    Celery bus offers them), shared by the "processes" given the same ``held`` dict; it
+    counts the leases asked for."""
+
+    def __init__(self, held: dict) -> None:
+        super().__init__()
+        self.held = held
+        self.asked = 0
+
+    def exclusive(self, name: str):
+        self.asked += 1
+        lock = self.held.setdefault(name, asyncio.Lock())
+        return lock
+
+
+class LeasingAndHolding(Leasing):
+    async def holds(self, run_id: str) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("maker", ["lives", "dies"])
+def test_a_delivery_in_another_process_waits_for_the_calls_maker_then_decides(maker):
+    """Two processes (two engines over one log, their leases shared): the second gets
+    the request while the first makes its call. It waits for the first's lease; if the
+    first answers, nothing more is made; if the first dies with its call, the second
+    records it abandoned and calls again."""
+    from aaa_django.runtime.bus import ExclusiveLeases
+
+    held: dict = {}
+    release = asyncio.Event()
+    calls = {"first": 0, "second": 0}
+
+    def model(who: str):
+        async def answer(request):
+            calls[who] += 1
+            if who == "first":
+                await release.wait()
+            return add_then_answer(request)
+
+        return answer
+
+    async def main():
+        store = InMemoryEventStore()
+        one = engine_on(store, FakeLLMClient(model("first")), bus=Leasing(held))
+        two = engine_on(store, FakeLLMClient(model("second")), bus=Leasing(held))
+        assert isinstance(one.bus, ExclusiveLeases)
+        await one.start(ToolLoop(ADD), {"task": "add 1 and 2"}, run_id=RUN)
+        await until(_called(calls), timeout=5)
+        (request,) = of_type(await store.read(RUN), "aaa.llm.requested")
+        waiting = asyncio.ensure_future(two.handle(request))  # the request again, elsewhere
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not waiting.done() and calls["second"] == 0  # it waits for the maker's lease
+        if maker == "lives":
+            release.set()  # the first's model answers
+            outcome = await one.run(RUN).result(timeout=10)
+            await asyncio.wait_for(waiting, 5)
+            await one.drain(5)
+        else:
+            await one.close(drain=False)  # the first process dies: its lease goes with it
+            await asyncio.wait_for(waiting, 5)
+            outcome = await two.run(RUN).result(timeout=10)
+            await two.drain(5)
+        log = await store.read(RUN)
+        for engine in (one, two):
+            await engine.close(drain=False)
+        return outcome, log, one.bus.asked + two.bus.asked
+
+    outcome, log, leases = arun(main())
+    first_request = of_type(log, "aaa.llm.requested")[0].id
+    assert outcome.ok and leases >= 3  # a lease a delivery of a model request
+    if maker == "dies":
+        assert [e.data["attempt"] for e in of_type(log, "aaa.llm.abandoned")] == [1]
+        assert attempts_of(log)[:2] == [(first_request, 1), (first_request, 2)]
+        assert calls == {"first": 1, "second": 2}  # its attempt 2, then the second request
+    else:
+        assert of_type(log, "aaa.llm.abandoned") == [] and attempts_of(log)[0] == (first_request, 1)
+        assert calls == {"first": 2, "second": 0}
+    assert calls["first"] + calls["second"] == len(of_type(log, LLM_ATTEMPTED))
+    reads_whole(log)
+
+
+def _called(calls: dict):
+    async def check() -> bool:
+        return calls["first"] == 1
+
+    return check
+
+
+def test_a_bus_that_says_who_holds_the_run_needs_no_lease_per_call():
+    bus = LeasingAndHolding({})
+    client = FakeLLMClient(add_then_answer)
+
+    async def main():
+        async with engine_on(InMemoryEventStore(), client, bus=bus) as engine:
+            run = await engine.start(ToolLoop(ADD), {"task": "add 1 and 2"}, run_id=RUN)
+            return await run.result(timeout=10)
+
+    assert arun(main()).ok and client.calls == 2
+    assert bus.asked == 0
