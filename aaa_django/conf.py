@@ -19,8 +19,9 @@ BLOB_STORAGE        str or None      None          An alias in the site's ``STOR
                                                    bucket via django-storages). None: no
                                                    blob store, nothing is claim-checked.
 FOLD_CHECK_EVERY    int >= 0         100           Every this many incremental folds, check
-                                                   the cached state against a whole-log fold;
-                                                   0 never checks.
+                                                   the cached state against a whole-log fold,
+                                                   once the process is idle (15 s without a
+                                                   read); 0 never checks.
 -- cluster mode (``BUS = "celery"``; see ``aaa_django.celery.bus``) ------------------------------
 REDIS_URL           str or None      None          Redis for the Celery bus's coordination:
                                                    locks of contended steps, shared pools,
