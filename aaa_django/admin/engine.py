@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, Coroutine, Mapping, TypeVar
 
-from aaa_django.runtime import Engine
+from aaa_django.runtime import Engine, validation
 from aaa_django.runtime.fork import fork as fork_run
 from aaa_django.site.host import EngineHost, EngineUnavailable
 from aaa_django.store import runindex
 
 R = TypeVar("R")
 
-__all__ = ["EngineUnavailable", "approve", "cancel", "deny", "erase", "fork", "redrive", "start"]
+__all__ = ["EngineUnavailable", "approve", "cancel", "deny", "erase", "fork", "redrive", "start",
+           "start_errors"]
 
 
 def call(fn: Callable[[Engine], Coroutine[Any, Any, R]], timeout: float | None = 30.0) -> R:
@@ -59,6 +60,15 @@ def start(algorithm: Any, input: Any, *, user: Any, budget: Mapping[str, Any] | 
     run = call(lambda e: e.start(algorithm, input, budget=budget, deadline=deadline,
                                  owner=str(user.pk)))
     return run.run_id
+
+
+def start_errors(config: Any, budget: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Why the engine's start checks would refuse a run with ``config`` and ``budget``
+    (a cost budget over an unpriced model), as the REST API asks before starting one."""
+    async def check(e: Engine) -> list[dict[str, Any]]:
+        return validation.start_errors(e, config, budget)
+
+    return call(check)
 
 
 def fork(run_id: str, at: int, *, user: Any, config: Mapping[str, Any] | None,
