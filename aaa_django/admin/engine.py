@@ -17,7 +17,7 @@ from aaa_django.store import runindex
 R = TypeVar("R")
 
 __all__ = ["EngineUnavailable", "approve", "cancel", "cancel_many", "deny", "erase", "erase_many", "fork",
-           "redrive", "redrive_many", "start", "start_errors"]
+           "redrive", "redrive_many", "run_again", "start", "start_errors"]
 
 #: runs handed to the engine in one call by the bulk actions (each call has its own timeout)
 CHUNK = 100
@@ -112,6 +112,14 @@ def start(algorithm: Any, input: Any, *, user: Any, budget: Mapping[str, Any] | 
     """Start a run owned by ``user``; return its id."""
     run = call(lambda e: e.start(algorithm, input, budget=budget, deadline=deadline,
                                  owner=str(user.pk)))
+    return run.run_id
+
+
+def run_again(run_id: str, *, user: Any) -> str:
+    """A new run of ``run_id``'s algorithm, input, config, budget and deadline (as long
+    as the run had), for ``user``: a fork at its first event, so the new run records
+    where it came from; return its id."""
+    run = call(lambda e: fork_run(e, run_id, 1, owner=str(user.pk)))
     return run.run_id
 
 

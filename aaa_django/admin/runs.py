@@ -267,6 +267,7 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, admin.ModelAdmin):
             path(f"{run}/erase/", wrap(self.erase_view), name=f"{name}_erase"),
             path(f"{run}/export/", wrap(self.export_view), name=f"{name}_export"),
             path(f"{run}/fork/", wrap(self.fork_view), name=f"{name}_fork"),
+            path(f"{run}/again/", wrap(self.run_again_view), name=f"{name}_again"),
             path("import/", wrap(self.import_view), name=f"{name}_import"),
         ]
         return mine + super().get_urls()
