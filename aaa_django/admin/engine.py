@@ -87,9 +87,11 @@ def erase_many(run_ids: Iterable[str], *, using: str = "default") -> tuple[dict[
                 refused.append(r)
         return []
 
-    _chunked(each, run_ids)
-    for r in erased:
-        runindex.forget(using, r)
+    try:
+        _chunked(each, run_ids)
+    finally:  # what was erased leaves the index, even if the engine stopped answering
+        for r in erased:
+            runindex.forget(using, r)
     return erased, refused
 
 
