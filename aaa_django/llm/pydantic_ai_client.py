@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 from typing import Any, Awaitable, Callable, Mapping
 
+from .client import TextSink
 from .messages import LLMRequest, Message, Usage
 from .pricing import Pricing
 from .provider import ProviderClient, classify_sdk_error, error_text, malformed
@@ -156,12 +157,20 @@ class PydanticAIClient(ProviderClient):
         }
 
     async def complete(self, request: LLMRequest) -> Any:
+        await self._built(request)
+        return await super().complete(request)
+
+    async def stream(self, request: LLMRequest, on_text: TextSink) -> Any:
+        await self._built(request)
+        return await super().stream(request, on_text)
+
+    async def _built(self, request: LLMRequest) -> None:
+        """The request's model built before the first attempt, so building (imports,
+        TLS setup) is not timed as one."""
         models = await self._sdk()
         if self.model is None:  # a factory's model names itself once built
             self.model = _model_name(models.get(None))
-        # built before the first attempt, so building (imports, TLS setup) is not timed as one
         models.get(None if request.model in (None, self.model) else request.model)
-        return await super().complete(request)
 
     async def send(self, sdk: _LoopModels, payload: dict[str, Any]) -> Any:
         from pydantic_ai.direct import model_request
@@ -169,6 +178,23 @@ class PydanticAIClient(ProviderClient):
         return await model_request(sdk.get(payload["name"]), payload["messages"],
                                    model_settings=payload["settings"],
                                    model_request_parameters=payload["parameters"])
+
+    async def send_streaming(self, sdk: _LoopModels, payload: dict[str, Any],
+                             on_text: Callable[[str], None]) -> Any:
+        from pydantic_ai.direct import model_request_stream
+        from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
+
+        model = sdk.get(payload["name"])
+        if not streams(model):  # a FunctionModel without a stream function: the reply whole
+            return await self.send(sdk, payload)
+        async with model_request_stream(model, payload["messages"], model_settings=payload["settings"],
+                                        model_request_parameters=payload["parameters"]) as stream:
+            async for event in stream:
+                if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+                    on_text(event.part.content)
+                elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+                    on_text(event.delta.content_delta)
+            return stream.get()
 
     def parse(self, raw: Any) -> tuple[Message, Usage, str | None, str | None]:
         from pydantic_ai.messages import ModelResponse
@@ -212,6 +238,14 @@ class PydanticAIClient(ProviderClient):
         """A name as asked (``openai:gpt-4o-mini``) is priced without its provider too."""
         bare = model.split(":", 1)[1] if ":" in model else None
         return answered, bare, model
+
+
+def streams(model: Any) -> bool:
+    """Whether ``model`` can stream a reply: every Pydantic AI model but a
+    ``FunctionModel`` given no ``stream_function``."""
+    from pydantic_ai.models.function import FunctionModel
+
+    return not isinstance(model, FunctionModel) or model.stream_function is not None
 
 
 def _model_name(model: Any) -> str | None:
