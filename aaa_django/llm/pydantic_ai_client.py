@@ -31,13 +31,12 @@ Needs ``pip install 'aaa_django[pydantic-ai]'`` (plus the provider's own extra o
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Callable, Unpack
 
 from .client import TextSink
 from .messages import LLMRequest, Message, Usage
-from .pricing import Pricing
-from .provider import ProviderClient, classify_sdk_error, error_text, malformed
-from .retry import AttemptFailed, Backoff, Failure, reason_for_status, retry_after
+from .provider import ClientOptions, ProviderClient, classify_sdk_error, error_text, malformed
+from .retry import AttemptFailed, Failure, reason_for_status, retry_after
 
 
 def _import() -> Any:
@@ -84,11 +83,7 @@ class PydanticAIClient(ProviderClient):
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        timeout: float | None = 60.0,
-        max_retries: int = 2,
-        pricing: Pricing | Mapping[str, Mapping[str, Any]] | None = None,
-        backoff: Backoff | None = None,
-        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        **options: Unpack[ClientOptions],
     ) -> None:
         self._pai = _import()
         from pydantic_ai.models import Model
@@ -96,8 +91,7 @@ class PydanticAIClient(ProviderClient):
         self._instance = model if isinstance(model, Model) else None
         self._factory: Callable[[], Any] | None = model if callable(model) and self._instance is None else None
         name = model if isinstance(model, str) else _model_name(self._instance)
-        super().__init__(base_url=base_url, api_key=api_key, model=name, timeout=timeout,
-                         max_retries=max_retries, pricing=pricing, backoff=backoff, sleep=sleep)
+        super().__init__(base_url=base_url, api_key=api_key, model=name, **options)
         if self._instance is None and self._factory is None and not isinstance(model, str):
             raise TypeError(f"model must be a Pydantic AI Model, a model name or a factory, not {model!r}")
 
