@@ -27,3 +27,7 @@ agent = Agent(AnthropicModel("own-model", provider=AnthropicProvider(base_url=UR
 def shout(text: str) -> str:
     """The text, loud."""
     return text.upper() + "!"
+
+
+#: an agent without a model: its runs are answered by the site's model client
+modelless = Agent(instructions="Use the tools.")
