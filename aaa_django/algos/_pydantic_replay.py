@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic_ai import messages as pm
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import CallDeferred, ToolFailed, UsageLimitExceeded
+from pydantic_ai.models.test import TestModel
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_core import to_jsonable_python
 
@@ -87,9 +88,12 @@ async def replay(ctx: "Ctx", agent: Any, journal: "Journal", *, model: str | Non
     capability = Replay(journal)
     declared = agent.output_type
     types = list(declared) if isinstance(declared, (list, tuple)) else [declared]
+    # An agent without a model of its own is answered by the site's: the replay needs a
+    # model to hold (every request is answered from the log, none reaches it).
+    stand_in = {"model": TestModel()} if agent.model is None else {}
     try:
         result = await agent.run(ctx.input.task, capabilities=[capability],
-                                 output_type=[*types, DeferredToolRequests])
+                                 output_type=[*types, DeferredToolRequests], **stand_in)
     except Exception as exc:
         if _find(exc, Suspend) is not None:
             await _ask_model(ctx, capability, model, path)
