@@ -19,9 +19,9 @@ It answers as a model that calls only the tools it is offered:
 Each answer comes after a random delay between MIN and MAX seconds (a model thinks);
 while the hold FILE exists, none comes (the calls wait: a test holds its runs in flight
 while it breaks things). With ``--log FILE`` each request is appended to FILE as a JSON
-line (:func:`seen`: its path, model, whether it streamed, the tools offered). It prints
-``ready`` once it listens. :class:`ModelServer` runs it in a thread of the test's own
-process instead (``server.requests``).
+line (:func:`seen`: its path, model, whether it streamed, the tools offered, its task).
+It prints ``ready`` once it listens. :class:`ModelServer` runs it in a thread of the
+test's own process instead (``server.requests``).
 """
 
 from __future__ import annotations
@@ -197,11 +197,11 @@ def _tokens(messages: list[dict[str, Any]]) -> int:
     return max(1, len(json.dumps(messages)) // 4)
 
 
-def seen(path: str, body: dict[str, Any]) -> dict[str, Any]:
-    """What the server records of a request."""
-    tools = body.get("tools") or ()
+def seen(path: str, body: dict[str, Any], turn: Turn) -> dict[str, Any]:
+    """What the server records of a request: its path, model, whether it streamed, the
+    tools offered, and the task it is about."""
     return {"path": path, "model": body.get("model"), "stream": bool(body.get("stream")),
-            "tools": [t["function"]["name"] if "function" in t else t["name"] for t in tools]}
+            "tools": turn.offered, "task": turn.task}
 
 
 # -- the server ------------------------------------------------------------------------------------
@@ -229,9 +229,9 @@ class ModelServer:
         host, port = self.httpd.server_address[:2]
         return f"http://{host}:{port}"
 
-    def record(self, path: str, body: dict[str, Any]) -> tuple[int, float]:
+    def record(self, path: str, body: dict[str, Any], turn: Turn) -> tuple[int, float]:
         """Note the request; return its number and how long to think."""
-        entry = seen(path, body)
+        entry = seen(path, body, turn)
         with self.lock:
             self.requests.append(entry)
             if self.log is not None:
@@ -264,12 +264,13 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             if path not in (OPENAI, ANTHROPIC):
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
                 return
-            n, delay = server.record(path, body)
+            openai = path == OPENAI
+            turn = openai_turn(body) if openai else anthropic_turn(body)
+            n, delay = server.record(path, body, turn)
             while server.hold is not None and server.hold.exists():
                 time.sleep(0.05)
             time.sleep(delay)
-            openai = path == OPENAI
-            d = decide(openai_turn(body) if openai else anthropic_turn(body))
+            d = decide(turn)
             if body.get("stream"):
                 self._stream(openai_parts(body, d, n) if openai else anthropic_parts(body, d, n))
             else:
