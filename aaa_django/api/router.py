@@ -34,7 +34,7 @@ from aaa_django.events import default_cache, derive_id
 from aaa_django.models import EventRecord, RunRecord
 from aaa_django.reading import projections
 from aaa_django.reading.hydrated import hydrating
-from aaa_django.runtime import RunNotEndedError, registry
+from aaa_django.runtime import RunNotEndedError, offered, registry
 from aaa_django.runtime.event_types import APPROVAL_EXPIRED, decision_id
 from aaa_django.runtime.validation import start_errors
 from aaa_django.site import tokens
@@ -116,13 +116,15 @@ def start_run(
     if errors:
         raise ApiError(422, errors=pydantic_errors(errors, ["body", "input"]))
     budget = payload.budget.model_dump(exclude_none=True) if payload.budget else None
-    if budget and budget.get("cost") is not None:  # the engine would refuse it: say so now
-        async def priced(engine: Any) -> list[dict[str, Any]]:
-            return start_errors(engine, payload.config, budget)
+    names = offered.names_chosen(payload.algorithm, payload.config)
+    if names or (budget and budget.get("cost") is not None):  # the engine would refuse it: say so now
+        async def refused(engine: Any) -> list[dict[str, Any]]:
+            return (offered.tool_errors(engine, payload.algorithm, payload.config)
+                    + start_errors(engine, payload.config, budget))
 
-        unpriced = host().call(priced)
-        if unpriced:
-            raise ApiError(422, errors=pydantic_errors(unpriced, ["body"]))
+        errors = host().call(refused)
+        if errors:
+            raise ApiError(422, errors=pydantic_errors(errors, ["body"]))
 
     run_id = None
     digest = ""
