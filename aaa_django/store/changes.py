@@ -75,6 +75,6 @@ def text(p: Position) -> str:
 def parse(value: str) -> Position:
     """A position from :func:`text`; ``ValueError`` for anything else."""
     changed, dot, run_id = value.partition(".")
-    if not dot or not run_id or not changed.isascii() or not changed.isdigit() or len(changed) > 19:
+    if not dot or not run_id or not changed.isascii() or not changed.isdigit() or len(changed) > 18:
         raise ValueError(f"not a change position: {value[:80]!r}")
     return int(changed), run_id

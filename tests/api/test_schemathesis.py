@@ -46,7 +46,9 @@ EXCLUDED = [positive_data_acceptance]
 
 
 @pytest.fixture
-def world(host, alice, make_run):
+def world(host, alice, make_run, settings):
+    # a stream that follows (the change stream) closes after a second, not five minutes
+    settings.AAA = {**settings.AAA, "API_STREAM_SECONDS": 1}
     make_run(alice, types=[INPUT_VALIDATED, RUN_COMPLETED], run_id=RUN_ID)
     return alice
 
