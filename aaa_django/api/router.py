@@ -1,15 +1,17 @@
 """The REST API: a django-ninja ``Router`` a site mounts in its own ``NinjaAPI``.
 
     from ninja import NinjaAPI
-    from aaa_django.api import router as aaa_router
+    from aaa_django.api import VERSION, router as aaa_router
 
-    api = NinjaAPI(urls_namespace="aaa")
+    api = NinjaAPI(urls_namespace="aaa", version=VERSION)
     api.add_router("/", aaa_router)
     urlpatterns = [path("api/aaa/", api.urls)]
 
-Endpoints (all authenticated; see :mod:`.auth`): start, list and get runs; page a
+Endpoints (all authenticated; see :mod:`.auth`; their operation ids and tags are the
+contract, :mod:`.contract`): start, list and get runs, one or several at once; page a
 run's events or stream them (SSE); fold a projection; cancel; list and answer
-approvals; erase. Writes go through the process's :class:`~aaa_django.site.host.EngineHost`
+approvals; erase. The change stream of many runs is :mod:`.changes`; export, import and
+fork :mod:`.exchange`. Writes go through the process's :class:`~aaa_django.site.host.EngineHost`
 so the run goes on after the request returns; reads come from the log and the run
 index. Errors: :mod:`.errors`.
 """
