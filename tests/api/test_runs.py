@@ -73,7 +73,7 @@ def test_events_are_paged_in_order(api, alice, make_run):
 
 def test_claim_checked_events_are_hydrated_on_request(api, alice, make_run, settings, tmp_path):
     from aaa_django.data import claim
-    from aaa_django.events import Event, derive_id, new_id
+    from aaa_django.events import Event, derive_id
     from aaa_django.site.blobs import StorageBlobStore
 
     settings.STORAGES = {**settings.STORAGES, "blobs": {
