@@ -96,7 +96,7 @@ IMPORT_BODY = {"requestBody": {"required": True, "content": {
 
 @router.post("/imports", response={201: RunDetailOut, **_WRITE}, summary="Import a run",
              operation_id="import_run", tags=[EXCHANGE], openapi_extra=IMPORT_BODY)
-def import_run(request: HttpRequest, response: HttpResponse):
+def import_run(request: HttpRequest, response: HttpResponse) -> Status:
     """Store an exported run with its ids: the export as JSON Lines (the file ``GET
     /runs/{run_id}/export`` gives) or as one JSON object (its header, with the events and
     blobs in full). 409 if the run exists here, 422 if it is not a sound export (a blob

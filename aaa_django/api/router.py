@@ -26,13 +26,14 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from ninja import Body, Header, Path, Query, Router
 from ninja.responses import Status
 
 import aaa_django.algos  # noqa: F401  (registers the built-in algorithms by name)
 from aaa_django import access
 from aaa_django.conf import aaa_settings
-from aaa_django.events import default_cache, derive_id
+from aaa_django.events import Event, default_cache, derive_id
 from aaa_django.models import EventRecord, RunRecord
 from aaa_django.reading import projections
 from aaa_django.reading.hydrated import hydrating
@@ -211,7 +212,7 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]):
 # (before /runs/{run_id}: Django tries the router's paths in this order)
 @router.post("/runs/batch", response={200: RunBatch, **_WRITE}, summary="Get several runs",
              operation_id="get_runs", tags=[RUNS])
-def get_runs(request: HttpRequest, payload: BatchIn):
+def get_runs(request: HttpRequest, payload: BatchIn) -> dict[str, Any]:
     """Several runs by id, each as ``GET /runs/{run_id}`` shows it, in the order asked;
     ``missing``: the ids that name no run the caller may see (unknown or not theirs,
     alike)."""
@@ -289,7 +290,7 @@ def stream_events(
     ),
     after: int = Query(0, ge=0, le=MAX_SEQ, description="start after this seq"),
     hydrate: bool = Query(False, description="restore claim-checked payloads"),
-):
+) -> HttpResponseBase:
     """The run's events as they are appended, until it completes; resumable."""
     row = runs.load(request.auth, run_id)
     start = last_event_id if last_event_id is not None else after
@@ -303,7 +304,7 @@ def stream_events(
     slot = stream.open_slot(request, ["path", "run_id"])
     blobs = runs.site_blobs() if hydrate else None
 
-    def shape(e):
+    def shape(e: Event) -> dict[str, Any]:
         return runs.event_out(runs.hydrated(e, blobs) if hydrate else e)
 
     hub = wakeups.for_database(runs.USING)
