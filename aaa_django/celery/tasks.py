@@ -21,7 +21,7 @@ from aaa_django.store import DjangoEventStore
 
 from .bus import DELIVER, SWEEP, _queues, coordinator, store_spec
 from .duty import TICK
-from .sweeper import fire_due
+from .sweeper import duty
 from .sweeper import sweep as sweep_runs
 from .worker import REDELIVERY, cluster_bus, fault_of, give_up, runtime
 
@@ -69,25 +69,27 @@ def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wi
 @shared_task(name=SWEEP, bind=True, ignore_result=True)
 def sweep(self: Any, stall_after: float | None = None, using: str = "default") -> dict[str, Any]:
     """The sweeper as a Celery task (for a schedule of the site's own: the workers'
-    duty, ``aaa.tick``, sweeps by itself): fire what is due, re-drive stalled runs;
-    returns a summary."""
+    duty, ``aaa.tick``, sweeps by itself): fire what is due, adopt the runs whose
+    holder is gone, re-drive stalled runs; returns a summary."""
     rt = runtime()
     # the store the site's engines use (it keeps the run index in step)
     engine = rt.engine(store_spec(DjangoEventStore(using)), self.app)
-    report = rt.run(sweep_runs(engine, stall_after=stall_after))
+    report = rt.run(sweep_runs(engine, stall_after=stall_after, keeper=rt.keeper(using)))
     return report.summary()
 
 
 @shared_task(name=TICK, bind=True, ignore_result=True)
 def tick(self: Any, using: str = "default") -> dict[str, Any]:
-    """One turn of the workers' duty: fire what has come due, or (every
-    ``STALL_AFTER / 2`` seconds, a turn of the cluster's own) sweep, which fires first."""
+    """One turn of the workers' duty: fire what has come due and adopt the runs whose
+    holder is gone (:func:`~aaa_django.celery.sweeper.duty`), and (every
+    ``STALL_AFTER / 2`` seconds, a turn of the cluster's own) sweep the stalled ones.
+    Celery's own lines about this task are logged at DEBUG
+    (:class:`~aaa_django.celery.duty.QuietDuty`); the duty logs at INFO what it did."""
     rt = runtime()
     engine = rt.engine(store_spec(DjangoEventStore(using)), self.app)
     turn = f"sweep:{_queues()['algorithms']}:{using}"  # as the tick's: per cluster (its queue)
-    if coordinator().take_turn(turn, float(aaa_settings()["STALL_AFTER"]) / 2):
-        return rt.run(sweep_runs(engine)).summary()
-    return {"fired": len(rt.run(fire_due(engine)))}
+    sweeping = coordinator().take_turn(turn, float(aaa_settings()["STALL_AFTER"]) / 2)
+    return rt.run(duty(engine, rt.keeper(using), sweeping=sweeping)).summary()
 
 
 @shared_task(name=RETAIN, ignore_result=True)
