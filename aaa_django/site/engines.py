@@ -98,7 +98,8 @@ def attach_site_handlers(engine: Engine) -> Engine:
       ``AAA["STREAM_TOKENS"]`` its replies stream to the site's live tokens;
     - tools: ``AAA["TOOLS"]`` (dotted paths of @tool functions), the tools of the
       ``AAA["MCP_SERVERS"]`` (listed now, from each server) and those of the
-      ``AAA["AGENTS"]`` (Pydantic AI agents, loaded now: their runs may be started);
+      ``AAA["AGENTS"]`` (Pydantic AI agents, loaded now: their runs may be started),
+      an uncertain side-effecting call handled as ``AAA["UNCERTAIN"]`` says;
     - ``AAA["WORKER_SETUP"]``: ``setup(engine)`` for anything else.
     """
     conf = aaa_settings()
@@ -112,7 +113,7 @@ def attach_site_handlers(engine: Engine) -> Engine:
         LLMHandler(NoModelClient()).attach(engine)
     tools = site_tools()
     if tools:
-        ToolHandler(ToolRegistry(tools)).attach(engine)
+        ToolHandler(ToolRegistry(tools), uncertain=conf["UNCERTAIN"]).attach(engine)
     if setup:
         import_string(setup)(engine)
     return engine
