@@ -10,6 +10,13 @@ test knows the one right answer of each run. Each answer comes after a random de
 between MIN and MAX seconds (a model thinks); while FILE exists, none comes (the calls
 wait: a test holds its runs in flight while it breaks things). It prints ``ready``
 once it listens.
+
+It counts the calls it receives, as a provider bills them: ``GET /calls`` lists each,
+in the order they came, with the time it came (epoch seconds), the caller's address,
+the task's fingerprint and the turn (the tool results it was given): how many times a
+run's request was paid for, and by whom. ``--tools NAME,NAME`` names the tools the
+first call asks for, one call each, with ``{"city": ...}`` arguments (default: the
+example site's ``lookup_population`` for Lyon and Porto).
 """
 
 from __future__ import annotations
@@ -37,19 +44,30 @@ def answer(task: str, populations: list[int]) -> str:
     return f"task of {fingerprint(task)}: Lyon and Porto have {sum(populations)} inhabitants"
 
 
-def reply(body: dict[str, Any], n: int) -> dict[str, Any]:
-    """The chat completion for a request (``n``: this server's call count, for ids)."""
+def task_of(body: dict[str, Any]) -> str:
+    return next(m["content"] for m in body["messages"] if m["role"] == "user")
+
+
+def turn_of(body: dict[str, Any]) -> int:
+    """Which call of its run a request is: 1 before any tool result, then 2."""
+    return 1 + bool([m for m in body["messages"] if m["role"] == "tool"])
+
+
+def reply(body: dict[str, Any], n: int, tools: tuple[str, ...] = ("lookup_population",) * 2) -> dict[str, Any]:
+    """The chat completion for a request (``n``: this server's call count, for ids;
+    ``tools``: what the first call asks for, with the cities in turn)."""
     messages = body["messages"]
-    task = next(m["content"] for m in messages if m["role"] == "user")
+    task = task_of(body)
     results = [m for m in messages if m["role"] == "tool"]
     if not results:
         message = {"role": "assistant", "content": None, "tool_calls": [
             {"id": f"call_{n}_{i}", "type": "function",
-             "function": {"name": "lookup_population", "arguments": json.dumps({"city": city})}}
-            for i, city in enumerate(CITIES)]}
+             "function": {"name": name, "arguments": json.dumps({"city": CITIES[i % len(CITIES)]})}}
+            for i, name in enumerate(tools)]}
         finish = "tool_calls"
     else:
-        message = {"role": "assistant", "content": answer(task, [int(m["content"]) for m in results])}
+        numbers = [int(m["content"]) for m in results if str(m["content"]).isdigit()]
+        message = {"role": "assistant", "content": answer(task, numbers)}
         finish = "stop"
     prompt = sum(len(str(m.get("content") or "")) for m in messages) // 4
     return {
@@ -60,16 +78,26 @@ def reply(body: dict[str, Any], n: int) -> dict[str, Any]:
     }
 
 
-def serve(port: int, latency: tuple[float, float], seed: int, hold: Path | None = None) -> None:
+def serve(port: int, latency: tuple[float, float], seed: int, hold: Path | None = None,
+          tools: tuple[str, ...] = ("lookup_population",) * 2, host: str = "127.0.0.1") -> None:
     rng = random.Random(seed)
     lock = threading.Lock()
     count = [0]
+    calls: list[dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def log_message(self, *args: Any) -> None:
             pass
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") != "/calls":
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            with lock:
+                listed = list(calls)
+            self._send(200, {"calls": listed})
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
@@ -79,10 +107,12 @@ def serve(port: int, latency: tuple[float, float], seed: int, hold: Path | None 
             with lock:
                 count[0] += 1
                 n, delay = count[0], rng.uniform(*latency)
+                calls.append({"n": n, "at": time.time(), "peer": self.client_address[0],
+                              "task": fingerprint(task_of(body)), "turn": turn_of(body)})
             while hold is not None and hold.exists():
                 time.sleep(0.05)
             time.sleep(delay)
-            self._send(200, reply(body, n))
+            self._send(200, reply(body, n, tools))
 
         def _send(self, status: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
@@ -95,7 +125,7 @@ def serve(port: int, latency: tuple[float, float], seed: int, hold: Path | None 
             except OSError:  # the client gave up
                 self.close_connection = True
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    httpd = ThreadingHTTPServer((host, port), Handler)
     httpd.daemon_threads = True
     print("ready", flush=True)
     httpd.serve_forever()
@@ -107,8 +137,10 @@ def main() -> None:
     parser.add_argument("--latency", type=float, nargs=2, default=(0.3, 1.0))
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--hold", type=Path, default=None)
+    parser.add_argument("--tools", default="lookup_population,lookup_population")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every one)")
     args = parser.parse_args()
-    serve(args.port, tuple(args.latency), args.seed, args.hold)
+    serve(args.port, tuple(args.latency), args.seed, args.hold, tuple(args.tools.split(",")), args.host)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 """The example site (project/) started as it is deployed, for the field tests.
 
-Its own PostgreSQL cluster and (on the Celery bus) Redis server, so a test can restart
-them; S3 for blobs (moto, from bin/test); the database migrated and an API key made
-with the site's own commands; its web server (gunicorn); on the Celery bus, Celery
-workers started the usual way (``celery -A project worker``); and, when asked, the
-model server of tests/field/model_server.py (else the site's scripted model). Every
-process is stopped by its PID at the end.
+Its own PostgreSQL cluster (or, ``db="sqlite"``, a SQLite file: the embedded default)
+and (on the Celery bus) Redis server, so a test can restart them; S3 for blobs (moto,
+from bin/test); the database migrated and an API key made with the site's own
+commands; its web server (gunicorn), which a test may kill and start again
+(:meth:`Site.kill_web`, :meth:`Site.start_web`); on the Celery bus, Celery workers
+started the usual way (``celery -A project worker``); and, when asked, the model
+server of tests/field/model_server.py (else the site's scripted model), which counts
+the calls it is paid for (:meth:`Site.model_calls`). Every process is stopped by its
+PID at the end.
 """
 
 from __future__ import annotations
@@ -29,8 +32,15 @@ class Site:
 
     def __init__(self, tmp: Path, s3_endpoint: str, *, bus: str = "inprocess", workers: int = 0,
                  model: bool = False, web_workers: int = 1, stall_after: float | None = None,
-                 model_latency: tuple[float, float] | None = None) -> None:
+                 model_latency: tuple[float, float] | None = None, db: str = "postgres",
+                 env: dict[str, str] | None = None, model_tools: tuple[str, ...] | None = None) -> None:
         self.tmp = tmp
+        #: "postgres" (a cluster of the test's own) or "sqlite" (a file: the embedded default)
+        self.db = db
+        #: more of the site's environment (settings the test changes)
+        self.extra_env = dict(env or {})
+        #: the tools the model's first call asks for (None: the model server's default)
+        self.model_tools = model_tools
         #: the model server's seconds per call (min, max; its default: 0.3 to 1.0)
         self.model_latency = model_latency
         self.stall_after = stall_after
@@ -62,8 +72,9 @@ class Site:
     def _start(self) -> None:
         import boto3
 
-        self.pg = Postgres()
-        self._stops.append(self.pg.close)
+        if self.db == "postgres":
+            self.pg = Postgres()
+            self._stops.append(self.pg.close)
         bucket = f"aaa-field-{time.time_ns()}"
         boto3.client("s3", endpoint_url=self.s3_endpoint, aws_access_key_id="testing",
                      aws_secret_access_key="testing", region_name="us-east-1").create_bucket(Bucket=bucket)
@@ -73,8 +84,10 @@ class Site:
             "DJANGO_SETTINGS_MODULE": "project.settings",
             "AAA_DEBUG": "0", "AAA_SECRET_KEY": "field-test-secret-key-not-for-production",
             "AAA_ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "AAA_DB": "postgres", "AAA_PG_HOST": "127.0.0.1", "AAA_PG_PORT": str(self.pg.port),
-            "AAA_PG_NAME": "aaa", "AAA_PG_USER": "postgres", "AAA_BUS": self.bus,
+            **({"AAA_DB": "postgres", "AAA_PG_HOST": "127.0.0.1", "AAA_PG_PORT": str(self.pg.port),
+                "AAA_PG_NAME": "aaa", "AAA_PG_USER": "postgres"} if self.db == "postgres"
+               else {"AAA_DB": "sqlite", "AAA_SQLITE_PATH": str(self.tmp / "db.sqlite3")}),
+            "AAA_BUS": self.bus,
             "AAA_S3_BUCKET": bucket, "AAA_S3_ENDPOINT": self.s3_endpoint,
             "AAA_S3_ACCESS_KEY": "testing", "AAA_S3_SECRET_KEY": "testing",
             "AAA_S3_REGION": "us-east-1",
@@ -85,20 +98,19 @@ class Site:
             self.redis = Redis(self.tmp)
             self._stops.append(self.redis.close)
             self.env["AAA_REDIS_URL"] = self.redis.url
+        self.env.update(self.extra_env)
         if self.with_model:
-            port = free_port()
+            port = self.model_port = free_port()
             self.env.update({"AAA_LLM_PROVIDER": "openai", "AAA_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1",
                              "AAA_LLM_API_KEY": "field-test-key", "AAA_LLM_MODEL": "field-model"})
             latency = [] if self.model_latency is None else ["--latency", *map(str, self.model_latency)]
+            tools = [] if self.model_tools is None else ["--tools", ",".join(self.model_tools)]
             model = self._process("model", sys.executable, "-m", "tests.field.model_server", str(port),
-                                  "--hold", str(self.model_hold), *latency)
+                                  "--hold", str(self.model_hold), *latency, *tools)
         self.manage("migrate", "--noinput")
         self.manage("demo_user", "--username", "field", "--password", "field-pass-1")
         self.key = self.manage("aaa_apikey", "create", "--user", "field", "--name", "field").split()[-1]
-        web = self._process("web", sys.executable, "-m", "gunicorn", "project.wsgi:application",
-                            "-b", f"127.0.0.1:{self.web_port}", "-w", str(self.web_workers),
-                            "-k", "gthread", "--threads", "16", "--timeout", "120",
-                            "--graceful-timeout", "5")
+        web = self.start_web(wait=False)
         for _ in range(self.n_workers):
             self.start_worker()
         for w in self.workers:
@@ -107,6 +119,36 @@ class Site:
             wait_port(port, proc=model.proc)
         wait_port(self.web_port, proc=web.proc)
         self.client = Client(self.web_port, self.key)
+
+    def start_web(self, *, wait: bool = True) -> Process:
+        """The web server, as the site deploys it: gunicorn (``web_workers`` processes).
+        Its log accumulates in ``web.log`` across restarts."""
+        self._webs = getattr(self, "_webs", 0) + 1
+        name = "web" if self._webs == 1 else f"web{self._webs}"
+        web = self._process(name, sys.executable, "-m", "gunicorn", "project.wsgi:application",
+                            "-b", f"127.0.0.1:{self.web_port}", "-w", str(self.web_workers),
+                            "-k", "gthread", "--threads", "16", "--timeout", "120",
+                            "--graceful-timeout", "5")
+        self.web = web
+        if wait:
+            wait_port(self.web_port, proc=web.proc)
+        return web
+
+    def kill_web(self) -> list[int]:
+        """SIGKILL the web server and its worker processes at once (a crash, an OOM kill,
+        a deploy that does not drain); returns the PIDs of its worker processes."""
+        pids = self.web.descendants()
+        self.web.kill()
+        return pids
+
+    def model_calls(self) -> list[dict]:
+        """The calls the model server has received, in order (see model_server.py)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.model_port, timeout=30)
+        try:
+            conn.request("GET", "/calls")
+            return json.loads(conn.getresponse().read())["calls"]
+        finally:
+            conn.close()
 
     def _process(self, name: str, *cmd: str) -> Process:
         p = self.procs[name] = Process(name, list(cmd), env=self.env, cwd=ROOT,
