@@ -282,8 +282,9 @@ class WorkerRuntime:
         bus = cluster_bus(engine)
         if (self.draining or event.seq is None or len(self.in_flight) >= self.max_in_flight or self._waiting
                 or queue_for(event.type, bus.queues) not in self.local_queues
-                or not bus.holds(event.stream)):
-            # (a run this process no longer holds: its event goes to whoever drives it)
+                or (bus.holder is not None and event.stream in bus.holder.fenced)):
+            # (a run adopted by another process while this one stood down: its event
+            # goes to whoever drives it now)
             return False
         # A context of its own: not the publishing delivery's (its tail state, its
         # record of what it published); its turn queues with the stamp of the work
@@ -642,8 +643,8 @@ async def deliver_event(engine: Engine, stream: str, seq: int, event_id: str, *,
     leases = leases if leases is not None else Leases()
     keeper = cluster_bus(engine).holder
     if keeper is not None and not await _hold(keeper, stream, local=event is not None):
-        log.info("run %s: seq %s not delivered here: this process does not hold the run (another one drives "
-                 "it, or this one has stood down)", stream, seq)
+        log.info("run %s: seq %s not delivered here: another process adopted the run while this one stood "
+                 "down", stream, seq)
         return "not held"
     try:
         with engine.tail.delivery():
@@ -661,16 +662,17 @@ async def deliver_event(engine: Engine, stream: str, seq: int, event_id: str, *,
 
 async def _hold(keeper: RunKeeper, stream: str, *, local: bool) -> bool:
     """Before a delivery of ``stream``: claim the run unless this process holds it (a
-    delivery by message takes it from whoever holds it: it is this process's work now;
-    a local one never takes back a run another process adopted), then whether this
-    process may work on it."""
+    delivery by message takes it from whoever holds it: it is this process's work
+    now). False for a local delivery of a run another process adopted while this one
+    stood down: not this process's to deliver. (Whether its handlers may call out is
+    asked again after the step: :func:`_step`.)"""
     if stream in keeper.fenced:
         if local:
             return False
         await keeper.claim(stream)
     elif stream not in keeper.held:
         await keeper.claim(stream)
-    return keeper.holds(stream)
+    return True
 
 
 def cluster_bus(engine: Engine) -> DistributedBus:

@@ -32,8 +32,8 @@ time its lease lapses (``held_until``, ``AAA["RUN_LEASE_TTL"]`` seconds on).
   (``Engine.resume``).
 
 Statements run on one thread of the keeper's own, on a connection of its own (with
-keepalives and timeouts on PostgreSQL); the loop never waits on them longer than a
-quarter of the lease.
+keepalives and timeouts on PostgreSQL); the loop never waits on one longer than half
+a lease.
 """
 
 from __future__ import annotations
@@ -177,13 +177,14 @@ class RunKeeper:
     # -- statements on the keeper's thread ------------------------------------------------------
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args)`` on the keeper's thread; waited for up to a quarter of the lease
-        (the statement goes on, and the next call waits for it)."""
+        """``fn(*args)`` on the keeper's thread, one statement at a time; waited for up
+        to half a lease (past that, whatever it does, this process has stood down:
+        the statement goes on, and the next call waits for it)."""
         loop = asyncio.get_running_loop()
+        limit = self.ttl / 2
         if self._busy is not None and not self._busy.done():
-            # (the thread is still in a statement that timed out: one at a time)
             try:
-                await asyncio.wait_for(asyncio.shield(self._busy), self.every)
+                await asyncio.wait_for(asyncio.shield(self._busy), limit)
             except asyncio.TimeoutError:
                 raise StoreUnavailable("the run leases' connection is still waiting for the database",
                                        service="database") from None
@@ -192,9 +193,9 @@ class RunKeeper:
         future = loop.run_in_executor(self._db, lambda: fn(*args, **kwargs))
         self._busy = future
         try:
-            return await asyncio.wait_for(asyncio.shield(future), self.every)
+            return await asyncio.wait_for(asyncio.shield(future), limit)
         except asyncio.TimeoutError:
-            raise StoreUnavailable(f"the run leases' statement took longer than {self.every:g} s",
+            raise StoreUnavailable(f"the run leases' statement took longer than {limit:g} s",
                                    service="database") from None
 
     # -- claims ---------------------------------------------------------------------------------

@@ -113,7 +113,18 @@ class RunLeases:
         return vendor == "postgresql" or (vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 35))
 
     def _update(self, sets: str, where: str, params: Sequence[Any], where_params: Sequence[Any]) -> set[str]:
-        """``UPDATE aaa_run SET {sets} WHERE {where}``; the run ids it changed."""
+        """``UPDATE aaa_run SET {sets} WHERE {where}``; the run ids it changed. On
+        PostgreSQL the rows are locked first, in run id order (the order the store's
+        group commits lock their runs' rows in): a lease's statement and an append of
+        several runs never wait on each other's rows in opposite orders."""
+        vendor = self.connection().vendor
+        if vendor == "postgresql":
+            rows = self._run(
+                f"WITH mine AS MATERIALIZED (SELECT run_id FROM aaa_run WHERE {where} "
+                f'ORDER BY run_id COLLATE "C" FOR UPDATE) '
+                f"UPDATE aaa_run SET {sets} FROM mine WHERE aaa_run.run_id = mine.run_id RETURNING aaa_run.run_id",
+                [*where_params, *params])
+            return {r[0] for r in rows}
         if self._returning():
             rows = self._run(f"UPDATE aaa_run SET {sets} WHERE {where} RETURNING run_id",
                              [*params, *where_params])

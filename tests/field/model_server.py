@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import threading
 import time
@@ -78,6 +79,37 @@ def reply(body: dict[str, Any], n: int, tools: tuple[str, ...] = ("lookup_popula
     }
 
 
+def caller_pid(port: int) -> int | None:
+    """The PID of the process of this machine whose TCP socket has local ``port`` (the
+    caller), from /proc; None when it is not found (another network namespace)."""
+    inode = None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                for line in list(f)[1:]:
+                    fields = line.split()
+                    if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] != "0":
+                        inode = fields[9]
+                        break
+        except OSError:
+            continue
+        if inode:
+            break
+    if inode is None:
+        return None
+    target = f"socket:[{inode}]"
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) == target:
+                    return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
 def serve(port: int, latency: tuple[float, float], seed: int, hold: Path | None = None,
           tools: tuple[str, ...] = ("lookup_population",) * 2, host: str = "127.0.0.1") -> None:
     rng = random.Random(seed)
@@ -108,6 +140,7 @@ def serve(port: int, latency: tuple[float, float], seed: int, hold: Path | None 
                 count[0] += 1
                 n, delay = count[0], rng.uniform(*latency)
                 calls.append({"n": n, "at": time.time(), "peer": self.client_address[0],
+                              "pid": caller_pid(self.client_address[1]),
                               "task": fingerprint(task_of(body)), "turn": turn_of(body)})
             while hold is not None and hold.exists():
                 time.sleep(0.05)
