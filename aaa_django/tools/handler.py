@@ -50,6 +50,7 @@ from aaa_django.runtime.event_types import (
     result_id,
 )
 from aaa_django.runtime.holding import HoldsRuns
+from aaa_django.runtime.retry import transient
 
 from .reconcile import AGAIN_KEY, POLICIES, UNCERTAIN_REASON, gate, gate_id, returned_id, verdict_of
 from .registry import ToolRegistry
@@ -75,6 +76,9 @@ class ToolHandler:
     ``"reconcile"`` (it waits for a person) or ``"fail"`` (it ends ``failed``); see
     :mod:`aaa_django.tools.reconcile`.
     """
+
+    #: seconds a call's outcome in hand is tried to be recorded while the store is away
+    RECORD_FOR = 600.0
 
     def __init__(
         self,
@@ -283,9 +287,33 @@ class ToolHandler:
         if task.cancelled():
             await self._fail(request, "cancelled", "the run ended while the tool was running")
             return
+        await self._record(request, tool, task, again=again is not None)
+
+    async def _record(self, request: Event, tool: Tool, task: asyncio.Future, *, again: bool) -> None:
+        """Record what the call did: its result, or (a guarded call settled otherwise
+        meanwhile) its late outcome. An outcome in hand is never thrown away and never
+        bought again by running the call again: when the store is away (this process
+        cut off), the append is tried again, with backoff, for up to
+        :attr:`RECORD_FOR` seconds."""
+        loop = asyncio.get_running_loop()
+        give_up, delay = loop.time() + self.RECORD_FOR, 0.5
+        while True:
+            try:
+                if tool.guard.side_effects and await self._late(request, tool, task, again=again):
+                    return
+                await self._answer(request, tool, task)
+                return
+            except Exception as exc:
+                if not transient(exc) or loop.time() + delay > give_up:
+                    raise
+                log.warning("run %s: recording the outcome of tool call %s failed (%s: %s); trying again in "
+                            "%.1f s", request.stream, request.data.get("call_id"), type(exc).__name__, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def _answer(self, request: Event, tool: Tool, task: asyncio.Future) -> None:
+        engine = self._engine()
         error = task.exception()
-        if tool.guard.side_effects and await self._late(request, tool, task, again=again is not None):
-            return
         if isinstance(error, _ToolTimeout):
             await self._fail(request, "timeout", str(error))
         elif error is not None:

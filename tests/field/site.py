@@ -33,8 +33,12 @@ class Site:
     def __init__(self, tmp: Path, s3_endpoint: str, *, bus: str = "inprocess", workers: int = 0,
                  model: bool = False, web_workers: int = 1, stall_after: float | None = None,
                  model_latency: tuple[float, float] | None = None, db: str = "postgres",
-                 env: dict[str, str] | None = None, model_tools: tuple[str, ...] | None = None) -> None:
+                 env: dict[str, str] | None = None, model_tools: tuple[str, ...] | None = None,
+                 listen: str | None = None) -> None:
         self.tmp = tmp
+        #: an address the site's services listen on besides 127.0.0.1 (a test's network
+        #: namespace reaches them there; see :meth:`start_worker`)
+        self.listen = listen
         #: "postgres" (a cluster of the test's own) or "sqlite" (a file: the embedded default)
         self.db = db
         #: more of the site's environment (settings the test changes)
@@ -73,7 +77,7 @@ class Site:
         import boto3
 
         if self.db == "postgres":
-            self.pg = Postgres()
+            self.pg = Postgres(listen=self.listen)
             self._stops.append(self.pg.close)
         bucket = f"aaa-field-{time.time_ns()}"
         boto3.client("s3", endpoint_url=self.s3_endpoint, aws_access_key_id="testing",
@@ -95,7 +99,7 @@ class Site:
         if self.stall_after is not None:
             self.env["AAA_STALL_AFTER"] = str(self.stall_after)
         if self.bus == "celery":
-            self.redis = Redis(self.tmp)
+            self.redis = Redis(self.tmp, listen=self.listen)
             self._stops.append(self.redis.close)
             self.env["AAA_REDIS_URL"] = self.redis.url
         self.env.update(self.extra_env)
@@ -105,8 +109,9 @@ class Site:
                              "AAA_LLM_API_KEY": "field-test-key", "AAA_LLM_MODEL": "field-model"})
             latency = [] if self.model_latency is None else ["--latency", *map(str, self.model_latency)]
             tools = [] if self.model_tools is None else ["--tools", ",".join(self.model_tools)]
+            host = ["--host", "0.0.0.0"] if self.listen else []
             model = self._process("model", sys.executable, "-m", "tests.field.model_server", str(port),
-                                  "--hold", str(self.model_hold), *latency, *tools)
+                                  "--hold", str(self.model_hold), *latency, *tools, *host)
         self.manage("migrate", "--noinput")
         self.manage("demo_user", "--username", "field", "--password", "field-pass-1")
         self.key = self.manage("aaa_apikey", "create", "--user", "field", "--name", "field").split()[-1]
@@ -162,11 +167,19 @@ class Site:
         else:
             self.model_hold.unlink(missing_ok=True)
 
-    def start_worker(self) -> Process:
-        """One more Celery worker, started the usual way."""
+    def start_worker(self, *, netns: list[str] | None = None) -> Process:
+        """One more Celery worker, started the usual way; ``netns``: the command that
+        runs it in a network namespace (``Namespace.prefix()``), where it reaches the
+        site's services at :attr:`listen`."""
         self._n += 1
-        w = self._process(f"worker{self._n}", sys.executable, "-m", "celery", "-A", "project",
-                          "worker", "-n", f"field{self._n}@%h", "-c", "2", "-l", "info")
+        env = self.env
+        if netns is not None:
+            assert self.listen, "a worker in a network namespace reaches the services at Site(listen=...)"
+            env = {k: v.replace("127.0.0.1", self.listen) if k in _ADDRESSES else v for k, v in env.items()}
+        w = Process(f"worker{self._n}", [*(netns or []), sys.executable, "-m", "celery", "-A", "project",
+                                         "worker", "-n", f"field{self._n}@%h", "-c", "2", "-l", "info"],
+                    env=env, cwd=ROOT, log=self.tmp / f"worker{self._n}.log")
+        self.procs[w.name] = w
         self.workers.append(w)
         return w
 
@@ -198,6 +211,10 @@ class Site:
     def logs(self, lines: int = 30) -> str:
         return "\n".join(f"--- {name}\n" + "\n".join(p.text().splitlines()[-lines:])
                          for name, p in self.procs.items())
+
+
+#: the environment variables that name where the site's services are
+_ADDRESSES = ("AAA_PG_HOST", "AAA_REDIS_URL", "AAA_LLM_BASE_URL")
 
 
 class Client:
