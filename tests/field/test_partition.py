@@ -107,6 +107,7 @@ def test_a_worker_cut_off_stands_down_and_its_runs_are_taken_over_honestly(tmp_p
         site.hold_model(False)  # the other worker's calls are answered; the cut-off one's cannot reach it
         until(lambda: all(n >= 1 for _, n, _ in leases(site, [*held]).values()), timeout=120)
         adopted = leases(site, [*held])
+        other_pids = set(other.descendants())
         # the guarded calls cut off: uncertain once their Redis lease lapsed, a person asked
         until(lambda: all(len(gates(client, r)) == 2 for r in tool_runs), timeout=120)
         ended_early = [r for r in tool_runs if of(r, "aaa.run.completed")]
@@ -134,7 +135,7 @@ def test_a_worker_cut_off_stands_down_and_its_runs_are_taken_over_honestly(tmp_p
           f"after the cut (RUN_LEASE_TTL {RUN_LEASE_TTL} s); healed {heal_at - cut_at:.1f} s after it")
     # Taken over when the lease lapsed, each run once, by the other worker.
     assert all(t <= RUN_LEASE_TTL + TAKEOVER_SLACK for t in takeover.values()), takeover
-    assert {int(h.split("|")[3]) for h, _, _ in adopted.values()} <= set(other.descendants())
+    assert {int(h.split("|")[3]) for h, _, _ in adopted.values()} <= other_pids
     assert "stands down" in cut_off_log
     # No run ended while its guarded call was uncertain, none on an uncertain result.
     assert ended_early == []
