@@ -231,8 +231,9 @@ async def sweep(
             report.redriven.append(run_id)
         else:
             report.recent.append(run_id)  # another sweep re-drove it just now
-    if keeper is not None and report.redriven and not dry_run:
-        # (a run another process takes meanwhile is its to drive)
+    if keeper is not None and coord is None and report.redriven and not dry_run:
+        # (in-process: a run another process takes meanwhile is its to drive; on the
+        # Celery bus the delivery that takes the re-driven event claims it)
         report.redriven = [r for r in report.redriven if await keeper.claim(r, force=False)]
     if report.redriven and not dry_run:
         log.info("re-driving %d stalled runs (%d re-driven lately left to move, %d busy): %s",

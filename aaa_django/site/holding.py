@@ -202,11 +202,11 @@ class RunKeeper:
 
     async def claim(self, run_id: str, *, force: bool = True) -> bool:
         """Hold ``run_id`` (see :meth:`RunLeases.claim`; ``force``: whoever holds it
-        now); True if this process holds it after. A run held already, and not fenced,
-        costs nothing. Claims made at once share a statement. Raises what the
-        statement raised (the database is out of reach)."""
-        if run_id in self.held and run_id not in self.fenced and self.holds(run_id):
-            return True
+        now); True if this process holds it after. A run held already (as of the last
+        renewal or claim), and not fenced, costs nothing. Claims made at once share a
+        statement. Raises what the statement raised (the database is out of reach)."""
+        if run_id in self.held and run_id not in self.fenced:
+            return True  # (recorded already: whether it may call out is holds()'s to say)
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future = loop.create_future()
         entry = self._pending.get(run_id)
