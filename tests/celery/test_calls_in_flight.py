@@ -117,7 +117,7 @@ def test_a_worker_killed_holding_200_calls_loses_and_duplicates_nothing(new_clus
             print("a new worker is up")
             stop = asyncio.Event()
             helpers = [asyncio.ensure_future(sweeper(engine, stop)),
-                       asyncio.ensure_future(reconciling(engine, stop, answered))]
+                       asyncio.ensure_future(reconciling(engine, stop, reconciled))]
             try:
                 outcomes = await asyncio.gather(*(r.result() for r in runs))
             finally:
@@ -125,11 +125,11 @@ def test_a_worker_killed_holding_200_calls_loses_and_duplicates_nothing(new_clus
                 await asyncio.gather(*helpers)
             return held, outcomes, [await r.events() for r in runs], await asyncio.to_thread(_adopted, ids)
 
-    answered: dict[str, str] = {}
+    reconciled: dict[str, str] = {}
     held, outcomes, logs, adopted = arun(main(), timeout=HUNG)
     most = max(map(len, redrives.values()), default=0)
     print(f"\n{held} runs held by the killed worker, {adopted} adopted, {len(redriven)} sweeper re-drives of "
-          f"{len(redrives)} runs (at most {most} of one run), {len(answered)} uncertain calls reconciled")
+          f"{len(redrives)} runs (at most {most} of one run), {len(reconciled)} uncertain calls reconciled")
 
     assert held >= 1  # the killed worker held calls (their leases had not expired yet)
     assert {o.outcome for o in outcomes} == {"success"}, Counter(o.outcome for o in outcomes)

@@ -109,7 +109,7 @@ def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
             if sweeper:
                 await asyncio.to_thread(cluster.start, 1, concurrency=2)
             stop = asyncio.Event()
-            helpers = [asyncio.ensure_future(reconciling(engine, stop, answered))]
+            helpers = [asyncio.ensure_future(reconciling(engine, stop, reconciled))]
             if sweeper:
                 helpers.append(asyncio.ensure_future(sweep_every_second(engine, stop)))
             try:
@@ -120,11 +120,11 @@ def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
             back = await asyncio.to_thread(_adopted, ids)
             return busy, outcomes, [await r.events() for r in runs], back
 
-    answered: dict[str, str] = {}
+    reconciled: dict[str, str] = {}
     busy, outcomes, logs, adopted = arun(main(), timeout=150)
     drains = _drains(worker)
     print(f"\ndrains (in flight, finished, left, released): {drains}; {busy} runs busy after the stop; "
-          f"{len(redriven)} re-drives, {adopted} runs adopted, {len(answered)} uncertain calls reconciled")
+          f"{len(redriven)} re-drives, {adopted} runs adopted, {len(reconciled)} uncertain calls reconciled")
     assert drains, f"the stopped worker logged no drain:\n{worker.tail()}"
     return drains, busy, len(redriven) + adopted, outcomes, logs
 
