@@ -175,7 +175,7 @@ class Unreachable(RunLeases):
 
 def test_a_keeper_that_cannot_renew_stands_down_at_half_the_lease_and_is_fenced_from_what_was_adopted(db_alias):
     ids = runs(db_alias, 4)
-    TTL = 1.2
+    TTL = 4.0
 
     async def main():
         keeper = RunKeeper(db_alias, ttl=TTL, name="cut")
@@ -187,10 +187,14 @@ def test_a_keeper_that_cannot_renew_stands_down_at_half_the_lease_and_is_fenced_
             await keeper.beat()
             held_before = {r: keeper.holds(r) for r in ids}
             cut.down = True
-            await asyncio.sleep(TTL / 2 + 0.05)
+            await until(keeper.standing_down)  # half a lease since the last renewal began
             failed = await keeper.beat()
             down = {r: keeper.holds(r) for r in ids}
-            await asyncio.sleep(TTL / 2 + 0.1)  # now lapsed
+            # the leases lapse at a full lease (the database's clock)
+            end = time.monotonic() + 10 * TTL
+            while await asyncio.to_thread(lapsed, db_alias) != set(ids[:3]):
+                assert time.monotonic() < end, "the leases never lapsed"
+                await asyncio.sleep(0.05)
             adopted = await other.adopt()
             cut.down = False
             back = await keeper.beat()
@@ -207,6 +211,21 @@ def test_a_keeper_that_cannot_renew_stands_down_at_half_the_lease_and_is_fenced_
     assert back.fenced == set(ids[:3]) and back.held == set()
     assert not any(after[r] for r in ids[:3])  # never called out for again here
     assert after[ids[3]] and claimed  # what nobody took is this process's to take
+
+
+def lapsed(alias: str) -> set[str]:
+    leases = RunLeases(alias)
+    try:
+        return {r for r, _ in leases.lapsed()}
+    finally:
+        leases.close()
+
+
+async def until(check, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < end, "condition not met in time"
+        await asyncio.sleep(0.05)
 
 
 def test_a_keeper_that_regains_its_leases_after_standing_down_drives_them_again(db_alias):
