@@ -398,8 +398,11 @@ class WorkerRuntime:
 
     def close(self) -> None:
         """Close the database connections of the loop and of the store's threads, and
-        stop the loop (a process that ends need not; tests do)."""
+        stop the loop (a process that ends need not; tests do); the keepers of its
+        leases stop renewing them (they lapse) and close their connections."""
         if self.thread.is_alive():
+            for keeper in self.keepers.values():
+                self.run(keeper.stop())
             self.call(connections.close_all)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
@@ -415,6 +418,8 @@ class WorkerRuntime:
         for done in [self.db.submit(close_all) for _ in range(DB_THREADS)]:
             done.result()
         self.db.shutdown()
+        for keeper in self.keepers.values():
+            keeper.close()
 
     def engine(self, spec: Sequence[Any], app: Any = None) -> Engine:
         """The engine for the store ``spec`` names (built on first use); ``app``: the
