@@ -12,8 +12,9 @@ blobs on disk under var/blobs. Environment variables switch on the cluster parts
                        PostgreSQL when AAA_DB=postgres (defaults 127.0.0.1, 5432,
                        aaa, postgres, empty)
   AAA_BUS              "inprocess" (default) or "celery"
-  AAA_LLM_BASE_URL, AAA_LLM_API_KEY, AAA_LLM_MODEL, AAA_LLM_PROVIDER
-                       a real model provider (AAA["LLM"]); unset: the scripted model
+  AAA_LLM_BASE_URL, AAA_LLM_API_KEY, AAA_LLM_MODEL, AAA_LLM_PROVIDER, AAA_LLM_TIMEOUT
+                       a real model provider (AAA["LLM"]; its TIMEOUT: seconds an HTTP
+                       attempt may take, default 60); unset: the scripted model
   AAA_LLM_CLIENT       dotted path of the API engine's LLM client factory (default: the
                        scripted demo model in project/api_demo.py)
   AAA_STREAM_TOKENS    "1": live tokens (AAA["STREAM_TOKENS"]) of a provider that streams
@@ -149,6 +150,7 @@ AAA = {
         "BASE_URL": env("AAA_LLM_BASE_URL") or None,
         "API_KEY": env("AAA_LLM_API_KEY") or None,
         "MODEL": env("AAA_LLM_MODEL") or None,
+        "TIMEOUT": float(env("AAA_LLM_TIMEOUT") or 60),
     }
     if env("AAA_LLM_BASE_URL") or env("AAA_LLM_API_KEY")
     else None,

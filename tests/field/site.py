@@ -105,8 +105,11 @@ class Site:
         self.env.update(self.extra_env)
         if self.with_model:
             port = self.model_port = free_port()
+            # (a call the test holds in flight must not time out meanwhile: a loaded
+            # machine has taken more than the default 60 s to get every run there)
             self.env.update({"AAA_LLM_PROVIDER": "openai", "AAA_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1",
-                             "AAA_LLM_API_KEY": "field-test-key", "AAA_LLM_MODEL": "field-model"})
+                             "AAA_LLM_API_KEY": "field-test-key", "AAA_LLM_MODEL": "field-model",
+                             "AAA_LLM_TIMEOUT": "600"})
             latency = [] if self.model_latency is None else ["--latency", *map(str, self.model_latency)]
             tools = [] if self.model_tools is None else ["--tools", ",".join(self.model_tools)]
             host = ["--host", "0.0.0.0"] if self.listen else []
