@@ -19,8 +19,9 @@ BLOB_STORAGE        str or None      None          An alias in the site's ``STOR
                                                    bucket via django-storages). None: no
                                                    blob store, nothing is claim-checked.
 FOLD_CHECK_EVERY    int >= 0         100           Every this many incremental folds, check
-                                                   the cached state against a whole-log fold;
-                                                   0 never checks.
+                                                   the cached state against a whole-log fold,
+                                                   once the process is idle (15 s without a
+                                                   read); 0 never checks.
 -- cluster mode (``BUS = "celery"``; see ``aaa_django.celery.bus``) ------------------------------
 REDIS_URL           str or None      None          Redis for the Celery bus's coordination:
                                                    locks of contended steps, shared pools,
@@ -102,12 +103,12 @@ API_KEY_FAILURES    str or None      "20/min"      Failed API-key attempts per c
                                                    and period (same form); past it every key
                                                    attempt from that address gets 429 until
                                                    the period ends. None: no limit.
-API_STREAMS_PER_USER int >= 1        10            Event streams one user may hold open at
-                                                   once (counted in the default cache, across
+API_STREAMS_PER_USER int >= 1        10            Streams (SSE: a run's events, the runs'
+                                                   changes) one user may hold open at once
+                                                   (counted in the default cache, across
                                                    processes when it is shared); past it: 429.
-API_STREAM_SECONDS  int >= 1         300           An event stream (SSE) closes after this
-                                                   long; the client resumes with
-                                                   Last-Event-ID.
+API_STREAM_SECONDS  int >= 1         300           A stream (SSE) closes after this long; the
+                                                   client resumes with Last-Event-ID.
 LLM                 dict or None     None          The model provider of the web process and
                                                    the demo: {"PROVIDER": "openai" |
                                                    "anthropic" | "pydantic-ai", "BASE_URL",

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from .model_server import answer, fingerprint
+from .model_server import answer
 from .site import Site
 from .test_field import POPULATIONS, TOOLS, check_log, events, task_text, until
 
@@ -101,11 +101,11 @@ def test_a_worker_sigkilled_with_50_runs_in_flight_costs_seconds(tmp_path, s3_en
     paid: dict[tuple[str, int], int] = {}
     for c in calls:
         paid[(c["task"], c["turn"])] = paid.get((c["task"], c["turn"]), 0) + 1
-    expected = {**{(fingerprint(t), 1): 1 + (r in held) for t, r in zip(tasks, ids)},
-                **{(fingerprint(t), 2): 1 for t in tasks}}
-    odd = {ids[[fingerprint(t) for t in tasks].index(k[0])]: (k[1], v) for k, v in paid.items() if expected[k] != v}
+    expected = {**{(t, 1): 1 + (r in held) for t, r in zip(tasks, ids)},
+                **{(t, 2): 1 for t in tasks}}
+    odd = {ids[[t for t in tasks].index(k[0])]: (k[1], v) for k, v in paid.items() if expected[k] != v}
     assert paid == expected, str({r: (turn, n, final[r], [(round(c["at"] - killed_at, 2), c["turn"], c["pid"]) for c in calls
-                                                       if c["task"] == fingerprint(tasks[ids.index(r)])])
+                                                       if c["task"] == tasks[ids.index(r)]])
                               for r, (turn, n) in odd.items()}) + f"victim {sorted(dead)}"
     assert took < BOUND
     # The duty logs at DEBUG unless it did something: Celery's lines about aaa.tick

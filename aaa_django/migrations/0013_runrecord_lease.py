@@ -6,7 +6,7 @@ class Migration(migrations.Migration):
     when, and the ledger of its adoptions."""
 
     dependencies = [
-        ('aaa', '0011_read_from_snapshot_function'),
+        ('aaa', '0012_runrecord_changed'),
     ]
 
     operations = [
