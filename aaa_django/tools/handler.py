@@ -300,15 +300,19 @@ class ToolHandler:
 
     async def _record(self, request: Event, tool: Tool, task: asyncio.Future, *, again: bool) -> None:
         """Record what the call did: its result, or (a guarded call settled otherwise
-        meanwhile) its late outcome. An outcome in hand is never thrown away and never
-        bought again by running the call again: when the store is away (this process
-        cut off), the append is tried again, with backoff, for up to
-        :attr:`RECORD_FOR` seconds."""
+        meanwhile) its late outcome. A guarded call's outcome in hand is never thrown
+        away and never bought again by running the call again: when the store is away
+        (this process cut off), the append is tried again, with backoff, for up to
+        :attr:`RECORD_FOR` seconds. (Another tool's failed append fails its delivery,
+        which the bus delivers again: the call is made again.)"""
+        if not tool.guard.side_effects:
+            await self._answer(request, tool, task)
+            return
         loop = asyncio.get_running_loop()
         give_up, delay = loop.time() + self.RECORD_FOR, 0.5
         while True:
             try:
-                if tool.guard.side_effects and await self._late(request, tool, task, again=again):
+                if await self._late(request, tool, task, again=again):
                     return
                 await self._answer(request, tool, task)
                 return
