@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,36 @@ class Site:
         pids = self.web.descendants()
         self.web.kill()
         return pids
+
+    def start_runs(self, tasks: list[str], config: dict[str, Any], key: str) -> list[str]:
+        """Start a ToolLoop run of each task over the REST API (8 at a time, as clients
+        do; each with an ``Idempotency-Key`` of ``key`` and its index); their ids."""
+        def start(i: int) -> str:
+            status, body = self.client.call("POST", "/runs", {
+                "algorithm": "aaa.algos.ToolLoop", "input": {"task": tasks[i]}, "config": config,
+            }, headers={"Idempotency-Key": f"{key}-{i}"})
+            assert status in (200, 201), (status, body)
+            return body["id"]
+
+        with ThreadPoolExecutor(8) as pool:
+            return list(pool.map(start, range(len(tasks))))
+
+    def until_ended(self, ids: list[str], timeout: float, ended: dict[str, dict] | None = None) -> dict[str, dict]:
+        """Run id -> the run as the API says, once every run of ``ids`` has ended (fails
+        after ``timeout`` seconds, with the processes' logs)."""
+        ended = {} if ended is None else ended
+        end = time.monotonic() + timeout
+        while True:
+            for run_id in ids:
+                if run_id not in ended:
+                    status, run = self.client.call("GET", f"/runs/{run_id}")
+                    assert status == 200, run
+                    if run["status"] == "completed":
+                        ended[run_id] = run
+            if len(ended) == len(ids):
+                return ended
+            assert time.monotonic() < end, f"{len(ids) - len(ended)} runs never ended\n{self.logs()}"
+            time.sleep(0.1)
 
     def model_calls(self) -> list[dict]:
         """The calls the model server has received, in order (see model_server.py)."""

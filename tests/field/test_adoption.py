@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -41,35 +40,13 @@ def test_a_web_server_killed_with_runs_in_flight_finishes_them_when_started_agai
               model_latency=(0.2, 0.6)) as site:
         client = site.client
         site.hold_model()  # every run's first call stays in flight
-
-        def start(i: int) -> str:
-            status, body = client.call("POST", "/runs", {
-                "algorithm": "aaa.algos.ToolLoop", "input": {"task": tasks[i]},
-                "config": {"tools": TOOLS, "max_turns": 4},
-            }, headers={"Idempotency-Key": f"adopt-{i}"})
-            assert status in (200, 201), (status, body)
-            return body["id"]
-
-        with ThreadPoolExecutor(8) as pool:
-            ids = list(pool.map(start, range(RUNS)))
+        ids = site.start_runs(tasks, {"tools": TOOLS, "max_turns": 4}, "adopt")
         until(lambda: len([c for c in site.model_calls() if c["turn"] == 1]) >= RUNS, timeout=DEADLINE)
         dead = site.kill_web()
         site.start_web()
         up = time.monotonic()
         site.hold_model(False)
-
-        ended: dict[str, dict] = {}
-        while len(ended) < RUNS:
-            for run_id in ids:
-                if run_id not in ended:
-                    status, run = client.call("GET", f"/runs/{run_id}")
-                    assert status == 200, run
-                    if run["status"] == "completed":
-                        ended[run_id] = run
-            if len(ended) < RUNS:
-                assert time.monotonic() - up < DEADLINE, (
-                    f"{RUNS - len(ended)} runs never ended\n{site.logs()}")
-                time.sleep(0.2)
+        ended = site.until_ended(ids, DEADLINE)
         took = time.monotonic() - up
         workers = set(site.web.descendants())
         logs = {run_id: events(client, run_id) for run_id in ids}

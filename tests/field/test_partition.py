@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -79,24 +78,15 @@ def test_a_worker_cut_off_stands_down_and_its_runs_are_taken_over_honestly(tmp_p
         cut_off = site.start_worker(netns=ns.prefix())
         site.wait_ready(cut_off)
 
-        def start(i: int) -> str:
-            status, body = client.call("POST", "/runs", {
-                "algorithm": "aaa.algos.ToolLoop", "input": {"task": tasks[i]},
-                "config": {"tools": TOOLS, "max_turns": 4},
-            }, headers={"Idempotency-Key": f"partition-{i}"})
-            assert status in (200, 201), (status, body)
-            return body["id"]
-
         def of(run_id: str, type: str) -> list[dict]:
             return [e for e in events(client, run_id) if e["type"] == type]
 
         charge_hold.touch()  # the guarded calls stay in flight
-        with ThreadPoolExecutor(8) as pool:
-            tool_runs = list(pool.map(start, range(TOOL_RUNS)))
+        config = {"tools": TOOLS, "max_turns": 4}
+        tool_runs = site.start_runs(tasks[:TOOL_RUNS], config, "tool")
         until(lambda: all(len(of(r, TOOL_STARTED)) == 1 for r in tool_runs), timeout=180)
         site.hold_model()  # the model calls stay in flight
-        with ThreadPoolExecutor(8) as pool:
-            model_runs = list(pool.map(start, range(TOOL_RUNS, TOOL_RUNS + MODEL_RUNS)))
+        model_runs = site.start_runs(tasks[TOOL_RUNS:], config, "model")
         b_tasks = set(tasks[TOOL_RUNS:])
         until(lambda: len({c["task"] for c in site.model_calls() if c["task"] in b_tasks}) == MODEL_RUNS,
               timeout=180)
@@ -127,8 +117,7 @@ def test_a_worker_cut_off_stands_down_and_its_runs_are_taken_over_honestly(tmp_p
         # A person reconciles: each call ran (its late outcome says what it returned).
         answers = [(r, g["id"]) for r in tool_runs for g in gates(client, r)]
         site.manage("shell", "-c", RECONCILE.format(answers=json.dumps(answers)))
-        ended: dict[str, dict] = {}
-        until(lambda: _ended(client, tool_runs + model_runs, ended), timeout=180)
+        ended = site.until_ended(tool_runs + model_runs, 180)
         logs = {r: events(client, r) for r in tool_runs + model_runs}
         calls = site.model_calls()
     assert Namespace.leftovers() == []
@@ -198,13 +187,3 @@ def leases(site: Site, ids: list[str]) -> dict[str, tuple[str | None, int, float
         rows = conn.execute("SELECT run_id, held_by, adoptions, adopted_at FROM aaa_run WHERE run_id = ANY(%s)",
                             [ids]).fetchall()
     return {r: (h, n, at) for r, h, n, at in rows}
-
-
-def _ended(client, ids: list[str], ended: dict[str, dict]) -> bool:
-    for run_id in ids:
-        if run_id not in ended:
-            status, run = client.call("GET", f"/runs/{run_id}")
-            assert status == 200, run
-            if run["status"] == "completed":
-                ended[run_id] = run
-    return len(ended) == len(ids)

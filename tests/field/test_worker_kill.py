@@ -19,7 +19,6 @@ when it did something.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -45,17 +44,7 @@ def test_a_worker_sigkilled_with_50_runs_in_flight_costs_seconds(tmp_path, s3_en
               model_latency=(LATENCY, LATENCY)) as site:
         client = site.client
         site.hold_model()
-
-        def start(i: int) -> str:
-            status, body = client.call("POST", "/runs", {
-                "algorithm": "aaa.algos.ToolLoop", "input": {"task": tasks[i]},
-                "config": {"tools": TOOLS, "max_turns": 4},
-            }, headers={"Idempotency-Key": f"kill-{i}"})
-            assert status in (200, 201), (status, body)
-            return body["id"]
-
-        with ThreadPoolExecutor(8) as pool:
-            ids = list(pool.map(start, range(RUNS)))
+        ids = site.start_runs(tasks, {"tools": TOOLS, "max_turns": 4}, "kill")
         # every run's first model call in flight, in one worker or the other
         until(lambda: len([c for c in site.model_calls() if c["turn"] == 1]) >= RUNS, timeout=180)
         victim = site.workers[0]
@@ -66,17 +55,7 @@ def test_a_worker_sigkilled_with_50_runs_in_flight_costs_seconds(tmp_path, s3_en
         site.start_worker()  # its supervisor starts it again
         site.hold_model(False)
 
-        ended: dict[str, dict] = {}
-        while len(ended) < RUNS:
-            for run_id in ids:
-                if run_id not in ended:
-                    status, run = client.call("GET", f"/runs/{run_id}")
-                    assert status == 200, run
-                    if run["status"] == "completed":
-                        ended[run_id] = run
-            if len(ended) < RUNS:
-                assert time.monotonic() - killed < 180, f"{RUNS - len(ended)} runs never ended\n{site.logs()}"
-                time.sleep(0.1)
+        ended = site.until_ended(ids, 180)
         took = time.monotonic() - killed
         logs = {run_id: events(client, run_id) for run_id in ids}
         calls = site.model_calls()
