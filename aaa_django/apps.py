@@ -28,6 +28,14 @@ class AaaConfig(AppConfig):
 
         load_agents()
 
+        # A web process's first request starts its engine host, which adopts the runs
+        # whose holder is gone (aaa_django.site.host; the in-process bus only).
+        from django.core.signals import request_started
+
+        from .site.host import on_request
+
+        request_started.connect(on_request, dispatch_uid="aaa_django.site.host")
+
         # The Celery bus registers itself with the site's wiring where Celery is
         # installed; without it, the in-process bus only (aaa.E101 if BUS says celery).
         if importlib.util.find_spec("celery") is not None:

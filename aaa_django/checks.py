@@ -324,7 +324,9 @@ def _valid_rate(rate: str) -> bool:
 # =========  =====================================================================
 
 
-_POSITIVE = ("RUN_LOCK_TTL", "LEASE_TTL", "STALL_AFTER")
+_POSITIVE = ("RUN_LOCK_TTL", "LEASE_TTL", "STALL_AFTER", "RUN_LEASE_TTL")
+#: what ``UNCERTAIN`` may say (``aaa_django.tools.handler``)
+_UNCERTAIN = ("reconcile", "fail")
 
 
 @register()
@@ -363,6 +365,11 @@ def check_cluster_settings(app_configs: Any = None, **kwargs: Any) -> list[Error
     if "DUTY_DATABASE" in site and alias not in settings.DATABASES:
         errors.append(Error(f"AAA['DUTY_DATABASE'] = {alias!r} is not a database alias.",
                             hint="One of: " + ", ".join(settings.DATABASES) + ".", id="aaa.E104"))
+    if "ADOPT" in site and not isinstance(site["ADOPT"], bool):
+        errors.append(Error(f"AAA['ADOPT'] must be True or False, not {site['ADOPT']!r}.", id="aaa.E104"))
+    if "UNCERTAIN" in site and site["UNCERTAIN"] not in _UNCERTAIN:
+        errors.append(Error(f"AAA['UNCERTAIN'] is {site['UNCERTAIN']!r}.",
+                            hint="One of: " + ", ".join(repr(u) for u in _UNCERTAIN) + ".", id="aaa.E104"))
     if "CELERY_FAST_PUBLISH" in site and not isinstance(site["CELERY_FAST_PUBLISH"], bool):
         errors.append(Error(f"AAA['CELERY_FAST_PUBLISH'] must be True or False, not "
                             f"{site['CELERY_FAST_PUBLISH']!r}.", id="aaa.E104"))
