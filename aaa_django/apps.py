@@ -1,6 +1,5 @@
 """The Django app configuration."""
 
-import importlib.util
 
 from django.apps import AppConfig
 from django.core import checks
@@ -8,6 +7,9 @@ from django.core import checks
 from .checks import check_aaa_settings, check_api_cache, check_api_settings, check_otel_settings
 from .site.llm_settings import check_llm_settings
 from .site.mcp_settings import check_mcp_settings
+
+#: what the celery extra installs (``pip install 'aaa_django[celery]'``)
+CELERY_EXTRA = frozenset({"celery", "kombu", "redis"})
 
 
 class AaaConfig(AppConfig):
@@ -38,7 +40,10 @@ class AaaConfig(AppConfig):
 
         # The Celery bus registers itself with the site's wiring where Celery is
         # installed; without it, the in-process bus only (aaa.E101 if BUS says celery).
-        if importlib.util.find_spec("celery") is not None:
+        try:
             from .celery.wiring import register
-
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] not in CELERY_EXTRA:
+                raise  # a module of ours, or a bug: not a missing extra
+        else:
             register()
