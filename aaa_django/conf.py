@@ -19,8 +19,9 @@ BLOB_STORAGE        str or None      None          An alias in the site's ``STOR
                                                    bucket via django-storages). None: no
                                                    blob store, nothing is claim-checked.
 FOLD_CHECK_EVERY    int >= 0         100           Every this many incremental folds, check
-                                                   the cached state against a whole-log fold;
-                                                   0 never checks.
+                                                   the cached state against a whole-log fold,
+                                                   once the process is idle (15 s without a
+                                                   read); 0 never checks.
 MAX_ABANDONED_ATTEMPTS int >= 1      3             A run one of whose model calls has this
                                                    many attempts abandoned (their process
                                                    died with them in flight) ends "failed":
@@ -51,6 +52,23 @@ RUN_LOCK_TTL        number > 0       10            Seconds the lock a step takes
 LEASE_TTL           number > 0       30            Seconds a tool-pool lease, a delivery's
                                                    busy mark or a guarded tool call's
                                                    lease lives unless renewed.
+RUN_LEASE_TTL       number > 0       6             Seconds a process's lease on a run it
+                                                   drives lives unless renewed (every
+                                                   quarter of it, one statement for all
+                                                   its runs; ``aaa_django.site.holding``).
+                                                   Once it lapses another process adopts
+                                                   the run; one that cannot renew stands
+                                                   down (no model or tool call) at half.
+ADOPT               bool             True          The web process's engine host (in-process
+                                                   bus) starts with its first request and
+                                                   adopts the runs whose holder is gone.
+UNCERTAIN           str              "reconcile"   A side-effecting tool call that may have
+                                                   run (its intent logged, no result, its
+                                                   holder gone): "reconcile" (the run
+                                                   waits for a person to say it ran / it
+                                                   did not / run it again) or "fail" (the
+                                                   run ends ``failed``, reason
+                                                   ``uncertain_tool_call``).
 STALL_AFTER         number > 0       60            The sweeper re-drives an unfinished run
                                                    with no new event and no live delivery
                                                    for this many seconds; the workers'
@@ -89,12 +107,12 @@ API_KEY_FAILURES    str or None      "20/min"      Failed API-key attempts per c
                                                    and period (same form); past it every key
                                                    attempt from that address gets 429 until
                                                    the period ends. None: no limit.
-API_STREAMS_PER_USER int >= 1        10            Event streams one user may hold open at
-                                                   once (counted in the default cache, across
+API_STREAMS_PER_USER int >= 1        10            Streams (SSE: a run's events, the runs'
+                                                   changes) one user may hold open at once
+                                                   (counted in the default cache, across
                                                    processes when it is shared); past it: 429.
-API_STREAM_SECONDS  int >= 1         300           An event stream (SSE) closes after this
-                                                   long; the client resumes with
-                                                   Last-Event-ID.
+API_STREAM_SECONDS  int >= 1         300           A stream (SSE) closes after this long; the
+                                                   client resumes with Last-Event-ID.
 LLM                 dict or None     None          The model provider of the web process and
                                                    the demo: {"PROVIDER": "openai" |
                                                    "anthropic" | "pydantic-ai", "BASE_URL",
@@ -152,6 +170,9 @@ DEFAULTS: dict[str, Any] = {
     "RUN_LOCK_TTL": 10,
     "LEASE_TTL": 30,
     "STALL_AFTER": 60,
+    "RUN_LEASE_TTL": 6,
+    "ADOPT": True,
+    "UNCERTAIN": "reconcile",
     "WORKER_IN_FLIGHT": 1000,
     "WORKER_DRAIN_SECONDS": 30,
     "DUTY_EVERY": 1,

@@ -62,8 +62,11 @@ def django_db_setup(django_db_setup):
     yield
     from asgiref.sync import async_to_sync
 
+    from aaa_django.site.host import EngineHost
     from aaa_django.store import sqlite, wakeups
     from aaa_django.store.connections import close_all
+
+    EngineHost.reset()  # (a web request's test may have started it: its connections go too)
 
     async_to_sync(close_all)()
     sqlite.close_all()

@@ -3,8 +3,10 @@
 Registered on ``django.contrib.admin.site`` when the app is installed (Django's
 admin autodiscovery imports this package):
 
-- **Runs** (:class:`~aaa_django.admin.runs.RunAdmin`): the run list, the run page,
-  the actions (cancel, approve/deny, erase, re-drive, start), all through the engine.
+- **Runs** (:class:`~aaa_django.admin.runs.RunAdmin`): the run list and its actions
+  on many runs (:mod:`.bulk`), the run page, the actions on a run (cancel,
+  approve/deny, erase, re-drive, run again, fork) and the start form built from the
+  algorithm's schemas (:mod:`.startform`), all through the engine.
 - **Events** and **Snapshots**: read-only, for everyone.
 - **API keys** (:class:`~aaa_django.admin.apikeys.ApiKeyAdmin`): create (the key is
   shown once), list, revoke.
@@ -28,6 +30,10 @@ approve / deny     ``aaa.approve_run`` (or owning the run)     no buttons; POST 
 erase              ``aaa.erase_run`` (or owning the run)       no button; GET/POST 403
 re-drive           ``aaa.change_runrecord`` (or owning it)     no button; POST 403
 start a run        ``aaa.add_runrecord``                       no button; GET/POST 403
+run again, fork    ``aaa.add_runrecord`` and seeing the run    no button; POST 403
+bulk cancel /      ``aaa.cancel_run`` / ``change_runrecord``   not offered in the list
+re-drive / erase   / ``erase_run``
+bulk export        seeing the runs (any user of the list)      (always offered)
 API keys           ``aaa.view_apikey`` / ``add_apikey`` /      not offered (403)
                    ``change_apikey`` (revoke, rename)
 =================  ==========================================  ========================

@@ -7,7 +7,6 @@ Each is a POST (erase and start also have a page) that checks the user's permiss
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
@@ -17,14 +16,16 @@ from django.db.models.options import Options
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from aaa_django.models import EventRecord, RunRecord
-from aaa_django.runtime import RunNotEndedError
+from aaa_django.runtime import RunNotEndedError, registry
 from aaa_django.store import runindex
 
 from . import engine
-from .forms import ApprovalForm, ReasonForm, StartRunForm
+from .forms import ApprovalForm, ReasonForm
+from .startform import StartRunForm, chosen_algorithm
 
 
 class RunAdminViews:
@@ -153,26 +154,43 @@ class RunActions(RunAdminViews):
     # -- starting a run ------------------------------------------------------------------
 
     def add_view(self, request: HttpRequest, form_url: str = "", extra_context: Any = None) -> HttpResponse:
+        """Start a run: the form of the chosen algorithm (``?algorithm=``; see
+        :mod:`.startform`)."""
         if not self.has_add_permission(request):
             raise PermissionDenied
-        form = StartRunForm(request.POST or None)
-        if request.method == "POST" and form.is_valid():
-            d = form.cleaned_data
-            try:
-                run_id = engine.start(d["instance"], d["input"], user=request.user,
-                                      budget=d["budget"], deadline=d["deadline"])
-            except engine.EngineUnavailable as exc:
-                form.add_error(None, f"The engine did not answer: {exc}")
-            else:
-                runindex.refresh(self._using(), run_id)
-                messages.success(request, f"Run {run_id} started.")
-                return HttpResponseRedirect(self._url("change", run_id))
+        if request.method == "POST":
+            posted, shown = request.POST.get("algorithm"), request.POST.get("shown_for")
+            if shown and posted != shown and registry.known(posted or ""):
+                # another algorithm was chosen (no script): its own fields, empty
+                return HttpResponseRedirect(f"{request.path}?{urlencode({'algorithm': posted})}")
+            name = shown if registry.known(shown or "") else posted
+            form = StartRunForm(request.POST, algorithm=name if registry.known(name or "") else None)
+        else:
+            form = StartRunForm(algorithm=chosen_algorithm(request.GET.get("algorithm")))
+        run_id = self._start(request, form) if request.method == "POST" and form.is_valid() else None
+        if run_id is not None:
+            runindex.refresh(self._using(), run_id)
+            messages.success(request, f"Run {run_id} started.")
+            return HttpResponseRedirect(self._url("change", run_id))
         ctx = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "app_label": self.opts.app_label,
             "title": "Start a run",
             "form": form,
-            "schemas": json.dumps(form.schemas(), indent=2),
         }
         return TemplateResponse(request, "aaa/admin/start.html", ctx)
+
+    def _start(self, request: HttpRequest, form: StartRunForm) -> str | None:
+        """Start the form's run; None (the form says why) if the engine refuses it."""
+        d = form.cleaned_data
+        try:
+            refused = engine.start_errors(d["config"], d["budget"]) if d["budget"] else []
+            if refused:
+                form.add_start_errors(refused)
+                return None
+            return engine.start(d["instance"], d["input"], user=request.user,
+                                budget=d["budget"], deadline=d["deadline"])
+        except engine.EngineUnavailable as exc:
+            form.add_error(None, f"The engine did not answer: {exc}")
+            return None

@@ -19,10 +19,11 @@ from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from django.conf import settings
+from django.contrib import admin
 from django.db import models
 from django.utils import timezone
 
-__all__ = ["ProbedDates", "period_start"]
+__all__ = ["ProbedDates", "StartedFilter", "period_start"]
 
 #: the kinds of period probed (the date hierarchy's); any other is Django's query
 PROBED = ("year", "month", "day")
@@ -72,3 +73,21 @@ def _next_start(start: datetime, kind: str, tz: tzinfo | None) -> datetime:
     else:
         naive += timedelta(days=1)
     return timezone.make_aware(naive, tz) if tz is not None else naive
+
+
+class StartedFilter(admin.DateFieldListFilter):
+    """The run list's "started" filter: Django's periods, and the **past hour** (from the
+    start of the minute an hour ago) and the **past 24 hours** first, for acting on
+    what was just started (select all, then an action)."""
+
+    def __init__(self, field: Any, request: Any, params: Any, model: Any, model_admin: Any,
+                 field_path: str) -> None:
+        super().__init__(field, request, params, model, model_admin, field_path)
+        now = timezone.localtime(timezone.now()).replace(second=0, microsecond=0)
+        until = {self.lookup_kwarg_until: now + timedelta(days=1)}
+        recent = (
+            ("Past hour", {self.lookup_kwarg_since: now - timedelta(hours=1), **until}),
+            ("Past 24 hours", {self.lookup_kwarg_since: now - timedelta(hours=24), **until}),
+        )
+        links: tuple[Any, ...] = getattr(self, "links")  # Django's, set by its __init__
+        self.links = (links[0], *recent, *links[1:])

@@ -7,16 +7,20 @@ process's :class:`~aaa_django.site.host.EngineHost`, whose loop thread keeps the
 
 from __future__ import annotations
 
-from typing import Any, Callable, Coroutine, Mapping, TypeVar
+from typing import Any, Callable, Coroutine, Iterable, Mapping, TypeVar
 
-from aaa_django.runtime import Engine
+from aaa_django.runtime import Engine, RunNotEndedError, validation
 from aaa_django.runtime.fork import fork as fork_run
 from aaa_django.site.host import EngineHost, EngineUnavailable
 from aaa_django.store import runindex
 
 R = TypeVar("R")
 
-__all__ = ["EngineUnavailable", "approve", "cancel", "deny", "erase", "fork", "redrive", "start"]
+__all__ = ["EngineUnavailable", "approve", "cancel", "cancel_many", "deny", "erase", "erase_many", "fork",
+           "redrive", "redrive_many", "run_again", "start", "start_errors"]
+
+#: runs handed to the engine in one call by the bulk actions (each call has its own timeout)
+CHUNK = 100
 
 
 def call(fn: Callable[[Engine], Coroutine[Any, Any, R]], timeout: float | None = 30.0) -> R:
@@ -53,12 +57,81 @@ def erase(run_id: str, *, using: str = "default") -> int:
     return int(count)
 
 
+def cancel_many(run_ids: Iterable[str], *, user: Any, reason: str | None) -> list[str]:
+    """Ask each run to cancel; the ids of those asked (not those that had ended)."""
+    async def each(e: Engine, ids: list[str]) -> list[str]:
+        return [r for r in ids if await e.cancel(r, reason=reason or None, by=who(user))]
+
+    return _chunked(each, run_ids)
+
+
+def redrive_many(run_ids: Iterable[str]) -> list[str]:
+    """Deliver each unfinished run's events again (``Engine.resume``); the adopted ids."""
+    async def each(e: Engine, ids: list[str]) -> list[str]:
+        return list(await e.resume(ids))
+
+    return _chunked(each, run_ids)
+
+
+def erase_many(run_ids: Iterable[str], *, using: str = "default") -> tuple[dict[str, int], list[str]]:
+    """Erase each run that has ended (``Engine.erase``): ``({run id: events erased},
+    [the ids refused because they have not ended])``."""
+    erased: dict[str, int] = {}
+    refused: list[str] = []
+
+    async def each(e: Engine, ids: list[str]) -> list[str]:
+        for r in ids:
+            try:
+                erased[r] = int(await e.erase(r))
+            except RunNotEndedError:
+                refused.append(r)
+        return []
+
+    try:
+        _chunked(each, run_ids)
+    finally:  # what was erased leaves the index, even if the engine stopped answering
+        for r in erased:
+            runindex.forget(using, r)
+    return erased, refused
+
+
+def _chunked(fn: Callable[[Engine, list[str]], Coroutine[Any, Any, list[str]]],
+             run_ids: Iterable[str]) -> list[str]:
+    ids = list(dict.fromkeys(run_ids))
+    out: list[str] = []
+    for i in range(0, len(ids), CHUNK):
+        out += call(_on(fn, ids[i: i + CHUNK]))
+    return out
+
+
+def _on(fn: Callable[[Engine, list[str]], Coroutine[Any, Any, R]],
+        ids: list[str]) -> Callable[[Engine], Coroutine[Any, Any, R]]:
+    return lambda e: fn(e, ids)
+
+
 def start(algorithm: Any, input: Any, *, user: Any, budget: Mapping[str, Any] | None = None,
           deadline: float | None = None) -> str:
     """Start a run owned by ``user``; return its id."""
     run = call(lambda e: e.start(algorithm, input, budget=budget, deadline=deadline,
                                  owner=str(user.pk)))
     return run.run_id
+
+
+def run_again(run_id: str, *, user: Any) -> str:
+    """A new run of ``run_id``'s algorithm, input, config, budget and deadline (as long
+    as the run had), for ``user``: a fork at its first event, so the new run records
+    where it came from; return its id."""
+    run = call(lambda e: fork_run(e, run_id, 1, owner=str(user.pk)))
+    return run.run_id
+
+
+def start_errors(config: Any, budget: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Why the engine's start checks would refuse a run with ``config`` and ``budget``
+    (a cost budget over an unpriced model), as the REST API asks before starting one."""
+    async def check(e: Engine) -> list[dict[str, Any]]:
+        return validation.start_errors(e, config, budget)
+
+    return call(check)
 
 
 def fork(run_id: str, at: int, *, user: Any, config: Mapping[str, Any] | None,

@@ -1,10 +1,13 @@
-"""The admin's export, import and fork: each a page or a download that calls
+"""The admin's export, import, fork and run again: each a page or a download that calls
 :mod:`aaa_django.store.exchange` or the engine (fork), never an ORM write on the log.
 
 - **Export** (a run's page): the run as one JSON Lines file, blobs inlined, streamed.
   Whoever may see the run may export it.
 - **Import** (the run list, with ``aaa.import_run``): upload an export; it is checked
   whole (every blob against its hash) before anything is stored; the run is yours.
+- **Run again** (a run's page; the same permissions as a fork): a new run of the
+  run's algorithm, input, config, budget and deadline (as long as the run had): a fork
+  at its first event, so each run's page links to the other.
 - **Fork** (a run's page, an event's page; with ``aaa.add_runrecord`` and the right to
   see the run): a new run from the run's first N events with an edited configuration,
   budget and deadline; the new run's page links back, the old one lists its forks.
@@ -18,6 +21,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.template.response import TemplateResponse
+from django.views.decorators.http import require_POST
 
 from aaa_django.models import RunRecord
 from aaa_django.runtime.fork import ForkError
@@ -89,6 +93,26 @@ class RunExchange(RunAdminViews):
                 return HttpResponseRedirect(self._url("change", new_id))
         ctx = self._context(request, run, title=f"Fork run {run.run_id}", crumb="fork", form=form)
         return TemplateResponse(request, "aaa/admin/fork.html", ctx)
+
+
+    def run_again_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return require_POST(self._run_again)(request, object_id)
+
+    def _run_again(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        run = self.get_run(request, object_id)
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        try:
+            new_id = engine.run_again(run.run_id, user=request.user)
+        except ForkError as exc:
+            messages.error(request, f"Cannot run it again: {exc}")
+            return HttpResponseRedirect(self._url("change", run.run_id))
+        except engine.EngineUnavailable as exc:
+            messages.error(request, f"The engine did not answer: {exc}")
+            return HttpResponseRedirect(self._url("change", run.run_id))
+        runindex.refresh(self._using(), new_id)
+        messages.success(request, f"Run {new_id} started: {run.run_id} again (its algorithm, input and config).")
+        return HttpResponseRedirect(self._url("change", new_id))
 
 
 def forks_of(using: str, run_id: str, limit: int) -> list[Any]:

@@ -1,4 +1,5 @@
-"""Forms of the admin's actions: starting a run, and the reason given for an action."""
+"""Forms of the admin's actions: the reason given for an action, forking, importing
+(starting a run: :mod:`.startform`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ from typing import Any, Iterable, Mapping
 from django import forms
 from pydantic import ValidationError
 
-from aaa_django.runtime import Budget, registry
-from aaa_django.validate import validate
+from aaa_django.runtime import Budget
 
 #: the longest reason kept in an event
 MAX_REASON = 500
@@ -41,14 +41,10 @@ def _errors(exc_errors: Iterable[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-class StartRunForm(forms.Form):
-    """Algorithm (from the registry), its JSON input checked against the algorithm's
-    input schema, and optional JSON config, budget and deadline."""
+class JsonConfigForm(forms.Form):
+    """A configuration, a budget and a deadline as JSON (the fork's form)."""
 
-    algorithm = forms.ChoiceField(help_text="Algorithms registered in this process.")
-    input = _json_field("Input (JSON)", "Checked against the algorithm's input schema.", True)
-    config = _json_field("Config (JSON)", "Optional; checked against the algorithm's config "
-                         "schema (ToolLoop: max_turns, system, model, tools).", False)
+    config = _json_field("Config (JSON)", "The algorithm's config.", False)
     budget = _json_field("Budget (JSON)", 'Optional: {"tokens": …, "cost": …, '
                          '"model_calls": …, "tool_calls": …}.', False)
     deadline = forms.FloatField(required=False, min_value=0.001,
@@ -56,20 +52,8 @@ class StartRunForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["algorithm"].choices = [(n, n) for n in registry.names()]
         for name in ("config", "budget"):
             self.fields[name].widget.attrs["rows"] = 3
-
-    def schemas(self) -> dict[str, Any]:
-        """Each algorithm's input schema (shown beside the form)."""
-        out = {}
-        for name in registry.names():
-            schema = getattr(registry.get(name), "Input", None)
-            try:
-                out[name] = schema.model_json_schema() if schema is not None else {}
-            except Exception:
-                out[name] = {}
-        return out
 
     def _parse(self, name: str) -> Any:
         raw = (self.cleaned_data.get(name) or "").strip()
@@ -79,9 +63,6 @@ class StartRunForm(forms.Form):
             return json.loads(raw)
         except ValueError as exc:
             raise forms.ValidationError(f"not JSON: {exc}") from None
-
-    def clean_input(self) -> Any:
-        return self._parse("input")
 
     def clean_config(self) -> Any:
         value = self._parse("config")
@@ -102,23 +83,6 @@ class StartRunForm(forms.Form):
         except TypeError as exc:
             raise forms.ValidationError(str(exc)) from None
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        name = data.get("algorithm")
-        if not name or "input" not in data or "config" not in data:
-            return data
-        cls = registry.get(name)
-        errors = validate(cls, data["input"])
-        if errors:
-            self.add_error("input", _errors(errors))
-        try:
-            data["instance"] = registry.build(name, data["config"])
-        except ValidationError as exc:
-            self.add_error("config", _errors(exc.errors(include_url=False)))
-        except Exception as exc:
-            self.add_error("config", f"{type(exc).__name__}: {exc}")
-        return data
-
 
 class ImportForm(forms.Form):
     """An export file (``aaa_export``, the API's or this admin's Export)."""
@@ -126,7 +90,7 @@ class ImportForm(forms.Form):
     file = forms.FileField(help_text="A run exported as JSON Lines, its blobs inlined.")
 
 
-class ForkForm(StartRunForm):
+class ForkForm(JsonConfigForm):
     """Where to fork (the seq of the last event kept) and the new run's configuration,
     budget and deadline (the original's, edited)."""
 
@@ -137,7 +101,6 @@ class ForkForm(StartRunForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        del self.fields["algorithm"], self.fields["input"]
         self.fields["config"].help_text = "The algorithm's config for the new run (edit it)."
         self.fields["budget"].help_text = "The new run's budget; empty: none. What the kept " \
                                           "events spent counts against it."
@@ -152,9 +115,6 @@ class ForkForm(StartRunForm):
             "config": json.dumps(started.get("config") or {}, indent=2, ensure_ascii=False),
             "budget": json.dumps(started["budget"], ensure_ascii=False) if started.get("budget") else "",
         }
-
-    def clean(self) -> dict[str, Any]:
-        return forms.Form.clean(self)  # the config is checked by the fork, with the algorithm
 
     def clean_deadline(self) -> Any:
         value = self.cleaned_data.get("deadline")

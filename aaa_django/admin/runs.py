@@ -50,7 +50,8 @@ from aaa_django.store.rows import to_event
 from . import charts, graphs, livetokens, pictures, reading, timeline
 from .actions import RunActions
 from .attempts import model_calls
-from .dates import ProbedDates
+from .bulk import RunBulkActions
+from .dates import ProbedDates, StartedFilter
 from .exchange import RunExchange, forks_of
 from .records import EstimatingPaginator, indexed_values
 
@@ -149,7 +150,7 @@ def run_graph(run: RunRecord, config: Any, using: str) -> RunGraph | None:
     return RunGraph(svg=pictures.graph(picture), kind=kind)
 
 
-class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
+class RunAdmin(RunActions, RunExchange, RunBulkActions, admin.ModelAdmin):
     list_display = (
         "run_link",
         "algorithm",
@@ -163,7 +164,7 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
         "duration_col",
     )
     list_filter = (indexed_values("outcome", "aaa_run"), "status", indexed_values("algorithm", "aaa_run"),
-                   ("started_at", admin.DateFieldListFilter))
+                   ("started_at", StartedFilter))
     paginator = EstimatingPaginator
     search_fields = ("run_id", "owner__username", "owner__email")
     list_select_related = ("owner",)
@@ -171,7 +172,6 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
     date_hierarchy = "started_at"
     list_per_page = 50
     show_full_result_count = False
-    actions = None
     change_list_template = "aaa/admin/run_list.html"
 
     # -- columns ---------------------------------------------------------------------
@@ -268,6 +268,7 @@ class RunAdmin(RunActions, RunExchange, admin.ModelAdmin):
             path(f"{run}/erase/", wrap(self.erase_view), name=f"{name}_erase"),
             path(f"{run}/export/", wrap(self.export_view), name=f"{name}_export"),
             path(f"{run}/fork/", wrap(self.fork_view), name=f"{name}_fork"),
+            path(f"{run}/again/", wrap(self.run_again_view), name=f"{name}_again"),
             path("import/", wrap(self.import_view), name=f"{name}_import"),
         ]
         return mine + super().get_urls()

@@ -1,14 +1,15 @@
 """The REST API (django-ninja): mount :data:`router` in the site's ``NinjaAPI``.
 
     from ninja import NinjaAPI
-    from aaa_django.api import router as aaa_router
+    from aaa_django.api import VERSION, router as aaa_router
 
-    api = NinjaAPI(urls_namespace="aaa")
+    api = NinjaAPI(urls_namespace="aaa", version=VERSION)
     api.add_router("/", aaa_router)
     urlpatterns = [path("api/aaa/", api.urls)]
 """
 
-from . import exchange  # noqa: F401  (export, import and fork, on the same router)
+from . import changes, exchange  # noqa: F401  (on the same router: the change stream; export, import, fork)
+from .contract import VERSION
 from .router import router
 
-__all__ = ["router"]
+__all__ = ["VERSION", "router"]

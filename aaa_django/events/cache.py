@@ -6,6 +6,11 @@ folding only the events after the cursor, after proving the entry is a prefix of
 own view of the log (the same event id at the cursor). The log stays the only fact:
 the holder is a cache that any reader can rebuild, and a self-check every
 ``check_every`` reads compares it with the whole-log fold.
+
+**Only when idle** (spec 003): a check that comes due waits until the process has read
+and folded nothing for ``idle_after`` seconds (15 by default), so it never competes
+with the turns of a busy process; then the due checks run, one after another, and
+stop as soon as work comes back (the rest wait for the next quiet spell).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import asyncio
 import contextvars
 import logging
 import threading
+import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Coroutine
@@ -24,6 +31,9 @@ CacheKey = tuple[str, str, str, int]
 Check = Callable[[], Coroutine[Any, Any, object]]
 
 log = logging.getLogger("aaa_django.events")
+
+#: seconds without a read or a fold before the holder's self-checks run (spec 003: 15)
+IDLE_AFTER = 15.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,20 +78,35 @@ class FoldCache:
     cannot replace a newer state with its older one. **Bound**: ``max_entries``
     states (least recently used dropped); the engine forgets a run's states when the
     run ends (:meth:`forget_stream`), so a long-lived process holds the runs in flight.
+
+    Self-checks (``check_every``-th read) run when the process is idle: nothing read
+    or folded through this holder for ``idle_after`` seconds (the event loop that
+    scheduled a check looks every ``idle_poll`` seconds while one is due); with
+    ``idle_after=0``, at once, in a task beside the read; with ``background=False``,
+    inside the read itself (tests).
     """
 
     def __init__(
-        self, *, max_entries: int = 10_000, check_every: int = 100, background: bool = True
+        self, *, max_entries: int = 10_000, check_every: int = 100, background: bool = True,
+        idle_after: float = IDLE_AFTER, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_entries = max_entries
         self.check_every = check_every
-        #: run the self-check in a task beside the read (True) or inside it (False)
+        #: run the self-check off the read path (True) or inside it (False)
         self.background = background
-        #: True when an owner of the loop (the in-process bus) runs due checks while it
-        #: is idle: background checks then wait for :meth:`run_due_checks` instead of
-        #: competing with the reads of a busy process (spec ADR: "only when idle").
-        self.deferred = False
-        self._due: OrderedDict[CacheKey, Check] = OrderedDict()
+        #: seconds without a read or fold before due checks run (0: at once)
+        self.idle_after = idle_after
+        #: how often a loop with due checks looks whether the process is idle yet
+        self.idle_poll = min(idle_after, 1.0)
+        self.clock = clock
+        #: when this holder last served a read or took a fold (``clock`` time)
+        self.active_at = clock()
+        #: the due checks, by the event loop that scheduled them (their stores' reads
+        #: belong to it), the latest of a key only
+        self._due: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, OrderedDict[CacheKey, Check]] = \
+            weakref.WeakKeyDictionary()
+        #: loops with a look for idleness armed
+        self._armed: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
         self._tasks: set[Any] = set()
         self._entries: OrderedDict[CacheKey, Folded] = OrderedDict()
         #: (cache_key, stream) -> its keys in ``_entries`` (forgetting a stream is cheap)
@@ -96,6 +121,7 @@ class FoldCache:
         self.resets = 0
 
     def get(self, key: CacheKey) -> Folded | None:
+        self.active_at = self.clock()
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
@@ -103,6 +129,7 @@ class FoldCache:
             return entry
 
     def publish(self, key: CacheKey, entry: Folded) -> None:
+        self.active_at = self.clock()
         with self._lock:
             old = self._entries.get(key)
             if old is not None and old.cursor > entry.cursor:
@@ -129,14 +156,19 @@ class FoldCache:
             if key is None:
                 self._entries.clear()
                 self._streams.clear()
+                for due in self._due.values():
+                    due.clear()
             elif key in self._entries:
                 self._drop(key)
 
     def forget_stream(self, cache_key: str, stream: str) -> None:
-        """Drop every entry of a stream (it was erased, or its run ended)."""
+        """Drop every entry of a stream (it was erased, or its run ended), and its due
+        self-checks: a waiting check holds its entry's state."""
         with self._lock:
             for key in self._streams.pop((cache_key, stream), ()):
                 self._entries.pop(key, None)
+                for due in self._due.values():
+                    due.pop(key, None)
 
     def check_due(self) -> bool:
         """Count a read; True on every ``check_every``-th one."""
@@ -144,31 +176,60 @@ class FoldCache:
             self._reads += 1
             return bool(self.check_every) and self._reads % self.check_every == 0
 
+    # -- self-checks, when idle --------------------------------------------------------
+
     def schedule_check(self, key: CacheKey, check: Check) -> None:
-        """Run ``check()`` (a coroutine function) off the read path: now, in a task
-        beside the read, or, when ``deferred``, at the next :meth:`run_due_checks`.
-        Only the latest due check of a key is kept."""
-        if not self.deferred:
+        """Run ``check()`` (a coroutine function) off the read path once the process is
+        idle (at once, in a task beside the read, with ``idle_after=0``). Only the
+        latest due check of a key is kept."""
+        if self.idle_after <= 0:
             self.spawn(check())
             return
+        loop = asyncio.get_running_loop()
         with self._lock:
-            self._due[key] = check
-            self._due.move_to_end(key)
-            while len(self._due) > self.max_entries:
-                self._due.popitem(last=False)
+            due = self._due.setdefault(loop, OrderedDict())
+            due[key] = check
+            due.move_to_end(key)
+            while len(due) > self.max_entries:
+                due.popitem(last=False)
+            arm = loop not in self._armed
+            self._armed.add(loop)
+        if arm:
+            loop.call_later(self.idle_poll, self._look, loop)
+
+    def _look(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop``: run its due checks if the process is idle, else look again."""
+        if loop.is_closed():
+            return
+        if self.clock() - self.active_at >= self.idle_after:
+            with self._lock:
+                self._armed.discard(loop)
+            self.spawn(self.run_due_checks())
+        else:
+            loop.call_later(self.idle_poll, self._look, loop)
 
     def has_due(self) -> bool:
-        return bool(self._due)
+        with self._lock:
+            return any(self._due.values())
 
     async def run_due_checks(self) -> int:
-        """Run the deferred checks (the bus calls this when it is idle)."""
+        """Run this loop's due checks, oldest first, while the process stays idle (work
+        coming back stops them; the rest wait for the next quiet spell)."""
+        loop = asyncio.get_running_loop()
         done = 0
         while True:
             with self._lock:
-                if not self._due:
+                due = self._due.get(loop)
+                if not due:
+                    self._due.pop(loop, None)
                     return done
-                _, check = self._due.popitem(last=False)
-            await check()
+                if done and self.idle_after > 0 and self.clock() - self.active_at < self.idle_after:
+                    if loop not in self._armed:  # busy again: the rest wait
+                        self._armed.add(loop)
+                        loop.call_later(self.idle_poll, self._look, loop)
+                    return done
+                _, check = due.popitem(last=False)
+            await check()  # (its own read of the log is not through the holder: not work)
             done += 1
 
     def spawn(self, coro: Any) -> None:

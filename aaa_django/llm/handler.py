@@ -22,14 +22,15 @@ estimate) only when its maker is gone:
 
 - in this process, no delivery is making it (the handler's own in-flight set);
 - this process holds the run (:class:`~aaa_django.runtime.holding.HoldsRuns`,
-  asked before every attempt: one process at a time holds a run; a bus that does not
-  say holds every run it delivers);
-- on a bus that does not say, but whose deliveries of one event may run in several
-  processes at once (:class:`~aaa_django.runtime.bus.ExclusiveLeases`: the Celery
-  bus), the whole call, from the attempt's record to its result's append, holds the
-  request's exclusive lease: a second delivery waits for the first (a live maker
-  renews it), and gets it only once the maker released it without a result or died
-  (its lease lapsed).
+  asked before every attempt and every retry: a process that stood down, or whose
+  run another process adopted, makes no call for it; a bus that does not say holds
+  every run it delivers);
+- on a bus whose deliveries of one event may run in several processes at once
+  (:class:`~aaa_django.runtime.bus.ExclusiveLeases`: the Celery bus), the whole call,
+  from the attempt's record to its result's append, holds the request's exclusive
+  lease: a second delivery waits for the first (a live maker renews it), and gets it
+  only once the maker released it without a result or died (its lease lapsed). (A
+  run's hold alone does not say it: a delivery in another process claims the run.)
 
 The engine ends the run ``failed`` once one call has ``max_abandoned`` attempts
 abandoned (a crash loop cannot spend without limit).
@@ -73,7 +74,7 @@ from aaa_django.runtime.event_types import (
     result_event,
     result_id,
 )
-from aaa_django.runtime.holding import HoldsRuns, holds
+from aaa_django.runtime.holding import HoldsRuns
 from aaa_django.runtime.meta import OpenCall
 from aaa_django.runtime.retry import Redelivery, transient
 
@@ -125,7 +126,7 @@ class LLMHandler:
         #: what an attempt costs at most (the client's prices and limits, detected once)
         self.estimator = Estimator(client, assumed_max_tokens=assumed_max_tokens)
         self.engine: "Engine | None" = None
-        #: whether the bus says which runs this process holds, else its cluster-wide
+        #: whether the bus says which runs this process holds, and its cluster-wide
         #: leases (detected once, in ``attach``)
         self._leases: ExclusiveLeases | None = None
         self._holder: HoldsRuns | None = None
@@ -140,9 +141,7 @@ class LLMHandler:
         on ``engine``."""
         self.engine = engine
         self._holder = engine.bus if isinstance(engine.bus, HoldsRuns) else None
-        # (a bus that says which process holds a run has one maker per call already)
-        self._leases = (engine.bus if self._holder is None and isinstance(engine.bus, ExclusiveLeases)
-                        else None)
+        self._leases = engine.bus if isinstance(engine.bus, ExclusiveLeases) else None
         engine.subscribe(LLM_REQUESTED, self)
         engine.subscribe(RUN_COMPLETED, self.on_run_completed)
         return self
@@ -187,7 +186,7 @@ class LLMHandler:
             if call.attempts and not fresh:
                 fresh = True  # asked before: decide from the database, not this view
                 continue
-            if not await holds(self._holder, event.stream):
+            if not self._holds(event.stream):
                 log.info("run %s is no longer held here: model request %s not sent", event.stream, event.id)
                 return
             if call.in_flight is not None:
@@ -229,6 +228,7 @@ class LLMHandler:
             output=d.get("output"),
             request_id=event.id,
             run_id=event.stream,
+            agent=d.get("agent"),
         )
 
     def _attempted(self, event: Event, request: LLMRequest, attempt: int) -> Event:
@@ -255,7 +255,7 @@ class LLMHandler:
 
         async def retrying(n: int) -> None:  # before the client's attempt n (2, 3...) of this call
             attempt = call.first + n - 1
-            if await self._open(event, fresh=True) is None or not await holds(self._holder, event.stream):
+            if await self._open(event, fresh=True) is None or not self._holds(event.stream):
                 raise StopAttempts(f"model request {event.id}: answered, ended or not held here")
             if not await engine.append([self._attempted(event, request, attempt)]):
                 raise StopAttempts(f"model request {event.id}: attempt {attempt} made elsewhere")
@@ -353,6 +353,10 @@ class LLMHandler:
             sink.publish(TokenDelta(run_id=run_id, request_id=request_id, index=index, text=text))
 
         return on_text
+
+    def _holds(self, run_id: str) -> bool:
+        """May this process call out for ``run_id`` now (a bus that does not say: yes)?"""
+        return self._holder is None or self._holder.holds(run_id)
 
     def _engine(self) -> "Engine":
         assert self.engine is not None, "attach the handler to an engine first"

@@ -137,10 +137,8 @@ class InProcessBus:
         self.retried: list[tuple[str, int, float, BaseException]] = []
 
     def bind(self, engine: EngineAPI) -> None:
-        """Attach the engine whose ``handle`` receives the events; this bus runs the
-        fold holder's self-checks when it is idle (see ``FoldCache.deferred``)."""
+        """Attach the engine whose ``handle`` receives the events."""
         self.engine = engine
-        engine.cache.deferred = True
 
     async def publish(self, events: Iterable[Event]) -> None:
         """Schedule the delivery of ``events`` (in order); does not wait for them."""
@@ -206,11 +204,6 @@ class InProcessBus:
     def _done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         self.delivered += 1
-        if not self._tasks and not self.closed and self.engine is not None:
-            cache = self.engine.cache
-            if cache.deferred and cache.has_due():
-                # Idle: now the holder's self-checks cost no run any latency.
-                self._spawn(cache.run_due_checks())
         if task.cancelled():
             return
         exc = task.exception()

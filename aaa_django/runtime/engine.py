@@ -74,11 +74,11 @@ from aaa_django.events import (
 from aaa_django.events.store import caller_alone
 from aaa_django.events.tail import Staged, Tail, TailCachedStore
 
-from . import registry
+from . import offered, registry
 from .budget import Budget
 from .bus import Bus, DurableTimers, InProcessBus, StepsInline, WatchesEnds
 from .ctx import Ctx, _budget, _plain, absolute_deadline
-from .engine_api import ChecksStart
+from .engine_api import ChecksStart, ServesTools
 from .errors import RunNotEndedError
 from .event_types import (
     APPROVAL_DENIED,
@@ -301,6 +301,9 @@ class Engine:
         self._handlers: dict[str, list[Handler]] = defaultdict(list)
         #: the subscribed handlers that check a run's start (detected in ``subscribe``)
         self.start_checks: list[ChecksStart] = []
+        #: the subscribed handlers that run tools (detected in ``subscribe``): a run's
+        #: model is offered theirs (:mod:`~aaa_django.runtime.offered`)
+        self.tool_servers: list[ServesTools] = []
         #: what wakes this engine's waits (``wait``) when a run moves: its own hub
         #: unless given the process's (:mod:`aaa_django.runtime.wakeups`)
         self.wakeups: Wakeups = wakeups if wakeups is not None else Hub()
@@ -378,6 +381,8 @@ class Engine:
         self._handlers[type].append(handler)
         if isinstance(handler, ChecksStart) and all(c is not handler for c in self.start_checks):
             self.start_checks.append(handler)
+        if isinstance(handler, ServesTools) and all(s is not handler for s in self.tool_servers):
+            self.tool_servers.append(handler)
 
     def subscribers(self, type: str) -> list[Handler]:
         """The handlers subscribed to ``type``, in subscription order."""
@@ -435,13 +440,15 @@ class Engine:
         """Start a run: append its ``aaa.run.started`` and return a :class:`Run`.
 
         ``deadline`` is seconds from now or an aware ``datetime``; it is stored as an
-        absolute time so any process can enforce it.
+        absolute time so any process can enforce it. An algorithm that offers its
+        model tools is offered this engine's, or those its config names, as JSON specs
+        in the started event (:mod:`~aaa_django.runtime.offered`).
         """
         name, config = self.describe(algorithm)
         run_id = run_id or f"run-{new_id()}"
         data = {
             "algorithm": name,
-            "config": config,
+            "config": offered.resolve(self, name, config),
             "input": _plain(input),
             "budget": _budget(budget),
             "deadline": absolute_deadline(deadline),
@@ -1243,7 +1250,7 @@ class Engine:
         d = event.data
         data = {
             "algorithm": d["algorithm"],
-            "config": d.get("config") or {},
+            "config": offered.resolve(self, d["algorithm"], d.get("config") or {}),
             "input": d.get("input"),
             "budget": d.get("budget"),
             "deadline": d.get("deadline"),

@@ -1,11 +1,24 @@
-"""Whether this process still holds a run: the question a handler asks before it pays
-for a call.
+"""Whether this process still holds a run: what a handler asks before it calls out.
 
-A bus that knows which process holds each run (a lease renewed while the process lives)
-offers :class:`HoldsRuns`; a handler detects it once, where it is attached, and asks
-:func:`holds` before each provider call and before it calls another process's call
-abandoned. A bus without it (the in-process bus: its process is the only one driving
-its runs) holds every run it delivers.
+A process that drives runs (the web process's engine host, a Celery worker, a
+command) holds a lease on each (``aaa_django.store.leases``), renewed while it lives.
+One that cannot renew them (its database is out of reach, it is cut off from the
+network) stops calling models and tools for its runs before its leases can lapse
+(it *stands down*), and one whose runs another process adopted meanwhile does not call
+out for those runs again: that process drives them now, and a call made here as well
+would be paid, or would act on the world, twice.
+
+The bus offers the question (:class:`HoldsRuns`: the Celery bus in a worker, the
+engine host's bus), detected once where a handler is attached::
+
+    self._holds = engine.bus if isinstance(engine.bus, HoldsRuns) else None
+    ...
+    if self._holds is not None and not self._holds.holds(request.stream):
+        return  # another process drives the run (or this one has stood down): no call
+
+A bus without it (a test's engine, a process that only starts runs) answers nothing:
+the handler calls as ever. The answer is this process's view, kept in memory: asking
+costs no I/O, so ask right before each call, retries included.
 """
 
 from __future__ import annotations
@@ -15,16 +28,10 @@ from typing import Protocol, runtime_checkable
 
 @runtime_checkable
 class HoldsRuns(Protocol):
-    """A bus that says whether this process still holds run ``run_id``: True only while
-    no other live process holds it (one holder at a time, on a lease its process
-    renews: a new holder takes a run over once the old one's lease lapsed). False:
-    another process took it over, or this one lost its lease (cut off from the
-    cluster): make no call for it. On such a bus a handler needs no lease of its own
-    per call: in the run's one holder, the handler knows its calls in flight."""
+    """A bus that knows which runs this process may still call out for."""
 
-    async def holds(self, run_id: str) -> bool: ...
-
-
-async def holds(holder: HoldsRuns | None, run_id: str) -> bool:
-    """``holder.holds(run_id)``; True without a holder (a bus that does not say)."""
-    return True if holder is None else await holder.holds(run_id)
+    def holds(self, run_id: str) -> bool:
+        """May this process make a model or tool call for ``run_id`` now? False once
+        it has stood down (its leases not renewed for half their time to live) or
+        when another process has taken the run from it."""
+        ...

@@ -1,10 +1,9 @@
-"""Actions go through the engine: approve, deny, cancel, re-drive, erase, start."""
+"""Actions on a run go through the engine: approve, deny, cancel, re-drive, erase
+(starting a run: test_start_form.py; the run list's actions: test_bulk.py)."""
 
 from __future__ import annotations
 
 import json
-
-from django.urls import reverse
 
 from aaa_django.events import Event, new_id
 from aaa_django.models import EventRecord, RunRecord
@@ -128,45 +127,3 @@ def test_erase_asks_for_confirmation_then_erases_through_the_engine(client, oper
     assert not RunRecord.objects.filter(pk=finished_run).exists()
     assert not any(support.blob_files(media_root, s) for s in shas)
     assert client.get(run_url(finished_run)).status_code == 404
-
-
-def test_start_form_shows_errors_beside_the_field(client, operator, site):
-    client.force_login(operator)
-    url = reverse("admin:aaa_runrecord_add")
-    page = text(client.get(url))
-    assert "aaa.algos.ToolLoop" in page and "task" in page  # choices and schemas
-
-    r = client.post(url, {"algorithm": "aaa.algos.ToolLoop", "input": "{not json"})
-    assert r.status_code == 200
-    assert 'id="errors-input"' in text(r) and "not JSON" in text(r)
-
-    r = client.post(url, {"algorithm": "aaa.algos.ToolLoop", "input": '{"task": ""}'})
-    page = text(r)
-    assert 'id="errors-input"' in page and "task: String should have at least 1 character" in page
-
-    r = client.post(url, {"algorithm": "aaa.algos.ToolLoop", "input": '{"task": "x"}',
-                          "config": '{"max_turns": 0}', "budget": '{"tokens": -1}'})
-    page = text(r)
-    assert 'id="errors-config"' in page and "max_turns" in page
-    assert 'id="errors-budget"' in page and "tokens" in page
-
-    r = client.post(url, {"algorithm": "no.such.algo", "input": "{}"})
-    assert 'id="errors-algorithm"' in text(r)
-    assert not RunRecord.objects.exists()
-
-
-def test_start_form_starts_a_run_owned_by_the_user(client, operator, site):
-    client.force_login(operator)
-    config = json.dumps({"tools": [support.lookup.spec()], "max_turns": 3})
-    r = client.post(reverse("admin:aaa_runrecord_add"), {
-        "algorithm": "aaa.algos.ToolLoop", "input": '{"task": "look it up"}',
-        "config": config, "budget": '{"tokens": 100000}',
-    })
-    assert r.status_code == 302
-    run = RunRecord.objects.get()
-    assert r["Location"] == run_url(run.run_id)
-    assert run.owner == operator
-    assert outcome_of(run.run_id) == "success"
-    started = events(run.run_id, RUN_STARTED)[0]
-    assert started["budget"] == {"tokens": 100000}
-    assert started["config"]["max_turns"] == 3

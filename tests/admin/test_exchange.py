@@ -113,3 +113,36 @@ def test_a_fork_from_the_admin_goes_on_with_the_edited_config(client, operator, 
     client.force_login(viewer)  # may see, may not start runs
     assert client.get(run_url(finished_run, "fork")).status_code == 403
     assert "Fork…" not in text(client.get(run_url(finished_run)))
+
+
+def test_run_again_starts_the_same_run_anew_and_both_pages_link_to_each_other(
+        client, operator, viewer, finished_run):
+    client.force_login(operator)
+    assert f'action="{run_url(finished_run, "again")}"' in text(client.get(run_url(finished_run)))
+
+    r = client.post(run_url(finished_run, "again"), follow=True)
+
+    new = RunRecord.objects.get(forked_from=finished_run)
+    assert r.redirect_chain == [(run_url(new.run_id), 302)]
+    assert f"Run {new.run_id} started: {finished_run} again" in text(r)
+    assert new.forked_at == 1 and new.owner == operator
+    original, again = (json.loads(EventRecord.objects.get(stream=run, seq=1).data)
+                       for run in (finished_run, new.run_id))
+    for key in ("algorithm", "input", "config", "budget"):
+        assert again[key] == original[key], key
+    assert again["forked_from"]["run"] == finished_run
+    assert outcome_of(new.run_id) == "success"  # decided anew: a run of its own
+    assert EventRecord.objects.filter(stream=new.run_id).count() == \
+        EventRecord.objects.filter(stream=finished_run).count()
+    # the new run's page names its origin, the origin's page lists the new run
+    page = text(client.get(run_url(new.run_id)))
+    assert f'Run again from <a href="{run_url(finished_run)}">{finished_run}</a>' in page
+    page = text(client.get(run_url(finished_run)))
+    assert f'<td><a href="{run_url(new.run_id)}">{new.run_id}</a></td><td>1 (run again)</td>' in page
+
+    # starting runs needs aaa.add_runrecord: a viewer sees no button and gets 403
+    client.force_login(viewer)
+    assert "Run again" not in text(client.get(run_url(finished_run)))
+    assert client.post(run_url(finished_run, "again")).status_code == 403
+    assert client.get(run_url(finished_run, "again")).status_code == 405
+    assert RunRecord.objects.filter(forked_from=finished_run).count() == 1

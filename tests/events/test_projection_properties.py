@@ -212,7 +212,7 @@ def test_the_holder_read_at_random_points_equals_the_whole_log_fold(kind, spec, 
 
     async def body():
         store = InMemoryEventStore()
-        cache = FoldCache(check_every=7)
+        cache = FoldCache(check_every=7, idle_after=0)  # its self-checks at once, beside the reads
         p = make(every=data.draw(st.integers(1, 8), label="every")) if kind in WITH_SNAPSHOTS else make()
         events: list[Event] = []
         folded = 0
@@ -225,6 +225,7 @@ def test_the_holder_read_at_random_points_equals_the_whole_log_fold(kind, spec, 
             folded += info.folded
             assert info.seq == len(events)
             assert canon(p, info.state) == canon(p, reference(make(), events))
+        await cache.wait_checks()
         assert folded == len(events) == p.folds
         assert cache.rejected == 0 and cache.resets == 0
 
@@ -382,14 +383,15 @@ def test_the_self_check_keeps_a_correct_holder_entry(caplog):
     asyncio.run(body())
 
 
-def test_the_self_check_runs_beside_the_read_by_default(caplog):
-    """By default the Nth read is served from the holder at once; the whole-log
-    comparison runs in a task beside it and resets a wrong entry when it finishes."""
+def test_the_self_check_runs_beside_the_read_when_asked_to_run_at_once(caplog):
+    """With ``idle_after=0`` the Nth read is served from the holder at once; the
+    whole-log comparison runs in a task beside it and resets a wrong entry when it
+    finishes."""
 
     async def body():
         store = InMemoryEventStore()
         events = await write(store, [(t, {"n": i, "call": "c1"}) for i, t in enumerate(TYPES * 2)])
-        cache = FoldCache(check_every=2)
+        cache = FoldCache(check_every=2, idle_after=0)
         p = stats_projection()
         await p.load_info(store, STREAM, cache=cache)
         key = (store.cache_key, STREAM, p.key, p.version)

@@ -1,9 +1,9 @@
 """Every model attempt is on the log, and paid once unless the log says otherwise: the
 example site (project/) on the Celery bus, started as it is deployed (tests/field/site.py),
-against a model server that counts the calls it receives (``GET /calls``, per task and
-turn: tests/field/model_server.py). The site's leases and its sweep are short
-(``AAA_LEASE_TTL``, ``AAA_STALL_AFTER``) so a killed worker's runs are taken over in
-seconds; what is asserted is what the site decided, never how long it took.
+against a model server that counts the calls it receives (``GET /calls``: each call's
+task and turn, tests/field/model_server.py). A killed worker's runs are adopted by the
+next one (its process is known gone) and re-driven; what is asserted is what the site
+decided, never how long it took.
 
 - A worker SIGKILLed with every run's first model call in flight (the model holds its
   answers): a new worker takes the runs over, records each call abandoned, and asks
@@ -17,62 +17,41 @@ seconds; what is asserted is what the site decided, never how long it took.
 
 from __future__ import annotations
 
-import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 
 import pytest
 
-from .model_server import answer, call_key
+from .model_server import answer
 from .site import Site
 from .test_field import POPULATIONS, TOOLS, check_log, events, until
 
 pytestmark = [pytest.mark.slow]
 
-#: the site's AAA["STALL_AFTER"] and AAA["LEASE_TTL"]: a killed worker's runs are
-#: re-driven once their leases lapse and they look stalled, seconds after the kill
-STALL_AFTER = 4
-LEASE_TTL = 4
 #: seconds for something the site does by itself to happen: it only catches one that
 #: never does (a loaded 2-core machine has needed most of a minute for a worker to start)
 PATIENCE = 240
+CONFIG = {"tools": TOOLS, "max_turns": 4}
 
 
 def task(i: int) -> str:
     return f"Field run {i}: how many people live in Lyon and Porto together?"
 
 
-def start(site: Site, i: int) -> str:
-    status, body = site.client.call("POST", "/runs", {
-        "algorithm": "aaa.algos.ToolLoop", "input": {"task": task(i)},
-        "config": {"tools": TOOLS, "max_turns": 4}, "deadline": 600,
-    }, headers={"Idempotency-Key": f"attempts-run-{i}"})
-    assert status in (200, 201), (status, body)
-    return body["id"]
+def start(site: Site, numbers: list[int]) -> dict[int, str]:
+    return dict(zip(numbers, site.start_runs([task(i) for i in numbers], CONFIG, "attempts")))
 
 
-def ended(site: Site, run_id: str) -> dict:
-    status, run = site.client.call("GET", f"/runs/{run_id}")
-    assert status == 200, run
-    return run
-
-
-def wait_ended(site: Site, run_ids: list[str]) -> dict[str, dict]:
-    done: dict[str, dict] = {}
-    end = time.monotonic() + PATIENCE
-    while len(done) < len(run_ids):
-        for run_id in run_ids:
-            if run_id not in done and (run := ended(site, run_id))["status"] == "completed":
-                done[run_id] = run
-        assert time.monotonic() < end, f"runs never ended: {sorted(set(run_ids) - set(done))}\n{site.logs()}"
-        time.sleep(0.3)
-    return done
+def received(site: Site) -> Counter:
+    """The calls the model server received, by (task, turn): 1 before any tool result,
+    2 after the lookups."""
+    return Counter((c["task"], c["turn"]) for c in site.model_calls())
 
 
 def attempts_by_turn(log: list[dict]) -> dict[int, list[int]]:
     """The attempt numbers on a run's log for each of its model calls, by the turn the
-    model server counts it under (0: the first call; 2: after the two lookups)."""
+    model server counts it under (1: the first call; 2: after the two lookups)."""
     requests = [e["id"] for e in log if e["type"] == "aaa.llm.requested"]
-    turns = {rid: 0 if i == 0 else 2 for i, rid in enumerate(requests)}
+    turns = {rid: 1 if i == 0 else 2 for i, rid in enumerate(requests)}
     out: dict[int, list[int]] = {turns[rid]: [] for rid in requests}
     for e in log:
         if e["type"] == "aaa.llm.attempted":
@@ -90,22 +69,20 @@ def test_a_killed_workers_calls_are_abandoned_asked_again_and_each_attempt_is_a_
         tmp_path, s3_endpoint):
     struck = list(range(6))
     later = list(range(6, 9))
-    with Site(tmp_path, s3_endpoint, bus="celery", workers=1, model=True, stall_after=STALL_AFTER,
-              lease_ttl=LEASE_TTL, model_latency=(0.05, 0.1)) as site:
+    with Site(tmp_path, s3_endpoint, bus="celery", workers=1, model=True, model_latency=(0.05, 0.1)) as site:
         site.hold_model()
-        with ThreadPoolExecutor(len(struck)) as pool:
-            runs = dict(zip(struck, pool.map(lambda i: start(site, i), struck)))
+        runs = start(site, struck)
         # every run's first call is in flight: received by the model, which holds it
-        until(lambda: site.model_calls()["total"] == len(struck), timeout=PATIENCE)
+        until(lambda: len(site.model_calls()) == len(struck), timeout=PATIENCE)
         kill_and_replace(site)
         site.hold_model(False)
-        outcomes = wait_ended(site, list(runs.values()))
+        outcomes = site.until_ended(list(runs.values()), PATIENCE)
         # nothing broken from here on: the normal case
-        runs.update({i: start(site, i) for i in later})
-        outcomes.update(wait_ended(site, [runs[i] for i in later]))
+        runs.update(start(site, later))
+        outcomes.update(site.until_ended([runs[i] for i in later], PATIENCE))
         logs = {i: events(site.client, run_id) for i, run_id in runs.items()}
-        received = site.model_calls()["calls"]
-    print(f"\n{len(runs)} runs: {sum(received.values())} calls received, "
+        calls = received(site)
+    print(f"\n{len(runs)} runs: {sum(calls.values())} calls received, "
           f"{sum(e['type'] == 'aaa.llm.attempted' for log in logs.values() for e in log)} attempts on the logs, "
           f"{sum(e['type'] == 'aaa.llm.abandoned' for log in logs.values() for e in log)} abandoned")
 
@@ -118,40 +95,39 @@ def test_a_killed_workers_calls_are_abandoned_asked_again_and_each_attempt_is_a_
         attempts = attempts_by_turn(log)
         # the calls the model server received, for this run, turn by turn, are its attempts
         assert {turn: len(numbers) for turn, numbers in attempts.items()} == {
-            turn: received.get(call_key(task(i), turn), 0) for turn in attempts}, (runs[i], attempts)
+            turn: calls[task(i), turn] for turn in attempts}, (runs[i], attempts)
         abandoned = [e["data"]["attempt"] for e in log if e["type"] == "aaa.llm.abandoned"]
         if i in struck:  # its first call died with the worker: abandoned once, asked again
-            assert attempts == {0: [1, 2], 2: [1]} and abandoned == [1], (runs[i], attempts, abandoned)
+            assert attempts == {1: [1, 2], 2: [1]} and abandoned == [1], (runs[i], attempts, abandoned)
             spend = outcomes[runs[i]]["spend"]
             estimate = next(e["data"]["estimate"] for e in log if e["type"] == "aaa.llm.attempted")
             replies = [e["data"] for e in log if e["type"] == "aaa.llm.completed"]
             assert spend["tokens_out"] == estimate["usage"]["output_tokens"] + sum(
                 r["usage"]["output_tokens"] for r in replies)
         else:  # untouched: one attempt a call
-            assert attempts == {0: [1], 2: [1]} and abandoned == [], (runs[i], attempts, abandoned)
+            assert attempts == {1: [1], 2: [1]} and abandoned == [], (runs[i], attempts, abandoned)
 
 
 def test_a_worker_killed_on_every_attempt_of_a_call_ends_the_run_failed_after_three(tmp_path, s3_endpoint):
-    with Site(tmp_path, s3_endpoint, bus="celery", workers=1, model=True, stall_after=STALL_AFTER,
-              lease_ttl=LEASE_TTL, model_latency=(0.05, 0.1)) as site:
+    with Site(tmp_path, s3_endpoint, bus="celery", workers=1, model=True, model_latency=(0.05, 0.1)) as site:
         site.hold_model()  # no attempt ever comes back
-        run_id = start(site, 0)
+        (run_id,) = start(site, [0]).values()
         for n in (1, 2, 3):
-            until(lambda n=n: site.model_calls()["total"] == n, timeout=PATIENCE)
+            until(lambda n=n: len(site.model_calls()) == n, timeout=PATIENCE)
             kill_and_replace(site)  # with the attempt in flight
-        (run,) = wait_ended(site, [run_id]).values()
+        (run,) = site.until_ended([run_id], PATIENCE).values()
         log = events(site.client, run_id)
-        received = site.model_calls()
+        calls = received(site)
         site.hold_model(False)
-    print(f"\ncrash loop: {received['total']} calls received, "
+    print(f"\ncrash loop: {sum(calls.values())} calls received, "
           f"{sum(e['type'] == 'aaa.llm.attempted' for e in log)} attempts on the log, "
           f"{sum(e['type'] == 'aaa.llm.abandoned' for e in log)} abandoned; outcome {run['outcome']}")
 
     assert (run["outcome"], run["value"]["reason"], run["value"]["abandoned"]) == (
         "failed", "abandoned_attempts", 3), run["value"]
     check_log(run_id, log)
-    assert attempts_by_turn(log) == {0: [1, 2, 3]}
-    assert received["calls"] == {call_key(task(0), 0): 3} and received["total"] == 3
+    assert attempts_by_turn(log) == {1: [1, 2, 3]}
+    assert calls == {(task(0), 1): 3}
     assert [e["data"]["attempt"] for e in log if e["type"] == "aaa.llm.abandoned"] == [1, 2, 3]
     types = [e["type"] for e in log]
     assert types[-2:] == ["aaa.llm.failed", "aaa.run.completed"]

@@ -142,7 +142,7 @@ class HeldOnce(InProcessBus):
         super().__init__()
         self.asked = 0
 
-    async def holds(self, run_id: str) -> bool:
+    def holds(self, run_id: str) -> bool:
         self.asked += 1
         return self.asked == 1
 

@@ -304,7 +304,7 @@ def test_an_attempt_found_without_its_result_and_without_its_maker_is_abandoned_
 class NotHeld(InProcessBus):
     """A bus that says this process does not hold the run (another took it over)."""
 
-    async def holds(self, run_id: str) -> bool:
+    def holds(self, run_id: str) -> bool:
         return False
 
 
@@ -548,11 +548,6 @@ class Leasing(InProcessBus):
         return lock
 
 
-class LeasingAndHolding(Leasing):
-    async def holds(self, run_id: str) -> bool:
-        return True
-
-
 @pytest.mark.parametrize("maker", ["lives", "dies"])
 def test_a_delivery_in_another_process_waits_for_the_calls_maker_then_decides(maker):
     """Two processes (two engines over one log, their leases shared): the second gets
@@ -620,16 +615,3 @@ def _called(calls: dict):
         return calls["first"] == 1
 
     return check
-
-
-def test_a_bus_that_says_who_holds_the_run_needs_no_lease_per_call():
-    bus = LeasingAndHolding({})
-    client = FakeLLMClient(add_then_answer)
-
-    async def main():
-        async with engine_on(InMemoryEventStore(), client, bus=bus) as engine:
-            run = await engine.start(ToolLoop(ADD), {"task": "add 1 and 2"}, run_id=RUN)
-            return await run.result(timeout=10)
-
-    assert arun(main()).ok and client.calls == 2
-    assert bus.asked == 0
