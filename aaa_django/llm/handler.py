@@ -57,7 +57,7 @@ import random
 import traceback
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, AsyncContextManager
 
 from aaa_django.events import Event, InvalidEventError, derive_id, encode_json
 from aaa_django.runtime import Engine
@@ -74,7 +74,7 @@ from aaa_django.runtime.event_types import (
     result_event,
     result_id,
 )
-from aaa_django.runtime.holding import HoldsRuns
+from aaa_django.runtime.holding import HoldsRuns, holder_id, process_gone
 from aaa_django.runtime.meta import OpenCall
 from aaa_django.runtime.retry import Redelivery, transient
 
@@ -92,6 +92,9 @@ REPLIES_KEPT = 1024
 #: times a delivery decides again after another delivery made the attempt it was about
 #: to make (then it leaves the request to that one)
 CLAIM_TRIES = 3
+#: seconds between looks at the log while waiting for another process's attempt (its
+#: lease): is the request answered, or its maker's process ended?
+MAKER_POLL = 0.5
 
 
 @dataclass
@@ -131,6 +134,8 @@ class LLMHandler:
         self._leases: ExclusiveLeases | None = None
         self._holder: HoldsRuns | None = None
         self._inflight: set[str] = set()
+        #: this process, as its attempts name their maker (``by``)
+        self.maker = holder_id("llm")
         #: result id -> a result whose append failed for good (the reply in hand)
         self._replies: OrderedDict[str, Event] = OrderedDict()
         #: run id -> request id -> the task calling the client
@@ -151,16 +156,7 @@ class LLMHandler:
             return
         self._inflight.add(event.id)
         try:
-            if self._leases is None:
-                await self._handle(event)
-                return
-            engine = self._engine()
-            if await self._open(event, fresh=False) is None:
-                return  # answered, or the run is over (no lease needed to see it)
-            async with contextlib.AsyncExitStack() as held:
-                async with engine.waiting():  # perhaps on another process's call
-                    await held.enter_async_context(self._leases.exclusive(_lease(event.id)))
-                await self._handle(event)
+            await self._handle(event)
         finally:
             self._inflight.discard(event.id)
 
@@ -190,20 +186,83 @@ class LLMHandler:
                 log.info("run %s is no longer held here: model request %s not sent", event.stream, event.id)
                 return
             if call.in_flight is not None:
-                # Its latest attempt has no outcome, and its maker is gone: no delivery of
-                # this process makes it, and none elsewhere holds the request's lease.
+                # Its latest attempt has no outcome, and no delivery of this process makes
+                # it: abandoned once its maker is gone (elsewhere: it let go of the
+                # attempt's lease, or its process has ended).
+                if not await self._maker_gone(event, call):
+                    fresh = True
+                    lost += 1
+                    continue
                 if not await engine.append([self._abandoned(event, call)]):
                     lost += 1
                 fresh = True
                 continue  # (the engine may end the run now: decided again)
-            request = await self._request(event)
-            if await engine.append([self._attempted(event, request, call.attempts + 1)]):
-                await self._call(_Call(event, request, call.attempts + 1, call.attempts + 1))
-                return
+            attempt = call.attempts + 1
+            async with contextlib.AsyncExitStack() as held:
+                if self._leases is not None:
+                    lease = await self._lease(event, attempt)
+                    if lease is None:  # another delivery made that attempt: decided again
+                        fresh = True
+                        lost += 1
+                        continue
+                    held.push_async_exit(lease)
+                    now = await self._open(event, fresh=True)  # (what happened while we waited)
+                    if now is None or now.attempts >= attempt:
+                        fresh = True
+                        continue
+                request = await self._request(event)
+                if await engine.append([self._attempted(event, request, attempt)]):
+                    await self._call(_Call(event, request, attempt, attempt), held)
+                    return
             fresh = True  # another delivery made that attempt: it calls
             lost += 1
         log.warning("model request %s of run %s: another delivery keeps deciding first; left to it",
                     event.id, event.stream)
+
+    async def _maker_gone(self, event: Event, call: OpenCall) -> bool:
+        """Is the maker of the request's attempt in flight (``call.attempts``) gone? On a
+        bus without leases (one process) yes: no delivery here makes it. Else when it
+        was this process's (a delivery that ended), or its process has ended (a process
+        of this machine), or it let go of the attempt's lease (waited for: a live maker
+        holds it until its result is appended, and renews it)."""
+        if self._leases is None or call.maker == self.maker or self._gone(call.maker):
+            return True
+        lease = await self._lease(event, call.attempts)
+        if lease is None:
+            return False  # answered, ended, or found gone meanwhile: decided again
+        await lease.__aexit__(None, None, None)
+        now = await self._open(event, fresh=True)
+        return now is not None and now.attempts == call.attempts and now.in_flight is not None
+
+    def _gone(self, maker: str | None) -> bool:
+        return maker is not None and maker != self.maker and process_gone(maker)
+
+    async def _lease(self, event: Event, attempt: int) -> AsyncContextManager[None] | None:
+        """The lease on attempt ``attempt`` of the request, taken (the caller releases
+        it); waited for while a live process holds it. None, without it, as soon as the
+        log shows the request answered, its run over, or that attempt made by a
+        process known gone."""
+        assert self._leases is not None
+        lease = self._leases.exclusive(attempt_id(event.id, attempt))
+        taking = asyncio.ensure_future(lease.__aenter__())
+        try:
+            async with self._engine().waiting():  # perhaps on another process's call
+                while True:
+                    done, _ = await asyncio.wait({taking}, timeout=MAKER_POLL)
+                    if done:
+                        taking.result()
+                        return lease
+                    call = await self._open(event, fresh=True)
+                    if call is None or (call.attempts == attempt and call.in_flight is not None
+                                        and self._gone(call.maker)):
+                        break
+        finally:
+            if not taking.done():
+                taking.cancel()
+                await asyncio.wait({taking})
+                if not taking.cancelled() and taking.exception() is None:  # (taken as it was cancelled)
+                    await lease.__aexit__(None, None, None)
+        return None
 
     async def _open(self, event: Event, *, fresh: bool) -> OpenCall | None:
         """The request as the run's log has it, when it is still to be answered (the run
@@ -233,13 +292,14 @@ class LLMHandler:
 
     def _attempted(self, event: Event, request: LLMRequest, attempt: int) -> Event:
         data = {"request_id": event.id, "attempt": attempt, "model": self.estimator.model(request),
-                "estimate": self.estimator.estimate(request)}
+                "estimate": self.estimator.estimate(request), "by": self.maker}
         return Event(id=attempt_id(event.id, attempt), stream=event.stream, type=LLM_ATTEMPTED, data=data,
                      causation=event.id, tenant=event.tenant)
 
     def _abandoned(self, event: Event, call: OpenCall) -> Event:
         assert call.in_flight is not None
         data = {"request_id": event.id, "attempt": call.attempts, **call.in_flight.data(), "estimated": True,
+                "maker": call.maker,
                 "error": "the process making the attempt died or lost the run with it in flight; "
                          "counted at its estimate"}
         return Event(id=abandoned_id(event.id, call.attempts), stream=event.stream, type=LLM_ABANDONED,
@@ -247,8 +307,9 @@ class LLMHandler:
 
     # -- calling --------------------------------------------------------------------------
 
-    async def _call(self, call: _Call) -> None:
-        """Call the client for the attempt just recorded; append the result."""
+    async def _call(self, call: _Call, held: contextlib.AsyncExitStack) -> None:
+        """Call the client for the attempt just recorded; append the result. ``held``:
+        where the leases on its attempts go (released once the result is appended)."""
         engine = self._engine()
         event, request = call.request, call.llm_request
         base = {"request_id": event.id, "tag": event.data.get("tag"), "thread": event.data.get("thread") or "main"}
@@ -257,6 +318,11 @@ class LLMHandler:
             attempt = call.first + n - 1
             if await self._open(event, fresh=True) is None or not self._holds(event.stream):
                 raise StopAttempts(f"model request {event.id}: answered, ended or not held here")
+            if self._leases is not None:
+                lease = await self._lease(event, attempt)
+                if lease is None:
+                    raise StopAttempts(f"model request {event.id}: attempt {attempt} made elsewhere")
+                held.push_async_exit(lease)
             if not await engine.append([self._attempted(event, request, attempt)]):
                 raise StopAttempts(f"model request {event.id}: attempt {attempt} made elsewhere")
             call.last = attempt
@@ -403,12 +469,6 @@ class LLMHandler:
         if attempts is not None:
             data["attempts"] = attempts
         return data
-
-
-def _lease(request_id: str) -> str:
-    """The name of a model request's exclusive lease (held from an attempt's record to
-    its result's append)."""
-    return derive_id(request_id, "aaa.llm.attempts")
 
 
 def _records(attempts: Any) -> list[Any] | None:

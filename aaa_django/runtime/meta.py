@@ -48,7 +48,7 @@ FOLDED: dict[str, tuple[str, ...]] = {
     APPROVAL_REQUESTED: ("tool_request_id", "tool_request_seq", "call_id", "name", "expires_at"),
     **{t: ("request_id",) for t in APPROVAL_DECISIONS},
     LLM_REQUESTED: ("tag", "thread"),
-    LLM_ATTEMPTED: ("request_id", "attempt", "estimate"),
+    LLM_ATTEMPTED: ("request_id", "attempt", "estimate", "by"),
     LLM_ABANDONED: ("request_id", "attempt", "usage", "cost"),
     LLM_COMPLETED: ("request_id", "usage", "cost"),
     LLM_FAILED: ("request_id", "usage", "cost"),
@@ -114,6 +114,8 @@ class OpenCall(BaseModel):
     #: the estimate of the latest attempt while nothing says how it went: what it is
     #: counted at if it never comes back
     in_flight: Estimate | None = None
+    #: the process that made the latest attempt (its ``by``: ``runtime.holding.holder_id``)
+    maker: str | None = None
 
 
 #: a run's statuses (:attr:`RunMeta.status`), in the order a run goes through them; a
@@ -248,7 +250,7 @@ def apply(s: RunMeta, e: Event) -> RunMeta:
         if call is not None:
             s.calls[d["request_id"]] = call.model_copy(update={
                 "attempts": max(call.attempts, int(d.get("attempt") or 0)),
-                "in_flight": Estimate.of(d.get("estimate"))})
+                "in_flight": Estimate.of(d.get("estimate")), "maker": d.get("by")})
     elif t == LLM_ABANDONED:
         s.spend.abandoned += 1
         _tally(s.spend, d)  # the attempt's estimate: its reply never came

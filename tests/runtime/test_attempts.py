@@ -615,3 +615,49 @@ def _called(calls: dict):
         return calls["first"] == 1
 
     return check
+
+
+def ended_process() -> str:
+    """The holder id of a process of this machine that has ended."""
+    import subprocess
+    import sys
+
+    from aaa_django.runtime.holding import holder_id
+
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    name, host, namespace, _, started, rand = holder_id("llm").split("|")
+    return "|".join([name, host, namespace, proc.stdout.strip(), started, rand])
+
+
+def test_an_attempt_whose_makers_process_has_ended_is_not_waited_for():
+    """Its maker died on this machine (its pid is gone): its lease, which only lapses
+    later, is not waited for; the attempt is abandoned and made again."""
+    held: dict = {}
+    client = FakeLLMClient(add_then_answer)
+
+    async def main():
+        store = InMemoryEventStore()
+        engine = Engine(store=store, bus=Leasing(held), cache=FoldCache())
+        ToolHandler(ADD).attach(engine)
+        await engine.start(ToolLoop(ADD), {"task": "add 1 and 2"}, run_id=RUN)
+        await engine.drain(5)
+        (request,) = of_type(await store.read(RUN), "aaa.llm.requested")
+        dead = ended_process()
+        lease = held.setdefault(attempt_id(request.id, 1), asyncio.Lock())
+        await lease.acquire()  # the dead maker's lease: never let go (it lapses only after its TTL)
+        await store.append([Event(id=attempt_id(request.id, 1), stream=RUN, type=LLM_ATTEMPTED, causation=request.id,
+                                  data={"request_id": request.id, "attempt": 1, "model": "fake", "by": dead,
+                                        "estimate": {"usage": {"input_tokens": 5, "output_tokens": 50}, "cost": 0.5}})])
+        LLMHandler(client).attach(engine)
+        await engine.resume([RUN])
+        outcome = await engine.run(RUN).result(timeout=10)
+        await engine.drain(5)
+        log = await store.read(RUN)
+        await engine.close(drain=False)
+        return outcome, log, dead
+
+    outcome, log, dead = arun(main())
+    assert outcome.ok and client.calls == 2  # attempt 2 of the first request, then the second request
+    (abandoned,) = of_type(log, "aaa.llm.abandoned")
+    assert (abandoned.data["attempt"], abandoned.data["maker"]) == (1, dead)
+    reads_whole(log)
