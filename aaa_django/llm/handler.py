@@ -200,13 +200,15 @@ class LLMHandler:
             attempt = call.attempts + 1
             async with contextlib.AsyncExitStack() as held:
                 if self._leases is not None:
-                    lease = await self._lease(event, attempt)
+                    lease, waited = await self._lease(event, attempt)
                     if lease is None:  # another delivery made that attempt: decided again
                         fresh = True
                         lost += 1
                         continue
                     held.push_async_exit(lease)
-                    now = await self._open(event, fresh=True)  # (what happened while we waited)
+                    # What happened while it waited (taken at once: another delivery's
+                    # attempt, made meanwhile, has the id this one's would have).
+                    now = await self._open(event, fresh=True) if waited else call
                     if now is None or now.attempts >= attempt:
                         fresh = True
                         continue
@@ -227,7 +229,7 @@ class LLMHandler:
         holds it until its result is appended, and renews it)."""
         if self._leases is None or call.maker == self.maker or self._gone(call.maker):
             return True
-        lease = await self._lease(event, call.attempts)
+        lease, _ = await self._lease(event, call.attempts)
         if lease is None:
             return False  # answered, ended, or found gone meanwhile: decided again
         await lease.__aexit__(None, None, None)
@@ -237,21 +239,23 @@ class LLMHandler:
     def _gone(self, maker: str | None) -> bool:
         return maker is not None and maker != self.maker and process_gone(maker)
 
-    async def _lease(self, event: Event, attempt: int) -> AsyncContextManager[None] | None:
+    async def _lease(self, event: Event, attempt: int) -> tuple[AsyncContextManager[None] | None, bool]:
         """The lease on attempt ``attempt`` of the request, taken (the caller releases
-        it); waited for while a live process holds it. None, without it, as soon as the
-        log shows the request answered, its run over, or that attempt made by a
-        process known gone."""
+        it), and whether it was waited for (a live process held it). None, without it,
+        as soon as the log shows the request answered, its run over, or that attempt
+        made by a process known gone."""
         assert self._leases is not None
         lease = self._leases.exclusive(attempt_id(event.id, attempt))
         taking = asyncio.ensure_future(lease.__aenter__())
+        waited = False
         try:
             async with self._engine().waiting():  # perhaps on another process's call
                 while True:
                     done, _ = await asyncio.wait({taking}, timeout=MAKER_POLL)
                     if done:
                         taking.result()
-                        return lease
+                        return lease, waited
+                    waited = True
                     call = await self._open(event, fresh=True)
                     if call is None or (call.attempts == attempt and call.in_flight is not None
                                         and self._gone(call.maker)):
@@ -262,7 +266,7 @@ class LLMHandler:
                 await asyncio.wait({taking})
                 if not taking.cancelled() and taking.exception() is None:  # (taken as it was cancelled)
                     await lease.__aexit__(None, None, None)
-        return None
+        return None, waited
 
     async def _open(self, event: Event, *, fresh: bool) -> OpenCall | None:
         """The request as the run's log has it, when it is still to be answered (the run
@@ -319,7 +323,7 @@ class LLMHandler:
             if await self._open(event, fresh=True) is None or not self._holds(event.stream):
                 raise StopAttempts(f"model request {event.id}: answered, ended or not held here")
             if self._leases is not None:
-                lease = await self._lease(event, attempt)
+                lease, _ = await self._lease(event, attempt)
                 if lease is None:
                     raise StopAttempts(f"model request {event.id}: attempt {attempt} made elsewhere")
                 held.push_async_exit(lease)
