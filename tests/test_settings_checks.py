@@ -77,6 +77,9 @@ def test_a_blob_storage_whose_backend_does_not_import_is_an_error(settings):
                           "dotted path.")
 
 
+# From Django 6.1, `manage.py check` gives the model checks every database (a JSONField
+# asks the database whether it supports JSON): the command needs the test database.
+@pytest.mark.django_db
 def test_the_check_is_registered_with_django():
     with override_settings(AAA={"BUS": "rabbit"}):
         with pytest.raises(SystemCheckError, match="aaa.E004"):
