@@ -49,3 +49,27 @@ def test_the_install_instructions_name_every_extra_a_site_installs(page):
     assert [name for name in wanted if f"[{name}]" not in line] == []
     rows = [ln.split(" | ")[0] for ln in text.splitlines() if ln.startswith("| `")]
     assert [name for name in wanted if not any(f"`{name}`" in row for row in rows)] == []
+
+
+def test_the_classifiers_and_the_django_range_are_the_legs_of_the_matrix():
+    """pyproject.toml claims the Django and Python versions noxfile.py's legs test, and
+    its Django range admits each tested Django and nothing newer."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    from noxfile import LEGS
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    classifiers = project["classifiers"]
+    djangos = {c.rsplit(" :: ", 1)[1] for c in classifiers if c.startswith("Framework :: Django :: ")}
+    pythons = {c.rsplit(" :: ", 1)[1] for c in classifiers
+               if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)}
+    assert djangos == {django for _, django in LEGS.values()}
+    assert pythons == {python for python, _ in LEGS.values()}
+    (django,) = [r for r in map(Requirement, project["dependencies"]) if r.name.lower() == "django"]
+    newest = max(djangos, key=lambda v: tuple(map(int, v.split("."))))
+    major, minor = map(int, newest.split("."))
+    assert all(django.specifier.contains(f"{v}.0") for v in djangos)
+    assert not django.specifier.contains(f"{major}.{minor + 1}.0")
+    assert project["requires-python"] == f">={min(pythons, key=lambda v: tuple(map(int, v.split('.'))))}"

@@ -67,6 +67,7 @@ def worker_settings(redis_url: str) -> override_settings:
         "WORKER_SETUP": f"{__name__}.setup"})
 
 
+@pytest.mark.campaign
 def test_a_workers_memory_is_flat_across_5000_runs(pg_alias, redis_url, monkeypatch):
     # As in a worker process, whatever tests ran here before: no in-process bus has
     # taken over the shared fold holder's self-checks (they run beside the reads).
