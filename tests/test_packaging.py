@@ -73,3 +73,22 @@ def test_the_classifiers_and_the_django_range_are_the_legs_of_the_matrix():
     assert all(django.specifier.contains(f"{v}.0") for v in djangos)
     assert not django.specifier.contains(f"{major}.{minor + 1}.0")
     assert project["requires-python"] == f">={min(pythons, key=lambda v: tuple(map(int, v.split('.'))))}"
+
+
+def test_the_docs_say_what_each_leg_is():
+    """docs/development.md's table of the legs and docs/install.md's supported versions
+    are noxfile.py's legs."""
+    from noxfile import LEGS
+
+    from .docs.pages import section
+
+    rows = [line.split(" | ") for line in section("docs/development.md", "The matrix").splitlines()
+            if line.startswith("| `django")]
+    assert {row[0].strip("| `"): (row[2], row[1]) for row in rows} == LEGS
+    table = section("docs/install.md", "Supported versions").splitlines()
+    header = next(line for line in table if line.startswith("| Django |"))
+    pythons = [cell.removeprefix("Python ") for cell in header.strip("| ").split(" | ")[1:]]
+    tested = {(python, line.split(" | ")[0].strip("| ").split()[0])
+              for line in table if line.startswith("| ") and not line.startswith(("| Django", "| ---"))
+              for python, cell in zip(pythons, line.strip("| ").split(" | ")[1:]) if cell == "tested"}
+    assert tested == set(LEGS.values())
