@@ -111,6 +111,19 @@ async def until(check: Callable[[], Awaitable[bool]], timeout: float = 5.0, ever
         await asyncio.sleep(every)
 
 
+#: a deadline no test run reaches by the clock: the test passes it (:func:`pass_deadline`)
+FAR_DEADLINE = 3600.0
+
+
+async def pass_deadline(engine: Engine, run_id: str) -> list[Event]:
+    """Pass ``run_id``'s deadline now, through the engine's timer API (what its loop
+    timer, or the workers' duty, calls when the time comes): the test decides when
+    the deadline falls, not the machine's load. Returns the events appended."""
+    deadline = (await engine.meta(run_id, fresh=True)).deadline
+    assert deadline is not None, f"run {run_id} has no deadline"
+    return await engine.fire_due(run_id, now=deadline)
+
+
 class Crash(Exception):
     """The process died."""
 

@@ -20,7 +20,7 @@ from aaa_django.runtime import Budget, Engine, Outcome
 from aaa_django.tools import ToolRegistry, tool
 
 from . import algos  # noqa: F401  (registers the test algorithms)
-from .helpers import make_engine, tool_messages, until
+from .helpers import FAR_DEADLINE, make_engine, pass_deadline, tool_messages, until
 
 RUN = "run-scenario"
 
@@ -109,7 +109,9 @@ async def timeout(duplicate: bool) -> Result:
     seen: dict = {}
     registry = ToolRegistry([slow_tool(seen)])
     async with make_engine(call_once_then_report("slow"), registry, duplicate=duplicate) as engine:
-        await engine.start(ToolLoop(registry), {"task": "be slow"}, deadline=0.3, run_id=RUN)
+        await engine.start(ToolLoop(registry), {"task": "be slow"}, deadline=FAR_DEADLINE, run_id=RUN)
+        await asyncio.wait_for(seen["started"].wait(), 5)
+        await pass_deadline(engine, RUN)  # (once the tool runs, whatever the machine's load)
         return await finish(engine, [RUN], seen)
 
 

@@ -32,7 +32,7 @@ from aaa_django.runtime.event_types import (
 from aaa_django.runtime.holding import HoldsRuns
 from aaa_django.tools import ToolHandler, ToolRegistry, tool
 
-from .helpers import arun, of_type, types, until
+from .helpers import FAR_DEADLINE, arun, of_type, pass_deadline, types, until
 from .scenarios import add, add_then_answer
 
 RUN = "run-attempts"
@@ -413,10 +413,13 @@ def test_a_run_ended_with_a_model_and_a_tool_call_in_flight_records_both_before_
     async def main():
         store = InMemoryEventStore()
         async with engine_on(store, FakeLLMClient(model), registry=ToolRegistry([slow_lookup])) as engine:
-            run = await engine.start(AskAndLookUp(), {}, run_id=RUN, deadline=0.5 if how == "deadline" else None)
+            run = await engine.start(AskAndLookUp(), {}, run_id=RUN,
+                                     deadline=FAR_DEADLINE if how == "deadline" else None)
             await asyncio.wait_for(thinking.wait(), 5)
             if how == "cancel":
                 await run.cancel("enough", by="tester")
+            else:
+                await pass_deadline(engine, RUN)
             outcome = await run.result(timeout=10)
             await engine.drain(5)
             return outcome, await store.read(RUN)
