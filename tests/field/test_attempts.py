@@ -38,7 +38,9 @@ def task(i: int) -> str:
 
 
 def start(site: Site, numbers: list[int]) -> dict[int, str]:
-    return dict(zip(numbers, site.start_runs([task(i) for i in numbers], CONFIG, "attempts")))
+    """Start a run of each task numbered; run number -> its id (each batch its own
+    idempotency keys: the site keys a start by the batch's key and its index in it)."""
+    return dict(zip(numbers, site.start_runs([task(i) for i in numbers], CONFIG, f"attempts-{numbers[0]}")))
 
 
 def received(site: Site) -> Counter:
