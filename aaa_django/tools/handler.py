@@ -6,7 +6,9 @@ Results are ``aaa.tool.completed`` ``{"call_id", "name", "result"}`` or
 run ended while it ran), ``denied`` / ``expired`` (approval gate), ``uncertain`` (the
 guard refused a second execution: the call's intent is in the log, its result is not,
 and no live delivery holds it), ``unknown_tool``, ``invalid_arguments``. Both
-share the request's one result id.
+share the request's one result id. A tool that raises
+:class:`~aaa_django.runtime.conversation.Ask` asks a person: ``aaa.question.asked``,
+and the answer is the call's result.
 
 Limits enforced here: per-tool timeouts, named concurrency pools, approval gates,
 cancellation of in-flight calls when their run ends, and the execution guard.
@@ -27,6 +29,7 @@ from pydantic import ValidationError
 from aaa_django.events import Event, derive_id
 from aaa_django.runtime import Engine
 from aaa_django.runtime.bus import ExclusiveLeases
+from aaa_django.runtime.conversation import Ask, ask_for_tool, asked_id
 from aaa_django.runtime.event_types import (
     APPROVAL_DECISIONS,
     APPROVAL_EXPIRED,
@@ -113,8 +116,8 @@ class ToolHandler:
             if await engine.over(request):
                 return
             done = await self._progress(request)
-            if result_id(request.id) in done:
-                return
+            if result_id(request.id) in done or asked_id(request) in done:
+                return  # answered, or waiting for a person's answer
             tool = self.registry.get(request.data.get("name", ""))
             if tool is None:
                 await self._fail(request, "unknown_tool",
@@ -165,7 +168,7 @@ class ToolHandler:
     async def _progress(self, request: Event) -> dict[str, Event]:
         """The request's result and (for a guarded tool) its intent, if they are in
         the log."""
-        ids = [result_id(request.id)]
+        ids = [result_id(request.id), asked_id(request)]
         tool = self.registry.get(request.data.get("name", ""))
         if tool is not None and tool.guard.side_effects:
             ids.append(request.derive(TOOL_STARTED).id)
@@ -246,7 +249,9 @@ class ToolHandler:
             await self._fail(request, "cancelled", "the run ended while the tool was running")
             return
         error = task.exception()
-        if isinstance(error, _ToolTimeout):
+        if isinstance(error, Ask):  # the answer will be the result
+            await ask_for_tool(engine, request, error)
+        elif isinstance(error, _ToolTimeout):
             await self._fail(request, "timeout", str(error))
         elif error is not None:
             tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
