@@ -8,7 +8,7 @@
     urlpatterns = [path("api/aaa/", api.urls)]
 """
 
-from . import exchange  # noqa: F401  (export, import and fork, on the same router)
+from . import conversations, exchange  # noqa: F401  (on the same router: conversations; export, import, fork)
 from .router import router
 
 __all__ = ["router"]

@@ -42,7 +42,7 @@ from aaa_django.site.host import EngineHost
 from aaa_django.store import runindex, wakeups
 from aaa_django.validate import validate
 
-from . import auth, runs, stream, streamcap
+from . import auth, runs, stream, streamcap, talk
 from .boundary import boundary, parse_json
 from .errors import ApiError, not_found, pydantic_errors, translate
 from .schemas import (
@@ -115,6 +115,7 @@ def start_run(
     errors = validate(cls, payload.input)
     if errors:
         raise ApiError(422, errors=pydantic_errors(errors, ["body", "input"]))
+    conversation = talk.start_settings(payload.algorithm, payload.config, payload.conversation)
     budget = payload.budget.model_dump(exclude_none=True) if payload.budget else None
     if budget and budget.get("cost") is not None:  # the engine would refuse it: say so now
         async def priced(engine: Any) -> list[dict[str, Any]]:
@@ -136,7 +137,7 @@ def start_run(
     algorithm = instance if payload.config is not None else payload.algorithm
     run = host().call(lambda engine: engine.start(
         algorithm, payload.input, budget=budget, deadline=payload.deadline,
-        owner=p.owner, run_id=run_id,
+        owner=p.owner, run_id=run_id, conversation=conversation,
     ))
     row = runindex.refresh(runs.USING, run.run_id)
     if row is None:  # the started event is committed: the index has it now

@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol, runtime_checkable
 
 from jsonschema import Draft202012Validator
@@ -304,11 +304,19 @@ def _open(meta: RunMeta, run_id: str) -> None:
         raise ConversationError("ended", f"the run has ended ({meta.outcome})")
 
 
+@dataclass(frozen=True)
+class Said:
+    """A message :func:`say` appended, or found: sent before with the same key."""
+
+    message: Event
+    replayed: bool = False
+
+
 async def say(engine: "Engine", run_id: str, content: str, *, by: str | None = None,
-              key: str | None = None) -> Event:
-    """Append a person's message to a conversation waiting for it; return it. With
-    ``key`` (an Idempotency-Key), the message already sent with that key is returned
-    instead of appending another (one with other content: ``idempotency_conflict``).
+              key: str | None = None) -> Said:
+    """Append a person's message to a conversation waiting for it. With ``key`` (an
+    Idempotency-Key), the message already sent with that key is returned instead of
+    appending another (``replayed``; one with other content: ``idempotency_conflict``).
     Raises :class:`ConversationError` when the run cannot take a message now."""
     if not isinstance(content, str) or not content.strip():
         raise ConversationError("invalid", "a message is a non-empty string")
@@ -353,7 +361,7 @@ async def say(engine: "Engine", run_id: str, content: str, *, by: str | None = N
                                 "another message came first")
     if key is not None and message.data.get("content") != content:
         raise ConversationError("idempotency_conflict", "this key was used with another message")
-    return message
+    return Said(message, replayed=not added)
 
 
 def no_room(meta: RunMeta) -> str | None:
@@ -550,6 +558,7 @@ __all__ = [
     "ConversationError",
     "Converses",
     "Question",
+    "Said",
     "Talk",
     "after",
     "answer",

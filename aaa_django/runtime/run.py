@@ -53,7 +53,7 @@ class Run:
     async def say(self, content: str, *, by: str | None = None, key: str | None = None) -> Event:
         """Send the conversation waiting for it a person's next message."""
         engine: Any = self.engine
-        return await talk.say(engine, self.run_id, content, by=by, key=key)
+        return (await talk.say(engine, self.run_id, content, by=by, key=key)).message
 
     async def answer(self, question_id: str, value: Any, *, by: str | None = None) -> Event:
         """Answer the run's open question ``question_id``."""
