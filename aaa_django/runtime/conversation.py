@@ -503,7 +503,9 @@ async def waiting(engine: "Engine", run_id: str, *, timeout: float | None = None
     async def look() -> RunMeta:
         for interval in poll_intervals(engine.poll_interval):
             sub.clear()
-            meta = await RUNMETA.load(engine.store, run_id, cache=engine.cache)
+            # read past the engine's tail and fold holder: a look at a run that waits
+            # must not make the engine hold it again
+            meta = await RUNMETA.load(engine.base_store, run_id)
             if meta.status in ("waiting", "completed"):
                 return meta
             await sub.until(max(interval, RELIABLE_POLL) if engine.wakeups.reliable() else interval)

@@ -1280,7 +1280,9 @@ class Engine:
                 del self._timers[run_id]
             self.bus.spawn(self._ring(run_id))
 
-        handle = loop.call_later(max(0.0, at - time.time()), ring)
+        # In a context of its own: the delivery that armed it (its contextvars) is not
+        # kept alive for as long as the run waits (a conversation, for hours).
+        handle = loop.call_later(max(0.0, at - time.time()), ring, context=contextvars.Context())
         self._timers[run_id] = (at, handle)
 
     async def _ring(self, run_id: str) -> None:
