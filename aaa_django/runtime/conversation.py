@@ -199,8 +199,9 @@ class Talk(BaseModel):
     """Where a conversation is: replies sent (``turn``), the message to answer, the
     open questions and the answers given."""
 
-    #: replies sent
+    #: replies sent, and messages received after the first (the run's task)
     turn: int = 0
+    received: int = 0
     #: the request id the latest reply answered (None: a reply not from a model request)
     replied: str | None = None
     #: the latest message received and not yet taken up by a model request: its
@@ -229,6 +230,7 @@ def _talk(s: Talk, e: Event) -> Talk:
         s.requests += 1
         s.message = None
     elif t == MESSAGE_RECEIVED:
+        s.received += 1
         s.message = d.get("content") or ""
         s.base = s.requests
     elif t == MESSAGE_SENT:

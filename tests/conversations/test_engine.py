@@ -350,3 +350,32 @@ def test_a_conversation_replays_as_recorded_and_forks_from_a_reply():
     assert [(m.role, m.content) for m in requests[-1].messages] == [
         ("user", "one"), ("assistant", "heard 'one' (1 messages)"), ("user", "and now?")]
     assert [e.data["content"] for e in of_type(forked_log, MESSAGE_RECEIVED)] == ["and now?"]
+
+
+class Echo(Algorithm):
+    """docs/conversations.md's algorithm of your own that holds conversations."""
+
+    name = "tests.conversations.echo"
+
+    def converses(self) -> bool:
+        return True
+
+    async def step(self, ctx, event):
+        talk = await ctx.project(TALK)
+        if talk.turn <= talk.received:
+            said = talk.message if talk.received else ctx.input["task"]
+            ctx.reply(f"you said {said}")
+
+
+def test_an_algorithm_of_your_own_holds_a_conversation_from_talk():
+    async def main():
+        async with make_engine(duplicate=True) as engine:  # every event delivered twice
+            run = await engine.start(Echo(), {"task": "one"}, conversation=True)
+            await run.waiting(timeout=5)
+            await run.say("two")
+            meta = await run.waiting(timeout=5)
+            return meta, await run.events()
+
+    meta, log = arun(main())
+    assert meta.turns == 2
+    assert [e.data["content"] for e in of_type(log, MESSAGE_SENT)] == ["you said one", "you said two"]
