@@ -288,6 +288,7 @@ async def decided(engine: "Engine", run_id: str, decide: Decide) -> list[Event]:
     run's RUNMETA at seq ``head``); decided again from the log as it is when something
     was appended meanwhile. Returns the events appended."""
     for _ in range(TRIES):
+        engine.tail.stale(run_id)  # (within a delivery, a tool's question: read what is new)
         loaded = await RUNMETA.load_info(engine.store, run_id, cache=engine.cache)
         events = await decide(loaded.state, loaded.seq)
         if not events:

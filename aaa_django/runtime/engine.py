@@ -837,6 +837,8 @@ class Engine:
             if e.type == RUN_COMPLETED:
                 _keep(self._completions, e.stream, e, COMPLETIONS_KEPT)
                 self.wake(e.stream)
+            elif e.type in (MESSAGE_SENT, QUESTION_ASKED):  # it may wait for a person now
+                self.wake(e.stream)
         if stored:
             await self.bus.publish(stored)
 
@@ -1127,7 +1129,6 @@ class Engine:
             self.forget(event.stream)
         elif event.type in (MESSAGE_SENT, QUESTION_ASKED) and (await self.meta(event.stream)).status == "waiting":
             self.forget(event.stream)  # waiting for a person: the run holds nothing but its rows
-            self.wake(event.stream)
         failed = [exc for exc in raised if exc is not None]
         if failed:
             raise next((exc for exc in failed if not transient(exc)), failed[0])

@@ -6,7 +6,7 @@ that asks a person."""
 from __future__ import annotations
 
 from aaa_django.llm import FakeLLMClient, LLMHandler
-from aaa_django.llm.fake import text
+from aaa_django.llm.fake import text, tool_call
 from aaa_django.tools import ToolHandler, ToolRegistry
 
 from . import site
@@ -16,6 +16,8 @@ def heard(request):
     last = request.messages[-1]
     if last.role == "tool":
         return text(f"you chose {last.content}")
+    if last.content == "which city?":
+        return tool_call("choose_city", why="a worker asks")
     return text(f"heard {last.content!r} ({len(request.messages)} messages)")
 
 
