@@ -39,7 +39,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Awaitable, Callable, Mapping, Protocol, runtime_checkable
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from aaa_django.events import ClosedStreamError, ConcurrencyError, Event, Projection, derive_id
 
 from . import registry
+from .engine_api import EngineAPI
 from .event_types import (
     CLOSE_REQUESTED,
     LLM_REQUESTED,
@@ -65,9 +66,6 @@ from .lineage import decision_id as run_decision_id
 from .meta import RUNMETA, RunMeta, after
 from .outcome import SUCCESS, TIMEOUT, Outcome
 from .wakeups import RELIABLE_POLL, poll_intervals
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Engine
 
 #: the longest message accepted (characters)
 MAX_MESSAGE = 100_000
@@ -283,7 +281,7 @@ def question_data(question: str, schema: Mapping[str, Any] | None, expires: floa
 Decide = Callable[[RunMeta, int], Awaitable[list[Event]]]
 
 
-async def decided(engine: "Engine", run_id: str, decide: Decide) -> list[Event]:
+async def decided(engine: EngineAPI, run_id: str, decide: Decide) -> list[Event]:
     """``decide(meta, head)``'s events appended against the log it decided from (the
     run's RUNMETA at seq ``head``); decided again from the log as it is when something
     was appended meanwhile. Returns the events appended."""
@@ -315,7 +313,7 @@ class Said:
     replayed: bool = False
 
 
-async def say(engine: "Engine", run_id: str, content: str, *, by: str | None = None,
+async def say(engine: EngineAPI, run_id: str, content: str, *, by: str | None = None,
               key: str | None = None) -> Said:
     """Append a person's message to a conversation waiting for it. With ``key`` (an
     Idempotency-Key), the message already sent with that key is returned instead of
@@ -383,7 +381,7 @@ def no_room(meta: RunMeta) -> str | None:
     return None
 
 
-async def close(engine: "Engine", run_id: str, *, by: str | None = None) -> bool:
+async def close(engine: EngineAPI, run_id: str, *, by: str | None = None) -> bool:
     """Ask for a waiting conversation's end (``aaa.close.requested``): the engine ends
     it ``success`` with its last reply. True if this asked; ``ConversationError`` when
     it cannot be closed (not a conversation, ended, not waiting)."""
@@ -403,7 +401,7 @@ async def close(engine: "Engine", run_id: str, *, by: str | None = None) -> bool
     return bool(await decided(engine, run_id, decide))
 
 
-async def closing(engine: "Engine", meta: RunMeta) -> Outcome:
+async def closing(engine: EngineAPI, meta: RunMeta) -> Outcome:
     """The outcome of a conversation whose close was asked: ``success`` with its last
     reply's text, the replies sent and who closed it."""
     text = None
@@ -414,7 +412,7 @@ async def closing(engine: "Engine", meta: RunMeta) -> Outcome:
     return Outcome(SUCCESS, {"text": text, "turns": meta.turns, "closed_by": (meta.close or {}).get("by")})
 
 
-async def answer(engine: "Engine", run_id: str, question_id: str, value: Any, *,
+async def answer(engine: EngineAPI, run_id: str, question_id: str, value: Any, *,
                  by: str | None = None) -> Event:
     """Record the answer to an open question; return ``aaa.question.answered``. Raises
     :class:`ConversationError`: ``not_open`` (no such question waits), ``invalid_answer``
@@ -450,7 +448,7 @@ async def answer(engine: "Engine", run_id: str, question_id: str, value: Any, *,
     return added[0]
 
 
-async def _asked(engine: "Engine", run_id: str, seq: int, question_id: str) -> Event:
+async def _asked(engine: EngineAPI, run_id: str, seq: int, question_id: str) -> Event:
     found = await engine.store.read(run_id, after=seq - 1, limit=1)
     if not found or found[0].id != question_id:
         raise ConversationError("not_open", "the question is not in the run's log")
@@ -476,7 +474,7 @@ def _ending(meta: RunMeta, asked: Event, type: str, extra: dict[str, Any]) -> li
     return out
 
 
-async def ask_for_tool(engine: "Engine", request: Event, ask: Ask) -> None:
+async def ask_for_tool(engine: EngineAPI, request: Event, ask: Ask) -> None:
     """A tool call raised :class:`Ask`: its question, derived from the call's request
     (asked once however often the request is delivered)."""
 
@@ -496,7 +494,7 @@ def asked_id(request: Event) -> str:
     return request.derive(QUESTION_ASKED).id
 
 
-async def waiting(engine: "Engine", run_id: str, *, timeout: float | None = None) -> RunMeta:
+async def waiting(engine: EngineAPI, run_id: str, *, timeout: float | None = None) -> RunMeta:
     """Wait until the run waits for a person (status ``waiting``) or has ended; return
     its RUNMETA then. Woken when the run moves (the engine wakes a run's waiters when it
     starts waiting; on PostgreSQL every append does), polling at the engine's pace for
@@ -523,7 +521,7 @@ async def waiting(engine: "Engine", run_id: str, *, timeout: float | None = None
 # -- timers ------------------------------------------------------------------------------
 
 
-async def fire_due(engine: "Engine", run_id: str, now: float) -> list[Event]:
+async def fire_due(engine: EngineAPI, run_id: str, now: float) -> list[Event]:
     """What a conversation's and questions' due times call for at ``now``: the run ends
     ``timeout`` when its wait for the next message has outlasted its idle timeout;
     each open question past its expiry is recorded expired. Returns the events
