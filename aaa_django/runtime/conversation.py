@@ -496,10 +496,11 @@ def asked_id(request: Event) -> str:
 
 async def waiting(engine: EngineAPI, run_id: str, *, timeout: float | None = None) -> RunMeta:
     """Wait until the run waits for a person (status ``waiting``) or has ended; return
-    its RUNMETA then. Woken when the run moves (the engine wakes a run's waiters when it
-    starts waiting; on PostgreSQL every append does), polling at the engine's pace for
-    what no one announces. ``TimeoutError`` after ``timeout`` seconds."""
-    sub = engine.wakeups.subscribe(run_id, asyncio.get_running_loop())
+    its RUNMETA then. Woken by what may settle it (the engine wakes a run's waiters
+    when it appends a reply, a question or the end; on PostgreSQL so do such appends of
+    any process), polling at the engine's pace for what no one announces.
+    ``TimeoutError`` after ``timeout`` seconds."""
+    sub = engine.wakeups.subscribe(run_id, asyncio.get_running_loop(), ends_only=True)
 
     async def look() -> RunMeta:
         for interval in poll_intervals(engine.poll_interval):
