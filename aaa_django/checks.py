@@ -18,6 +18,13 @@ aaa.E022   ``API_MAX_BODY``, ``API_STREAM_SECONDS`` or ``API_STREAMS_PER_USER`` 
 aaa.E023   ``CONVERSATION_IDLE`` is not a number above 0, nor None.
 aaa.E050   ``OTEL`` is not a bool, or it is True and the ``otel`` extra
            (``opentelemetry-api``) is not installed.
+aaa.E061   A model the site's runs would be sent to cannot be built: ``LLM`` with
+           ``PROVIDER`` "pydantic-ai", or an ``AGENTS`` agent's own model named by a
+           string, names a provider Pydantic AI does not know, whose package is not
+           installed, or whose key is nowhere (every model call would fail).
+aaa.E062   An ``AGENTS`` agent has no model of its own, and the site configures no
+           model client (``LLM``, ``LLM_CLIENT`` or ``WORKER_SETUP``): every model
+           call of its runs would fail.
 aaa.W001   A SQLite database without ``transaction_mode: IMMEDIATE`` (appends inside
            a caller's transaction may fail with "database is locked").
 aaa.W020   The API's limits (``API_RATE``, ``API_KEY_FAILURES``,
@@ -32,7 +39,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, Warning
+from django.core.checks import Error, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from .conf import BUSES, DEFAULTS, aaa_settings, broker_url, redis_url, site_aaa
@@ -121,6 +129,63 @@ def check_otel_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             return [Error("AAA['OTEL'] is True but OpenTelemetry is not installed.",
                           hint="pip install 'aaa_django[otel]', or set AAA['OTEL'] = False.", id="aaa.E050")]
     return []
+
+
+# -- the models runs are sent to (aaa.E060: AAA["LLM"] itself, site/llm_settings.py) ------
+
+
+@register()
+def check_models(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """``aaa.E061`` and ``aaa.E062``: a combination of model settings that cannot work
+    is an error at start-up, not a failed run."""
+    site = site_aaa()
+    if not isinstance(site, dict):
+        return []
+    from .site.llm_settings import llm_options
+
+    errors: list[Error] = []
+    try:
+        options = llm_options()
+    except ImproperlyConfigured:  # aaa.E060 says what
+        options, configured = None, True
+    else:
+        configured = options is not None
+    if options is not None and options["PROVIDER"] == "pydantic-ai":
+        problem = _unbuildable(options["MODEL"], options["BASE_URL"], options["API_KEY"])
+        if problem:
+            errors.append(Error(f"AAA['LLM']: Pydantic AI cannot build the model {options['MODEL']!r}: {problem}",
+                                hint="MODEL is 'provider:model' (docs/models.md); install the provider's "
+                                     "extra of pydantic-ai-slim and give API_KEY.", id="aaa.E061"))
+    site_model = configured or bool(site.get("LLM_CLIENT")) or bool(site.get("WORKER_SETUP"))
+    paths = site.get("AGENTS")
+    for path in paths if isinstance(paths, (list, tuple)) else ():
+        try:
+            agent = import_string(path)
+        except ImportError:
+            continue  # aaa.E020
+        if not _is_agent(agent):
+            continue
+        if agent.model is None and not site_model:
+            errors.append(Error(f"AAA['AGENTS']: {path!r} has no model of its own and the site configures "
+                                "none, so every model call of its runs would fail.",
+                                hint="Give the agent a model (Agent(model, ...)), or set AAA['LLM'].",
+                                id="aaa.E062"))
+        elif isinstance(agent.model, str) and (problem := _unbuildable(agent.model, None, None)):
+            errors.append(Error(f"AAA['AGENTS']: Pydantic AI cannot build the model {agent.model!r} of "
+                                f"{path!r}: {problem}", id="aaa.E061"))
+    return errors
+
+
+def _unbuildable(model: str, base_url: str | None, api_key: str | None) -> str | None:
+    """Why Pydantic AI cannot build ``model`` as the site's client would (None: it can)."""
+    from .llm.pydantic_ai_client import PydanticAIClient
+
+    client = PydanticAIClient(model, base_url=base_url, api_key=api_key)
+    try:
+        client.build(None, client.make_sdk())
+    except Exception as exc:  # any way it fails: every call would fail the same way
+        return client.redact(f"{type(exc).__name__}: {exc}")
+    return None
 
 
 # -- the web process's engine and the REST API (LLM_CLIENT ... API_STREAM_SECONDS) -------
@@ -263,7 +328,6 @@ def _valid_rate(rate: str) -> bool:
 # aaa.E105   ``WORKER_SETUP`` cannot be imported.
 # =========  =====================================================================
 
-from django.core.checks import register  # noqa: E402
 
 _POSITIVE = ("RUN_LOCK_TTL", "LEASE_TTL", "STALL_AFTER")
 

@@ -86,12 +86,12 @@ API_KEY_FAILURES    str or None      "20/min"      Failed API-key attempts per c
                                                    and period (same form); past it every key
                                                    attempt from that address gets 429 until
                                                    the period ends. None: no limit.
-API_STREAMS_PER_USER int >= 1        10            Event streams one user may hold open at
-                                                   once (counted in the default cache, across
+API_STREAMS_PER_USER int >= 1        10            Streams (SSE: a run's events, the runs'
+                                                   changes) one user may hold open at once
+                                                   (counted in the default cache, across
                                                    processes when it is shared); past it: 429.
-API_STREAM_SECONDS  int >= 1         300           An event stream (SSE) closes after this
-                                                   long; the client resumes with
-                                                   Last-Event-ID.
+API_STREAM_SECONDS  int >= 1         300           A stream (SSE) closes after this long; the
+                                                   client resumes with Last-Event-ID.
 CONVERSATION_IDLE   number > 0 or    3600          Seconds a conversation started over the
                     None                           API waits for its next message before it
                                                    ends ``timeout`` (a run's own

@@ -131,6 +131,11 @@ class RunRecord(models.Model):
     #: then re-driven as if never before)
     redriven_at = models.FloatField("last re-driven", null=True, blank=True)
     redrives = models.PositiveIntegerField("re-drives", default=0, db_default=0)
+    #: where the row's last change (its start, status, outcome, spend or end) stands in
+    #: the order of every run's changes: written by the database alone (migration 0012's
+    #: triggers), the REST API's change stream reads runs in this order
+    #: (``aaa_django.store.changes``)
+    changed = models.BigIntegerField("change position", default=0, db_default=0, editable=False)
 
     class Meta:
         db_table = "aaa_run"
@@ -153,6 +158,7 @@ class RunRecord(models.Model):
             # retention: the due runs of an outcome, oldest first
             models.Index(fields=["outcome", "ended_at"], name="aaa_run_outcome_ended"),
             models.Index(fields=["due_at"], name="aaa_run_due", condition=models.Q(due_at__isnull=False)),
+            models.Index(fields=["changed", "run_id"], name="aaa_run_changed"),
         ]
 
     def __str__(self) -> str:

@@ -5,11 +5,12 @@ from django.contrib import admin
 from django.urls import include, path
 from ninja import NinjaAPI
 
+from aaa_django.api import VERSION
 from aaa_django.api import router as aaa_router
 
 api = NinjaAPI(
     title="aaa_django example site",
-    version="1",
+    version=VERSION,
     description="Start, watch, answer and cancel agent runs (see docs/api.md).",
     urls_namespace="aaa",
 )

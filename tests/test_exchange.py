@@ -174,9 +174,19 @@ def test_an_event_id_taken_on_the_target_site_is_a_conflict(sites, settings, tmp
     (src, files) = sites["sqlite"]
     run_id = critic_run(src, use(settings, files))
     export = exchange.read_export(export_file(run_id, tmp_path / "r.jsonl").open())
-    # The same events under another run id: the run is new, its event ids are not.
+    # The same events under another run id, their blobs still the first run's: refused,
+    # naming a blob (an import never shares another run's blob).
     renamed = exchange.RunExport("run-other", [replace(e, stream="run-other") for e in export.events],
                                  export.blobs, export.mode)
+    assert export.refs()
+    with pytest.raises(exchange.ExchangeError, match=f"blob {run_id}/[0-9a-f]{{64}} is outside"):
+        exchange.import_run(renamed, using=src, blobs=StorageBlobStore(alias=files))
+    # ... and with its blobs in its own namespace: the run is new, its event ids are not.
+    moved = {k: replace(ref, namespace="run-other") for k, ref in export.refs().items()}
+    renamed = exchange.RunExport(
+        "run-other", [replace(e, stream="run-other", blobs=tuple(moved[r.key] for r in e.blobs))
+                      for e in export.events],
+        {moved[k].key: data for k, data in export.blobs.items()}, export.mode)
     with pytest.raises(exchange.ExchangeConflict, match="event ids exist"):
         exchange.import_run(renamed, using=src, blobs=StorageBlobStore(alias=files))
     assert not EventRecord.objects.using(src).filter(stream="run-other").exists()

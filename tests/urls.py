@@ -4,9 +4,10 @@ from django.contrib import admin
 from django.urls import path
 from ninja import NinjaAPI
 
+from aaa_django.api import VERSION
 from aaa_django.api import router as aaa_router
 
-api = NinjaAPI(title="aaa_django (tests)", urls_namespace="aaa-tests")
+api = NinjaAPI(title="aaa_django (tests)", version=VERSION, urls_namespace="aaa-tests")
 api.add_router("/", aaa_router)
 
 urlpatterns = [

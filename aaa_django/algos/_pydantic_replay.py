@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic_ai import messages as pm
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import CallDeferred, ToolFailed, UsageLimitExceeded
+from pydantic_ai.models.test import TestModel
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_core import to_jsonable_python
 
 from aaa_django.llm.conversation import CONVERSATION
 from aaa_django.llm.messages import Message, Usage
 from aaa_django.llm.pydantic_ai_messages import from_model_messages, to_model_response, tool_specs
+from aaa_django.llm.routes import agent_key
 from aaa_django.runtime.event_types import LLM_REQUESTED
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,7 +81,8 @@ class Replay(AbstractCapability[Any]):
         return DeferredToolResults(approvals=approved) if approved else None
 
 
-async def replay(ctx: "Ctx", agent: Any, journal: "Journal", *, model: str | None) -> tuple[str, Any] | None:
+async def replay(ctx: "Ctx", agent: Any, journal: "Journal", *, model: str | None,
+                 path: str) -> tuple[str, Any] | None:
     """Replay the agent once: the run's outcome when it ended, else None (this step
     asked for a model response or tool calls, replied in a conversation, or waits for
     the next message). In a conversation, one ``agent.run`` per message, each with the
@@ -87,15 +90,18 @@ async def replay(ctx: "Ctx", agent: Any, journal: "Journal", *, model: str | Non
     capability = Replay(journal)
     declared = agent.output_type
     types = list(declared) if isinstance(declared, (list, tuple)) else [declared]
+    # An agent without a model of its own is answered by the site's: the replay needs a
+    # model to hold (every request is answered from the log, none reaches it).
+    stand_in = {"model": TestModel()} if agent.model is None else {}
     prompts = [ctx.input.task, *journal.prompts]
     history = None
     for turn, prompt in enumerate(prompts, 1):
         try:
             result = await agent.run(prompt, message_history=history, capabilities=[capability],
-                                     output_type=[*types, DeferredToolRequests])
+                                     output_type=[*types, DeferredToolRequests], **stand_in)
         except Exception as exc:
             if _find(exc, Suspend) is not None:
-                await _ask_model(ctx, capability, model)
+                await _ask_model(ctx, capability, model, path)
                 return None
             limit = _find(exc, UsageLimitExceeded)
             if limit is not None:
@@ -122,7 +128,7 @@ def _as_text(output: Any) -> str:
     return output if isinstance(output, str) else json.dumps(to_jsonable_python(output), ensure_ascii=False)
 
 
-async def _ask_model(ctx: "Ctx", capability: Replay, model: str | None) -> None:
+async def _ask_model(ctx: "Ctx", capability: Replay, model: str | None, path: str) -> None:
     k, request = capability.pending
     messages = _once(from_model_messages(_with_instructions(request)))
     specs, output = tool_specs(request.model_request_parameters)
@@ -140,8 +146,10 @@ async def _ask_model(ctx: "Ctx", capability: Replay, model: str | None) -> None:
     }
     if any(s.get("kind") == "output" for s in specs):
         data["output"] = output
-    if model is not None:
+    if model is not None:  # the run names a model: the site's client is asked for it
         data["model"] = model
+    else:  # the agent's own model answers (llm.routes.AgentModels)
+        data["agent"] = agent_key(path)
     params = _params(request.model_settings)
     if params:
         data["params"] = params

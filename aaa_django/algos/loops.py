@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Annotated, Any, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -158,8 +158,11 @@ class LoopConfig(BaseModel):
     #: model calls allowed; a model still asking for tools after them: ``no_solution``
     max_turns: int = Field(default=10, ge=1)
     system: str | None = None
-    #: the JSON specs of the tools offered (saved in the run, so any process has them)
-    tools: list[dict[str, Any]] = Field(default_factory=list)
+    #: the tools offered: None (the default) every tool the engine runs; else tool
+    #: names (``"lookup"``) and JSON specs (tools served elsewhere). Names become specs
+    #: when the run starts, so its ``aaa.run.started`` holds exactly what the model is
+    #: offered, for any process and the audit (:mod:`aaa_django.runtime.offered`).
+    tools: list[dict[str, Any] | Annotated[str, Field(min_length=1)]] | None = None
     model: str | None = None
     #: a structured result: the dotted path of the pydantic model the answer must fit
     #: (``"myapp.schemas:Forecast"``; a model this process has loaded)
@@ -214,18 +217,23 @@ class ToolLoop(Algorithm):
         self,
         registry: "ToolRegistry | None" = None,
         *,
+        tools: Sequence[str | dict[str, Any]] | None = None,
         max_turns: int = 10,
         system: str | None = None,
         model: str | None = None,
         output: "type[BaseModel] | str | None" = None,
         output_retries: int = 2,
     ) -> None:
-        tools = registry.specs() if registry is not None else []
+        """``registry``: offer its tools; ``tools``: offer these (names of tools the
+        engine runs, or JSON specs); neither: every tool the engine runs."""
+        if registry is not None and tools is not None:
+            raise ValueError("give a registry or tools, not both")
+        chosen = registry.specs() if registry is not None else (list(tools) if tools is not None else None)
         if isinstance(output, str):
             output_model(output, trusted=True)  # code that names a model may import it
         elif output is not None:
             output = dotted.path_of(output)
-        super().__init__(max_turns=max_turns, system=system, tools=tools, model=model,
+        super().__init__(max_turns=max_turns, system=system, tools=chosen, model=model,
                          output=output, output_retries=output_retries)
 
     def converses(self) -> bool:
@@ -233,12 +241,27 @@ class ToolLoop(Algorithm):
         unless its answer is a structured result."""
         return self.cfg.output is None
 
+    @classmethod
+    def chosen_tools(cls, config: Mapping[str, Any]) -> Any:
+        """The tools ``config`` chooses (:class:`~aaa_django.runtime.offered.ChoosesTools`)."""
+        return config.get("tools")
+
+    @classmethod
+    def with_tools(cls, config: Mapping[str, Any], tools: list[Any]) -> dict[str, Any]:
+        return {**config, "tools": tools}
+
+    @property
+    def offered(self) -> list[dict[str, Any]]:
+        """The specs the model is offered (a run started before the engine settled
+        its tools, or offering none: none)."""
+        return [t for t in self.cfg.tools or () if isinstance(t, dict)]
+
     def first_messages(self, ctx: "Ctx") -> list[Message]:
         return opening(self.cfg.system, ctx.input.task)
 
     def ask(self, ctx: "Ctx", s: LoopState, messages: list[Message]) -> None:
         turn = s.turns + 1
-        tools = list(self.cfg.tools)
+        tools = self.offered
         if self.cfg.output_schema is not None:
             tools.append({"name": FINAL, "description": "Give the final answer, in this schema.",
                           "parameters": self.cfg.output_schema, "kind": "output"})
@@ -373,7 +396,7 @@ class ReAct(ToolLoop):
     def first_messages(self, ctx: "Ctx") -> list[Message]:
         tools = "\n".join(f"- {t['name']}: {t.get('description', '')} "
                           f"(arguments: {json.dumps(t.get('parameters', {}).get('properties', {}))})"
-                          for t in self.cfg.tools) or "(none)"
+                          for t in self.offered) or "(none)"
         system = REACT_SYSTEM.format(tools=tools)
         if self.cfg.output_schema is not None:
             system += "\n\nThe Final Answer must be JSON that fits this schema: " + json.dumps(self.cfg.output_schema)

@@ -5,8 +5,10 @@ loop replays from the start, and every unit of work that already completed retur
 recorded result instead of running -- with this engine's log as the record:
 
 - the agent's **model requests** become ``aaa.llm.requested`` (our messages, its tools,
-  its output tools marked ``"kind": "output"``); the engine's ``LLMHandler`` answers them
-  (give it a ``PydanticAIClient`` over the agent's model);
+  its output tools marked ``"kind": "output"``, the agent's path); the engine's
+  ``LLMHandler`` answers them with the agent's own model (a ``PydanticAIClient`` over it,
+  or :class:`~aaa_django.llm.routes.AgentModels`, as the site's wiring gives it), or
+  with the model the run's config names;
 - its **tool calls** become ``aaa.tool.requested``; the engine's ``ToolHandler`` runs them
   (register the agent's tools with :func:`agent_tools`), with the guard, pools, timeouts
   and claim-check of any tool; a tool that needs approval (``requires_approval=True`` in
@@ -68,7 +70,9 @@ class AgentConfig(BaseModel):
 
     #: dotted path of the ``pydantic_ai.Agent`` (``"pkg.module:name"`` or ``"pkg.module.name"``)
     agent: str = Field(min_length=1)
-    #: the model named in its requests (None: the LLM handler's client decides)
+    #: the model named in its requests, asked of the site's model client (None: the
+    #: agent's own model answers them, where the handler's client has it:
+    #: :class:`~aaa_django.llm.routes.AgentModels`; else the client's default)
     model: str | None = None
     #: the JSON schema of the agent's output (shown in the admin; informative)
     output_schema: dict[str, Any] | None = None
@@ -120,7 +124,8 @@ class PydanticAIAgent(Algorithm):
             return
         from ._pydantic_replay import replay
 
-        outcome = await replay(ctx, loaded_agent(self.cfg.agent), journal, model=self.cfg.model)
+        outcome = await replay(ctx, loaded_agent(self.cfg.agent), journal, model=self.cfg.model,
+                               path=self.cfg.agent)
         if outcome is not None:
             ctx.complete(*outcome)
 

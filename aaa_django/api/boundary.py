@@ -74,7 +74,7 @@ def check_body(request: HttpRequest, limit: int) -> None:
         raise too_big(len(body), limit)
     if not body:
         return
-    ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    ctype = media_type(request)
     if ctype in JSON_LINES:  # a run's export (POST /imports): each line is JSON
         for line in body.splitlines():
             if line.strip():
@@ -88,6 +88,11 @@ def check_body(request: HttpRequest, limit: int) -> None:
     if deep is not None:
         raise ApiError(422, ["body", *deep[:1]],
                        f"nested more than {MAX_DEPTH} levels deep (at {_path(deep)})", "too_deep")
+
+
+def media_type(request: HttpRequest) -> str:
+    """The body's media type, without its parameters, in lower case ("" if none)."""
+    return (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
 
 
 def too_big(size: int | None, limit: int) -> ApiError:

@@ -34,6 +34,7 @@ from aaa_django.runtime.conversation import MAX_MESSAGE, ConversationError
 from aaa_django.store import runindex
 
 from . import auth, runs
+from .contract import CONVERSATIONS
 from .errors import ApiError, not_found
 from .router import _READ, _WRITE, RunId, host, router
 from .schemas import ID_PATTERN, KEY_PATTERN
@@ -43,7 +44,7 @@ from .talk import refusal
 log = logging.getLogger("aaa_django.api")
 
 #: the tag of these operations in the OpenAPI schema
-TAG = "conversations"
+TAG = CONVERSATIONS
 
 
 class MessageIn(Schema):

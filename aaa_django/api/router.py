@@ -1,15 +1,17 @@
 """The REST API: a django-ninja ``Router`` a site mounts in its own ``NinjaAPI``.
 
     from ninja import NinjaAPI
-    from aaa_django.api import router as aaa_router
+    from aaa_django.api import VERSION, router as aaa_router
 
-    api = NinjaAPI(urls_namespace="aaa")
+    api = NinjaAPI(urls_namespace="aaa", version=VERSION)
     api.add_router("/", aaa_router)
     urlpatterns = [path("api/aaa/", api.urls)]
 
-Endpoints (all authenticated; see :mod:`.auth`): start, list and get runs; page a
+Endpoints (all authenticated; see :mod:`.auth`; their operation ids and tags are the
+contract, :mod:`.contract`): start, list and get runs, one or several at once; page a
 run's events or stream them (SSE); fold a projection; cancel; list and answer
-approvals; erase. Writes go through the process's :class:`~aaa_django.site.host.EngineHost`
+approvals; erase. The change stream of many runs is :mod:`.changes`; export, import and
+fork :mod:`.exchange`. Writes go through the process's :class:`~aaa_django.site.host.EngineHost`
 so the run goes on after the request returns; reads come from the log and the run
 index. Errors: :mod:`.errors`.
 """
@@ -19,22 +21,23 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from ninja import Body, Header, Path, Query, Router
 from ninja.responses import Status
 
 import aaa_django.algos  # noqa: F401  (registers the built-in algorithms by name)
 from aaa_django import access
 from aaa_django.conf import aaa_settings
-from aaa_django.events import default_cache, derive_id
+from aaa_django.events import Event, default_cache, derive_id
 from aaa_django.models import EventRecord, RunRecord
 from aaa_django.reading import projections
 from aaa_django.reading.hydrated import hydrating
-from aaa_django.runtime import RunNotEndedError, registry
+from aaa_django.runtime import RunNotEndedError, offered, registry
 from aaa_django.runtime.event_types import APPROVAL_EXPIRED, decision_id
 from aaa_django.runtime.validation import start_errors
 from aaa_django.site import tokens
@@ -42,8 +45,9 @@ from aaa_django.site.host import EngineHost
 from aaa_django.store import runindex, wakeups
 from aaa_django.validate import validate
 
-from . import auth, runs, stream, streamcap, talk
+from . import agents, auth, runs, stream, talk
 from .boundary import boundary, parse_json
+from .contract import APPROVALS, EVENTS, RUNS
 from .errors import ApiError, not_found, pydantic_errors, translate
 from .schemas import (
     ID_PATTERN,
@@ -51,6 +55,7 @@ from .schemas import (
     MAX_SEQ,
     NAME_PATTERN,
     ApprovalOut,
+    BatchIn,
     CancelIn,
     CancelOut,
     DecisionIn,
@@ -58,6 +63,7 @@ from .schemas import (
     ErrorOut,
     EventPage,
     ProjectionOut,
+    RunBatch,
     RunDetailOut,
     RunFilters,
     RunPage,
@@ -67,9 +73,14 @@ from .schemas import (
 
 log = logging.getLogger("aaa_django.api")
 
-router = Router(auth=auth.AUTH, tags=["runs"])
+router = Router(auth=auth.AUTH, tags=[RUNS])
 router.add_decorator(boundary, mode="view")
 router.add_decorator(translate, mode="operation")
+
+#: the data of an ``event: token`` message of an event stream
+TOKEN = {"type": "object", "required": ["run_id", "request_id", "index", "text"], "properties": {
+    "run_id": {"type": "string"}, "request_id": {"type": "string"},
+    "index": {"type": "integer"}, "text": {"type": "string"}}}
 
 RunId = Path(..., pattern=ID_PATTERN, max_length=200, description="the run's id")
 
@@ -87,7 +98,7 @@ def host() -> EngineHost:
 
 
 @router.post("/runs", response={201: RunDetailOut, 200: RunDetailOut, **_WRITE},
-             summary="Start a run")
+             summary="Start a run", operation_id="start_run", tags=[RUNS])
 def start_run(
     request: HttpRequest,
     response: HttpResponse,
@@ -106,6 +117,7 @@ def start_run(
         raise ApiError(403, ["auth"], f"you may not start runs (permission {access.START})",
                        "permission_denied")
     cls = registry.get(payload.algorithm)
+    agents.check(payload.algorithm, payload.config, ["body", "config"])  # before it is built
     try:
         instance = registry.build(payload.algorithm, payload.config or {})
     except Exception as exc:
@@ -117,13 +129,15 @@ def start_run(
         raise ApiError(422, errors=pydantic_errors(errors, ["body", "input"]))
     conversation = talk.start_settings(payload.algorithm, payload.config, payload.conversation)
     budget = payload.budget.model_dump(exclude_none=True) if payload.budget else None
-    if budget and budget.get("cost") is not None:  # the engine would refuse it: say so now
-        async def priced(engine: Any) -> list[dict[str, Any]]:
-            return start_errors(engine, payload.config, budget)
+    names = offered.names_chosen(payload.algorithm, payload.config)
+    if names or (budget and budget.get("cost") is not None):  # the engine would refuse it: say so now
+        async def refused(engine: Any) -> list[dict[str, Any]]:
+            return (offered.tool_errors(engine, payload.algorithm, payload.config)
+                    + start_errors(engine, payload.config, budget))
 
-        unpriced = host().call(priced)
-        if unpriced:
-            raise ApiError(422, errors=pydantic_errors(unpriced, ["body"]))
+        errors = host().call(refused)
+        if errors:
+            raise ApiError(422, errors=pydantic_errors(errors, ["body"]))
 
     run_id = None
     digest = ""
@@ -168,7 +182,8 @@ def _replay(request: HttpRequest, response: HttpResponse, row: Any, digest: str)
     return Status(200, runs.run_detail(request, runindex.refresh(runs.USING, row.run_id) or row))
 
 
-@router.get("/runs", response={200: RunPage, **_READ}, summary="List runs")
+@router.get("/runs", response={200: RunPage, **_READ}, summary="List runs",
+            operation_id="list_runs", tags=[RUNS])
 def list_runs(request: HttpRequest, filters: Query[RunFilters]):
     """The runs the caller may see, newest first, filtered and paged."""
     rows = runs.visible(request.auth)
@@ -197,7 +212,28 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]):
     }
 
 
-@router.get("/runs/{run_id}", response={200: RunDetailOut, **_READ}, summary="Get a run")
+# (before /runs/{run_id}: Django tries the router's paths in this order)
+@router.post("/runs/batch", response={200: RunBatch, **_WRITE}, summary="Get several runs",
+             operation_id="get_runs", tags=[RUNS])
+def get_runs(request: HttpRequest, payload: BatchIn) -> dict[str, Any]:
+    """Several runs by id, each as ``GET /runs/{run_id}`` shows it, in the order asked;
+    ``missing``: the ids that name no run the caller may see (unknown or not theirs,
+    alike)."""
+    items, missing = [], []
+    for run_id in dict.fromkeys(payload.ids):  # (once each, in order)
+        try:
+            row = runs.load(request.auth, run_id)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            missing.append(run_id)
+            continue
+        items.append(runs.run_detail(request, row))
+    return {"items": items, "missing": missing}
+
+
+@router.get("/runs/{run_id}", response={200: RunDetailOut, **_READ}, summary="Get a run",
+            operation_id="get_run", tags=[RUNS])
 def get_run(request: HttpRequest, run_id: str = RunId):
     """Status, outcome and value, spend, times, budget and deadline of a run."""
     row = runs.load(request.auth, run_id)
@@ -208,7 +244,7 @@ def get_run(request: HttpRequest, run_id: str = RunId):
 
 
 @router.get("/runs/{run_id}/events", response={200: EventPage, **_READ},
-            summary="Page a run's events")
+            summary="Page a run's events", operation_id="list_events", tags=[EVENTS])
 def list_events(
     request: HttpRequest,
     run_id: str = RunId,
@@ -232,17 +268,18 @@ def list_events(
     "/runs/{run_id}/events/stream",
     response=_READ,
     summary="Stream a run's events (SSE)",
+    operation_id="stream_events",
+    tags=[EVENTS],
     # 200 and 204 are declared here alone: ninja keys its responses by int, these are
     # strings, and declaring 204 in both wrote the key twice (Swagger UI refused it).
     openapi_extra={
         "responses": {
-            "200": {
-                "description": "Server-Sent Events: `id` is the event's seq, `data` the event "
-                "as JSON; the stream ends after aaa.run.completed. With AAA['STREAM_TOKENS'], "
-                "`event: token` messages (no id) carry a model reply's text as it comes "
-                "(`data`: run_id, request_id, index, text), before the reply's event.",
-                "content": {"text/event-stream": {"schema": {"type": "string"}}},
-            },
+            "200": stream.sse_content(
+                "Server-Sent Events: `id` is the event's seq, `data` the event as JSON; the "
+                "stream ends after aaa.run.completed. With AAA['STREAM_TOKENS'], `event: token` "
+                "messages (no id) carry a model reply's text as it comes (`data`: run_id, "
+                "request_id, index, text), before the reply's event.",
+                {"anyOf": [{"$ref": "#/components/schemas/EventOut"}, TOKEN]}),
             "204": {"description": "the run has ended and nothing is left after Last-Event-ID"},
         }
     },
@@ -256,7 +293,7 @@ def stream_events(
     ),
     after: int = Query(0, ge=0, le=MAX_SEQ, description="start after this seq"),
     hydrate: bool = Query(False, description="restore claim-checked payloads"),
-):
+) -> HttpResponseBase:
     """The run's events as they are appended, until it completes; resumable."""
     row = runs.load(request.auth, run_id)
     start = last_event_id if last_event_id is not None else after
@@ -267,32 +304,21 @@ def stream_events(
         ended = done is not None and start >= done
         if ended and not s.read_sync(run_id, after=start, limit=1):
             return HttpResponse(status=204)
-    limit = aaa_settings()["API_STREAMS_PER_USER"]
-    slot = streamcap.acquire(request.auth.user.pk, limit)
-    if slot is None:
-        raise ApiError(429, ["path", "run_id"],
-                       f"too many open event streams: at most {limit} per user; close one",
-                       "too_many_streams", headers={"Retry-After": str(stream.RETRY_MS // 1000)})
+    slot = stream.open_slot(request, ["path", "run_id"])
     blobs = runs.site_blobs() if hydrate else None
 
-    def shape(e):
+    def shape(e: Event) -> dict[str, Any]:
         return runs.event_out(runs.hydrated(e, blobs) if hydrate else e)
 
-    # Under ASGI the async iterator: the stream holds no thread while it waits (a sync
-    # one would be read to its end by Django before sending anything).
-    drive = stream.aevents if isinstance(request, ASGIRequest) else stream.events
-    body = drive(s, run_id, start, shape=shape, ended=ended, slot=slot,
-                 wakeups=wakeups.for_database(runs.USING),
-                 max_seconds=aaa_settings()["API_STREAM_SECONDS"],
-                 subscribe=lambda: tokens.subscribe(run_id))
-    response = StreamingHttpResponse(body, content_type="text/event-stream; charset=utf-8")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
+    hub = wakeups.for_database(runs.USING)
+    steps = stream.plan(start, ended=ended, max_seconds=aaa_settings()["API_STREAM_SECONDS"],
+                        renews=True, reliable=hub.reliable, clock=time.monotonic)
+    return stream.respond(request, steps, stream.RunEvents(s, run_id, shape), wakeups=hub,
+                          slot=slot, subscribe=None if ended else lambda: tokens.subscribe(run_id))
 
 
 @router.get("/runs/{run_id}/projections/{name}", response={200: ProjectionOut, **_READ},
-            summary="Fold a projection of a run")
+            summary="Fold a projection of a run", operation_id="get_projection", tags=[EVENTS])
 def get_projection(
     request: HttpRequest,
     run_id: str = RunId,
@@ -327,7 +353,7 @@ def get_projection(
 
 
 @router.post("/runs/{run_id}/cancel", response={202: CancelOut, **_WRITE},
-             summary="Cancel a run")
+             summary="Cancel a run", operation_id="cancel_run", tags=[RUNS])
 def cancel_run(request: HttpRequest, run_id: str = RunId, payload: CancelIn | None = Body(None)):
     """Ask for the run to end ``cancelled`` (its in-flight tool calls are cancelled).
     202 once the request is recorded; 409 if the run has ended."""
@@ -344,7 +370,7 @@ def cancel_run(request: HttpRequest, run_id: str = RunId, payload: CancelIn | No
 
 
 @router.get("/runs/{run_id}/approvals", response={200: list[ApprovalOut], **_READ},
-            summary="List a run's approvals")
+            summary="List a run's approvals", operation_id="list_approvals", tags=[APPROVALS])
 def list_approvals(request: HttpRequest, run_id: str = RunId):
     """Every approval gate of the run (pending ones first to answer), with the tool
     call it guards and its decision."""
@@ -353,7 +379,7 @@ def list_approvals(request: HttpRequest, run_id: str = RunId):
 
 
 @router.post("/runs/{run_id}/approvals/{request_id}", response={200: DecisionOut, **_WRITE},
-             summary="Grant or deny an approval")
+             summary="Grant or deny an approval", operation_id="decide_approval", tags=[APPROVALS])
 def decide_approval(
     request: HttpRequest,
     payload: DecisionIn,
@@ -402,7 +428,8 @@ def decide_approval(
             "reason": reason}
 
 
-@router.delete("/runs/{run_id}", response={204: None, **_WRITE}, summary="Erase a run")
+@router.delete("/runs/{run_id}", response={204: None, **_WRITE}, summary="Erase a run",
+               operation_id="erase_run", tags=[RUNS])
 def erase_run(request: HttpRequest, run_id: str = RunId):
     """Erase a run that has ended: its events, snapshots and blobs. Cancel a run
     that is still going first (409 until it has ended)."""

@@ -64,14 +64,19 @@ def load(p: auth.Principal, run_id: str, action: str | None = None) -> RunRecord
     return row
 
 
+#: the router's paths outside ``/runs``
+OUTSIDE_RUNS = ("/imports", "/changes")
+
+
 def run_url(request: HttpRequest, run_id: str) -> str:
     """The absolute URL of a run, from the URL of any of the router's endpoints."""
-    path = request.path.rstrip("/")
+    path = request.path.partition("?")[0].rstrip("/")  # (a test client's path has its query)
     cut = path.rfind("/runs/")
+    outside = next((p for p in OUTSIDE_RUNS if path.endswith(p)), None)
     if cut >= 0:
         base = path[: cut + len("/runs")]
-    elif path.endswith("/imports"):  # the router's one path outside /runs
-        base = path[: -len("/imports")] + "/runs"
+    elif outside is not None:
+        base = path[: -len(outside)] + "/runs"
     else:
         base = path
     return request.build_absolute_uri(f"{base}/{run_id}")
@@ -103,12 +108,20 @@ def run_out(request: HttpRequest, row: RunRecord) -> dict[str, Any]:
 
 
 def run_detail(request: HttpRequest, row: RunRecord) -> dict[str, Any]:
+    """``run_out`` with the value, budget, deadline and links. The status and the value
+    agree: the completion is read first, and a row read before it (the run ended
+    meanwhile) is caught up with the log, so a value never comes with a run still
+    ``running``."""
+    completed = completion(row.run_id)
+    if completed is not None and row.status != "completed":
+        row = runindex.refresh(USING, row.run_id) or row
+        if row.status != "completed":  # the index could not catch up: say what the row says
+            completed = None
     out = run_out(request, row)
     s = store()
     first = s.read_sync(row.run_id, limit=1)
     started = hydrated(first[0]) if first else None
     data = started.data if started is not None else {}
-    completed = completion(row.run_id)
     deadline = data.get("deadline")
     url = out["url"]
     talk = data.get("conversation") if isinstance(data.get("conversation"), dict) else None

@@ -34,6 +34,8 @@ MAX_DEADLINE_SECONDS = 10 * 365 * 24 * 3600
 MAX_SEQ = 2**62
 #: JavaScript's safe integers: counts beyond are not meaningful budgets
 MAX_COUNT = 2**53
+#: the most runs one request reads or follows by id
+MAX_BATCH = 100
 
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
@@ -256,6 +258,46 @@ class RunFilters(Schema):
     offset: int = Field(0, ge=0, le=10**9)
 
 
+class BatchIn(Schema):
+    """The ids of the runs to read (1 to 100; a repeated id is read once)."""
+
+    model_config = ConfigDict(extra="forbid",
+                              json_schema_extra={"examples": [{"ids": ["run-a", "run-b"]}]})
+
+    ids: list[Annotated[StrictStr, Field(pattern=ID_PATTERN, max_length=200)]] = Field(
+        min_length=1, max_length=MAX_BATCH)
+
+
+class RunBatch(Schema):
+    #: the runs found, in the order asked, each as ``GET /runs/{id}`` shows it
+    items: list[RunDetailOut]
+    #: the ids asked for that name no run the caller may see
+    missing: list[str]
+
+
+#: one run id of a comma-separated list
+_ID = r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}"
+#: a change stream's position (its messages' ``id``): ``<n>.<run id>``
+POSITION_PATTERN = rf"^[0-9]{{1,18}}\.{_ID}$"
+
+
+class ChangeFilters(Schema):
+    """Which runs a change stream follows (all the caller may see, when none is given),
+    and from where."""
+
+    algorithm: str | None = Field(None, max_length=200, pattern=NAME_PATTERN,
+                                  description="runs of this algorithm")
+    status: Status | None = Field(None, description="runs whose status is this at the change")
+    ids: str | None = Field(None, pattern=rf"^{_ID}(,{_ID}){{0,{MAX_BATCH - 1}}}$",
+                            max_length=MAX_BATCH * 201,
+                            description=f"these runs: comma-separated ids, at most {MAX_BATCH}")
+    started_after: DateTime | None = Field(None, description="runs started at or after this time")
+    after: str | None = Field(None, pattern=POSITION_PATTERN, max_length=220,
+                              description="start after this change (an id the stream sent); "
+                              "Last-Event-ID wins over it")
+    follow: bool = Field(True, description="false: send what has changed, then end")
+
+
 # -- events ---------------------------------------------------------------------------
 
 
@@ -277,6 +319,53 @@ class EventPage(Schema):
     #: pass as ``after`` to get the next page
     next_after: int
     has_more: bool
+
+
+class ExportBlobRef(Schema):
+    """Where a blob is: its SHA-256, size, media type and namespace (its run's id)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sha256: StrictStr = Field(pattern=r"^[0-9a-f]{64}$")
+    size: StrictInt = Field(ge=0, le=MAX_COUNT)
+    media_type: StrictStr = Field("application/octet-stream", min_length=1, max_length=255)
+    namespace: StrictStr = Field("", max_length=200)
+
+
+class ExportBlob(Schema):
+    """A blob of the run: its ref and its bytes in base64."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    blob: ExportBlobRef
+    base64: StrictStr
+
+
+class ExportEvent(Schema):
+    """An event as stored (as ``GET /runs/{id}/events`` gives it)."""
+
+    id: StrictStr = Field(min_length=1, max_length=200)
+    stream: StrictStr = Field(min_length=1, max_length=200)
+    seq: StrictInt = Field(ge=1, le=MAX_SEQ)
+    type: StrictStr = Field(min_length=1, max_length=200)
+    data: dict[str, Any]
+    causation: StrictStr | None = None
+    time: DateTime
+    blobs: list[dict[str, Any]] = []
+    tenant: StrictStr | None = None
+
+
+class ExportIn(Schema):
+    """A run's export as one JSON object (the JSON Lines export's header, with its events
+    and blobs in full): ``aaa_export`` the format (1), ``run`` the run's id, ``events``
+    its log from seq 1, ``blobs`` the blobs its events refer to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    aaa_export: Literal[1]
+    run: StrictStr = Field(min_length=1, max_length=200)
+    events: list[ExportEvent] = Field(min_length=1)
+    blobs: list[ExportBlob] = []
 
 
 class ProjectionOut(Schema):

@@ -1,21 +1,31 @@
-"""A run's events as Server-Sent Events, resumable with ``Last-Event-ID``.
+"""Server-Sent Events, written once for both servers: a run's events, and the runs' changes.
 
-Each event is one SSE message whose ``id`` is its ``seq`` and whose ``data`` is the
-event as JSON (the same object ``GET /runs/{id}/events`` returns). A client that
-reconnects sends the last id it saw and gets exactly the events after it. The
+Every stream of the API is the same loop (:func:`plan`): read what comes after the
+cursor, send it, wait until something moves (or poll), send a keep-alive comment when
+idle, end after ``API_STREAM_SECONDS`` (the client reconnects with ``Last-Event-ID``).
+What a stream reads is a :class:`Feed`: :class:`RunEvents` here (a run's log, whose
+``id`` is the event's seq, ending after ``aaa.run.completed``), the runs' changes in
+:mod:`.changes`. The plan does no I/O: it asks its driver for each read, wait or write,
+and the driver is one of two, the same for every feed:
+
+- :func:`drive` for a WSGI server: the stream has the request's thread, reads on it,
+  and lets go of its database connection before it waits;
+- :func:`adrive` for an ASGI server: an async iterator that waits on the event loop
+  holding no thread, and reads on :data:`READERS` threads shared by the process's
+  streams (so they use at most that many database connections at once).
+
+:func:`respond` picks the driver for the request. A stream reads when its feed's
+wake-up comes (:mod:`aaa_django.store.wakeups`: PostgreSQL notifies, so a stream sees
+what any process appended, Celery workers included; other databases poll every
+:data:`POLL` seconds). A user holds at most ``AAA["API_STREAMS_PER_USER"]`` streams
+open at once (:mod:`.streamcap`; past it: 429).
+
+A run's events: each event is one message whose ``id`` is its ``seq`` and whose
+``data`` is the event as JSON (the object ``GET /runs/{id}/events`` returns). A client
+that reconnects sends the last id it saw and gets exactly the events after it. The
 stream ends after ``aaa.run.completed``; reconnecting to a run that has ended, with
 nothing left to send, gets ``204 No Content`` (which tells an ``EventSource`` to stop
-reconnecting). A user holds at most ``AAA["API_STREAMS_PER_USER"]`` streams open at
-once (:mod:`.streamcap`; past it: 429).
-
-A stream reads the log when its run moves (:mod:`aaa_django.store.wakeups`: PostgreSQL
-notifies; other databases poll), so it sees events appended by any process (Celery
-workers included), and lets go of its database connection before it waits. What it
-decides is written once (:func:`_plan`) and driven two ways: :func:`events`, an
-iterator for a WSGI server (the stream has the request's thread), and
-:func:`aevents`, an async iterator for an ASGI server: it holds no thread while it
-waits, and reads on :data:`READERS` threads shared by the process's streams (so
-streams use at most that many database connections at once).
+reconnecting).
 
 With ``AAA["STREAM_TOKENS"]``, a model reply's text comes too, as it is written:
 ``event: token`` messages (no ``id``, so a reconnection's ``Last-Event-ID`` stays the
@@ -25,7 +35,7 @@ does not see them; ``addEventListener("token", ...)`` does. Tokens are not store
 stream resumed later gets the reply's event alone. The token feed does not wake a
 waiting stream: while it waits, a stream with tokens looks for them every
 :data:`TOKEN_SLICE` seconds (a WSGI stream blocks on the feed for that long, an ASGI
-one looks without blocking), and for its run's wake-up between two looks.
+one looks without blocking), and for its wake-up between two looks.
 """
 
 from __future__ import annotations
@@ -34,11 +44,15 @@ import asyncio
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator, Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Generator, Iterator, Protocol
 
 from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
 from django.db import connections
+from django.http import HttpRequest, StreamingHttpResponse
 
+from aaa_django.conf import aaa_settings
 from aaa_django.events import Event
 from aaa_django.llm.deltas import TokenSubscription
 from aaa_django.runtime.event_types import RUN_COMPLETED
@@ -46,6 +60,7 @@ from aaa_django.runtime.wakeups import Hub, Wakeups
 from aaa_django.site.tokens import sse_message
 
 from . import streamcap
+from .errors import ApiError
 
 #: seconds between two reads of a stream whose wake-ups are not reliable (it polls)
 POLL = 0.25
@@ -57,55 +72,87 @@ PAGE = 200
 #: the client's reconnection delay, in milliseconds
 RETRY_MS = 2000
 #: seconds a stream that waits with live tokens on spends on the token feed between
-#: two looks at its run's wake-up
+#: two looks at its wake-up
 TOKEN_SLICE = 0.25
-#: threads on which the async streams of a process read the log (and so the most
-#: database connections they use at once)
+#: threads on which the async streams of a process read (and so the most database
+#: connections they use at once)
 READERS = 4
 
-# What _plan asks its driver to do.
-SEND, READ, HEAD, RENEW, WAIT = "send", "read", "head", "renew", "wait"
-
-Page = list[tuple[Event, str]]  # the events read, each with its SSE message
+# What plan asks its driver to do.
+SEND, READ, HEAD, RENEW, WAIT, SLEEP = "send", "read", "head", "renew", "wait", "sleep"
 
 
-def message(event: dict) -> str:
-    return f"id: {event['seq']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
+@dataclass(frozen=True)
+class Page:
+    """What one read of a feed found: each message's text and whether the stream ends
+    after it; the cursor after them; ``more``: a full page (read on at once); ``held``:
+    there is more that cannot be sent yet (read again within :data:`POLL`)."""
+
+    items: list[tuple[str, bool]]
+    after: Any
+    more: bool = False
+    held: bool = False
 
 
-def _plan(after: int, *, ended: bool, max_seconds: float, renews: bool,
-          reliable: Callable[[], bool], clock: Callable[[], float]
-          ) -> Generator[tuple[str, Any], Any, None]:
-    """The stream's decisions, as requests to its driver: ``(SEND, text)``,
-    ``(READ, after)`` -> the page after that seq, ``(HEAD, None)`` -> the stream's head
-    or None (erased), ``(RENEW, None)`` (the stream's slot), ``(WAIT, seconds)`` ->
-    True if the run moved meanwhile. Returns when the stream should end."""
+class Feed(Protocol):
+    """What a stream reads: ``read(after)`` the page after a cursor, on a thread that
+    may use the database; ``head()`` whether there is still something to read (False:
+    end the stream; None: not asked, the feed never goes away); ``key`` what it is
+    woken by (a run's id, or :data:`aaa_django.store.wakeups.ANY`); ``using`` its
+    database."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def using(self) -> str: ...
+
+    def read(self, after: Any) -> Page: ...
+
+    def head(self) -> bool | None: ...
+
+
+def plan(after: Any, *, ended: bool, max_seconds: float, renews: bool,
+         reliable: Callable[[], bool], clock: Callable[[], float], checks_head: bool = True,
+         gap: float = 0.0) -> Generator[tuple[str, Any], Any, None]:
+    """A stream's decisions, as requests to its driver: ``(SEND, text)``, ``(READ,
+    after)`` -> the :class:`Page` after that cursor, ``(HEAD, None)`` -> the feed's
+    ``head()``, ``(RENEW, None)`` (the stream's slot), ``(WAIT, seconds)`` -> True if
+    woken meanwhile, ``(SLEEP, seconds)``. Returns when the stream should end.
+    ``ended``: send what there is, then end; ``checks_head``: ask whether the feed is
+    still there when woken with nothing new (an erased run); ``gap``: seconds between
+    two reads at least (a feed woken by every append)."""
     yield SEND, f"retry: {RETRY_MS}\n\n"
     now = clock()
     stop_at = now + max_seconds
     last_write = last_check = last_renew = now
+    last_read: float | None = None
     woken = True
     while True:
+        if gap and last_read is not None and (pause := last_read + gap - clock()) > 0:
+            yield SLEEP, pause
+        last_read = clock()
         page: Page = yield READ, after
-        for event, text in page:
+        for text, last in page.items:
             yield SEND, text
-            after = event.seq or after
-            if event.type == RUN_COMPLETED:
+            if last:
                 return
+        after = page.after
         now = clock()
-        if page:
+        if page.items:
             last_write = now
-            if len(page) == PAGE:
+            if page.more:
                 continue
         if ended:
-            return  # resumed past the completion: what is stored has been sent
+            return  # what there is has been sent
         trusted = reliable()
         # Woken with nothing new: the run's events were deleted (erasure notifies too).
-        if (trusted and woken and not page) or (not trusted and now - last_check >= EXISTS_EVERY):
+        if checks_head and ((trusted and woken and not page.items)
+                            or (not trusted and now - last_check >= EXISTS_EVERY)):
             last_check = now
-            if (yield HEAD, None) is None:
+            if (yield HEAD, None) is False:
                 return  # erased
-        while True:  # wait for the run to move, doing what falls due meanwhile
+        while True:  # wait for the feed to move, doing what falls due meanwhile
             now = clock()
             if now >= stop_at:
                 return  # the client reconnects with Last-Event-ID
@@ -115,17 +162,82 @@ def _plan(after: int, *, ended: bool, max_seconds: float, renews: bool,
             if now - last_write >= HEARTBEAT:
                 last_write = now
                 yield SEND, ": keep-alive\n\n"
-                # and read as if woken (the run may have moved, or been erased): a lost
+                # and read as if woken (the feed may have moved, or gone): a lost
                 # wake-up (a NOTIFY that failed) delays a stream this long at most
                 woken = True
                 break
-            trusted = reliable()
+            polls = page.held or not reliable()
             due = min(stop_at, last_write + HEARTBEAT,
                       last_renew + streamcap.LEASE / 3 if renews else stop_at)
             wait = max(due - now, 0.0)
-            woken = yield WAIT, wait if trusted else min(wait, POLL)  # not woken: poll
-            if woken or not trusted:
+            woken = yield WAIT, min(wait, POLL) if polls else wait
+            if woken or polls:
                 break  # read
+
+
+# -- a run's events -----------------------------------------------------------------------
+
+
+def message(event: dict) -> str:
+    return f"id: {event['seq']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
+
+
+@dataclass
+class RunEvents:
+    """A run's log as a :class:`Feed`: messages of ``shape(event)``, the cursor a seq."""
+
+    store: Any
+    run_id: str
+    shape: Callable[[Event], dict]
+
+    @property
+    def key(self) -> str:
+        return self.run_id
+
+    @property
+    def using(self) -> str:
+        return str(self.store.using)
+
+    def read(self, after: int) -> Page:
+        events = self.store.read_sync(self.run_id, after=after, limit=PAGE)
+        return Page([(message(self.shape(e)), e.type == RUN_COMPLETED) for e in events],
+                    after=(events[-1].seq or after) if events else after,
+                    more=len(events) == PAGE)
+
+    def head(self) -> bool:
+        return self.store.head_sync(self.run_id) is not None
+
+
+def events(store: Any, run_id: str, after: int, *, shape: Callable[[Event], dict],
+           max_seconds: float, ended: bool, slot: Any = None, wakeups: Wakeups | None = None,
+           subscribe: Callable[[], TokenSubscription | None] | None = None,
+           clock: Callable[[], float] = time.monotonic) -> Iterator[str]:
+    """The SSE text of the run's events after ``after``, until the completion (or, for
+    a run that had ``ended`` before the stream opened, until what is stored is sent),
+    read on the calling thread (a WSGI server's request thread). ``slot``
+    (:class:`~aaa_django.api.streamcap.Slot`): renewed while the stream runs, given
+    back when it ends, however it ends. ``wakeups``: what wakes it (default: none; it
+    polls). ``subscribe``: the run's live tokens, sent between its events."""
+    wakeups = wakeups if wakeups is not None else Hub()  # (polls)
+    steps = plan(after, ended=ended, max_seconds=max_seconds, renews=slot is not None,
+                 reliable=wakeups.reliable, clock=clock)
+    return drive(steps, RunEvents(store, run_id, shape), wakeups=wakeups, slot=slot,
+                 subscribe=None if ended else subscribe, clock=clock)
+
+
+def aevents(store: Any, run_id: str, after: int, *, shape: Callable[[Event], dict],
+            max_seconds: float, ended: bool, slot: Any = None, wakeups: Wakeups | None = None,
+            subscribe: Callable[[], TokenSubscription | None] | None = None,
+            clock: Callable[[], float] = time.monotonic) -> AsyncIterator[str]:
+    """:func:`events` for an ASGI server (:func:`adrive`)."""
+    wakeups = wakeups if wakeups is not None else Hub()  # (polls)
+    steps = plan(after, ended=ended, max_seconds=max_seconds, renews=slot is not None,
+                 reliable=wakeups.reliable, clock=clock)
+    return adrive(steps, RunEvents(store, run_id, shape), wakeups=wakeups, slot=slot,
+                  subscribe=None if ended else subscribe, clock=clock)
+
+
+# -- the drivers ------------------------------------------------------------------------
 
 
 def letting_go(using: str, wakeups: Wakeups) -> Callable[[], None]:
@@ -144,45 +256,22 @@ def letting_go(using: str, wakeups: Wakeups) -> Callable[[], None]:
     return idle
 
 
-def reader(store: Any, run_id: str, shape: Callable[[Event], dict]) -> Callable[[int], Page]:
-    def read(after: int) -> Page:
-        return [(e, message(shape(e))) for e in store.read_sync(run_id, after=after, limit=PAGE)]
-
-    return read
-
-
-def events(
-    store: Any,
-    run_id: str,
-    after: int,
-    *,
-    shape: Callable[[Event], dict],
-    max_seconds: float,
-    ended: bool,
-    slot: Any = None,
-    wakeups: Wakeups | None = None,
-    subscribe: Callable[[], TokenSubscription | None] | None = None,
-    clock: Callable[[], float] = time.monotonic,
-) -> Iterator[str]:
-    """The SSE text of the run's events after ``after``, until the completion (or, for
-    a run that had ``ended`` before the stream opened, until what is stored is sent),
-    read on the calling thread (a WSGI server's request thread). ``slot``
-    (:class:`~aaa_django.api.streamcap.Slot`): renewed while the stream runs, given
-    back when it ends, however it ends. ``wakeups``: what wakes it (default: none; it
-    polls). ``subscribe``: the run's live tokens, sent between its events."""
-    wakeups = wakeups if wakeups is not None else Hub()  # (polls)
-    read, idle = reader(store, run_id, shape), letting_go(store.using, wakeups)
-    sub = wakeups.subscribe(run_id)
-    plan = _plan(after, ended=ended, max_seconds=max_seconds, renews=slot is not None,
-                 reliable=wakeups.reliable, clock=clock)
+def drive(steps: Generator[tuple[str, Any], Any, None], feed: Feed, *, wakeups: Wakeups,
+          slot: Any = None, subscribe: Callable[[], TokenSubscription | None] | None = None,
+          clock: Callable[[], float] = time.monotonic) -> Iterator[str]:
+    """Carry out a :func:`plan` over ``feed`` on the calling thread: the stream's text.
+    ``slot``: renewed while it runs, given back when it ends, however it ends;
+    ``subscribe``: live tokens, sent before each page and while it waits."""
+    idle = letting_go(feed.using, wakeups)
+    sub = wakeups.subscribe(feed.key)
     tokens = None
     try:
         # subscribed before the first read: a delta whose reply is not read yet is ours
-        tokens = subscribe() if subscribe is not None and not ended else None
+        tokens = subscribe() if subscribe is not None else None
         reply: Any = None
         while True:
             try:
-                op, arg = plan.send(reply)
+                op, arg = steps.send(reply)
             except StopIteration:
                 return
             reply = None
@@ -190,23 +279,26 @@ def events(
                 yield arg
             elif op == READ:
                 sub.clear()
-                reply = read(arg)
+                reply = feed.read(arg)
                 if tokens is not None:
                     # Deltas come before the page: one published before its reply was
                     # appended is in hand now, and so goes out before the reply's event.
                     for delta in tokens.wait(0):
                         yield sse_message(delta)
             elif op == HEAD:
-                reply = store.head_sync(run_id)
+                reply = feed.head()
             elif op == RENEW:
                 slot.renew()
+            elif op == SLEEP:
+                idle()
+                time.sleep(arg)
             else:
                 idle()
                 if tokens is None:
                     reply = sub.wait(arg)
                     continue
                 end = clock() + arg
-                while True:  # the tokens as they come; the run's wake-up between two looks
+                while True:  # the tokens as they come; the wake-up between two looks
                     for delta in tokens.wait(min(max(end - clock(), 0.0), TOKEN_SLICE)):
                         yield sse_message(delta)
                     reply = sub.wait(0)
@@ -238,53 +330,41 @@ def _close_connections() -> None:
             connection.close()
 
 
-async def aevents(
-    store: Any,
-    run_id: str,
-    after: int,
-    *,
-    shape: Callable[[Event], dict],
-    max_seconds: float,
-    ended: bool,
-    slot: Any = None,
-    wakeups: Wakeups | None = None,
-    subscribe: Callable[[], TokenSubscription | None] | None = None,
-    clock: Callable[[], float] = time.monotonic,
-) -> AsyncIterator[str]:
-    """:func:`events` for an ASGI server: waits on the event loop (no thread), and
-    reads on the process's :data:`READERS` threads, letting go of their connection
-    after each read as :func:`events` does before each wait."""
-    wakeups = wakeups if wakeups is not None else Hub()  # (polls)
+async def adrive(steps: Generator[tuple[str, Any], Any, None], feed: Feed, *,
+                 wakeups: Wakeups, slot: Any = None,
+                 subscribe: Callable[[], TokenSubscription | None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> AsyncIterator[str]:
+    """:func:`drive` for an ASGI server: waits on the event loop (no thread), and reads
+    on the process's :data:`READERS` threads, letting go of their connection after each
+    read as :func:`drive` does before each wait."""
     # The view ran on the request's thread, whose connection Django closes only when
     # the response ends: close it now (the view and middleware are done with it).
     await sync_to_async(_close_connections, thread_sensitive=True)()
-    read_, idle = reader(store, run_id, shape), letting_go(store.using, wakeups)
+    idle = letting_go(feed.using, wakeups)
 
-    def read(after: int) -> Page:
+    def read(after: Any) -> Page:
         try:
-            return read_(after)
+            return feed.read(after)
         finally:
             idle()
 
-    def head() -> Any:
+    def head() -> bool | None:
         try:
-            return store.head_sync(run_id)
+            return feed.head()
         finally:
             idle()
 
-    sub = wakeups.subscribe(run_id, asyncio.get_running_loop())
-    plan = _plan(after, ended=ended, max_seconds=max_seconds, renews=slot is not None,
-                 reliable=wakeups.reliable, clock=clock)
+    sub = wakeups.subscribe(feed.key, asyncio.get_running_loop())
     tokens = None
     try:
         # subscribed before the first read (a Redis subscription waits for Redis to
         # confirm it: on a reader thread)
-        if subscribe is not None and not ended:
+        if subscribe is not None:
             tokens = await _on_reader(subscribe)()
         reply: Any = None
         while True:
             try:
-                op, arg = plan.send(reply)
+                op, arg = steps.send(reply)
             except StopIteration:
                 return
             reply = None
@@ -293,13 +373,15 @@ async def aevents(
             elif op == READ:
                 sub.clear()
                 reply = await _on_reader(read)(arg)
-                if tokens is not None:  # (before the page, as in ``events``)
+                if tokens is not None:  # (before the page, as in ``drive``)
                     for delta in tokens.wait(0):
                         yield sse_message(delta)
             elif op == HEAD:
                 reply = await _on_reader(head)()
             elif op == RENEW:
                 await _on_reader(slot.renew)()
+            elif op == SLEEP:
+                await asyncio.sleep(arg)
             elif tokens is None:
                 reply = await sub.until(arg)
             else:
@@ -316,3 +398,50 @@ async def aevents(
         sub.close()
         if slot is not None:
             await _on_reader(slot.release)()
+
+
+def sse_content(description: str, data: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAPI ``text/event-stream`` content whose schema describes one event (as
+    OpenAPI before 3.2 reads it), ``data`` the JSON schema of its ``data``; or the
+    stream's text, as a client that reads the whole body at once gets it."""
+    event = {
+        "type": "object",
+        "description": "one event of the stream",
+        "properties": {
+            "id": {"type": "string"},
+            "event": {"type": "string"},
+            "retry": {"type": "integer"},
+            "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": data},
+        },
+        "required": ["data"],
+    }
+    return {"description": description, "content": {"text/event-stream": {"schema": {
+        "anyOf": [event, {"type": "string", "description": "the stream's text"}]}}}}
+
+
+def open_slot(request: HttpRequest, loc: list[str]) -> streamcap.Slot:
+    """A place among the caller's open streams (``AAA["API_STREAMS_PER_USER"]``), or a
+    429 :class:`~.errors.ApiError` when they hold every one."""
+    limit = aaa_settings()["API_STREAMS_PER_USER"]
+    slot = streamcap.acquire(request.auth.user.pk, limit)
+    if slot is None:
+        raise ApiError(429, loc, f"too many open streams: at most {limit} per user; close one",
+                       "too_many_streams", headers={"Retry-After": str(RETRY_MS // 1000)})
+    return slot
+
+
+def respond(request: HttpRequest, steps: Generator[tuple[str, Any], Any, None], feed: Feed, *,
+            wakeups: Wakeups, slot: Any,
+            subscribe: Callable[[], TokenSubscription | None] | None = None
+            ) -> StreamingHttpResponse:
+    """The streaming response of a plan over a feed, driven as the server needs: under
+    ASGI the async iterator (a sync one would be read to its end by Django before
+    anything is sent), under WSGI the request's thread."""
+    if isinstance(request, ASGIRequest):
+        body: Any = adrive(steps, feed, wakeups=wakeups, slot=slot, subscribe=subscribe)
+    else:
+        body = drive(steps, feed, wakeups=wakeups, slot=slot, subscribe=subscribe)
+    response = StreamingHttpResponse(body, content_type="text/event-stream; charset=utf-8")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response

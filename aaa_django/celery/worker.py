@@ -582,12 +582,7 @@ def shared_pool(name: str, size: int) -> SharedPool:
 def share_pools(engine: Engine) -> int:
     """Make the pools of every ToolHandler on ``engine`` cluster-wide (workers do this
     to the handlers ``WORKER_SETUP`` attached); returns how many handlers changed."""
-    # ToolHandlers subscribe with bound methods: find them through ``__self__``.
-    handlers: dict[int, ToolHandler] = {}
-    for subscribed in engine.subscribers(TOOL_REQUESTED):
-        owner = getattr(subscribed, "__self__", None)
-        if isinstance(owner, ToolHandler):
-            handlers[id(owner)] = owner
+    handlers = {id(h): h for h in engine.tool_servers if isinstance(h, ToolHandler)}
     coord = cluster_bus(engine).coordination()
     for handler in handlers.values():
         handler.pool_factory = coord.pool

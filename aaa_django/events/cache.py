@@ -156,14 +156,19 @@ class FoldCache:
             if key is None:
                 self._entries.clear()
                 self._streams.clear()
+                for due in self._due.values():
+                    due.clear()
             elif key in self._entries:
                 self._drop(key)
 
     def forget_stream(self, cache_key: str, stream: str) -> None:
-        """Drop every entry of a stream (it was erased, or its run ended)."""
+        """Drop every entry of a stream (it was erased, or its run ended), and its due
+        self-checks: a waiting check holds its entry's state."""
         with self._lock:
             for key in self._streams.pop((cache_key, stream), ()):
                 self._entries.pop(key, None)
+                for due in self._due.values():
+                    due.pop(key, None)
 
     def check_due(self) -> bool:
         """Count a read; True on every ``check_every``-th one."""

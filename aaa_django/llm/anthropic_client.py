@@ -22,18 +22,18 @@ params go into the request body as given.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Unpack
 
 from .messages import LLMRequest, Message, ToolCall, Usage
-from .pricing import Pricing
 from .provider import (
+    ClientOptions,
     ProviderClient,
     classify_sdk_error,
     malformed,
     token_count,
     tool_arguments,
 )
-from .retry import Backoff, Failure
+from .retry import Failure
 
 #: ``stop_reason`` -> the finish reasons the OpenAI-compatible client reports
 FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
@@ -66,18 +66,12 @@ class AnthropicClient(ProviderClient):
         api_key: str | None,
         model: str | None,
         *,
-        timeout: float | None = 60.0,
-        max_retries: int = 2,
-        pricing: Pricing | Mapping[str, Mapping[str, Any]] | None = None,
-        backoff: Backoff | None = None,
-        sleep: Callable[[float], Awaitable[Any]] | None = None,
         max_tokens: int = 4096,
         default_headers: Mapping[str, str] | None = None,
+        **options: Unpack[ClientOptions],
     ) -> None:
         self._anthropic = _import_anthropic()  # fail at start-up, not at the first call
-        super().__init__(base_url=base_url, api_key=api_key, model=model, timeout=timeout,
-                         max_retries=max_retries, pricing=pricing, backoff=backoff,
-                         sleep=sleep)
+        super().__init__(base_url=base_url, api_key=api_key, model=model, **options)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
         self.max_tokens = max_tokens

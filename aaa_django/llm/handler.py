@@ -85,6 +85,7 @@ class LLMHandler:
             output=d.get("output"),
             request_id=event.id,
             run_id=event.stream,
+            agent=d.get("agent"),
         )
         base = {"request_id": event.id, "tag": d.get("tag"), "thread": d.get("thread") or "main"}
         try:

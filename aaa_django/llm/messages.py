@@ -83,6 +83,9 @@ class LLMRequest:
     #: the ``aaa.llm.requested`` event id and its run
     request_id: str | None = None
     run_id: str | None = None
+    #: the Pydantic AI agent asking (its dotted path), to be answered by its own model
+    #: (:class:`~aaa_django.llm.routes.AgentModels`)
+    agent: str | None = None
 
 
 class LLMResponse(BaseModel):

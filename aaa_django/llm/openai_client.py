@@ -24,18 +24,18 @@ into the request body as given. Retries, timeouts, cost and secrets: see
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Unpack
 
 from .messages import LLMRequest, Message, ToolCall, Usage
-from .pricing import Pricing
 from .provider import (
+    ClientOptions,
     ProviderClient,
     classify_sdk_error,
     malformed,
     token_count,
     tool_arguments,
 )
-from .retry import Backoff, Failure
+from .retry import Failure
 
 #: sent as the key to servers that need none (Ollama, llama.cpp), so the SDK does
 #: not go looking for OPENAI_API_KEY
@@ -71,17 +71,11 @@ class OpenAICompatibleClient(ProviderClient):
         api_key: str | None,
         model: str | None,
         *,
-        timeout: float | None = 60.0,
-        max_retries: int = 2,
-        pricing: Pricing | Mapping[str, Mapping[str, Any]] | None = None,
-        backoff: Backoff | None = None,
-        sleep: Callable[[float], Awaitable[Any]] | None = None,
         default_headers: Mapping[str, str] | None = None,
+        **options: Unpack[ClientOptions],
     ) -> None:
         self._openai = _import_openai()  # fail at start-up, not at the first call
-        super().__init__(base_url=base_url, api_key=api_key, model=model, timeout=timeout,
-                         max_retries=max_retries, pricing=pricing, backoff=backoff,
-                         sleep=sleep)
+        super().__init__(base_url=base_url, api_key=api_key, model=model, **options)
         self.default_headers = dict(default_headers or {})
 
     def make_sdk(self) -> Any:

@@ -20,7 +20,7 @@ import asyncio
 import json
 import logging
 import re
-from typing import Any, Awaitable, Callable, ClassVar, Mapping
+from typing import Any, Awaitable, Callable, ClassVar, Mapping, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field
@@ -41,6 +41,21 @@ log = logging.getLogger("aaa_django.llm")
 
 #: request parameters the client sets itself; ``LLMRequest.params`` may not override them
 RESERVED_PARAMS = frozenset({"model", "messages", "tools", "system", "stream"})
+
+
+class ClientOptions(TypedDict, total=False):
+    """What every provider client takes beside its endpoint, key and model (the
+    keywords of :class:`ProviderClient`, the one constructor they share)."""
+
+    #: seconds one HTTP attempt may take (None: no limit)
+    timeout: float | None
+    #: transient failures retried
+    max_retries: int
+    #: ``{model: {"input": $/1M tokens, "output": $/1M tokens}}``
+    pricing: Pricing | Mapping[str, Mapping[str, Any]] | None
+    backoff: Backoff | None
+    #: how the client waits between attempts (a test records the delays instead)
+    sleep: Callable[[float], Awaitable[Any]] | None
 
 
 class ProviderResponse(LLMResponse):

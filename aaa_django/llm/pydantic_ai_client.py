@@ -31,12 +31,12 @@ Needs ``pip install 'aaa_django[pydantic-ai]'`` (plus the provider's own extra o
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Callable, Unpack
 
+from .client import TextSink
 from .messages import LLMRequest, Message, Usage
-from .pricing import Pricing
-from .provider import ProviderClient, classify_sdk_error, error_text, malformed
-from .retry import AttemptFailed, Backoff, Failure, reason_for_status, retry_after
+from .provider import ClientOptions, ProviderClient, classify_sdk_error, error_text, malformed
+from .retry import AttemptFailed, Failure, reason_for_status, retry_after
 
 
 def _import() -> Any:
@@ -83,11 +83,7 @@ class PydanticAIClient(ProviderClient):
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        timeout: float | None = 60.0,
-        max_retries: int = 2,
-        pricing: Pricing | Mapping[str, Mapping[str, Any]] | None = None,
-        backoff: Backoff | None = None,
-        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        **options: Unpack[ClientOptions],
     ) -> None:
         self._pai = _import()
         from pydantic_ai.models import Model
@@ -95,8 +91,7 @@ class PydanticAIClient(ProviderClient):
         self._instance = model if isinstance(model, Model) else None
         self._factory: Callable[[], Any] | None = model if callable(model) and self._instance is None else None
         name = model if isinstance(model, str) else _model_name(self._instance)
-        super().__init__(base_url=base_url, api_key=api_key, model=name, timeout=timeout,
-                         max_retries=max_retries, pricing=pricing, backoff=backoff, sleep=sleep)
+        super().__init__(base_url=base_url, api_key=api_key, model=name, **options)
         if self._instance is None and self._factory is None and not isinstance(model, str):
             raise TypeError(f"model must be a Pydantic AI Model, a model name or a factory, not {model!r}")
 
@@ -156,12 +151,20 @@ class PydanticAIClient(ProviderClient):
         }
 
     async def complete(self, request: LLMRequest) -> Any:
+        await self._built(request)
+        return await super().complete(request)
+
+    async def stream(self, request: LLMRequest, on_text: TextSink) -> Any:
+        await self._built(request)
+        return await super().stream(request, on_text)
+
+    async def _built(self, request: LLMRequest) -> None:
+        """The request's model built before the first attempt, so building (imports,
+        TLS setup) is not timed as one."""
         models = await self._sdk()
         if self.model is None:  # a factory's model names itself once built
             self.model = _model_name(models.get(None))
-        # built before the first attempt, so building (imports, TLS setup) is not timed as one
         models.get(None if request.model in (None, self.model) else request.model)
-        return await super().complete(request)
 
     async def send(self, sdk: _LoopModels, payload: dict[str, Any]) -> Any:
         from pydantic_ai.direct import model_request
@@ -169,6 +172,23 @@ class PydanticAIClient(ProviderClient):
         return await model_request(sdk.get(payload["name"]), payload["messages"],
                                    model_settings=payload["settings"],
                                    model_request_parameters=payload["parameters"])
+
+    async def send_streaming(self, sdk: _LoopModels, payload: dict[str, Any],
+                             on_text: Callable[[str], None]) -> Any:
+        from pydantic_ai.direct import model_request_stream
+        from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
+
+        model = sdk.get(payload["name"])
+        if not streams(model):  # a FunctionModel without a stream function: the reply whole
+            return await self.send(sdk, payload)
+        async with model_request_stream(model, payload["messages"], model_settings=payload["settings"],
+                                        model_request_parameters=payload["parameters"]) as stream:
+            async for event in stream:
+                if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+                    on_text(event.part.content)
+                elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+                    on_text(event.delta.content_delta)
+            return stream.get()
 
     def parse(self, raw: Any) -> tuple[Message, Usage, str | None, str | None]:
         from pydantic_ai.messages import ModelResponse
@@ -212,6 +232,14 @@ class PydanticAIClient(ProviderClient):
         """A name as asked (``openai:gpt-4o-mini``) is priced without its provider too."""
         bare = model.split(":", 1)[1] if ":" in model else None
         return answered, bare, model
+
+
+def streams(model: Any) -> bool:
+    """Whether ``model`` can stream a reply: every Pydantic AI model but a
+    ``FunctionModel`` given no ``stream_function``."""
+    from pydantic_ai.models.function import FunctionModel
+
+    return not isinstance(model, FunctionModel) or model.stream_function is not None
 
 
 def _model_name(model: Any) -> str | None:

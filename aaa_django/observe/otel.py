@@ -11,10 +11,11 @@ sampler, before the engines are built) unless given its own.
   ``aaa.run.completed``, emitted by the process that appends the completion (start and
   end times are the two events' times); ``aaa.outcome``, tokens and cost;
 - ``aaa.step <algorithm>``: the algorithm's step for one event;
-- ``chat <model>``: a model call (the ``aaa.llm.requested`` handler), with the GenAI
-  semantic conventions: ``gen_ai.operation.name``, ``gen_ai.provider.name`` (and the
-  older ``gen_ai.system``), ``gen_ai.request.model``, ``gen_ai.response.model``,
-  ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``;
+- ``chat <model>``: a model call (the ``aaa.llm.requested`` handler; the model the
+  request names, else the one its client sends it to: ``AAA["LLM"]["MODEL"]``, an
+  agent's own), with the GenAI semantic conventions: ``gen_ai.operation.name``,
+  ``gen_ai.provider.name`` (and the older ``gen_ai.system``), ``gen_ai.request.model``,
+  ``gen_ai.response.model``, ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``;
 - ``execute_tool <name>``: a tool call (``aaa.tool.requested``, and the granted
   approval that runs a gated call), ``gen_ai.tool.name``, ``gen_ai.tool.call.id``;
 - ``aaa.handle <event type>``: any other handler (validation, ...).
@@ -134,6 +135,22 @@ class NamesProvider(Protocol):
     provider: str
 
 
+@runtime_checkable
+class NamesModel(Protocol):
+    """A model client that says which model a request naming none is sent to (the
+    provider clients: their settings' ``MODEL``)."""
+
+    model: str | None
+
+
+@runtime_checkable
+class RoutesAgents(Protocol):
+    """A model client that sends an agent's requests to the agent's own model
+    (:class:`~aaa_django.llm.routes.AgentModels`)."""
+
+    def route(self, agent: str | None) -> Any: ...
+
+
 def _ns(event: Event) -> int:
     return int(event.time.timestamp() * 1e9)
 
@@ -167,7 +184,10 @@ class OtelObserver(BaseObserver):
         self._lock = threading.Lock()
         #: request event id -> (its handler's span, the span's GenAI attributes)
         self._open: dict[str, tuple[Any, dict[str, Any]]] = {}
-        self._providers: dict[int, str] = {}
+        #: per model client (by id): (its provider's name, whether it names its model);
+        #: whether it routes agents' requests
+        self._providers: dict[int, tuple[str, bool]] = {}
+        self._routes: dict[int, bool] = {}
 
     # -- a run's trace ------------------------------------------------------------------
 
@@ -227,10 +247,11 @@ class OtelObserver(BaseObserver):
     def _describe(self, handler: Any, event: Event) -> tuple[str, SpanKind, dict[str, Any]]:
         d = event.data
         if event.type == LLM_REQUESTED:
-            provider = self._provider(handler)
+            client = self._client(handler, d.get("agent"))
+            provider, default = self._names(client)
             genai: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider,
                                      "gen_ai.system": provider}
-            model = d.get("model")
+            model = d.get("model") or default  # a request naming none goes to the client's model
             if model:
                 genai["gen_ai.request.model"] = model
             return (f"chat {model}" if model else "chat"), SpanKind.CLIENT, genai
@@ -241,14 +262,22 @@ class OtelObserver(BaseObserver):
             return f"execute_tool {d.get('name')}", SpanKind.INTERNAL, genai
         return f"aaa.handle {event.type}", SpanKind.INTERNAL, {}
 
-    def _provider(self, handler: Any) -> str:
-        known = self._providers.get(id(handler))
-        if known is None:
-            client = handler.client if isinstance(handler, LLMHandler) else None
-            known = client.provider if isinstance(client, NamesProvider) else (
+    def _client(self, handler: Any, agent: Any) -> Any:
+        """The model client that answers a request of ``agent`` (None: of no agent)."""
+        client: Any = handler.client if isinstance(handler, LLMHandler) else None
+        routes = self._routes.get(id(client))
+        if routes is None:  # detected once per client
+            routes = self._routes[id(client)] = isinstance(client, RoutesAgents)
+        return client.route(agent if isinstance(agent, str) else None) if routes else client
+
+    def _names(self, client: Any) -> tuple[str, str | None]:
+        """(the provider's name, the model a request naming none is sent to) of a client."""
+        known = self._providers.get(id(client))
+        if known is None:  # detected once per client; its model read each time (a factory's is set late)
+            provider = client.provider if isinstance(client, NamesProvider) else (
                 type(client).__name__ if client is not None else "unknown")
-            self._providers[id(handler)] = known
-        return known
+            known = self._providers[id(client)] = (provider, isinstance(client, NamesModel))
+        return known[0], client.model if known[1] else None
 
     async def appended(self, events: Sequence[Event]) -> None:
         for e in events:

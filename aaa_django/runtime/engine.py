@@ -75,11 +75,11 @@ from aaa_django.events.store import caller_alone
 from aaa_django.events.tail import Staged, Tail, TailCachedStore
 
 from . import conversation as talk
-from . import registry
+from . import offered, registry
 from .budget import Budget
 from .bus import Bus, DurableTimers, InProcessBus, StepsInline, WatchesEnds
 from .ctx import Ctx, _budget, _plain, absolute_deadline
-from .engine_api import ChecksStart
+from .engine_api import ChecksStart, ServesTools
 from .errors import RunNotEndedError
 from .event_types import (
     APPROVAL_DENIED,
@@ -269,6 +269,9 @@ class Engine:
         self._handlers: dict[str, list[Handler]] = defaultdict(list)
         #: the subscribed handlers that check a run's start (detected in ``subscribe``)
         self.start_checks: list[ChecksStart] = []
+        #: the subscribed handlers that run tools (detected in ``subscribe``): a run's
+        #: model is offered theirs (:mod:`~aaa_django.runtime.offered`)
+        self.tool_servers: list[ServesTools] = []
         #: what wakes this engine's waits (``wait``) when a run moves: its own hub
         #: unless given the process's (:mod:`aaa_django.runtime.wakeups`)
         self.wakeups: Wakeups = wakeups if wakeups is not None else Hub()
@@ -346,6 +349,8 @@ class Engine:
         self._handlers[type].append(handler)
         if isinstance(handler, ChecksStart) and all(c is not handler for c in self.start_checks):
             self.start_checks.append(handler)
+        if isinstance(handler, ServesTools) and all(s is not handler for s in self.tool_servers):
+            self.tool_servers.append(handler)
 
     def subscribers(self, type: str) -> list[Handler]:
         """The handlers subscribed to ``type``, in subscription order."""
@@ -404,10 +409,12 @@ class Engine:
         """Start a run: append its ``aaa.run.started`` and return a :class:`Run`.
 
         ``deadline`` is seconds from now or an aware ``datetime``; it is stored as an
-        absolute time so any process can enforce it. ``conversation`` (True, or
-        ``{"idle": seconds}``): the run waits for a person's next message after each
-        answer (:mod:`.conversation`; an algorithm that does not hold conversations
-        raises :class:`~.conversation.ConversationError`).
+        absolute time so any process can enforce it. An algorithm that offers its
+        model tools is offered this engine's, or those its config names, as JSON specs
+        in the started event (:mod:`~aaa_django.runtime.offered`). ``conversation``
+        (True, or ``{"idle": seconds}``): the run waits for a person's next message
+        after each answer (:mod:`.conversation`; an algorithm that does not hold
+        conversations raises :class:`~.conversation.ConversationError`).
         """
         name, config = self.describe(algorithm)
         conversation_settings = talk.settings(conversation)
@@ -416,7 +423,7 @@ class Engine:
         run_id = run_id or f"run-{new_id()}"
         data = {
             "algorithm": name,
-            "config": config,
+            "config": offered.resolve(self, name, config),
             "input": _plain(input),
             "budget": _budget(budget),
             "deadline": absolute_deadline(deadline),
@@ -1202,7 +1209,7 @@ class Engine:
         d = event.data
         data = {
             "algorithm": d["algorithm"],
-            "config": d.get("config") or {},
+            "config": offered.resolve(self, d["algorithm"], d.get("config") or {}),
             "input": d.get("input"),
             "budget": d.get("budget"),
             "deadline": d.get("deadline"),

@@ -37,6 +37,17 @@ class ChecksStart(Protocol):
         ...
 
 
+@runtime_checkable
+class ServesTools(Protocol):
+    """A handler that runs tools (the ``ToolHandler``): the JSON specs of the tools it
+    serves. The engine detects it once, when it subscribes (``Engine.subscribe``); a
+    run that offers its model tools is offered these (:mod:`~aaa_django.runtime.offered`)."""
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """``{"name", "description", "parameters"}`` of each tool it runs."""
+        ...
+
+
 class EngineAPI(Protocol):
     """The engine's public interface (see :class:`~aaa_django.runtime.Engine`)."""
 
@@ -51,6 +62,8 @@ class EngineAPI(Protocol):
     poll_interval: float
     #: the subscribed handlers that check a run's start (:class:`ChecksStart`)
     start_checks: list[ChecksStart]
+    #: the subscribed handlers that run tools (:class:`ServesTools`)
+    tool_servers: list[ServesTools]
 
     def subscribe(self, type: str, handler: Handler) -> None: ...
 

@@ -2,8 +2,9 @@
 their schemas.
 
 On ``aaa.run.started`` it validates ``input`` with the algorithm's ``Input`` model,
-and a cost budget against the model clients' prices (a model without a price would
-make it a budget that never trips), and appends ``aaa.input.validated`` (the algorithm
+the tools its config names (a name no tool handler serves: :mod:`.offered`), and a
+cost budget against the model clients' prices (a model without a price would make it
+a budget that never trips), and appends ``aaa.input.validated`` (the algorithm
 may start) or ``aaa.input.rejected`` with the errors (the engine ends the run
 ``invalid_input``).
 On ``aaa.output.proposed`` it checks the proposed answer against the pydantic model the
@@ -34,6 +35,7 @@ from .event_types import (
     result_id,
 )
 from .meta import MAX_ERRORS
+from .offered import tool_errors
 from .output import check, output_model
 
 
@@ -62,6 +64,7 @@ class ValidationHandler:
         if await engine.find_after(event, [rid]):
             return
         errors = validate(registry.get(name), event.data.get("input"))
+        errors += tool_errors(engine, name, event.data.get("config"), resolved=True)
         errors += start_errors(engine, event.data.get("config"), event.data.get("budget"))
         if errors:
             verdict = result_event(event, INPUT_REJECTED, {"errors": compact(errors)})

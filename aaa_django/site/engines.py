@@ -15,6 +15,7 @@ from aaa_django.algos.pydantic_agent import agent_tools
 from aaa_django.conf import aaa_settings
 from aaa_django.events import default_cache
 from aaa_django.llm import LLMHandler
+from aaa_django.llm.routes import AgentModels
 from aaa_django.runtime import Engine
 from aaa_django.store import wakeups
 from aaa_django.store.postgres import site_store
@@ -22,7 +23,7 @@ from aaa_django.tools import ToolHandler, ToolRegistry
 
 from .blobs import StorageBlobStore
 from .buses import site_bus
-from .llm_settings import client_from_settings
+from .llm_settings import agent_clients, client_from_settings
 from .mcp_settings import mcp_tools
 from .tokens import site_tokens
 
@@ -94,8 +95,10 @@ def attach_site_handlers(engine: Engine) -> Engine:
     worker wire their engines the same way.
 
     - model: ``AAA["LLM_CLIENT"]`` (a factory), else ``AAA["LLM"]`` (a provider),
-      else, unless ``WORKER_SETUP`` attaches one, a client that fails clearly; with
-      ``AAA["STREAM_TOKENS"]`` its replies stream to the site's live tokens;
+      else, unless ``WORKER_SETUP`` attaches one, a client that fails clearly; the
+      ``AAA["AGENTS"]`` that have a model of their own are answered by it
+      (:class:`~aaa_django.llm.routes.AgentModels`); with ``AAA["STREAM_TOKENS"]`` the
+      replies stream to the site's live tokens;
     - tools: ``AAA["TOOLS"]`` (dotted paths of @tool functions), the tools of the
       ``AAA["MCP_SERVERS"]`` (listed now, from each server) and those of the
       ``AAA["AGENTS"]`` (Pydantic AI agents, loaded now: their runs may be started);
@@ -104,18 +107,24 @@ def attach_site_handlers(engine: Engine) -> Engine:
     conf = aaa_settings()
     setup = conf.get("WORKER_SETUP")
     deltas = site_tokens()
-    if conf.get("LLM_CLIENT"):
-        LLMHandler(import_string(conf["LLM_CLIENT"])(), deltas=deltas).attach(engine)
-    elif (client := client_from_settings()) is not None:
-        LLMHandler(client, deltas=deltas).attach(engine)
-    elif not setup:
-        LLMHandler(NoModelClient()).attach(engine)
+    client = site_client()
+    if client is not None or not setup:
+        agents = agent_clients((path, import_string(path)) for path in conf.get("AGENTS") or ())
+        client = client if client is not None else NoModelClient()
+        LLMHandler(AgentModels(client, agents) if agents else client, deltas=deltas).attach(engine)
     tools = site_tools()
     if tools:
         ToolHandler(ToolRegistry(tools)).attach(engine)
     if setup:
         import_string(setup)(engine)
     return engine
+
+
+def site_client() -> Any:
+    """The site's model client: ``AAA["LLM_CLIENT"]``'s (a factory), else the provider of
+    ``AAA["LLM"]``; None when it configures neither."""
+    factory = aaa_settings().get("LLM_CLIENT")
+    return import_string(factory)() if factory else client_from_settings()
 
 
 def site_tools() -> list[Any]:

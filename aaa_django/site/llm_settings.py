@@ -48,7 +48,7 @@ this dict from ``AAA_LLM_PROVIDER``, ``AAA_LLM_BASE_URL``, ``AAA_LLM_API_KEY`` a
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Iterable
 
 from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
@@ -57,6 +57,7 @@ from aaa_django.conf import site_aaa
 from aaa_django.llm.anthropic_client import AnthropicClient
 from aaa_django.llm.openai_client import OpenAICompatibleClient
 from aaa_django.llm.pricing import Pricing
+from aaa_django.llm.provider import ClientOptions, ProviderClient
 from aaa_django.llm.pydantic_ai_client import PydanticAIClient
 
 PROVIDERS = ("openai", "anthropic", "pydantic-ai")
@@ -121,19 +122,40 @@ def _problems(raw: dict[str, Any], o: dict[str, Any]) -> list[str]:
     return problems
 
 
-def client_from_settings() -> Any:
+def client_from_settings() -> ProviderClient | None:
     """The configured provider's client (an ``LLMClient``), or None when the site
     configured none. Raises ``ImproperlyConfigured`` for a bad ``AAA["LLM"]`` and
     ``ImportError`` when the provider's SDK is not installed."""
     o = llm_options()
     if o is None:
         return None
-    common = {"timeout": o["TIMEOUT"], "max_retries": o["MAX_RETRIES"], "pricing": o["PRICING"]}
-    if o["PROVIDER"] == "pydantic-ai":
-        return PydanticAIClient(o["MODEL"], base_url=o["BASE_URL"], api_key=o["API_KEY"], **common)
+    # every client takes the same keywords (ProviderClient's); Anthropic's a reply limit too
+    endpoint = {"base_url": o["BASE_URL"], "api_key": o["API_KEY"], "model": o["MODEL"]}
     if o["PROVIDER"] == "anthropic":
-        return AnthropicClient(o["BASE_URL"], o["API_KEY"], o["MODEL"], max_tokens=o["MAX_TOKENS"], **common)
-    return OpenAICompatibleClient(o["BASE_URL"], o["API_KEY"], o["MODEL"], **common)
+        return AnthropicClient(**endpoint, max_tokens=o["MAX_TOKENS"], **client_options())
+    if o["PROVIDER"] == "pydantic-ai":
+        return PydanticAIClient(**endpoint, **client_options())
+    return OpenAICompatibleClient(**endpoint, **client_options())
+
+
+def client_options() -> ClientOptions:
+    """``TIMEOUT``, ``MAX_RETRIES`` and ``PRICING`` of ``AAA["LLM"]`` (else their
+    defaults) as a client's keywords: the site's client and the clients over its
+    agents' own models (:func:`agent_clients`) share them, so ``PRICING`` is the one
+    place prices are set."""
+    site = site_aaa()
+    raw = site.get("LLM") if isinstance(site, dict) else None
+    o = {**DEFAULTS, **(raw if isinstance(raw, dict) else {})}
+    return {"timeout": o["TIMEOUT"], "max_retries": o["MAX_RETRIES"], "pricing": o["PRICING"]}
+
+
+def agent_clients(agents: Iterable[tuple[str, Any]]) -> dict[str, PydanticAIClient]:
+    """A ``PydanticAIClient`` over the model of each ``(path, agent)`` that has one of its
+    own (``Agent(model, ...)``), by path: the agent's runs are answered by it
+    (:class:`~aaa_django.llm.routes.AgentModels`). An agent without a model runs on
+    the site's client."""
+    return {path: PydanticAIClient(agent.model, **client_options())
+            for path, agent in agents if agent.model is not None}
 
 
 def check_llm_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:

@@ -16,7 +16,9 @@ read claim-checked events).
 
 An import keeps every id (run, events, blob refs) and checks everything before it
 writes anything: the header and the event count, one stream, dense seqs from 1, an
-``aaa.run.started`` first, and each blob's bytes against its ref's SHA-256 and size.
+``aaa.run.started`` first, each blob's bytes against its ref's SHA-256 and size, and
+each ref in the run's own blobs (its namespace, the run's id; or, from a store without
+namespaces, a payload naming the run): an import never shares another run's blob.
 Then it stores the blobs and appends the log in one transaction; if the run or any
 of its event ids exists on this site, nothing is kept. The run's owner is a user of
 the site that exported it: the import names this site's owner instead (or none). An
@@ -42,6 +44,7 @@ from typing import Any, Callable, Iterable, Iterator
 from django.db import transaction
 
 from aaa_django.data import BlobRef, NamespacedBlobStore, hydrate, is_claimed
+from aaa_django.data.claims import STREAM_KEY
 from aaa_django.data.errors import BlobError
 from aaa_django.events import ConcurrencyError, Event
 from aaa_django.models import EventRecord
@@ -300,6 +303,29 @@ def _check_log(export: RunExport) -> None:
 # -- importing --------------------------------------------------------------------------
 
 
+def _own_blob(export: RunExport, ref: BlobRef, data: bytes | None) -> None:
+    """Refuse a ref outside the imported run's own blobs: a run's blobs are in its
+    namespace (its id), or, put in a store without namespaces, in none with the run's id
+    inside the payload (``{"$stream": run, "data": ...}``). A ref into another run's
+    namespace would make the import share that run's blob (and erasing either would
+    take it from the other)."""
+    if ref.namespace == export.run_id:
+        return
+    where = f"{ref.namespace}/{ref.sha256}" if ref.namespace else ref.sha256
+    if ref.namespace:
+        raise ExchangeError(f"blob {where} is outside the run's namespace {export.run_id!r}: "
+                            "an import stores only the run's own blobs")
+    try:
+        payload = json.loads(data) if data is not None else None
+    except ValueError:
+        payload = None
+    if not (isinstance(payload, dict) and payload.keys() == {STREAM_KEY, "data"}
+            and payload[STREAM_KEY] == export.run_id):
+        raise ExchangeError(f"blob {where} names no namespace and is not a payload of run "
+                            f"{export.run_id!r}: an import stores only the run's own blobs")
+
+
+
 def import_run(export: RunExport, *, using: str = "default", blobs: Any = None,
                owner: str | None = None) -> list[Event]:
     """Store ``export`` on database ``using`` (its blobs in ``blobs``: a BlobStore,
@@ -317,6 +343,8 @@ def import_run(export: RunExport, *, using: str = "default", blobs: Any = None,
         # identical payloads would be one blob, which erasing either run would take.
         raise ExchangeError("the run's blobs are in namespaces and this site's blob store "
                             "keeps none: import it where the blob store keeps namespaces")
+    for key, ref in refs.items():
+        _own_blob(export, ref, export.blobs.get(key))
     if store.head_sync(export.run_id) is not None:
         raise ExchangeConflict(f"run {export.run_id} exists on this site already")
     started = export.events[0]

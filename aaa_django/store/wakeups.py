@@ -12,7 +12,8 @@ the hubs of :mod:`aaa_django.runtime.wakeups`, one per database alias and proces
   meanwhile is missed).
 
   A notification's payload is the stream's id: it wakes the subscriptions that want
-  every append (event streams). An append that ends the run (its batch stored
+  every append (event streams), and those to :data:`ANY` (the change stream of many
+  runs). An append that ends the run (its batch stored
   ``aaa.run.completed``) and an erasure send a second one, :data:`ENDED` and the id
   (:func:`ended`), which wakes the subscriptions that want only the run's end
   (``Engine.wait``, subscribed ``ends_only``): a run's dozen appends before its end
@@ -51,7 +52,7 @@ from django.db import connections, transaction
 from aaa_django.runtime.event_types import MESSAGE_SENT, QUESTION_ASKED, RUN_COMPLETED
 from aaa_django.runtime.wakeups import Hub, Subscription, Wakeups
 
-__all__ = ["CHANNEL", "ENDED", "Listener", "Notifier", "ended", "for_database", "notify",
+__all__ = ["ANY", "CHANNEL", "ENDED", "Listener", "Notifier", "ended", "for_database", "notify",
            "notify_committed", "stop_all"]
 
 log = logging.getLogger("aaa_django.wakeups")
@@ -61,6 +62,9 @@ CHANNEL = "aaa_events"
 #: the start of a payload that says its stream ended (or was erased): ENDED + the id
 #: (a control character: no run id starts with it, and an old listener wakes no one)
 ENDED = "\x1fended "
+#: the subscription woken by an append to any stream (the REST API's change stream)
+#: (a control character: no run id starts with it)
+ANY = "\x1fany"
 #: one statement, its own transaction: the commit does not wait for the disk
 NOTIFY = ("SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, s) "
           "FROM unnest(%s::text[]) AS s")
@@ -112,12 +116,14 @@ class Listener(Hub):
 
     def heard(self, payload: str) -> None:
         """Wake whom a notification's ``payload`` concerns: a stream's id, the
-        subscriptions that want every append; :data:`ENDED` and the id, those that
-        want only the run's end (the others heard of it by the plain id)."""
+        subscriptions that want every append (and those to :data:`ANY`);
+        :data:`ENDED` and the id, those that want only the run's end (the others heard
+        of it by the plain id)."""
         if payload.startswith(ENDED):
             self._wake_kind(payload[len(ENDED):], ends_only=True)
         else:
             self._wake_kind(payload, ends_only=False)
+            self._wake_kind(ANY, ends_only=False)
 
     def _connect(self):
         import psycopg

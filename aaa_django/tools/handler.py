@@ -94,11 +94,20 @@ class ToolHandler:
         """Subscribe to tool requests, approval decisions and run completions."""
         self.engine = engine
         self._leases = engine.bus if isinstance(engine.bus, ExclusiveLeases) else None
-        engine.subscribe(TOOL_REQUESTED, self.on_request)
+        # itself, so the engine finds the tools it serves (runtime.engine_api.ServesTools)
+        engine.subscribe(TOOL_REQUESTED, self)
         for decision in APPROVAL_DECISIONS:
             engine.subscribe(decision, self.on_decision)
         engine.subscribe(RUN_COMPLETED, self.on_run_completed)
         return self
+
+    async def __call__(self, request: Event) -> None:
+        await self.on_request(request)
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The JSON specs of the tools it runs: what a run's model is offered when its
+        config names none (:mod:`aaa_django.runtime.offered`)."""
+        return self.registry.specs()
 
     def running(self, run_id: str) -> int:
         """Tool calls of the run executing now in this process."""

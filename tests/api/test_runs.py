@@ -73,7 +73,7 @@ def test_events_are_paged_in_order(api, alice, make_run):
 
 def test_claim_checked_events_are_hydrated_on_request(api, alice, make_run, settings, tmp_path):
     from aaa_django.data import claim
-    from aaa_django.events import Event, derive_id, new_id
+    from aaa_django.events import Event, derive_id
     from aaa_django.site.blobs import StorageBlobStore
 
     settings.STORAGES = {**settings.STORAGES, "blobs": {
@@ -133,9 +133,9 @@ def test_list_filters_and_pages(api, alice, make_run):
     ({"algorithm": "tests.api.gated", "config": {"calls": 9}}, ["body", "config", "calls"],
      "less than or equal"),
     ({"input": {"text": "x"}}, ["body", "payload", "algorithm"], "required"),
-    # a config names only an agent of AAA["AGENTS"] (loaded): never a module to import
+    # a config names only an agent of AAA["AGENTS"]: never a module to import
     ({"algorithm": "aaa.algos.PydanticAIAgent", "config": {"agent": "this:agent"}, "input": {"task": "x"}},
-     ["body", "config", "agent"], "no agent of that module is loaded"),
+     ["body", "config", "agent"], "not an agent this site serves"),
     ({"algorithm": "aaa.algos.ToolLoop", "config": {"output": "this:Zen"}, "input": {"task": "x"}},
      ["body", "config", "output"], "its module is not loaded"),
 ])

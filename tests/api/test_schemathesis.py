@@ -14,10 +14,10 @@ import schemathesis
 # schemathesis imports these lazily, deep inside hypothesis' stack; pytest rewrites
 # schemathesis' modules (it is a pytest plugin), and compiling one that deep can hit a
 # CPython 3.11 bug ("AST constructor recursion depth mismatch"). Import them up front.
-import schemathesis.core.error_feedback.collector  # noqa: F401
-import schemathesis.specs.openapi.adapter.security  # noqa: F401
-import schemathesis.specs.openapi.object_authorization  # noqa: F401
-import schemathesis.specs.openapi.validation  # noqa: F401
+import schemathesis.core.error_feedback.collector
+import schemathesis.specs.openapi.adapter.security
+import schemathesis.specs.openapi.object_authorization
+import schemathesis.specs.openapi.validation
 from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
@@ -46,7 +46,9 @@ EXCLUDED = [positive_data_acceptance]
 
 
 @pytest.fixture
-def world(host, alice, make_run):
+def world(host, alice, make_run, settings):
+    # a stream that follows (the change stream) closes after a second, not five minutes
+    settings.AAA = {**settings.AAA, "API_STREAM_SECONDS": 1}
     make_run(alice, types=[INPUT_VALIDATED, RUN_COMPLETED], run_id=RUN_ID)
     return alice
 

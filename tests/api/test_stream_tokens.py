@@ -40,7 +40,7 @@ def messages(stream):
             fields[name] = value[1:] if value.startswith(" ") else value
 
 
-def test_tokens_reach_an_sse_client_before_the_replys_event(live_server, alice, model_server, tokens_host):
+def test_tokens_reach_an_sse_client_before_the_replys_event(live_server, alice, model_server, tokens_host):  # noqa: F811
     listening, first_token_read = threading.Event(), threading.Event()
     # the reply starts once the client listens; its second text waits for the first's token
     model_server.script(Reply(parts=openai_stream(TEXTS), holds={0: listening, 2: first_token_read}))

@@ -1,15 +1,27 @@
-"""A small OpenAI-compatible model server for the field test, with latency.
+"""A small model server for the field tests, speaking OpenAI's and Anthropic's wire formats.
 
-    python -m tests.field.model_server PORT [--latency MIN MAX] [--seed N] [--hold FILE]
+    python -m tests.field.model_server PORT [--latency MIN MAX] [--seed N] [--hold FILE] [--log FILE]
 
-Speaks ``POST /v1/chat/completions`` as OpenAI does, and follows one script whatever
-the task says: the first call asks for two tool calls at once (the example site's
-``lookup_population`` for Lyon and Porto), the next answers in text with what the
-tools returned and a fingerprint of the task (its length and SHA-256), so the field
-test knows the one right answer of each run. Each answer comes after a random delay
-between MIN and MAX seconds (a model thinks); while FILE exists, none comes (the calls
-wait: a test holds its runs in flight while it breaks things). It prints ``ready``
-once it listens.
+``POST /v1/chat/completions`` as OpenAI does and ``POST /v1/messages`` as Anthropic does,
+each plain or streamed (``"stream": true``: chat-completion chunks, or Messages events).
+It answers as a model that calls only the tools it is offered:
+
+- offered no tool: it says so, in prose (:data:`NO_TOOLS`);
+- a task that is a JSON object ``{"call": tool, "args": {...}}``: it calls that tool, if
+  it is offered (else it says so);
+- any other task, offered ``lookup_population``: it asks for two tool calls at once
+  (the example site's ``lookup_population`` for Lyon and Porto);
+- given the results: it answers in text. For the populations, with their sum and a
+  fingerprint of the task (its length and SHA-256, :func:`answer`), so the field test
+  knows the one right answer of each run; else with what the tool said
+  (:func:`said`).
+
+Each answer comes after a random delay between MIN and MAX seconds (a model thinks);
+while the hold FILE exists, none comes (the calls wait: a test holds its runs in flight
+while it breaks things). With ``--log FILE`` each request is appended to FILE as a JSON
+line (:func:`seen`: its path, model, whether it streamed, the tools offered, its task).
+It prints ``ready`` once it listens. :class:`ModelServer` runs it in a thread of the
+test's own process instead (``server.requests``).
 """
 
 from __future__ import annotations
@@ -20,11 +32,18 @@ import json
 import random
 import threading
 import time
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.llm.streams import anthropic_stream, openai_stream
+
 CITIES = ("Lyon", "Porto")
+#: what it says when it is offered no tool
+NO_TOOLS = "I was offered no tools, so I cannot look anything up."
+OPENAI = "/v1/chat/completions"
+ANTHROPIC = "/v1/messages"
 
 
 def fingerprint(task: str) -> str:
@@ -33,38 +52,206 @@ def fingerprint(task: str) -> str:
 
 
 def answer(task: str, populations: list[int]) -> str:
-    """The final answer the script gives for ``task`` (the field test expects it)."""
+    """The final answer it gives for ``task`` after looking the populations up."""
     return f"task of {fingerprint(task)}: Lyon and Porto have {sum(populations)} inhabitants"
 
 
-def reply(body: dict[str, Any], n: int) -> dict[str, Any]:
-    """The chat completion for a request (``n``: this server's call count, for ids)."""
+def said(results: list[str]) -> str:
+    """The final answer it gives after any other tool's results."""
+    return "the tool said: " + "; ".join(results)
+
+
+@dataclass
+class Turn:
+    """A request, read the same from either wire format."""
+
+    task: str
+    offered: list[str]
+    #: the names of the tools its last reply called (empty: none yet)
+    called: list[str]
+    #: what those calls returned, in order
+    results: list[str]
+
+
+@dataclass
+class Decision:
+    text: str | None = None
+    #: (name, arguments) of each tool call
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+def decide(turn: Turn) -> Decision:
+    """What the model answers (see the module docstring)."""
+    if turn.results:
+        if turn.called and set(turn.called) == {"lookup_population"}:
+            return Decision(text=answer(turn.task, [int(r) for r in turn.results]))
+        return Decision(text=said(turn.results))
+    if not turn.offered:
+        return Decision(text=NO_TOOLS)
+    plan = _plan(turn.task)
+    if plan is not None:
+        name, args = plan
+        if name not in turn.offered:
+            return Decision(text=f"I was not offered {name} (offered: {', '.join(turn.offered)}).")
+        return Decision(calls=[(name, args)])
+    if "lookup_population" in turn.offered:
+        return Decision(calls=[("lookup_population", {"city": c}) for c in CITIES])
+    return Decision(text=f"None of my tools helps here (offered: {', '.join(turn.offered)}).")
+
+
+def _plan(task: str) -> tuple[str, dict[str, Any]] | None:
+    try:
+        plan = json.loads(task)
+    except ValueError:
+        return None
+    if isinstance(plan, dict) and isinstance(plan.get("call"), str):
+        return plan["call"], dict(plan.get("args") or {})
+    return None
+
+
+# -- OpenAI's chat completions ------------------------------------------------------------------
+
+
+def openai_turn(body: dict[str, Any]) -> Turn:
     messages = body["messages"]
-    task = next(m["content"] for m in messages if m["role"] == "user")
-    results = [m for m in messages if m["role"] == "tool"]
-    if not results:
-        message = {"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"call_{n}_{i}", "type": "function",
-             "function": {"name": "lookup_population", "arguments": json.dumps({"city": city})}}
-            for i, city in enumerate(CITIES)]}
-        finish = "tool_calls"
-    else:
-        message = {"role": "assistant", "content": answer(task, [int(m["content"]) for m in results])}
-        finish = "stop"
-    prompt = sum(len(str(m.get("content") or "")) for m in messages) // 4
+    task = next(_text(m["content"]) for m in messages if m["role"] == "user")
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+    called = [c["function"]["name"] for c in (messages[last].get("tool_calls") or [])] if last >= 0 else []
+    results = [_text(m["content"]) for m in messages[last + 1:] if m["role"] == "tool"] if called else []
+    return Turn(task, [t["function"]["name"] for t in body.get("tools") or ()], called, results)
+
+
+def openai_reply(body: dict[str, Any], d: Decision, n: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": d.text}
+    if d.calls:
+        message["tool_calls"] = [{"id": f"call_{n}_{i}", "type": "function",
+                                  "function": {"name": name, "arguments": json.dumps(args)}}
+                                 for i, (name, args) in enumerate(d.calls)]
+    prompt = _tokens(body["messages"])
     return {
         "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
         "model": body.get("model") or "field-model",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if d.calls else "stop"}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": 20, "total_tokens": prompt + 20},
     }
 
 
-def serve(port: int, latency: tuple[float, float], seed: int, hold: Path | None = None) -> None:
-    rng = random.Random(seed)
-    lock = threading.Lock()
-    count = [0]
+def openai_parts(body: dict[str, Any], d: Decision, n: int) -> list[bytes]:
+    calls = [(f"call_{n}_{i}", name, json.dumps(args)) for i, (name, args) in enumerate(d.calls)]
+    return openai_stream(_pieces(d.text), calls=calls, model=body.get("model") or "field-model",
+                         usage=(_tokens(body["messages"]), 20))
 
+
+# -- Anthropic's Messages ------------------------------------------------------------------------
+
+
+def anthropic_turn(body: dict[str, Any]) -> Turn:
+    messages = [{"role": m["role"], "blocks": _blocks(m["content"])} for m in body["messages"]]
+    task = next(b["text"] for m in messages if m["role"] == "user" for b in m["blocks"] if b["type"] == "text")
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+    called = [b["name"] for b in messages[last]["blocks"] if b["type"] == "tool_use"] if last >= 0 else []
+    results = [_text(b.get("content")) for m in messages[last + 1:] for b in m["blocks"]
+               if b["type"] == "tool_result"] if called else []
+    return Turn(task, [t["name"] for t in body.get("tools") or ()], called, results)
+
+
+def anthropic_reply(body: dict[str, Any], d: Decision, n: int) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": d.text}] if d.text else []
+    content += [{"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": args}
+                for i, (name, args) in enumerate(d.calls)]
+    return {
+        "id": f"msg_{n}", "type": "message", "role": "assistant", "model": body.get("model") or "field-model",
+        "content": content, "stop_reason": "tool_use" if d.calls else "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": _tokens(body["messages"]), "output_tokens": 20},
+    }
+
+
+def anthropic_parts(body: dict[str, Any], d: Decision, n: int) -> list[bytes]:
+    calls = [(f"toolu_{n}_{i}", name, json.dumps(args)) for i, (name, args) in enumerate(d.calls)]
+    return anthropic_stream(_pieces(d.text), calls=calls, model=body.get("model") or "field-model",
+                            usage=(_tokens(body["messages"]), 20))
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def _text(content: Any) -> str:
+    """A message's or a tool result's text (a string, or blocks of text)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return "" if content is None else str(content)
+
+
+def _pieces(text: str | None) -> list[str]:
+    """The text in three pieces, as a stream sends it."""
+    if not text:
+        return []
+    k = max(1, len(text) // 3)
+    return [p for p in (text[:k], text[k:2 * k], text[2 * k:]) if p]
+
+
+def _tokens(messages: list[dict[str, Any]]) -> int:
+    return max(1, len(json.dumps(messages)) // 4)
+
+
+def seen(path: str, body: dict[str, Any], turn: Turn) -> dict[str, Any]:
+    """What the server records of a request: its path, model, whether it streamed, the
+    tools offered, and the task it is about."""
+    return {"path": path, "model": body.get("model"), "stream": bool(body.get("stream")),
+            "tools": turn.offered, "task": turn.task}
+
+
+# -- the server ------------------------------------------------------------------------------------
+
+
+class ModelServer:
+    """The server on ``port`` (0: a free one), in a daemon thread (``with ModelServer() as s``)
+    or in the foreground (:meth:`serve_forever`). ``requests``: what it was asked
+    (:func:`seen`), in order."""
+
+    def __init__(self, port: int = 0, *, latency: tuple[float, float] = (0.0, 0.0), seed: int = 12,
+                 hold: Path | None = None, log: Path | None = None) -> None:
+        self.rng = random.Random(seed)
+        self.latency = latency
+        self.hold = hold
+        self.log = log
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def record(self, path: str, body: dict[str, Any], turn: Turn) -> tuple[int, float]:
+        """Note the request; return its number and how long to think."""
+        entry = seen(path, body, turn)
+        with self.lock:
+            self.requests.append(entry)
+            if self.log is not None:
+                with open(self.log, "a") as f:
+                    f.write(json.dumps(entry) + "\n")
+            return len(self.requests), self.rng.uniform(*self.latency)
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever()
+
+    def __enter__(self) -> ModelServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -73,16 +260,21 @@ def serve(port: int, latency: tuple[float, float], seed: int, hold: Path | None 
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            if self.path.rstrip("/") != "/v1/chat/completions":
+            path = self.path.split("?", 1)[0].rstrip("/")
+            if path not in (OPENAI, ANTHROPIC):
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
                 return
-            with lock:
-                count[0] += 1
-                n, delay = count[0], rng.uniform(*latency)
-            while hold is not None and hold.exists():
+            openai = path == OPENAI
+            turn = openai_turn(body) if openai else anthropic_turn(body)
+            n, delay = server.record(path, body, turn)
+            while server.hold is not None and server.hold.exists():
                 time.sleep(0.05)
             time.sleep(delay)
-            self._send(200, reply(body, n))
+            d = decide(turn)
+            if body.get("stream"):
+                self._stream(openai_parts(body, d, n) if openai else anthropic_parts(body, d, n))
+            else:
+                self._send(200, openai_reply(body, d, n) if openai else anthropic_reply(body, d, n))
 
         def _send(self, status: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
@@ -95,10 +287,20 @@ def serve(port: int, latency: tuple[float, float], seed: int, hold: Path | None 
             except OSError:  # the client gave up
                 self.close_connection = True
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    httpd.daemon_threads = True
-    print("ready", flush=True)
-    httpd.serve_forever()
+        def _stream(self, parts: list[bytes]) -> None:
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for part in parts:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                self.close_connection = True
+
+    return Handler
 
 
 def main() -> None:
@@ -107,8 +309,11 @@ def main() -> None:
     parser.add_argument("--latency", type=float, nargs=2, default=(0.3, 1.0))
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--hold", type=Path, default=None)
+    parser.add_argument("--log", type=Path, default=None)
     args = parser.parse_args()
-    serve(args.port, tuple(args.latency), args.seed, args.hold)
+    server = ModelServer(args.port, latency=tuple(args.latency), seed=args.seed, hold=args.hold, log=args.log)
+    print("ready", flush=True)
+    server.serve_forever()
 
 
 if __name__ == "__main__":

@@ -29,8 +29,14 @@ class Site:
 
     def __init__(self, tmp: Path, s3_endpoint: str, *, bus: str = "inprocess", workers: int = 0,
                  model: bool = False, web_workers: int = 1, stall_after: float | None = None,
-                 model_latency: tuple[float, float] | None = None) -> None:
+                 model_latency: tuple[float, float] | None = None, provider: str = "openai",
+                 stream_tokens: bool = False) -> None:
         self.tmp = tmp
+        #: AAA["LLM"]["PROVIDER"] when ``model``: the model server speaks each one's format
+        self.provider = provider
+        self.stream_tokens = stream_tokens
+        #: what the model server was asked, a JSON line a request (see model_requests)
+        self.model_log = tmp / "model-requests.jsonl"
         #: the model server's seconds per call (min, max; its default: 0.3 to 1.0)
         self.model_latency = model_latency
         self.stall_after = stall_after
@@ -87,11 +93,14 @@ class Site:
             self.env["AAA_REDIS_URL"] = self.redis.url
         if self.with_model:
             port = free_port()
-            self.env.update({"AAA_LLM_PROVIDER": "openai", "AAA_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1",
+            url = f"http://127.0.0.1:{port}" + ("" if self.provider == "anthropic" else "/v1")
+            self.env.update({"AAA_LLM_PROVIDER": self.provider, "AAA_LLM_BASE_URL": url,
                              "AAA_LLM_API_KEY": "field-test-key", "AAA_LLM_MODEL": "field-model"})
             latency = [] if self.model_latency is None else ["--latency", *map(str, self.model_latency)]
             model = self._process("model", sys.executable, "-m", "tests.field.model_server", str(port),
-                                  "--hold", str(self.model_hold), *latency)
+                                  "--hold", str(self.model_hold), "--log", str(self.model_log), *latency)
+        if self.stream_tokens:
+            self.env["AAA_STREAM_TOKENS"] = "1"
         self.manage("migrate", "--noinput")
         self.manage("demo_user", "--username", "field", "--password", "field-pass-1")
         self.key = self.manage("aaa_apikey", "create", "--user", "field", "--name", "field").split()[-1]
@@ -112,6 +121,13 @@ class Site:
         p = self.procs[name] = Process(name, list(cmd), env=self.env, cwd=ROOT,
                                        log=self.tmp / f"{name}.log")
         return p
+
+    def model_requests(self) -> list[dict[str, Any]]:
+        """What the model server was asked so far: per request its path, model, whether
+        it streamed and the tools offered (``tests.field.model_server.seen``)."""
+        if not self.model_log.exists():
+            return []
+        return [json.loads(line) for line in self.model_log.read_text().splitlines() if line]
 
     def hold_model(self, hold: bool = True) -> None:
         """Hold every model call until ``hold_model(False)`` (they wait, unanswered)."""

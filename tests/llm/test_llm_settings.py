@@ -88,3 +88,35 @@ def test_a_missing_sdk_is_reported_by_the_check(settings, monkeypatch):
     monkeypatch.setitem(sys.modules, "pydantic_ai", None)
     [error] = check_llm_settings()
     assert "pip install 'aaa_django[pydantic-ai]'" in error.hint
+
+
+# -- combinations that cannot work: errors at start-up (aaa_django.checks.check_models) -------
+
+
+@pytest.mark.parametrize("model, says", [
+    ("nosuch:m", "ValueError: Unknown provider: nosuch"),
+    ("openai-chat:gpt-4o-mini", "Set the `OPENAI_API_KEY` environment variable"),  # no key anywhere
+])
+def test_a_pydantic_ai_model_that_cannot_be_built_is_an_error_at_start_up(settings, monkeypatch, model, says):
+    from aaa_django.checks import check_models
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    settings.AAA = {"LLM": {"PROVIDER": "pydantic-ai", "MODEL": model}}
+    [error] = check_models()
+    assert error.id == "aaa.E061" and says in error.msg
+    settings.AAA = {"LLM": {"PROVIDER": "pydantic-ai", "MODEL": "openai-chat:gpt-4o-mini", "API_KEY": KEY}}
+    assert check_models() == []
+
+
+def test_an_agent_without_a_model_needs_one_from_the_site(settings):
+    from aaa_django.checks import check_models
+
+    modelless, own = "tests.pydantic_ai.own_model.modelless", "tests.pydantic_ai.own_model.agent"
+    settings.AAA = {"AGENTS": [modelless, own]}
+    [error] = check_models()
+    assert error.id == "aaa.E062" and repr(modelless) in error.msg  # the agent with a model needs nothing
+    for site_model in ({"LLM": {"MODEL": "m", "BASE_URL": "http://127.0.0.1:9/v1"}},
+                       {"LLM_CLIENT": "project.api_demo.scripted_model"},
+                       {"WORKER_SETUP": "tests.celery.site.setup"}):
+        settings.AAA = {"AGENTS": [modelless], **site_model}
+        assert check_models() == []

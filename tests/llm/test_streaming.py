@@ -20,7 +20,7 @@ from aaa_django.runtime.event_types import LLM_COMPLETED, LLM_REQUESTED
 from aaa_django.tools import ToolRegistry
 from tests.runtime.helpers import arun, make_engine, of_type
 
-from .conftest import FAST, anthropic_client, openai_client
+from .conftest import FAST, KEY, anthropic_client, openai_client, pydantic_ai_client
 from .server import RecordedServer, Reply
 from .streams import anthropic_stream, openai_stream
 
@@ -29,9 +29,20 @@ TEXTS = ["The weather", " in Lyon", " is sunny."]
 #: FAST's retries, with room for a loaded machine's first connection
 OPTIONS = {**FAST, "timeout": 15.0}
 
-#: (client, wire format, the part holding the text after the first piece)
+
+
+def pydantic_ai_anthropic_client(server: RecordedServer, **kwargs):
+    from aaa_django.llm.pydantic_ai_client import PydanticAIClient
+
+    return PydanticAIClient("anthropic:claude-haiku-4-5", base_url=server.url, api_key=KEY, **kwargs)
+
+
+#: (client, wire format, the part holding the text after the first piece): the two
+#: hand-written clients, and Pydantic AI's models over each wire format
 WIRES = [pytest.param((openai_client, openai_stream, 2), id="openai"),
-         pytest.param((anthropic_client, anthropic_stream, 4), id="anthropic")]
+         pytest.param((anthropic_client, anthropic_stream, 4), id="anthropic"),
+         pytest.param((pydantic_ai_client, openai_stream, 2), id="pydantic-ai-openai"),
+         pytest.param((pydantic_ai_anthropic_client, anthropic_stream, 4), id="pydantic-ai-anthropic")]
 
 
 @pytest.fixture(params=WIRES)
@@ -159,3 +170,23 @@ def test_local_tokens_fan_out_to_each_subscriber_of_the_run():
     a.close()
     tokens.publish(delta)
     assert a.wait(0) == [] and b.wait(0) == [delta]
+
+
+def test_a_pydantic_ai_model_streams_when_it_can_and_answers_whole_when_it_cannot():
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from aaa_django.llm.pydantic_ai_client import PydanticAIClient
+
+    def whole(messages, info):
+        return ModelResponse(parts=[TextPart("".join(TEXTS))])
+
+    async def pieces(messages, info):
+        for t in TEXTS:
+            yield t
+
+    request = LLMRequest(messages=[Message(role="user", content="Weather?")])
+    for model, expected in ((FunctionModel(whole), []), (FunctionModel(stream_function=pieces), TEXTS)):
+        seen: list[str] = []
+        response = stream(PydanticAIClient(model), request, lambda i, t, seen=seen: seen.append(t))
+        assert response.message.content == "".join(TEXTS) and seen == expected

@@ -26,7 +26,7 @@ def test_the_site_engine_gets_them_in_its_tool_handler(settings):
     settings.AAA = {"MCP_SERVERS": {"calc": {**stdio_config(), "only": ["add"]}}}
     engine = attach_site_handlers(Engine())
     [handler] = [h for h in engine.subscribers(TOOL_REQUESTED)]
-    assert handler.__self__.registry.names() == ["add"]
+    assert handler.registry.names() == ["add"]
 
 
 @pytest.mark.parametrize("servers, says", [

@@ -233,3 +233,39 @@ def test_without_otel_nothing_breaks_and_nothing_is_imported(extra, checks, tmp_
                           timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["success", "[]", checks]
+
+
+def test_the_model_span_names_the_model_the_settings_or_an_agent_give(otel):
+    """A request that names no model goes to its client's: the span is ``chat <that model>``
+    with ``gen_ai.request.model``, for the site's client (``AAA["LLM"]["MODEL"]``) and
+    for an agent's own model (behind ``AgentModels``)."""
+    from aaa_django.algos import PydanticAIAgent
+    from aaa_django.llm import LLMHandler
+    from aaa_django.llm.openai_client import OpenAICompatibleClient
+    from aaa_django.llm.pydantic_ai_client import PydanticAIClient
+    from aaa_django.llm.routes import AgentModels
+    from aaa_django.runtime import Engine
+    from tests.field.model_server import ModelServer
+    from tests.pydantic_ai import own_model
+
+    tracer_provider, meter_provider, spans, _ = otel
+    with ModelServer() as server:
+        site = OpenAICompatibleClient(server.url + "/v1", "sk-test", "gpt-from-settings", max_retries=0)
+        own = PydanticAIClient(own_model.agent.model, max_retries=0)
+
+        async def main():
+            async with Engine() as engine:
+                LLMHandler(AgentModels(site, {"tests.pydantic_ai.own_model.agent": own})).attach(engine)
+                engine.observe(OtelObserver(engine, tracer_provider=tracer_provider, meter_provider=meter_provider))
+                for algorithm in (ToolLoop(tools=[]), PydanticAIAgent("tests.pydantic_ai.own_model:agent")):
+                    outcome = await (await engine.start(algorithm, {"task": "hi"})).result(timeout=10)
+                    assert outcome.outcome == "success", outcome
+                await engine.drain()
+            await site.aclose()
+
+        arun(main())
+    chats = sorted((s for s in spans.get_finished_spans() if s.name.startswith("chat")),
+                   key=lambda s: s.start_time)
+    assert [(s.name, s.attributes["gen_ai.request.model"], s.attributes["gen_ai.provider.name"])
+            for s in chats] == [("chat gpt-from-settings", "gpt-from-settings", "openai-compatible"),
+                                ("chat own-model", "own-model", "pydantic-ai")]

@@ -64,7 +64,11 @@ class Bus:
         else:
             from tests.celery.conftest import make_engine
 
-            async with make_engine(self.cluster.queues) as engine:
+            # the workers run the calls; this engine, as a web process's, knows the tools
+            # a run is offered (its handlers deliver nothing: the workers do)
+            engine = make_engine(self.cluster.queues)
+            site.attach(engine, mcp=mcp)
+            async with engine:
                 yield engine
 
     def errors(self) -> list:

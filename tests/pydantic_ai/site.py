@@ -39,11 +39,6 @@ def mcp_server():
 
 
 REGISTRY = ToolRegistry([get_weather])
-#: the specs a ToolLoop offers: ours and the MCP server's (the same in every process)
-MCP_SPECS = [
-    {"name": "mcp_add", "description": "Adds two numbers.", "parameters": {
-        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}},
-]
 
 
 def reply(messages: list, info: AgentInfo) -> ModelResponse:

@@ -168,7 +168,7 @@ def test_the_agents_in_settings_give_their_tools_to_the_site_engine(settings):
     assert check_api_settings() == []
     engine = attach_site_handlers(Engine())
     [handler] = engine.subscribers(TOOL_REQUESTED)
-    tools = {t.name: t for t in handler.__self__.registry}
+    tools = {t.name: t for t in handler.registry}
     assert set(tools) == {"find_hotel", "look_at_sky", "reserve"}
     assert tools["reserve"].guard.side_effects and not tools["find_hotel"].guard.side_effects  # its metadata
 

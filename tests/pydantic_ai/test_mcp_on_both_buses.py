@@ -17,8 +17,7 @@ from . import site
 def test_a_tool_loop_calls_an_mcp_tool(bus):
     async def main():
         async with bus.engine(mcp=True) as engine:
-            loop = ToolLoop(system="Use the tools.")
-            loop.cfg.tools = site.MCP_SPECS
+            loop = ToolLoop(tools=["mcp_add"], system="Use the tools.")  # by name: resolved where it starts
             r = await engine.start(loop, {"task": json.dumps({"call": "mcp_add", "args": {"a": 2, "b": 40}})})
             return await r.result(timeout=90), await r.events()
 

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('aaa', '0011_read_from_snapshot_function'),
+        ('aaa', '0012_runrecord_changed'),
     ]
 
     operations = [

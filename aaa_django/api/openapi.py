@@ -1,0 +1,57 @@
+"""The contract's file: the router's OpenAPI schema as a site serves it, without the site.
+
+:func:`schema` builds it from a ``NinjaAPI`` of its own (title and version from
+:mod:`.contract`), its paths relative to where a site mounts the router (``/runs``, not
+``/api/aaa/runs``). :data:`FILE` holds it in the package; ``manage.py aaa_openapi``
+writes it (``--check``: exit status 1 when it is not current).
+
+:func:`served_part` takes from the schema a site serves what the contract fixes
+(everything but the site's title, description and mount point), so the two compare.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ninja import NinjaAPI
+
+from . import contract
+from .router import router
+
+#: the checked-in schema
+FILE = Path(__file__).with_name("openapi.json")
+
+
+def schema() -> dict[str, Any]:
+    """The router's OpenAPI schema, as the contract states it (as JSON reads it back)."""
+    api = NinjaAPI(title=contract.TITLE, version=contract.VERSION,
+                   description=contract.DESCRIPTION, urls_namespace="aaa-contract")
+    api.add_router("/", router)
+    # as JSON has it: ninja keys most responses by int, the file (and a client) by text
+    return json.loads(json.dumps(api.get_openapi_schema(path_prefix="")))
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The file's text for a schema (what :data:`FILE` holds)."""
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def checked_in() -> dict[str, Any]:
+    return json.loads(FILE.read_text(encoding="utf-8"))
+
+
+def served_part(doc: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """What the contract fixes of a schema a site serves with the router mounted at
+    ``prefix`` (``"/api/aaa"``): its OpenAPI version, ``info.version``, the paths
+    relative to the mount point, the components."""
+    prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
+    paths = {}
+    for path, item in doc.get("paths", {}).items():
+        if not path.startswith(prefix + "/"):
+            continue  # another router of the site's
+        paths[path[len(prefix):]] = item
+    return {"openapi": doc.get("openapi"), "version": doc.get("info", {}).get("version"),
+            "paths": paths, "components": doc.get("components", {})}
+
