@@ -2,6 +2,7 @@
 
     .venv-bench/bin/python benchmarks/bench_conversations.py                  # 1,000 over 60 s, 1 s model
     .venv-bench/bin/python benchmarks/bench_conversations.py --conversations 200 --over 20 --only aaa
+    .venv-bench/bin/python benchmarks/bench_conversations.py --repeat 3         # the rows in turn, three times
 
 (``.venv-bench``: a venv with ``requirements/bench.txt``, see benchmarks/README.md.)
 
@@ -199,13 +200,14 @@ async def langgraph(pg: dict, n: int, latency: float, at: list[float], pool_size
             out = await app.ainvoke({"messages": [HumanMessage(text)]}, config, durability="sync")
             return out["messages"][-1].content
 
+        prefix = f"p{os.getpid()}"  # (threads of their own: the rows share the database)
         for i in range(3):
-            await say(f"warm-{i}", "hello")
-            await say(f"warm-{i}", "again")
+            await say(f"{prefix}-warm-{i}", "hello")
+            await say(f"{prefix}-warm-{i}", "again")
         base = trimmed_rss()
 
         t0 = time.perf_counter()
-        threads = [f"t-{i}" for i in range(n)]
+        threads = [f"{prefix}-t-{i}" for i in range(n)]
         firsts = await asyncio.gather(*(say(t, f"hello from {i}") for i, t in enumerate(threads)))
         opened = time.perf_counter() - t0
         assert firsts[0] == heard("hello from 0", 1)
@@ -244,6 +246,17 @@ def child(args) -> None:
     print(json.dumps(out))
 
 
+def quantiles(r: dict, latency: float) -> dict:
+    """A row's reply times over the model's: p50, p90, p99, the slowest, how many on time."""
+    ratios = sorted(t / latency for t in r["replies"])
+
+    def q(p: float) -> float:
+        return ratios[min(int(len(ratios) * p), len(ratios) - 1)]
+
+    return {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": ratios[-1],
+            "on_time": sum(1 for x in ratios if x <= GOAL_RATIO), "n": len(ratios)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--conversations", type=int, default=1000)
@@ -252,6 +265,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=40)
     ap.add_argument("--pool", type=int, default=10, help="LangGraph's PostgreSQL pool size")
     ap.add_argument("--only", default=",".join(ROWS), help=f"rows to run, of {','.join(ROWS)}")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the rows this many times, in turn, and print each repetition and the "
+                         "medians (the machine's load moves between rows)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -261,60 +277,73 @@ def main() -> None:
     if set(rows) - set(ROWS):
         ap.error(f"unknown rows {sorted(set(rows) - set(ROWS))}; choose from {ROWS}")
     started = time.perf_counter()
-    results = {}
+    results: dict[str, list[dict]] = {}
     with workdir() as tmp, postgres(tmp) as pg:
-        for row in rows:
-            sub = tmp / row
-            sub.mkdir()
-            os.chmod(sub, 0o777)
-            cmd = [sys.executable, __file__, "--child", row, "--conversations", str(args.conversations),
-                   "--over", str(args.over), "--latency", str(args.latency), "--seed", str(args.seed),
-                   "--pool", str(args.pool)]
-            env = {**os.environ, "AAA_BENCH_PG": json.dumps(pg), "AAA_BENCH_TMP": str(sub),
-                   "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            if proc.returncode:
-                print(f"# {row} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", file=sys.stderr)
-                continue
-            results[row] = json.loads(proc.stdout.strip().splitlines()[-1])
-            r = results[row]
-            print(f"# {row}: opened in {r['opened']:.2f} s, load average {r['load'][0][0]:.2f} -> "
-                  f"{r['load'][1][0]:.2f}", flush=True)
+        for repetition in range(args.repeat):
+            for row in rows:
+                sub = tmp / f"{row}-{repetition}"
+                sub.mkdir()
+                os.chmod(sub, 0o777)
+                cmd = [sys.executable, __file__, "--child", row, "--conversations", str(args.conversations),
+                       "--over", str(args.over), "--latency", str(args.latency), "--seed", str(args.seed),
+                       "--pool", str(args.pool)]
+                env = {**os.environ, "AAA_BENCH_PG": json.dumps(pg), "AAA_BENCH_TMP": str(sub),
+                       "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                if proc.returncode:
+                    print(f"# {row} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", file=sys.stderr)
+                    continue
+                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                r["repetition"] = repetition
+                results.setdefault(row, []).append(r)
+                print(f"# {row} ({repetition + 1}/{args.repeat}): opened in {r['opened']:.2f} s, load average "
+                      f"{r['load'][0][0]:.2f} -> {r['load'][1][0]:.2f}", flush=True)
     n, latency = args.conversations, args.latency
     print(f"\n# bench_conversations: Python {platform.python_version()}, {os.cpu_count()} CPUs; {n} "
           f"conversations on one process, each sent its second message at a random moment over "
-          f"{args.over:g} s (seed {args.seed}); model latency {latency:g} s; durable PostgreSQL 15")
+          f"{args.over:g} s (seed {args.seed}); model latency {latency:g} s; durable PostgreSQL 15; "
+          f"{args.repeat} repetition(s), the rows in turn")
     labels = {"aaa": "aaa_django, in-process bus, PostgreSQL",
               "langgraph": f"LangGraph threads, AsyncPostgresSaver (pool {args.pool})"}
     out = []
-    for row, r in results.items():
-        ratios = sorted(t / latency for t in r["replies"])
-
-        def q(p: float) -> float:
-            return ratios[min(int(len(ratios) * p), len(ratios) - 1)]
-
-        on_time = sum(1 for x in ratios if x <= GOAL_RATIO)
-        out.append([labels[row], f"{r['opened']:.2f} s", f"{q(0.5):.2f}x / {q(0.9):.2f}x / {q(0.99):.2f}x",
-                    f"{ratios[-1]:.2f}x", f"{on_time}/{len(ratios)}",
-                    f"{r['held_open'] / n / 1024:.1f} KB / {r['held_after'] / n / 1024:.1f} KB",
-                    f"{r['cpu']:.1f} s", f"{r['load'][0][0]:.2f} -> {r['load'][1][0]:.2f}"])
-    print(table(["row", f"{n} opened (1st replies)", "reply / model (p50 / p90 / p99)", "slowest",
+    for row, rs in results.items():
+        for r in rs:
+            qs = quantiles(r, latency)
+            out.append([f"{labels[row]} ({r['repetition'] + 1})", f"{r['opened']:.2f} s",
+                        f"{qs['p50']:.2f}x / {qs['p90']:.2f}x / {qs['p99']:.2f}x", f"{qs['max']:.2f}x",
+                        f"{qs['on_time']}/{qs['n']}",
+                        f"{r['held_open'] / n / 1024:.1f} KB / {r['held_after'] / n / 1024:.1f} KB",
+                        f"{r['cpu']:.1f} s", f"{r['load'][0][0]:.2f} -> {r['load'][1][0]:.2f}"])
+    print(table(["row (repetition)", f"{n} opened (1st replies)", "reply / model (p50 / p90 / p99)", "slowest",
                  f"within {GOAL_RATIO}x", "memory per waiting conversation (1 turn / 2 turns)",
                  "CPU (2nd messages)", "load average"], out))
+    med = statistics.median
+    for row, rs in results.items():
+        qs = [quantiles(r, latency) for r in rs]
+        per = med([max(r["held_open"], r["held_after"]) / n for r in rs])
+        print(f"# {labels[row]}, medians: reply p50 {med([q['p50'] for q in qs]):.2f}x, p90 "
+              f"{med([q['p90'] for q in qs]):.2f}x, p99 {med([q['p99'] for q in qs]):.2f}x, slowest "
+              f"{med([q['max'] for q in qs]):.2f}x, within {GOAL_RATIO}x {med([q['on_time'] for q in qs]):g}/{n}; "
+              f"{per / 1024:.1f} KB per waiting conversation; CPU {med([r['cpu'] for r in rs]):.1f} s")
     if "aaa" in results:
-        r = results["aaa"]
-        slowest = max(r["replies"]) / latency
-        per = max(r["held_open"], r["held_after"]) / n
-        print(f"# goals: every reply within {GOAL_RATIO}x the model time: "
+        rs = results["aaa"]
+        slowest = max(max(r["replies"]) for r in rs) / latency
+        per = max(max(r["held_open"], r["held_after"]) for r in rs) / n
+        print(f"# goals (every repetition): every reply within {GOAL_RATIO}x the model time: "
               f"{'met' if slowest <= GOAL_RATIO else 'NOT met'} (slowest {slowest:.2f}x); at most "
               f"{GOAL_MEMORY // 1024} KB per waiting conversation: "
               f"{'met' if per <= GOAL_MEMORY else 'NOT met'} ({per / 1024:.1f} KB); the engine held "
-              f"{r['timers']} loop timers (their idle timeouts)")
+              f"{rs[0]['timers']} loop timers (their idle timeouts)")
     if "aaa" in results and "langgraph" in results:
-        a, lg = results["aaa"], results["langgraph"]
-        print(f"# aaa_django / LangGraph, same run: median reply {statistics.median(a['replies']) / statistics.median(lg['replies']):.2f}x, "
-              f"p99 reply {sorted(a['replies'])[int(n * 0.99)] / sorted(lg['replies'])[int(n * 0.99)]:.2f}x, "
-              f"CPU {a['cpu'] / lg['cpu']:.2f}x")
+        lg = {r["repetition"]: r for r in results["langgraph"]}
+        for a in results["aaa"]:
+            b = lg.get(a["repetition"])
+            if b is None:
+                continue
+            qa, qb = quantiles(a, latency), quantiles(b, latency)
+            print(f"# repetition {a['repetition'] + 1}, aaa_django / LangGraph: median reply "
+                  f"{qa['p50'] / qb['p50']:.2f}x, p99 {qa['p99'] / qb['p99']:.2f}x, CPU {a['cpu'] / b['cpu']:.2f}x, "
+                  f"memory per waiting conversation {max(a['held_open'], a['held_after']) / max(b['held_open'], b['held_after']):.2f}x")
     print(f"# total {time.perf_counter() - started:.0f} s")
 
 
