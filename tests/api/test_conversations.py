@@ -9,7 +9,12 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Permission
 
-from aaa_django.runtime.event_types import LLM_REQUESTED, MESSAGE_RECEIVED, MESSAGE_SENT, QUESTION_ASKED
+from aaa_django.runtime.event_types import (
+    LLM_REQUESTED,
+    MESSAGE_RECEIVED,
+    MESSAGE_SENT,
+    QUESTION_ASKED,
+)
 from aaa_django.site.host import EngineHost
 from aaa_django.store import DjangoEventStore, runindex
 from tests.conversations import site
@@ -257,3 +262,55 @@ def test_a_waiting_conversation_is_not_an_unfinished_run_to_sweep(api, alice, ta
     wait_for(api, run_id, alice.auth, status="waiting")
     assert run_id not in runindex.unfinished("default")
     assert len(of_type(run_id, QUESTION_ASKED)) == 0
+
+
+@pytest.fixture
+def streaming_host(transactional_db, settings):
+    """The engine host with live tokens on, its model the same script, streamed a word at a time."""
+    settings.AAA = {**settings.AAA, "LLM_CLIENT": "tests.conversations.site.streaming_model",
+                    "STREAM_TOKENS": True, "TOOLS": ["tests.conversations.site.choose_city"]}
+    site.REQUESTS.clear()
+    EngineHost.reset()
+    yield EngineHost.get()
+    EngineHost.reset()
+
+
+def test_one_event_stream_carries_a_conversation_its_waits_and_its_replies_tokens(live_server, alice,
+                                                                                    streaming_host):
+    from .sse import Live
+    from .test_stream_live import Http
+
+    client = Http(live_server.url, alice.auth)
+    status, run = client.json("POST", "/runs", {"algorithm": TOOLLOOP, "input": {"task": "one"},
+                                                "conversation": True})
+    assert status == 201, run
+    stream = Live(live_server.url, f"/api/aaa/runs/{run['id']}/events/stream", alice.auth)
+    assert stream.status == 200
+
+    def until(type):
+        got = []
+        while (m := stream.next()) is not None:
+            got.append(m)
+            if m.event == "message" and m.data["type"] == type:
+                return got
+        raise AssertionError(f"the stream ended before {type}: {got}")
+
+    try:
+        first = until("aaa.message.sent")
+        assert first[-1].data["data"]["waits"] == 1  # the run waits: for the next message
+        status, _ = client.json("POST", f"/runs/{run['id']}/messages", {"content": "two"})
+        assert status == 201
+        second = until("aaa.message.sent")  # the same stream: it did not end at the first reply
+        closed = client.json("POST", f"/runs/{run['id']}/close")
+        rest = until("aaa.run.completed")
+    finally:
+        stream.close()
+    events = [m.data for m in second if m.event == "message"]
+    waits = [(e["type"], e["data"]["waits"]) for e in events if "waits" in e["data"]]
+    assert waits == [("aaa.message.received", 0), ("aaa.message.sent", 1)]
+    reply = events[-1]["data"]
+    tokens = [m.data for m in second if m.event == "token"]
+    # the reply's tokens came before its event, all of them (the stream was open before the message)
+    assert {t["request_id"] for t in tokens} == {reply["request_id"]}
+    assert "".join(t["text"] for t in tokens) == reply["content"] == "heard 'two' (3 messages)"
+    assert closed[0] == 202 and rest[-1].data["data"]["outcome"] == "success"

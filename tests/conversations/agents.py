@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import CallDeferred
-from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 SEATS = {"type": "integer", "minimum": 1, "maximum": 4}

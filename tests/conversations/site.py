@@ -47,3 +47,18 @@ async def script(request):
 def model():
     """``AAA["LLM_CLIENT"]``: the scripted model."""
     return FakeLLMClient(script)
+
+
+class StreamingModel(FakeLLMClient):
+    """The same script, its text handed over a word at a time (``AAA["STREAM_TOKENS"]``)."""
+
+    async def stream(self, request, on_text):
+        reply = await self.complete(request)
+        for i, word in enumerate((reply.message.content or "").split(" ")):
+            on_text(i, word if i == 0 else " " + word)
+        return reply
+
+
+def streaming_model():
+    """``AAA["LLM_CLIENT"]`` of the tests that read the replies' tokens."""
+    return StreamingModel(script)

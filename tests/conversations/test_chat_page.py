@@ -14,7 +14,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -115,7 +114,7 @@ def shot(driver, tmp: Path, name: str) -> Path:
     return path
 
 
-def test_a_conversation_on_the_chat_page_streams_its_replies_and_answers_a_question(browser, tmp_path):
+def test_a_conversation_on_the_chat_page_streams_its_replies_and_answers_a_question(browser, tmp_path):  # noqa: F811
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 

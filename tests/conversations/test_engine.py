@@ -9,7 +9,6 @@ import time
 import pytest
 
 from aaa_django.algos import Algorithm, ReAct, ToolLoop
-from aaa_django.events import InMemoryEventStore
 from aaa_django.llm.fake import text, tool_call
 from aaa_django.runtime import Budget
 from aaa_django.runtime.conversation import TALK, ConversationError
@@ -20,7 +19,6 @@ from aaa_django.runtime.event_types import (
     MESSAGE_RECEIVED,
     MESSAGE_SENT,
     QUESTION_ANSWERED,
-    QUESTION_ASKED,
     QUESTION_EXPIRED,
     TOOL_COMPLETED,
     TOOL_FAILED,

@@ -10,7 +10,12 @@ from aaa_django.llm import LLMHandler
 from aaa_django.llm.pydantic_ai_client import PydanticAIClient
 from aaa_django.runtime import Engine
 from aaa_django.runtime.conversation import ConversationError
-from aaa_django.runtime.event_types import LLM_REQUESTED, MESSAGE_SENT, QUESTION_ASKED, TOOL_COMPLETED
+from aaa_django.runtime.event_types import (
+    LLM_REQUESTED,
+    MESSAGE_SENT,
+    QUESTION_ASKED,
+    TOOL_COMPLETED,
+)
 from aaa_django.tools import ToolHandler, ToolRegistry
 from tests.runtime.helpers import arun, of_type
 
