@@ -48,6 +48,23 @@ RUN_LOCK_TTL        number > 0       10            Seconds the lock a step takes
 LEASE_TTL           number > 0       30            Seconds a tool-pool lease, a delivery's
                                                    busy mark or a guarded tool call's
                                                    lease lives unless renewed.
+RUN_LEASE_TTL       number > 0       6             Seconds a process's lease on a run it
+                                                   drives lives unless renewed (every
+                                                   quarter of it, one statement for all
+                                                   its runs; ``aaa_django.site.holding``).
+                                                   Once it lapses another process adopts
+                                                   the run; one that cannot renew stands
+                                                   down (no model or tool call) at half.
+ADOPT               bool             True          The web process's engine host (in-process
+                                                   bus) starts with its first request and
+                                                   adopts the runs whose holder is gone.
+UNCERTAIN           str              "reconcile"   A side-effecting tool call that may have
+                                                   run (its intent logged, no result, its
+                                                   holder gone): "reconcile" (the run
+                                                   waits for a person to say it ran / it
+                                                   did not / run it again) or "fail" (the
+                                                   run ends ``failed``, reason
+                                                   ``uncertain_tool_call``).
 STALL_AFTER         number > 0       60            The sweeper re-drives an unfinished run
                                                    with no new event and no live delivery
                                                    for this many seconds; the workers'
@@ -154,6 +171,9 @@ DEFAULTS: dict[str, Any] = {
     "RUN_LOCK_TTL": 10,
     "LEASE_TTL": 30,
     "STALL_AFTER": 60,
+    "RUN_LEASE_TTL": 6,
+    "ADOPT": True,
+    "UNCERTAIN": "reconcile",
     "WORKER_IN_FLIGHT": 1000,
     "WORKER_DRAIN_SECONDS": 30,
     "DUTY_EVERY": 1,

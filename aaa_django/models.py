@@ -81,11 +81,13 @@ class SnapshotRecord(models.Model):
 class RunRecord(models.Model):
     """One run, as its log says (derived: ``aaa_reindex`` rebuilds it from the events).
 
-    Every field but ``request_hash``, ``redriven_at`` and ``redrives`` is a function of
-    the run's events (``RUNMETA`` plus event times); ``request_hash`` remembers the
-    body of the API request that started the run under an ``Idempotency-Key``, the
-    other two are the sweeper's ledger of re-drives. Its permissions decide who may see
-    and act on runs that are not their own.
+    Every field but ``request_hash``, ``redriven_at``, ``redrives`` and the lease
+    (``held_by``, ``held_until``, ``adopted_at``, ``adoptions``) is a function of the
+    run's events (``RUNMETA`` plus event times); ``request_hash`` remembers the body of
+    the API request that started the run under an ``Idempotency-Key``, ``redriven_at``
+    and ``redrives`` are the sweeper's ledger of re-drives, and the lease says which
+    process drives the run (:mod:`aaa_django.store.leases`). Its permissions decide who
+    may see and act on runs that are not their own.
     """
 
     #: the statuses a row holds: RUNMETA's, but "new" (a row is made with the run's start)
@@ -131,6 +133,16 @@ class RunRecord(models.Model):
     #: then re-driven as if never before)
     redriven_at = models.FloatField("last re-driven", null=True, blank=True)
     redrives = models.PositiveIntegerField("re-drives", default=0, db_default=0)
+    #: the run's lease (``aaa_django.store.leases``): the process that drives it (its
+    #: holder id: host, pid namespace, pid, start time), and until when (seconds since
+    #: the epoch, the database's clock) unless that process renews it; another process
+    #: adopts the run once it lapses. Not derived from the log
+    held_by = models.CharField("held by", max_length=200, null=True, blank=True)
+    held_until = models.FloatField("held until", null=True, blank=True)
+    #: when a process last adopted the run from a holder that was gone (seconds since
+    #: the epoch), and how many times one has
+    adopted_at = models.FloatField("last adopted", null=True, blank=True)
+    adoptions = models.PositiveIntegerField("adoptions", default=0, db_default=0)
     #: where the row's last change (its start, status, outcome, spend or end) stands in
     #: the order of every run's changes: written by the database alone (migration 0012's
     #: triggers), the REST API's change stream reads runs in this order
@@ -170,6 +182,13 @@ class RunRecord(models.Model):
         if self.redriven_at is None:
             return None
         return datetime.datetime.fromtimestamp(self.redriven_at, datetime.timezone.utc)
+
+    @property
+    def adopted(self) -> datetime.datetime | None:
+        """When a process last adopted the run (UTC), or None."""
+        if self.adopted_at is None:
+            return None
+        return datetime.datetime.fromtimestamp(self.adopted_at, datetime.timezone.utc)
 
     @property
     def tokens(self) -> int:

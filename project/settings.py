@@ -12,13 +12,17 @@ blobs on disk under var/blobs. Environment variables switch on the cluster parts
                        PostgreSQL when AAA_DB=postgres (defaults 127.0.0.1, 5432,
                        aaa, postgres, empty)
   AAA_BUS              "inprocess" (default) or "celery"
-  AAA_LLM_BASE_URL, AAA_LLM_API_KEY, AAA_LLM_MODEL, AAA_LLM_PROVIDER
-                       a real model provider (AAA["LLM"]); unset: the scripted model
+  AAA_LLM_BASE_URL, AAA_LLM_API_KEY, AAA_LLM_MODEL, AAA_LLM_PROVIDER, AAA_LLM_TIMEOUT
+                       a real model provider (AAA["LLM"]; its TIMEOUT: seconds an HTTP
+                       attempt may take, default 60); unset: the scripted model
   AAA_LLM_CLIENT       dotted path of the API engine's LLM client factory (default: the
                        scripted demo models, project/chat/model.py and project/api_demo.py)
   AAA_STREAM_TOKENS    "1": live tokens (AAA["STREAM_TOKENS"]) of a provider that streams
   AAA_REDIS_URL        Celery broker and result backend, and the cache (e.g.
                        redis://127.0.0.1:6379/0)
+  AAA_STALL_AFTER, AAA_LEASE_TTL, AAA_RUN_LEASE_TTL
+                       AAA["STALL_AFTER"], AAA["LEASE_TTL"], AAA["RUN_LEASE_TTL"]
+  AAA_EXTRA_TOOLS      more tools (dotted paths of @tool functions, comma-separated)
   AAA_S3_BUCKET        blobs in S3 (django-storages) when set, with AAA_S3_ENDPOINT,
                        AAA_S3_ACCESS_KEY, AAA_S3_SECRET_KEY, AAA_S3_REGION
 """
@@ -148,6 +152,7 @@ AAA = {
         "BASE_URL": env("AAA_LLM_BASE_URL") or None,
         "API_KEY": env("AAA_LLM_API_KEY") or None,
         "MODEL": env("AAA_LLM_MODEL") or None,
+        "TIMEOUT": float(env("AAA_LLM_TIMEOUT") or 60),
     }
     if env("AAA_LLM_BASE_URL") or env("AAA_LLM_API_KEY")
     else None,
@@ -156,6 +161,12 @@ if env_flag("AAA_STREAM_TOKENS", False):  # a provider's replies as they are wri
     AAA["STREAM_TOKENS"] = True
 if env("AAA_STALL_AFTER"):  # the cluster's sweeper: seconds before a run counts as stalled
     AAA["STALL_AFTER"] = float(env("AAA_STALL_AFTER"))
+if env("AAA_LEASE_TTL"):  # seconds a tool pool's, a busy mark's or a guarded call's lease lives
+    AAA["LEASE_TTL"] = float(env("AAA_LEASE_TTL"))
+if env("AAA_RUN_LEASE_TTL"):  # seconds a process's lease on a run it drives lives unless renewed
+    AAA["RUN_LEASE_TTL"] = float(env("AAA_RUN_LEASE_TTL"))
+if env("AAA_EXTRA_TOOLS"):  # more @tool functions (dotted paths, comma-separated), e.g. a test's
+    AAA["TOOLS"] = [*AAA["TOOLS"], *env("AAA_EXTRA_TOOLS").split(",")]
 
 # The API's rate limits count in the default cache: shared between processes when
 # there is a Redis (else each process counts alone: system check aaa.W020 outside DEBUG).

@@ -62,8 +62,11 @@ def django_db_setup(django_db_setup):
     yield
     from asgiref.sync import async_to_sync
 
+    from aaa_django.site.host import EngineHost
     from aaa_django.store import sqlite, wakeups
     from aaa_django.store.connections import close_all
+
+    EngineHost.reset()  # (a web request's test may have started it: its connections go too)
 
     async_to_sync(close_all)()
     sqlite.close_all()
@@ -222,6 +225,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.s3)
         if "redis_url" in names:
             item.add_marker(pytest.mark.redis)
+        # the amqp_url fixture, or a broker parametrised by name (tests/celery)
+        if "amqp_url" in names or (callspec and "rabbitmq" in callspec.id.split("-")):
+            item.add_marker(pytest.mark.rabbitmq)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -97,7 +97,9 @@ STORAGES = {
 # Fast hashing: the suite creates users.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
-AAA: dict = {}
+# No engine host started by a test's web request adopts runs in the background of other
+# tests: a test that wants it says so (tests/test_recovery.py, the field tests' site).
+AAA: dict = {"ADOPT": False}
 
 USE_TZ = True
 TIME_ZONE = "UTC"

@@ -73,6 +73,7 @@ from aaa_django.runtime.event_types import (
     RUN_COMPLETED,
     TOOL_REQUESTED,
 )
+from aaa_django.site.holding import RunKeeper
 from aaa_django.store import DjangoEventStore
 from aaa_django.store.redis import RedisEventStore
 
@@ -238,6 +239,16 @@ class DistributedBus:
         self._listener: asyncio.Task | None = None
         #: what carries a run's trace context in the messages (OpenTelemetry), or None
         self.trace: Any = None
+        #: the worker process's leases on the runs it drives (``WorkerRuntime``), or None:
+        #: a process that only starts runs holds none
+        self.holder: RunKeeper | None = None
+
+    def holds(self, run_id: str) -> bool:
+        """May this process call out for ``run_id`` now
+        (:class:`~aaa_django.runtime.holding.HoldsRuns`)? A worker asks its keeper
+        (:mod:`aaa_django.site.holding`); a process without one (the web process,
+        which only appends and enqueues) holds nothing and asks no one: True."""
+        return self.holder is None or self.holder.holds(run_id)
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[set[str]]:

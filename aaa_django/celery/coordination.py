@@ -76,6 +76,19 @@ return redis.call('ZCARD', KEYS[1])
 #: connections of a loop's asyncio client at most (its commands wait for a free one);
 #: the run-ended notices of every wait of the loop take one (see :class:`_Ends`)
 ASYNC_CONNECTIONS = 50
+#: seconds a command waits for Redis's answer, or a connect for Redis, at most (a
+#: subscription's reads wait as long as they say); and TCP keepalives, so a Redis gone
+#: silent (a partition) is found within seconds on an idle connection too
+SOCKET_TIMEOUT = 5.0
+_KEEPALIVE = {"socket_keepalive": True, "health_check_interval": 10}
+
+
+def _keepalive_options() -> dict[int, int]:
+    """TCP keepalive after 2 s of silence, then a probe a second, 3 probes (Linux)."""
+    import socket
+
+    names = (("TCP_KEEPIDLE", 2), ("TCP_KEEPINTVL", 1), ("TCP_KEEPCNT", 3))
+    return {getattr(socket, n): v for n, v in names if hasattr(socket, n)}
 
 
 def _token() -> str:
@@ -86,20 +99,23 @@ class Coordinator:
     """Cluster coordination on the Redis at ``url``; keys under ``{prefix}:``.
 
     ``lock_ttl`` and ``lease_ttl`` are seconds; held locks and leases are renewed
-    every third of their TTL. ``socket_timeout``: seconds the synchronous client waits
-    for Redis at most (default: no limit).
+    every third of their TTL. ``socket_timeout``: seconds a client waits for Redis at
+    most (:data:`SOCKET_TIMEOUT` by default); both clients keep their connections
+    alive with TCP keepalives.
     """
 
     def __init__(self, url: str, *, prefix: str = "aaa", lock_ttl: float = 10, lease_ttl: float = 30,
-                 socket_timeout: float | None = None) -> None:
+                 socket_timeout: float | None = SOCKET_TIMEOUT) -> None:
         import redis
 
         self.url = url
         self.prefix = prefix
         self.lock_ttl = float(lock_ttl)
         self.lease_ttl = float(lease_ttl)
+        self.socket_timeout = socket_timeout
         self.client = redis.Redis.from_url(url, socket_timeout=socket_timeout,
-                                           socket_connect_timeout=socket_timeout)
+                                           socket_connect_timeout=socket_timeout,
+                                           socket_keepalive_options=_keepalive_options(), **_KEEPALIVE)
         self._tag = "{" + prefix + "}"
         self._aclients: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
         self._local_locks: "weakref.WeakValueDictionary[tuple, asyncio.Lock]" = weakref.WeakValueDictionary()
@@ -125,7 +141,9 @@ class Coordinator:
             # Commands wait for a free connection (up to 20 s) rather than fail: redis-py's
             # plain pool raises "Too many connections" at its bound.
             client = redis.asyncio.Redis(connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
-                self.url, max_connections=ASYNC_CONNECTIONS, timeout=20))
+                self.url, max_connections=ASYNC_CONNECTIONS, timeout=20, socket_timeout=self.socket_timeout,
+                socket_connect_timeout=self.socket_timeout, socket_keepalive_options=_keepalive_options(),
+                **_KEEPALIVE))
             scripts = {
                 name: client.register_script(lua)
                 for name, lua in (("unlock", _UNLOCK), ("renew_lock", _RENEW_LOCK),

@@ -15,9 +15,19 @@ PX``: the first to ask in each period gets it); the one that gets it sends one
   fires first): runs nothing is working on are re-driven, so a whole worker
   SIGKILLed, or a broker restarted without persistence, needs no human.
 
+- adopts the runs whose holder is gone (:func:`aaa_django.celery.sweeper.adopt`): a
+  worker process that stopped renewing its leases (killed, cut off) for
+  ``AAA["RUN_LEASE_TTL"]`` seconds, or one of its own machine known to be dead,
+  loses its runs to the worker that takes the tick, which re-drives them.
+
 The cluster does each once per period however many workers it has. The main process
 makes one Redis call per period and, with the turn, publishes one message; the work
-runs in the pool like any task. With no worker up nothing fires (nothing could
+runs in the pool like any task. Celery's own lines about the tick ("received",
+"succeeded") are logged at DEBUG (:class:`QuietDuty`): a worker's ``-l info`` log
+shows the duty only when it did something (fired a due time, adopted or re-drove a
+run). A worker that starts lets the leases of its machine's dead processes lapse at
+once (:func:`_release_the_dead`): a worker restarted after a crash has its
+predecessor's runs adopted at the next tick. With no worker up nothing fires (nothing could
 deliver either); the first worker up fires what came due meanwhile.
 ``AAA["DUTY_EVERY"] = 0`` turns the duty off (then run ``aaa.sweep`` on a schedule of
 your own, or ``manage.py aaa_sweep``).
@@ -35,6 +45,8 @@ from celery import bootsteps
 from celery.signals import celeryd_init, worker_ready
 
 from aaa_django.conf import aaa_settings, redis_url
+from aaa_django.site.holding import process_gone
+from aaa_django.store.leases import RunLeases
 
 from .bus import _queues
 from .coordination import Coordinator
@@ -49,6 +61,52 @@ def install() -> None:
     """Hook the duty into every worker this process starts (``AaaConfig.ready``)."""
     celeryd_init.connect(_add_step, dispatch_uid="aaa_django.celery.duty")
     worker_ready.connect(_check_queues, dispatch_uid="aaa_django.celery.duty.queues")
+    worker_ready.connect(_release_the_dead, dispatch_uid="aaa_django.celery.duty.dead")
+    quiet = QuietDuty()
+    for name in QuietDuty.LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, QuietDuty) for f in logger.filters):
+            logger.addFilter(quiet)
+
+
+class QuietDuty(logging.Filter):
+    """Celery's lines about each ``aaa.tick`` ("Task aaa.tick[...] received", "...
+    succeeded in ...") at DEBUG, not INFO: a tick comes every ``DUTY_EVERY`` seconds,
+    and the duty logs what it did itself. Celery passes each such line's context as
+    the record's ``data`` for custom handlers (``celery.app.trace.info``); this filter
+    reads its task name there."""
+
+    #: the loggers of those lines (the worker's strategy: "received"; the trace: the rest)
+    LOGGERS = ("celery.app.trace", "celery.worker.strategy")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        data = getattr(record, "data", None)
+        if record.levelno != logging.INFO or not isinstance(data, dict) or data.get("name") != TICK:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def _release_the_dead(sender: Any = None, **kwargs: Any) -> None:
+    """worker_ready (the main process): let the leases of this machine's processes that
+    have ended lapse now (:func:`aaa_django.site.holding.process_gone`), so the next
+    tick adopts their runs: a worker restarted after a crash does not wait for its
+    predecessor's leases to run out."""
+    conf = aaa_settings()
+    if conf["BUS"] != "celery" or not conf["DUTY_EVERY"]:
+        return
+    leases = RunLeases(conf["DUTY_DATABASE"])
+    try:
+        dead = [h for h in leases.holders() if process_gone(h)]
+        released = sum(len(leases.release(h)) for h in dead)
+        if released:
+            log.info("released the leases of %d runs held by %d ended processes of this machine: the next "
+                     "duty pass adopts them", released, len(dead))
+    except Exception:
+        log.warning("could not look for the runs of this machine's ended processes; their leases lapse "
+                    "by themselves", exc_info=True)
+    finally:
+        leases.close()
 
 
 def _add_step(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:

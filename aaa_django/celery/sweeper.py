@@ -49,6 +49,7 @@ from aaa_django.conf import aaa_settings
 from aaa_django.events import EventStore
 from aaa_django.runtime import RUNMETA, Bus, Engine, RunMeta
 from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
+from aaa_django.site.holding import RunKeeper
 
 from .coordination import Coordinator
 from .redrives import MemoryLedger, due_again, ledger_of
@@ -93,12 +94,19 @@ class SweepReport:
     redriven: list[str] = field(default_factory=list)
     #: runs whose due time had come: fired first (not in a dry run)
     fired: list[str] = field(default_factory=list)
+    #: runs whose holder was gone (its lease lapsed, or it is known dead), adopted and
+    #: re-driven (with a keeper, not in a dry run)
+    adopted: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         return {"unfinished": self.unfinished, "active": len(self.active), "busy": len(self.busy),
                 "waiting": len(self.waiting), "recent": len(self.recent), "redriven": len(self.redriven),
-                "fired": len(self.fired),
+                "fired": len(self.fired), "adopted": len(self.adopted),
                 "runs": list(self.redriven)}
+
+    def did_something(self) -> bool:
+        """Did it fire, adopt or re-drive anything?"""
+        return bool(self.fired or self.adopted or self.redriven)
 
 
 async def fire_due(engine: Engine, *, now: float | None = None, limit: int = FIRE_LIMIT) -> list[str]:
@@ -161,27 +169,43 @@ async def sweep(
     now: float | None = None,
     dry_run: bool = False,
     limit: int | None = 1000,
+    keeper: RunKeeper | None = None,
 ) -> SweepReport:
-    """Fire what has come due (:func:`fire_due`), then re-drive the stalled runs of
-    ``engine``'s store (at most ``limit``, oldest first).
+    """Fire what has come due (:func:`fire_due`), adopt the runs whose holder is gone
+    (with ``keeper``: this process's leases, :func:`adopt`), then re-drive the stalled
+    runs of ``engine``'s store (at most ``limit``, oldest first).
 
     ``stall_after`` defaults to ``AAA["STALL_AFTER"]``. With a bus that has no
-    coordinator (the in-process bus) there are no leases to consult.
+    coordinator (the in-process bus) there are no busy leases to consult: with a
+    ``keeper``, a run another live process holds is left alone (it is driven there),
+    and a run is claimed before it is re-driven here.
     """
     stall_after = float(aaa_settings()["STALL_AFTER"] if stall_after is None else stall_after)
     now = time.time() if now is None else now
     report = SweepReport()
     if not dry_run:
         report.fired = await fire_due(engine, now=now)
+        if keeper is not None:
+            report.adopted = await adopt(engine, keeper)
     runs = await unfinished_runs(engine.base_store)
     report.unfinished = len(runs)
     coord = _coordinator_of(engine.bus)
     idle = []
     for run_id, last in sorted(runs.items(), key=lambda kv: kv[1]):
+        if run_id in report.adopted:
+            continue  # (re-driven just now)
         if now - last < stall_after:
             report.active.append(run_id)
         else:
             idle.append(run_id)
+    held_elsewhere = set()
+    if keeper is not None and coord is None and idle:
+        # On the in-process bus every run is driven where it is held: a run another
+        # live process holds is working (a long call), not stalled.
+        now_epoch = time.time()
+        held_elsewhere = {r for r, (holder, until) in (await keeper.lease_of(idle)).items()
+                          if holder is not None and holder != keeper.id and until is not None
+                          and until > now_epoch}
     ledger = ledger_of(engine.base_store)
     if isinstance(ledger, MemoryLedger):
         ledger.keep(runs)
@@ -195,6 +219,9 @@ async def sweep(
         if coord is not None and await asyncio.to_thread(coord.is_busy, run_id):
             report.busy.append(run_id)
             continue
+        if coord is None and run_id in held_elsewhere:  # driven by a live process here
+            report.busy.append(run_id)
+            continue
         if waits_for_a_person(await engine.meta(run_id)):
             report.waiting.append(run_id)
             continue
@@ -204,11 +231,43 @@ async def sweep(
             report.redriven.append(run_id)
         else:
             report.recent.append(run_id)  # another sweep re-drove it just now
+    if keeper is not None and coord is None and report.redriven and not dry_run:
+        # (in-process: a run another process takes meanwhile is its to drive; on the
+        # Celery bus the delivery that takes the re-driven event claims it)
+        report.redriven = [r for r in report.redriven if await keeper.claim(r, force=False)]
     if report.redriven and not dry_run:
         log.info("re-driving %d stalled runs (%d re-driven lately left to move, %d busy): %s",
                  len(report.redriven), len(report.recent), len(report.busy),
                  " ".join(report.redriven[:20]) + (" ..." if len(report.redriven) > 20 else ""))
         await engine.resume(report.redriven)
+    return report
+
+
+async def adopt(engine: Engine, keeper: RunKeeper) -> list[str]:
+    """The unfinished runs whose holder is gone (known dead on this machine, or its lease
+    lapsed), taken by ``keeper``'s process (each by one process) and re-driven here
+    (:meth:`Engine.resume`); returns them."""
+    taken = sorted(await keeper.adopt())
+    if taken:
+        resumed = await engine.resume(taken)
+        log.info("re-driving %d adopted runs: %s", len(resumed),
+                 " ".join(resumed[:20]) + (" ..." if len(resumed) > 20 else ""))
+    return taken
+
+
+async def duty(engine: Engine, keeper: RunKeeper | None, *, sweeping: bool) -> SweepReport:
+    """One turn of the workers' periodic duty: fire what has come due, adopt the runs
+    whose holder is gone, and (``sweeping``) re-drive the stalled ones. Logs at INFO
+    what it did, and nothing when it did nothing."""
+    if sweeping:
+        report = await sweep(engine, keeper=keeper)
+    else:
+        report = SweepReport(fired=await fire_due(engine))
+        if keeper is not None:
+            report.adopted = await adopt(engine, keeper)
+    if report.fired:
+        log.info("fired the due times of %d runs: %s", len(report.fired),
+                 " ".join(report.fired[:20]) + (" ..." if len(report.fired) > 20 else ""))
     return report
 
 

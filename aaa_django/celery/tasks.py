@@ -17,11 +17,11 @@ from celery import shared_task
 from aaa_django.conf import aaa_settings
 from aaa_django.runtime.retry import transient
 from aaa_django.site.retention import retain as apply_retention
-from aaa_django.store import DjangoEventStore
+from aaa_django.store import site_store
 
 from .bus import DELIVER, SWEEP, _queues, coordinator, store_spec
 from .duty import TICK
-from .sweeper import fire_due
+from .sweeper import duty
 from .sweeper import sweep as sweep_runs
 from .worker import REDELIVERY, cluster_bus, fault_of, give_up, runtime
 
@@ -69,25 +69,34 @@ def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wi
 @shared_task(name=SWEEP, bind=True, ignore_result=True)
 def sweep(self: Any, stall_after: float | None = None, using: str = "default") -> dict[str, Any]:
     """The sweeper as a Celery task (for a schedule of the site's own: the workers'
-    duty, ``aaa.tick``, sweeps by itself): fire what is due, re-drive stalled runs;
-    returns a summary."""
+    duty, ``aaa.tick``, sweeps by itself): fire what is due, adopt the runs whose
+    holder is gone, re-drive stalled runs; returns a summary."""
     rt = runtime()
-    # the store the site's engines use (it keeps the run index in step)
-    engine = rt.engine(store_spec(DjangoEventStore(using)), self.app)
-    report = rt.run(sweep_runs(engine, stall_after=stall_after))
+    engine = rt.engine(duty_spec(using), self.app)
+    report = rt.run(sweep_runs(engine, stall_after=stall_after, keeper=rt.keeper(using)))
     return report.summary()
 
 
 @shared_task(name=TICK, bind=True, ignore_result=True)
 def tick(self: Any, using: str = "default") -> dict[str, Any]:
-    """One turn of the workers' duty: fire what has come due, or (every
-    ``STALL_AFTER / 2`` seconds, a turn of the cluster's own) sweep, which fires first."""
+    """One turn of the workers' duty: fire what has come due and adopt the runs whose
+    holder is gone (:func:`~aaa_django.celery.sweeper.duty`), and (every
+    ``STALL_AFTER / 2`` seconds, a turn of the cluster's own) sweep the stalled ones.
+    Celery's own lines about this task are logged at DEBUG
+    (:class:`~aaa_django.celery.duty.QuietDuty`); the duty logs at INFO what it did."""
     rt = runtime()
-    engine = rt.engine(store_spec(DjangoEventStore(using)), self.app)
+    engine = rt.engine(duty_spec(using), self.app)
     turn = f"sweep:{_queues()['algorithms']}:{using}"  # as the tick's: per cluster (its queue)
-    if coordinator().take_turn(turn, float(aaa_settings()["STALL_AFTER"]) / 2):
-        return rt.run(sweep_runs(engine)).summary()
-    return {"fired": len(rt.run(fire_due(engine)))}
+    sweeping = coordinator().take_turn(turn, float(aaa_settings()["STALL_AFTER"]) / 2)
+    return rt.run(duty(engine, rt.keeper(using), sweeping=sweeping)).summary()
+
+
+def duty_spec(using: str) -> list[Any]:
+    """The store spec of the duty's engine: the site's store on ``using``, as the web
+    process's messages name it (``site_store``: it keeps the run index in step), so a
+    worker process drives a run with one engine, and one set of handlers, whichever
+    task took it up."""
+    return store_spec(site_store(using))
 
 
 @shared_task(name=RETAIN, ignore_result=True)

@@ -64,6 +64,7 @@ from aaa_django.runtime.event_types import (
 from aaa_django.runtime.retry import Redelivery, transient
 from aaa_django.runtime.turns import for_delivery
 from aaa_django.site.engines import attach_site_handlers, build_engine
+from aaa_django.site.holding import RunKeeper
 from aaa_django.store.database import _outside_loop
 from aaa_django.store.faults import translate
 from aaa_django.store.postgres import PgEventStore
@@ -200,6 +201,9 @@ class WorkerRuntime:
         self._drain_lock = threading.Lock()
         #: deliveries tried again on the loop (see :meth:`_carry`)
         self.retried = 0
+        #: this process's leases on the runs it drives, one keeper per database alias
+        #: (:mod:`aaa_django.site.holding`)
+        self.keepers: dict[str, RunKeeper] = {}
         #: the threads that make the store's calls (see :func:`on_threads`)
         self.db = concurrent.futures.ThreadPoolExecutor(DB_THREADS, thread_name_prefix="aaa-worker-db")
         self.thread = threading.Thread(target=self._serve, name="aaa-worker-loop", daemon=True)
@@ -275,8 +279,12 @@ class WorkerRuntime:
         process dies meanwhile, the sweeper re-drives the run, as for any delivery
         that no live process holds (a call past ``SLOW_DELIVERY`` holds the run's
         busy lease). False: send it."""
+        bus = cluster_bus(engine)
         if (self.draining or event.seq is None or len(self.in_flight) >= self.max_in_flight or self._waiting
-                or queue_for(event.type, cluster_bus(engine).queues) not in self.local_queues):
+                or queue_for(event.type, bus.queues) not in self.local_queues
+                or (bus.holder is not None and event.stream in bus.holder.fenced)):
+            # (a run adopted by another process while this one stood down: its event
+            # goes to whoever drives it now)
             return False
         # A context of its own: not the publishing delivery's (its tail state, its
         # record of what it published); its turn queues with the stamp of the work
@@ -382,13 +390,19 @@ class WorkerRuntime:
             await asyncio.wait(started, timeout=seconds)
         left = len(self.in_flight)
         released = await self.leases.give_up()
+        for keeper in self.keepers.values():
+            # the runs still in hand: adopted at once by the next duty pass elsewhere
+            await keeper.stop(release=True)
         return Drain(in_flight=len(started), finished=sum(t.done() for t in started), left=left,
                      released=released)
 
     def close(self) -> None:
         """Close the database connections of the loop and of the store's threads, and
-        stop the loop (a process that ends need not; tests do)."""
+        stop the loop (a process that ends need not; tests do); the keepers of its
+        leases stop renewing them (they lapse) and close their connections."""
         if self.thread.is_alive():
+            for keeper in self.keepers.values():
+                self.run(keeper.stop())
             self.call(connections.close_all)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
@@ -404,6 +418,8 @@ class WorkerRuntime:
         for done in [self.db.submit(close_all) for _ in range(DB_THREADS)]:
             done.result()
         self.db.shutdown()
+        for keeper in self.keepers.values():
+            keeper.close()
 
     def engine(self, spec: Sequence[Any], app: Any = None) -> Engine:
         """The engine for the store ``spec`` names (built on first use); ``app``: the
@@ -415,6 +431,8 @@ class WorkerRuntime:
                 engine = self.engines.get(key)
                 if engine is None:
                     engine = build_worker_engine(spec, app=app, db=self.db)
+                    if spec[0] == "django":
+                        self._keep(engine, spec[1])
                     if app is not None:
                         # the queues this worker consumes (-Q): set before the pool starts
                         self.local_queues = frozenset(app.amqp.queues.consume_from or ())
@@ -422,6 +440,26 @@ class WorkerRuntime:
                         cluster_bus(engine).local_steps = functools.partial(self.steps_here, engine)
                     self.engines[key] = engine
         return engine
+
+
+    def _keep(self, engine: Engine, using: str) -> None:
+        """Give ``engine`` this process's keeper of its leases on database ``using``
+        (made on first use) and start its heartbeat on the loop: runs held across a
+        stand-down are delivered again (``Engine.resume``)."""
+        keeper = self.keepers.get(using)
+        if keeper is None:
+            keeper = self.keepers[using] = RunKeeper(using, name="worker")
+
+            async def regained(runs: set[str]) -> None:
+                await engine.resume(sorted(runs))
+
+            self.loop.call_soon_threadsafe(keeper.start, regained)
+        cluster_bus(engine).holder = keeper
+
+    def keeper(self, using: str = "default") -> RunKeeper | None:
+        """This process's keeper of its leases on database ``using``, once an engine
+        on it is built."""
+        return self.keepers.get(using)
 
 
 def _start(coro: Any, future: concurrent.futures.Future) -> None:
@@ -603,6 +641,11 @@ async def deliver_event(engine: Engine, stream: str, seq: int, event_id: str, *,
     run's busy lease, if the delivery takes one, is kept (a worker's
     :attr:`WorkerRuntime.leases`, which its shutdown releases)."""
     leases = leases if leases is not None else Leases()
+    keeper = cluster_bus(engine).holder
+    if keeper is not None and not await _hold(keeper, stream, local=event is not None):
+        log.info("run %s: seq %s not delivered here: another process adopted the run while this one stood "
+                 "down", stream, seq)
+        return "not held"
     try:
         with engine.tail.delivery():
             if event is not None and engine.tail.holds(event):
@@ -615,6 +658,21 @@ async def deliver_event(engine: Engine, stream: str, seq: int, event_id: str, *,
             return await _deliver(engine, stream, seq, event_id, redelivered, synced, handed, leases)
     finally:
         engine.delivered(stream)
+
+
+async def _hold(keeper: RunKeeper, stream: str, *, local: bool) -> bool:
+    """Before a delivery of ``stream``: claim the run unless this process holds it (a
+    delivery by message takes it from whoever holds it: it is this process's work
+    now). False for a local delivery of a run another process adopted while this one
+    stood down: not this process's to deliver. (Whether its handlers may call out is
+    asked again after the step: :func:`_step`.)"""
+    if stream in keeper.fenced:
+        if local:
+            return False
+        await keeper.claim(stream)
+    elif stream not in keeper.held:
+        await keeper.claim(stream)
+    return True
 
 
 def cluster_bus(engine: Engine) -> DistributedBus:
@@ -713,6 +771,11 @@ async def _step(engine: Engine, stream: str, seq: int, event_id: str, loaded: as
                 loaded.set_result(None)
         with engine.observing(event):  # log lines carry the event; observers watch it
             await engine.step(event, synced=True)
+            if not cluster_bus(engine).holds(stream):
+                # stood down (or the run was taken) since the delivery began: no call
+                log.info("run %s: the handlers of seq %s not run here: this process no longer holds the run",
+                         stream, seq)
+                return event
             if calling is not None and event.type in HANDED_OFF:
                 calling(event)
             await engine.dispatch(event)

@@ -29,6 +29,9 @@ TOOL_REQUESTED = "aaa.tool.requested"
 TOOL_STARTED = "aaa.tool.started"  # the guard's intent, before a side effect
 TOOL_COMPLETED = "aaa.tool.completed"
 TOOL_FAILED = "aaa.tool.failed"
+#: a guarded call's own outcome, come after its call was settled otherwise (found
+#: uncertain: a person reconciles it): the reconciliation's evidence, never the result
+TOOL_RETURNED = "aaa.tool.returned"
 
 APPROVAL_REQUESTED = "aaa.approval.requested"
 APPROVAL_GRANTED = "aaa.approval.granted"

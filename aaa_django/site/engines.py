@@ -101,7 +101,8 @@ def attach_site_handlers(engine: Engine) -> Engine:
       replies stream to the site's live tokens;
     - tools: ``AAA["TOOLS"]`` (dotted paths of @tool functions), the tools of the
       ``AAA["MCP_SERVERS"]`` (listed now, from each server) and those of the
-      ``AAA["AGENTS"]`` (Pydantic AI agents, loaded now: their runs may be started);
+      ``AAA["AGENTS"]`` (Pydantic AI agents, loaded now: their runs may be started),
+      an uncertain side-effecting call handled as ``AAA["UNCERTAIN"]`` says;
     - ``AAA["WORKER_SETUP"]``: ``setup(engine)`` for anything else.
     """
     conf = aaa_settings()
@@ -114,7 +115,7 @@ def attach_site_handlers(engine: Engine) -> Engine:
         LLMHandler(AgentModels(client, agents) if agents else client, deltas=deltas).attach(engine)
     tools = site_tools()
     if tools:
-        ToolHandler(ToolRegistry(tools)).attach(engine)
+        ToolHandler(ToolRegistry(tools), uncertain=conf["UNCERTAIN"]).attach(engine)
     if setup:
         import_string(setup)(engine)
     return engine

@@ -14,6 +14,16 @@ name: ``AAA["LLM_CLIENT"]`` (a factory returning an LLM client; without one, mod
 requests fail with a clear reason), ``AAA["TOOLS"]`` (tools it may run) and, when
 set, ``AAA["WORKER_SETUP"]`` (called with the engine, as Celery workers do).
 Algorithms are found by their registered names (``aaa_django.runtime.registry``).
+
+On the in-process bus the host drives the runs it starts, and holds a lease on each
+(:mod:`aaa_django.site.holding`: a :class:`~aaa_django.site.holding.RunKeeper`, renewed
+every quarter of ``AAA["RUN_LEASE_TTL"]``). It also adopts the unfinished runs whose
+holder is gone (a process of this machine that has ended, a lease that lapsed, a run
+no process holds that has been idle for ``STALL_AFTER``) and finishes them with the
+site's handlers: a web server killed with runs in flight and started again finishes
+them by itself, and several web processes at once adopt each run once. The host starts
+with the process's first request (``request_started``; ``AAA["ADOPT"]``) or its first
+use, whichever comes first.
 """
 
 from __future__ import annotations
@@ -24,9 +34,11 @@ import logging
 import threading
 from typing import Any, Callable, Coroutine, TypeVar
 
-from aaa_django.runtime import Engine
+from aaa_django.conf import aaa_settings
+from aaa_django.runtime import Engine, InProcessBus
 
 from .engines import attach_site_handlers, build_engine
+from .holding import Claims, RunKeeper
 
 log = logging.getLogger("aaa_django.host")
 
@@ -38,6 +50,19 @@ DEFAULT_TIMEOUT = 30.0
 
 class EngineUnavailable(RuntimeError):
     """The host's engine did not answer in time, or is shut down."""
+
+
+class HostBus(InProcessBus):
+    """The engine host's in-process bus: it tells the handlers whether this process
+    still holds a run (:class:`~aaa_django.runtime.holding.HoldsRuns`), as its keeper
+    says."""
+
+    def __init__(self, keeper: RunKeeper) -> None:
+        super().__init__()
+        self.keeper = keeper
+
+    def holds(self, run_id: str) -> bool:
+        return self.keeper.holds(run_id)
 
 
 class EngineHost:
@@ -54,6 +79,9 @@ class EngineHost:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        #: the process's leases on the runs it drives (the in-process bus only)
+        self.keeper: RunKeeper | None = None
+        self._tending: asyncio.Task | None = None
 
     # -- the process-wide instance -----------------------------------------------------
 
@@ -71,6 +99,19 @@ class EngineHost:
                 host = cls._instance = cls()
                 host._launch()
         return host.ready(timeout)
+
+    @classmethod
+    def start_soon(cls) -> None:
+        """Start the process's host if it is not running, without waiting for it (the
+        first request of a web process does, see :func:`on_request`)."""
+        host = cls._instance
+        if host is not None and (host.alive or host.starting):
+            return
+        with cls._instance_lock:
+            host = cls._instance
+            if host is None or not (host.alive or host.starting):
+                host = cls._instance = cls()
+                host._launch()
 
     @classmethod
     def reset(cls, timeout: float = 5.0) -> None:
@@ -121,6 +162,8 @@ class EngineHost:
             self._ready.set()
             loop.close()
             return
+        if self.keeper is not None:
+            self._tending = loop.create_task(self._tend(self.engine, self.keeper))
         self._ready.set()
         try:
             loop.run_forever()
@@ -131,11 +174,48 @@ class EngineHost:
                 loop.close()
 
     def build(self) -> Engine:
-        """The engine and its handlers, from the settings."""
-        engine = attach_site_handlers(build_engine(using=self.using))
+        """The engine and its handlers, from the settings (on the in-process bus, with
+        the process's keeper of its runs' leases)."""
+        if aaa_settings()["BUS"] == "inprocess":
+            self.keeper = RunKeeper(self.using, name="web")
+            engine = build_engine(using=self.using, bus=HostBus(self.keeper))
+            engine.observe(Claims(self.keeper))
+        else:
+            engine = build_engine(using=self.using)
+        attach_site_handlers(engine)
         if self._setup is not None:
             self._setup(engine)
         return engine
+
+    async def _tend(self, engine: Engine, keeper: RunKeeper) -> None:
+        """The host's own duty, on its loop: the heartbeat of its leases (runs held
+        across a stand-down driven again), and, with ``AAA["ADOPT"]``, every
+        ``DUTY_EVERY`` seconds the runs whose holder is gone adopted and re-driven
+        (every ``STALL_AFTER / 2`` those no process holds, idle for ``STALL_AFTER``)."""
+        keeper.start(on_regained=lambda runs: engine.resume(sorted(runs)))
+        conf = aaa_settings()
+        if not conf["ADOPT"]:
+            return
+        every = float(conf["DUTY_EVERY"]) or keeper.every
+        stall_after = float(conf["STALL_AFTER"])
+        clock = asyncio.get_running_loop().time
+        swept = clock() - stall_after  # (the first pass looks for idle unheld runs too)
+        while True:
+            try:
+                taken = await keeper.adopt()
+                if clock() - swept >= stall_after / 2:
+                    swept = clock()
+                    taken |= await keeper.adopt_unheld(stall_after)
+                if taken:
+                    resumed = await engine.resume(sorted(taken))
+                    log.info("re-driving %d adopted runs: %s", len(resumed),
+                             " ".join(resumed[:20]) + (" ..." if len(resumed) > 20 else ""))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database away: the next pass tries again
+                log.warning("adopting runs failed (%s: %s); trying again in %g s", type(exc).__name__, exc,
+                            every)
+            await asyncio.sleep(every)
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Close the engine (in-flight work is cancelled; it stays in the log for a
@@ -146,12 +226,23 @@ class EngineHost:
             return
         if self.engine is not None:
             try:
-                asyncio.run_coroutine_threadsafe(self.engine.close(drain=False), loop).result(timeout)
+                asyncio.run_coroutine_threadsafe(self._close(), loop).result(timeout)
             except Exception:  # closing is best effort: the log keeps what was left
                 log.warning("closing the host's engine failed", exc_info=True)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout)
         self.engine = None
+        if self.keeper is not None:
+            self.keeper.close()
+
+    async def _close(self) -> None:
+        if self._tending is not None:
+            self._tending.cancel()
+        if self.engine is not None:
+            await self.engine.close(drain=False)
+        if self.keeper is not None:
+            # Its runs' calls are cancelled with the engine: another process adopts them now.
+            await self.keeper.stop(release=True)
 
     # -- work --------------------------------------------------------------------------
 
@@ -174,6 +265,19 @@ class EngineHost:
             raise EngineUnavailable(f"the engine did not answer within {timeout} s") from None
 
     def resume(self, run_ids: Any = None, *, timeout: float | None = DEFAULT_TIMEOUT) -> list[str]:
-        """Adopt unfinished runs from the log (after a restart). Not done
-        automatically: with several web processes, choose one (or a command) to do it."""
+        """Deliver the events of unfinished runs again here (``Engine.resume``). The host
+        adopts the runs whose holder is gone by itself (see the module); this is for
+        a run named by hand."""
         return self.call(lambda engine: engine.resume(run_ids), timeout=timeout)
+
+
+def on_request(sender: Any = None, **kwargs: Any) -> None:
+    """``request_started``: the first request of a web process starts its engine host
+    (on the in-process bus, with ``AAA["ADOPT"]``), which adopts the runs whose holder
+    is gone. Connected by ``AaaConfig.ready``."""
+    host = EngineHost._instance
+    if host is not None and (host.alive or host.starting):
+        return
+    conf = aaa_settings()
+    if conf["BUS"] == "inprocess" and conf["ADOPT"]:
+        EngineHost.start_soon()

@@ -61,6 +61,12 @@ PREPARE_THRESHOLD = 5
 #: SQLSTATEs of a prepared statement the connection and its server disagree about
 #: (does not exist, exists already): the connection is dropped
 PREPARED_LOST = ("26000", "42P05")
+#: libpq's TCP parameters of the store's connections (the alias's ``OPTIONS`` win): a
+#: server that went silent (a partition, a machine lost) is found by keepalives after
+#: 2 + 3 x 1 s, and a statement whose packets go unacknowledged for 5 s fails, instead
+#: of waiting for the kernel's retransmissions (about 15 minutes)
+TCP_OPTIONS = {"keepalives": 1, "keepalives_idle": 2, "keepalives_interval": 1, "keepalives_count": 3,
+               "tcp_user_timeout": 5000}
 
 
 def application_name() -> str:
@@ -185,6 +191,8 @@ class PgConnections:
 
         params = dict(self.django.get_connection_params())
         params.pop("cursor_factory", None)  # Django's sync cursor classes
+        for key, value in TCP_OPTIONS.items():
+            params.setdefault(key, value)
         # Named in pg_stat_activity (the site's own name in OPTIONS wins): which
         # process holds which of the server's connections.
         params.setdefault("application_name", application_name())

@@ -4,14 +4,22 @@ Results are ``aaa.tool.completed`` ``{"call_id", "name", "result"}`` or
 ``aaa.tool.failed`` ``{"call_id", "name", "reason", "error"}`` with reason one of
 ``error`` (the tool raised; ``traceback`` included), ``timeout``, ``cancelled`` (the
 run ended while it ran), ``denied`` / ``expired`` (approval gate), ``uncertain`` (the
-guard refused a second execution: the call's intent is in the log, its result is not,
-and no live delivery holds it), ``unknown_tool``, ``invalid_arguments``. Both
-share the request's one result id. A tool that raises
-:class:`~aaa_django.runtime.conversation.Ask` asks a person: ``aaa.question.asked``,
-and the answer is the call's result.
+guard refused a second execution and the site has runs end then: ``uncertain="fail"``),
+``not_run`` (a person reconciled an uncertain call: it did not run),
+``unknown_tool``, ``invalid_arguments``. Both share the request's one result id. A
+tool that raises :class:`~aaa_django.runtime.conversation.Ask` asks a person:
+``aaa.question.asked``, and the answer is the call's result.
 
 Limits enforced here: per-tool timeouts, named concurrency pools, approval gates,
-cancellation of in-flight calls when their run ends, and the execution guard.
+cancellation of in-flight calls when their run ends, and the execution guard. An
+uncertain side-effecting call (its intent in the log, its result not, no live
+delivery holding it) waits for a person or ends its run, as ``uncertain`` says
+(:mod:`aaa_django.tools.reconcile`); such a call's own outcome, come late, is
+recorded as ``aaa.tool.returned``, never as its result.
+
+No call is made for a run this process no longer holds (the bus's
+:class:`~aaa_django.runtime.holding.HoldsRuns`, detected once in :meth:`ToolHandler.attach`):
+another process drives it, or this one has stood down.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from typing import Any, AsyncContextManager, Callable, Mapping
 from pydantic import ValidationError
 
 from aaa_django.events import Event, derive_id
-from aaa_django.runtime import Engine
+from aaa_django.runtime import FAILED, Engine, Outcome
 from aaa_django.runtime.bus import ExclusiveLeases
 from aaa_django.runtime.conversation import Ask, ask_for_tool, asked_id
 from aaa_django.runtime.event_types import (
@@ -39,11 +47,15 @@ from aaa_django.runtime.event_types import (
     TOOL_COMPLETED,
     TOOL_FAILED,
     TOOL_REQUESTED,
+    TOOL_RETURNED,
     TOOL_STARTED,
     result_event,
     result_id,
 )
+from aaa_django.runtime.holding import HoldsRuns
+from aaa_django.runtime.retry import transient
 
+from .reconcile import AGAIN_KEY, POLICIES, UNCERTAIN_REASON, gate, gate_id, returned_id, verdict_of
 from .registry import ToolRegistry
 from .tool import Tool
 
@@ -63,7 +75,13 @@ class ToolHandler:
     default expiry of approval gates in seconds (None: wait forever);
     ``pool_factory(name, size)`` builds a pool's limiter, any async context manager
     (default ``asyncio.Semaphore(size)``, per process; a cluster passes a shared one).
+    ``uncertain``: what an uncertain side-effecting call does to its run,
+    ``"reconcile"`` (it waits for a person) or ``"fail"`` (it ends ``failed``); see
+    :mod:`aaa_django.tools.reconcile`.
     """
+
+    #: seconds a call's outcome in hand is tried to be recorded while the store is away
+    RECORD_FOR = 600.0
 
     def __init__(
         self,
@@ -73,7 +91,11 @@ class ToolHandler:
         timeout: float | None = None,
         approval_expires: float | None = None,
         pool_factory: Callable[[str, int], AsyncContextManager[Any]] | None = None,
+        uncertain: str = "reconcile",
     ) -> None:
+        if uncertain not in POLICIES:
+            raise ValueError(f"uncertain is one of {', '.join(POLICIES)}, not {uncertain!r}")
+        self.uncertain = uncertain
         self.registry = registry
         self.pool_factory = pool_factory or (lambda name, size: asyncio.Semaphore(size))
         self.pools = dict(pools or {})
@@ -82,6 +104,8 @@ class ToolHandler:
         self.engine: "Engine | None" = None
         #: the bus's cluster-wide leases, if it has them (detected once, in ``attach``)
         self._leases: ExclusiveLeases | None = None
+        #: the bus's answer to "does this process still hold the run?" (detected once)
+        self._holds: HoldsRuns | None = None
         self._semaphores: dict[str, AsyncContextManager[Any]] = {}
         self._inflight: set[str] = set()
         #: run id -> request id -> the task running the tool
@@ -94,6 +118,7 @@ class ToolHandler:
         """Subscribe to tool requests, approval decisions and run completions."""
         self.engine = engine
         self._leases = engine.bus if isinstance(engine.bus, ExclusiveLeases) else None
+        self._holds = engine.bus if isinstance(engine.bus, HoldsRuns) else None
         # itself, so the engine finds the tools it serves (runtime.engine_api.ServesTools)
         engine.subscribe(TOOL_REQUESTED, self)
         for decision in APPROVAL_DECISIONS:
@@ -151,6 +176,9 @@ class ToolHandler:
             return
         self._inflight.add(request.id)
         try:
+            if d.get("request_id") == gate_id(request.id):
+                await self._reconciled(decision, request)
+                return
             done = await self._progress(request)
             if result_id(request.id) in done or await engine.over(request):
                 return
@@ -175,12 +203,14 @@ class ToolHandler:
     # -- doing ----------------------------------------------------------------------------
 
     async def _progress(self, request: Event) -> dict[str, Event]:
-        """The request's result and (for a guarded tool) its intent, if they are in
-        the log."""
+        """The request's result, its question to a person (a tool that asks), and (for
+        a guarded tool) its intents, its reconciliation gate and its late outcome, if
+        they are in the log."""
         ids = [result_id(request.id), asked_id(request)]
         tool = self.registry.get(request.data.get("name", ""))
         if tool is not None and tool.guard.side_effects:
-            ids.append(request.derive(TOOL_STARTED).id)
+            ids += [request.derive(TOOL_STARTED).id, request.derive(TOOL_STARTED, key=AGAIN_KEY).id,
+                    gate_id(request.id), returned_id(request.id)]
         return await self._engine().find_after(request, ids)
 
     async def _ask_approval(self, request: Event, tool: Tool) -> None:
@@ -196,41 +226,54 @@ class ToolHandler:
         }
         await self._engine().append([request.derive(APPROVAL_REQUESTED, data)])
 
-    async def _execute(self, request: Event, tool: Tool, done: dict[str, Event]) -> None:
+    async def _execute(self, request: Event, tool: Tool, done: dict[str, Event], *,
+                       again: Event | None = None) -> None:
+        """Run the call (``again``: a person's answer that runs an uncertain call again)."""
         if tool.guard.side_effects and self._leases is not None:
             # Another delivery of this request may be running the call in another
             # process. The call's lease makes a duplicate wait for it, then find its
             # result; an intent without a result is "uncertain" only once its holder
             # is gone (its lease expired), never while the call still runs.
             engine = self._engine()
+            name = request.derive(TOOL_STARTED, key=AGAIN_KEY if again is not None else "").id
             async with contextlib.AsyncExitStack() as held:
                 async with engine.waiting():  # perhaps on another process's call
-                    await held.enter_async_context(self._leases.exclusive(request.derive(TOOL_STARTED).id))
+                    await held.enter_async_context(self._leases.exclusive(name))
                 engine.tail.stale(request.stream)  # what the holder wrote meanwhile
                 done = await self._progress(request)
                 if result_id(request.id) not in done:
-                    await self._run(request, tool, done)
+                    await self._run(request, tool, done, again=again)
             return
-        await self._run(request, tool, done)
+        await self._run(request, tool, done, again=again)
 
-    async def _run(self, request: Event, tool: Tool, done: dict[str, Event]) -> None:
+    def _may_call(self, request: Event) -> bool:
+        """Does this process still hold the request's run (no call otherwise)?"""
+        if self._holds is None or self._holds.holds(request.stream):
+            return True
+        log.info("run %s: tool call %s not made here: this process no longer holds the run", request.stream,
+                 request.data.get("call_id"))
+        return False
+
+    async def _run(self, request: Event, tool: Tool, done: dict[str, Event], *,
+                   again: Event | None = None) -> None:
         engine = self._engine()
+        if not self._may_call(request):
+            return
         key = derive_id(request.id, "aaa.idempotency")
         if tool.guard.side_effects:
             intent = request.derive(
                 TOOL_STARTED,
-                {"call_id": request.data.get("call_id"), "name": tool.name, "idempotency_key": key},
+                {"call_id": request.data.get("call_id"), "name": tool.name, "idempotency_key": key,
+                 **({"again": again.id} if again is not None else {})},
+                key=AGAIN_KEY if again is not None else "",
             )
             if intent.id in done:
                 # It may have run before a crash. Run again only if that is safe.
                 if not tool.guard.idempotent:
-                    await self._fail(
-                        request,
-                        "uncertain",
-                        "the call may have run (its intent is in the log, its result is "
-                        "not) and the tool is not idempotent: not running it again",
-                    )
+                    await self._uncertain(request, tool, again=again is not None)
                     return
+            elif gate_id(request.id) in done and again is None:
+                return  # found uncertain already: a person decides
             elif not await engine.append([intent]):
                 return  # another worker wrote the intent first: it runs the call
         try:
@@ -257,6 +300,36 @@ class ToolHandler:
         if task.cancelled():
             await self._fail(request, "cancelled", "the run ended while the tool was running")
             return
+        await self._record(request, tool, task, again=again is not None)
+
+    async def _record(self, request: Event, tool: Tool, task: asyncio.Future, *, again: bool) -> None:
+        """Record what the call did: its result, or (a guarded call settled otherwise
+        meanwhile) its late outcome. A guarded call's outcome in hand is never thrown
+        away and never bought again by running the call again: when the store is away
+        (this process cut off), the append is tried again, with backoff, for up to
+        :attr:`RECORD_FOR` seconds. (Another tool's failed append fails its delivery,
+        which the bus delivers again: the call is made again.)"""
+        if not tool.guard.side_effects:
+            await self._answer(request, tool, task)
+            return
+        loop = asyncio.get_running_loop()
+        give_up, delay = loop.time() + self.RECORD_FOR, 0.5
+        while True:
+            try:
+                if await self._late(request, tool, task, again=again):
+                    return
+                await self._answer(request, tool, task)
+                return
+            except Exception as exc:
+                if not transient(exc) or loop.time() + delay > give_up:
+                    raise
+                log.warning("run %s: recording the outcome of tool call %s failed (%s: %s); trying again in "
+                            "%.1f s", request.stream, request.data.get("call_id"), type(exc).__name__, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def _answer(self, request: Event, tool: Tool, task: asyncio.Future) -> None:
+        engine = self._engine()
         error = task.exception()
         if isinstance(error, Ask):  # the answer will be the result
             await ask_for_tool(engine, request, error)
@@ -268,6 +341,86 @@ class ToolHandler:
         else:
             data = {"call_id": request.data.get("call_id"), "name": tool.name,
                     "result": task.result()}
+            await engine.answer([result_event(request, TOOL_COMPLETED, data)])
+
+    async def _late(self, request: Event, tool: Tool, task: asyncio.Future, *, again: bool) -> bool:
+        """After a guarded call: was it settled otherwise meanwhile (found uncertain by
+        another process, which asked a person, or recorded it)? Then its outcome is
+        recorded as ``aaa.tool.returned`` (the reconciliation's evidence), not as its
+        result; True. (Read afresh: this process's view of the run may be old.)"""
+        engine = self._engine()
+        engine.tail.stale(request.stream)
+        done = await self._progress(request)
+        if result_id(request.id) not in done and (again or gate_id(request.id) not in done):
+            return False
+        error = task.exception()
+        outcome: dict[str, Any] = (
+            {"result": task.result()} if error is None
+            else {"reason": "timeout" if isinstance(error, _ToolTimeout) else "error",
+                  "error": f"{type(error).__name__}: {error}"})
+        late = Event(id=returned_id(request.id), stream=request.stream, type=TOOL_RETURNED,
+                     data={"call_id": request.data.get("call_id"), "name": tool.name, "request_id": request.id,
+                           **outcome},
+                     causation=request.id, tenant=request.tenant)
+        if await engine.append([late]):
+            log.warning("run %s: tool call %s returned after it was found uncertain; its outcome is recorded "
+                        "as %s for the person who reconciles it", request.stream, request.data.get("call_id"),
+                        TOOL_RETURNED)
+        elif returned_id(request.id) not in done:
+            log.warning("run %s: tool call %s returned after its run ended (it was found uncertain): its outcome "
+                        "cannot join the log: %r", request.stream, request.data.get("call_id"), outcome)
+        return True
+
+    async def _uncertain(self, request: Event, tool: Tool, *, again: bool) -> None:
+        """The call may have run (its intent is in the log, its result is not, and no
+        live delivery holds it): never run again by itself. ``"reconcile"``: a person
+        decides (a gate); ``"fail"`` (or a call a person ran again that was cut off
+        again): the run ends ``failed``, naming the call."""
+        engine = self._engine()
+        call_id = request.data.get("call_id")
+        if self.uncertain == "reconcile" and not again:
+            log.warning("run %s: tool call %s (%s) may have run and is not run again: the run waits for a "
+                        "person to reconcile it", request.stream, call_id, tool.name)
+            await engine.append([gate(request, tool.name)])
+            return
+        why = ("the call may have run (its intent is in the log, its result is not) and the tool is not "
+               "idempotent: not running it again")
+        failed = result_event(request, TOOL_FAILED, {"call_id": call_id, "name": tool.name, "reason": "uncertain",
+                                                      "error": why})
+        ended = engine.completion(request.stream, Outcome(FAILED, {
+            "error": f"tool call {call_id} ({tool.name}) may have run, and its run cannot go on as if it had not",
+            "reason": UNCERTAIN_REASON, "call_id": call_id, "name": tool.name, "tool_request_id": request.id,
+        }), cause=request)
+        log.warning("run %s: tool call %s (%s) may have run: the run ends failed (%s)", request.stream, call_id,
+                    tool.name, UNCERTAIN_REASON)
+        await engine.append([failed, ended])
+
+    async def _reconciled(self, decision: Event, request: Event) -> None:
+        """A person answered an uncertain call's gate: it ran (recorded with the result
+        its late outcome brought, or the one given), it did not (failed, ``not_run``),
+        or run it again."""
+        engine = self._engine()
+        done = await self._progress(request)
+        if result_id(request.id) in done or await engine.over(request):
+            return
+        verdict, by = verdict_of(decision), decision.data.get("by")
+        name = request.data.get("name", "")
+        if verdict == "run_again":
+            tool = self.registry.get(name)
+            if tool is None:
+                await self._fail(request, "unknown_tool", f"no tool named {name!r}")
+            else:
+                await self._execute(request, tool, done, again=decision)
+        elif verdict == "not_run":
+            why = decision.data.get("reason")
+            await self._fail(request, "not_run", "a person reconciled the call: it did not run"
+                             + (f" ({by})" if by else "") + (f": {why}" if why else ""))
+        else:
+            late = done.get(returned_id(request.id))
+            result = (late.data.get("result") if late is not None and "result" in late.data
+                      else decision.data.get("result"))
+            data = {"call_id": request.data.get("call_id"), "name": name, "result": result,
+                    "reconciled": {"verdict": "ran", "by": by, "evidence": late.id if late is not None else None}}
             await engine.answer([result_event(request, TOOL_COMPLETED, data)])
 
     async def _invoke(self, tool: Tool, args: dict[str, Any], key: str) -> Any:

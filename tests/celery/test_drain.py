@@ -5,8 +5,9 @@ drain does (``AAA["WORKER_DRAIN_SECONDS"]``, :meth:`WorkerRuntime.drain`).
 - Within the bound, the calls end and what they append goes through the broker: the
   other worker finishes every run, with no sweeper at all.
 - Past it (a bound of 0 here), the worker releases the busy leases of the calls it
-  still holds as it exits: the moment it is gone no run is marked busy (after a
-  SIGKILL they stay busy until ``LEASE_TTL``), and the sweeper re-drives them.
+  still holds, and its leases on their runs, as it exits: the moment it is gone no
+  run is marked busy (after a SIGKILL they stay busy until ``LEASE_TTL``), and the
+  next duty pass adopts them (or the sweeper re-drives them).
 
 Either way every run ends ``success`` with a log that lost and duplicated nothing.
 What the drain decided is read from its record in the worker's log.
@@ -22,14 +23,14 @@ from aaa_django.celery.sweeper import sweep
 from aaa_django.runtime.event_types import (
     LLM_REQUESTED,
     RUN_COMPLETED,
-    TOOL_COMPLETED,
     TOOL_REQUESTED,
 )
 
 from .conftest import CELERY_DB, make_engine
+from .person import reconciling
 from .site import loop, script
-from .test_calls_in_flight import _calls
-from .test_faults import REQUEST_TYPES, _each_request_has_one_result, _executions
+from .test_calls_in_flight import _adopted, _calls
+from .test_faults import REQUEST_TYPES, _as_it_happened, _each_request_has_one_result, _executions
 
 pytestmark = [CELERY_DB]
 
@@ -108,21 +109,24 @@ def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
             if sweeper:
                 await asyncio.to_thread(cluster.start, 1, concurrency=2)
             stop = asyncio.Event()
-            helper = asyncio.ensure_future(sweep_every_second(engine, stop)) if sweeper else None
+            helpers = [asyncio.ensure_future(reconciling(engine, stop, reconciled))]
+            if sweeper:
+                helpers.append(asyncio.ensure_future(sweep_every_second(engine, stop)))
             try:
                 outcomes = await asyncio.gather(*(r.result() for r in runs))
             finally:
                 stop.set()
-                if helper is not None:
-                    await helper
-            return busy, outcomes, [await r.events() for r in runs]
+                await asyncio.gather(*helpers)
+            back = await asyncio.to_thread(_adopted, ids)
+            return busy, outcomes, [await r.events() for r in runs], back
 
-    busy, outcomes, logs = arun(main(), timeout=150)
+    reconciled: dict[str, str] = {}
+    busy, outcomes, logs, adopted = arun(main(), timeout=150)
     drains = _drains(worker)
     print(f"\ndrains (in flight, finished, left, released): {drains}; {busy} runs busy after the stop; "
-          f"{len(redriven)} re-drives")
+          f"{len(redriven)} re-drives, {adopted} runs adopted, {len(reconciled)} uncertain calls reconciled")
     assert drains, f"the stopped worker logged no drain:\n{worker.tail()}"
-    return drains, busy, redriven, outcomes, logs
+    return drains, busy, len(redriven) + adopted, outcomes, logs
 
 
 def _nothing_lost_or_duplicated(outcomes, logs) -> None:
@@ -142,7 +146,7 @@ def _nothing_lost_or_duplicated(outcomes, logs) -> None:
                          and e.type in REQUEST_TYPES[TOOL_REQUESTED]]
             ran = executions.get(derive_id(request.id, "aaa.idempotency"), 0)
             assert ran <= 1, f"the guarded tool ran {ran} times for one call"
-            assert ran == 1 if result.type == TOOL_COMPLETED else result.data["reason"] == "uncertain"
+            _as_it_happened(result, ran)
 
 
 def test_sigterm_waits_for_the_calls_in_flight(new_cluster, arun):
@@ -160,5 +164,5 @@ def test_sigterm_past_the_bound_releases_the_runs_at_once(new_cluster, arun):
     in_flight, finished, left, released = map(sum, zip(*drains))
     assert left >= 1 and released >= 1  # it gave up calls that held their runs' leases...
     assert busy == 0  # ...and released them as it exited (not LEASE_TTL later)
-    assert redriven  # the sweeper brought those runs back
+    assert redriven  # those runs came back: adopted by the duty, or re-driven by the sweeper
     _nothing_lost_or_duplicated(outcomes, logs)

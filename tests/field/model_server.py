@@ -22,6 +22,13 @@ while it breaks things). With ``--log FILE`` each request is appended to FILE as
 line (:func:`seen`: its path, model, whether it streamed, the tools offered, its task).
 It prints ``ready`` once it listens. :class:`ModelServer` runs it in a thread of the
 test's own process instead (``server.requests``).
+
+It counts the calls it receives, as a provider bills them: ``GET /calls`` lists each
+request, in the order they came, with the time it came (``at``, epoch seconds), its
+``turn`` (1 before any tool result, then 2), the caller's address (``peer``) and,
+when the caller is a process of this machine's network namespace, its PID (``pid``):
+how many times a run's request was paid for, and by whom. ``--host`` is the address
+it listens on (``0.0.0.0``: every one, for a test's network namespace).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import threading
 import time
@@ -213,14 +221,14 @@ class ModelServer:
     (:func:`seen`), in order."""
 
     def __init__(self, port: int = 0, *, latency: tuple[float, float] = (0.0, 0.0), seed: int = 12,
-                 hold: Path | None = None, log: Path | None = None) -> None:
+                 hold: Path | None = None, log: Path | None = None, host: str = "127.0.0.1") -> None:
         self.rng = random.Random(seed)
         self.latency = latency
         self.hold = hold
         self.log = log
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
 
@@ -229,9 +237,13 @@ class ModelServer:
         host, port = self.httpd.server_address[:2]
         return f"http://{host}:{port}"
 
-    def record(self, path: str, body: dict[str, Any], turn: Turn) -> tuple[int, float]:
-        """Note the request; return its number and how long to think."""
-        entry = seen(path, body, turn)
+    def record(self, path: str, body: dict[str, Any], turn: Turn,
+               caller: tuple[str, int] | None = None) -> tuple[int, float]:
+        """Note the request (``caller``: its address and port); return its number and
+        how long to think."""
+        entry = {**seen(path, body, turn), "at": time.time(), "turn": 1 + bool(turn.results)}
+        if caller is not None:
+            entry.update(peer=caller[0], pid=caller_pid(caller[1]))
         with self.lock:
             self.requests.append(entry)
             if self.log is not None:
@@ -251,12 +263,51 @@ class ModelServer:
         self.httpd.server_close()
 
 
+def caller_pid(port: int) -> int | None:
+    """The PID of the process of this machine whose TCP socket has local ``port`` (the
+    caller), from /proc; None when it is not found (another network namespace)."""
+    inode = None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                for line in list(f)[1:]:
+                    fields = line.split()
+                    if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] != "0":
+                        inode = fields[9]
+                        break
+        except OSError:
+            continue
+        if inode:
+            break
+    if inode is None:
+        return None
+    target = f"socket:[{inode}]"
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) == target:
+                    return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
 def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def log_message(self, *args: Any) -> None:
             pass
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") != "/calls":
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            with server.lock:
+                calls = list(server.requests)
+            self._send(200, {"calls": calls})
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
@@ -266,7 +317,7 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 return
             openai = path == OPENAI
             turn = openai_turn(body) if openai else anthropic_turn(body)
-            n, delay = server.record(path, body, turn)
+            n, delay = server.record(path, body, turn, self.client_address)
             while server.hold is not None and server.hold.exists():
                 time.sleep(0.05)
             time.sleep(delay)
@@ -310,8 +361,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--hold", type=Path, default=None)
     parser.add_argument("--log", type=Path, default=None)
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every one)")
     args = parser.parse_args()
-    server = ModelServer(args.port, latency=tuple(args.latency), seed=args.seed, hold=args.hold, log=args.log)
+    server = ModelServer(args.port, latency=tuple(args.latency), seed=args.seed, hold=args.hold, log=args.log,
+                         host=args.host)
     print("ready", flush=True)
     server.serve_forever()
 

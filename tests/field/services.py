@@ -50,7 +50,10 @@ class Postgres:
     ``postgres`` user must reach it; pytest's are private to root), removed by
     :meth:`close`."""
 
-    def __init__(self) -> None:
+    def __init__(self, listen: str | None = None) -> None:
+        #: an address to listen on besides 127.0.0.1 (a test's network namespace reaches
+        #: the server there), trusted as the loopback is
+        self.listen = listen
         self.dir = Path(tempfile.mkdtemp(prefix="aaa-field-pg-"))
         os.chmod(self.dir, 0o755)
         self.data = self.dir / "data"
@@ -64,6 +67,9 @@ class Postgres:
             self.as_pg = ["runuser", "-u", "postgres", "--"]
         self._run("initdb", "-D", self.data, "--auth=trust", "-U", "postgres", "-E", "UTF8",
                   "--no-locale", "--no-sync")
+        if listen is not None:
+            with open(self.data / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {listen}/24 trust\n")
         self.start()
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "aaa")
 
@@ -76,7 +82,8 @@ class Postgres:
                   *extra, action)
 
     def start(self) -> None:
-        self._ctl("start", "-o", f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} "
+        addresses = "127.0.0.1" + (f",{self.listen}" if self.listen else "")
+        self._ctl("start", "-o", f"-c listen_addresses={addresses} -p {self.port} -k {self.dir} "
                   "-c fsync=off -c max_connections=200")
 
     def stop(self) -> None:
@@ -99,8 +106,9 @@ class Redis:
     """A Redis server of the test's own, without persistence: a restart loses every
     message queued in it, as a Redis without AOF does."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, listen: str | None = None) -> None:
         self.dir = tmp
+        self.listen = listen
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self.start()
@@ -111,7 +119,8 @@ class Redis:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", *([self.listen] if self.listen else []),
+             "--protected-mode", "no", "--save", "",
              "--appendonly", "no", "--dir", str(self.dir)],
             stdout=open(self.dir / "redis.log", "ab"), stderr=subprocess.STDOUT)
         wait_port(self.port, proc=self.proc)

@@ -1,11 +1,14 @@
 """The example site (project/) started as it is deployed, for the field tests.
 
-Its own PostgreSQL cluster and (on the Celery bus) Redis server, so a test can restart
-them; S3 for blobs (moto, from bin/test); the database migrated and an API key made
-with the site's own commands; its web server (gunicorn); on the Celery bus, Celery
-workers started the usual way (``celery -A project worker``); and, when asked, the
-model server of tests/field/model_server.py (else the site's scripted model). Every
-process is stopped by its PID at the end.
+Its own PostgreSQL cluster (or, ``db="sqlite"``, a SQLite file: the embedded default)
+and (on the Celery bus) Redis server, so a test can restart them; S3 for blobs (moto,
+from bin/test); the database migrated and an API key made with the site's own
+commands; its web server (gunicorn), which a test may kill and start again
+(:meth:`Site.kill_web`, :meth:`Site.start_web`); on the Celery bus, Celery workers
+started the usual way (``celery -A project worker``); and, when asked, the model
+server of tests/field/model_server.py (else the site's scripted model), which counts
+the calls it is paid for (:meth:`Site.model_calls`). Every process is stopped by its
+PID at the end.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +34,21 @@ class Site:
     def __init__(self, tmp: Path, s3_endpoint: str, *, bus: str = "inprocess", workers: int = 0,
                  model: bool = False, web_workers: int = 1, stall_after: float | None = None,
                  model_latency: tuple[float, float] | None = None, provider: str = "openai",
-                 stream_tokens: bool = False) -> None:
+                 stream_tokens: bool = False, db: str = "postgres", env: dict[str, str] | None = None,
+                 listen: str | None = None) -> None:
         self.tmp = tmp
         #: AAA["LLM"]["PROVIDER"] when ``model``: the model server speaks each one's format
         self.provider = provider
         self.stream_tokens = stream_tokens
         #: what the model server was asked, a JSON line a request (see model_requests)
         self.model_log = tmp / "model-requests.jsonl"
+        #: an address the site's services listen on besides 127.0.0.1 (a test's network
+        #: namespace reaches them there; see :meth:`start_worker`)
+        self.listen = listen
+        #: "postgres" (a cluster of the test's own) or "sqlite" (a file: the embedded default)
+        self.db = db
+        #: more of the site's environment (settings the test changes)
+        self.extra_env = dict(env or {})
         #: the model server's seconds per call (min, max; its default: 0.3 to 1.0)
         self.model_latency = model_latency
         self.stall_after = stall_after
@@ -68,8 +80,9 @@ class Site:
     def _start(self) -> None:
         import boto3
 
-        self.pg = Postgres()
-        self._stops.append(self.pg.close)
+        if self.db == "postgres":
+            self.pg = Postgres(listen=self.listen)
+            self._stops.append(self.pg.close)
         bucket = f"aaa-field-{time.time_ns()}"
         boto3.client("s3", endpoint_url=self.s3_endpoint, aws_access_key_id="testing",
                      aws_secret_access_key="testing", region_name="us-east-1").create_bucket(Bucket=bucket)
@@ -79,8 +92,10 @@ class Site:
             "DJANGO_SETTINGS_MODULE": "project.settings",
             "AAA_DEBUG": "0", "AAA_SECRET_KEY": "field-test-secret-key-not-for-production",
             "AAA_ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "AAA_DB": "postgres", "AAA_PG_HOST": "127.0.0.1", "AAA_PG_PORT": str(self.pg.port),
-            "AAA_PG_NAME": "aaa", "AAA_PG_USER": "postgres", "AAA_BUS": self.bus,
+            **({"AAA_DB": "postgres", "AAA_PG_HOST": "127.0.0.1", "AAA_PG_PORT": str(self.pg.port),
+                "AAA_PG_NAME": "aaa", "AAA_PG_USER": "postgres"} if self.db == "postgres"
+               else {"AAA_DB": "sqlite", "AAA_SQLITE_PATH": str(self.tmp / "db.sqlite3")}),
+            "AAA_BUS": self.bus,
             "AAA_S3_BUCKET": bucket, "AAA_S3_ENDPOINT": self.s3_endpoint,
             "AAA_S3_ACCESS_KEY": "testing", "AAA_S3_SECRET_KEY": "testing",
             "AAA_S3_REGION": "us-east-1",
@@ -88,26 +103,29 @@ class Site:
         if self.stall_after is not None:
             self.env["AAA_STALL_AFTER"] = str(self.stall_after)
         if self.bus == "celery":
-            self.redis = Redis(self.tmp)
+            self.redis = Redis(self.tmp, listen=self.listen)
             self._stops.append(self.redis.close)
             self.env["AAA_REDIS_URL"] = self.redis.url
+        self.env.update(self.extra_env)
         if self.with_model:
-            port = free_port()
+            port = self.model_port = free_port()
             url = f"http://127.0.0.1:{port}" + ("" if self.provider == "anthropic" else "/v1")
+            # (a call the test holds in flight must not time out meanwhile: a loaded
+            # machine has taken more than the default 60 s to get every run there)
             self.env.update({"AAA_LLM_PROVIDER": self.provider, "AAA_LLM_BASE_URL": url,
-                             "AAA_LLM_API_KEY": "field-test-key", "AAA_LLM_MODEL": "field-model"})
+                             "AAA_LLM_API_KEY": "field-test-key", "AAA_LLM_MODEL": "field-model",
+                             "AAA_LLM_TIMEOUT": "600"})
             latency = [] if self.model_latency is None else ["--latency", *map(str, self.model_latency)]
+            host = ["--host", "0.0.0.0"] if self.listen else []
             model = self._process("model", sys.executable, "-m", "tests.field.model_server", str(port),
-                                  "--hold", str(self.model_hold), "--log", str(self.model_log), *latency)
+                                  "--hold", str(self.model_hold), "--log", str(self.model_log), *latency,
+                                  *host)
         if self.stream_tokens:
             self.env["AAA_STREAM_TOKENS"] = "1"
         self.manage("migrate", "--noinput")
         self.manage("demo_user", "--username", "field", "--password", "field-pass-1")
         self.key = self.manage("aaa_apikey", "create", "--user", "field", "--name", "field").split()[-1]
-        web = self._process("web", sys.executable, "-m", "gunicorn", "project.wsgi:application",
-                            "-b", f"127.0.0.1:{self.web_port}", "-w", str(self.web_workers),
-                            "-k", "gthread", "--threads", "16", "--timeout", "120",
-                            "--graceful-timeout", "5")
+        web = self.start_web(wait=False)
         for _ in range(self.n_workers):
             self.start_worker()
         for w in self.workers:
@@ -116,6 +134,66 @@ class Site:
             wait_port(port, proc=model.proc)
         wait_port(self.web_port, proc=web.proc)
         self.client = Client(self.web_port, self.key)
+
+    def start_web(self, *, wait: bool = True) -> Process:
+        """The web server, as the site deploys it: gunicorn (``web_workers`` processes).
+        Its log accumulates in ``web.log`` across restarts."""
+        self._webs = getattr(self, "_webs", 0) + 1
+        name = "web" if self._webs == 1 else f"web{self._webs}"
+        web = self._process(name, sys.executable, "-m", "gunicorn", "project.wsgi:application",
+                            "-b", f"127.0.0.1:{self.web_port}", "-w", str(self.web_workers),
+                            "-k", "gthread", "--threads", "16", "--timeout", "120",
+                            "--graceful-timeout", "5")
+        self.web = web
+        if wait:
+            wait_port(self.web_port, proc=web.proc)
+        return web
+
+    def kill_web(self) -> list[int]:
+        """SIGKILL the web server and its worker processes at once (a crash, an OOM kill,
+        a deploy that does not drain); returns the PIDs of its worker processes."""
+        pids = self.web.descendants()
+        self.web.kill()
+        return pids
+
+    def start_runs(self, tasks: list[str], config: dict[str, Any], key: str) -> list[str]:
+        """Start a ToolLoop run of each task over the REST API (8 at a time, as clients
+        do; each with an ``Idempotency-Key`` of ``key`` and its index); their ids."""
+        def start(i: int) -> str:
+            status, body = self.client.call("POST", "/runs", {
+                "algorithm": "aaa.algos.ToolLoop", "input": {"task": tasks[i]}, "config": config,
+            }, headers={"Idempotency-Key": f"{key}-{i}"})
+            assert status in (200, 201), (status, body)
+            return body["id"]
+
+        with ThreadPoolExecutor(8) as pool:
+            return list(pool.map(start, range(len(tasks))))
+
+    def until_ended(self, ids: list[str], timeout: float, ended: dict[str, dict] | None = None) -> dict[str, dict]:
+        """Run id -> the run as the API says, once every run of ``ids`` has ended (fails
+        after ``timeout`` seconds, with the processes' logs)."""
+        ended = {} if ended is None else ended
+        end = time.monotonic() + timeout
+        while True:
+            for run_id in ids:
+                if run_id not in ended:
+                    status, run = self.client.call("GET", f"/runs/{run_id}")
+                    assert status == 200, run
+                    if run["status"] == "completed":
+                        ended[run_id] = run
+            if len(ended) == len(ids):
+                return ended
+            assert time.monotonic() < end, f"{len(ids) - len(ended)} runs never ended\n{self.logs()}"
+            time.sleep(0.1)
+
+    def model_calls(self) -> list[dict]:
+        """The calls the model server has received, in order (see model_server.py)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.model_port, timeout=30)
+        try:
+            conn.request("GET", "/calls")
+            return json.loads(conn.getresponse().read())["calls"]
+        finally:
+            conn.close()
 
     def _process(self, name: str, *cmd: str) -> Process:
         p = self.procs[name] = Process(name, list(cmd), env=self.env, cwd=ROOT,
@@ -136,11 +214,19 @@ class Site:
         else:
             self.model_hold.unlink(missing_ok=True)
 
-    def start_worker(self) -> Process:
-        """One more Celery worker, started the usual way."""
+    def start_worker(self, *, netns: list[str] | None = None) -> Process:
+        """One more Celery worker, started the usual way; ``netns``: the command that
+        runs it in a network namespace (``Namespace.prefix()``), where it reaches the
+        site's services at :attr:`listen`."""
         self._n += 1
-        w = self._process(f"worker{self._n}", sys.executable, "-m", "celery", "-A", "project",
-                          "worker", "-n", f"field{self._n}@%h", "-c", "2", "-l", "info")
+        env = self.env
+        if netns is not None:
+            assert self.listen, "a worker in a network namespace reaches the services at Site(listen=...)"
+            env = {k: v.replace("127.0.0.1", self.listen) if k in _ADDRESSES else v for k, v in env.items()}
+        w = Process(f"worker{self._n}", [*(netns or []), sys.executable, "-m", "celery", "-A", "project",
+                                         "worker", "-n", f"field{self._n}@%h", "-c", "2", "-l", "info"],
+                    env=env, cwd=ROOT, log=self.tmp / f"worker{self._n}.log")
+        self.procs[w.name] = w
         self.workers.append(w)
         return w
 
@@ -172,6 +258,10 @@ class Site:
     def logs(self, lines: int = 30) -> str:
         return "\n".join(f"--- {name}\n" + "\n".join(p.text().splitlines()[-lines:])
                          for name, p in self.procs.items())
+
+
+#: the environment variables that name where the site's services are
+_ADDRESSES = ("AAA_PG_HOST", "AAA_REDIS_URL", "AAA_LLM_BASE_URL")
 
 
 class Client:

@@ -8,10 +8,10 @@ import asyncio
 import pytest
 
 from aaa_django.algos import ToolLoop
-from aaa_django.events import InMemoryEventStore
-from aaa_django.tools import ToolRegistry, tool
+from aaa_django.events import Event, InMemoryEventStore
+from aaa_django.tools import ToolHandler, ToolRegistry, reconcile, tool
 
-from .helpers import CrashingStore, arun, make_engine, of_type, types
+from .helpers import CrashingStore, arun, make_engine, of_type, types, until
 from .scenarios import call_once_then_report
 
 RUN = "run-guard"
@@ -55,8 +55,10 @@ def test_intent_is_recorded_before_the_call_and_the_key_is_passed():
     assert calls == [intent.data["idempotency_key"]]
 
 
-async def crash_after_side_effect(idempotent: bool, calls: list):
-    """The tool runs, then the process dies before its result is written."""
+async def crash_after_side_effect(idempotent: bool, calls: list, *, answer=None, uncertain: str = "reconcile"):
+    """The tool runs, then the process dies before its result is written; another
+    engine adopts the run. ``answer(engine, gate)``: what a person says then (the run
+    waits for it)."""
     store = InMemoryEventStore()
     registry = ToolRegistry([charge_tool(idempotent, calls)])
     model = call_once_then_report("charge", amount=5)
@@ -67,20 +69,139 @@ async def crash_after_side_effect(idempotent: bool, calls: list):
     await asyncio.wait_for(crashing.crashed.wait(), 5)
     await first.close(drain=False)
     assert types(await store.read(RUN))[-1] == "aaa.tool.started"
-    async with make_engine(model, registry, store=store) as second:
+    second = make_engine(model, None, store=store)
+    ToolHandler(registry, uncertain=uncertain).attach(second)
+    async with second:
         await second.resume()
+        if answer is not None:
+            gate = await until_gate(second)
+            await asyncio.sleep(0.3)
+            assert await second.outcome(RUN) is None  # waiting for the person
+            await answer(second, gate)
         outcome = await second.run(RUN).result(timeout=10)
         await second.drain(5)
     return outcome, await store.read(RUN)
 
 
-def test_not_idempotent_after_crash_fails_as_uncertain_never_runs_twice():
+async def until_gate(engine) -> Event:
+    async def found() -> bool:
+        return bool(of_type(await engine.store.read(RUN), "aaa.approval.requested"))
+
+    await until(found)
+    (gate,) = of_type(await engine.store.read(RUN), "aaa.approval.requested")
+    return gate
+
+
+def test_not_idempotent_after_crash_is_never_run_twice_and_the_run_waits_for_a_person():
+    """Found uncertain: a gate a person answers (here "it did not run": the model is
+    told so, and ends the run on it), never a second execution, never a success on
+    the uncertain call itself."""
     calls: list = []
-    outcome, log = arun(crash_after_side_effect(False, calls))
+
+    async def did_not_run(engine, gate):
+        assert gate.data["reconcile"]["choices"] == ["ran", "not_run", "run_again"]
+        assert gate.data["name"] == "charge" and gate.id == reconcile.gate_id(gate.data["tool_request_id"])
+        assert await engine.deny(RUN, gate.id, by="ops", reason="no charge on the card")
+
+    outcome, log = arun(crash_after_side_effect(False, calls, answer=did_not_run))
     assert len(calls) == 1  # the side effect happened once, before the crash
     (failed,) = of_type(log, "aaa.tool.failed")
+    assert failed.data["reason"] == "not_run" and "ops" in failed.data["error"]
+    assert of_type(log, "aaa.approval.denied")[0].seq < failed.seq
+    assert outcome.ok and "did not run" in outcome.value["text"]
+
+
+def test_an_uncertain_call_a_person_says_ran_is_recorded_with_what_they_give():
+    calls: list = []
+
+    async def ran(engine, gate):
+        assert await reconcile.reconcile(engine, RUN, gate.id, "ran", by="ops", result="charged 5 (seen)")
+
+    outcome, log = arun(crash_after_side_effect(False, calls, answer=ran))
+    assert len(calls) == 1
+    (completed,) = of_type(log, "aaa.tool.completed")
+    assert completed.data["result"] == "charged 5 (seen)"
+    assert completed.data["reconciled"] == {"verdict": "ran", "by": "ops", "evidence": None}
+    assert outcome.ok and "charged 5 (seen)" in outcome.value["text"]
+
+
+def test_an_uncertain_call_a_person_runs_again_runs_once_more_with_the_same_key():
+    calls: list = []
+
+    async def again(engine, gate):
+        assert await engine.approve(RUN, gate.id, by="ops")
+
+    outcome, log = arun(crash_after_side_effect(False, calls, answer=again))
+    assert len(calls) == 2 and calls[0] == calls[1]  # the key: the payment provider's dedup
+    intents = of_type(log, "aaa.tool.started")
+    assert len(intents) == 2 and intents[1].data["again"] == of_type(log, "aaa.approval.granted")[0].id
+    assert of_type(log, "aaa.tool.completed")[0].data["result"] == "charged 5"
+    assert outcome.ok
+
+
+def test_a_site_that_fails_uncertain_calls_ends_the_run_failed_naming_the_call():
+    calls: list = []
+    outcome, log = arun(crash_after_side_effect(False, calls, uncertain="fail"))
+    assert len(calls) == 1
+    (failed,) = of_type(log, "aaa.tool.failed")
     assert failed.data["reason"] == "uncertain"
-    assert outcome.ok and "uncertain" in outcome.value["text"]
+    assert outcome.outcome == "failed" and outcome.value["reason"] == "uncertain_tool_call"
+    assert outcome.value["tool_request_id"] == failed.causation
+    assert types(log)[-2:] == ["aaa.tool.failed", "aaa.run.completed"]
+
+
+def test_the_late_outcome_of_a_call_found_uncertain_is_its_own_event_the_evidence_of_ran():
+    """One engine's guarded call is still running when another engine adopts the run
+    (its first holder is cut off, not dead): the adopter finds it uncertain and asks
+    a person; the call then returns where it ran. Its outcome is recorded as
+    ``aaa.tool.returned`` (not as the call's result), and "it ran" takes its result."""
+    release = asyncio.Event()
+    ran: list = []
+
+    @tool(side_effects=True)
+    async def charge(amount: int, idempotency_key: str) -> str:
+        """Charges a card, slowly."""
+        ran.append(idempotency_key)
+        await release.wait()
+        return f"charged {amount} at the bank"
+
+    async def scenario():
+        store = InMemoryEventStore()
+        registry = ToolRegistry([charge])
+        model = call_once_then_report("charge", amount=7)
+        first = make_engine(model, registry, store=store)
+        second = make_engine(model, registry, store=store)
+        async with first, second:
+            await first.start(ToolLoop(registry), {"task": "pay"}, run_id=RUN)
+            await until(lambda: _async(bool(ran)))
+            await second.resume([RUN])  # the adopter: the call may have run
+            gate = await until_gate(second)
+            release.set()  # the cut-off call returns where it ran
+            await until(lambda: _has(store, "aaa.tool.returned"))
+            await asyncio.sleep(0.3)
+            waiting = await second.outcome(RUN)
+            assert await reconcile.reconcile(second, RUN, gate.id, "ran", by="ops")
+            outcome = await second.run(RUN).result(timeout=10)
+            await first.drain(5)
+            await second.drain(5)
+        return waiting, outcome, await store.read(RUN)
+
+    waiting, outcome, log = arun(scenario())
+    assert waiting is None and len(ran) == 1
+    (late,) = of_type(log, "aaa.tool.returned")
+    assert late.data["result"] == "charged 7 at the bank" and late.id == reconcile.returned_id(late.causation)
+    (completed,) = of_type(log, "aaa.tool.completed")
+    assert completed.data["result"] == "charged 7 at the bank"
+    assert completed.data["reconciled"]["evidence"] == late.id
+    assert outcome.ok and "charged 7 at the bank" in outcome.value["text"]
+
+
+async def _async(value: bool) -> bool:
+    return value
+
+
+async def _has(store, type: str) -> bool:
+    return bool(of_type(await store.read(RUN), type))
 
 
 def test_idempotent_after_crash_runs_again_with_the_same_key():

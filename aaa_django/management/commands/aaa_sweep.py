@@ -1,12 +1,17 @@
-"""Fire due timers, re-drive stalled runs: ``python manage.py aaa_sweep [--stall-after S] [--dry-run]``.
+"""Fire due timers, adopt and re-drive runs: ``python manage.py aaa_sweep [--stall-after S] [--dry-run]``.
 
-Fires the deadlines and approval expiries that have come due (not in a dry run), then
-finds the runs that have started, not completed, had no new event for
-``--stall-after`` seconds (default ``AAA["STALL_AFTER"]``) and no live delivery, and
-delivers their events again (see :mod:`aaa_django.celery.sweeper`). With ``AAA["BUS"] =
+Fires the deadlines and approval expiries that have come due, adopts the runs whose
+holder is gone (a lease that lapsed, a process of this machine that has ended; not in
+a dry run), then finds the runs that have started, not completed, had no new event
+for ``--stall-after`` seconds (default ``AAA["STALL_AFTER"]``) and no live delivery
+(on the in-process bus: no live process holds them), and delivers their events again
+(see :mod:`aaa_django.celery.sweeper`). Its engine is wired as the web process's and
+the workers' are (:func:`~aaa_django.site.engines.attach_site_handlers`: the site's
+model client, tools, MCP servers, agents and ``WORKER_SETUP``). With ``AAA["BUS"] =
 "celery"`` the deliveries are enqueued for the workers; with the in-process bus they
-run here, with the handlers ``AAA["WORKER_SETUP"]`` attaches, until the runs end or
-``--wait`` seconds pass (on a terminal, a progress bar on stderr counts them ending).
+run here, the command holding the runs' leases, until the runs end or ``--wait``
+seconds pass (on a terminal, a progress bar on stderr counts them ending); the runs
+still going then are released, and a web process adopts them.
 """
 
 from __future__ import annotations
@@ -16,13 +21,14 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandParser
-from django.utils.module_loading import import_string
 
 from aaa_django.celery.sweeper import SweepReport, sweep
 from aaa_django.conf import aaa_settings
 from aaa_django.management.progress import Progress
 from aaa_django.runtime import Engine
-from aaa_django.site.engines import build_engine
+from aaa_django.site.engines import attach_site_handlers, build_engine
+from aaa_django.site.holding import Claims, RunKeeper
+from aaa_django.site.host import HostBus
 
 
 class Command(BaseCommand):
@@ -45,9 +51,10 @@ class Command(BaseCommand):
             f"{report.unfinished} unfinished runs: {len(report.active)} active, "
             f"{len(report.busy)} busy, {len(report.waiting)} waiting for a person, "
             f"{len(report.recent)} re-driven lately (left to move), "
-            f"{verb} {len(report.redriven)}; {len(report.fired)} had a due time fired"
+            f"{verb} {len(report.redriven)}; {len(report.fired)} had a due time fired; "
+            f"{len(report.adopted)} adopted from a holder that was gone"
         )
-        for run_id in report.redriven:
+        for run_id in [*report.adopted, *report.redriven]:
             self.stdout.write(f"  {run_id}")
 
     async def _ended(self, engine: Engine, run_ids: list[str], bar: Progress) -> None:
@@ -57,21 +64,35 @@ class Command(BaseCommand):
 
     async def _sweep(self, stall_after: float | None, database: str, dry_run: bool, limit: int,
                      wait: float) -> SweepReport:
-        conf = aaa_settings()
-        if conf["BUS"] == "celery":
-            from aaa_django.celery.bus import DistributedBus
+        keeper = RunKeeper(database, name="sweep")
+        try:
+            if aaa_settings()["BUS"] == "celery":
+                from aaa_django.celery.bus import DistributedBus
 
-            async with build_engine(using=database, bus=DistributedBus()) as engine:
-                return await sweep(engine, stall_after=stall_after, dry_run=dry_run, limit=limit)
-        async with build_engine(using=database) as engine:
-            if conf["WORKER_SETUP"]:
-                import_string(conf["WORKER_SETUP"])(engine)
-            report = await sweep(engine, stall_after=stall_after, dry_run=dry_run, limit=limit)
-            if report.redriven and not dry_run:
-                with Progress("re-driven runs ended", total=len(report.redriven), stream=self.stderr) as bar:
-                    try:
-                        await asyncio.wait_for(self._ended(engine, report.redriven, bar), wait)
-                    except asyncio.TimeoutError:
-                        bar.close()
-                        self.stderr.write(f"some re-driven runs were still going after {wait} s")
-            return report
+                async with attach_site_handlers(build_engine(using=database, bus=DistributedBus())) as engine:
+                    # (the workers claim what they are sent: the command lets its leases go)
+                    report = await sweep(engine, stall_after=stall_after, dry_run=dry_run, limit=limit,
+                                         keeper=keeper)
+                    await keeper.stop(release=True)
+                    return report
+            engine = build_engine(using=database, bus=HostBus(keeper))
+            engine.observe(Claims(keeper))
+            async with attach_site_handlers(engine):
+                keeper.start(on_regained=lambda runs: engine.resume(sorted(runs)))
+                try:
+                    report = await sweep(engine, stall_after=stall_after, dry_run=dry_run, limit=limit,
+                                         keeper=keeper)
+                    going = [] if dry_run else [*report.adopted, *report.redriven]
+                    if going:
+                        with Progress("re-driven runs ended", total=len(going), stream=self.stderr) as bar:
+                            try:
+                                await asyncio.wait_for(self._ended(engine, going, bar), wait)
+                            except asyncio.TimeoutError:
+                                bar.close()
+                                self.stderr.write(f"some re-driven runs were still going after {wait} s")
+                finally:
+                    # what is still going is adopted by a web process at once
+                    await keeper.stop(release=True)
+                return report
+        finally:
+            await asyncio.to_thread(keeper.close)

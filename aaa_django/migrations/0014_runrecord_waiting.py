@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('aaa', '0012_runrecord_changed'),
+        ('aaa', '0013_runrecord_lease'),
     ]
 
     operations = [
