@@ -2,7 +2,8 @@
 in-process bus, SQLite): a conversation started with ``"conversation": true`` waits
 after each reply (status ``waiting``), takes the owner's next message and answers it
 with the whole conversation sent as deltas; refuses what it cannot take with the
-reason; closes; ends idle; and a tool's question is answered, refused, or expires."""
+reason; closes; ends idle; a tool's question is answered, refused, or expires; and a
+conversation is exported and imported as any run is."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from aaa_django.site.host import EngineHost
 from aaa_django.store import DjangoEventStore, runindex
 from tests.conversations import site
 
-from .conftest import wait_for, wait_until
+from .conftest import _user, wait_for, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -255,6 +256,29 @@ def test_an_expired_question_is_a_409_and_the_tool_call_fails_expired(api, alice
     wait_for(api, run_id, alice.auth, status="waiting")
     items = api.get(f"/runs/{run_id}/messages", headers=alice.auth).json()["items"]
     assert items[-1]["content"] == "you chose error (expired): the question to a person expired unanswered"
+
+
+def test_a_conversation_exported_erased_and_imported_comes_back_with_its_transcript_and_questions(
+        api, alice, django_user_model, talk_host):
+    dave = _user(django_user_model, "dave", "import_run")
+    run_id = start(api, alice)["id"]
+    wait_for(api, run_id, alice.auth, status="waiting")
+    say(api, alice, run_id, "which city?")
+    (question,) = pending_question(api, alice, run_id)
+    api.post(f"/runs/{run_id}/questions/{question['id']}", json={"answer": {"city": "Porto"}}, headers=alice.auth)
+    wait_for(api, run_id, alice.auth, status="waiting")
+    api.post(f"/runs/{run_id}/close", headers=alice.auth)
+    wait_for(api, run_id, alice.auth)
+    transcript = api.get(f"/runs/{run_id}/messages", headers=alice.auth).json()
+    questions = api.get(f"/runs/{run_id}/questions", headers=alice.auth).json()
+    body = api.get(f"/runs/{run_id}/export", headers=alice.auth).content
+    assert api.delete(f"/runs/{run_id}", headers=alice.auth).status_code == 204
+
+    r = api.post("/imports", data=body, headers={**dave.auth, "Content-Type": "application/jsonl"})
+    assert r.status_code == 201, r.json()
+    assert api.get(f"/runs/{run_id}/messages", headers=dave.auth).json() == transcript
+    assert api.get(f"/runs/{run_id}/questions", headers=dave.auth).json() == questions
+    assert [m["content"] for m in transcript["items"]][-1] == 'you chose {"city": "Porto"}'
 
 
 def test_a_waiting_conversation_is_not_an_unfinished_run_to_sweep(api, alice, talk_host):
