@@ -1,0 +1,109 @@
+"""What the library does without one of the private internals of its dependencies, for
+an A/B of a user-visible benchmark: ``bench_concurrency.py --without NAME`` runs each
+row as shipped and, in the same repetition, with ``AAA_BENCH_WITHOUT=NAME`` in its
+processes' environment, where :func:`apply` puts the public API in the internal's place
+(in the benchmark's processes only: the rows' child processes, the Celery workers'
+site ``celery_site.py``, and the driver that starts the Celery row's runs).
+
+Each switch names one use of a private internal and what replaces it:
+
+- ``outside-loop``: a Django store's inline calls and ``WorkerRuntime.call`` hide the
+  running loop (asyncio's ``_get_running_loop`` / ``_set_running_loop``); without it,
+  the sync call runs on a thread of the loop's default executor (``asyncio.to_thread``);
+- ``store-cursor``: the store's plain statements on PostgreSQL go through a copy of
+  Django's cursor wrapper (``make_cursor``, ``validate_no_broken_transaction``);
+  without it, through ``connection.cursor()``;
+- ``fast-publish``: the Celery bus builds its messages with ``app.amqp.as_task_v2``
+  and publishes them on a producer of its own; without it, ``app.send_task`` with a
+  producer acquired from the app's pool for each batch of messages;
+- ``client-reuse``: that publisher swaps kombu's Redis ``channel.Client`` for one
+  client per connection pool; without it, kombu's client per message;
+- ``current-object``: the bus unwraps Celery's ``current_app`` proxy by its private
+  ``_get_current_object``; without it, ``celery.app.app_or_default()``.
+
+A name that the library no longer has a use for is refused (:data:`SWITCHES`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+#: the environment variable that names the switches of a process (comma-separated)
+ENV = "AAA_BENCH_WITHOUT"
+
+
+def _outside_loop() -> None:
+    import asyncio
+    import functools
+
+    from aaa_django.store import database
+
+    def in_a_thread(fn):
+        @functools.wraps(fn)
+        async def call(*args, **kwargs):
+            return await asyncio.to_thread(fn, *args, **kwargs)
+
+        return call
+
+    database._outside_loop = in_a_thread
+    try:
+        from aaa_django.celery import worker
+    except ImportError:  # no Celery in this process
+        return
+    worker._outside_loop = in_a_thread
+
+
+def _store_cursor() -> None:
+    from aaa_django.store import appends, database, rows
+
+    def djangos(conn):
+        return conn.cursor()
+
+    for module in (rows, database, appends):
+        module.cursor = djangos
+
+
+def _fast_publish() -> None:
+    from aaa_django.celery.bus import DistributedBus
+
+    DistributedBus.publisher = lambda self: None
+
+
+def _client_reuse() -> None:
+    from aaa_django.celery import publish
+
+    publish._reuse_redis_client = lambda channel: None
+
+
+def _current_object() -> None:
+    from celery.app import app_or_default
+
+    from aaa_django.celery import bus
+
+    bus.celery_app = app_or_default
+
+
+SWITCHES: dict[str, Callable[[], None]] = {
+    "outside-loop": _outside_loop,
+    "store-cursor": _store_cursor,
+    "fast-publish": _fast_publish,
+    "client-reuse": _client_reuse,
+    "current-object": _current_object,
+}
+
+
+def names() -> list[str]:
+    """The switches this process was started with (:data:`ENV`)."""
+    return [n for n in os.environ.get(ENV, "").split(",") if n]
+
+
+def apply() -> list[str]:
+    """Apply this process's switches (once Django is set up); returns their names."""
+    found = names()
+    unknown = set(found) - set(SWITCHES)
+    if unknown:
+        raise SystemExit(f"{ENV}: unknown switches {sorted(unknown)}; known: {sorted(SWITCHES)}")
+    for name in found:
+        SWITCHES[name]()
+    return found
