@@ -370,6 +370,7 @@ def child(args) -> None:
             out = asyncio.run(inprocess(args.child, args.runs, args.turns, args.latency))
     out["load"] = [load, os.getloadavg()[0]]  # the 1-minute load average before and after
     out["without"] = switches.names()
+    out["applied in"] = len(switches.applied())  # processes (the driver, each worker process)
     print(json.dumps(out))
 
 

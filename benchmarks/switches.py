@@ -99,11 +99,25 @@ def names() -> list[str]:
 
 
 def apply() -> list[str]:
-    """Apply this process's switches (once Django is set up); returns their names."""
+    """Apply this process's switches (once Django is set up); returns their names.
+    Each process that applies any says so in ``$AAA_BENCH_TMP/switches.applied`` (its
+    pid and the names: :func:`applied`)."""
     found = names()
     unknown = set(found) - set(SWITCHES)
     if unknown:
         raise SystemExit(f"{ENV}: unknown switches {sorted(unknown)}; known: {sorted(SWITCHES)}")
     for name in found:
         SWITCHES[name]()
+    if found and os.environ.get("AAA_BENCH_TMP"):
+        with open(os.path.join(os.environ["AAA_BENCH_TMP"], "switches.applied"), "a") as f:
+            f.write(f"{os.getpid()} {','.join(found)}\n")
     return found
+
+
+def applied() -> dict[int, str]:
+    """pid -> the switches that process applied (this row's processes, see :func:`apply`)."""
+    path = os.path.join(os.environ.get("AAA_BENCH_TMP", ""), "switches.applied")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return {int(pid): found for pid, found in (line.split() for line in f if line.strip())}
