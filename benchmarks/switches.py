@@ -17,9 +17,7 @@ Each switch names one use of a private internal and what replaces it:
   and publishes them on a producer of its own; without it, ``app.send_task`` with a
   producer acquired from the app's pool for each batch of messages;
 - ``client-reuse``: that publisher swaps kombu's Redis ``channel.Client`` for one
-  client per connection pool; without it, kombu's client per message;
-- ``current-object``: the bus unwraps Celery's ``current_app`` proxy by its private
-  ``_get_current_object``; without it, ``celery.app.app_or_default()``.
+  client per connection pool; without it, kombu's client per message.
 
 A name that the library no longer has a use for is refused (:data:`SWITCHES`).
 """
@@ -76,20 +74,11 @@ def _client_reuse() -> None:
     publish._reuse_redis_client = lambda channel: None
 
 
-def _current_object() -> None:
-    from celery.app import app_or_default
-
-    from aaa_django.celery import bus
-
-    bus.celery_app = app_or_default
-
-
 SWITCHES: dict[str, Callable[[], None]] = {
     "outside-loop": _outside_loop,
     "store-cursor": _store_cursor,
     "fast-publish": _fast_publish,
     "client-reuse": _client_reuse,
-    "current-object": _current_object,
 }
 
 

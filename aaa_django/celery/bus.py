@@ -55,7 +55,7 @@ from functools import partial
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from asgiref.sync import sync_to_async
-from celery import current_app
+from celery.app import app_or_default
 from celery.signals import task_postrun, task_prerun
 from django.db import transaction
 from django.utils.module_loading import import_string
@@ -124,18 +124,17 @@ def queue_for(event_type: str, names: dict[str, str] | None = None) -> str:
 
 
 def celery_app() -> Any:
-    """The site's Celery app: Celery's default app, which is the site's in every
-    thread (Celery's Django fixup makes the site's app the default; a site without it
-    calls ``app.set_default()``). A worker's engines are given the app of the task
-    that delivers (``DistributedBus(app=...)``).
+    """The site's Celery app: the calling thread's current app, which is the site's
+    (Celery's Django fixup makes the site's app the default; a site without it calls
+    ``app.set_default()``). A worker's engines are given the app of the task that
+    delivers (``DistributedBus(app=...)``).
 
-    The app itself, not Celery's ``current_app`` proxy, which resolves the calling
-    thread's current app at every attribute read: the bus keeps what this returns and
-    uses it from other threads (the engine host's, a worker's db threads), where the
-    current app may be another, and its publisher's pools must be the one app's.
-    ``Proxy._get_current_object`` is private, though Celery's own code unwraps its
-    proxies so throughout; ``tests/celery/test_celery_app.py`` fails if it changes."""
-    return current_app._get_current_object()
+    The app itself (``celery.app.app_or_default()``), not Celery's ``current_app``
+    proxy, which resolves the calling thread's current app at every attribute read:
+    the bus keeps what this returns and uses it from other threads (the engine
+    host's, a worker's db threads), where the current app may be another, and its
+    producers must be the one app's."""
+    return app_or_default()
 
 
 _coordinators: dict[tuple, Coordinator] = {}
