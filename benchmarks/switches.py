@@ -7,9 +7,6 @@ site ``celery_site.py``, and the driver that starts the Celery row's runs).
 
 Each switch names one use of a private internal and what replaces it:
 
-- ``outside-loop``: a Django store's inline calls and ``WorkerRuntime.call`` hide the
-  running loop (asyncio's ``_get_running_loop`` / ``_set_running_loop``); without it,
-  the sync call runs on a thread of the loop's default executor (``asyncio.to_thread``);
 - ``store-cursor``: the store's plain statements on PostgreSQL go through a copy of
   Django's cursor wrapper (``make_cursor``, ``validate_no_broken_transaction``);
   without it, through ``connection.cursor()``;
@@ -29,27 +26,6 @@ from typing import Callable
 
 #: the environment variable that names the switches of a process (comma-separated)
 ENV = "AAA_BENCH_WITHOUT"
-
-
-def _outside_loop() -> None:
-    import asyncio
-    import functools
-
-    from aaa_django.store import database
-
-    def in_a_thread(fn):
-        @functools.wraps(fn)
-        async def call(*args, **kwargs):
-            return await asyncio.to_thread(fn, *args, **kwargs)
-
-        return call
-
-    database._outside_loop = in_a_thread
-    try:
-        from aaa_django.celery import worker
-    except ImportError:  # no Celery in this process
-        return
-    worker._outside_loop = in_a_thread
 
 
 def _store_cursor() -> None:
@@ -75,7 +51,6 @@ def _client_reuse() -> None:
 
 
 SWITCHES: dict[str, Callable[[], None]] = {
-    "outside-loop": _outside_loop,
     "store-cursor": _store_cursor,
     "fast-publish": _fast_publish,
     "client-reuse": _client_reuse,

@@ -75,6 +75,7 @@ from aaa_django.runtime.event_types import (
 )
 from aaa_django.site.holding import RunKeeper
 from aaa_django.store import DjangoEventStore
+from aaa_django.store.offload import Offload
 from aaa_django.store.redis import RedisEventStore
 
 from .coordination import Coordinator
@@ -173,14 +174,14 @@ def store_spec(store: EventStore) -> list[Any]:
     raise TypeError(f"the Celery bus cannot deliver events of {store!r}: use the Django or Redis store")
 
 
-def open_store(spec: Sequence[Any], *, inline: bool = False) -> DjangoEventStore | RedisEventStore:
-    """The store a :func:`store_spec` describes (``inline``: a Django store that
-    queries on the calling thread, see :class:`~aaa_django.store.DjangoEventStore`)."""
+def open_store(spec: Sequence[Any], *, offload: Offload | None = None) -> DjangoEventStore | RedisEventStore:
+    """The store a :func:`store_spec` describes (``offload``: where a Django store's
+    sync calls run for its async ones, see :mod:`aaa_django.store.offload`)."""
     if spec[0] == "django":
         cls = import_string(spec[2]) if len(spec) > 2 else DjangoEventStore
         if not (isinstance(cls, type) and issubclass(cls, DjangoEventStore)):
             raise ValueError(f"{spec[2]} is not a DjangoEventStore")
-        return cls(spec[1], inline=inline)
+        return cls(spec[1], offload=offload)
     if spec[0] == "redis":
         return RedisEventStore(spec[1], prefix=spec[2])
     raise ValueError(f"unknown store spec {spec!r}")
