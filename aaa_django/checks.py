@@ -9,9 +9,12 @@ aaa.E003   A value has the wrong type.
 aaa.E004   ``BUS`` is not one of "inprocess", "celery".
 aaa.E005   A number is out of range (negative).
 aaa.E006   ``BLOB_STORAGE`` names no alias in ``STORAGES``.
+aaa.E007   ``BLOB_STORAGE``'s storage backend cannot be imported (an S3 storage without
+           the ``s3`` extra: django-storages and boto3).
 aaa.E020   ``LLM_CLIENT``, a ``TOOLS``, ``PROJECTIONS`` or ``AGENTS`` entry is not an
            importable dotted path to the right kind of object (a factory, a tool, a
-           named Projection, a ``pydantic_ai.Agent``).
+           named Projection, a ``pydantic_ai.Agent``); ``AGENTS`` without the
+           ``pydantic-ai`` extra.
 aaa.E021   ``API_RATE`` or ``API_KEY_FAILURES`` is not "N/period" (period: s, sec, m,
            min, h, hour, d, day).
 aaa.E022   ``API_MAX_BODY``, ``API_STREAM_SECONDS`` or ``API_STREAMS_PER_USER`` is below 1.
@@ -35,6 +38,7 @@ aaa.W020   The API's limits (``API_RATE``, ``API_KEY_FAILURES``,
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from django.conf import settings
@@ -57,6 +61,26 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "STREAM_TOKENS": ((bool,), "True or False"),
 }
 _NON_NEGATIVE = ("CLAIM_THRESHOLD", "FOLD_CHECK_EVERY")
+
+#: the extra that installs each optional package (pyproject.toml's optional-dependencies),
+#: for the hint of a check whose import failed for want of it
+_EXTRA_OF = {
+    "celery": "celery", "kombu": "celery", "redis": "celery",
+    "psycopg": "postgres",
+    "storages": "s3", "boto3": "s3", "botocore": "s3",
+    "openai": "openai", "anthropic": "anthropic", "pydantic_ai": "pydantic-ai",
+    "mcp": "mcp", "opentelemetry": "otel",
+}
+
+
+def _install_hint(missing: str | None) -> str | None:
+    """``pip install 'aaa_django[extra]'`` when ``missing`` (an ImportError's ``name``)
+    is in a package one of the extras installs, and that package is not installed."""
+    top = (missing or "").partition(".")[0]
+    extra = _EXTRA_OF.get(top)
+    if extra is None or importlib.util.find_spec(top) is not None:
+        return None
+    return f"pip install 'aaa_django[{extra}]'"
 
 
 def check_aaa_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
@@ -111,7 +135,33 @@ def check_aaa_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 id="aaa.E006",
             )
         )
+    elif isinstance(alias, str):
+        errors.extend(_storage_backend(alias))
     return errors
+
+
+def _storage_backend(alias: str) -> list[Error]:
+    """``aaa.E007``: the backend of ``STORAGES[alias]`` imports (django-storages' S3
+    backend raises ``ImproperlyConfigured`` without boto3, an ``ImportError`` names a
+    missing django-storages)."""
+    entry = settings.STORAGES[alias]
+    backend = entry.get("BACKEND") if isinstance(entry, dict) else None
+    if not isinstance(backend, str):
+        return []  # Django's storage handler says so when the alias is used
+    try:
+        import_string(backend)
+        return []
+    except ImportError as exc:
+        problem, missing = exc, exc.name
+    except ImproperlyConfigured as exc:
+        problem, missing = exc, "boto3" if "boto3" in str(exc).lower() else None
+    return [Error(
+        f"AAA['BLOB_STORAGE'] is {alias!r}, whose storage backend {backend!r} cannot be "
+        f"imported: {problem}",
+        hint=_install_hint(missing) or "Install the package that provides the backend, or "
+                                       "correct its dotted path.",
+        id="aaa.E007",
+    )]
 
 
 def check_otel_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
@@ -221,6 +271,11 @@ def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths):
             wrong_type(key, "a list of dotted paths (str)")
             continue
+        if key == "AGENTS" and paths and importlib.util.find_spec("pydantic_ai") is None:
+            errors.append(Error("AAA['AGENTS'] names Pydantic AI agents, but pydantic-ai is not "
+                                "installed.", hint="pip install 'aaa_django[pydantic-ai]'",
+                                id="aaa.E020"))
+            continue
         for path in paths:
             errors.extend(_dotted(key, path, accepts, readable))
     for key in ("API_MAX_BODY", "API_STREAM_SECONDS", "API_STREAMS_PER_USER"):
@@ -277,7 +332,8 @@ def _dotted(key: str, path: str, accepts: Any, readable: str) -> list[Error]:
     try:
         obj = import_string(path)
     except ImportError as exc:
-        return [Error(f"AAA[{key!r}]: cannot import {path!r} ({exc}).", id="aaa.E020")]
+        return [Error(f"AAA[{key!r}]: cannot import {path!r} ({exc}).",
+                      hint=_install_hint(getattr(exc, "name", None)), id="aaa.E020")]
     if not accepts(obj):
         return [Error(f"AAA[{key!r}]: {path!r} is not {readable}.", id="aaa.E020")]
     return []

@@ -225,6 +225,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.s3)
         if "redis_url" in names:
             item.add_marker(pytest.mark.redis)
+        # the amqp_url fixture, or a broker parametrised by name (tests/celery)
+        if "amqp_url" in names or (callspec and "rabbitmq" in callspec.id.split("-")):
+            item.add_marker(pytest.mark.rabbitmq)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -14,6 +14,9 @@ import sys
 from pathlib import Path
 
 import grimp
+import pytest
+
+pytestmark = pytest.mark.static
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "aaa_django"

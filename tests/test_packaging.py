@@ -5,25 +5,24 @@ static files."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+
+from .install.checkout import copy_checkout
+from .install.uvenv import run_uv
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
 def test_the_sdist_has_the_docs_the_package_points_to(tmp_path):
-    build = subprocess.run(
-        [sys.executable, "-c", "import sys; from setuptools import build_meta as b;"
-         "print(b.build_sdist(sys.argv[1]))", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert build.returncode == 0, build.stderr
-    (sdist,) = tmp_path.glob("*.tar.gz")
+    # built as a package index's user builds it: in an isolated environment holding what
+    # pyproject.toml's build-system requires (no setuptools needed where the test runs)
+    copy_checkout(tmp_path / "checkout")
+    run_uv("build", "--sdist", "--out-dir", tmp_path / "dist", tmp_path / "checkout")
+    (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     pointed = {m for p in (ROOT / "aaa_django").rglob("*.py")
@@ -50,3 +49,46 @@ def test_the_install_instructions_name_every_extra_a_site_installs(page):
     assert [name for name in wanted if f"[{name}]" not in line] == []
     rows = [ln.split(" | ")[0] for ln in text.splitlines() if ln.startswith("| `")]
     assert [name for name in wanted if not any(f"`{name}`" in row for row in rows)] == []
+
+
+def test_the_classifiers_and_the_django_range_are_the_legs_of_the_matrix():
+    """pyproject.toml claims the Django and Python versions noxfile.py's legs test, and
+    its Django range admits each tested Django and nothing newer."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    from noxfile import LEGS
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    classifiers = project["classifiers"]
+    djangos = {c.rsplit(" :: ", 1)[1] for c in classifiers if c.startswith("Framework :: Django :: ")}
+    pythons = {c.rsplit(" :: ", 1)[1] for c in classifiers
+               if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)}
+    assert djangos == {django for _, django in LEGS.values()}
+    assert pythons == {python for python, _ in LEGS.values()}
+    (django,) = [r for r in map(Requirement, project["dependencies"]) if r.name.lower() == "django"]
+    newest = max(djangos, key=lambda v: tuple(map(int, v.split("."))))
+    major, minor = map(int, newest.split("."))
+    assert all(django.specifier.contains(f"{v}.0") for v in djangos)
+    assert not django.specifier.contains(f"{major}.{minor + 1}.0")
+    assert project["requires-python"] == f">={min(pythons, key=lambda v: tuple(map(int, v.split('.'))))}"
+
+
+def test_the_docs_say_what_each_leg_is():
+    """docs/development.md's table of the legs and docs/install.md's supported versions
+    are noxfile.py's legs."""
+    from noxfile import LEGS
+
+    from .docs.pages import section
+
+    rows = [line.split(" | ") for line in section("docs/development.md", "The matrix").splitlines()
+            if line.startswith("| `django")]
+    assert {row[0].strip("| `"): (row[2], row[1]) for row in rows} == LEGS
+    table = section("docs/install.md", "Supported versions").splitlines()
+    header = next(line for line in table if line.startswith("| Django |"))
+    pythons = [cell.removeprefix("Python ") for cell in header.strip("| ").split(" | ")[1:]]
+    tested = {(python, line.split(" | ")[0].strip("| ").split()[0])
+              for line in table if line.startswith("| ") and not line.startswith(("| Django", "| ---"))
+              for python, cell in zip(pythons, line.strip("| ").split(" | ")[1:]) if cell == "tested"}
+    assert tested == set(LEGS.values())

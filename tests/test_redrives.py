@@ -41,12 +41,14 @@ def test_the_wait_after_a_re_drive_is_as_long_as_the_run_had_been_idle_and_bound
     assert due_again(0, 5, 5, 0)
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
-def test_a_run_that_does_not_move_is_re_driven_on_the_backoff(kind):
+@pytest.mark.parametrize("kind", ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_run_that_does_not_move_is_re_driven_on_the_backoff(kind, request):
     """tests.reader waits for an event that never comes: a re-drive delivers its
     events again and it appends nothing, so it stays idle. Swept every second for 200 s
     of idleness (stall_after 10): re-driven at 10, 20, 40, 80, 160 s (one per sweep
     before the ledger)."""
+    if kind == "postgres":  # skipped without PostgreSQL (bin/test starts it), failed under it
+        request.getfixturevalue("pg_alias")
     store = {"memory": InMemoryEventStore, "sqlite": lambda: DjangoEventStore("default"),
              "postgres": lambda: DjangoEventStore("postgres")}[kind]()
 

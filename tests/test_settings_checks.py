@@ -66,6 +66,20 @@ def test_blob_storage_may_name_a_storages_alias(settings):
     assert ids_for({"BLOB_STORAGE": "blobs"}) == []
 
 
+def test_a_blob_storage_whose_backend_does_not_import_is_an_error(settings):
+    """(An S3 storage without the ``s3`` extra: tests/install, on the base install.)"""
+    settings.STORAGES = {**settings.STORAGES, "blobs": {"BACKEND": "nowhere.storage.Storage"}}
+    with override_settings(AAA={"BLOB_STORAGE": "blobs"}):
+        (error,) = check_aaa_settings()
+    assert error.id == "aaa.E007"
+    assert "'nowhere.storage.Storage' cannot be imported" in error.msg
+    assert error.hint == ("Install the package that provides the backend, or correct its "
+                          "dotted path.")
+
+
+# From Django 6.1, `manage.py check` gives the model checks every database (a JSONField
+# asks the database whether it supports JSON): the command needs the test database.
+@pytest.mark.django_db
 def test_the_check_is_registered_with_django():
     with override_settings(AAA={"BUS": "rabbit"}):
         with pytest.raises(SystemCheckError, match="aaa.E004"):

@@ -56,9 +56,14 @@ SQLITE = [
     f"CREATE TRIGGER aaa_run_changed_update AFTER UPDATE OF {', '.join(WATCHED)} ON aaa_run "
     f"WHEN {SQLITE_WHEN} BEGIN {_SQLITE_MOVE} END;",
 ]
-SQLITE_REVERSE = [
+#: the triggers again, after a migration that makes ``aaa_run`` again on SQLite (0013)
+SQLITE_TRIGGERS_DROPPED = [
     "DROP TRIGGER IF EXISTS aaa_run_changed_update;",
     "DROP TRIGGER IF EXISTS aaa_run_changed_insert;",
+]
+SQLITE_TRIGGERS_AGAIN = [*SQLITE_TRIGGERS_DROPPED, *SQLITE[2:]]
+SQLITE_REVERSE = [
+    *SQLITE_TRIGGERS_DROPPED,
     "DROP TABLE IF EXISTS aaa_run_change_counter;",
 ]
 

@@ -1,15 +1,27 @@
+import importlib
+
 from django.db import migrations, models
+
+from aaa_django.migration_ops import VendorRunSQL
+
+changed = importlib.import_module("aaa_django.migrations.0012_runrecord_changed")
 
 
 class Migration(migrations.Migration):
     """The run's lease (``aaa_django.store.leases``): which process drives it, until
-    when, and the ledger of its adoptions."""
+    when, and the ledger of its adoptions.
+
+    On SQLite, Django adds these columns by making the table again (a new table, the rows
+    copied, the old one dropped), which drops the triggers on it: 0012's change-position
+    triggers are made again after it (and, backwards, after the columns go)."""
 
     dependencies = [
         ('aaa', '0012_runrecord_changed'),
     ]
 
     operations = [
+        # backwards, last: the table made again without these columns loses them too
+        VendorRunSQL("sqlite", migrations.RunSQL.noop, changed.SQLITE_TRIGGERS_AGAIN),
         migrations.AddField(
             model_name='runrecord',
             name='held_by',
@@ -30,4 +42,6 @@ class Migration(migrations.Migration):
             name='adoptions',
             field=models.PositiveIntegerField(db_default=0, default=0, verbose_name='adoptions'),
         ),
+            # the rows' positions stay as they were copied; the counter table is untouched
+        VendorRunSQL("sqlite", changed.SQLITE_TRIGGERS_AGAIN, migrations.RunSQL.noop),
     ]

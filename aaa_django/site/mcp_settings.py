@@ -20,6 +20,7 @@ can be served by any of them. System check ``aaa.E040``: a malformed entry, or t
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 from typing import Any
 
@@ -56,11 +57,12 @@ def check_mcp_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     raw = site["MCP_SERVERS"]
     if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in raw.items()):
         return [Error("AAA['MCP_SERVERS'] must be a dict {name: {keywords of MCPServer}}.", id="aaa.E040")]
-    try:
-        from aaa_django.tools.mcp import MCPServer
-    except ImportError:  # pragma: no cover - depends on the installation
+    # aaa_django.tools.mcp imports the SDK only when a server connects: ask for it here
+    if importlib.util.find_spec("mcp") is None:
         return [Error("AAA['MCP_SERVERS'] is set, but the 'mcp' package is missing.",
                       hint="pip install 'aaa_django[mcp]'", id="aaa.E040")]
+    from aaa_django.tools.mcp import MCPServer
+
     known = set(inspect.signature(MCPServer).parameters) - {"name"}
     errors = []
     for name, entry in raw.items():

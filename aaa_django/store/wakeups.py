@@ -136,8 +136,10 @@ class Listener(Hub):
             try:
                 with self._connect() as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    # whatever committed before we listened: read it. Woken before it
+                    # says it listens, so whoever waited for listening() has had it.
+                    self.wake()
                     self._listening.set()
-                    self.wake()  # whatever committed before we listened: read it
                     heard = time.monotonic()
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=1.0):  # then look at _stop

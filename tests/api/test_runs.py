@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -154,7 +155,10 @@ def test_bad_input_is_422_and_creates_no_run(api, alice, body, loc, words):
     (b'{"deadline": 1e999}', {"Content-Type": "application/json"}, 400, ["body"]),
     (b'"\\ud800"', {"Content-Type": "application/json"}, 400, ["body"]),
     (b"\xff\xfe", {"Content-Type": "application/json"}, 400, ["body"]),
-    (b"[" * 5000 + b"]" * 5000, {"Content-Type": "application/json"}, 422, ["body"]),  # too_deep
+    # too_deep: Python 3.11's and 3.12's json stop at their recursion limit (the body as a
+    # whole); 3.13's parses it, and the iterative check names where (its first element)
+    (b"[" * 5000 + b"]" * 5000, {"Content-Type": "application/json"}, 422,
+     ["body"] if sys.version_info < (3, 13) else ["body", 0]),
     (b"algorithm=x", {"Content-Type": "application/x-www-form-urlencoded"}, 415,
      ["header", "Content-Type"]),
     (b'{"algorithm": "tests.api.echo"}', {}, 415, ["header", "Content-Type"]),

@@ -18,6 +18,7 @@ import asyncio
 import time
 from collections import Counter
 
+import pytest
 from django.db import connections
 
 from aaa_django.celery.sweeper import sweep
@@ -33,7 +34,7 @@ from .person import reconciling
 from .site import loop, script
 from .test_faults import REQUEST_TYPES, _as_it_happened, _each_request_has_one_result, _executions
 
-pytestmark = [CELERY_DB]
+pytestmark = [CELERY_DB, pytest.mark.campaign]
 
 RUNS, TURNS, LATENCY = 200, 4, 1.0
 #: model calls in flight when the worker is killed, at least (how many more depends on

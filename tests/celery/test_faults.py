@@ -27,6 +27,7 @@ import signal
 import time
 from collections import Counter
 
+import pytest
 from django.db import connections
 
 from aaa_django.events import derive_id
@@ -44,7 +45,7 @@ from .conftest import CELERY_DB, make_engine
 from .person import reconciling
 from .site import EXEC_TABLE, loop, script
 
-pytestmark = [CELERY_DB]
+pytestmark = [CELERY_DB, pytest.mark.campaign]
 
 RUNS, TURNS = 20, 5
 #: kills made while the runs' first model calls are held in flight

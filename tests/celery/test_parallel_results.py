@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import pytest
 from django.db import connections
 
 from aaa_django.runtime.event_types import RUN_COMPLETED, TOOL_COMPLETED
@@ -30,7 +31,7 @@ from .conftest import CELERY_DB, make_engine
 from .site import loop, script
 from .test_faults import _each_request_has_one_result
 
-pytestmark = [CELERY_DB]
+pytestmark = [CELERY_DB, pytest.mark.campaign]
 
 RUNS, TURNS, PARALLEL, LATENCY = 200, 3, 3, 1.0
 #: each tool call's seconds: past the worker's SLOW_DELIVERY, so each call's delivery

@@ -68,6 +68,7 @@ def worker_settings(redis_url: str) -> override_settings:
         "WORKER_SETUP": f"{__name__}.setup"})
 
 
+@pytest.mark.campaign
 def test_a_workers_memory_is_flat_across_5000_runs(pg_alias, redis_url):
     # The fold holder's self-checks come due all along and wait for an idle process:
     # the checks of a run that ended go with its states, so nothing piles up.

@@ -75,6 +75,7 @@ def task_text(i: int, size: int) -> str:
     return "".join(rng.choices(string.ascii_letters + " ", k=size))
 
 
+@pytest.mark.campaign
 def test_the_site_under_load_survives_its_infrastructure_failing(tmp_path, s3_endpoint):
     tasks = [task_text(i, size) for i, size in enumerate(SIZES)]
     started: dict[int, str] = {}
