@@ -10,7 +10,8 @@ the worker appends for a queue it takes is delivered on the same loop, without a
 message (:meth:`WorkerRuntime.take`). On PostgreSQL (psycopg 3) the loop awaits the
 store (:class:`~aaa_django.store.postgres.PgEventStore`: its own async connections,
 group commit); elsewhere the store's statements run on a few threads of the process
-(:class:`~aaa_django.store.offload.OnThreads`). Either way the loop goes on while a commit waits.
+(:class:`~aaa_django.store.offload.OnThreads`). Either way the loop goes on while a
+commit waits.
 
 A delivery is the engine's step (``engine.handle``) split as the bus protocol allows:
 the run's step (see :meth:`DistributedBus.serial`): bring this worker's view of the

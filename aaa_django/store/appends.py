@@ -7,8 +7,9 @@ backend allows (the mixin :class:`StatementAppends` of
   prepares nothing, the call of migration 0009's function that does the same with
   plans the session keeps), preceded by one query (the head, the ids
   stored already, the run's row) unless the store remembers them from its own last
-  append or read of the stream, or from the events a delivery's message carried (a hint, refused by the unique ``(stream, seq)`` index
-  when another process appended since), or the batch starts a run: then the
+  append or read of the stream, or from the events a delivery's message carried (a
+  hint, refused by the unique ``(stream, seq)`` index when another process appended
+  since), or the batch starts a run: then the
   statement inserts the events and the run's new row, on the guess that the stream
   is new (refused by the same index, or the event's unique id, when it is not);
 - SQLite: ``BEGIN IMMEDIATE``, that one query, the ``INSERT`` (and the run row's
