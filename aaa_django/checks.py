@@ -229,7 +229,10 @@ def _unbuildable(model: str, base_url: str | None, api_key: str | None) -> str |
     """Why Pydantic AI cannot build ``model`` as the site's client would (None: it can)."""
     from .llm.pydantic_ai_client import PydanticAIClient
 
-    client = PydanticAIClient(model, base_url=base_url, api_key=api_key)
+    try:
+        client = PydanticAIClient(model, base_url=base_url, api_key=api_key)
+    except ImportError:  # the extra is missing: aaa.E060 names the install
+        return None
     try:
         client.build(None, client.make_sdk())
     except Exception as exc:  # any way it fails: every call would fail the same way

@@ -212,6 +212,11 @@ class FoldCache:
         with self._lock:
             return any(self._due.values())
 
+    def due_streams(self) -> set[str]:
+        """The streams with a self-check waiting, on any loop."""
+        with self._lock:
+            return {_stream_of(key)[-1] for due in self._due.values() for key in due}
+
     async def run_due_checks(self) -> int:
         """Run this loop's due checks, oldest first, while the process stays idle (work
         coming back stops them; the rest wait for the next quiet spell)."""

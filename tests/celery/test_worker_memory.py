@@ -101,7 +101,9 @@ def test_a_workers_memory_is_flat_across_5000_runs(pg_alias, redis_url):
     assert rt.taken == 5 * RUNS  # every event delivered on the worker's loop, none sent
     assert grown < 10 * 2**20, f"grew {grown / 2**20:.1f} MB from run {WARM} to run {RUNS}"
     assert held == {}  # the tail keeps nothing of an ended run
-    assert not default_cache.has_due()  # nor the holder a self-check of one
+    # nor the holder a self-check of one (the holder is the process's: another test on
+    # this pytest worker may have left checks of its own runs)
+    assert default_cache.due_streams() & set(runs) == set()
 
 
 def test_with_debug_on_the_store_threads_keep_no_log_of_their_queries(pg_alias):
