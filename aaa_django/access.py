@@ -30,7 +30,9 @@ VIEW_ALL = "aaa.view_all_runs"
 #: every action on a run, and the permission it needs on another owner's run
 ACTIONS = {
     "cancel": "aaa.cancel_run",
+    "close": "aaa.cancel_run",
     "approve": "aaa.approve_run",
+    "answer": "aaa.answer_run",
     "erase": "aaa.erase_run",
     "redrive": "aaa.change_runrecord",
 }

@@ -19,6 +19,7 @@ aaa.E020   ``LLM_CLIENT``, a ``TOOLS``, ``PROJECTIONS`` or ``AGENTS`` entry is n
 aaa.E021   ``API_RATE`` or ``API_KEY_FAILURES`` is not "N/period" (period: s, sec, m,
            min, h, hour, d, day).
 aaa.E022   ``API_MAX_BODY``, ``API_STREAM_SECONDS`` or ``API_STREAMS_PER_USER`` is below 1.
+aaa.E023   ``CONVERSATION_IDLE`` is not a number above 0, nor None.
 aaa.E050   ``OTEL`` is not a bool, or it is True and the ``otel`` extra
            (``opentelemetry-api``) is not installed.
 aaa.E061   A model the site's runs would be sent to cannot be built: ``LLM`` with
@@ -296,6 +297,10 @@ def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             wrong_type(key, "an int")
         elif value < 1:
             errors.append(Error(f"AAA[{key!r}] must be >= 1, not {value}.", id="aaa.E022"))
+    idle = site.get("CONVERSATION_IDLE")
+    if idle is not None and (isinstance(idle, bool) or not isinstance(idle, (int, float)) or idle <= 0):
+        errors.append(Error(f"AAA['CONVERSATION_IDLE'] must be a number of seconds above 0, or None, "
+                            f"not {idle!r}.", id="aaa.E023"))
     for key in ("API_RATE", "API_KEY_FAILURES"):
         rate = site.get(key)
         if rate is None:

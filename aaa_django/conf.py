@@ -113,6 +113,12 @@ API_STREAMS_PER_USER int >= 1        10            Streams (SSE: a run's events,
                                                    processes when it is shared); past it: 429.
 API_STREAM_SECONDS  int >= 1         300           A stream (SSE) closes after this long; the
                                                    client resumes with Last-Event-ID.
+CONVERSATION_IDLE   number > 0 or    3600          Seconds a conversation started over the
+                    None                           API waits for its next message before it
+                                                   ends ``timeout`` (a run's own
+                                                   ``{"idle": seconds}`` wins). None: it
+                                                   waits until closed, cancelled or its
+                                                   deadline.
 LLM                 dict or None     None          The model provider of the web process and
                                                    the demo: {"PROVIDER": "openai" |
                                                    "anthropic" | "pydantic-ai", "BASE_URL",
@@ -186,6 +192,7 @@ DEFAULTS: dict[str, Any] = {
     "API_KEY_FAILURES": "20/min",
     "API_STREAM_SECONDS": 300,
     "API_STREAMS_PER_USER": 10,
+    "CONVERSATION_IDLE": 3600,
     # the model provider (aaa_django.site.llm_settings; docs/models.md)
     "LLM": None,
     # MCP servers whose tools the site's engines may run (aaa_django.site.mcp_settings)

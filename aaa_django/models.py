@@ -156,6 +156,7 @@ class RunRecord(models.Model):
             ("view_all_runs", "Can see every run, not only their own"),
             ("cancel_run", "Can cancel any run"),
             ("approve_run", "Can grant or deny any run's approvals"),
+            ("answer_run", "Can answer any run's questions"),
             ("erase_run", "Can erase any run"),
             ("import_run", "Can import runs from an export file"),
         ]

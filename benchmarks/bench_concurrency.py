@@ -3,6 +3,7 @@
     .venv-bench/bin/python benchmarks/bench_concurrency.py                     # 200 x 3 x 1 s, every row
     .venv-bench/bin/python benchmarks/bench_concurrency.py --runs 1000 --latency 2 --only inprocess-pg
     .venv-bench/bin/python benchmarks/bench_concurrency.py --only celery --runs 50
+    .venv-bench/bin/python benchmarks/bench_concurrency.py --only inprocess-pg,celery --repeat 5 --without NAME
 
 (``.venv-bench``: a venv with ``requirements/bench.txt``, see benchmarks/README.md.)
 
@@ -36,6 +37,11 @@ Rows (each in a process of its own, on the same durable databases, in one run):
   durability="sync")`` with ``AsyncPostgresSaver`` on a ``psycopg_pool`` pool
   (``autocommit=True, row_factory=dict_row, prepare_threshold=0``; ``--pool`` connections).
 
+``--without NAME`` (``benchmarks/switches.py``): each row also runs, in the same
+repetition and in alternating order, with the public API in place of one private
+internal of a dependency that the library uses; the paired ratios (without / as
+shipped, each repetition against its own) and the machine's load average are printed.
+
 Goals (issue #15): 200 x 3 x 1 s within 1.3x ideal in-process on PostgreSQL and on
 Celery with 2 worker processes, ahead of LangGraph; 1,000 x 3 x 2 s on one process
 within 1.5x ideal, at most 200 KB per in-flight run.
@@ -58,6 +64,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import switches  # noqa: E402
 from common import (  # noqa: E402
     PG_DB,
     ROOT,
@@ -290,6 +297,7 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
         from django.core.management import call_command
 
         django.setup()
+        switches.apply()  # (the workers apply theirs in celery_site.setup)
         call_command("migrate", verbosity=0)
         from asgiref.sync import async_to_sync
         from celery_site import registry, script
@@ -344,12 +352,14 @@ def child(args) -> None:
     """One row, in this process; prints its result as JSON on the last line."""
     pg = json.loads(os.environ["AAA_BENCH_PG"])
     tmp = Path(os.environ["AAA_BENCH_TMP"])
+    load = os.getloadavg()[0]
     if args.child == "celery":
         out = celery_row(pg, args.runs, args.turns, args.latency, args.celery_concurrency, tmp)
     elif args.child == "langgraph":
         out = asyncio.run(langgraph(pg, args.runs, args.turns, args.latency, args.pool))
     else:
         setup_django(tmp, pg)
+        switches.apply()
         if os.environ.get("AAA_BENCH_PROFILE"):  # a deterministic profile of the row, to a file
             import cProfile
 
@@ -358,6 +368,9 @@ def child(args) -> None:
             prof.dump_stats(os.environ["AAA_BENCH_PROFILE"])
         else:
             out = asyncio.run(inprocess(args.child, args.runs, args.turns, args.latency))
+    out["load"] = [load, os.getloadavg()[0]]  # the 1-minute load average before and after
+    out["without"] = switches.names()
+    out["applied in"] = len(switches.applied())  # processes (the driver, each worker process)
     print(json.dumps(out))
 
 
@@ -389,6 +402,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1,
                     help="run every row this many times, the rows in turn, and print medians "
                          "(this machine's noise: one run of a row moved by 20-40%%)")
+    ap.add_argument("--without", action="append", default=[], metavar="NAME",
+                    choices=sorted(switches.SWITCHES),
+                    help="also run every row without one private internal of a dependency, the "
+                         "public API in its place (benchmarks/switches.py), in the same repetitions, "
+                         "in alternating order; repeatable")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -402,9 +420,13 @@ def main() -> None:
     started = time.perf_counter()
     results = {}
     with workdir() as tmp, postgres(tmp) as pg:
+        variants = [None, *args.without]  # as shipped, then without each switch
         for repetition in range(args.repeat):  # the rows in turn, each time (the machine's noise spread)
-            for row in rows:
-                sub = tmp / f"{row}-{repetition}"
+            # the variants in turn, each repetition starting from another one
+            turn = variants[repetition % len(variants):] + variants[:repetition % len(variants)]
+            for row, without in [(row, w) for row in rows for w in turn]:
+                name = row if without is None else f"{row} without {without}"
+                sub = tmp / f"{row}-{without or 'shipped'}-{repetition}"
                 sub.mkdir()
                 os.chmod(sub, 0o777)
                 cmd = [sys.executable, __file__, "--child", row, "--runs", str(args.runs), "--turns",
@@ -417,14 +439,17 @@ def main() -> None:
                        **({"AAA_BENCH_LAGS": "1"} if args.lags else {}),
                        **({"AAA_BENCH_GC_THRESHOLD": args.gc_threshold} if args.gc_threshold else {}),
                        "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
+                env.pop(switches.ENV, None)
+                if without is not None:
+                    env[switches.ENV] = without
                 proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
                 if proc.returncode:
                     print(f"# {row} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", file=sys.stderr)
                     continue
                 result = json.loads(proc.stdout.strip().splitlines()[-1])
                 result["repetition"] = repetition
-                results.setdefault(row, []).append(result)
-                print(f"# {row}: { {k: v for k, v in result.items() if k not in ('runs', 'lags')} }",
+                results.setdefault(name, []).append(result)
+                print(f"# {name}: { {k: v for k, v in result.items() if k not in ('runs', 'lags')} }",
                       flush=True)
     print(f"\n# bench_concurrency: Python {platform.python_version()}, {os.cpu_count()} CPUs; "
           f"{args.runs} runs x {args.turns} turns x {args.latency:g} s model latency, started "
@@ -452,8 +477,12 @@ def main() -> None:
         each = sorted(r["runs"])
         return each[min(int(len(each) * q), len(each) - 1)] / ideal
 
+    def label(name: str) -> str:
+        row, _, without = name.partition(" without ")
+        return labels[row] + (f", without {without} (benchmarks/switches.py)" if without else "")
+
     for row, rs in results.items():
-        out.append([labels[row], spread([r["wall"] for r in rs], "{:.2f} s"), f"{ideal:g} s",
+        out.append([label(row), spread([r["wall"] for r in rs], "{:.2f} s"), f"{ideal:g} s",
                     spread([r["wall"] / ideal for r in rs], "{:.2f}x"),
                     f"{med([percentile(r, 0.5) for r in rs]):.2f}x / {med([percentile(r, 0.9) for r in rs]):.2f}x",
                     f"{med([r['memory'] for r in rs]) / args.runs / 1024:.0f} KB", str(rs[0]["processes"]),
@@ -464,17 +493,17 @@ def main() -> None:
         r = sorted(rs, key=lambda r: r["wall"])[len(rs) // 2]  # the repetition of the median wall
         if "gc" in r:
             gcs = [{int(k): v for k, v in x["gc"].items()} for x in rs]  # generation -> [passes, s, collected]
-            print(f"# {labels[row]}: the garbage collector {med([sum(v[1] for v in g.values()) for g in gcs]):.2f} s "
+            print(f"# {label(row)}: the garbage collector {med([sum(v[1] for v in g.values()) for g in gcs]):.2f} s "
                   f"during the load; {med([g[2][0] for g in gcs]):g} full collections, "
                   f"{med([g[2][1] for g in gcs]):.2f} s (--gc {args.gc}"
                   f"{', --gc-threshold ' + args.gc_threshold if args.gc_threshold else ''})")
         if "lags" in r:
-            print(f"# {labels[row]}: where a run's time went (ms: median / p90 / max over the runs; "
+            print(f"# {label(row)}: where a run's time went (ms: median / p90 / max over the runs; "
                   f"the median repetition):")
             for name, (p50, p90, most) in r["lags"].items():
                 print(f"#   {name:8s} {p50:8.1f} {p90:8.1f} {most:8.1f}")
         if "groups" in r:
-            print(f"# {labels[row]}: {r['grouped']} appends in {r['groups']} group commits "
+            print(f"# {label(row)}: {r['grouped']} appends in {r['groups']} group commits "
                   f"(the others alone; {r['rolled_back']} groups rolled back and made again "
                   f"alone); {r['connections']} connections opened (the median repetition)")
     lg = {r["repetition"]: r for r in results.get("langgraph", [])}
@@ -483,8 +512,20 @@ def main() -> None:
             if row != "langgraph":
                 pairs = [r["wall"] / lg[r["repetition"]]["wall"] for r in rs if r["repetition"] in lg]
                 if pairs:
-                    print(f"# {labels[row]}: {spread(pairs, '{:.2f}x')} LangGraph's wall time "
+                    print(f"# {label(row)}: {spread(pairs, '{:.2f}x')} LangGraph's wall time "
                           f"(each repetition against LangGraph's in the same one)")
+    for name, rs in results.items():
+        row, _, without = name.partition(" without ")
+        shipped = {r["repetition"]: r for r in results.get(row, [])}
+        if without and shipped:
+            pairs = [r["wall"] / shipped[r["repetition"]]["wall"] for r in rs if r["repetition"] in shipped]
+            cpus = [r["cpu"] / shipped[r["repetition"]]["cpu"] for r in rs if r["repetition"] in shipped]
+            print(f"# {label(row)}: without {without} / as shipped, paired by repetition ({len(pairs)}): "
+                  f"wall {spread(pairs, '{:.3f}x')}, process CPU {spread(cpus, '{:.3f}x')}")
+    loads = [x for rs in results.values() for r in rs for x in r.get("load", [])]
+    if loads:
+        print(f"# load average (1 min) at the rows' starts and ends: median {med(loads):.1f}, "
+              f"{min(loads):.1f}-{max(loads):.1f}, on {os.cpu_count()} CPUs")
     print(f"# total {time.perf_counter() - started:.0f} s")
 
 

@@ -34,10 +34,6 @@ the same rows into the same table (its triggers included), four ways:
                       compared with raw driver, sync;
 - append (async):     ``DjangoEventStore.append`` awaited (a hop to Django's
                       thread-sensitive executor), compared with raw driver, async;
-- append (async), inline: ``DjangoEventStore(inline=True).append`` awaited: the query
-                      on the loop's thread with the loop hidden (asyncio's private
-                      ``_set_running_loop``, what a Celery worker's SQLite store does);
-                      this row against the one above is what that private use buys;
 - PgEventStore append (PostgreSQL): ``PgEventStore.append`` awaited, the engine's
                       store on PostgreSQL (psycopg's async connections, no hop);
 - SqliteEventStore append (SQLite): ``SqliteEventStore.append`` awaited, the
@@ -390,9 +386,6 @@ HOWS = {
     # a run's stream: every append also folds the events into the run's index row
     "append_sync, a run's stream": "raw driver, sync",
     "append (async), a run's stream": "raw driver, async",
-    # DjangoEventStore(inline=True), a Celery worker's: the queries on the loop's
-    # thread with the loop hidden (asyncio's private _set_running_loop), no hop
-    "append (async), inline": "raw driver, async",
     # the site's store (``site_store``, what the engine awaits): on PostgreSQL
     # PgEventStore (its own psycopg connections), on SQLite SqliteEventStore (its own
     # sqlite3 connection, on a thread of its own)
@@ -419,7 +412,6 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
     from aaa_django.store.sqlite import SqliteEventStore
 
     store = DjangoEventStore(using=alias)
-    inline = DjangoEventStore(using=alias, inline=True)
     site = "PgEventStore" if label == "PostgreSQL" else "SqliteEventStore"
     sitestore = PgEventStore(using=alias) if label == "PostgreSQL" else SqliteEventStore(alias)
     hows = [h for h in HOWS if not h.endswith("Store append") and "Store append," not in h
@@ -455,8 +447,6 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
                 return time.perf_counter() - t0
 
             rates["append (async)"].append(total / asyncio.run(go()))
-            events = events_for(f"inline-{next(counter)}", 0, total, plain=True)
-            rates["append (async), inline"].append(total / asyncio.run(go(events, inline)))
 
             # A run's stream: started (untimed), then the same appends.
             stream = f"run-sync-{next(counter)}"

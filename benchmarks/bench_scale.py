@@ -295,7 +295,8 @@ def sweep(alias: str) -> dict[str, float]:
 
     from aaa_django.runtime import InProcessBus
     from aaa_django.site.engines import build_engine
-    from aaa_django.site.retention import Policy, apply_retention, vacuum_tables
+    from aaa_django.site.retention import Policy, apply_retention
+    from aaa_django.store.retention import vacuum_tables
 
     async def erase():
         async with build_engine(using=alias, bus=InProcessBus()) as engine:

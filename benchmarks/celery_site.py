@@ -211,8 +211,12 @@ def registry():
 
 
 def setup(engine) -> None:
+    import switches
+
     from aaa_django.llm import FakeLLMClient, LLMHandler
     from aaa_django.tools import ToolHandler
+
+    switches.apply()  # bench_concurrency.py --without: before the worker's first delivery
 
     LLMHandler(FakeLLMClient(scripted_model)).attach(engine)
     ToolHandler(registry()).attach(engine)

@@ -42,7 +42,6 @@ ap.add_argument("--turns", type=int, default=20)
 ap.add_argument("--profile", action="store_true")
 ap.add_argument("--top", type=int, default=40)
 ap.add_argument("--sort", default="tottime")
-ap.add_argument("--inline", action="store_true", help="DjangoEventStore(inline=True)")
 ap.add_argument("--compare", action="store_true",
                 help="the Django store (a hop a call) against SqliteEventStore as it is by default, "
                      "always on its thread, and on the loop, in alternating rounds")
@@ -102,9 +101,7 @@ async def go(alias: str) -> None:
     from aaa_django.events import InMemoryEventStore
     from aaa_django.store.postgres import site_store
 
-    from aaa_django.store import DjangoEventStore
-
-    store = DjangoEventStore(alias, inline=True) if args.inline else site_store(alias)
+    store = site_store(alias)
     print(f"# {store!r}, load {os.getloadavg()[0]:.1f}")
     for _ in range(3):  # warm up
         await aaa_run(store, args.turns)

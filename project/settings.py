@@ -16,7 +16,7 @@ blobs on disk under var/blobs. Environment variables switch on the cluster parts
                        a real model provider (AAA["LLM"]; its TIMEOUT: seconds an HTTP
                        attempt may take, default 60); unset: the scripted model
   AAA_LLM_CLIENT       dotted path of the API engine's LLM client factory (default: the
-                       scripted demo model in project/api_demo.py)
+                       scripted demo models, project/chat/model.py and project/api_demo.py)
   AAA_STREAM_TOKENS    "1": live tokens (AAA["STREAM_TOKENS"]) of a provider that streams
   AAA_REDIS_URL        Celery broker and result backend, and the cache (e.g.
                        redis://127.0.0.1:6379/0)
@@ -139,10 +139,12 @@ STORAGES = {
 AAA = {
     "BUS": env("AAA_BUS", "inprocess"),
     "BLOB_STORAGE": "aaa_blobs",
-    # The REST API's engine (aaa_django.site.host): a SCRIPTED model, no provider is called
-    # (project/api_demo.py). Point AAA_LLM_CLIENT at a real client factory to change it.
-    "LLM_CLIENT": env("AAA_LLM_CLIENT", "project.api_demo.scripted_model"),
-    "TOOLS": ["project.api_demo.lookup_population", "project.api_demo.publish_answer"],
+    # The REST API's engine (aaa_django.site.host): SCRIPTED models, no provider is called
+    # (project/api_demo.py; the chat page's, project/chat/model.py). Point AAA_LLM_CLIENT
+    # at a real client factory to change it.
+    "LLM_CLIENT": env("AAA_LLM_CLIENT", "project.chat.model.demo_model"),
+    "TOOLS": ["project.api_demo.lookup_population", "project.api_demo.publish_answer",
+              "project.chat.model.choose_city"],
     # A real model provider when the environment names one (docs/models.md): then the
     # demo command and the API's engine use it instead of the scripted model.
     "LLM": {

@@ -1,8 +1,8 @@
-"""URLs of the example site: the admin, and the REST API under /api/aaa/ (OpenAPI
-docs at /api/aaa/docs, the schema at /api/aaa/openapi.json)."""
+"""URLs of the example site: the admin, the REST API under /api/aaa/ (OpenAPI docs at
+/api/aaa/docs, the schema at /api/aaa/openapi.json), and the chat page at /chat/."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from ninja import NinjaAPI
 
 from aaa_django.api import VERSION
@@ -19,4 +19,5 @@ api.add_router("/", aaa_router)
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/aaa/", api.urls),
+    path("chat/", include("project.chat.urls")),
 ]

@@ -50,5 +50,6 @@ def test_who_sees_and_who_acts(user, owner, action, verdict):
 
 def test_allowed_actions_name_every_action():
     assert allowed_actions(User(ALICE), ALICE) == dict.fromkeys(ACTIONS, True)
+    # closing a conversation ends it as a cancellation does: the same permission
     assert allowed_actions(someone(VIEW_ALL, ACTIONS["cancel"]), ALICE) == {
-        "cancel": True, "approve": False, "erase": False, "redrive": False}
+        "cancel": True, "close": True, "approve": False, "answer": False, "erase": False, "redrive": False}

@@ -54,6 +54,7 @@ from .bulk import RunBulkActions
 from .dates import ProbedDates, StartedFilter
 from .exchange import RunExchange, forks_of
 from .records import EstimatingPaginator, indexed_values
+from .transcript import RunTranscript
 
 #: blobs listed (and verified) per page of the run page
 BLOBS_PER_PAGE = 10
@@ -150,7 +151,7 @@ def run_graph(run: RunRecord, config: Any, using: str) -> RunGraph | None:
     return RunGraph(svg=pictures.graph(picture), kind=kind)
 
 
-class RunAdmin(RunActions, RunExchange, RunBulkActions, admin.ModelAdmin):
+class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.ModelAdmin):
     list_display = (
         "run_link",
         "algorithm",
@@ -269,6 +270,8 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, admin.ModelAdmin):
             path(f"{run}/export/", wrap(self.export_view), name=f"{name}_export"),
             path(f"{run}/fork/", wrap(self.fork_view), name=f"{name}_fork"),
             path(f"{run}/again/", wrap(self.run_again_view), name=f"{name}_again"),
+            path(f"{run}/transcript/", wrap(self.transcript_view), name=f"{name}_transcript"),
+            path(f"{run}/answer/", wrap(self.answer_view), name=f"{name}_answer"),
             path("import/", wrap(self.import_view), name=f"{name}_import"),
         ]
         return mine + super().get_urls()

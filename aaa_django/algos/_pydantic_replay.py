@@ -84,33 +84,48 @@ class Replay(AbstractCapability[Any]):
 async def replay(ctx: "Ctx", agent: Any, journal: "Journal", *, model: str | None,
                  path: str) -> tuple[str, Any] | None:
     """Replay the agent once: the run's outcome when it ended, else None (this step
-    asked for a model response or tool calls)."""
+    asked for a model response or tool calls, replied in a conversation, or waits for
+    the next message). In a conversation, one ``agent.run`` per message, each with the
+    messages before it as its history."""
     capability = Replay(journal)
     declared = agent.output_type
     types = list(declared) if isinstance(declared, (list, tuple)) else [declared]
     # An agent without a model of its own is answered by the site's: the replay needs a
     # model to hold (every request is answered from the log, none reaches it).
     stand_in = {"model": TestModel()} if agent.model is None else {}
-    try:
-        result = await agent.run(ctx.input.task, capabilities=[capability],
-                                 output_type=[*types, DeferredToolRequests], **stand_in)
-    except Exception as exc:
-        if _find(exc, Suspend) is not None:
-            await _ask_model(ctx, capability, model, path)
+    prompts = [ctx.input.task, *journal.prompts]
+    history = None
+    for turn, prompt in enumerate(prompts, 1):
+        try:
+            result = await agent.run(prompt, message_history=history, capabilities=[capability],
+                                     output_type=[*types, DeferredToolRequests], **stand_in)
+        except Exception as exc:
+            if _find(exc, Suspend) is not None:
+                await _ask_model(ctx, capability, model, path)
+                return None
+            limit = _find(exc, UsageLimitExceeded)
+            if limit is not None:
+                return "budget_exceeded", {"error": str(limit), "limit": "pydantic-ai"}
+            return "failed", {"error": f"{type(exc).__name__}: {exc}"}
+        output = result.output
+        if isinstance(output, DeferredToolRequests):
+            asked = set(journal.requested)
+            for call in [*output.calls, *output.approvals]:
+                if call.tool_call_id not in asked:
+                    ctx.tool(call.tool_name, call.args_as_dict(), call_id=call.tool_call_id,
+                             key=("agent", call.tool_call_id))
             return None
-        limit = _find(exc, UsageLimitExceeded)
-        if limit is not None:
-            return "budget_exceeded", {"error": str(limit), "limit": "pydantic-ai"}
-        return "failed", {"error": f"{type(exc).__name__}: {exc}"}
-    output = result.output
-    if isinstance(output, DeferredToolRequests):
-        asked = set(journal.requested)
-        for call in [*output.calls, *output.approvals]:
-            if call.tool_call_id not in asked:
-                ctx.tool(call.tool_name, call.args_as_dict(), call_id=call.tool_call_id,
-                         key=("agent", call.tool_call_id))
-        return None
-    return "success", {"output": to_jsonable_python(output)}
+        if ctx.conversation is None:
+            return "success", {"output": to_jsonable_python(output)}
+        if turn == len(prompts) and journal.replies < turn:
+            ctx.reply(_as_text(output), request_id=journal.models[-1].request_id if journal.models else None)
+        history = result.all_messages()
+    return None
+
+
+def _as_text(output: Any) -> str:
+    """An agent's output as a reply: text as it is, anything else as JSON."""
+    return output if isinstance(output, str) else json.dumps(to_jsonable_python(output), ensure_ascii=False)
 
 
 async def _ask_model(ctx: "Ctx", capability: Replay, model: str | None, path: str) -> None:

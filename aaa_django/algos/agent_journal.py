@@ -1,6 +1,7 @@
 """What the log has answered a :class:`~aaa_django.algos.pydantic_agent.PydanticAIAgent`:
-its model requests in order and its tool calls by call id (the ``JOURNAL`` projection
-its steps replay the agent from)."""
+its model requests in order, its tool calls by call id, and in a conversation the
+person's messages after the first and the replies sent (the ``JOURNAL`` projection its
+steps replay the agent from)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from aaa_django.runtime.event_types import (
     LLM_COMPLETED,
     LLM_FAILED,
     LLM_REQUESTED,
+    MESSAGE_RECEIVED,
+    MESSAGE_SENT,
     TOOL_COMPLETED,
     TOOL_FAILED,
     TOOL_REQUESTED,
@@ -43,12 +46,16 @@ class Journal(BaseModel):
     models: list[ModelAnswer] = Field(default_factory=list)
     requested: list[str] = Field(default_factory=list)
     tools: dict[str, ToolAnswer] = Field(default_factory=dict)
+    #: a conversation: the messages after the task, and the replies sent
+    prompts: list[str] = Field(default_factory=list)
+    replies: int = 0
 
     def __deepcopy__(self, memo: dict | None = None) -> "Journal":
         new = self.model_copy()
         new.models = [m.model_copy() for m in self.models]
         new.requested = list(self.requested)
         new.tools = dict(self.tools)
+        new.prompts = list(self.prompts)
         return new
 
     @property
@@ -80,9 +87,13 @@ def _apply(j: Journal, e: Event) -> Journal:
         j.tools[d["call_id"]] = ToolAnswer(ok=True, result=d.get("result"))
     elif t == TOOL_FAILED:
         j.tools[d["call_id"]] = ToolAnswer(ok=False, error=f"{d.get('reason')}: {d.get('error')}")
+    elif t == MESSAGE_RECEIVED:
+        j.prompts.append(d.get("content") or "")
+    elif t == MESSAGE_SENT:
+        j.replies += 1
     return j
 
 
 JOURNAL: Projection[Journal] = Projection(
-    Journal, _apply, name="aaa.algos.pydantic_agent.JOURNAL", version=1, state_type=Journal, every=64,
+    Journal, _apply, name="aaa.algos.pydantic_agent.JOURNAL", version=2, state_type=Journal, every=64,
 )

@@ -26,15 +26,20 @@ from aaa_django.runtime.event_types import (
     APPROVAL_REQUESTED,
     CANCEL_REQUESTED,
     CHILD_REQUESTED,
+    CLOSE_REQUESTED,
     LLM_REQUESTED,
+    MESSAGE_SENT,
     OUTPUT_PROPOSED,
+    QUESTION_ASKED,
+    QUESTION_DECISIONS,
     TOOL_REQUESTED,
     TOOL_STARTED,
 )
 
 #: Events that never change what an algorithm decides: the requests it made itself
 #: (their results will; a proposed structured result too), the tool guard's intent, approval gates (the tool's result
-#: follows the decision) and a cancel request (the engine ends the run). Not stepping
+#: follows the decision), its replies and a tool's questions (the tool's result comes
+#: with the answer), and a cancel or close request (the engine ends the run). Not stepping
 #: on them (``Algorithm.ignores``) halves the steps and reads of a run, as the spec's
 #: fold measurement does (it reads on results only).
 QUIET = frozenset({
@@ -46,6 +51,10 @@ QUIET = frozenset({
     *APPROVAL_DECISIONS,
     CANCEL_REQUESTED,
     OUTPUT_PROPOSED,
+    MESSAGE_SENT,
+    QUESTION_ASKED,
+    *QUESTION_DECISIONS,
+    CLOSE_REQUESTED,
 })
 
 

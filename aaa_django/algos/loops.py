@@ -2,7 +2,10 @@
 
 Both decide from the projection :data:`LOOP` (the current request, the turn count,
 this turn's tool calls and their results), so a step that is delivered twice, late,
-or in another process decides the same thing.
+or in another process decides the same thing. Both hold conversations
+(:mod:`aaa_django.runtime.conversation`): in a run started with ``conversation``, an
+answer is a reply, and the next message is asked of the model with the whole
+conversation before it (``max_turns`` then counts per message).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from aaa_django.runtime.event_types import (
     LLM_COMPLETED,
     LLM_FAILED,
     LLM_REQUESTED,
+    MESSAGE_RECEIVED,
+    MESSAGE_SENT,
     OUTPUT_PROPOSED,
     OUTPUT_REJECTED,
     OUTPUT_VALIDATED,
@@ -64,6 +69,11 @@ class LoopState(BaseModel):
     verdict: dict[str, Any] | None = None
     #: answers rejected so far (every turn)
     rejected: int = 0
+    #: a conversation: the model requests made before the latest message (``max_turns``
+    #: counts from it), the request whose reply was sent, the message not yet asked
+    base: int = 0
+    replied: str | None = None
+    message: str | None = None
 
     def __deepcopy__(self, memo: dict | None = None) -> "LoopState":
         # Only the call list and the result dict are mutated in place by the fold.
@@ -90,6 +100,7 @@ def apply(s: LoopState, e: Event) -> LoopState:
         s.calls = []
         s.results = {}
         s.proposal = s.verdict = None
+        s.message = None
     elif t == LLM_COMPLETED and d.get("request_id") == s.request_id:
         m = (d.get("response") or {}).get("message") or {}
         s.response = {"content": m.get("content"), "tool_calls": m.get("tool_calls") or []}
@@ -108,6 +119,11 @@ def apply(s: LoopState, e: Event) -> LoopState:
     elif t == OUTPUT_REJECTED and e.causation == s.proposal:
         s.verdict = {"ok": False, "errors": d.get("errors") or [], "fatal": bool(d.get("fatal"))}
         s.rejected += 1
+    elif t == MESSAGE_SENT:
+        s.replied = d.get("request_id")
+    elif t == MESSAGE_RECEIVED:
+        s.message = d.get("content") or ""
+        s.base = s.turns
     return s
 
 
@@ -122,7 +138,7 @@ LOOP: Projection[LoopState] = Projection(
     LoopState,
     apply,
     name="aaa.algos.loops.LOOP",
-    version=2,  # 2: structured results (proposal, verdict, rejected)
+    version=3,  # 2: structured results (proposal, verdict, rejected); 3: conversations
     state_type=LoopState,
     every=64,
 )
@@ -220,6 +236,11 @@ class ToolLoop(Algorithm):
         super().__init__(max_turns=max_turns, system=system, tools=chosen, model=model,
                          output=output, output_retries=output_retries)
 
+    def converses(self) -> bool:
+        """Holds conversations (:class:`~aaa_django.runtime.conversation.Converses`),
+        unless its answer is a structured result."""
+        return self.cfg.output is None
+
     @classmethod
     def chosen_tools(cls, config: Mapping[str, Any]) -> Any:
         """The tools ``config`` chooses (:class:`~aaa_django.runtime.offered.ChoosesTools`)."""
@@ -255,6 +276,9 @@ class ToolLoop(Algorithm):
             ctx.complete("failed", {"error": s.error, "turn": s.turns})
         elif s.response is None:
             return  # the model is thinking
+        elif ctx.conversation is not None and s.replied is not None and s.replied == s.request_id:
+            if s.message is not None:  # the reply was sent; the person's next message came
+                self.ask(ctx, s, [Message(role="user", content=s.message)])
         elif s.proposal is not None:
             if s.verdict is not None:
                 self.judged(ctx, s)  # else the answer is being checked
@@ -281,12 +305,20 @@ class ToolLoop(Algorithm):
             if self.cfg.output is not None:
                 self.propose(ctx, s, text)  # an answer in text: read as JSON
             else:
-                ctx.complete("success", {"text": text})
-        elif s.turns >= self.cfg.max_turns:
+                self.answer(ctx, s, text)
+        elif s.turns - s.base >= self.cfg.max_turns:
             ctx.complete("no_solution", {"reason": "max_turns", "turns": s.turns})
         else:
             for c in calls:
                 ctx.tool(c["name"], c.get("arguments") or {}, call_id=c["id"], key=(s.turns, c["id"]))
+
+    def answer(self, ctx: "Ctx", s: LoopState, text: str) -> None:
+        """The answer: the run's result (``success`` with ``{"text": ...}``), or in a
+        conversation the reply to the person's latest message."""
+        if ctx.conversation is not None:
+            ctx.reply(text, request_id=s.request_id)
+        else:
+            ctx.complete("success", {"text": text})
 
     def propose(self, ctx: "Ctx", s: LoopState, value: Any) -> None:
         """Ask the ValidationHandler whether ``value`` fits ``output`` (the verdict
@@ -303,7 +335,7 @@ class ToolLoop(Algorithm):
         elif s.rejected > self.cfg.output_retries:
             ctx.complete("no_solution", {"reason": "invalid_output", "errors": s.verdict["errors"],
                                          "answers": s.rejected})
-        elif s.turns >= self.cfg.max_turns:
+        elif s.turns - s.base >= self.cfg.max_turns:
             ctx.complete("no_solution", {"reason": "max_turns", "turns": s.turns})
         else:
             self.ask(ctx, s, self.retry(s, describe(s.verdict["errors"])))
@@ -389,8 +421,8 @@ class ReAct(ToolLoop):
         if kind == "final" and self.cfg.output is not None:
             self.propose(ctx, s, value)
         elif kind == "final":
-            ctx.complete("success", {"text": value})
-        elif s.turns >= self.cfg.max_turns:
+            self.answer(ctx, s, value)
+        elif s.turns - s.base >= self.cfg.max_turns:
             ctx.complete("no_solution", {"reason": "max_turns", "turns": s.turns})
         elif kind == "action":
             name, args = value

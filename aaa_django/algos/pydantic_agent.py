@@ -21,6 +21,12 @@ recorded result instead of running -- with this engine's log as the record:
   asks for the same thing again, with the same deterministic ids).
 - its usage limits map to our budget (:func:`budget_for`): the engine ends the run
   ``budget_exceeded``. A limit Pydantic AI checks itself during a replay ends it so too.
+- in a conversation (a run started with ``conversation``) each message is another
+  ``agent.run`` with the ones before as its ``message_history``; its output is the
+  reply. A tool deferred to a person (``CallDeferred``, any ``kind``, or a tool of an
+  ``ExternalToolset``) is a question (:class:`~aaa_django.runtime.conversation.Ask`)
+  whose answer is the call's result: ``metadata`` may give its ``question``, its answer's
+  JSON ``schema`` and ``expires`` (seconds).
 
 The agent is found by a dotted path (``"myapp.agents:support"`` or
 ``"myapp.agents.support"``) so any process can rebuild the run. Its output is validated
@@ -32,6 +38,7 @@ in the run's config (``output_schema``).
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import threading
 from dataclasses import replace
@@ -41,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator,
 
 from aaa_django.events import Event
 from aaa_django.runtime import Budget, dotted
-from aaa_django.tools import GuardConfig, SchemaTool
+from aaa_django.tools import Ask, GuardConfig, SchemaTool
 
 from .agent_journal import JOURNAL
 from .base import Algorithm
@@ -102,6 +109,10 @@ class PydanticAIAgent(Algorithm):
     def __init__(self, agent: str, *, model: str | None = None) -> None:
         load_agent(agent)  # code that names an agent may import it
         super().__init__(agent=agent, model=model)
+
+    def converses(self) -> bool:
+        """Holds conversations (:class:`~aaa_django.runtime.conversation.Converses`)."""
+        return True
 
     async def step(self, ctx: "Ctx", event: Event) -> None:
         journal = await ctx.project(JOURNAL)
@@ -216,11 +227,30 @@ async def list_agent_tools(agent: Any, *, deps: Any = None, timeout: float | Non
 
 
 def _caller(toolset: Any, tool: Any, base: Any, name: str) -> Any:
+    from pydantic_ai.exceptions import CallDeferred
+
     async def call(args: dict[str, Any], key: str | None) -> Any:
         validated = tool.args_validator.validate_python(args)
-        return await toolset.call_tool(name, validated, replace(base, tool_name=name), tool)
+        if tool.tool_def.kind == "external":  # its result comes from outside: a person's
+            raise _ask(name, args, tool, {})
+        try:
+            return await toolset.call_tool(name, validated, replace(base, tool_name=name), tool)
+        except CallDeferred as deferred:
+            raise _ask(name, args, tool, deferred.metadata or {}) from None
 
     return call
+
+
+def _ask(name: str, args: dict[str, Any], tool: Any, metadata: dict[str, Any]) -> Ask:
+    """A deferred call as a question to a person (see the module docstring)."""
+    meta = {**dict(tool.tool_def.metadata or {}), **metadata}
+    question = meta.get("question")
+    if not isinstance(question, str) or not question:
+        described = tool.tool_def.description or name
+        question = f"{described} ({name} {json.dumps(args, ensure_ascii=False, sort_keys=True)})"
+    schema = meta.get("schema")
+    return Ask(question, schema=schema if isinstance(schema, dict) else None,
+               expires=meta.get("expires") if isinstance(meta.get("expires"), (int, float)) else None)
 
 
 def agent_tools(agent: Any, **options: Any) -> list[Any]:

@@ -8,7 +8,7 @@
     urlpatterns = [path("api/aaa/", api.urls)]
 """
 
-from . import changes, exchange  # noqa: F401  (on the same router: the change stream; export, import, fork)
+from . import changes, conversations, exchange  # noqa: F401  (on the same router: the change stream; conversations; export, import, fork)
 from .contract import VERSION
 from .router import router
 

@@ -18,7 +18,7 @@ one. The suite refuses a schema that changed under a version an earlier schema h
 from __future__ import annotations
 
 #: the contract's version: ``info.version`` of the schema
-VERSION = "2.0.0"
+VERSION = "3.0.0"
 #: the schema's title in ``openapi.json`` (a site's own ``NinjaAPI`` has its own)
 TITLE = "aaa_django REST API"
 DESCRIPTION = ("Durable LLM agent runs: start, watch, answer, cancel, erase, export and "
@@ -29,4 +29,5 @@ RUNS = "runs"
 EVENTS = "events"
 APPROVALS = "approvals"
 EXCHANGE = "exchange"
-TAGS = (RUNS, EVENTS, APPROVALS, EXCHANGE)
+CONVERSATIONS = "conversations"
+TAGS = (RUNS, EVENTS, APPROVALS, EXCHANGE, CONVERSATIONS)

@@ -45,7 +45,7 @@ from aaa_django.site.host import EngineHost
 from aaa_django.store import runindex, wakeups
 from aaa_django.validate import validate
 
-from . import agents, auth, runs, stream
+from . import agents, auth, runs, stream, talk
 from .boundary import boundary, parse_json
 from .contract import APPROVALS, EVENTS, RUNS
 from .errors import ApiError, not_found, pydantic_errors, translate
@@ -127,6 +127,7 @@ def start_run(
     errors = validate(cls, payload.input)
     if errors:
         raise ApiError(422, errors=pydantic_errors(errors, ["body", "input"]))
+    conversation = talk.start_settings(payload.algorithm, payload.config, payload.conversation)
     budget = payload.budget.model_dump(exclude_none=True) if payload.budget else None
     names = offered.names_chosen(payload.algorithm, payload.config)
     if names or (budget and budget.get("cost") is not None):  # the engine would refuse it: say so now
@@ -150,7 +151,7 @@ def start_run(
     algorithm = instance if payload.config is not None else payload.algorithm
     run = host().call(lambda engine: engine.start(
         algorithm, payload.input, budget=budget, deadline=payload.deadline,
-        owner=p.owner, run_id=run_id,
+        owner=p.owner, run_id=run_id, conversation=conversation,
     ))
     row = runindex.refresh(runs.USING, run.run_id)
     if row is None:  # the started event is committed: the index has it now

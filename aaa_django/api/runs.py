@@ -124,17 +124,22 @@ def run_detail(request: HttpRequest, row: RunRecord) -> dict[str, Any]:
     data = started.data if started is not None else {}
     deadline = data.get("deadline")
     url = out["url"]
+    talk = data.get("conversation") if isinstance(data.get("conversation"), dict) else None
     out.update(
         value=completed.data.get("value") if completed is not None else None,
         budget=data.get("budget") or None,
         deadline=_from_timestamp(deadline),
+        conversation=talk,
         links={
             "events": f"{url}/events",
             "stream": f"{url}/events/stream",
             "approvals": f"{url}/approvals",
+            "questions": f"{url}/questions",
+            "messages": f"{url}/messages",
             "cancel": f"{url}/cancel",
             "export": f"{url}/export",
             "fork": f"{url}/fork",
+            **({"close": f"{url}/close"} if talk is not None else {}),
         },
     )
     return out

@@ -12,6 +12,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -61,7 +62,7 @@ Deadline = Annotated[Any, WithJsonSchema({
 })]
 _DATETIME = TypeAdapter(datetime)
 
-Status = Literal["pending", "running", "completed"]
+Status = Literal["pending", "running", "waiting", "completed"]
 OutcomeName = Literal[OUTCOMES]  # type: ignore[valid-type]
 
 
@@ -93,10 +94,21 @@ class BudgetIn(Schema):
     tool_calls: StrictInt | None = Field(None, ge=0, le=MAX_COUNT)
 
 
+class ConversationIn(Schema):
+    """A conversation's settings: ``idle``, the seconds it waits for the next message
+    before it ends ``timeout`` (default ``AAA["CONVERSATION_IDLE"]``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    idle: StrictFloat | StrictInt | None = Field(None, gt=0, le=MAX_DEADLINE_SECONDS)
+
+
 class StartIn(Schema):
     """``algorithm``: a registered name; ``input``: checked against its input schema;
     ``config``: the algorithm's config (its defaults when left out); ``deadline``:
-    seconds from now, or a time with a timezone."""
+    seconds from now, or a time with a timezone; ``conversation``: true (or its
+    settings) to hold a conversation: the run waits for the next message after each
+    answer (``POST /runs/{id}/messages``)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -117,6 +129,7 @@ class StartIn(Schema):
     config: dict[str, Any] | None = None
     budget: BudgetIn | None = None
     deadline: Deadline = None
+    conversation: StrictBool | ConversationIn | None = None
 
     @field_validator("deadline")
     @classmethod
@@ -222,6 +235,8 @@ class RunDetailOut(RunOut):
     value: Any = None
     budget: dict[str, Any] | None = None
     deadline: datetime | None = None
+    #: a conversation's settings (``{"idle": seconds or null}``); null for other runs
+    conversation: dict[str, Any] | None = None
     links: dict[str, str]
 
 

@@ -55,7 +55,7 @@ from functools import partial
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from asgiref.sync import sync_to_async
-from celery import current_app
+from celery.app import app_or_default
 from celery.signals import task_postrun, task_prerun
 from django.db import transaction
 from django.utils.module_loading import import_string
@@ -75,6 +75,7 @@ from aaa_django.runtime.event_types import (
 )
 from aaa_django.site.holding import RunKeeper
 from aaa_django.store import DjangoEventStore
+from aaa_django.store.offload import Offload
 from aaa_django.store.redis import RedisEventStore
 
 from .coordination import Coordinator
@@ -124,18 +125,17 @@ def queue_for(event_type: str, names: dict[str, str] | None = None) -> str:
 
 
 def celery_app() -> Any:
-    """The site's Celery app: Celery's default app, which is the site's in every
-    thread (Celery's Django fixup makes the site's app the default; a site without it
-    calls ``app.set_default()``). A worker's engines are given the app of the task
-    that delivers (``DistributedBus(app=...)``).
+    """The site's Celery app: the calling thread's current app, which is the site's
+    (Celery's Django fixup makes the site's app the default; a site without it calls
+    ``app.set_default()``). A worker's engines are given the app of the task that
+    delivers (``DistributedBus(app=...)``).
 
-    The app itself, not Celery's ``current_app`` proxy, which resolves the calling
-    thread's current app at every attribute read: the bus keeps what this returns and
-    uses it from other threads (the engine host's, a worker's db threads), where the
-    current app may be another, and its publisher's pools must be the one app's.
-    ``Proxy._get_current_object`` is private, though Celery's own code unwraps its
-    proxies so throughout; ``tests/celery/test_celery_app.py`` fails if it changes."""
-    return current_app._get_current_object()
+    The app itself (``celery.app.app_or_default()``), not Celery's ``current_app``
+    proxy, which resolves the calling thread's current app at every attribute read:
+    the bus keeps what this returns and uses it from other threads (the engine
+    host's, a worker's db threads), where the current app may be another, and its
+    producers must be the one app's."""
+    return app_or_default()
 
 
 _coordinators: dict[tuple, Coordinator] = {}
@@ -174,14 +174,14 @@ def store_spec(store: EventStore) -> list[Any]:
     raise TypeError(f"the Celery bus cannot deliver events of {store!r}: use the Django or Redis store")
 
 
-def open_store(spec: Sequence[Any], *, inline: bool = False) -> DjangoEventStore | RedisEventStore:
-    """The store a :func:`store_spec` describes (``inline``: a Django store that
-    queries on the calling thread, see :class:`~aaa_django.store.DjangoEventStore`)."""
+def open_store(spec: Sequence[Any], *, offload: Offload | None = None) -> DjangoEventStore | RedisEventStore:
+    """The store a :func:`store_spec` describes (``offload``: where a Django store's
+    sync calls run for its async ones, see :mod:`aaa_django.store.offload`)."""
     if spec[0] == "django":
         cls = import_string(spec[2]) if len(spec) > 2 else DjangoEventStore
         if not (isinstance(cls, type) and issubclass(cls, DjangoEventStore)):
             raise ValueError(f"{spec[2]} is not a DjangoEventStore")
-        return cls(spec[1], inline=inline)
+        return cls(spec[1], offload=offload)
     if spec[0] == "redis":
         return RedisEventStore(spec[1], prefix=spec[2])
     raise ValueError(f"unknown store spec {spec!r}")

@@ -35,16 +35,13 @@ import weakref
 from typing import Any, Iterable, Protocol
 
 from asgiref.sync import sync_to_async
-from django.db import connections
 
 from aaa_django.store import DjangoEventStore
+from aaa_django.store.redrives import claim_redrive, redriven
 
 #: a run that does not move after re-drives waits at most this many ``stall_after``
 #: between two of them
 BACKOFF_LIMIT = 8
-
-#: run ids per query (SQLite's limit on a statement's parameters is 999 in old builds)
-CHUNK = 500
 
 
 def due_again(last: float, redriven_at: float | None, now: float, stall_after: float) -> bool:
@@ -82,34 +79,17 @@ def ledger_of(store: Any) -> Ledger:
 
 
 class DatabaseLedger:
-    """The ledger in the run index (``aaa_run.redriven_at``, ``aaa_run.redrives``)."""
+    """The ledger in the run index (``aaa_run.redriven_at``, ``aaa_run.redrives``:
+    :mod:`aaa_django.store.redrives`)."""
 
     def __init__(self, using: str) -> None:
         self.using = using
 
     def seen_sync(self, run_ids: list[str]) -> dict[str, float]:
-        out: dict[str, float] = {}
-        with connections[self.using].cursor() as cur:
-            for i in range(0, len(run_ids), CHUNK):
-                chunk = run_ids[i : i + CHUNK]
-                cur.execute("SELECT run_id, redriven_at FROM aaa_run WHERE redriven_at IS NOT NULL "
-                            f"AND run_id IN ({', '.join(['%s'] * len(chunk))})", chunk)
-                out.update(cur.fetchall())
-        return out
+        return redriven(self.using, run_ids)
 
     def claim_sync(self, run_id: str, previous: float | None, now: float) -> bool:
-        update = "UPDATE aaa_run SET redriven_at = %s, redrives = redrives + 1 WHERE run_id = %s AND "
-        with connections[self.using].cursor() as cur:
-            if previous is None:
-                cur.execute(update + "redriven_at IS NULL", [now, run_id])
-            else:
-                cur.execute(update + "redriven_at = %s", [now, run_id, previous])
-            if cur.rowcount:
-                return True
-            # Someone else re-drove it since (theirs stands), or the run has no index
-            # row: then nothing is recorded, and the run is re-driven all the same.
-            cur.execute("SELECT 1 FROM aaa_run WHERE run_id = %s", [run_id])
-            return cur.fetchone() is None
+        return claim_redrive(self.using, run_id, previous, now)
 
     async def seen(self, run_ids: list[str]) -> dict[str, float]:
         return await sync_to_async(self.seen_sync, thread_sensitive=True)(run_ids)

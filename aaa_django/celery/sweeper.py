@@ -293,8 +293,10 @@ def _coordinator_of(bus: Bus) -> Coordinator | None:
 
 
 def waits_for_a_person(meta: RunMeta) -> bool:
-    """Does the run wait only for approvals? Its open tool calls are the ones its
-    pending approvals gate, and no model call or child run is open: every step it
-    could take follows a decision (or an expiry, which its timer records)."""
-    return (bool(meta.approvals) and not meta.completed and meta.llm_open == 0
-            and not meta.children and meta.tool_open <= len(meta.approvals))
+    """Does the run wait only for people (approvals, a conversation's next message,
+    questions)? Its open tool calls are the ones its pending approvals and questions
+    hold, and no model call or child run is open: every step it could take follows a
+    person's decision (or an expiry, which its timer records)."""
+    held = len(meta.approvals) + sum(1 for q in meta.questions.values() if q.tool_request_id)
+    return ((bool(meta.approvals) or meta.status == "waiting") and not meta.completed
+            and meta.llm_open == 0 and not meta.children and meta.tool_open <= held)

@@ -10,7 +10,8 @@ the worker appends for a queue it takes is delivered on the same loop, without a
 message (:meth:`WorkerRuntime.take`). On PostgreSQL (psycopg 3) the loop awaits the
 store (:class:`~aaa_django.store.postgres.PgEventStore`: its own async connections,
 group commit); elsewhere the store's statements run on a few threads of the process
-(:func:`on_threads`). Either way the loop goes on while a commit waits.
+(:class:`~aaa_django.store.offload.OnThreads`). Either way the loop goes on while a
+commit waits.
 
 A delivery is the engine's step (``engine.handle``) split as the bus protocol allows:
 the run's step (see :meth:`DistributedBus.serial`): bring this worker's view of the
@@ -46,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from celery.signals import worker_process_shutdown, worker_shutdown, worker_shutting_down
-from django.db import InterfaceError, OperationalError, connections
+from django.db import connections
 
 import aaa_django.algos  # noqa: F401  (registers the built-in algorithms)
 from aaa_django.conf import aaa_settings
@@ -65,9 +66,8 @@ from aaa_django.runtime.retry import Redelivery, transient
 from aaa_django.runtime.turns import for_delivery
 from aaa_django.site.engines import attach_site_handlers, build_engine
 from aaa_django.site.holding import RunKeeper
-from aaa_django.store.database import _outside_loop
 from aaa_django.store.faults import translate
-from aaa_django.store.postgres import PgEventStore
+from aaa_django.store.offload import OnThreads
 from aaa_django.tools.handler import ToolHandler
 
 from .bus import DistributedBus, coordinator, open_store, queue_for
@@ -204,7 +204,7 @@ class WorkerRuntime:
         #: this process's leases on the runs it drives, one keeper per database alias
         #: (:mod:`aaa_django.site.holding`)
         self.keepers: dict[str, RunKeeper] = {}
-        #: the threads that make the store's calls (see :func:`on_threads`)
+        #: the threads that make the store's sync calls (see :func:`build_worker_engine`)
         self.db = concurrent.futures.ThreadPoolExecutor(DB_THREADS, thread_name_prefix="aaa-worker-db")
         self.thread = threading.Thread(target=self._serve, name="aaa-worker-loop", daemon=True)
         self.thread.start()
@@ -229,9 +229,11 @@ class WorkerRuntime:
             future.cancel()  # (before the loop starts it: it never runs)
             raise
 
-    def call(self, fn: Any, *args: Any) -> Any:
-        """Run the sync ``fn`` where the loop runs (e.g. on its DB connection)."""
-        return self.run(_outside_loop(fn)(*args))
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run the sync ``fn(*args)`` on the loop's thread (a profiler, a probe); the loop
+        runs meanwhile, so Django's ORM refuses to run there (a store's sync calls run
+        on :attr:`db`)."""
+        return self.run(_call(fn, *args))
 
     def deliver(self, engine: Engine, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
                 wire: str | None = None, retries: int = 0) -> str:
@@ -397,13 +399,12 @@ class WorkerRuntime:
                      released=released)
 
     def close(self) -> None:
-        """Close the database connections of the loop and of the store's threads, and
-        stop the loop (a process that ends need not; tests do); the keepers of its
-        leases stop renewing them (they lapse) and close their connections."""
+        """Close the database connections of the store's threads, and stop the loop (a
+        process that ends need not; tests do); the keepers of its leases stop renewing
+        them (they lapse) and close their connections."""
         if self.thread.is_alive():
             for keeper in self.keepers.values():
                 self.run(keeper.stop())
-            self.call(connections.close_all)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
         self.loop.close()
@@ -460,6 +461,10 @@ class WorkerRuntime:
         """This process's keeper of its leases on database ``using``, once an engine
         on it is built."""
         return self.keepers.get(using)
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
 
 
 def _start(coro: Any, future: concurrent.futures.Future) -> None:
@@ -532,23 +537,24 @@ def _drain(**_: Any) -> None:
         rt.drain()
 
 
-def build_worker_engine(spec: Sequence[Any], app: Any = None, db: Any = None) -> Engine:
+def build_worker_engine(spec: Sequence[Any], app: Any = None,
+                        db: concurrent.futures.Executor | None = None) -> Engine:
     """The engine a worker delivers with: the site's engine on ``spec``'s store, on a
     :class:`DistributedBus` that sends through the Celery ``app`` (default: the
     site's), with the site's handlers (as the web process's
     ``EngineHost`` attaches them: ``AAA["LLM_CLIENT"]``, ``AAA["TOOLS"]``,
     ``AAA["WORKER_SETUP"]``) and their tool pools shared by the whole cluster.
-    ``db``: an executor whose threads make a Django store's calls (:func:`on_threads`;
-    default: the store queries on the loop's thread, blocking it for each). A
+    ``db``: an executor whose threads make a Django store's sync calls, each on a
+    database connection of its own (:class:`~aaa_django.store.offload.OnThreads`;
+    default: Django's thread-sensitive executor). A
     :class:`~aaa_django.store.postgres.PgEventStore` on PostgreSQL with psycopg 3 (the
-    store ``build_engine()`` gives the web process there) is awaited on the loop
-    instead, on its own connections, with group commit: only what it leaves to the
-    Django store (erasing, the sweeper's and the duty's queries) goes to ``db``."""
+    store ``build_engine()`` gives the web process there) awaits the engine's calls on
+    the loop instead, on its own connections, with group commit: only what it leaves
+    to the Django store (erasing, the sweeper's and the duty's queries, an append that
+    is not the common case) goes to ``db``."""
     using = spec[1] if spec[0] == "django" else "default"
-    store = open_store(spec, inline=db is None)
-    if db is not None and spec[0] == "django":
-        awaited = store.AWAITED if isinstance(store, PgEventStore) and store.awaits else ()
-        on_threads(store, db, keep=awaited)
+    offload = OnThreads(db, using) if db is not None and spec[0] == "django" else None
+    store = open_store(spec, offload=offload)
     engine = build_engine(using=using, store=TailCachedStore(store),
                           bus=DistributedBus(in_worker=True, app=app))
     attach_site_handlers(engine)
@@ -560,55 +566,6 @@ def build_worker_engine(spec: Sequence[Any], app: Any = None, db: Any = None) ->
 #: its own: the loop goes on with other deliveries while a statement waits for the
 #: database (a commit's fsync), and concurrent commits share the server's flushes
 DB_THREADS = 8
-
-
-def on_threads(store: Any, executor: concurrent.futures.Executor, keep: Sequence[str] = ()) -> Any:
-    """Make a Django store's async methods run its sync ones (``append`` runs
-    ``append_sync``, and so on) on ``executor``'s threads, but those named in ``keep``
-    (a store's own awaits), and what such a store leaves to its sync methods there too
-    (a :class:`~aaa_django.store.postgres.PgEventStore`'s ``elsewhere``); returns the
-    store. A call that finds its connection broken closes it (the next call opens a
-    new one)."""
-    alias = store.using
-
-    def on_thread(fn: Any, args: tuple, kwargs: dict) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (InterfaceError, OperationalError):
-            connections[alias].close_if_unusable_or_obsolete()
-            raise
-        finally:
-            forget_queries()
-
-    def wrap(fn: Any) -> Any:
-        @functools.wraps(fn)
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            return await asyncio.get_running_loop().run_in_executor(executor, on_thread, fn, args, kwargs)
-
-        return call
-
-    for name in [n for n, v in vars(store).items() if callable(v) and n not in keep]:
-        sync = getattr(store, f"{name}_sync", None)
-        if sync is not None:
-            setattr(store, name, wrap(sync))
-    if hasattr(store, "elsewhere"):  # what a store that awaits leaves to sync calls
-        store.elsewhere = wrap
-    return store
-
-
-def forget_queries() -> None:
-    """Empty this thread's log of the queries its connections made, if DEBUG keeps
-    one. Django empties it when a web request starts (``request_started``); the
-    store's threads serve no request: each store call ends one. Without this, with
-    DEBUG on (the example site's default), each of their connections keeps its last
-    9,000 statements with their parameters: ~4.5 KB more for every one-turn run the
-    process serves, until each of the ``DB_THREADS`` holds 9,000."""
-    from django.conf import settings
-
-    if settings.DEBUG:
-        from django.db import reset_queries
-
-        reset_queries()
 
 
 def shared_pool(name: str, size: int) -> SharedPool:

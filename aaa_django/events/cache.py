@@ -107,7 +107,7 @@ class FoldCache:
             weakref.WeakKeyDictionary()
         #: loops with a look for idleness armed
         self._armed: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
-        self._tasks: set[Any] = set()
+        self._running: set[Any] = set()
         self._entries: OrderedDict[CacheKey, Folded] = OrderedDict()
         #: (cache_key, stream) -> its keys in ``_entries`` (forgetting a stream is cheap)
         self._streams: dict[tuple[str, str], set[CacheKey]] = {}
@@ -242,13 +242,13 @@ class FoldCache:
         context of its own: it is not part of the delivery whose read made it due (a
         store's per-delivery state, such as the engine's tail, does not follow it)."""
         task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
 
     async def wait_checks(self) -> None:
         """Wait for the self-checks running in the background (tests, shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        while self._running:
+            await asyncio.gather(*list(self._running), return_exceptions=True)
 
     def __len__(self) -> int:
         return len(self._entries)

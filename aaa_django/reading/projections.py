@@ -1,7 +1,7 @@
 """Projections by name: the ones the REST API and the admin may fold and show.
 
-Built in: the engine's ``RUNMETA``, the loops' ``LOOP`` and the model handler's
-``CONVERSATION``; a site adds its own named projections with ``AAA["PROJECTIONS"]``
+Built in: the engine's ``RUNMETA``, the loops' ``LOOP``, the model handler's
+``CONVERSATION``, a conversation's ``TALK``, and the other algorithms' own; a site adds its own named projections with ``AAA["PROJECTIONS"]``
 (dotted paths) or :func:`register`. A name is the projection's own ``name`` (its
 snapshot key), e.g. ``aaa.runtime.engine.RUNMETA``; the short alias is the last
 dotted part (``RUNMETA``) when no other projection has the same one.
@@ -23,6 +23,7 @@ _BUILT_IN = (
     "aaa_django.runtime.meta.RUNMETA",
     "aaa_django.algos.loops.LOOP",
     "aaa_django.llm.conversation.CONVERSATION",
+    "aaa_django.runtime.conversation.TALK",
     "aaa_django.algos.refine.REFINE",
     "aaa_django.algos.plan.PLAN",
     "aaa_django.algos.control.WF",

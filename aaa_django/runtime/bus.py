@@ -125,7 +125,7 @@ class InProcessBus:
         self.redelivery = redelivery or Redelivery()
         self._sleep = sleep or asyncio.sleep
         self.engine: EngineAPI | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._running: set[asyncio.Task] = set()
         self._locks: "weakref.WeakValueDictionary[str, asyncio.Lock]" = weakref.WeakValueDictionary()
         self.closed = False
         #: exceptions of deliveries given up on (a persistent failure, an outage that
@@ -198,11 +198,11 @@ class InProcessBus:
         # A delivery of its own: it takes its own turn, queued by the stamp of the
         # work that caused it (see aaa_django.runtime.turns).
         task = asyncio.get_running_loop().create_task(coro, context=for_delivery())
-        self._tasks.add(task)
+        self._running.add(task)
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
+        self._running.discard(task)
         self.delivered += 1
         if task.cancelled():
             return
@@ -214,14 +214,14 @@ class InProcessBus:
     @property
     def pending(self) -> int:
         """Deliveries scheduled or running."""
-        return len(self._tasks)
+        return len(self._running)
 
     async def drain(self, timeout: float | None = None) -> None:
         """Wait until no delivery is pending (new ones included): the bus is idle."""
 
         async def loop() -> None:
-            while self._tasks:
-                await asyncio.wait(set(self._tasks))
+            while self._running:
+                await asyncio.wait(set(self._running))
 
         await asyncio.wait_for(loop(), timeout)
 
@@ -230,7 +230,7 @@ class InProcessBus:
     async def close(self, *, cancel: bool = True) -> None:
         """Stop delivering; cancel (or await) what is in flight."""
         self.closed = True
-        tasks = set(self._tasks)
+        tasks = set(self._running)
         if cancel:
             for t in tasks:
                 t.cancel()

@@ -18,8 +18,15 @@ from typing import Any, Iterable, Mapping, TypeVar
 from aaa_django.events import Event, Projection, encode_json
 
 from .budget import Budget
+from .conversation import question_data, reply_data
 from .engine_api import EngineAPI
-from .event_types import CHILD_REQUESTED, LLM_REQUESTED, TOOL_REQUESTED
+from .event_types import (
+    CHILD_REQUESTED,
+    LLM_REQUESTED,
+    MESSAGE_SENT,
+    QUESTION_ASKED,
+    TOOL_REQUESTED,
+)
 from .lineage import decision_id
 from .meta import RunMeta
 from .outcome import Outcome
@@ -50,6 +57,8 @@ class Ctx:
         self._out: list[Event] = []
         self._input: Any = None
         self._llm_count = meta.spend.model_calls
+        #: what the run waits for from people, with this step's replies and questions
+        self._waits = meta.waits
 
     # -- reading ------------------------------------------------------------------
 
@@ -70,6 +79,12 @@ class Ctx:
             raw = self.raw_input
             self._input = schema.model_validate(raw) if schema is not None else raw
         return self._input
+
+    @property
+    def conversation(self) -> dict[str, Any] | None:
+        """The run's conversation settings (``{"idle": seconds or None}``) when it is a
+        conversation (:mod:`.conversation`): reply with :meth:`reply`, not ``complete``."""
+        return self.meta.conversation
 
     async def project(self, projection: Projection[S]) -> S:
         """The state of ``projection`` over this run's (hydrated) events."""
@@ -182,6 +197,24 @@ class Ctx:
         }
         self.emit(CHILD_REQUESTED, data, key=("child", key))
         return child_id
+
+    def reply(self, content: str, *, request_id: str | None = None) -> str:
+        """In a conversation: send ``content`` as the answer to the person's latest
+        message (``aaa.message.sent``); the run then waits for the next message.
+        ``request_id``: the model request whose reply it is (one reply each)."""
+        data = reply_data(self.meta, content, request_id, self._waits)
+        self._waits += 1
+        return self.emit(MESSAGE_SENT, data, key=("reply", request_id or self.meta.turns + 1)).id
+
+    def ask(self, question: str, *, schema: Mapping[str, Any] | None = None, key: object,
+            expires: float | None = None) -> str:
+        """Ask a person ``question``; the answer must fit ``schema`` (a JSON schema; by
+        default any JSON value). The run waits; the answer (or its expiry after
+        ``expires`` seconds) is in :data:`~.conversation.TALK`'s ``answers`` under the
+        returned question id. ``key`` names the question within the run."""
+        data = question_data(question, schema, expires, self._waits)
+        self._waits += 1
+        return self.emit(QUESTION_ASKED, data, key=("question", key)).id
 
     def complete(self, outcome: str | Outcome, value: Any = None) -> None:
         """End the run (``aaa.run.completed``); the first completion of a run wins."""

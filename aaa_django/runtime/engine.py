@@ -74,6 +74,7 @@ from aaa_django.events import (
 from aaa_django.events.store import caller_alone
 from aaa_django.events.tail import Staged, Tail, TailCachedStore
 
+from . import conversation as talk
 from . import offered, registry
 from .budget import Budget
 from .bus import Bus, DurableTimers, InProcessBus, StepsInline, WatchesEnds
@@ -90,6 +91,8 @@ from .event_types import (
     CHILD_REQUESTED,
     LLM_FAILED,
     LLM_REQUESTED,
+    MESSAGE_SENT,
+    QUESTION_ASKED,
     RUN_COMPLETED,
     RUN_STARTED,
     TOOL_FAILED,
@@ -109,7 +112,7 @@ from .run import Run
 from .turns import Turns
 from .validation import ValidationHandler
 from .view import HydratedView
-from .wakeups import Hub, Wakeups
+from .wakeups import RELIABLE_POLL, Hub, Wakeups, poll_intervals
 
 #: a projection's state type
 S = TypeVar("S")
@@ -132,8 +135,6 @@ CUT_OFF_REASONS = {CANCELLED: "cancelled", TIMEOUT: "timeout", BUDGET_EXCEEDED: 
 STEP_TRIES = 8
 
 
-#: the longest wait between two polls of a run's end, in ``poll_interval``s
-POLL_BACKOFF = 8
 
 # What an engine keeps per run, for the runs in flight: the first two are dropped when
 # the run's end is delivered (:meth:`Engine.forget`); each is bounded, the oldest
@@ -154,20 +155,6 @@ COMPLETIONS_KEPT = 4096
 #: results stepped on before their append (``Engine.answer``) whose delivery has not
 #: come yet: it skips the step
 STEPPED_KEPT = 4096
-#: while the wake-ups hub hears every process's changes (``Wakeups.reliable``), the
-#: seconds between a wait's polls at the least: a poll is then only a safety net for a
-#: notification lost on its way (the event streams' heartbeat, ``api.stream``, is the
-#: same), not what ends the wait
-RELIABLE_POLL = 15.0
-
-
-def poll_intervals(first: float) -> Iterator[float]:
-    """The waits between polls of a run's end: ``first``, then doubling, up to
-    ``POLL_BACKOFF * first``, for ever."""
-    interval = first
-    while True:
-        yield interval
-        interval = min(interval * 2, first * POLL_BACKOFF)
 
 
 @dataclass(eq=False)
@@ -436,15 +423,22 @@ class Engine:
         parent: str | None = None,
         owner: str | None = None,
         run_id: str | None = None,
+        conversation: bool | Mapping[str, Any] | None = None,
     ) -> Run:
         """Start a run: append its ``aaa.run.started`` and return a :class:`Run`.
 
         ``deadline`` is seconds from now or an aware ``datetime``; it is stored as an
         absolute time so any process can enforce it. An algorithm that offers its
         model tools is offered this engine's, or those its config names, as JSON specs
-        in the started event (:mod:`~aaa_django.runtime.offered`).
+        in the started event (:mod:`~aaa_django.runtime.offered`). ``conversation``
+        (True, or ``{"idle": seconds}``): the run waits for a person's next message
+        after each answer (:mod:`.conversation`; an algorithm that does not hold
+        conversations raises :class:`~.conversation.ConversationError`).
         """
         name, config = self.describe(algorithm)
+        conversation_settings = talk.settings(conversation)
+        if conversation_settings is not None:
+            talk.check_algorithm(name, config)
         run_id = run_id or f"run-{new_id()}"
         data = {
             "algorithm": name,
@@ -455,6 +449,8 @@ class Engine:
             "parent": parent,
             "owner": owner,
         }
+        if conversation_settings is not None:
+            data["conversation"] = conversation_settings
         await self.append([Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data=data)])
         return Run(self, run_id)
 
@@ -827,6 +823,23 @@ class Engine:
             await self._appended(stored)
         return stored
 
+    async def append_at(self, events: Iterable[Event], head: int) -> list[Event]:
+        """Append ``events`` (of one run) only if the run's log still ends at seq
+        ``head``: a decision made from the log as it was (a person's action, decided
+        from RUNMETA at ``head``). Raises :class:`~aaa_django.events.ConcurrencyError`
+        when something was appended since (decide again), and what the store raised
+        (``ClosedStreamError``: the run has ended). Returns the new events, published."""
+        events = list(events)
+        if not events:
+            return []
+        stream = events[0].stream
+        if any(e.stream != stream for e in events):
+            raise ValueError("append_at takes the events of one run")
+        added = await self._append_stream(stream, _through_completion(events), expected_seq=head)
+        stored = added if isinstance(added, EventList) else EventList(added)
+        await self._appended(stored)
+        return stored
+
     async def _append_stream(self, stream: str, batch: list[Event], *, expected_seq: int | None = None,
                              folded: tuple[RunMeta, int] | None = None) -> list[Event]:
         """``batch`` (of ``stream``) claim-checked and appended; its due times kept, the
@@ -888,6 +901,8 @@ class Engine:
         for e in stored:
             if e.type == RUN_COMPLETED:
                 _keep(self._completions, e.stream, e, COMPLETIONS_KEPT)
+                self.wake(e.stream)
+            elif e.type in (MESSAGE_SENT, QUESTION_ASKED):  # it may wait for a person now
                 self.wake(e.stream)
         if stored:
             await self.bus.publish(stored)
@@ -1083,6 +1098,8 @@ class Engine:
                              "import the module that registers it"}), cause=event)
                 return
         breach = self.limit_breach(meta)
+        if breach is None and meta.close is not None:  # a conversation closed by a person
+            breach = await talk.closing(self, meta)
         if breach is not None:
             await self.complete(run_id, breach, cause=event)
             return
@@ -1177,6 +1194,8 @@ class Engine:
         if event.type == RUN_COMPLETED:
             _keep(self._ended, event.stream, None, ENDED_KEPT)
             self.forget(event.stream)
+        elif event.type in (MESSAGE_SENT, QUESTION_ASKED) and (await self.meta(event.stream)).status == "waiting":
+            self.forget(event.stream)  # waiting for a person: the run holds nothing but its rows
         failed = [exc for exc in raised if exc is not None]
         if failed:
             raise next((exc for exc in failed if not transient(exc)), failed[0])
@@ -1294,6 +1313,8 @@ class Engine:
         expired = [rid for rid, p in meta.approvals.items() if p.expires_at is not None and now >= p.expires_at]
         for rid in sorted(expired, key=lambda r: meta.approvals[r].seq):
             fired += await self._decide(run_id, rid, APPROVAL_EXPIRED, meta=meta, by=None, reason="expired")
+        if meta.questions or meta.awaiting:  # questions' expiries, a conversation's idle timeout
+            fired += await talk.fire_due(self, run_id, now)
         return fired
 
     def timers(self) -> dict[str, float]:
@@ -1327,7 +1348,9 @@ class Engine:
                 del self._timers[run_id]
             self.bus.spawn(self._ring(run_id))
 
-        handle = loop.call_later(max(0.0, at - time.time()), ring)
+        # In a context of its own: the delivery that armed it (its contextvars) is not
+        # kept alive for as long as the run waits (a conversation, for hours).
+        handle = loop.call_later(max(0.0, at - time.time()), ring, context=contextvars.Context())
         self._timers[run_id] = (at, handle)
 
     async def _ring(self, run_id: str) -> None:

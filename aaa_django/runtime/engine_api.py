@@ -15,6 +15,7 @@ from aaa_django.events import Event, EventStore, FoldCache, Projection, Tail
 
 from .meta import RunMeta
 from .outcome import Outcome
+from .wakeups import Wakeups
 
 #: a projection's state type
 S = TypeVar("S")
@@ -51,9 +52,14 @@ class EngineAPI(Protocol):
     """The engine's public interface (see :class:`~aaa_django.runtime.Engine`)."""
 
     store: EventStore
+    #: the site's store under the tail (reads past what the engine holds)
+    base_store: EventStore
     #: the store's tail: what this engine holds of the log
     tail: Tail
     cache: FoldCache
+    #: what wakes waiters when a run moves, and their first wait between two polls
+    wakeups: Wakeups
+    poll_interval: float
     #: the subscribed handlers that check a run's start (:class:`ChecksStart`)
     start_checks: list[ChecksStart]
     #: the subscribed handlers that run tools (:class:`ServesTools`)
@@ -87,6 +93,12 @@ class EngineAPI(Protocol):
     async def over(self, event: Event) -> bool: ...
 
     async def append(self, events: Iterable[Event]) -> list[Event]: ...
+
+    async def append_at(self, events: Iterable[Event], head: int) -> list[Event]: ...
+
+    async def started(self, run_id: str) -> Event | None: ...
+
+    def limit_breach(self, meta: RunMeta, now: float | None = None) -> Outcome | None: ...
 
     async def answer(self, events: Iterable[Event]) -> list[Event]: ...
 

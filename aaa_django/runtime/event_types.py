@@ -49,6 +49,17 @@ APPROVAL_DECISIONS = (APPROVAL_GRANTED, APPROVAL_DENIED, APPROVAL_EXPIRED)
 CHILD_REQUESTED = "aaa.child.requested"
 CHILD_COMPLETED = "aaa.child.completed"
 
+#: conversations (:mod:`aaa_django.runtime.conversation`): a person's message to a
+#: run, the run's reply (it then waits for the next message), a request to close it
+MESSAGE_RECEIVED = "aaa.message.received"
+MESSAGE_SENT = "aaa.message.sent"
+CLOSE_REQUESTED = "aaa.close.requested"
+#: a question to a person, with a JSON schema for the answer; its one answer or expiry
+QUESTION_ASKED = "aaa.question.asked"
+QUESTION_ANSWERED = "aaa.question.answered"
+QUESTION_EXPIRED = "aaa.question.expired"
+QUESTION_DECISIONS = (QUESTION_ANSWERED, QUESTION_EXPIRED)
+
 
 @lru_cache(maxsize=1024)
 def result_id(request_id: str) -> str:
@@ -95,5 +106,6 @@ def started_id(run_id: str) -> str:
 
 
 def decision_id(approval_id: str) -> str:
-    """The one id of an approval's decision (granted, denied or expired)."""
+    """The one id of an approval's decision (granted, denied or expired), and of a
+    question's (answered or expired)."""
     return derive_id(approval_id, "aaa.approval.decision")

@@ -21,6 +21,7 @@ from .event_types import (
     CANCEL_REQUESTED,
     CHILD_COMPLETED,
     CHILD_REQUESTED,
+    CLOSE_REQUESTED,
     INPUT_REJECTED,
     INPUT_VALIDATED,
     LLM_ABANDONED,
@@ -28,6 +29,10 @@ from .event_types import (
     LLM_COMPLETED,
     LLM_FAILED,
     LLM_REQUESTED,
+    MESSAGE_RECEIVED,
+    MESSAGE_SENT,
+    QUESTION_ASKED,
+    QUESTION_DECISIONS,
     RUN_COMPLETED,
     RUN_STARTED,
     TOOL_COMPLETED,
@@ -41,8 +46,13 @@ from .event_types import (
 #: are kept small by the ``ValidationHandler``: at most :data:`MAX_ERRORS`, big inputs
 #: cut short.)
 FOLDED: dict[str, tuple[str, ...]] = {
-    RUN_STARTED: ("algorithm", "parent", "key", "owner", "deadline", "budget"),
+    RUN_STARTED: ("algorithm", "parent", "key", "owner", "deadline", "budget", "conversation"),
     CANCEL_REQUESTED: ("reason", "by"),
+    CLOSE_REQUESTED: ("by",),
+    MESSAGE_RECEIVED: ("turn", "waits", "by", "key"),
+    MESSAGE_SENT: ("turn", "waits", "idle", "request_id"),
+    QUESTION_ASKED: ("waits", "expires", "tool_request_id", "tool_request_seq", "call_id", "name"),
+    **{t: ("request_id", "waits", "by") for t in QUESTION_DECISIONS},
     CHILD_REQUESTED: ("child", "key"),
     CHILD_COMPLETED: ("child",),
     APPROVAL_REQUESTED: ("tool_request_id", "tool_request_seq", "call_id", "name", "expires_at"),
@@ -118,14 +128,26 @@ class OpenCall(BaseModel):
     maker: str | None = None
 
 
+class PendingQuestion(BaseModel):
+    """A question to a person waiting for its answer (:mod:`.conversation`)."""
+
+    seq: int
+    #: when it expires, seconds since the epoch (None: never)
+    expires_at: float | None = None
+    #: the tool call whose result the answer is (a tool asked), if any
+    tool_request_id: str | None = None
+
+
 #: a run's statuses (:attr:`RunMeta.status`), in the order a run goes through them; a
-#: run index row holds one of them (never "new": a row is made with the run's start)
-STATUSES = ("new", "pending", "running", "completed")
+#: run index row holds one of them (never "new": a row is made with the run's start).
+#: "waiting": running, and waiting for a person only (a conversation's next message, a
+#: question's answer); it holds nothing but its rows meanwhile
+STATUSES = ("new", "pending", "running", "waiting", "completed")
 #: the statuses of a run that has not ended
 OPEN_STATUSES = STATUSES[:-1]
 
 #: the fields :meth:`RunMeta.__deepcopy__` copies (set, as an assignment would)
-_COPIED = ("spend", "children", "approvals", "calls")
+_COPIED = ("spend", "children", "approvals", "calls", "questions")
 
 
 class RunMeta(BaseModel):
@@ -133,7 +155,8 @@ class RunMeta(BaseModel):
 
     run_id: str | None = None
     algorithm: str | None = None
-    #: "new" (no started event), "pending" (input not validated yet), "running", "completed"
+    #: "new" (no started event), "pending" (input not validated yet), "running",
+    #: "waiting" (for a person: see :attr:`waits`), "completed"
     status: str = "new"
     outcome: str | None = None
     completion_seq: int | None = None
@@ -155,6 +178,26 @@ class RunMeta(BaseModel):
     tool_open: int = 0
     #: the model and tool requests still waiting for a result, by request id
     calls: dict[str, OpenCall] = Field(default_factory=dict)
+    #: a conversation (``aaa.run.started``'s ``conversation``: ``{"idle": seconds or
+    #: None}``): after each reply the run waits for the person's next message
+    conversation: dict[str, Any] | None = None
+    #: replies sent (``aaa.message.sent``)
+    turns: int = 0
+    #: the run waits for the person's next message
+    awaiting: bool = False
+    #: seq of the latest reply
+    reply_seq: int | None = None
+    #: when an unanswered wait for the next message ends the run (idle timeout)
+    idle_until: float | None = None
+    #: a close requested (``aaa.close.requested``): ``{"by"}``
+    close: dict[str, Any] | None = None
+    #: open questions to a person: question id -> details
+    questions: dict[str, PendingQuestion] = Field(default_factory=dict)
+    #: what the run waits for from people (its next message, questions' answers), as the
+    #: latest event that changed it says: the status is "waiting" while it is above 0.
+    #: Carried by the events (each is appended against the log it counted from), so a
+    #: fold that starts from the run index's row, which keeps no questions, agrees
+    waits: int = 0
 
     def __deepcopy__(self, memo: dict | None = None) -> "RunMeta":
         # The holder copies a state before folding on: copy only what the fold
@@ -168,6 +211,7 @@ class RunMeta(BaseModel):
         fields["children"] = dict(self.children)
         fields["approvals"] = dict(self.approvals)
         fields["calls"] = dict(self.calls)  # (an entry is replaced, never mutated)
+        fields["questions"] = dict(self.questions)
         new.model_fields_set.update(_COPIED)
         return new
 
@@ -181,7 +225,7 @@ class RunMeta(BaseModel):
 
     @property
     def validated(self) -> bool:
-        return self.status in ("running", "completed")
+        return self.status in ("running", "waiting", "completed")
 
     def open_calls(self) -> list[tuple[str, OpenCall]]:
         """The requests without a result, oldest first: ``(request id, call)``."""
@@ -190,26 +234,43 @@ class RunMeta(BaseModel):
     @property
     def due(self) -> float | None:
         """When the run's next timer falls due (seconds since the epoch): the earliest
-        of its deadline and its pending approvals' expiries; None once it has ended
-        or when it has none. Past due until something is recorded for it."""
+        of its deadline, its pending approvals' and questions' expiries and, while it
+        waits for a message, its idle timeout; None once it has ended or when it has
+        none. Past due until something is recorded for it."""
         if not self.started or self.completed:
             return None
         times = [a.expires_at for a in self.approvals.values() if a.expires_at is not None]
+        times += [q.expires_at for q in self.questions.values() if q.expires_at is not None]
         if self.deadline is not None:
             times.append(self.deadline)
+        if self.awaiting and self.idle_until is not None:
+            times.append(self.idle_until)
         return min(times, default=None)
 
 
 def due_time(e: Event) -> float | None:
     """The time an event sets a timer for: a run's deadline (``aaa.run.started``), an
-    approval's expiry (``aaa.approval.requested``); None for every other event. What
-    :attr:`RunMeta.due` is folded from, for an index of due times kept as events are
-    stored (the engine's loop timers, the run index's ``due_at``)."""
+    approval's expiry (``aaa.approval.requested``), a question's (``aaa.question.asked``),
+    a conversation's idle timeout (``aaa.message.sent``); None for every other event.
+    What :attr:`RunMeta.due` is folded from, for an index of due times kept as events
+    are stored (the engine's loop timers, the run index's ``due_at``)."""
     if e.type == RUN_STARTED:
         return e.data.get("deadline")
     if e.type == APPROVAL_REQUESTED:
         return e.data.get("expires_at")
+    if e.type == QUESTION_ASKED:
+        return after(e, e.data.get("expires"))
+    if e.type == MESSAGE_SENT:
+        return after(e, e.data.get("idle"))
     return None
+
+
+def after(e: Event, seconds: Any) -> float | None:
+    """``seconds`` after the event's time (None when ``seconds`` is not a number): the
+    expiries a step decides are relative, so a replay decides the same data."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return None
+    return e.time.timestamp() + float(seconds)
 
 
 def apply(s: RunMeta, e: Event) -> RunMeta:
@@ -225,6 +286,8 @@ def apply(s: RunMeta, e: Event) -> RunMeta:
             s.children.pop(d.get("child") or "", None)
         elif t in APPROVAL_DECISIONS:
             s.approvals.pop(d.get("request_id") or "", None)
+        elif t in QUESTION_DECISIONS:
+            s.questions.pop(d.get("request_id") or "", None)
         return s
     if t == RUN_STARTED:
         s.run_id = e.stream
@@ -235,9 +298,11 @@ def apply(s: RunMeta, e: Event) -> RunMeta:
         s.owner = d.get("owner")
         s.deadline = d.get("deadline")
         s.budget = Budget(**d["budget"]) if d.get("budget") else None
+        conversation = d.get("conversation")
+        s.conversation = dict(conversation) if isinstance(conversation, dict) else None
     elif t == INPUT_VALIDATED:
         if s.status == "pending":
-            s.status = "running"
+            s.status = "waiting" if s.waits else "running"
     elif t == INPUT_REJECTED:
         s.input_errors = list(d.get("errors") or [])[:MAX_ERRORS]
     elif t == LLM_REQUESTED:
@@ -286,11 +351,39 @@ def apply(s: RunMeta, e: Event) -> RunMeta:
         )
     elif t in APPROVAL_DECISIONS:
         s.approvals.pop(d.get("request_id") or "", None)
+    elif t in _WAITS:
+        _wait(s, e)
+    elif t == CLOSE_REQUESTED:
+        s.close = s.close or {"by": d.get("by")}
     elif t == RUN_COMPLETED:
         s.status = "completed"
         s.outcome = d.get("outcome")
         s.completion_seq = e.seq
     return s
+
+
+#: the events that change what a run waits for from people
+_WAITS = frozenset({MESSAGE_SENT, MESSAGE_RECEIVED, QUESTION_ASKED, *QUESTION_DECISIONS})
+
+
+def _wait(s: RunMeta, e: Event) -> None:
+    t, d = e.type, e.data
+    if t == MESSAGE_SENT:
+        s.turns += 1
+        s.awaiting = True
+        s.reply_seq = e.seq
+        s.idle_until = after(e, d.get("idle"))
+    elif t == MESSAGE_RECEIVED:
+        s.awaiting = False
+        s.idle_until = None
+    elif t == QUESTION_ASKED:
+        s.questions[e.id] = PendingQuestion(seq=e.seq or 0, expires_at=after(e, d.get("expires")),
+                                            tool_request_id=d.get("tool_request_id"))
+    else:
+        s.questions.pop(d.get("request_id") or "", None)
+    s.waits = max(0, int(d.get("waits") or 0))
+    if s.status in ("running", "waiting"):
+        s.status = "waiting" if s.waits else "running"
 
 
 def _tally(spend: Spend, d: dict) -> None:
@@ -304,7 +397,7 @@ RUNMETA: Projection[RunMeta] = Projection(
     RunMeta,
     apply,
     name="aaa.runtime.engine.RUNMETA",
-    version=2,
+    version=3,  # 2: conversations and questions (status "waiting"); 3: model attempts (calls)
     state_type=RunMeta,
     every=64,
 )

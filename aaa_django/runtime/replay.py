@@ -4,7 +4,8 @@ replay tests, for runs): a recorded production run becomes a golden test.
 The replay builds an engine with no handlers on a fresh memory store and feeds it the
 recorded events the algorithm does not decide (:data:`FED`: the run's start, the
 input's verdict, model and tool results, approvals, child results, cancel requests,
-a deadline's timeout) in recorded order, letting the current algorithm and engine
+a deadline's timeout, a conversation's messages and close, a tool's questions and
+every question's answer or expiry) in recorded order, letting the current algorithm and engine
 decide after each, exactly as the engine does live (their own events are delivered
 to them too). What they decided (requests, child runs, plans, FSM states, the
 completion) must equal the recording: same type, same id, same data.
@@ -39,12 +40,16 @@ from .event_types import (
     APPROVAL_REQUESTED,
     CANCEL_REQUESTED,
     CHILD_COMPLETED,
+    CLOSE_REQUESTED,
     INPUT_REJECTED,
     INPUT_VALIDATED,
     LLM_ABANDONED,
     LLM_ATTEMPTED,
     LLM_COMPLETED,
     LLM_FAILED,
+    MESSAGE_RECEIVED,
+    QUESTION_ASKED,
+    QUESTION_DECISIONS,
     RUN_COMPLETED,
     RUN_STARTED,
     TOOL_COMPLETED,
@@ -71,16 +76,22 @@ FED = frozenset({
     *APPROVAL_DECISIONS,
     CHILD_COMPLETED,
     CANCEL_REQUESTED,
+    MESSAGE_RECEIVED,
+    CLOSE_REQUESTED,
+    *QUESTION_DECISIONS,
 })
 
 
 def is_fed(e: Event) -> bool:
     """Whether the replay feeds ``e`` rather than expects the code to decide it. A
-    timeout is the clock's doing (a timer rang), like an approval's expiry. The result
-    a run's end records for a call it cut off (``"cut_off": true``) is the engine's
+    timeout is the clock's doing (a timer rang), like an approval's expiry; a tool's
+    question is the tool's (the algorithm's own questions are decided). The result a
+    run's end records for a call it cut off (``"cut_off": true``) is the engine's
     decision, made with the end."""
     if e.type == RUN_COMPLETED:
         return e.data.get("outcome") == TIMEOUT
+    if e.type == QUESTION_ASKED:
+        return "tool_request_id" in e.data
     return e.type in FED and not e.data.get("cut_off")
 
 

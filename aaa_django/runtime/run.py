@@ -6,6 +6,7 @@ from typing import Any
 
 from aaa_django.events import Event
 
+from . import conversation as talk
 from .engine_api import EngineAPI
 from .meta import RunMeta
 from .outcome import Outcome
@@ -42,6 +43,23 @@ class Run:
         if hydrate:
             events = [await self.engine.hydrate(e) for e in events]
         return events
+
+    async def waiting(self, timeout: float | None = None) -> RunMeta:
+        """Wait until the run waits for a person (a conversation's next message, a
+        question's answer) or has ended; its RUNMETA then (:mod:`.conversation`)."""
+        return await talk.waiting(self.engine, self.run_id, timeout=timeout)
+
+    async def say(self, content: str, *, by: str | None = None, key: str | None = None) -> Event:
+        """Send the conversation waiting for it a person's next message."""
+        return (await talk.say(self.engine, self.run_id, content, by=by, key=key)).message
+
+    async def answer(self, question_id: str, value: Any, *, by: str | None = None) -> Event:
+        """Answer the run's open question ``question_id``."""
+        return await talk.answer(self.engine, self.run_id, question_id, value, by=by)
+
+    async def close(self, *, by: str | None = None) -> bool:
+        """End a waiting conversation ``success``."""
+        return await talk.close(self.engine, self.run_id, by=by)
 
     async def cancel(self, reason: str | None = None, *, by: str | None = None) -> Any:
         """Ask the engine to cancel the run (``cancelled`` unless it ended already)."""

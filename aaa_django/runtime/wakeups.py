@@ -24,9 +24,27 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Protocol
+from typing import Iterator, Protocol
 
-__all__ = ["Hub", "Subscription", "Wakeups"]
+__all__ = ["POLL_BACKOFF", "RELIABLE_POLL", "Hub", "Subscription", "Wakeups", "poll_intervals"]
+
+#: the longest wait between two polls of a run, in ``poll_interval``s
+POLL_BACKOFF = 8
+#: while the wake-ups hub hears every process's changes (``Wakeups.reliable``), the
+#: seconds between a wait's polls at the least: a poll is then only a safety net for a
+#: notification lost on its way (the event streams' heartbeat, ``api.stream``, is the
+#: same), not what ends the wait
+RELIABLE_POLL = 15.0
+
+
+def poll_intervals(first: float) -> Iterator[float]:
+    """The waits between polls of a run's end: ``first``, then doubling, up to
+    ``POLL_BACKOFF * first``, for ever."""
+    interval = first
+    while True:
+        yield interval
+        interval = min(interval * 2, first * POLL_BACKOFF)
+
 
 
 class Subscription:

@@ -30,26 +30,28 @@ Run both with ``python manage.py aaa_retain [--dry-run]`` or the Celery task
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import connections
-from django.db.models import Exists, OuterRef, Q
 
 from aaa_django.conf import aaa_settings
 from aaa_django.data import BlobInventory
 from aaa_django.data.keys import namespace_segment, segment_namespace
-from aaa_django.events.event import decode_blobs
-from aaa_django.models import EventRecord, RunRecord
 from aaa_django.runtime import InProcessBus
-from aaa_django.runtime.event_types import completion_id
 from aaa_django.runtime.outcome import OUTCOMES
 from aaa_django.store import DjangoEventStore
+from aaa_django.store.retention import (
+    all_streams,
+    count_events,
+    due_trees,
+    referenced_blobs,
+    streams_with_events,
+    vacuum_tables,
+)
 
 from .engines import build_engine
 
@@ -133,7 +135,7 @@ async def apply_retention(
     roots = 0
     while policy and (limit is None or roots < limit):
         room = batch if limit is None else min(batch, limit - roots)
-        trees, held, after = await sync_to_async(due_trees)(using, policy, now, room, after)
+        trees, held, after = await sync_to_async(due_trees)(using, cutoffs(policy, now), room, after)
         report.held.extend(held)
         if after is None:
             break
@@ -141,7 +143,7 @@ async def apply_retention(
         runs = [run for tree in trees for run in tree]
         report.runs.extend(runs)
         if dry_run:
-            report.events += await sync_to_async(_count_events)(using, runs)
+            report.events += await sync_to_async(count_events)(using, runs)
         elif runs:
             report.events += await engine.erase_runs(runs)
             log.info("retention: erased %s runs (%s events so far)", len(report.runs), report.events)
@@ -167,73 +169,15 @@ def database_of(engine: Any) -> str:
     return store.using
 
 
-def due_roots(using: str, policy: Policy, now: datetime, limit: int,
-              after: tuple[datetime, str] | None = None) -> list[tuple[str, datetime]]:
-    """Up to ``limit`` ended root runs the policy says are due, as (id, ended_at),
-    oldest first, after the root ``after`` (its ended_at and id) if given."""
-    rows = RunRecord.objects.using(using)
-    due = rows.none()
+def cutoffs(policy: Policy, now: datetime) -> dict[str, datetime]:
+    """Outcome -> the time before which a run that ended so is due (the outcomes the
+    policy keeps for a while; the others are kept forever)."""
+    found: dict[str, datetime] = {}
     for outcome in OUTCOMES:
         keep = policy.keep(outcome)
         if keep is not None:
-            due = due | rows.filter(status="completed", outcome=outcome, ended_at__lt=now - keep)
-    root = ~Exists(rows.filter(run_id=OuterRef("parent")))  # a child goes with its root
-    due = due.filter(root)
-    if after is not None:
-        at, run_id = after
-        due = due.filter(Q(ended_at__gt=at) | Q(ended_at=at, run_id__gt=run_id))
-    return list(due.order_by("ended_at", "run_id").values_list("run_id", "ended_at")[:limit])
-
-
-def due_trees(using: str, policy: Policy, now: datetime, limit: int,
-              after: tuple[datetime, str] | None = None,
-              ) -> tuple[list[list[str]], list[str], tuple[datetime, str] | None]:
-    """Of the next ``limit`` due roots (after ``after``): the run trees (root first)
-    whose every run has ended, the roots held back because one of their runs has not,
-    and the cursor of the last root (None: there were none). A few queries per batch,
-    whatever its size: one per tree level, one per 500 runs."""
-    due = due_roots(using, policy, now, limit, after)
-    if not due:
-        return [], [], None
-    roots = [run for run, _ in due]
-    trees = {root: [root] for root in roots}
-    root_of = {root: root for root in roots}
-    rows = RunRecord.objects.using(using)
-    frontier = list(roots)
-    while frontier:
-        children = []
-        for chunk in _chunks(frontier):
-            children += rows.filter(parent__in=chunk).values_list("run_id", "parent")
-        frontier = []
-        for child, parent in children:
-            if child not in root_of:  # a cycle would be a bug; never loop on one
-                root_of[child] = root_of[parent]
-                trees[root_of[parent]].append(child)
-                frontier.append(child)
-    ended = _ended(using, list(root_of))
-    complete = [tree for tree in trees.values() if all(run in ended for run in tree)]
-    held = [root for root, tree in trees.items() if not all(run in ended for run in tree)]
-    return complete, held, (due[-1][1], due[-1][0])
-
-
-def _ended(using: str, runs: list[str]) -> set[str]:
-    """Which runs' logs hold their completion (the log is the fact; the index row could
-    lag): lookups by primary key."""
-    ended: set[str] = set()
-    events = EventRecord.objects.using(using)
-    for chunk in _chunks(runs):
-        ids = [completion_id(r) for r in chunk]
-        ended.update(events.filter(pk__in=ids).values_list("stream", flat=True))
-    return ended
-
-
-def _chunks(items: list[str], size: int = 500) -> Iterable[list[str]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-def _count_events(using: str, runs: list[str]) -> int:
-    return EventRecord.objects.using(using).filter(stream__in=runs).count()
+            found[outcome] = now - keep
+    return found
 
 
 # -- orphaned blobs -------------------------------------------------------------------
@@ -256,7 +200,7 @@ async def sweep_orphans(engine: Any, *, now: datetime | None = None, grace: floa
     live = await sync_to_async(_live_streams)(using, segments)
     for segment in segments:
         stream = live.get(segment)
-        referenced = await sync_to_async(_referenced)(using, stream) if stream is not None else set()
+        referenced = await sync_to_async(referenced_blobs)(using, stream) if stream is not None else set()
         hashes = await asyncio.to_thread(blobs.hashes, segment)
         for sha in hashes:
             if sha in referenced:
@@ -276,60 +220,14 @@ async def sweep_orphans(engine: Any, *, now: datetime | None = None, grace: floa
 def _live_streams(using: str, segments: list[str]) -> dict[str, str]:
     """Segment -> stream, for the segments whose stream has events."""
     names = {seg: segment_namespace(seg) for seg in segments}
-    spelled = [n for n in names.values() if n is not None]
-    streams: set[str] = set()
-    events = EventRecord.objects.using(using)
-    for chunk in _chunks(spelled):
-        streams.update(events.filter(stream__in=chunk).values_list("stream", flat=True).distinct())
-    live = {seg: name for seg, name in names.items() if name in streams}
+    streams = streams_with_events(using, [n for n in names.values() if n is not None])
+    live = {seg: name for seg, name in names.items() if name is not None and name in streams}
     if any(name is None for name in names.values()):
         # A long namespace is stored under its hash: compare with every stream's.
         hashed = {namespace_segment(s): s for s in all_streams(using)}
         live.update({seg: hashed[seg] for seg, name in names.items()
                      if name is None and seg in hashed})
     return live
-
-
-def _referenced(using: str, stream: str) -> set[str]:
-    """The hashes of the blobs the stream's events refer to (its rows with blobs)."""
-    rows = (EventRecord.objects.using(using).filter(stream=stream).exclude(blobs=[])
-            .values_list("blobs", flat=True))
-    return {ref.sha256 for raw in rows for ref in decode_blobs(_json(raw))}
-
-
-def _json(raw: Any) -> Any:
-    return json.loads(raw) if isinstance(raw, str) else raw
-
-
-def all_streams(using: str) -> list[str]:
-    """Every stream of the log, by a walk of the (stream, seq) index: one probe per
-    stream, not a scan of every event (a loose index scan)."""
-    sql = (
-        "WITH RECURSIVE s(stream) AS ("
-        " SELECT MIN(stream) FROM aaa_event"
-        " UNION ALL"
-        " SELECT (SELECT MIN(e.stream) FROM aaa_event e WHERE e.stream > s.stream)"
-        " FROM s WHERE s.stream IS NOT NULL"
-        ") SELECT stream FROM s WHERE stream IS NOT NULL"
-    )
-    with connections[using].cursor() as cur:
-        cur.execute(sql)
-        return [row[0] for row in cur.fetchall()]
-
-
-# -- space ----------------------------------------------------------------------------
-
-
-def vacuum_tables(using: str) -> bool:
-    """``VACUUM (ANALYZE)`` the log's tables on PostgreSQL (the space of erased rows is
-    reused by later appends at once, and the planner sees the new sizes); a no-op
-    elsewhere (SQLite reuses freed pages by itself). True if it ran."""
-    conn = connections[using]
-    if conn.vendor != "postgresql" or conn.in_atomic_block:
-        return False
-    with conn.cursor() as cur:
-        cur.execute("VACUUM (ANALYZE) aaa_event, aaa_snapshot, aaa_run")
-    return True
 
 
 #: the keys a policy may name

@@ -7,8 +7,9 @@ backend allows (the mixin :class:`StatementAppends` of
   prepares nothing, the call of migration 0009's function that does the same with
   plans the session keeps), preceded by one query (the head, the ids
   stored already, the run's row) unless the store remembers them from its own last
-  append or read of the stream (a hint, refused by the unique ``(stream, seq)`` index
-  when another process appended since), or the batch starts a run: then the
+  append or read of the stream, or from the events a delivery's message carried (a
+  hint, refused by the unique ``(stream, seq)`` index when another process appended
+  since), or the batch starts a run: then the
   statement inserts the events and the run's new row, on the guess that the stream
   is new (refused by the same index, or the event's unique id, when it is not);
 - SQLite: ``BEGIN IMMEDIATE``, that one query, the ``INSERT`` (and the run row's
@@ -104,14 +105,13 @@ HINTS_KEPT = 1024
 
 class StatementAppends:
     """The one-statement (PostgreSQL) and one-transaction (SQLite) appends, and the
-    hints they start from. Needs ``using`` and ``inline`` (see ``DjangoEventStore``)."""
+    hints they start from. Needs ``using`` (see ``DjangoEventStore``)."""
 
     using: str
-    inline: bool
 
     def _init_hints(self) -> None:
-        #: stream -> (head seq, run index row) as this store's last append (an inline
-        #: store's: also its last read) left them: on PostgreSQL the next append to the
+        #: stream -> (head seq, run index row) as this store's last append (or read, or
+        #: the events it observed) left them: the next append to the
         #: stream starts from there instead of asking (a hint: if another process
         #: appended since, the unique (stream, seq) index refuses the statement and the
         #: append asks). Shared by the threads that use the store. Bound: ``HINTS_KEPT``.
@@ -128,7 +128,7 @@ class StatementAppends:
         not the common case (an index row behind its log, a batch too
         large for one statement): the caller takes the transactional path.
 
-        ``seen``: the head and the row as the last read saw them (an inline store's):
+        ``seen``: the head and the row as this store last saw them (its hint):
         then the statement alone, one round trip. Had anything been appended since, the
         unique (stream, seq) index, or the unique id of an event stored already,
         refuses it, and the append starts again from the query. A batch that starts
@@ -355,10 +355,11 @@ class StatementAppends:
 
     def observe(self, events: Sequence[Event]) -> None:
         """Committed ``events`` of one stream, learnt without reading them (a worker
-        gets them in its delivery message): an inline store that remembers the head
-        just before them moves its head, and its run's row, past them, so its next
-        append needs no query. Anything else forgets the stream (the next append asks)."""
-        if not self.inline or not events:
+        gets them in its delivery message): a store that remembers the head just
+        before them (or learns a stream's first events) moves its head, and its run's
+        row, past them, so its next append needs no query. Anything else forgets the
+        stream (the next append asks)."""
+        if not events:
             return
         stream = events[0].stream
         seen = self._forget(stream)
@@ -379,14 +380,6 @@ class StatementAppends:
             if row is None:
                 return
         self._remember(stream, events[-1].seq or 0, row)
-
-    def _read_to_head_pg(self, conn, stream: str, after: int) -> list[Event]:
-        """A read to the end of the stream, with the run's index row in the same round
-        trip: what the next append would otherwise ask for (see ``_write_pg``)."""
-        with cursor(conn) as cur:
-            cur.execute(_READ_AND_ROW_PG, [stream, stream, after])
-            rows = cur.fetchall()
-        return self._read_rows(stream, rows, committed=not conn.in_atomic_block)
 
     def _read_rows(self, stream: str, rows, *, committed: bool) -> list[Event]:
         """The events of rows of ``_READ_AND_ROW_PG``; the head and the run's row they

@@ -9,13 +9,11 @@ rows are built and read in plain SQL (:mod:`aaa_django.store.rows`).
 
 from __future__ import annotations
 
-import asyncio
 import time
 import zlib
 from functools import lru_cache, wraps
 from typing import Any, Callable, Sequence
 
-from asgiref.sync import sync_to_async
 from django.db import Error as DatabaseDriverError
 from django.db import IntegrityError, connections, transaction
 from django.utils.timezone import now
@@ -27,6 +25,7 @@ from aaa_django.models import EventRecord
 from . import rows, wakeups
 from .appends import StatementAppends
 from .faults import contention, translate
+from .offload import Offload, in_django_executor
 from .rows import (
     HEAD,
     INSERT_CHUNK,
@@ -140,62 +139,26 @@ def _translated(*, reads: bool) -> Callable[[Callable[..., Any]], Callable[..., 
     return wrap
 
 
-def _outside_loop(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` as a coroutine function that runs it on the calling thread, blocking the
-    loop while it runs. Django refuses database work in a thread whose event loop is
-    running (it cannot know the loop can afford to wait), and while a loop runs it
-    keeps connections per task, not per thread: with the loop hidden for the call
-    (it runs nothing else meanwhile), every call sees the thread's one connection."""
-
-    @wraps(fn)
-    async def call(*args: Any, **kwargs: Any) -> Any:
-        loop = asyncio.events._get_running_loop()
-        asyncio.events._set_running_loop(None)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            asyncio.events._set_running_loop(loop)
-
-    return call
-
-
 class DjangoEventStore(StatementAppends):
     """An :class:`~aaa_django.events.EventStore` on the database alias ``using``.
 
-    Async methods (the protocol the engine uses) run the ORM in Django's
-    thread-sensitive executor (a hop to another thread a call: async code on
+    The ``*_sync`` methods are for sync callers (Celery tasks, the admin, the API);
+    the async methods (the protocol the engine awaits) run them off the event loop
+    by ``offload`` (:mod:`aaa_django.store.offload`; default: Django's
+    thread-sensitive executor, a hop to another thread a call: async code on
     PostgreSQL or SQLite is better served by :func:`~aaa_django.store.site_store`'s
-    store, whose calls make none); the ``*_sync`` methods are for sync callers (Celery
-    tasks, the admin, the API). Appends join the caller's transaction when there is
+    store, whose calls make none). Appends join the caller's transaction when there is
     one, so events commit (or roll back) with the caller's own writes.
-
-    ``inline=True``: the async methods run the queries on the calling thread instead,
-    blocking its event loop for each (sub-millisecond) query; no hop to another
-    thread per call. For a loop that owns its thread and that thread's database
-    connection, and runs one delivery at a time: a Celery worker's
-    (:mod:`aaa_django.celery.worker`).
     """
 
-    def __init__(self, using: str = "default", *, inline: bool = False) -> None:
+    def __init__(self, using: str = "default", *, offload: Offload | None = None) -> None:
         self.using = using
-        self.inline = inline
+        #: how the async methods run the sync ones (see :mod:`aaa_django.store.offload`)
+        self.offload: Offload = offload if offload is not None else in_django_executor
         self.cache_key = f"django:{using}"
         self._init_hints()
         #: events this store just appended (see :meth:`fresh`)
         self._recent = RecentIds()
-        wrap = _outside_loop if inline else (lambda fn: sync_to_async(fn, thread_sensitive=True))
-        self.append = wrap(self.append_sync)
-        self.read = wrap(self.read_sync)
-        self.head = wrap(self.head_sync)
-        self.load_snapshot = wrap(self.load_snapshot_sync)
-        self.read_from_snapshot = wrap(self.read_from_snapshot_sync)
-        self.save_snapshot = wrap(self.save_snapshot_sync)
-        self.erase = wrap(self.erase_sync)
-        self.erase_many = wrap(self.erase_many_sync)
-        self.streams = wrap(self.streams_sync)
-        self.unfinished = wrap(self.unfinished_sync)
-        self.due = wrap(self.due_sync)
-        self.settle_due = wrap(self.settle_due_sync)
 
     def __repr__(self) -> str:
         return f"DjangoEventStore(using={self.using!r})"
@@ -209,6 +172,46 @@ class DjangoEventStore(StatementAppends):
     @property
     def _events(self):
         return EventRecord.objects.using(self.using)
+
+    # -- the async protocol: the sync methods, offloaded ------------------------------
+
+    async def append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
+        return await self.offload(self.append_sync, events, expected_seq=expected_seq)
+
+    async def read(self, stream: str, *, after: int = 0, limit: int | None = None,
+                   tenant: str | None = None) -> list[Event]:
+        return await self.offload(self.read_sync, stream, after=after, limit=limit, tenant=tenant)
+
+    async def head(self, stream: str) -> tuple[int, str] | None:
+        return await self.offload(self.head_sync, stream)
+
+    async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
+        return await self.offload(self.load_snapshot_sync, stream, name, version)
+
+    async def read_from_snapshot(self, stream: str, name: str,
+                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+        return await self.offload(self.read_from_snapshot_sync, stream, name, version)
+
+    async def save_snapshot(self, snapshot: Snapshot) -> bool:
+        return await self.offload(self.save_snapshot_sync, snapshot)
+
+    async def erase(self, stream: str) -> int:
+        return await self.offload(self.erase_sync, stream)
+
+    async def erase_many(self, streams: Sequence[str]) -> int:
+        return await self.offload(self.erase_many_sync, streams)
+
+    async def streams(self) -> list[str]:
+        return await self.offload(self.streams_sync)
+
+    async def unfinished(self) -> dict[str, float]:
+        return await self.offload(self.unfinished_sync)
+
+    async def due(self, now: float, limit: int = 500) -> list[tuple[str, int]]:
+        return await self.offload(self.due_sync, now, limit)
+
+    async def settle_due(self, run_id: str, seq: int, due: float | None) -> bool:
+        return await self.offload(self.settle_due_sync, run_id, seq, due)
 
     # -- events -------------------------------------------------------------------
 
@@ -292,7 +295,6 @@ class DjangoEventStore(StatementAppends):
                 index_events(self.using, stored)
         return stored
 
-
     @_translated(reads=True)
     def read_sync(
         self,
@@ -302,10 +304,7 @@ class DjangoEventStore(StatementAppends):
         limit: int | None = None,
         tenant: str | None = None,
     ) -> list[Event]:
-        conn = connections[self.using]
-        if self.inline and limit is None and tenant is None and conn.vendor == "postgresql":
-            return self._read_to_head_pg(conn, stream, after)
-        return rows.read(conn, stream, after=after, limit=limit, tenant=tenant)
+        return rows.read(connections[self.using], stream, after=after, limit=limit, tenant=tenant)
 
     @_translated(reads=True)
     def head_sync(self, stream: str) -> tuple[int, str] | None:

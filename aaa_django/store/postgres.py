@@ -28,7 +28,6 @@ from __future__ import annotations
 from functools import wraps
 from typing import Any, Awaitable, Callable, Sequence
 
-from asgiref.sync import sync_to_async
 from django.db import IntegrityError
 from django.utils.timezone import now
 
@@ -46,6 +45,7 @@ from .database import (
 )
 from .faults import connection_lost, translate, translated
 from .groupcommit import GroupCommit
+from .offload import Offload
 from .rows import INSERT_CHUNK, EventList, prepares, select, to_events
 from .runindex import index_events
 
@@ -90,51 +90,40 @@ def site_store(using: str = "default") -> DjangoEventStore:
 
 
 class PgEventStore(DjangoEventStore):
-    """A :class:`~aaa_django.store.DjangoEventStore` whose async methods await
-    PostgreSQL on the store's own psycopg connections (see the module).
-
-    ``inline=True`` keeps the Django store's inline path (no connections of its own).
-    A Celery worker's loop awaits this store as the web process does
-    (:func:`aaa_django.celery.worker.build_worker_engine`).
+    """A :class:`~aaa_django.store.DjangoEventStore` whose engine calls (``append``,
+    ``read``, ``head``, the snapshots) await PostgreSQL on the store's own psycopg
+    connections (see the module); the others, and what these leave to the Django store
+    (an append that is not the common case, a run's index row to catch up), run the
+    sync methods by ``offload`` (default: Django's thread-sensitive executor; a Celery
+    worker's db threads, :func:`aaa_django.celery.worker.build_worker_engine`).
+    Where psycopg 3 does not reach the alias, every call is the Django store's.
     """
 
-    #: the async methods that await the database on the store's own connections (when
-    #: :attr:`awaits`); the others are the Django store's (its sync method in a thread)
-    AWAITED = ("append", "read", "head", "load_snapshot", "read_from_snapshot", "save_snapshot")
-
-    def __init__(self, using: str = "default", *, inline: bool = False,
+    def __init__(self, using: str = "default", *, offload: Offload | None = None,
                  group_commit: bool = True) -> None:
-        super().__init__(using, inline=inline)
+        super().__init__(using, offload=offload)
         self.pg: PgConnections | None = None
         self.group: GroupCommit | None = None
-        #: how what this store leaves to the Django store (an append that is not the
-        #: common case, a run's index row to catch up) runs off the loop: a sync
-        #: function -> its coroutine function. Django's thread-sensitive executor; a
-        #: worker's db threads in a Celery worker (``celery.worker.on_threads``)
-        self.elsewhere: Callable[[Callable[..., Any]], Callable[..., Awaitable[Any]]] = (
-            lambda fn: sync_to_async(fn, thread_sensitive=True))
-        if inline or not async_capable(using):
+        if not async_capable(using):
             return
         self.pg = PgConnections.of(using)
         if group_commit:
             self.group = GroupCommit(self)
-        for name in self.AWAITED:
-            setattr(self, name, getattr(self, f"_{name}"))
 
     def __repr__(self) -> str:
         return f"PgEventStore(using={self.using!r})"
 
     @property
     def awaits(self) -> bool:
-        """Do the :attr:`AWAITED` methods await the database on the store's own
-        connections (not inline, on PostgreSQL with psycopg 3)?"""
+        """Do the engine's calls await the database on the store's own connections
+        (psycopg 3 reaches the alias)?"""
         return self.pg is not None
 
     @property
     def conns(self) -> PgConnections:
         """The store's own connections (its calls are awaits on them)."""
         if self.pg is None:
-            raise RuntimeError(f"{self!r} is inline: it has no connections of its own")
+            raise RuntimeError(f"{self!r}: psycopg 3 does not reach the alias; no connections of its own")
         return self.pg
 
     def _fault_of(self, exc: BaseException) -> tuple[StoreUnavailable | None, bool]:
@@ -152,6 +141,11 @@ class PgEventStore(DjangoEventStore):
         return translate(exc, StoreUnavailable), lost
 
     # -- events -------------------------------------------------------------------
+
+    async def append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
+        if self.pg is None:
+            return await super().append(events, expected_seq=expected_seq)
+        return await self._append(events, expected_seq=expected_seq)
 
     @_translated(reads=False)
     async def _append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
@@ -174,8 +168,8 @@ class PgEventStore(DjangoEventStore):
         return stored
 
     async def _append_elsewhere(self, events: Sequence[Event], *, expected_seq: int | None) -> list[Event]:
-        """The Django store's transactional append (:attr:`elsewhere`)."""
-        return await self.elsewhere(self.append_sync)(events, expected_seq=expected_seq)
+        """The Django store's transactional append (by :attr:`offload`)."""
+        return await self.offload(self.append_sync, events, expected_seq=expected_seq)
 
     async def _append_statement(self, stream: str, batch: list[Event], texts: list[str],
                                 expected_seq: int | None) -> list[Event] | None:
@@ -228,7 +222,13 @@ class PgEventStore(DjangoEventStore):
     async def _catch_up(self, stored: list[Event]) -> None:
         """The run's index row caught up with committed ``stored`` (the sync run index)."""
 
-        await self.elsewhere(index_events)(self.using, stored)
+        await self.offload(index_events, self.using, stored)
+
+    async def read(self, stream: str, *, after: int = 0, limit: int | None = None,
+                   tenant: str | None = None) -> list[Event]:
+        if self.pg is None:
+            return await super().read(stream, after=after, limit=limit, tenant=tenant)
+        return await self._read(stream, after=after, limit=limit, tenant=tenant)
 
     @_translated(reads=True)
     async def _read(self, stream: str, *, after: int = 0, limit: int | None = None,
@@ -247,6 +247,11 @@ class PgEventStore(DjangoEventStore):
             params.append(max(int(limit), 0))
         return to_events(await self._fetch(sql, params))
 
+    async def head(self, stream: str) -> tuple[int, str] | None:
+        if self.pg is None:
+            return await super().head(stream)
+        return await self._head(stream)
+
     @_translated(reads=True)
     async def _head(self, stream: str) -> tuple[int, str] | None:
         rows = await self._fetch(_HEAD, [stream])
@@ -259,10 +264,21 @@ class PgEventStore(DjangoEventStore):
 
     # -- snapshots ----------------------------------------------------------------
 
+    async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
+        if self.pg is None:
+            return await super().load_snapshot(stream, name, version)
+        return await self._load_snapshot(stream, name, version)
+
     @_translated(reads=True)
     async def _load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
         rows = await self._fetch(_LOAD_SNAPSHOT, [stream, name, version])
         return Snapshot(stream, name, version, *rows[0]) if rows else None
+
+    async def read_from_snapshot(self, stream: str, name: str,
+                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+        if self.pg is None:
+            return await super().read_from_snapshot(stream, name, version)
+        return await self._read_from_snapshot(stream, name, version)
 
     @_translated(reads=True)
     async def _read_from_snapshot(self, stream: str, name: str,
@@ -272,6 +288,11 @@ class PgEventStore(DjangoEventStore):
                               [stream, name, version])
             found = await cur.fetchall()
         return from_snapshot_rows(stream, name, version, found, committed=True)
+
+    async def save_snapshot(self, snapshot: Snapshot) -> bool:
+        if self.pg is None:
+            return await super().save_snapshot(snapshot)
+        return await self._save_snapshot(snapshot)
 
     @_translated(reads=False)
     async def _save_snapshot(self, snapshot: Snapshot) -> bool:

@@ -114,7 +114,8 @@ _SETTLE = "UPDATE aaa_run SET due_at = %s WHERE run_id = %s AND last_seq = %s"
 
 def unfinished(using: str) -> dict[str, float]:
     """Run id -> the time (epoch seconds) of its newest event, for every run started
-    and not completed: the sweeper's question (every ``STALL_AFTER / 2`` seconds).
+    and not completed, and not waiting for a person: the sweeper's question (every
+    ``STALL_AFTER / 2`` seconds).
 
     Asked of the index, not the log: the rows whose status is not ``completed`` (the
     status index), and of each of those runs its newest event, read by its key
@@ -132,11 +133,18 @@ def unfinished(using: str) -> dict[str, float]:
             if last is not None and last_type != RUN_COMPLETED}
 
 
+#: the statuses of a run someone must be working on: not ended, nor waiting for a
+#: person (a conversation's next message, a question's answer: its timers are in
+#: ``due_at``, and nothing is lost while it waits)
+WORKED_ON = tuple(s for s in OPEN_STATUSES if s != "waiting")
+
+
 def unfinished_query(using: str) -> models.QuerySet:
     """:func:`unfinished`'s query: ``(run id, its newest event's time and type)`` of
-    every row whose status is not ``completed``."""
+    every row whose status is neither ``completed`` nor ``waiting`` (a run waiting
+    for a person may wait for days: it is not stalled)."""
     newest = EventRecord.objects.using(using).filter(stream=OuterRef("run_id")).order_by("-seq")
-    return (RunRecord.objects.using(using).filter(status__in=OPEN_STATUSES)
+    return (RunRecord.objects.using(using).filter(status__in=WORKED_ON)
             .annotate(last=Subquery(newest.values("time")[:1]),
                       last_type=Subquery(newest.values("type")[:1]))
             .values_list("run_id", "last", "last_type"))

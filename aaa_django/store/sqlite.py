@@ -58,7 +58,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence, cast
 
-from asgiref.sync import sync_to_async
 from django.db import Error as DatabaseDriverError
 from django.db import IntegrityError, InterfaceError, connections
 from django.utils.timezone import now
@@ -75,6 +74,7 @@ from .database import (
     snapshot_writes,
 )
 from .faults import contention, translate, translated
+from .offload import Offload
 from .rows import SQLITE_CHUNK, EventList, closed_refusal, select, to_events
 
 __all__ = ["SqliteConnection", "SqliteEventStore", "close_all", "is_sqlite"]
@@ -415,26 +415,19 @@ class SqliteEventStore(DjangoEventStore):
     for its loop to do (``caller_alone``) is made on the calling thread when the
     thread and the write lock are free at once (:meth:`SqliteConnection.append_here`;
     False: every append on the thread).
-    ``inline=True`` (a Celery worker's store) keeps the Django store's inline path.
+    What is not the common case, and the calls other than the engine's, run the sync
+    methods by ``offload`` (default: Django's thread-sensitive executor). On an alias
+    that is not SQLite, every call is the Django store's.
     """
 
-    def __init__(self, using: str = "default", *, inline: bool = False,
+    def __init__(self, using: str = "default", *, offload: Offload | None = None,
                  own_thread: bool = True, here_when_alone: bool = True) -> None:
-        super().__init__(using, inline=inline)
+        super().__init__(using, offload=offload)
         self.db: SqliteConnection | None = None
         self.own_thread = own_thread
         self.here_when_alone = here_when_alone
-        if inline or not is_sqlite(using):
-            return
-        self.db = SqliteConnection.of(using)
-        self._append_elsewhere = sync_to_async(self.append_sync, thread_sensitive=True)
-        self._read_elsewhere = sync_to_async(self.read_sync, thread_sensitive=True)
-        self.append = self._append
-        self.read = self._read
-        self.head = self._head
-        self.load_snapshot = self._load_snapshot
-        self.read_from_snapshot = self._read_from_snapshot
-        self.save_snapshot = self._save_snapshot
+        if is_sqlite(using):
+            self.db = SqliteConnection.of(using)
 
     def __repr__(self) -> str:
         return f"SqliteEventStore(using={self.using!r})"
@@ -468,7 +461,9 @@ class SqliteEventStore(DjangoEventStore):
 
     # -- events -------------------------------------------------------------------
 
-    async def _append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
+    async def append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
+        if self.db is None:
+            return await super().append(events, expected_seq=expected_seq)
         stream, batch, texts = prepare_batch(events)  # raises before any write
         if not batch:
             return []
@@ -505,32 +500,43 @@ class SqliteEventStore(DjangoEventStore):
         # asking it costs an append a lookup of Django's connection, a thread-local.)
         return stored
 
-    async def _read(self, stream: str, *, after: int = 0, limit: int | None = None,
-                    tenant: str | None = None) -> list[Event]:
-        if limit is not None or tenant is not None:  # a page: not the engine's
-            return await self._read_elsewhere(stream, after=after, limit=limit, tenant=tenant)
+    async def _append_elsewhere(self, events: Sequence[Event], *, expected_seq: int | None) -> list[Event]:
+        """The Django store's transactional append (by :attr:`offload`)."""
+        return await self.offload(self.append_sync, events, expected_seq=expected_seq)
+
+    async def read(self, stream: str, *, after: int = 0, limit: int | None = None,
+                   tenant: str | None = None) -> list[Event]:
+        if self.db is None or limit is not None or tenant is not None:  # (a page: not the engine's)
+            return await super().read(stream, after=after, limit=limit, tenant=tenant)
         return to_events(await self._call(_fetch, _READ, [stream, after], reads=True))
 
-    async def _head(self, stream: str) -> tuple[int, str] | None:
+    async def head(self, stream: str) -> tuple[int, str] | None:
+        if self.db is None:
+            return await super().head(stream)
         rows = await self._call(_fetch, _HEAD, [stream], reads=True)
         return (rows[0][0], rows[0][1]) if rows else None
 
     # -- snapshots ----------------------------------------------------------------
 
-    async def _load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
+    async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
+        if self.db is None:
+            return await super().load_snapshot(stream, name, version)
         rows = await self._call(_fetch, _qmark(_LOAD_SNAPSHOT), [stream, name, version], reads=True)
         return Snapshot(stream, name, version, *rows[0]) if rows else None
 
-    async def _read_from_snapshot(self, stream: str, name: str,
-                                  version: int) -> tuple[Snapshot | None, list[Event]]:
+    async def read_from_snapshot(self, stream: str, name: str,
+                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+        if self.db is None:
+            return await super().read_from_snapshot(stream, name, version)
         found = await self._call(_fetch, _qmark(read_from_snapshot_sql("sqlite")), [stream, name, version],
                                  reads=True)
         return from_snapshot_rows(stream, name, version, found, committed=True)
 
-    async def _save_snapshot(self, snapshot: Snapshot) -> bool:
+    async def save_snapshot(self, snapshot: Snapshot) -> bool:
         """As :meth:`DjangoEventStore.save_snapshot_sync`, under the write lock: the
         conditional UPDATE, else the INSERT (nobody can insert in between)."""
-        assert self.db is not None
+        if self.db is None:
+            return await super().save_snapshot(snapshot)
         writes = snapshot_writes(snapshot, self.db.django.ops.adapt_datetimefield_value(now()))
         return await self._call(_save, writes, reads=False)
 

@@ -17,7 +17,9 @@ the hubs of :mod:`aaa_django.runtime.wakeups`, one per database alias and proces
   ``aaa.run.completed``) and an erasure send a second one, :data:`ENDED` and the id
   (:func:`ended`), which wakes the subscriptions that want only the run's end
   (``Engine.wait``, subscribed ``ends_only``): a run's dozen appends before its end
-  wake no wait (they did, each a read of the run: issue 15). Within a deploy, a
+  wake no wait (they did, each a read of the run: issue 15). So does an append after
+  which the run may wait for a person (a reply, a question): ``Run.waiting`` waits
+  for that or the end, subscribed ``ends_only`` too. Within a deploy, a
   listener of the previous version reads the plain id as before (the marked one
   names no stream it has); a wait in a new process on a run that an old one ends is
   not woken by it, and finds the end at its next poll.
@@ -47,7 +49,7 @@ import time
 
 from django.db import connections, transaction
 
-from aaa_django.runtime.event_types import RUN_COMPLETED
+from aaa_django.runtime.event_types import MESSAGE_SENT, QUESTION_ASKED, RUN_COMPLETED
 from aaa_django.runtime.wakeups import Hub, Subscription, Wakeups
 
 __all__ = ["ANY", "CHANNEL", "ENDED", "Listener", "Notifier", "ended", "for_database", "notify",
@@ -159,10 +161,14 @@ class Listener(Hub):
             self._stop.wait(RECONNECT)
 
 
+#: the events after which a run may have ended or wait for a person (a reply, a question)
+SETTLING = frozenset({RUN_COMPLETED, MESSAGE_SENT, QUESTION_ASKED})
+
+
 def ended(stored) -> bool:
-    """Did an append that stored the events ``stored`` end their run? (Then its
-    notification says so: :data:`ENDED`.)"""
-    return any(e.type == RUN_COMPLETED for e in stored)
+    """Did an append that stored the events ``stored`` end their run, or make it wait
+    for a person? (Then its notification says so: :data:`ENDED`.)"""
+    return any(e.type in SETTLING for e in stored)
 
 
 def notify(using: str, streams: list[str], *, committed: bool = False, ended: bool = False) -> None:

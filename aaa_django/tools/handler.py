@@ -6,7 +6,9 @@ Results are ``aaa.tool.completed`` ``{"call_id", "name", "result"}`` or
 run ended while it ran), ``denied`` / ``expired`` (approval gate), ``uncertain`` (the
 guard refused a second execution and the site has runs end then: ``uncertain="fail"``),
 ``not_run`` (a person reconciled an uncertain call: it did not run),
-``unknown_tool``, ``invalid_arguments``. Both share the request's one result id.
+``unknown_tool``, ``invalid_arguments``. Both share the request's one result id. A
+tool that raises :class:`~aaa_django.runtime.conversation.Ask` asks a person:
+``aaa.question.asked``, and the answer is the call's result.
 
 Limits enforced here: per-tool timeouts, named concurrency pools, approval gates,
 cancellation of in-flight calls when their run ends, and the execution guard. An
@@ -35,6 +37,7 @@ from pydantic import ValidationError
 from aaa_django.events import Event, derive_id
 from aaa_django.runtime import FAILED, Engine, Outcome
 from aaa_django.runtime.bus import ExclusiveLeases
+from aaa_django.runtime.conversation import Ask, ask_for_tool, asked_id
 from aaa_django.runtime.event_types import (
     APPROVAL_DECISIONS,
     APPROVAL_EXPIRED,
@@ -147,8 +150,8 @@ class ToolHandler:
             if await engine.over(request):
                 return
             done = await self._progress(request)
-            if result_id(request.id) in done:
-                return
+            if result_id(request.id) in done or asked_id(request) in done:
+                return  # answered, or waiting for a person's answer
             tool = self.registry.get(request.data.get("name", ""))
             if tool is None:
                 await self._fail(request, "unknown_tool",
@@ -200,9 +203,10 @@ class ToolHandler:
     # -- doing ----------------------------------------------------------------------------
 
     async def _progress(self, request: Event) -> dict[str, Event]:
-        """The request's result and (for a guarded tool) its intents, its
-        reconciliation gate and its late outcome, if they are in the log."""
-        ids = [result_id(request.id)]
+        """The request's result, its question to a person (a tool that asks), and (for
+        a guarded tool) its intents, its reconciliation gate and its late outcome, if
+        they are in the log."""
+        ids = [result_id(request.id), asked_id(request)]
         tool = self.registry.get(request.data.get("name", ""))
         if tool is not None and tool.guard.side_effects:
             ids += [request.derive(TOOL_STARTED).id, request.derive(TOOL_STARTED, key=AGAIN_KEY).id,
@@ -327,7 +331,9 @@ class ToolHandler:
     async def _answer(self, request: Event, tool: Tool, task: asyncio.Future) -> None:
         engine = self._engine()
         error = task.exception()
-        if isinstance(error, _ToolTimeout):
+        if isinstance(error, Ask):  # the answer will be the result
+            await ask_for_tool(engine, request, error)
+        elif isinstance(error, _ToolTimeout):
             await self._fail(request, "timeout", str(error))
         elif error is not None:
             tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))

@@ -170,6 +170,27 @@ def test_session_auth_works_and_unsafe_methods_need_csrf(alice, make_run):
     assert anonymous.get(f"/api/aaa/runs/{run_id}").status_code == 401
 
 
+def test_a_sessions_csrf_check_is_djangos_own(alice):
+    """The session's CSRF check is Django's ``CsrfViewMiddleware``: an unsafe request
+    passes with the csrftoken cookie's value in ``X-CSRFToken`` and is refused without
+    it, and a request Django itself exempts (its test client's, unless told to enforce
+    the check) passes. Passing, a cancel of an unknown run is a 404; refused, a 403."""
+    from django.conf import settings
+
+    url, secret = "/api/aaa/runs/run-unknown/cancel", "a" * 32
+    enforcing = Client(enforce_csrf_checks=True)
+    enforcing.force_login(alice)
+    enforcing.cookies[settings.CSRF_COOKIE_NAME] = secret
+    refused = enforcing.post(url, content_type="application/json")
+    assert refused.status_code == 403 and detail(refused)["type"] == "csrf_failed"
+    assert enforcing.post(url, content_type="application/json", headers={"X-CSRFToken": secret}).status_code == 404
+    assert enforcing.post(url, content_type="application/json",
+                          headers={"X-CSRFToken": "b" * 32}).status_code == 403
+    exempt = Client()  # Django's test client: its requests skip the check
+    exempt.force_login(alice)
+    assert exempt.post(url, content_type="application/json").status_code == 404
+
+
 def test_rate_limit_is_429_with_retry_after(api, alice, settings):
     settings.AAA = {**settings.AAA, "API_RATE": "3/min"}
     codes = [api.get("/runs", headers=alice.auth).status_code for _ in range(4)]

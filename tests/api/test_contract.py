@@ -31,6 +31,7 @@ OPERATIONS = {
     "start_run", "list_runs", "get_run", "get_runs", "watch_runs", "cancel_run", "erase_run",
     "list_events", "stream_events", "get_projection", "list_approvals", "decide_approval",
     "export_run", "import_run", "fork_run",
+    "send_message", "list_messages", "close_conversation", "list_questions", "answer_question",
 }
 
 

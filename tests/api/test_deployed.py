@@ -202,6 +202,30 @@ def test_a_generated_client_drives_every_operation(site, generated):
     r = call("runs", "cancel_run", run_id=r.parsed.id, body=m.CancelIn.from_dict({"reason": "enough"}))
     assert r.status_code == 202
 
+    # a conversation with the chat page's agent (project/chat/model.py: scripted): a message,
+    # the question its tool asks, the answer, the reply, the close
+    r = call("runs", "start_run", body=m.StartIn.from_dict({
+        "algorithm": "aaa.algos.ToolLoop", "input": {"task": "Hello!"}, "conversation": True,
+        "config": {"model": "chat-demo", "tools": ["choose_city", "lookup_population"]}}))
+    assert r.status_code == 201, r.content
+    talk = r.parsed.id
+    until_status(call, talk, "waiting")
+    r = call("conversations", "send_message", run_id=talk, idempotency_key="client-message-1",
+             body=m.MessageIn.from_dict({"content": "How many people live there?"}))
+    assert r.status_code == 201 and r.parsed.message.turn == 2, r.content
+    question = until(lambda: next((q for q in call("conversations", "list_questions", run_id=talk).parsed
+                                   if q.status == "pending"), None))
+    assert question.question == "Which city do you mean (for its population)?"
+    r = call("conversations", "answer_question", run_id=talk, question_id=question.id,
+             body=m.AnswerIn.from_dict({"answer": {"city": "Porto"}}))
+    assert r.status_code == 200, r.content
+    until_status(call, talk, "waiting")
+    said = call("conversations", "list_messages", run_id=talk).parsed
+    assert [(i.role, i.turn) for i in said.items] == [("user", 1), ("assistant", 1), ("user", 2), ("assistant", 2)]
+    assert said.items[-1].content == "It has 231,800 inhabitants, by the demo's table."
+    assert call("conversations", "close_conversation", run_id=talk).status_code == 202
+    assert until_status(call, talk, "completed").outcome.value == "success"
+
     export = call("exchange", "export_run", run_id=run_id).content
     lines = [json.loads(line) for line in export.splitlines()]
     assert call("runs", "erase_run", run_id=run_id).status_code == 204
@@ -217,6 +241,19 @@ def test_a_generated_client_drives_every_operation(site, generated):
     every = {op["operationId"] for item in openapi.checked_in()["paths"].values() for op in item.values()}
     assert {op for op, _ in call.made} == every
     assert [c for c in call.made if c[1] >= 400] == []
+
+
+def until(check, timeout: float = 60) -> Any:
+    end = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < end, "not in time"
+        time.sleep(0.1)
+    return found
+
+
+def until_status(call: Calls, run_id: str, status: str) -> Any:
+    """The run (``get_run``) once its status is ``status``."""
+    return until(lambda: (run := call("runs", "get_run", run_id=run_id).parsed).status.value == status and run)
 
 
 # -- the change stream on PostgreSQL ---------------------------------------------------------

@@ -1,6 +1,6 @@
-"""``aaa_django.celery.bus.celery_app``: the current Celery app itself, unwrapped from
-Celery's ``current_app`` proxy by its private ``_get_current_object`` (the reason is
-beside it): this fails if Celery changes under it."""
+"""``aaa_django.celery.bus.celery_app``: the current Celery app itself
+(``celery.app.app_or_default()``), not Celery's ``current_app`` proxy of it (the reason
+is beside it)."""
 
 from __future__ import annotations
 

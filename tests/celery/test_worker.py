@@ -11,6 +11,7 @@ with whether the run's lock was held at that moment.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import threading
 import uuid
@@ -37,18 +38,48 @@ from aaa_django.runtime.event_types import (
 from aaa_django.runtime.observe import BaseObserver
 from aaa_django.site.engines import build_engine
 from aaa_django.store import DjangoEventStore
+from aaa_django.store.offload import OnThreads
 from tests.scenarios import site
 
 pytestmark = [pytest.mark.django_db(databases=["default", "postgres"], transaction=True),
               pytest.mark.postgres, pytest.mark.redis]
 
 
+class StoreThread:
+    """One thread that makes the sync calls of the tests' Django stores (``offload``,
+    as a worker's db threads make them), so that its one connection sees every
+    statement they make; ``call(fn)`` runs ``fn`` there too."""
+
+    def __init__(self, using: str) -> None:
+        self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="test-store")
+        self.offload = OnThreads(self.executor, using)
+        self.ident = self.call(threading.get_ident)
+
+    def call(self, fn):
+        return self.executor.submit(fn).result()
+
+    def store(self, using: str) -> DjangoEventStore:
+        return DjangoEventStore(using, offload=self.offload)
+
+    def close(self) -> None:
+        self.call(connections.close_all)
+        self.executor.shutdown()
+
+
 @pytest.fixture
-def worker(pg_alias, redis_url):
-    """A runtime and an engine built as a worker builds them; sends are recorded."""
+def db_thread(pg_alias):
+    thread = StoreThread(pg_alias)
+    yield thread
+    thread.close()
+
+
+@pytest.fixture
+def worker(pg_alias, redis_url, db_thread):
+    """A runtime and an engine built as a worker builds them, on a Django store whose
+    sync calls run on ``db_thread``; sends are recorded."""
     rt = WorkerRuntime()
     coord = Coordinator(redis_url, prefix=f"test-{id(rt)}")
-    store = TailCachedStore(DjangoEventStore(pg_alias, inline=True))
+    store = TailCachedStore(db_thread.store(pg_alias))
     engine = build_engine(using=pg_alias, store=store, cache=FoldCache(),
                           bus=DistributedBus(in_worker=True, coordinator=coord))
     site.PROBE = site.MemoryProbe()
@@ -101,8 +132,7 @@ def one_statement_each(statements: dict[int, list[str]], events: list[Event]) ->
             and ["CALL"] in statements.values())
 
 
-
-def test_a_run_delivered_where_the_loop_runs(worker, pg_alias):
+def test_a_run_delivered_on_the_loop_its_store_calls_on_the_db_thread(worker, pg_alias, db_thread):
     rt, engine, sent = worker
     queries: list[int] = []
 
@@ -110,8 +140,8 @@ def test_a_run_delivered_where_the_loop_runs(worker, pg_alias):
         queries.append(threading.get_ident())
         return execute(sql, params, many, context)
 
-    # the store queries on the loop's own thread, on that thread's connection
-    rt.call(lambda: connections[pg_alias].execute_wrappers.append(count))
+    # the store queries on its db thread, on that thread's connection
+    db_thread.call(lambda: connections[pg_alias].execute_wrappers.append(count))
     run_id = rt.run(_start(engine))
     deliveries = drive(rt, engine, sent)
     outcome = rt.run(engine.outcome(run_id))
@@ -119,9 +149,8 @@ def test_a_run_delivered_where_the_loop_runs(worker, pg_alias):
     assert outcome.outcome == "success" and outcome.value == {"text": "1 + 2 = 3"}
     events = rt.run(engine.store.read(run_id))
     assert deliveries == len(events)
-    loop_thread = rt.thread.ident
-    assert set(queries) == {loop_thread}
-    assert {s["thread"] for s in sent} == {loop_thread}
+    assert set(queries) == {db_thread.ident}
+    assert {s["thread"] for s in sent} == {rt.thread.ident}  # sent from the loop
     # nothing was sent while the run's lock was held: the next delivery never waits
     assert [s["held"] for s in sent] == [[]] * len(sent)
     assert sent[-1]["ended"] == [run_id]
@@ -159,7 +188,7 @@ def test_what_a_step_appends_is_sent_in_one_batch_after_the_lock(worker):
     assert all(not s["held"] for s in sent)
 
 
-def test_a_delivery_makes_one_statement_and_no_query(worker, pg_alias):
+def test_a_delivery_makes_one_statement_and_no_query(worker, pg_alias, db_thread):
     """A message carries the event it delivers (with the id of the one before it):
     the worker's cached view of the run is current without a read, and the append is
     one statement. A re-drive (no event in the message) reads once and writes nothing
@@ -175,7 +204,7 @@ def test_a_delivery_makes_one_statement_and_no_query(worker, pg_alias):
         return execute(sql, params, many, context)
 
     run_id = rt.run(_start(engine))
-    rt.call(lambda: connections[pg_alias].execute_wrappers.append(record))
+    db_thread.call(lambda: connections[pg_alias].execute_wrappers.append(record))
     assert all(len(m) == 5 for s in sent for m in s["messages"])  # every one carries its event
     drive(rt, engine, sent, each=current.append)
     current.append(0)  # (the test's own reads)
@@ -227,7 +256,7 @@ def test_a_delivery_whose_current_view_lacks_its_own_event_asks_before_calling_i
     assert any("lacked it; reading the run again" in r.getMessage() and r.levelname == "WARNING"
                for r in caplog.records)
 
-def test_a_run_started_elsewhere_is_delivered_without_a_query(worker, pg_alias):
+def test_a_run_started_elsewhere_is_delivered_without_a_query(worker, pg_alias, db_thread):
     """The web process's start travels with its message (its store just appended it):
     a worker that never saw the run takes the start as the run's log, and knows the
     run's row from it, so its first append is one statement too."""
@@ -245,7 +274,7 @@ def test_a_run_started_elsewhere_is_delivered_without_a_query(worker, pg_alias):
 
     run_id = async_to_sync(_start)(web)
     assert len(sent[0]["messages"][0]) == 5  # the start's message carries it
-    rt.call(lambda: connections[pg_alias].execute_wrappers.append(record))
+    db_thread.call(lambda: connections[pg_alias].execute_wrappers.append(record))
     drive(rt, engine, sent, each=current.append)
     current.append(0)  # (the test's own reads)
     assert rt.run(engine.outcome(run_id)).outcome == "success"
@@ -256,13 +285,13 @@ def test_a_run_started_elsewhere_is_delivered_without_a_query(worker, pg_alias):
     assert one_statement_each(statements, events)
 
 
-def test_two_workers_taking_turns_never_read(worker, pg_alias, redis_url):
+def test_two_workers_taking_turns_never_read(worker, pg_alias, redis_url, db_thread):
     """Two workers take a run's deliveries in turn (as two Celery workers do): the
     second first sees the run at its second event, whose message carries the run's
     first event too (a young run's messages carry the events before them), so no
     delivery reads the log and each appends in one statement."""
     rt, engine, sent = worker
-    other = build_engine(using=pg_alias, store=TailCachedStore(DjangoEventStore(pg_alias, inline=True)),
+    other = build_engine(using=pg_alias, store=TailCachedStore(db_thread.store(pg_alias)),
                          cache=FoldCache(), bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator))
     site.attach(other)
     other.bus._send = engine.bus._send
@@ -275,7 +304,7 @@ def test_two_workers_taking_turns_never_read(worker, pg_alias, redis_url):
         return execute(sql, params, many, context)
 
     run_id = rt.run(_start(engine))
-    rt.call(lambda: connections[pg_alias].execute_wrappers.append(record))
+    db_thread.call(lambda: connections[pg_alias].execute_wrappers.append(record))
     done = turns = 0
     while done < sum(len(s["messages"]) for s in sent):
         spec, stream, seq, event_id, *wire = [m for s in sent for m in s["messages"]][done]
@@ -296,44 +325,44 @@ def test_two_workers_taking_turns_never_read(worker, pg_alias, redis_url):
     assert syncs == (0, 0)  # no delivery caught up with the log by reading it
 
 
-def test_a_message_whose_event_does_not_follow_the_cache_is_read(worker, pg_alias):
+def test_a_message_whose_event_does_not_follow_the_cache_is_read(worker, pg_alias, db_thread):
     """The cache takes a carried event only when it holds the event before it (same
     id): a message naming another predecessor makes the worker read instead."""
     rt, engine, sent = worker
     run_id = rt.run(_start(engine, "once:deploy"))
     drive(rt, engine, sent)  # up to its approval gate: the worker's cache holds its log
     other = DjangoEventStore(pg_alias)
-    stored = rt.call(lambda: other.append_sync([Event.new(run_id, "tests.other.appended", {})]))[0]
+    stored = db_thread.call(lambda: other.append_sync([Event.new(run_id, "tests.other.appended", {})]))[0]
     wire = json.dumps([str(uuid.uuid4()), stored.to_dict()])  # claims a predecessor it does not have
     store: TailCachedStore = engine.store
     syncs = store.syncs
     assert rt.run(deliver_event(engine, run_id, stored.seq, stored.id, wire=wire)) == "delivered"
     assert store.syncs == syncs + 1  # read, not taken from the message
-    assert rt.run(store.read(run_id)) == rt.call(lambda: DjangoEventStore(pg_alias).read_sync(run_id))
+    assert rt.run(store.read(run_id)) == db_thread.call(lambda: DjangoEventStore(pg_alias).read_sync(run_id))
 
 
-def test_an_append_after_another_process_appended_still_lands(worker, pg_alias):
+def test_an_append_after_another_process_appended_still_lands(worker, pg_alias, db_thread):
     """What the last read saw is only a starting point: had another process appended
     since, the statement is refused and the append asks for the head."""
     rt, engine, sent = worker
     run_id = rt.run(_start(engine))
     rt.run(engine.store.read(run_id))  # the worker's view: the start alone
     other = DjangoEventStore(pg_alias)  # another process
-    rt.call(lambda: other.append_sync([Event.new(run_id, "tests.other.appended", {})]))
+    db_thread.call(lambda: other.append_sync([Event.new(run_id, "tests.other.appended", {})]))
     rt.run(engine.store.append([Event.new(run_id, "tests.worker.appended", {})]))
-    events = rt.run(DjangoEventStore(pg_alias, inline=True).read(run_id))
+    events = rt.run(db_thread.store(pg_alias).read(run_id))
     assert [e.type for e in events] == [RUN_STARTED, "tests.other.appended", "tests.worker.appended"]
     assert [e.seq for e in events] == [1, 2, 3]
-    row = rt.call(lambda: RunRecord.objects.using(pg_alias).get(pk=run_id))
+    row = db_thread.call(lambda: RunRecord.objects.using(pg_alias).get(pk=run_id))
     assert row.last_seq == 3
     # an event stored already (a step decided again): absorbed, as by any append
     for again in (replace(events[1], seq=None), events[1]):
         rt.run(engine.store.read(run_id))
         assert rt.run(engine.store.append([again])) == []
-        assert rt.run(DjangoEventStore(pg_alias, inline=True).read(run_id)) == events
+        assert rt.run(db_thread.store(pg_alias).read(run_id)) == events
 
 
-def test_a_toolloop_turn_in_a_worker_is_its_appends_and_no_read_of_them(worker, pg_alias):
+def test_a_toolloop_turn_in_a_worker_is_its_appends_and_no_read_of_them(worker, pg_alias, db_thread):
     """As in-process (tests/runtime/test_store_calls.py): a worker that takes every
     delivery of a run holds its log, so a turn is its appends."""
     from aaa_django.algos import ToolLoop
@@ -342,7 +371,7 @@ def test_a_toolloop_turn_in_a_worker_is_its_appends_and_no_read_of_them(worker, 
     from tests.runtime.test_store_calls import TURNS, count_calls, model, noop
 
     rt, engine, sent = worker
-    store = DjangoEventStore(pg_alias, inline=True)
+    store = db_thread.store(pg_alias)
     counted = count_calls(store)
     mine = build_engine(using=pg_alias, store=TailCachedStore(store), cache=FoldCache(check_every=0),
                         bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator))
@@ -364,7 +393,7 @@ def test_a_toolloop_turn_in_a_worker_is_its_appends_and_no_read_of_them(worker, 
     assert set(methods) <= {"append", "save_snapshot"}, calls
 
 
-def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(worker, pg_alias):
+def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(worker, pg_alias, db_thread):
     """A worker that takes every queue delivers what it appends on its own loop
     (``WorkerRuntime.take``) and steps on a handler's result before appending it
     (``WorkerRuntime.steps_here``, ``Engine.answer``): a turn is two appends, as
@@ -378,7 +407,7 @@ def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(
     rt, engine, sent = worker
 
     def one_run(answers: bool) -> tuple[list[str], list[tuple[str, str]], int]:
-        store = DjangoEventStore(pg_alias, inline=True)
+        store = db_thread.store(pg_alias)
         counted = count_calls(store)
         mine = build_engine(using=pg_alias, store=TailCachedStore(store), cache=FoldCache(check_every=0),
                             bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
@@ -512,10 +541,16 @@ def test_what_a_worker_s_postgresql_store_leaves_to_the_django_store_runs_on_its
 
 
 def test_the_runtime_runs_sync_calls_on_its_thread():
+    """``WorkerRuntime.call``: a plain sync function on the loop's thread (a profiler);
+    Django's ORM refuses to run there (the loop runs)."""
+    from django.core.exceptions import SynchronousOnlyOperation
+
     rt = WorkerRuntime()
     try:
         assert rt.call(threading.get_ident) == rt.thread.ident != threading.get_ident()
         assert rt.thread.daemon
+        with pytest.raises(SynchronousOnlyOperation):
+            rt.call(lambda: connections["default"].cursor())
     finally:
         rt.close()
     assert not rt.thread.is_alive()
@@ -605,7 +640,7 @@ def test_an_interruption_while_the_delivery_is_handed_over_cancels_it_too():
         rt.close()
 
 
-def test_a_model_call_is_handed_off_its_task_returns_while_it_waits(worker, pg_alias):
+def test_a_model_call_is_handed_off_its_task_returns_while_it_waits(worker, pg_alias, db_thread):
     """The delivery of a model request returns once the run's step is done and the call
     is under way on the loop (the task acknowledges its message); the call goes on,
     and its result is appended and sent when the model answers."""
@@ -626,7 +661,7 @@ def test_a_model_call_is_handed_off_its_task_returns_while_it_waits(worker, pg_a
         await gate[-1].wait()
         return text("done")
 
-    mine = build_engine(using=pg_alias, store=TailCachedStore(DjangoEventStore(pg_alias, inline=True)),
+    mine = build_engine(using=pg_alias, store=TailCachedStore(db_thread.store(pg_alias)),
                         cache=FoldCache(), bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator))
     mine.bus._send = engine.bus._send
     LLMHandler(FakeLLMClient(model)).attach(mine)
@@ -666,7 +701,7 @@ def test_a_model_call_is_handed_off_its_task_returns_while_it_waits(worker, pg_a
 
 
 @pytest.mark.parametrize("transient", [True, False], ids=["transient", "persistent"])
-def test_a_handed_off_call_that_fails_is_retried_or_given_up_on_the_loop(worker, pg_alias, transient):
+def test_a_handed_off_call_that_fails_is_retried_or_given_up_on_the_loop(worker, pg_alias, transient, db_thread):
     """Once a call is handed off its message is gone (acknowledged): a failure after
     it (here the store refusing the model's result) is the loop's to deal with, as
     the task deals with one before it. Transient: delivered again on the loop after
@@ -682,7 +717,7 @@ def test_a_handed_off_call_that_fails_is_retried_or_given_up_on_the_loop(worker,
     from aaa_django.tools import ToolRegistry
 
     rt, engine, sent = worker
-    mine = build_engine(using=pg_alias, store=TailCachedStore(DjangoEventStore(pg_alias, inline=True)),
+    mine = build_engine(using=pg_alias, store=TailCachedStore(db_thread.store(pg_alias)),
                         cache=FoldCache(), bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator))
     mine.bus._send = engine.bus._send
     client = FakeLLMClient(lambda request: text("done"))

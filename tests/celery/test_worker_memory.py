@@ -32,11 +32,12 @@ from django.test import override_settings
 
 from aaa_django.algos import ToolLoop
 from aaa_django.celery.bus import store_spec
-from aaa_django.celery.worker import DB_THREADS, WorkerRuntime, on_threads
+from aaa_django.celery.worker import DB_THREADS, WorkerRuntime
 from aaa_django.events import Event, default_cache
 from aaa_django.llm import FakeLLMClient, LLMHandler
 from aaa_django.llm.fake import text
 from aaa_django.store import DjangoEventStore
+from aaa_django.store.offload import OnThreads
 from aaa_django.store.postgres import site_store
 
 pytestmark = [pytest.mark.django_db(databases=["default", "postgres"], transaction=True),
@@ -107,7 +108,7 @@ def test_a_workers_memory_is_flat_across_5000_runs(pg_alias, redis_url):
 
 def test_with_debug_on_the_store_threads_keep_no_log_of_their_queries(pg_alias):
     rt = WorkerRuntime()
-    store = on_threads(DjangoEventStore(pg_alias), rt.db)
+    store = DjangoEventStore(pg_alias, offload=OnThreads(rt.db, pg_alias))
     everyone = threading.Barrier(DB_THREADS, timeout=10)
 
     def logged() -> int:  # on each of the threads at once

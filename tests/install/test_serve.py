@@ -119,10 +119,15 @@ def test_bin_serve_on_a_clean_copy_serves_the_admin_with_the_demo_run(tmp_path: 
         with browser.open(f"{base}/admin/aaa/runrecord/", timeout=30) as page:
             assert page.status == 200
             runs = page.read().decode()
+        with browser.open(f"{base}/chat/", timeout=30) as page:  # the session of the admin's login
+            assert page.status == 200
+            chat = page.read().decode()
     finally:
         ended = stop(server)
     said = log.read_text()
     assert f"admin:    http://127.0.0.1:{port}/admin/" in said  # it says where it serves
+    assert f"chat:     http://127.0.0.1:{port}/chat/" in said
+    assert 'id="chat-start"' in chat and "/static/chat/chat.js" in chat
     (run_id,) = re.findall(r"^Run (\S+): \d+ events$", said, re.M)
     assert "Outcome: success" in said
     assert run_id in runs, "the demo run is not in the admin's list of runs"

@@ -98,7 +98,8 @@ def test_an_agent_killed_mid_run_resumes_to_the_same_result_running_no_tool_twic
 
     assert len(killed) == 1 and len(workers.live()) == 1  # a worker died holding the run's model call
     assert (clean.outcome, clean.value) == ("success", {"output": TRIP})
-    assert (crashed.outcome, crashed.value) == (clean.outcome, clean.value)
+    assert (crashed.outcome, crashed.value) == (clean.outcome, clean.value), \
+        (crashed.value, [(e.type, e.data) for e in crashed_log][-6:])
     expected = Counter({("find_hotel", "Lyon"): 1, ("look_at_sky", "Lyon"): 1, ("reserve", "Hotel Lumière"): 1})
     assert ran_clean == ran_crashed == expected  # every tool ran once, crash or not
     # the same work on the log: three model requests, three tool calls, one result each;

@@ -81,7 +81,7 @@ def test_self_checks_wait_until_the_process_is_idle_and_then_pass():
             clock.now += 0.2  # 15.1 s without a read or a fold: idle
             for _ in range(200):
                 await asyncio.sleep(0.01)
-                if not cache.has_due() and not cache._tasks:
+                if not cache.has_due() and not cache._running:
                     break
             await cache.wait_checks()
             seen["idle"], seen["resets"], seen["due_after"] = cache.checks, cache.resets, cache.has_due()

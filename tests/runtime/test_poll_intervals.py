@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from itertools import islice
 
-from aaa_django.runtime.engine import POLL_BACKOFF, poll_intervals
+from aaa_django.runtime.wakeups import POLL_BACKOFF, poll_intervals
 
 
 def test_the_polls_back_off_to_a_bound_and_stay_there():

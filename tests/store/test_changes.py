@@ -6,6 +6,8 @@ so a reader never passes a change that is still to come."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.db import connections
 
@@ -29,6 +31,17 @@ pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
 #: what a watcher of runs sees of a row
 WATCHED = ("status", "outcome", "tokens_in", "tokens_out", "cost", "model_calls", "tool_calls",
            "ended_at")
+
+
+def settled(rows, position, limit) -> changes.Changed:
+    """``changes.after`` once nothing is held back by a transaction of another test: on
+    PostgreSQL the horizon is the snapshot's ``xmin``, which the server takes over all
+    its databases, so a test in another database (another xdist worker's) that holds a
+    transaction open holds back the rows changed after it began, until it ends."""
+    give_up = time.monotonic() + 30
+    while (found := changes.after(rows, position, limit)).held and time.monotonic() < give_up:
+        time.sleep(0.05)
+    return found
 
 
 def started(run_id: str) -> Event:
@@ -81,7 +94,7 @@ def test_a_read_after_a_position_finds_what_changed_later_in_order(db_alias):
     rows = RunRecord.objects.using(db_alias)
     for run_id in ("run-a", "run-b", "run-c"):
         store.append_sync([started(run_id)])
-    first = changes.after(rows, None, 10)
+    first = settled(rows, None, 10)
     assert [r.run_id for r in first.rows] == ["run-a", "run-b", "run-c"] and not first.held
     cut = changes.position(first.rows[-1])
     assert changes.after(rows, cut, 10).rows == []
@@ -89,14 +102,14 @@ def test_a_read_after_a_position_finds_what_changed_later_in_order(db_alias):
     store.append_sync([later("run-b")[0]])  # b runs, then a, then b ends
     store.append_sync([later("run-a")[0]])
     store.append_sync(later("run-b")[1:])
-    found = changes.after(rows, cut, 10)
+    found = settled(rows, cut, 10)
     assert [(r.run_id, r.status) for r in found.rows] == [("run-a", "running"), ("run-b", "completed")]
     positions = [changes.position(r) for r in found.rows]
     assert positions == sorted(positions) and all(p > cut for p in positions)
     # in pages: the same rows, in the same order
-    page = changes.after(rows, cut, 1)
+    page = settled(rows, cut, 1)
     assert [r.run_id for r in page.rows] == ["run-a"]
-    assert [r.run_id for r in changes.after(rows, changes.position(page.rows[0]), 1).rows] == ["run-b"]
+    assert [r.run_id for r in settled(rows, changes.position(page.rows[0]), 1).rows] == ["run-b"]
 
 
 def test_a_position_is_never_given_twice_even_after_the_last_changed_run_is_erased(db_alias):
@@ -128,7 +141,7 @@ def test_a_change_committed_behind_one_in_flight_waits_for_it(pg_alias):
     rows = RunRecord.objects.using(pg_alias)
     store.append_sync([started("run-a")])
     store.append_sync([started("run-b")])
-    cut = changes.position(changes.after(rows, None, 10).rows[-1])
+    cut = changes.position(settled(rows, None, 10).rows[-1])
     params = connections[pg_alias].get_connection_params()
     with psycopg.connect(**params) as one, psycopg.connect(**params, autocommit=True) as two:
         one.execute("UPDATE aaa_run SET status = 'running' WHERE run_id = 'run-a'")
@@ -136,6 +149,6 @@ def test_a_change_committed_behind_one_in_flight_waits_for_it(pg_alias):
         waiting = changes.after(rows, cut, 10)
         assert waiting.rows == [] and waiting.held  # b is committed, and waits for a
         one.commit()
-    both = changes.after(rows, cut, 10)
+    both = settled(rows, cut, 10)
     assert [(r.run_id, r.status) for r in both.rows] == [("run-a", "running"), ("run-b", "running")]
     assert not both.held

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import pytest
 
 from aaa_django.events import Event, Snapshot
-from aaa_django.store import DjangoEventStore
+from aaa_django.store import DjangoEventStore, site_store
 from aaa_django.store.rows import loads, to_events
 
 pytestmark = pytest.mark.django_db(databases="__all__")
@@ -22,13 +22,14 @@ WHEN = {
 }
 
 
+@pytest.mark.django_db(databases="__all__", transaction=True)  # (the site's store: its own connections)
 @pytest.mark.parametrize("when", list(WHEN), ids=list(WHEN))
 def test_times_read_back_as_appended_on_every_read(db_alias, when):
     """A time is stored as naive UTC (SQLite's text, PostgreSQL's timestamptz) and read
     as text the store parses itself (rows.event_columns): an aware UTC datetime, equal
     to the appended one, with or without microseconds."""
     store = DjangoEventStore(db_alias)
-    inline = DjangoEventStore(db_alias, inline=True)  # PostgreSQL's read to the head
+    awaited = site_store(db_alias)  # PostgreSQL's read to the head (with the run's row)
     appended = [Event(**{**vars_of(Event.new("timed", "acme.note.made", {"i": i})),
                          "time": WHEN[when]}) for i in range(3)]
     stored = store.append_sync(appended)
@@ -36,7 +37,7 @@ def test_times_read_back_as_appended_on_every_read(db_alias, when):
 
     reads = {
         "read": store.read_sync("timed"),
-        "read to the head": asyncio.run(inline.read("timed")),
+        "read to the head": asyncio.run(awaited.read("timed")),
         "snapshot read": [None, *store.read_from_snapshot_sync("timed", "test.t", 1)[1]],
     }
 

@@ -40,11 +40,12 @@ def test_append_queries_do_not_grow_with_the_stream(db_alias, kind):
 def test_a_projection_read_from_its_snapshot_is_one_query(db_alias):
     """The snapshot and the events after it in one round trip (issue #19): a state
     loaded from a snapshot 50 events behind the head asks the database once."""
-    import asyncio
+    from asgiref.sync import async_to_sync
 
     from aaa_django.events import Projection, Snapshot
 
-    store = DjangoEventStore(db_alias, inline=True)  # (its queries on this thread's connection)
+    # (the store's sync calls in Django's thread-sensitive executor: this thread, under async_to_sync)
+    store = DjangoEventStore(db_alias)
     counter = Projection(lambda: {"n": 0}, lambda s, e: {"n": s["n"] + 1}, name="test.count",
                          state_type=dict, every=1_000)
     events = store.append_sync([Event.new("counted", "acme.note.made", {"i": i}) for i in range(80)])
@@ -52,7 +53,7 @@ def test_a_projection_read_from_its_snapshot_is_one_query(db_alias):
     store.save_snapshot_sync(Snapshot("counted", "test.count", 1, base.seq, base.id, '{"n":30}'))
 
     with CaptureQueriesContext(connections[db_alias]) as ctx:
-        info = asyncio.run(counter.load_info(store, "counted"))
+        info = async_to_sync(counter.load_info)(store, "counted")
 
     assert (info.state, info.source, info.folded) == ({"n": 80}, "snapshot", 50)
     assert len(ctx.captured_queries) == 1
