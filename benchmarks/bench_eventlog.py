@@ -50,8 +50,6 @@ Goal: every store row >= 0.5x its raw row. The rows above append to streams that
 not runs' (``bench.`` types: no run index row). The same appends on a run's stream (it
 starts with ``aaa.run.started``, untimed, so every append also folds its events into
 the run's index row, as an agent run's appends do) are rows more; goal >= 0.5x raw too.
-(Until session 33 the first rows' streams began with ``aaa.run.started`` too: they were
-runs' streams as well.)
 
 Snapshot + 50 events: a state loaded from its snapshot and the 50 events after it
 (``Projection.load``, no holder) against eventsourcing's ``repository.get`` of an

@@ -130,7 +130,7 @@ def main() -> None:
     p.add_argument("--turns", default="10,100,1000")
     p.add_argument("--stores", default="memory,sqlite,postgres",
                    help="of memory, sqlite, postgres (DjangoEventStore; durable, see common.py)")
-    p.add_argument("--sqlite", action="store_true", help="(kept for old command lines: sqlite is a default store)")
+    p.add_argument("--sqlite", action="store_true", help="(no effect: sqlite is a default store)")
     p.add_argument("--repeat", type=int, default=1)
     args = p.parse_args()
     sizes = [int(x) for x in args.turns.split(",")]

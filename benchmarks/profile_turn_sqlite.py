@@ -1,4 +1,4 @@
-"""Where a ToolLoop turn's CPU goes on SQLite (issue 19): the Django store's path.
+"""Where a ToolLoop turn's CPU goes on SQLite: the Django store's path.
 
     .venv-bench/bin/python benchmarks/profile_turn_sqlite.py                  # ~20 s
     .venv-bench/bin/python benchmarks/profile_turn_sqlite.py --profile --sort tottime
