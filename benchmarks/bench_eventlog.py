@@ -81,7 +81,16 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PG_UNPREPARED, SQLITE_PRAGMAS, ms, postgres, setup_django, table, wal_lsn, workdir
+from common import (
+    PG_UNPREPARED,
+    SQLITE_PRAGMAS,
+    ms,
+    postgres,
+    setup_django,
+    table,
+    wal_lsn,
+    workdir,
+)
 
 EVERY = 64
 TAIL = EVERY // 2
@@ -438,7 +447,7 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
 
             events = events_for(f"async-{next(counter)}", 0, total, plain=True)
 
-            async def go(events=events, store=store):
+            async def go(events=events, store=store, total=total, batch=batch):
                 t0 = time.perf_counter()
                 for i in range(0, total, batch):
                     await store.append(events[i: i + batch])

@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import PG_DB, postgres, setup_django, table, workdir  # noqa: E402
+from common import PG_DB, postgres, setup_django, table, workdir
 
 MODES = ("none", "trigger", "notifier")
 TRIGGER = """

@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ms, postgres, table, workdir  # noqa: E402
+from common import ms, postgres, table, workdir
 
 EVENTS_PER_RUN = 100
 POLICY_DAYS = {"success": 30}

@@ -60,7 +60,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (  # noqa: E402
+from common import (
     PG_DB,
     PG_UNPREPARED,
     SQLITE_PRAGMAS,
