@@ -1,7 +1,7 @@
 """A/B: the Django store's append of one event to a run's stream on PostgreSQL, as the
 append function's call (migration 0009, what a connection that prepares nothing sends)
-against the ``WITH stored AS (INSERT ...) UPDATE`` statement (what it sent before, and
-what a connection that prepares sends), on the same connection, in the same run.
+against the ``WITH stored AS (INSERT ...) UPDATE`` statement (what a connection that
+prepares sends), on the same connection, in the same run.
 
     .venv/bin/python benchmarks/ab_append_call.py [--blocks 30] [--block 200]
 
@@ -11,7 +11,7 @@ every block, each on a run of its own; and raw psycopg's transaction per event (
 INSERT, COMMIT: ``bench_eventlog.py``'s "raw driver, sync") in the same rotation. The
 statement shape is chosen by monkeypatching ``aaa_django.store.appends.prepares`` for
 the statement's blocks (Django's connection prepares nothing either way, so its
-statement goes unprepared, as it did before 0009). Prints the medians per append and
+statement goes unprepared). Prints the medians per append and
 the call's time over the statement's (the median of the blocks' pairs).
 """
 

@@ -1,8 +1,8 @@
 """A/B: the Django store's append of one event to a run's stream on PostgreSQL, its
 statement on the store's cursor (``rows.StoreCursor``: Django's error translation, no
-wrapper chain) against the same statement through Django's cursor wrapper (what it was
-sent through before, and still is where the site logs queries or wraps them), on the
-same connection, in the same run.
+wrapper chain) against the same statement through Django's cursor wrapper (what it is
+sent through where the site logs queries or wraps them), on the same connection, in the
+same run.
 
     .venv/bin/python benchmarks/ab_store_cursor.py [--blocks 30] [--block 200]
 
@@ -37,7 +37,7 @@ def main() -> None:
         from django.db.backends.postgresql.base import ServerBindingCursor
 
         def wrapped(conn):
-            """``rows.cursor`` as it was: the server-binding cursor in Django's wrapper."""
+            """``rows.cursor`` through Django's wrapper: the server-binding cursor in it."""
             conn.ensure_connection()
             conn.validate_thread_sharing()
             return conn.make_cursor(ServerBindingCursor(conn.connection))

@@ -13,8 +13,8 @@ a second ``PgEventStore`` (everything else is this checkout's); with ``--db sqli
 to the same database file) is the base. Each round runs one
 20-turn run on each store (``bench_turn.aaa_run``) and one on the in-memory store; the
 order of the two swaps every round, because on this machine the second of two
-identical stores measured 0.96x the first (a harness that ran the base first in every
-round read a change 4 points better than it was). Prints the medians per turn and this
+identical stores measures about 0.96x the first (a harness that ran the base first in
+every round would read a change 4 points better than it is). Prints the medians per turn and this
 checkout's over the base's (the median of the rounds' ratios). ``--base .`` measures the
 harness's own noise.
 """

@@ -1,5 +1,5 @@
 """The write path's CPU against another checkout's, in one process, interleaved (a shared,
-loaded machine moves both alike; separate processes minutes apart did not compare).
+loaded machine moves both alike; separate processes minutes apart do not compare).
 
     .venv/bin/python benchmarks/ab_write_path.py --base /work/wt/main-copy          # one run appending
     .venv/bin/python benchmarks/ab_write_path.py --base /work/wt/main-copy --runs 8 # 8 runs at once
@@ -75,7 +75,7 @@ async def go(alias):
     else:
         bgc, bwk, brows = load("groupcommit"), load("wakeups"), load("rows")
         new_group, old_group = store.group, bgc.GroupCommit(store)
-        # (a base from before ``notify_committed``: its ``notify`` in its place)
+        # (a base without ``notify_committed``: its ``notify`` in its place)
         shim = bwk if hasattr(bwk, "notify_committed") else types.SimpleNamespace(
             notify=bwk.notify, notify_committed=lambda using, streams, ended=False:
             bwk.notify(using, streams, committed=True))

@@ -23,7 +23,7 @@ Measured in the same run, on the same workers and broker:
   the bare chain (colder caches), is also shown on its own. One hop = read what is new
   in the run's log (the message carries it), fold, decide or call the handler, append
   (one durable PostgreSQL commit), enqueue after commit.
-- **engine hop, tracing on** (issue 16): the same runs on a second set of N workers
+- **engine hop, tracing on**: the same runs on a second set of N workers
   (queues of their own) whose site has ``AAA["OTEL"]`` on and sets up the
   OpenTelemetry SDK in each pool process (``celery_site.trace_exports``: a
   ``BatchSpanProcessor`` and a ``PeriodicExportingMetricReader`` with the OTLP/HTTP
@@ -47,8 +47,7 @@ The idle measurements are taken in rounds (a bare chain, the engine runs, a few
 commits, again), so a machine that is busier at one moment than another moves them
 all alike; a ratio is the median of the rounds' ratios.
 
-Goals: the engine's hop within 2x the bare hop; tracing on within 1.2x of tracing off
-(issue 16).
+Goals: the engine's hop within 2x the bare hop; tracing on within 1.2x of tracing off.
 """
 
 from __future__ import annotations
@@ -461,7 +460,7 @@ def main() -> None:
           f"exported in {sink['taken']['requests']} OTLP/HTTP requests ({sink['taken']['bytes'] / 1e6:.1f} MB)")
     print(f"goal: engine hop <= 2x bare hop: {ratio:.2f}x -> {'met' if ratio <= 2 else 'NOT met'}"
           f" (less the durable commit: {own_ratio:.2f}x)")
-    print(f"goal (issue 16): tracing on <= 1.2x tracing off: {on_off:.2f}x ({on_off - 1:+.1%}) -> "
+    print(f"goal: tracing on <= 1.2x tracing off: {on_off:.2f}x ({on_off - 1:+.1%}) -> "
           f"{'met' if on_off <= 1.2 else 'NOT met'} (the workers' CPU per hop: "
           f"{cpu_on_off:.2f}x); tracing off is the engine every site builds "
           "(the signals' observer alone): against no observer at all see bench_observe.py")

@@ -42,7 +42,7 @@ repetition and in alternating order, with the public API in place of one private
 internal of a dependency that the library uses; the paired ratios (without / as
 shipped, each repetition against its own) and the machine's load average are printed.
 
-Goals (issue #15): 200 x 3 x 1 s within 1.3x ideal in-process on PostgreSQL and on
+Goals: 200 x 3 x 1 s within 1.3x ideal in-process on PostgreSQL and on
 Celery with 2 worker processes, ahead of LangGraph; 1,000 x 3 x 2 s on one process
 within 1.5x ideal, at most 200 KB per in-flight run.
 """

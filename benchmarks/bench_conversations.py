@@ -54,9 +54,9 @@ sys.path.insert(0, str(HERE))
 from common import PG_DB, ROOT, postgres, rss, setup_django, table, workdir  # noqa: E402
 
 ROWS = ["aaa", "langgraph"]
-#: a reply within this many model latencies is on time (the issue's goal)
+#: a reply within this many model latencies is on time (the goal)
 GOAL_RATIO = 1.3
-#: memory per waiting conversation at most (the issue's goal), bytes
+#: memory per waiting conversation at most (the goal), bytes
 GOAL_MEMORY = 50 * 1024
 
 

@@ -50,8 +50,6 @@ Goal: every store row >= 0.5x its raw row. The rows above append to streams that
 not runs' (``bench.`` types: no run index row). The same appends on a run's stream (it
 starts with ``aaa.run.started``, untimed, so every append also folds its events into
 the run's index row, as an agent run's appends do) are rows more; goal >= 0.5x raw too.
-(Until session 33 the first rows' streams began with ``aaa.run.started`` too: they were
-runs' streams as well.)
 
 Snapshot + 50 events: a state loaded from its snapshot and the 50 events after it
 (``Projection.load``, no holder) against eventsourcing's ``repository.get`` of an
@@ -83,7 +81,16 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PG_UNPREPARED, SQLITE_PRAGMAS, ms, postgres, setup_django, table, wal_lsn, workdir
+from common import (
+    PG_UNPREPARED,
+    SQLITE_PRAGMAS,
+    ms,
+    postgres,
+    setup_django,
+    table,
+    wal_lsn,
+    workdir,
+)
 
 EVERY = 64
 TAIL = EVERY // 2
@@ -440,7 +447,7 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
 
             events = events_for(f"async-{next(counter)}", 0, total, plain=True)
 
-            async def go(events=events, store=store):
+            async def go(events=events, store=store, total=total, batch=batch):
                 t0 = time.perf_counter()
                 for i in range(0, total, batch):
                     await store.append(events[i: i + batch])

@@ -1,4 +1,4 @@
-"""What waking event streams costs an append (issue 13, item 2): no NOTIFY, a NOTIFY
+"""What waking event streams costs an append: no NOTIFY, a NOTIFY
 trigger on the event table, and the store's NOTIFY after the commit from a thread (what ships).
 
     .venv/bin/python benchmarks/bench_notify.py             # the reported run (~3-6 minutes)
@@ -11,7 +11,7 @@ a web process serving event streams has), with
 
 - *none*: nothing notifies (``wakeups.notify`` replaced by a no-op): the baseline;
 - *trigger*: a statement-level ``AFTER INSERT`` trigger calls ``pg_notify`` once per
-  stream inside the appending transaction (the design this replaced);
+  stream inside the appending transaction (the design the store avoids);
 - *notifier*: the store's ``wakeups.notify`` (what ships): after the append's commit
   it hands the stream to the process's notifier thread, which sends what came in
   meanwhile in one statement, its own transaction, which does not wait for the disk,
@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import PG_DB, postgres, setup_django, table, workdir  # noqa: E402
+from common import PG_DB, postgres, setup_django, table, workdir
 
 MODES = ("none", "trigger", "notifier")
 TRIGGER = """

@@ -1,4 +1,4 @@
-"""What kombu's ``channel.Client`` hook buys a send (issue 15): the CPU of one
+"""What kombu's ``channel.Client`` hook buys a send: the CPU of one
 ``FastPublisher.send`` with ``publish._reuse_redis_client`` and without it (kombu's own
 client per message), against a local Redis, in alternating rounds of one process.
 

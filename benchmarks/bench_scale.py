@@ -20,7 +20,7 @@ size, side by side:
    events after it, as another process reads it); the *run list* (the newest 50 runs,
    as the admin and the API page them), the API's *run count*, and the sweeper's
    question (``unfinished``: every running run and its newest event's time, asked of
-   the run index; beside it, once, the same asked of the log, as before session 35).
+   the run index; beside it, once, the same asked of the log, the baseline).
 3. **Sweep** each: ``apply_retention(policy={"success": 30})`` (batched erases
    through ``Engine.erase_runs``), then ``VACUUM (ANALYZE)``; the time of each and the
    table's size (heap, indexes) before and after; then the same measurements again.
@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ms, postgres, table, workdir  # noqa: E402
+from common import ms, postgres, table, workdir
 
 EVENTS_PER_RUN = 100
 POLICY_DAYS = {"success": 30}
@@ -257,7 +257,7 @@ class Probe:
 
 
 def unfinished_from_the_log(alias: str) -> dict[str, float]:
-    """The sweeper's question as it was asked before session 35: of the log (the
+    """The sweeper's question asked of the log (the
     streams with a start and no completion, each one's newest event time): the
     baseline of ``unfinished``, which asks the run index."""
     from django.db.models import Max

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
 import statistics
 import sys
 import time
@@ -37,15 +36,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aaa_django.algos import ToolLoop  # noqa: E402
-from aaa_django.events import FoldCache, InMemoryEventStore, encode_json  # noqa: E402
-from aaa_django.llm import FakeLLMClient, LLMHandler  # noqa: E402
-from aaa_django.llm.fake import text, tool_call  # noqa: E402
-from aaa_django.runtime import Engine  # noqa: E402
-from aaa_django.tools import ToolHandler, ToolRegistry, tool  # noqa: E402
+from aaa_django.algos import ToolLoop
+from aaa_django.events import FoldCache, InMemoryEventStore, encode_json
+from aaa_django.llm import FakeLLMClient, LLMHandler
+from aaa_django.llm.fake import text, tool_call
+from aaa_django.runtime import Engine
+from aaa_django.tools import ToolHandler, ToolRegistry, tool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CountingStore  # noqa: E402
+from common import CountingStore
 
 
 @tool(inline=True)
@@ -130,7 +129,7 @@ def main() -> None:
     p.add_argument("--turns", default="10,100,1000")
     p.add_argument("--stores", default="memory,sqlite,postgres",
                    help="of memory, sqlite, postgres (DjangoEventStore; durable, see common.py)")
-    p.add_argument("--sqlite", action="store_true", help="(kept for old command lines: sqlite is a default store)")
+    p.add_argument("--sqlite", action="store_true", help="(no effect: sqlite is a default store)")
     p.add_argument("--repeat", type=int, default=1)
     args = p.parse_args()
     sizes = [int(x) for x in args.turns.split(",")]

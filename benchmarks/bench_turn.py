@@ -40,7 +40,7 @@ so a busy moment of this 2-core machine moves every side alike:
   processes, and the disk's, go idle meanwhile); the back-to-back commit, and the
   floor it would give, are printed beside it.
 
-Goals (issue #19): a turn below LangGraph's on both databases, and within 2x of the
+Goals: a turn below LangGraph's on both databases, and within 2x of the
 floor. Storage per turn is printed too (PostgreSQL: ``pg_column_size`` of the rows a
 run or a thread wrote): LangGraph rewrites the conversation at every step; so is the
 WAL per turn of one run on each side (``pg_current_wal_insert_lsn`` before and after:
@@ -60,7 +60,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (  # noqa: E402
+from common import (
     PG_DB,
     PG_UNPREPARED,
     SQLITE_PRAGMAS,

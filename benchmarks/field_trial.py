@@ -1,5 +1,5 @@
 """The example site as it is deployed, under a load of runs that wait on a model, tried
-as a user would (issue 15): what the suite's in-process figures do not show.
+as a user would: what the suite's in-process figures do not show.
 
     .venv/bin/python benchmarks/field_trial.py              # 200 runs (~1 min)
     .venv/bin/python benchmarks/field_trial.py --kill       # SIGKILL the worker mid-flight

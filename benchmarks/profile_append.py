@@ -1,4 +1,4 @@
-"""The CPU of one append on the async PostgreSQL store (issue 19's write path).
+"""The CPU of one append on the async PostgreSQL store (its write path).
 
     .venv-bench/bin/python benchmarks/profile_append.py                 # ~30 s
     .venv-bench/bin/python benchmarks/profile_append.py --profile --sort cumtime

@@ -37,7 +37,6 @@ sys.path.insert(0, str(HERE))
 from bench_celery import redis_server  # noqa: E402
 from common import ms, postgres, table, workdir  # noqa: E402
 
-
 #: --store: the store spec a worker gets in its messages
 STORES = {"pg": "aaa_django.store.postgres.PgEventStore", "django": "aaa_django.store.DjangoEventStore"}
 

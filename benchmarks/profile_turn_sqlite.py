@@ -1,4 +1,4 @@
-"""Where a ToolLoop turn's CPU goes on SQLite (issue 19): the Django store's path.
+"""Where a ToolLoop turn's CPU goes on SQLite: the Django store's path.
 
     .venv-bench/bin/python benchmarks/profile_turn_sqlite.py                  # ~20 s
     .venv-bench/bin/python benchmarks/profile_turn_sqlite.py --profile --sort tottime
@@ -26,15 +26,14 @@ import os
 import pstats
 import statistics
 import sys
-import threading
 import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_turn import aaa_run  # noqa: E402
-from common import setup_django, workdir  # noqa: E402
+from bench_turn import aaa_run
+from common import setup_django, workdir
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--runs", type=int, default=30)
@@ -55,7 +54,7 @@ def events(run: str, n: int):
     now = lambda: datetime.now(timezone.utc)  # noqa: E731
     yield [Event(id=uuid.uuid4().hex, stream=run, type=RUN_STARTED,
                  data={"algorithm": "toolloop", "input": {"task": "x"}}, time=now())]
-    for i in range(n - 1):
+    for _ in range(n - 1):
         yield [Event(id=uuid.uuid4().hex, stream=run, type="aaa.model.requested",
                      data={"call": uuid.uuid4().hex, "messages": [{"role": "user", "content": "hello"}]},
                      time=now())]

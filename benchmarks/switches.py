@@ -16,7 +16,7 @@ Each switch names one use of a private internal and what replaces it:
 - ``client-reuse``: that publisher swaps kombu's Redis ``channel.Client`` for one
   client per connection pool; without it, kombu's client per message.
 
-A name that the library no longer has a use for is refused (:data:`SWITCHES`).
+A name that the library has no use for is refused (:data:`SWITCHES`).
 """
 
 from __future__ import annotations

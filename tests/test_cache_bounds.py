@@ -1,4 +1,4 @@
-"""What a long-lived process keeps per run is bounded, and says its bound (issue #19):
+"""What a long-lived process keeps per run is bounded, and says its bound:
 filled past its bound, each cache holds that many, the oldest (least recently used)
 dropped first; and what a run's end drops is gone. A Celery worker serves any number
 of runs (tests/celery/test_worker_memory.py: 5,000 of them, its memory flat)."""

@@ -154,10 +154,11 @@ def test_the_site_engines_wait_wakes_on_another_processs_end_of_the_run(pg_alias
 
 @pytest.mark.parametrize("appends", [3, 12])
 def test_a_waits_reads_do_not_grow_with_its_runs_appends(pg_alias, appends):
-    """Issue 15: ``Engine.wait`` subscribes ``ends_only``: another process's appends to
+    """``Engine.wait`` subscribes ``ends_only``: another process's appends to
     the run wake the run's event streams (each one, on the same listener) and not the
     wait, which reads the run when it begins and when the run ends: as many reads for
-    3 appends as for 12 (it read once per append, 28 reads a run in bench_concurrency)."""
+    3 appends as for 12 (woken by every append, it would read once per append: 28 reads
+    a run in bench_concurrency)."""
     from aaa_django.runtime import InProcessBus
     from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED, completion_id, started_id
     from aaa_django.site.engines import build_engine

@@ -85,9 +85,9 @@ TIMED = frozenset({RUN_STARTED, APPROVAL_REQUESTED})
 #: What makes that safe: the request is durable before the call starts, its result has
 #: a deterministic id (a second one is absorbed), a call past SLOW_DELIVERY holds its
 #: run's busy lease (renewed while held), and the sweeper re-drives a run that no live
-#: process holds. (A run's start: a burst of starts went through each pool slot one
-#: validation's commit at a time, 200 runs started at once 0.5-0.6 s on -c 2;
-#: benchmarks/bench_concurrency.py --lags.)
+#: process holds. (A run's start: held by its task, a burst of starts would go through
+#: each pool slot one validation's commit at a time, 200 runs started at once 0.5-0.6 s
+#: on -c 2; benchmarks/bench_concurrency.py --lags.)
 HANDED_OFF = frozenset({RUN_STARTED, LLM_REQUESTED, TOOL_REQUESTED, *APPROVAL_DECISIONS})
 #: tool work still running after this many seconds takes its run's busy lease and
 #: starts listening for its run's end (a cancelled run's tool call is cancelled at once);

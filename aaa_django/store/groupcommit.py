@@ -224,7 +224,7 @@ class GroupCommit:
                 # The round's statements were the last after all: the appends that
                 # asked first ended after their query (absorbed, or refused by their
                 # own checks), so no round carried the COMMIT. Commit what the others
-                # wrote (without this they were rolled back and reported stored).
+                # wrote (without this they would be rolled back, yet reported stored).
                 await conn.execute("COMMIT", prepare=False)
                 began = False
         finally:

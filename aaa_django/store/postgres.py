@@ -9,7 +9,7 @@ snapshots) await the database on the store's own connections
 store's (the same tables, triggers and run index; the one-statement append of
 :mod:`aaa_django.store.appends`, run by an async cursor); what is not the common case (a
 lost race, an index row behind its log, a large batch) takes the sync store's
-transactional path, in Django's executor, as before.
+transactional path, in Django's executor, as the Django store does.
 
 Faults: psycopg's errors leave the async methods as the core's
 :class:`~aaa_django.events.StoreUnavailable` (transient or not, see

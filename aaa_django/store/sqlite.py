@@ -22,8 +22,8 @@ run row's UPDATE, ``COMMIT``) on the driver's cursor, the reads and snapshots of
 :mod:`aaa_django.store.database`, rows decoded by :mod:`aaa_django.store.rows`. What
 is not the common case (an index row behind its log, a large batch, a lost race, a
 read of a page or of one tenant) takes the sync store's path, in Django's executor,
-as before. A run's first events make its index row by a plain ``INSERT`` in the same
-transaction (``runindex.row_insert``, as on PostgreSQL).
+as the Django store does. A run's first events make its index row by a plain
+``INSERT`` in the same transaction (``runindex.row_insert``, as on PostgreSQL).
 
 Group commit (on the store's thread): appends that arrive while the thread is busy
 wait together and go as one transaction, one savepoint each and one ``COMMIT`` (one

@@ -17,7 +17,7 @@ the hubs of :mod:`aaa_django.runtime.wakeups`, one per database alias and proces
   ``aaa.run.completed``) and an erasure send a second one, :data:`ENDED` and the id
   (:func:`ended`), which wakes the subscriptions that want only the run's end
   (``Engine.wait``, subscribed ``ends_only``): a run's dozen appends before its end
-  wake no wait (they did, each a read of the run: issue 15). So does an append after
+  wake no wait (each would cost the wait a read of the run). So does an append after
   which the run may wait for a person (a reply, a question): ``Run.waiting`` waits
   for that or the end, subscribed ``ends_only`` too. Within a deploy, a
   listener of the previous version reads the plain id as before (the marked one

@@ -1,6 +1,6 @@
-"""Issue #15's fault test: 200 runs with 1 s model calls in flight on one worker (the
-README's command: prefork, two processes), whose loop holds the calls after their
-tasks have returned; SIGKILL the whole worker while it holds them, start it again.
+"""A worker killed with calls in flight: 200 runs with 1 s model calls in flight on one
+worker (the README's command: prefork, two processes), whose loop holds the calls after
+their tasks have returned; SIGKILL the whole worker while it holds them, start it again.
 
 The calls it held are in no message any more (their tasks acknowledged them when
 the calls were handed off): what brings them back is the new worker's duty, which

@@ -1,5 +1,5 @@
 """A warm shutdown (SIGTERM) of a worker whose loop holds model calls after their tasks
-have returned (issue #15): Celery does not wait for those calls, the worker's own
+have returned: Celery does not wait for those calls, the worker's own
 drain does (``AAA["WORKER_DRAIN_SECONDS"]``, :meth:`WorkerRuntime.drain`).
 
 - Within the bound, the calls end and what they append goes through the broker: the

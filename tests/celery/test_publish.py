@@ -275,7 +275,7 @@ def test_committed_events_of_several_runs_are_sent_at_once_not_one_thread_at_a_t
     """The web process's engine appends through the site's store, which commits each
     append it awaits: its events are sent at once, from several threads, not queued
     on Django's one thread-sensitive thread for on_commit (200 runs started at once
-    took 0.4-0.6 s there; benchmarks/README.md, issue 15). Two sends that can only
+    would take 0.4-0.6 s there). Two sends that can only
     finish together (a barrier of two) both finish."""
     import asyncio
     import threading

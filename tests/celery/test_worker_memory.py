@@ -1,4 +1,4 @@
-"""A worker's memory stays flat across the runs it serves (issue #19): what it keeps
+"""A worker's memory stays flat across the runs it serves: what it keeps
 per run (the run's log in the engine's tail, its folded states, its rebuilt
 algorithm) is dropped when the run ends, every cache has a bound, and with DEBUG on
 its store threads keep no log of their queries.
@@ -11,12 +11,12 @@ settings of the example site's worker (``DEBUG`` on). It serves 5,000 one-turn
 ToolLoop runs one after another (a scripted model, no latency); its resident memory
 after run 5,000 is within 10 MB of what it was after run 500.
 
-Measured on main before issue 19's last fixes: 18.4 MB from run 500 to run 5,000
-(4.2 KB a run: DEBUG's log of the queries on the store's threads), and 61 of the
-5,000 ended runs still in the tail (a self-check, or a delivery, that read the run
-while, or after, its end was delivered); after: 1.7 MB (the caches bounded at 1,024
-runs filling up), none. A real prefork child of ``celery worker`` (DEBUG off, runs
-started by another process through Redis) measured 1.45 MB from run 500 to 3,000.
+What it guards: DEBUG's log of the queries on the store's threads would keep 4.2 KB
+a run (18.4 MB from run 500 to run 5,000), and a self-check, or a delivery, that reads
+a run while, or after, its end is delivered would leave the run in the tail (61 of the
+5,000). As it is: 1.7 MB (the caches bounded at 1,024 runs filling up), no ended run
+in the tail. A real prefork child of ``celery worker`` (DEBUG off, runs started by
+another process through Redis): 1.45 MB from run 500 to 3,000.
 """
 
 from __future__ import annotations

@@ -165,8 +165,8 @@ def test_an_unreadable_event_in_a_message_is_read_instead(wire):
 def test_a_run_whose_end_overtakes_a_read_outside_a_delivery_is_not_kept():
     """A background self-check (a read outside any delivery) catches up a run's log;
     the run's end drops the log meanwhile: the check gets what it read, and the tail
-    keeps nothing of the ended run (it used to keep it until 2,048 other runs had
-    pushed it out: ~1.6% of the runs a worker served)."""
+    keeps nothing of the ended run (kept, it would stay until 2,048 other runs pushed
+    it out: ~1.6% of the runs a worker serves)."""
     import asyncio
 
     class Slow(InMemoryEventStore):

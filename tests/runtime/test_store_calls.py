@@ -1,4 +1,4 @@
-"""What a ToolLoop turn asks of the store (issue #19): the engine knows what it has
+"""What a ToolLoop turn asks of the store: the engine knows what it has
 just appended (its tail), so a turn is its appends, and not one read of its own events.
 
 A turn here is one model call and the tool call it asks for: five events

@@ -38,7 +38,7 @@ def test_append_queries_do_not_grow_with_the_stream(db_alias, kind):
 
 
 def test_a_projection_read_from_its_snapshot_is_one_query(db_alias):
-    """The snapshot and the events after it in one round trip (issue #19): a state
+    """The snapshot and the events after it in one round trip: a state
     loaded from a snapshot 50 events behind the head asks the database once."""
     from asgiref.sync import async_to_sync
 
