@@ -11,6 +11,7 @@ aaa.E005   A number is out of range (negative).
 aaa.E006   ``BLOB_STORAGE`` names no alias in ``STORAGES``.
 aaa.E007   ``BLOB_STORAGE``'s storage backend cannot be imported (an S3 storage without
            the ``s3`` extra: django-storages and boto3).
+aaa.E008   ``MAX_ABANDONED_ATTEMPTS`` is below 1.
 aaa.E020   ``LLM_CLIENT``, a ``TOOLS``, ``PROJECTIONS`` or ``AGENTS`` entry is not an
            importable dotted path to the right kind of object (a factory, a tool, a
            named Projection, a ``pydantic_ai.Agent``); ``AGENTS`` without the
@@ -60,6 +61,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "BLOB_STORAGE": ((str, type(None)), "a str (a STORAGES alias) or None"),
     "FOLD_CHECK_EVERY": ((int,), "an int"),
     "STREAM_TOKENS": ((bool,), "True or False"),
+    "MAX_ABANDONED_ATTEMPTS": ((int,), "an int"),
 }
 _NON_NEGATIVE = ("CLAIM_THRESHOLD", "FOLD_CHECK_EVERY")
 
@@ -127,6 +129,11 @@ def check_aaa_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     for key in _NON_NEGATIVE:
         if key in site and key not in badly_typed and site[key] < 0:
             errors.append(Error(f"AAA[{key!r}] must be >= 0, not {site[key]}.", id="aaa.E005"))
+    if "MAX_ABANDONED_ATTEMPTS" in site and "MAX_ABANDONED_ATTEMPTS" not in badly_typed \
+            and site["MAX_ABANDONED_ATTEMPTS"] < 1:
+        errors.append(Error(f"AAA['MAX_ABANDONED_ATTEMPTS'] must be >= 1, not {site['MAX_ABANDONED_ATTEMPTS']}.",
+                            hint="The abandoned attempts of one model call that end its run failed.",
+                            id="aaa.E008"))
     alias = site.get("BLOB_STORAGE")
     if isinstance(alias, str) and alias not in getattr(settings, "STORAGES", {}):
         errors.append(

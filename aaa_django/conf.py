@@ -22,6 +22,10 @@ FOLD_CHECK_EVERY    int >= 0         100           Every this many incremental f
                                                    the cached state against a whole-log fold,
                                                    once the process is idle (15 s without a
                                                    read); 0 never checks.
+MAX_ABANDONED_ATTEMPTS int >= 1      3             A run one of whose model calls has this
+                                                   many attempts abandoned (their process
+                                                   died with them in flight) ends "failed":
+                                                   a crash loop cannot spend without limit.
 -- cluster mode (``BUS = "celery"``; see ``aaa_django.celery.bus``) ------------------------------
 REDIS_URL           str or None      None          Redis for the Celery bus's coordination:
                                                    locks of contended steps, shared pools,
@@ -163,6 +167,7 @@ DEFAULTS: dict[str, Any] = {
     "CLAIM_THRESHOLD": 16384,
     "BLOB_STORAGE": None,
     "FOLD_CHECK_EVERY": 100,
+    "MAX_ABANDONED_ATTEMPTS": 3,
     # cluster mode (aaa_django.celery.bus)
     "REDIS_URL": None,
     "CELERY_QUEUES": {},

@@ -161,7 +161,7 @@ if env_flag("AAA_STREAM_TOKENS", False):  # a provider's replies as they are wri
     AAA["STREAM_TOKENS"] = True
 if env("AAA_STALL_AFTER"):  # the cluster's sweeper: seconds before a run counts as stalled
     AAA["STALL_AFTER"] = float(env("AAA_STALL_AFTER"))
-if env("AAA_LEASE_TTL"):  # seconds a tool pool's, a busy mark's or a guarded call's lease lives
+if env("AAA_LEASE_TTL"):  # seconds a tool pool's, a busy mark's or a model or guarded call's lease lives
     AAA["LEASE_TTL"] = float(env("AAA_LEASE_TTL"))
 if env("AAA_RUN_LEASE_TTL"):  # seconds a process's lease on a run it drives lives unless renewed
     AAA["RUN_LEASE_TTL"] = float(env("AAA_RUN_LEASE_TTL"))

@@ -21,6 +21,7 @@ from aaa_django.llm.fake import text
 from aaa_django.runtime import Engine
 from aaa_django.runtime.event_types import (
     INPUT_VALIDATED,
+    LLM_ATTEMPTED,
     LLM_COMPLETED,
     LLM_REQUESTED,
     RUN_COMPLETED,
@@ -73,7 +74,7 @@ def test_a_run_with_a_large_input_succeeds_and_keeps_its_routing_in_its_start(st
         store, task, budget={"model_calls": 2}, deadline=120))
 
     assert outcome.outcome == "success" and outcome.value == {"text": f"{len(task)} chars"}
-    assert [e.type for e in log] == [RUN_STARTED, INPUT_VALIDATED, LLM_REQUESTED,
+    assert [e.type for e in log] == [RUN_STARTED, INPUT_VALIDATED, LLM_REQUESTED, LLM_ATTEMPTED,
                                      LLM_COMPLETED, RUN_COMPLETED]
     stub = log[0].data
     assert is_claimed(stub) and "input" not in stub  # only the input moved to the blob

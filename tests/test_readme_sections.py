@@ -26,8 +26,8 @@ FIRST_RUN_PRINTS = "success {'text': 'Lyon has 522250 inhabitants.'}\n"
 @pytest.mark.parametrize("page, heading, prints", [
     ("docs/mcp.md", "Add an MCP server", "{'text': '2 + 40 = {\"result\": 42}'}"),
     ("docs/agents.md", "A complete example", "{'output': {'city': 'Lyon', 'celsius': 18}}\n"
-     "['aaa.llm.requested', 'aaa.llm.completed', 'aaa.tool.requested', 'aaa.tool.completed', "
-     "'aaa.llm.requested', 'aaa.llm.completed']\n"),
+     "['aaa.llm.requested', 'aaa.llm.attempted', 'aaa.llm.completed', 'aaa.tool.requested', "
+     "'aaa.tool.completed', 'aaa.llm.requested', 'aaa.llm.attempted', 'aaa.llm.completed']\n"),
     ("docs/observe.md", "Logs with context",
      '"logger": "mysite.tools", "message": "greeting Ada", "run_id": "run-'),
     ("README.md", "A first run", FIRST_RUN_PRINTS + "1 aaa.run.started\n"),

@@ -48,6 +48,8 @@ def test_an_unknown_key_is_an_error_naming_the_key():
         ({"BUS": 1}, ["aaa.E003"]),
         ({"BUS": "rabbit"}, ["aaa.E004"]),
         ({"FOLD_CHECK_EVERY": -1}, ["aaa.E005"]),
+        ({"MAX_ABANDONED_ATTEMPTS": 0}, ["aaa.E008"]),
+        ({"MAX_ABANDONED_ATTEMPTS": 1.5}, ["aaa.E003"]),
         ({"BLOB_STORAGE": "nowhere"}, ["aaa.E006"]),
         ({"BLOB_STORAGE": 3}, ["aaa.E003"]),
         ({"STREAM_TOKENS": 1}, ["aaa.E003"]),

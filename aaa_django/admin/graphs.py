@@ -153,7 +153,8 @@ def workflow_picture(cfg: WorkflowGraphConfig, events: Sequence[Event]) -> Graph
             if e.type == CHILD_REQUESTED:
                 by_child[str(e.data.get("child"))] = node
         elif e.type in (LLM_COMPLETED, TOOL_COMPLETED, LLM_FAILED, TOOL_FAILED):
-            if (node := by_result.get(e.id)) is not None:
+            if (node := by_result.get(e.id)) is not None and not e.data.get("cut_off"):
+                # (a call the run's end cut off is "stopped" with the run, below)
                 status[node] = "done" if e.type in (LLM_COMPLETED, TOOL_COMPLETED) else "failed"
         elif e.type == CHILD_COMPLETED:
             if (node := by_child.get(str(e.data.get("child")))) is not None:
@@ -238,7 +239,7 @@ def fsm_picture(cfg: FSMConfig, events: Sequence[Event]) -> GraphPicture:
             tag = e.data.get("tag" if e.type == LLM_REQUESTED else "call_id")
             if path and tag_index(tag, "fsm") == len(path) - 1:
                 asked = result_id(e.id)
-        elif e.type == LLM_FAILED and e.id == asked:
+        elif e.type == LLM_FAILED and e.id == asked and not e.data.get("cut_off"):
             failed = True
     outcome, value = _ending(events)
 

@@ -49,6 +49,7 @@ from aaa_django.store.rows import to_event
 
 from . import charts, graphs, livetokens, pictures, reading, timeline
 from .actions import RunActions
+from .attempts import model_calls
 from .bulk import RunBulkActions
 from .dates import ProbedDates, StartedFilter
 from .exchange import RunExchange, forks_of
@@ -349,6 +350,7 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
             schema_text=_schema_text(started_data.get("config")),
             outcome_text=_pretty((reading.data_of(ended) or {}).get("value")) if ended else None,
             approvals=self._approvals(run.run_id, meta, using),
+            attempts=model_calls(run.run_id, using),  # the attempts panel (_attempts.html)
             parent=RunRecord.objects.using(using).filter(pk=run.parent).first() if run.parent else None,
             children=list(RunRecord.objects.using(using).filter(parent=run.run_id)
                           .order_by("started_at")[:CHILDREN_SHOWN]),

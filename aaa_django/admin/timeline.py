@@ -25,6 +25,8 @@ from aaa_django.runtime.event_types import (
     CHILD_REQUESTED,
     INPUT_REJECTED,
     INPUT_VALIDATED,
+    LLM_ABANDONED,
+    LLM_ATTEMPTED,
     LLM_COMPLETED,
     LLM_FAILED,
     LLM_REQUESTED,
@@ -38,6 +40,8 @@ from aaa_django.runtime.event_types import (
     TOOL_REQUESTED,
     TOOL_STARTED,
 )
+
+from .attempts import abandoned_summary, attempted_summary
 
 #: events per timeline page by default, and the most a page may show
 PAGE_SIZE = 50
@@ -325,6 +329,8 @@ _SUMMARIES: dict[str, Callable[[dict], str]] = {
     OUTPUT_VALIDATED: lambda d: "answer fits its schema",
     OUTPUT_REJECTED: _rejected("answer"),
     LLM_REQUESTED: _llm_requested,
+    LLM_ATTEMPTED: attempted_summary,
+    LLM_ABANDONED: abandoned_summary,
     LLM_COMPLETED: _llm_completed,
     LLM_FAILED: _failed("model"),
     TOOL_REQUESTED: _tool_requested,

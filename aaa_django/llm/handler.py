@@ -2,60 +2,153 @@
 
 The request carries only delta messages; the handler rebuilds the whole conversation
 from the log (:data:`~aaa_django.llm.conversation.CONVERSATION`), calls the client and
-appends ``aaa.llm.completed`` (``response.message``, ``usage``, ``cost``, ``tag``) or
-``aaa.llm.failed`` (``reason``: ``error`` or ``timeout``). Nothing is raised across the
-bus. A request that is answered already, or whose run has ended or is over a limit,
-is not sent.
+appends ``aaa.llm.completed`` (``response.message``, ``usage``, ``cost``, ``tag``,
+``attempt``) or ``aaa.llm.failed`` (``reason``: the client's, e.g. ``rate_limit``, or
+``error``, ``timeout``). Nothing is raised across the bus. A request that is answered
+already, or whose run has ended or is over a limit, is not sent.
+
+**Attempts.** Every attempt sent to the provider is on the log before it is sent:
+``aaa.llm.attempted`` (``request_id``, ``attempt``, ``model``, and its
+:mod:`estimate <aaa_django.llm.attempts>`), its id deterministic per request and number,
+so two deliveries cannot both make one attempt (the one whose append is absorbed
+sends nothing). A client's own retries are attempts too (the
+:data:`~aaa_django.llm.retry.BEFORE_RETRY` hook records each before it goes). The
+result names the attempt it answers.
+
+**Abandoned attempts.** A delivery that finds the request's latest attempt without
+an outcome decides from the database (the run's head read again, not this process's
+view), and calls the attempt abandoned (``aaa.llm.abandoned``, counted at its
+estimate) only when its maker is gone:
+
+- in this process, no delivery is making it (the handler's own in-flight set);
+- this process holds the run (:class:`~aaa_django.runtime.holding.HoldsRuns`,
+  asked before every attempt and every retry: a process that stood down, or whose
+  run another process adopted, makes no call for it; a bus that does not say holds
+  every run it delivers);
+- on a bus whose deliveries of one event may run in several processes at once
+  (:class:`~aaa_django.runtime.bus.ExclusiveLeases`: the Celery bus), the whole call,
+  from the attempt's record to its result's append, holds the request's exclusive
+  lease: a second delivery waits for the first (a live maker renews it), and gets it
+  only once the maker released it without a result or died (its lease lapsed). (A
+  run's hold alone does not say it: a delivery in another process claims the run.)
+
+The engine ends the run ``failed`` once one call has ``max_abandoned`` attempts
+abandoned (a crash loop cannot spend without limit).
+
+**A reply in hand is never asked for again.** When the append of its result fails
+transiently (a full disk, a database restart), the append is tried again with the
+reply (the ``Redelivery`` policy's waits); a reply whose append outlasts them is
+kept, by its result id, and a later delivery of the request appends it instead of
+calling the model.
 
 Given a ``deltas`` sink and a client that streams (:class:`StreamingLLMClient`,
 detected once here), the handler streams each call and publishes its text as
 :class:`~aaa_django.llm.deltas.TokenDelta` s as they come; the log gets the same one
-``aaa.llm.completed`` either way.
+``aaa.llm.completed`` either way. A run that ends while its call is in flight in this
+process has the call cancelled (the run's end recorded it, at its estimate).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import random
 import traceback
-from typing import Any
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, AsyncContextManager
 
 from aaa_django.events import Event, InvalidEventError, derive_id, encode_json
 from aaa_django.runtime import Engine
+from aaa_django.runtime.bus import ExclusiveLeases
 from aaa_django.runtime.event_types import (
+    LLM_ABANDONED,
+    LLM_ATTEMPTED,
     LLM_COMPLETED,
     LLM_FAILED,
     LLM_REQUESTED,
+    RUN_COMPLETED,
+    abandoned_id,
+    attempt_id,
     result_event,
     result_id,
 )
+from aaa_django.runtime.holding import HoldsRuns, holder_id, process_gone
+from aaa_django.runtime.meta import OpenCall
+from aaa_django.runtime.retry import Redelivery, transient
 
+from .attempts import ASSUMED_MAX_TOKENS, Estimator
 from .client import LLMClient, PricedClient, StreamingLLMClient
 from .conversation import conversation_of
 from .deltas import DeltaSink, TokenDelta
 from .messages import LLMRequest
+from .retry import BEFORE_RETRY, StopAttempts
+
+log = logging.getLogger("aaa_django.llm")
+
+#: replies kept after their result's append failed for good, for a later delivery
+REPLIES_KEPT = 1024
+#: times a delivery decides again after another delivery made the attempt it was about
+#: to make (then it leaves the request to that one)
+CLAIM_TRIES = 3
+#: seconds between looks at the log while waiting for another process's attempt (its
+#: lease): is the request answered, or its maker's process ended?
+MAKER_POLL = 0.5
+
+
+@dataclass
+class _Call:
+    """One call of the client for a request: the attempts it made (log numbers)."""
+
+    request: Event
+    llm_request: LLMRequest
+    first: int
+    last: int
 
 
 class LLMHandler:
     """Calls ``client`` for model requests; ``timeout`` (seconds) bounds each call;
-    ``deltas`` receives the reply's text as it streams (when ``client`` streams)."""
+    ``deltas`` receives the reply's text as it streams (when ``client`` streams);
+    ``assumed_max_tokens``: the reply limit an attempt's estimate assumes when neither
+    the request nor the client sets one (:mod:`~aaa_django.llm.attempts`);
+    ``redelivery``: the waits between appends of a result that failed transiently."""
 
     def __init__(self, client: LLMClient, *, timeout: float | None = None,
-                 deltas: DeltaSink | None = None) -> None:
+                 deltas: DeltaSink | None = None, assumed_max_tokens: int = ASSUMED_MAX_TOKENS,
+                 redelivery: Redelivery | None = None) -> None:
         self.client = client
         self.timeout = timeout
         self.deltas = deltas
+        self.redelivery = redelivery or Redelivery()
         #: the client, when it streams and someone listens
         self.streaming: StreamingLLMClient | None = (
             client if deltas is not None and isinstance(client, StreamingLLMClient) else None)
         #: the client when it can tell priced models from unpriced ones (detected once)
         self.pricer: PricedClient | None = client if isinstance(client, PricedClient) else None
+        #: what an attempt costs at most (the client's prices and limits, detected once)
+        self.estimator = Estimator(client, assumed_max_tokens=assumed_max_tokens)
         self.engine: "Engine | None" = None
+        #: whether the bus says which runs this process holds, and its cluster-wide
+        #: leases (detected once, in ``attach``)
+        self._leases: ExclusiveLeases | None = None
+        self._holder: HoldsRuns | None = None
         self._inflight: set[str] = set()
+        #: this process, as its attempts name their maker (``by``)
+        self.maker = holder_id("llm")
+        #: result id -> a result whose append failed for good (the reply in hand)
+        self._replies: OrderedDict[str, Event] = OrderedDict()
+        #: run id -> request id -> the task calling the client
+        self._running: dict[str, dict[str, asyncio.Task]] = {}
 
     def attach(self, engine: "Engine") -> "LLMHandler":
-        """Subscribe to ``aaa.llm.requested`` on ``engine``."""
+        """Subscribe to ``aaa.llm.requested`` (and run ends, to cancel calls in flight)
+        on ``engine``."""
         self.engine = engine
+        self._holder = engine.bus if isinstance(engine.bus, HoldsRuns) else None
+        self._leases = engine.bus if isinstance(engine.bus, ExclusiveLeases) else None
         engine.subscribe(LLM_REQUESTED, self)
+        engine.subscribe(RUN_COMPLETED, self.on_run_completed)
         return self
 
     async def __call__(self, event: Event) -> None:
@@ -67,17 +160,130 @@ class LLMHandler:
         finally:
             self._inflight.discard(event.id)
 
+    async def on_run_completed(self, completion: Event) -> None:
+        """The run ended: cancel its calls in flight here (its end recorded them)."""
+        for task in list(self._running.get(completion.stream, {}).values()):
+            task.cancel()
+
+    # -- deciding -------------------------------------------------------------------------
+
     async def _handle(self, event: Event) -> None:
-        engine = self.engine
-        assert engine is not None, "attach the handler to an engine first"
-        if await engine.over(event):
+        engine = self._engine()
+        kept = self._replies.get(result_id(event.id))
+        if kept is not None:  # a reply in hand: append it, never ask again
+            await self._record(event, kept)
             return
-        rid = result_id(event.id)
-        if await engine.find_after(event, [rid]):
-            return
+        fresh = False
+        lost = 0  # decisions another delivery made first
+        while lost < CLAIM_TRIES:
+            call = await self._open(event, fresh=fresh)
+            if call is None:
+                return
+            if call.attempts and not fresh:
+                fresh = True  # asked before: decide from the database, not this view
+                continue
+            if not self._holds(event.stream):
+                log.info("run %s is no longer held here: model request %s not sent", event.stream, event.id)
+                return
+            if call.in_flight is not None:
+                # Its latest attempt has no outcome, and no delivery of this process makes
+                # it: abandoned once its maker is gone (elsewhere: it let go of the
+                # attempt's lease, or its process has ended).
+                if not await self._maker_gone(event, call):
+                    fresh = True
+                    lost += 1
+                    continue
+                if not await engine.append([self._abandoned(event, call)]):
+                    lost += 1
+                fresh = True
+                continue  # (the engine may end the run now: decided again)
+            attempt = call.attempts + 1
+            async with contextlib.AsyncExitStack() as held:
+                if self._leases is not None:
+                    lease, waited = await self._lease(event, attempt)
+                    if lease is None:  # another delivery made that attempt: decided again
+                        fresh = True
+                        lost += 1
+                        continue
+                    held.push_async_exit(lease)
+                    # What happened while it waited (taken at once: another delivery's
+                    # attempt, made meanwhile, has the id this one's would have).
+                    now = await self._open(event, fresh=True) if waited else call
+                    if now is None or now.attempts >= attempt:
+                        fresh = True
+                        continue
+                request = await self._request(event)
+                if await engine.append([self._attempted(event, request, attempt)]):
+                    await self._call(_Call(event, request, attempt, attempt), held)
+                    return
+            fresh = True  # another delivery made that attempt: it calls
+            lost += 1
+        log.warning("model request %s of run %s: another delivery keeps deciding first; left to it",
+                    event.id, event.stream)
+
+    async def _maker_gone(self, event: Event, call: OpenCall) -> bool:
+        """Is the maker of the request's attempt in flight (``call.attempts``) gone? On a
+        bus without leases (one process) yes: no delivery here makes it. Else when it
+        was this process's (a delivery that ended), or its process has ended (a process
+        of this machine), or it let go of the attempt's lease (waited for: a live maker
+        holds it until its result is appended, and renews it)."""
+        if self._leases is None or call.maker == self.maker or self._gone(call.maker):
+            return True
+        lease, _ = await self._lease(event, call.attempts)
+        if lease is None:
+            return False  # answered, ended, or found gone meanwhile: decided again
+        await lease.__aexit__(None, None, None)
+        now = await self._open(event, fresh=True)
+        return now is not None and now.attempts == call.attempts and now.in_flight is not None
+
+    def _gone(self, maker: str | None) -> bool:
+        return maker is not None and maker != self.maker and process_gone(maker)
+
+    async def _lease(self, event: Event, attempt: int) -> tuple[AsyncContextManager[None] | None, bool]:
+        """The lease on attempt ``attempt`` of the request, taken (the caller releases
+        it), and whether it was waited for (a live process held it). None, without it,
+        as soon as the log shows the request answered, its run over, or that attempt
+        made by a process known gone."""
+        assert self._leases is not None
+        lease = self._leases.exclusive(attempt_id(event.id, attempt))
+        taking = asyncio.ensure_future(lease.__aenter__())
+        waited = False
+        try:
+            async with self._engine().waiting():  # perhaps on another process's call
+                while True:
+                    done, _ = await asyncio.wait({taking}, timeout=MAKER_POLL)
+                    if done:
+                        taking.result()
+                        return lease, waited
+                    waited = True
+                    call = await self._open(event, fresh=True)
+                    if call is None or (call.attempts == attempt and call.in_flight is not None
+                                        and self._gone(call.maker)):
+                        break
+        finally:
+            if not taking.done():
+                taking.cancel()
+                await asyncio.wait({taking})
+                if not taking.cancelled() and taking.exception() is None:  # (taken as it was cancelled)
+                    await lease.__aexit__(None, None, None)
+        return None, waited
+
+    async def _open(self, event: Event, *, fresh: bool) -> OpenCall | None:
+        """The request as the run's log has it, when it is still to be answered (the run
+        not ended, no limit over); None else. ``fresh``: the run's head read from the
+        database first."""
+        engine = self._engine()
+        if fresh:
+            engine.tail.stale(event.stream)
+        meta = await engine.meta(event.stream, fresh=fresh)
+        if meta.completed or engine.limit_breach(meta) is not None:
+            return None
+        return meta.calls.get(event.id)
+
+    async def _request(self, event: Event) -> LLMRequest:
         d = event.data
-        request = LLMRequest(
-            messages=await conversation_of(engine, event),
+        return LLMRequest(
+            messages=await conversation_of(self._engine(), event),
             tools=list(d.get("tools") or ()),
             model=d.get("model"),
             tag=d.get("tag"),
@@ -87,20 +293,79 @@ class LLMHandler:
             run_id=event.stream,
             agent=d.get("agent"),
         )
-        base = {"request_id": event.id, "tag": d.get("tag"), "thread": d.get("thread") or "main"}
+
+    def _attempted(self, event: Event, request: LLMRequest, attempt: int) -> Event:
+        data = {"request_id": event.id, "attempt": attempt, "model": self.estimator.model(request),
+                "estimate": self.estimator.estimate(request), "by": self.maker}
+        return Event(id=attempt_id(event.id, attempt), stream=event.stream, type=LLM_ATTEMPTED, data=data,
+                     causation=event.id, tenant=event.tenant)
+
+    def _abandoned(self, event: Event, call: OpenCall) -> Event:
+        assert call.in_flight is not None
+        data = {"request_id": event.id, "attempt": call.attempts, **call.in_flight.data(), "estimated": True,
+                "maker": call.maker,
+                "error": "the process making the attempt died or lost the run with it in flight; "
+                         "counted at its estimate"}
+        return Event(id=abandoned_id(event.id, call.attempts), stream=event.stream, type=LLM_ABANDONED,
+                     data=data, causation=attempt_id(event.id, call.attempts), tenant=event.tenant)
+
+    # -- calling --------------------------------------------------------------------------
+
+    async def _call(self, call: _Call, held: contextlib.AsyncExitStack) -> None:
+        """Call the client for the attempt just recorded; append the result. ``held``:
+        where the leases on its attempts go (released once the result is appended)."""
+        engine = self._engine()
+        event, request = call.request, call.llm_request
+        base = {"request_id": event.id, "tag": event.data.get("tag"), "thread": event.data.get("thread") or "main"}
+
+        async def retrying(n: int) -> None:  # before the client's attempt n (2, 3...) of this call
+            attempt = call.first + n - 1
+            if await self._open(event, fresh=True) is None or not self._holds(event.stream):
+                raise StopAttempts(f"model request {event.id}: answered, ended or not held here")
+            if self._leases is not None:
+                lease, _ = await self._lease(event, attempt)
+                if lease is None:
+                    raise StopAttempts(f"model request {event.id}: attempt {attempt} made elsewhere")
+                held.push_async_exit(lease)
+            if not await engine.append([self._attempted(event, request, attempt)]):
+                raise StopAttempts(f"model request {event.id}: attempt {attempt} made elsewhere")
+            call.last = attempt
+
+        token = BEFORE_RETRY.set(retrying)
         try:
-            call = (self.client.complete(request) if self.streaming is None
-                    else self.streaming.stream(request, self._publisher(event)))
+            client_call = (self.client.complete(request) if self.streaming is None
+                           else self.streaming.stream(request, self._publisher(event)))
+            task = asyncio.ensure_future(asyncio.wait_for(client_call, self.timeout) if self.timeout
+                                         else client_call)
+        finally:
+            BEFORE_RETRY.reset(token)
+        running = self._running.setdefault(event.stream, {})
+        running[event.id] = task
+        try:
             async with engine.waiting():  # other runs' work goes on meanwhile
-                response = await (asyncio.wait_for(call, self.timeout) if self.timeout else call)
-        except asyncio.CancelledError:
+                await asyncio.wait({task})
+        except asyncio.CancelledError:  # the delivery itself (shutdown): the attempt is left in flight
+            task.cancel()
             raise
-        except Exception as exc:
-            await engine.answer([result_event(event, LLM_FAILED, {**base, **self.failure(exc)})])
+        finally:
+            running.pop(event.id, None)
+            if not running:
+                self._running.pop(event.stream, None)
+        if task.cancelled():
+            return  # the run ended meanwhile: its end recorded the call
+        exc = task.exception()
+        if isinstance(exc, StopAttempts):
+            log.info("%s", exc)
             return
+        if exc is not None:
+            data = {**base, "attempt": call.last, **self.failure(exc)}
+            await self._record(event, result_event(event, LLM_FAILED, data))
+            return
+        response = task.result()
         message = _with_call_ids(response.message, event.id)
         data = {
             **base,
+            "attempt": call.last,
             "response": {
                 "message": message.to_dict(),
                 "finish_reason": response.finish_reason,
@@ -111,7 +376,44 @@ class LLMHandler:
         }
         if not response.priced:
             data["priced"] = False  # cost 0 because nobody priced the model, not free
-        await engine.answer([result_event(event, LLM_COMPLETED, data)])
+        attempts = _records(getattr(response, "attempts", None))
+        if attempts is not None and len(attempts) > 1:
+            data["attempts"] = attempts  # (retried: how each attempt before went)
+        await self._record(event, result_event(event, LLM_COMPLETED, data))
+
+    async def _record(self, event: Event, result: Event) -> None:
+        """Append ``result`` (with the run's step on it, ``Engine.answer``); an append
+        that fails transiently is made again with it, never by asking the model again.
+        One that fails for good raises (the bus delivers the request again, and this
+        handler appends the reply it kept then)."""
+        engine = self._engine()
+        self._replies[result.id] = result
+        self._replies.move_to_end(result.id)
+        while len(self._replies) > REPLIES_KEPT:
+            self._replies.popitem(last=False)
+        retry = 0
+        while True:
+            try:
+                stored = await engine.answer([result])
+                break
+            except Exception as exc:
+                retry += 1
+                delay = self.redelivery.delay(retry, random.random()) if transient(exc) else None
+                if delay is None:
+                    raise
+                log.warning("appending the result of model request %s of run %s failed (%s: %s); the reply "
+                            "is kept: appended again in %.2f s (retry %d)", event.id, event.stream,
+                            type(exc).__name__, exc, delay, retry)
+                async with engine.waiting():
+                    await asyncio.sleep(delay)
+        self._replies.pop(result.id, None)
+        if retry and not stored:
+            # Absorbed: an earlier try was committed without our hearing of it (its
+            # connection lost after the commit), so nothing delivered it: deliver it now.
+            engine.tail.stale(event.stream)
+            found = await engine.find_after(event, [result.id])
+            if result.id in found:
+                await engine.bus.publish([found[result.id]])
 
     def _publisher(self, event: Event) -> Any:
         sink, run_id, request_id = self.deltas, event.stream, event.id
@@ -121,6 +423,15 @@ class LLMHandler:
             sink.publish(TokenDelta(run_id=run_id, request_id=request_id, index=index, text=text))
 
         return on_text
+
+    def _holds(self, run_id: str) -> bool:
+        """May this process call out for ``run_id`` now (a bus that does not say: yes)?"""
+        return self._holder is None or self._holder.holds(run_id)
+
+    def _engine(self) -> "Engine":
+        assert self.engine is not None, "attach the handler to an engine first"
+        return self.engine
+
     def unpriced(self, model: str | None) -> str | None:
         """The name of ``model`` (None: the client's default) when this handler's
         client knows it has no price; None when it has one or the client cannot tell."""
@@ -158,14 +469,21 @@ class LLMHandler:
         status = getattr(exc, "status", None)
         if isinstance(status, int):
             data["status"] = status
-        attempts = getattr(exc, "attempts", None)
-        if isinstance(attempts, list):
-            try:
-                encode_json(attempts)
-                data["attempts"] = attempts
-            except InvalidEventError:
-                data["attempts"] = [str(a) for a in attempts]
+        attempts = _records(getattr(exc, "attempts", None))
+        if attempts is not None:
+            data["attempts"] = attempts
         return data
+
+
+def _records(attempts: Any) -> list[Any] | None:
+    """A client's attempt records as JSON (each as a string if it is not)."""
+    if not isinstance(attempts, list):
+        return None
+    try:
+        encode_json(attempts)
+        return attempts
+    except InvalidEventError:
+        return [str(a) for a in attempts]
 
 
 def _with_call_ids(message: Any, request_id: str) -> Any:

@@ -12,7 +12,9 @@ not the provider's JSON) fails at once. Before retry *n* the client waits:
   random, so clients that failed together do not retry together.
 
 Every attempt is recorded (``{"attempt", "status", "reason", "error", "elapsed",
-"retry_in"}``); a call that fails for good raises
+"retry_in"}``); before each retry, :data:`BEFORE_RETRY` (set by whoever makes the call:
+the ``LLMHandler`` puts the attempt on the run's log there) is awaited, and may stop
+the call (:class:`StopAttempts`). A call that fails for good raises
 :class:`~aaa_django.llm.errors.LLMCallError` carrying them all. The SDKs' own retries
 are switched off (``max_retries=0``), so this is the only policy. The deciding
 function (:meth:`Backoff.delay`) is pure; the loop (:func:`call_with_retries`) is the
@@ -22,6 +24,7 @@ only part that sleeps.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import random
 import time
@@ -32,8 +35,8 @@ from aaa_django.runtime.retry import Backoff
 
 from .errors import REASONS, LLMCallError
 
-__all__ = ["AttemptFailed", "Backoff", "Failure", "call_with_retries", "reason_for_status",
-           "retry_after", "shorten"]
+__all__ = ["BEFORE_RETRY", "AttemptFailed", "Backoff", "Failure", "StopAttempts", "call_with_retries",
+           "reason_for_status", "retry_after", "shorten"]
 
 R = TypeVar("R")
 
@@ -62,6 +65,19 @@ class AttemptFailed(Exception):
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.message)
         self.failure = failure
+
+
+class StopAttempts(Exception):
+    """Raised by a :data:`BEFORE_RETRY` hook: make no more attempts (the call's result is
+    known elsewhere, its run has ended, or this process no longer holds it). It leaves
+    :func:`call_with_retries` as it is, not as a call failure."""
+
+
+#: ``await hook(n)`` before attempt ``n`` (2, 3, ...) of a call, after the wait before
+#: it: set by the caller of a client for the calls it makes (a context variable, so the
+#: clients need not know of it). ``n`` counts this call's attempts.
+BEFORE_RETRY: contextvars.ContextVar[Callable[[int], Awaitable[None]] | None] = contextvars.ContextVar(
+    "aaa_llm_before_retry", default=None)
 
 
 def reason_for_status(status: int) -> str:
@@ -121,11 +137,15 @@ async def call_with_retries(
     """Run ``attempt`` until it succeeds or fails for good; return its result and the
     attempt records. ``classify`` maps an exception to a :class:`Failure` (None: not
     a call failure -- a bug -- which propagates unchanged). ``timeout`` bounds each
-    attempt. Raises :class:`LLMCallError`."""
+    attempt. Before each retry the :data:`BEFORE_RETRY` hook, if set, is awaited (its
+    :class:`StopAttempts` propagates). Raises :class:`LLMCallError`."""
     records: list[dict[str, Any]] = []
+    before = BEFORE_RETRY.get()
     n = 0
     while True:
         n += 1
+        if n > 1 and before is not None:
+            await before(n)
         started = time.monotonic()
         try:
             if timeout is not None:

@@ -14,6 +14,11 @@ class Spend(BaseModel):
     #: model and tool *requests* (counted when asked, so a call over budget never runs)
     model_calls: int = 0
     tool_calls: int = 0
+    #: attempts sent to a model provider (a call retried, or asked again after its
+    #: process died, makes more than one), and of those the ones abandoned in flight
+    #: (their tokens and cost counted at the attempt's estimate)
+    attempts: int = 0
+    abandoned: int = 0
 
     @property
     def tokens(self) -> int:

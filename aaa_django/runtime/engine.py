@@ -85,21 +85,26 @@ from .event_types import (
     APPROVAL_DENIED,
     APPROVAL_EXPIRED,
     APPROVAL_GRANTED,
+    ATTEMPT_RECORDS,
     CANCEL_REQUESTED,
     CHILD_COMPLETED,
     CHILD_REQUESTED,
+    LLM_FAILED,
     LLM_REQUESTED,
     MESSAGE_SENT,
     QUESTION_ASKED,
     RUN_COMPLETED,
     RUN_STARTED,
+    TOOL_FAILED,
     TOOL_REQUESTED,
     completion_id,
     decision_id,
+    result_id,
     started_id,
 )
 from .logcontext import delivering
-from .meta import FOLDED, RUNMETA, RunMeta, due_time
+from .meta import FOLDED, RUNMETA, OpenCall, RunMeta, due_time
+from .meta import apply as fold_runmeta
 from .observe import Observer, around, check_observer, notify_appended
 from .outcome import BUDGET_EXCEEDED, CANCELLED, FAILED, INVALID_INPUT, TIMEOUT, Outcome
 from .retry import failure, transient
@@ -119,6 +124,12 @@ log = logging.getLogger("aaa_django.runtime")
 Handler = Callable[[Event], Awaitable[Any]]
 
 DEFAULT_CLAIM_THRESHOLD = 16_384
+#: attempts of one model call recorded abandoned before the run ends ``failed``
+#: (``AAA["MAX_ABANDONED_ATTEMPTS"]`` on a site): a crash loop cannot spend without limit
+MAX_ABANDONED_ATTEMPTS = 3
+#: the ``reason`` of the result a run's end records for a call it cut off, by outcome
+#: (any other outcome: ``run_ended``)
+CUT_OFF_REASONS = {CANCELLED: "cancelled", TIMEOUT: "timeout", BUDGET_EXCEEDED: "budget_exceeded"}
 #: tries of a run's step whose appends find the log moved on (another process wrote);
 #: past them the error is raised (a Celery delivery is then retried)
 STEP_TRIES = 8
@@ -214,6 +225,9 @@ class Engine:
     (:meth:`answer`), where the bus runs every step in this process (the in-process
     bus, and a Celery worker's for the queues it takes); False: each result is appended
     alone and stepped on when it is delivered (the same log, twice the appends).
+    ``max_abandoned``: a run one of whose model calls has this many attempts recorded
+    abandoned (``aaa.llm.abandoned``: their process died with them in flight) ends
+    ``failed`` (see :meth:`limit_breach`).
     """
 
     def __init__(
@@ -232,7 +246,12 @@ class Engine:
         wakeups: Wakeups | None = None,
         turns: Turns | None = None,
         answers: bool = True,
+        max_abandoned: int = MAX_ABANDONED_ATTEMPTS,
     ) -> None:
+        if isinstance(max_abandoned, bool) or not isinstance(max_abandoned, int) or max_abandoned < 1:
+            raise ValueError(f"max_abandoned must be an int >= 1, got {max_abandoned!r}")
+        #: abandoned attempts of one model call that end the run ``failed``
+        self.max_abandoned = max_abandoned
         store = store if store is not None else InMemoryEventStore()
         tail: Tail = store if isinstance(store, Tail) else TailCachedStore(store)
         #: the site's store under the tail: what it offers beyond the EventStore protocol
@@ -758,6 +777,13 @@ class Engine:
             over = meta.budget.exceeded(meta.spend)
             if over is not None:
                 return Outcome(BUDGET_EXCEEDED, over)
+        for request_id, call in meta.calls.items():
+            if call.abandoned >= self.max_abandoned:
+                return Outcome(FAILED, {
+                    "error": f"model call {request_id} had {call.abandoned} attempts abandoned (the process "
+                             "making each died, or lost the run, with it in flight): it is not sent again",
+                    "reason": "abandoned_attempts", "request_id": request_id,
+                    "abandoned": call.abandoned, "limit": self.max_abandoned})
         return None
 
     # -- writing ------------------------------------------------------------------------
@@ -814,10 +840,14 @@ class Engine:
         await self._appended(stored)
         return stored
 
-    async def _append_stream(self, stream: str, batch: list[Event], *,
-                             expected_seq: int | None = None) -> list[Event]:
+    async def _append_stream(self, stream: str, batch: list[Event], *, expected_seq: int | None = None,
+                             folded: tuple[RunMeta, int] | None = None) -> list[Event]:
         """``batch`` (of ``stream``) claim-checked and appended; its due times kept, the
-        observers told. Raises what the store raised."""
+        observers told. A batch that ends the run records first what it cuts off
+        (:meth:`_cut_off`; ``folded``: the run's RUNMETA with the batch's first N
+        events, when the caller has it). Raises what the store raised."""
+        if batch and batch[-1].type == RUN_COMPLETED:
+            batch = await self._cut_off(stream, batch, folded)
         if self.blobs is not None:
             batch = [await self._claim(e) for e in batch]
         self._appending(stream)
@@ -836,6 +866,34 @@ class Engine:
         if added and self.observers:
             await notify_appended(self.observers, added)
         return added
+
+    async def _cut_off(self, stream: str, batch: list[Event],
+                       folded: tuple[RunMeta, int] | None = None) -> list[Event]:
+        """``batch``, which ends with the run's ``aaa.run.completed``, with a result
+        before the completion for each model or tool call still waiting for one (the
+        run's log, then the batch, folded): ``aaa.llm.failed`` / ``aaa.tool.failed``,
+        ``reason`` ``cancelled``, ``timeout``, ``budget_exceeded``, ``abandoned`` (the
+        call whose abandoned attempts ended the run) or ``run_ended``, and
+        ``"cut_off": true``, so a log reads whole. A model call with an attempt in
+        flight is counted at that attempt's estimate (``"estimated": true``): its
+        reply, if it comes, is not part of the log. Each has the request's one result
+        id: a handler's own result, appended meanwhile, wins."""
+        completion = batch[-1]
+        # (in a step, the RUNMETA it decided from: no read)
+        meta, done = folded if folded is not None else (await self.meta(stream), 0)
+        if not meta.started or meta.completed:
+            return batch  # (the store refuses the batch)
+        state = meta
+        if len(batch) - 1 > done:
+            state = meta.__deepcopy__()
+            for e in batch[done:-1]:
+                state = fold_runmeta(state, e)
+        if not state.calls:
+            return batch
+        outcome = completion.data.get("outcome")
+        value = completion.data.get("value")
+        cut = [_cut_off_result(completion, rid, call, outcome, value) for rid, call in state.calls.items()]
+        return [*batch[:-1], *cut, completion]
 
     async def _appended(self, stored: EventList) -> None:
         """After an append: a run's end kept and its waiters woken; the new events
@@ -889,6 +947,7 @@ class Engine:
                 for e in staged:
                     with self.observing(e):  # (its step, as if in its own delivery)
                         await self.react(e)
+                stepped = await self.meta(stream)  # (the step's, with the results: kept, no read)
         except (_NotInline, Exception) as exc:  # (the result's delivery steps again, and sees it)
             log.debug("run %s: the step on a result not taken before its append (%r)", stream, exc)
             return None
@@ -896,7 +955,8 @@ class Engine:
             self._capture.reset(token)
             self._appending(stream)
         try:
-            added = await self._append_stream(stream, _through_completion([*events, *out]), expected_seq=head)
+            added = await self._append_stream(stream, _through_completion([*events, *out]), expected_seq=head,
+                                              folded=(stepped, len(events)))
         except InfrastructureError:
             raise  # as the result's own append would
         except Exception as exc:  # the log moved on, the run ended, an output the store refuses
@@ -1045,7 +1105,7 @@ class Engine:
             return
         if event.type == CHILD_REQUESTED and event.data.get("child") in meta.children:
             await self._start_child(event, meta)
-        if meta.validated:
+        if meta.validated and event.type not in ATTEMPT_RECORDS:
             await self._step(event, meta)
 
     async def _step(self, event: Event, meta: RunMeta) -> None:
@@ -1337,6 +1397,26 @@ def _through_completion(events: Iterable[Event]) -> list[Event]:
         if e.type == RUN_COMPLETED:
             break
     return out
+
+
+def _cut_off_result(completion: Event, request_id: str, call: OpenCall, outcome: Any, value: Any) -> Event:
+    """The result a run's end (``completion``) records for a call it cut off."""
+    abandoned = (outcome == FAILED and isinstance(value, dict) and value.get("reason") == "abandoned_attempts"
+                 and value.get("request_id") == request_id)
+    reason = "abandoned" if abandoned else CUT_OFF_REASONS.get(outcome, "run_ended")
+    data: dict[str, Any]
+    if call.kind == "llm":
+        data = {"request_id": request_id, "tag": call.tag, "thread": call.thread or "main", "reason": reason,
+                "error": f"the run ended ({outcome}) before the model call had a result", "cut_off": True}
+        if call.in_flight is not None:  # sent, and never to be recorded: counted at its estimate
+            data.update(attempt=call.attempts, estimated=True, **call.in_flight.data())
+        kind = LLM_FAILED
+    else:
+        data = {"call_id": call.call_id, "name": call.name, "reason": reason,
+                "error": f"the run ended ({outcome}) before the tool call had a result", "cut_off": True}
+        kind = TOOL_FAILED
+    return Event(id=result_id(request_id), stream=completion.stream, type=kind, data=data,
+                 causation=request_id, tenant=completion.tenant)
 
 
 def _all_stored(out: list[Event], run_id: str) -> bool:

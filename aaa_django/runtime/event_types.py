@@ -22,6 +22,13 @@ OUTPUT_VALIDATED = "aaa.output.validated"
 OUTPUT_REJECTED = "aaa.output.rejected"
 
 LLM_REQUESTED = "aaa.llm.requested"
+#: an attempt of a model call, on the log before it is sent to the provider
+LLM_ATTEMPTED = "aaa.llm.attempted"
+#: an attempt whose process died (or stood down) with it in flight: counted at its estimate
+LLM_ABANDONED = "aaa.llm.abandoned"
+#: the model handler's records of its attempts: the engine reacts to them (spend,
+#: limits), the run's algorithm is not stepped on them
+ATTEMPT_RECORDS = frozenset({LLM_ATTEMPTED, LLM_ABANDONED})
 LLM_COMPLETED = "aaa.llm.completed"
 LLM_FAILED = "aaa.llm.failed"
 
@@ -74,6 +81,18 @@ def result_event(request: Event, type: str, data: dict) -> Event:
         causation=request.id,
         tenant=request.tenant,
     )
+
+
+def attempt_id(request_id: str, attempt: int) -> str:
+    """The id of a model request's attempt number ``attempt`` (1-based): two processes
+    that would make the same attempt write one event, and the one whose append is
+    absorbed does not send it."""
+    return derive_id(request_id, LLM_ATTEMPTED, attempt)
+
+
+def abandoned_id(request_id: str, attempt: int) -> str:
+    """The id of the record that attempt ``attempt`` of a model request was abandoned."""
+    return derive_id(attempt_id(request_id, attempt), LLM_ABANDONED)
 
 
 def completion_id(run_id: str) -> str:

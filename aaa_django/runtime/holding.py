@@ -23,6 +23,8 @@ costs no I/O, so ask right before each call, retries included.
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Protocol, runtime_checkable
 
 
@@ -35,3 +37,47 @@ class HoldsRuns(Protocol):
         it has stood down (its leases not renewed for half their time to live) or
         when another process has taken the run from it."""
         ...
+
+
+# -- which process: a holder's id, and whether the process it names has ended ------------------
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid").rsplit("[", 1)[-1].rstrip("]")
+    except OSError:
+        return "-"
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (clock ticks after boot, /proc), or None when
+    there is no such process here."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def holder_id(name: str = "") -> str:
+    """This process's holder id: ``name|host|pid namespace|pid|start time|random``."""
+    pid = os.getpid()
+    return "|".join([name or "aaa", socket.gethostname()[:64], _pid_namespace(), str(pid),
+                     _start_time(pid) or "-", os.urandom(3).hex()])
+
+
+def process_gone(holder: str) -> bool:
+    """Is ``holder`` a process of this machine (and pid namespace) that has ended? Its
+    pid is gone, or now another process's (another start time). A holder of another
+    machine, or an id of another form, is not known to be gone."""
+    parts = holder.split("|")
+    if len(parts) != 6:
+        return False
+    _, host, namespace, pid, started, _ = parts
+    if host != socket.gethostname()[:64] or namespace != _pid_namespace() or started == "-":
+        return False
+    try:
+        return _start_time(int(pid)) != started
+    except ValueError:
+        return False

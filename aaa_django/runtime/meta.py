@@ -24,6 +24,8 @@ from .event_types import (
     CLOSE_REQUESTED,
     INPUT_REJECTED,
     INPUT_VALIDATED,
+    LLM_ABANDONED,
+    LLM_ATTEMPTED,
     LLM_COMPLETED,
     LLM_FAILED,
     LLM_REQUESTED,
@@ -55,8 +57,12 @@ FOLDED: dict[str, tuple[str, ...]] = {
     CHILD_COMPLETED: ("child",),
     APPROVAL_REQUESTED: ("tool_request_id", "tool_request_seq", "call_id", "name", "expires_at"),
     **{t: ("request_id",) for t in APPROVAL_DECISIONS},
-    LLM_COMPLETED: ("usage", "cost"),
-    LLM_FAILED: ("usage", "cost"),
+    LLM_REQUESTED: ("tag", "thread"),
+    LLM_ATTEMPTED: ("request_id", "attempt", "estimate", "by"),
+    LLM_ABANDONED: ("request_id", "attempt", "usage", "cost"),
+    LLM_COMPLETED: ("request_id", "usage", "cost"),
+    LLM_FAILED: ("request_id", "usage", "cost"),
+    TOOL_REQUESTED: ("call_id", "name"),
     INPUT_REJECTED: ("errors",),
 }
 
@@ -73,6 +79,53 @@ class PendingApproval(BaseModel):
     call_id: str | None = None
     name: str | None = None
     expires_at: float | None = None
+
+
+class Estimate(BaseModel):
+    """What a model attempt costs at most, as its maker estimated it before sending it
+    (``aaa.llm.attempted``'s ``estimate``): its prompt's tokens, the reply's limit,
+    priced by the client's table."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+
+    @classmethod
+    def of(cls, d: Any) -> "Estimate":
+        d = d if isinstance(d, dict) else {}
+        usage = d.get("usage") if isinstance(d.get("usage"), dict) else {}
+        return cls(input_tokens=int(usage.get("input_tokens") or 0),
+                   output_tokens=int(usage.get("output_tokens") or 0),
+                   cost=float(d.get("cost") or 0.0))
+
+    def data(self) -> dict[str, Any]:
+        """As a result's ``usage`` and ``cost`` (what :func:`apply` tallies)."""
+        return {"usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
+                "cost": self.cost}
+
+
+class OpenCall(BaseModel):
+    """A model or tool request with no result yet: what the run's end records of it (a
+    result of its own before ``aaa.run.completed``), and a model call's attempts."""
+
+    #: "llm" or "tool"
+    kind: str
+    seq: int = 0
+    #: a model request's ``tag`` and ``thread`` (its result carries them)
+    tag: str | None = None
+    thread: str | None = None
+    #: a tool request's ``call_id`` and ``name``
+    call_id: str | None = None
+    name: str | None = None
+    #: the number of the model call's latest attempt on the log (0: none yet)
+    attempts: int = 0
+    #: of its attempts, those recorded abandoned
+    abandoned: int = 0
+    #: the estimate of the latest attempt while nothing says how it went: what it is
+    #: counted at if it never comes back
+    in_flight: Estimate | None = None
+    #: the process that made the latest attempt (its ``by``: ``runtime.holding.holder_id``)
+    maker: str | None = None
 
 
 class PendingQuestion(BaseModel):
@@ -94,7 +147,7 @@ STATUSES = ("new", "pending", "running", "waiting", "completed")
 OPEN_STATUSES = STATUSES[:-1]
 
 #: the fields :meth:`RunMeta.__deepcopy__` copies (set, as an assignment would)
-_COPIED = ("spend", "children", "approvals", "questions")
+_COPIED = ("spend", "children", "approvals", "calls", "questions")
 
 
 class RunMeta(BaseModel):
@@ -123,6 +176,8 @@ class RunMeta(BaseModel):
     #: model requests still waiting for a result
     llm_open: int = 0
     tool_open: int = 0
+    #: the model and tool requests still waiting for a result, by request id
+    calls: dict[str, OpenCall] = Field(default_factory=dict)
     #: a conversation (``aaa.run.started``'s ``conversation``: ``{"idle": seconds or
     #: None}``): after each reply the run waits for the person's next message
     conversation: dict[str, Any] | None = None
@@ -155,6 +210,7 @@ class RunMeta(BaseModel):
         fields["spend"] = self.spend.__copy__()
         fields["children"] = dict(self.children)
         fields["approvals"] = dict(self.approvals)
+        fields["calls"] = dict(self.calls)  # (an entry is replaced, never mutated)
         fields["questions"] = dict(self.questions)
         new.model_fields_set.update(_COPIED)
         return new
@@ -170,6 +226,10 @@ class RunMeta(BaseModel):
     @property
     def validated(self) -> bool:
         return self.status in ("running", "waiting", "completed")
+
+    def open_calls(self) -> list[tuple[str, OpenCall]]:
+        """The requests without a result, oldest first: ``(request id, call)``."""
+        return sorted(self.calls.items(), key=lambda item: item[1].seq)
 
     @property
     def due(self) -> float | None:
@@ -219,6 +279,9 @@ def apply(s: RunMeta, e: Event) -> RunMeta:
         # After the end only bookkeeping changes: late results are still paid for.
         if t in (LLM_COMPLETED, LLM_FAILED):
             _tally(s.spend, d)
+            s.calls.pop(d.get("request_id") or e.causation or "", None)
+        elif t in (TOOL_COMPLETED, TOOL_FAILED):
+            s.calls.pop(e.causation or "", None)
         elif t == CHILD_COMPLETED:
             s.children.pop(d.get("child") or "", None)
         elif t in APPROVAL_DECISIONS:
@@ -245,14 +308,32 @@ def apply(s: RunMeta, e: Event) -> RunMeta:
     elif t == LLM_REQUESTED:
         s.spend.model_calls += 1
         s.llm_open += 1
+        s.calls[e.id] = OpenCall(kind="llm", seq=e.seq or 0, tag=d.get("tag"), thread=d.get("thread"))
+    elif t == LLM_ATTEMPTED:
+        s.spend.attempts += 1
+        call = s.calls.get(d.get("request_id") or "")
+        if call is not None:
+            s.calls[d["request_id"]] = call.model_copy(update={
+                "attempts": max(call.attempts, int(d.get("attempt") or 0)),
+                "in_flight": Estimate.of(d.get("estimate")), "maker": d.get("by")})
+    elif t == LLM_ABANDONED:
+        s.spend.abandoned += 1
+        _tally(s.spend, d)  # the attempt's estimate: its reply never came
+        call = s.calls.get(d.get("request_id") or "")
+        if call is not None:
+            s.calls[d["request_id"]] = call.model_copy(update={"abandoned": call.abandoned + 1,
+                                                               "in_flight": None})
     elif t in (LLM_COMPLETED, LLM_FAILED):
         s.llm_open = max(0, s.llm_open - 1)
         _tally(s.spend, d)
+        s.calls.pop(d.get("request_id") or e.causation or "", None)
     elif t == TOOL_REQUESTED:
         s.spend.tool_calls += 1
         s.tool_open += 1
+        s.calls[e.id] = OpenCall(kind="tool", seq=e.seq or 0, call_id=d.get("call_id"), name=d.get("name"))
     elif t in (TOOL_COMPLETED, TOOL_FAILED):
         s.tool_open = max(0, s.tool_open - 1)
+        s.calls.pop(e.causation or "", None)
     elif t == CANCEL_REQUESTED:
         s.cancel = s.cancel or {"reason": d.get("reason"), "by": d.get("by")}
     elif t == CHILD_REQUESTED:
@@ -316,7 +397,7 @@ RUNMETA: Projection[RunMeta] = Projection(
     RunMeta,
     apply,
     name="aaa.runtime.engine.RUNMETA",
-    version=2,  # 2: conversations and questions (status "waiting")
+    version=3,  # 2: conversations and questions (status "waiting"); 3: model attempts (calls)
     state_type=RunMeta,
     every=64,
 )

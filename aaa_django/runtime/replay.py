@@ -43,6 +43,8 @@ from .event_types import (
     CLOSE_REQUESTED,
     INPUT_REJECTED,
     INPUT_VALIDATED,
+    LLM_ABANDONED,
+    LLM_ATTEMPTED,
     LLM_COMPLETED,
     LLM_FAILED,
     MESSAGE_RECEIVED,
@@ -63,6 +65,8 @@ FED = frozenset({
     RUN_STARTED,
     INPUT_VALIDATED,
     INPUT_REJECTED,
+    LLM_ATTEMPTED,
+    LLM_ABANDONED,
     LLM_COMPLETED,
     LLM_FAILED,
     TOOL_STARTED,
@@ -81,9 +85,14 @@ FED = frozenset({
 def is_fed(e: Event) -> bool:
     """Whether the replay feeds ``e`` rather than expects the code to decide it. A
     timeout is the clock's doing (a timer rang), like an approval's expiry; a tool's
-    question is the tool's (the algorithm's own questions are decided)."""
-    return (e.type in FED or (e.type == RUN_COMPLETED and e.data.get("outcome") == TIMEOUT)
-            or (e.type == QUESTION_ASKED and "tool_request_id" in e.data))
+    question is the tool's (the algorithm's own questions are decided). The result a
+    run's end records for a call it cut off (``"cut_off": true``) is the engine's
+    decision, made with the end."""
+    if e.type == RUN_COMPLETED:
+        return e.data.get("outcome") == TIMEOUT
+    if e.type == QUESTION_ASKED:
+        return "tool_request_id" in e.data
+    return e.type in FED and not e.data.get("cut_off")
 
 
 class ReplayBus:

@@ -50,6 +50,7 @@ def build_engine(*, using: str = "default", **overrides: Any) -> Engine:
         "store": site_store(using),
         "blobs": site_blobs(),
         "claim_threshold": conf["CLAIM_THRESHOLD"],
+        "max_abandoned": conf["MAX_ABANDONED_ATTEMPTS"],
         # its waits share the process's hub for the database with the event streams
         "wakeups": wakeups.for_database(using),
     }

@@ -42,8 +42,6 @@ import asyncio
 import concurrent.futures
 import datetime
 import logging
-import os
-import socket
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -52,6 +50,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from aaa_django.conf import aaa_settings
 from aaa_django.events import Event, StoreUnavailable
 from aaa_django.runtime.event_types import RUN_COMPLETED
+from aaa_django.runtime.holding import holder_id, process_gone
 from aaa_django.runtime.observe import BaseObserver
 from aaa_django.store.leases import RunLeases
 
@@ -59,48 +58,6 @@ log = logging.getLogger("aaa_django.holding")
 
 #: fenced runs remembered (the oldest forgotten first)
 FENCED_KEPT = 10_000
-
-
-def _pid_namespace() -> str:
-    try:
-        return os.readlink("/proc/self/ns/pid").rsplit("[", 1)[-1].rstrip("]")
-    except OSError:
-        return "-"
-
-
-def _start_time(pid: int) -> str | None:
-    """The start time of process ``pid`` (clock ticks after boot, /proc), or None when
-    there is no such process here."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else None
-
-
-def holder_id(name: str = "") -> str:
-    """This process's holder id: ``name|host|pid namespace|pid|start time|random``."""
-    pid = os.getpid()
-    return "|".join([name or "aaa", socket.gethostname()[:64], _pid_namespace(), str(pid),
-                     _start_time(pid) or "-", os.urandom(3).hex()])
-
-
-def process_gone(holder: str) -> bool:
-    """Is ``holder`` a process of this machine (and pid namespace) that has ended? Its
-    pid is gone, or now another process's (another start time). A holder of another
-    machine, or an id of another form, is not known to be gone."""
-    parts = holder.split("|")
-    if len(parts) != 6:
-        return False
-    _, host, namespace, pid, started, _ = parts
-    if host != socket.gethostname()[:64] or namespace != _pid_namespace() or started == "-":
-        return False
-    try:
-        return _start_time(int(pid)) != started
-    except ValueError:
-        return False
 
 
 @dataclass

@@ -456,8 +456,11 @@ sc_budget = scenario(lambda: SelfConsistency(n=5), QUESTION, samples(*MAJORITY),
 # == what each scenario must produce ===========================================================
 
 STARTED = ["aaa.run.started", "aaa.input.validated"]
-LLM = ["aaa.llm.requested", "aaa.llm.completed"]
-LLM_FAILED = ["aaa.llm.requested", "aaa.llm.failed"]
+#: a model call: its request, its attempt (on the log before it is sent), its result
+LLM = ["aaa.llm.requested", "aaa.llm.attempted", "aaa.llm.completed"]
+LLM_FAILED = ["aaa.llm.requested", "aaa.llm.attempted", "aaa.llm.failed"]
+#: a model call in flight when its run ended: the end records it (a cut-off result)
+LLM_CUT_OFF = ["aaa.llm.requested", "aaa.llm.attempted", "aaa.llm.failed"]
 TOOL = ["aaa.tool.requested", "aaa.tool.completed"]
 TOOL_FAILED = ["aaa.tool.requested", "aaa.tool.failed"]
 DONE = ["aaa.run.completed"]
@@ -496,7 +499,8 @@ EXPECTED: dict[str, Expected] = {
     "gc_critic_down": Expected(gc_critic_down, "GeneratorCritic", "failed",
                                STARTED + LLM + LLM_FAILED + DONE),
     "gc_cancelled": Expected(gc_cancelled, "GeneratorCritic", "cancelled",
-                             STARTED + ["aaa.llm.requested", "aaa.cancel.requested"] + DONE),
+                             STARTED + ["aaa.llm.requested", "aaa.llm.attempted", "aaa.cancel.requested",
+                                        "aaa.llm.failed"] + DONE),
     # PlanAndExecute
     "pe_success": Expected(pe_success, "PlanAndExecute", "success",
                            STARTED + LLM + MADE + LLM * 3 + DONE),
@@ -512,14 +516,15 @@ EXPECTED: dict[str, Expected] = {
     "pe_children": Expected(pe_children, "PlanAndExecute", "success",
                             STARTED + LLM + MADE + CHILD * 2 + DONE),
     "pe_timeout": Expected(pe_timeout, "PlanAndExecute", "timeout",
-                           STARTED + LLM + MADE + ["aaa.llm.requested"] + DONE),
+                           STARTED + LLM + MADE + LLM_CUT_OFF + DONE),
     # WorkflowGraph
     "wf_success": Expected(wf_success, "WorkflowGraph", "success",
                            bag=STARTED + LLM * 3 + TOOL + DONE),
     "wf_fallback": Expected(wf_fallback, "WorkflowGraph", "success",
                             bag=STARTED + LLM * 4 + TOOL_FAILED + DONE),
     "wf_failed": Expected(wf_failed, "WorkflowGraph", "failed",
-                          STARTED + ["aaa.llm.requested"] + TOOL_FAILED + DONE),
+                          STARTED + ["aaa.llm.requested", "aaa.tool.requested", "aaa.llm.attempted",
+                                     "aaa.tool.failed", "aaa.llm.failed"] + DONE),
     "wf_child": Expected(wf_child, "WorkflowGraph", "success", STARTED + CHILD + LLM + DONE),
     # FSM
     "fsm_success": Expected(fsm_success, "FSM", "success",
@@ -537,13 +542,15 @@ EXPECTED: dict[str, Expected] = {
                                STARTED + ENTERED + LLM_FAILED + DONE),
     # SelfConsistency
     "sc_majority": Expected(sc_majority, "SelfConsistency", "success",
-                            bag=STARTED + ["aaa.llm.requested"] * 5 + ["aaa.llm.completed"] * 4
+                            bag=STARTED + ["aaa.llm.requested", "aaa.llm.attempted"] * 5
+                            + ["aaa.llm.completed"] * 4
                             + ["aaa.llm.failed"] + DONE),
     "sc_all_failed": Expected(sc_all_failed, "SelfConsistency", "failed",
-                              bag=STARTED + ["aaa.llm.requested"] * 3 + ["aaa.llm.failed"] * 3
+                              bag=STARTED + ["aaa.llm.requested", "aaa.llm.attempted"] * 3
+                              + ["aaa.llm.failed"] * 3
                               + DONE),
     "sc_no_majority": Expected(sc_no_majority, "SelfConsistency", "no_solution",
-                               bag=STARTED + ["aaa.llm.requested"] * 3
+                               bag=STARTED + ["aaa.llm.requested", "aaa.llm.attempted"] * 3
                                + ["aaa.llm.completed"] * 3 + DONE),
     # five samples asked at once, two allowed: none is made (never a part of a decision)
     "sc_budget": Expected(sc_budget, "SelfConsistency", "budget_exceeded", STARTED + DONE),

@@ -10,6 +10,7 @@ from collections import Counter
 
 from aaa_django.runtime.event_types import (
     INPUT_VALIDATED,
+    LLM_ATTEMPTED,
     LLM_COMPLETED,
     LLM_REQUESTED,
     RUN_COMPLETED,
@@ -23,7 +24,7 @@ from .site import loop, script
 
 pytestmark = [CELERY_DB]
 
-TURN = [LLM_REQUESTED, LLM_COMPLETED, TOOL_REQUESTED, TOOL_COMPLETED]
+TURN = [LLM_REQUESTED, LLM_ATTEMPTED, LLM_COMPLETED, TOOL_REQUESTED, TOOL_COMPLETED]
 
 
 def test_a_tool_loop_runs_to_success_in_the_workers(cluster, arun):
@@ -37,7 +38,7 @@ def test_a_tool_loop_runs_to_success_in_the_workers(cluster, arun):
 
     assert outcome.outcome == "success" and outcome.value == {"text": "done after 4 tool turns"}
     assert [e.type for e in events] == [
-        RUN_STARTED, INPUT_VALIDATED, *TURN * 4, LLM_REQUESTED, LLM_COMPLETED, RUN_COMPLETED,
+        RUN_STARTED, INPUT_VALIDATED, *TURN * 4, LLM_REQUESTED, LLM_ATTEMPTED, LLM_COMPLETED, RUN_COMPLETED,
     ]
     assert sent == 1  # the test process enqueued the start; the workers did the rest
 

@@ -52,8 +52,8 @@ def test_cancel_reaches_a_tool_running_in_another_worker(cluster, arun, redis):
             t0 = time.monotonic()
             await run.cancel("enough")
             outcome = await run.result(timeout=20)
-            # the tool, in its worker, sees the cancellation (its result is not
-            # recorded: nothing follows a run's end)
+            # the tool, in its worker, sees the cancellation (its own result is not
+            # recorded: the run's end recorded the call it cut off, nothing follows the end)
             while not redis.get("aaa-test:slow-a:cancelled"):
                 assert time.monotonic() - t0 < 10, "the tool call was not cancelled"
                 await _sleep(0.02)
@@ -62,7 +62,9 @@ def test_cancel_reaches_a_tool_running_in_another_worker(cluster, arun, redis):
     outcome, events, took = arun(main())
 
     assert outcome.outcome == "cancelled"
-    assert events[-1].type == RUN_COMPLETED and TOOL_FAILED not in [e.type for e in events]
+    assert [e.type for e in events][-2:] == [TOOL_FAILED, RUN_COMPLETED]
+    cut = events[-2].data
+    assert (cut["reason"], cut["cut_off"]) == ("cancelled", True)
     assert redis.get("aaa-test:slow-a:cancelled") == redis.get("aaa-test:slow-a:started")
     # a notice, not the 60 s the tool would take: the worker recorded the tool's cancellation
     del took

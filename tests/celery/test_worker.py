@@ -28,7 +28,13 @@ from aaa_django.celery.worker import WorkerRuntime, build_worker_engine, deliver
 from aaa_django.events import Event, FoldCache
 from aaa_django.events.tail import TailCachedStore
 from aaa_django.models import RunRecord
-from aaa_django.runtime.event_types import LLM_COMPLETED, LLM_REQUESTED, RUN_COMPLETED, RUN_STARTED
+from aaa_django.runtime.event_types import (
+    LLM_ATTEMPTED,
+    LLM_COMPLETED,
+    LLM_REQUESTED,
+    RUN_COMPLETED,
+    RUN_STARTED,
+)
 from aaa_django.runtime.observe import BaseObserver
 from aaa_django.site.engines import build_engine
 from aaa_django.store import DjangoEventStore
@@ -114,11 +120,15 @@ def kind(sql: str) -> str:
     return "CALL" if sql.startswith(APPEND_CALL) else sql.split()[0]
 
 
-def one_statement_each(statements: dict[int, list[str]]) -> bool:
+def one_statement_each(statements: dict[int, list[str]], events: list[Event]) -> bool:
     """Every delivery appended in one statement, no query: the append function's call
     (one event, on the worker's Django connection, which prepares nothing), or the
-    insert-and-update statement (a batch); and some deliveries appended one event."""
-    return (all(kinds in (["CALL"], ["WITH"]) for kinds in statements.values())
+    insert-and-update statement (a batch); and some deliveries appended one event. A
+    model request's delivery appends twice: the call's attempt before it is sent, and
+    its result."""
+    asks = {e.seq for e in events if e.type == LLM_REQUESTED}
+    return (all(kinds in ((["CALL"] * 2,) if seq in asks else (["CALL"], ["WITH"]))
+                for seq, kinds in statements.items())
             and ["CALL"] in statements.values())
 
 
@@ -202,9 +212,9 @@ def test_a_delivery_makes_one_statement_and_no_query(worker, pg_alias, db_thread
     assert events[-1].type == RUN_COMPLETED
     assert statements.pop(0) == ["SELECT"]
     # each delivery appends once, without a query (the start made the run's row and
-    # left its head); the end's appends nothing
-    assert sorted(statements) == [e.seq for e in events[:-1]]
-    assert one_statement_each(statements)
+    # left its head); the end's appends nothing, nor does a model call's attempt's
+    assert sorted(statements) == [e.seq for e in events[:-1] if e.type != LLM_ATTEMPTED]
+    assert one_statement_each(statements, events)
 
     statements.clear()
     current.append(3)
@@ -270,8 +280,9 @@ def test_a_run_started_elsewhere_is_delivered_without_a_query(worker, pg_alias, 
     assert rt.run(engine.outcome(run_id)).outcome == "success"
     events = rt.run(engine.store.read(run_id))
     statements.pop(0)
-    assert sorted(statements) == [e.seq for e in events[:-1]]  # the end's delivery appends nothing
-    assert one_statement_each(statements)
+    # (the end's delivery appends nothing, nor does a model call's attempt's)
+    assert sorted(statements) == [e.seq for e in events[:-1] if e.type != LLM_ATTEMPTED]
+    assert one_statement_each(statements, events)
 
 
 def test_two_workers_taking_turns_never_read(worker, pg_alias, redis_url, db_thread):
@@ -294,19 +305,23 @@ def test_two_workers_taking_turns_never_read(worker, pg_alias, redis_url, db_thr
 
     run_id = rt.run(_start(engine))
     db_thread.call(lambda: connections[pg_alias].execute_wrappers.append(record))
-    done = 0
+    done = turns = 0
     while done < sum(len(s["messages"]) for s in sent):
         spec, stream, seq, event_id, *wire = [m for s in sent for m in s["messages"]][done]
         current.append(seq)
-        turn = (engine, other)[done % 2]
+        turn = (engine, other)[turns % 2]
         assert rt.run(deliver_event(turn, stream, seq, event_id, wire=wire[0] if wire else None)) == "delivered"
         done += 1
+        # (a model call appends its attempt and then its result: the worker that takes
+        # the attempt's delivery takes the result's too, as the one that made both)
+        if json.loads(wire[0])[1]["type"] != LLM_ATTEMPTED:  # (the message carries the event)
+            turns += 1
     syncs = (engine.store.syncs, other.store.syncs)
     current.append(0)
     events = rt.run(engine.store.read(run_id))
     statements.pop(0, None)
     assert events[-1].type == RUN_COMPLETED and done == len(events)
-    assert one_statement_each(statements)
+    assert one_statement_each(statements, events)
     assert syncs == (0, 0)  # no delivery caught up with the log by reading it
 
 
@@ -373,8 +388,8 @@ def test_a_toolloop_turn_in_a_worker_is_its_appends_and_no_read_of_them(worker, 
     calls = list(counted)
     assert rt.run(mine.outcome(run_id)).outcome == "success"
     methods = [name for name, _ in calls]
-    assert methods.count("append") == 2 + 4 * TURNS - 2 + 1, calls
-    assert len(calls) / TURNS <= 5
+    assert methods.count("append") == 2 + 4 * TURNS - 2 + 1 + TURNS, calls  # (+ each call's attempt)
+    assert len(calls) / TURNS <= 6
     assert set(methods) <= {"append", "save_snapshot"}, calls
 
 
@@ -433,9 +448,10 @@ def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(
     answered, answered_log, sent_answered = one_run(True)
     alone, alone_log, sent_alone = one_run(False)
     assert sent_answered == sent_alone == 0  # every delivery taken on the loop
-    # the start; the verdict with the first request; two a turn; the last reply with the end
-    assert answered.count("append") == 1 + 1 + 2 * (TURNS - 1) + 1, answered
-    assert alone.count("append") == 2 + 4 * TURNS - 2 + 1, alone
+    # the start; the verdict with the first request; two a turn; the last reply with the
+    # end; and each model call's attempt, before it is sent
+    assert answered.count("append") == 1 + 1 + 2 * (TURNS - 1) + 1 + TURNS, answered
+    assert alone.count("append") == 2 + 4 * TURNS - 2 + 1 + TURNS, alone
     assert set(answered) <= {"append", "save_snapshot"}, answered
     assert [t for t, _ in answered_log] == [t for t, _ in alone_log]
     assert len({i for _, i in answered_log}) == len(answered_log)
@@ -663,7 +679,7 @@ def test_a_model_call_is_handed_off_its_task_returns_while_it_waits(worker, pg_a
         spec, stream, seq, event_id, *wire = messages[len(returned)]
         returned.append(rt.deliver(mine, stream, seq, event_id, wire=wire[0] if wire else None))
     types = [e.type for e in rt.run(mine.store.read(run_id))]
-    assert types[-1] == LLM_REQUESTED and LLM_COMPLETED not in types
+    assert types[-2:] == [LLM_REQUESTED, LLM_ATTEMPTED] and LLM_COMPLETED not in types
     assert returned[-1] == "handed off"  # the request's task returned, the call waits
     # the run's start was handed off too (its task returned once the step was done:
     # the validation went on on the loop), the input's validation was delivered
@@ -689,19 +705,23 @@ def test_a_handed_off_call_that_fails_is_retried_or_given_up_on_the_loop(worker,
     """Once a call is handed off its message is gone (acknowledged): a failure after
     it (here the store refusing the model's result) is the loop's to deal with, as
     the task deals with one before it. Transient: delivered again on the loop after
-    the redelivery policy's delay, and the run goes on; persistent: the run ends
-    ``failed`` naming the cause."""
+    the redelivery policy's delay (the model's handler here appends a result again
+    itself no time: the failure is the delivery's), and the run goes on with the reply
+    the handler kept, the model asked once; persistent: the run ends ``failed``
+    naming the cause."""
     from aaa_django.algos import ToolLoop
     from aaa_django.events import StoreUnavailable
     from aaa_django.llm import FakeLLMClient, LLMHandler
     from aaa_django.llm.fake import text
+    from aaa_django.runtime.retry import Redelivery
     from aaa_django.tools import ToolRegistry
 
     rt, engine, sent = worker
     mine = build_engine(using=pg_alias, store=TailCachedStore(db_thread.store(pg_alias)),
                         cache=FoldCache(), bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator))
     mine.bus._send = engine.bus._send
-    LLMHandler(FakeLLMClient(lambda request: text("done"))).attach(mine)
+    client = FakeLLMClient(lambda request: text("done"))
+    LLMHandler(client, redelivery=Redelivery(retries=0)).attach(mine)
     refused: list[str] = []
     append = mine.store.append
 
@@ -731,7 +751,7 @@ def test_a_handed_off_call_that_fails_is_retried_or_given_up_on_the_loop(worker,
     assert "handed off" in returned and refused
     if transient:
         assert outcome.outcome == "success" and rt.retried == 1
-        assert types.count(LLM_COMPLETED) == 1
+        assert types.count(LLM_COMPLETED) == 1 and client.calls == 1  # the reply in hand, not a new one
     else:
         assert outcome.outcome == "failed" and rt.retried == 0 and len(refused) == 1
         assert outcome.value["error"] == "the event store failed: StoreUnavailable: the database went away"

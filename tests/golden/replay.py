@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 import aaa_django.algos  # noqa: F401  (registers the built-in algorithms)
 from aaa_django.events import Event
+from aaa_django.runtime.event_types import LLM_ATTEMPTED
 from aaa_django.runtime.replay import FED, Replay, ReplayBus, decision, replay
 
 __all__ = ["FED", "Replay", "ReplayBus", "decision", "dump", "load", "normalise", "path_of",
@@ -29,10 +30,11 @@ def path_of(name: str) -> Path:
 
 
 def normalise(e: Event) -> dict[str, Any]:
-    """An event as a golden line: no time, no traceback (machine-specific)."""
+    """An event as a golden line: no time, no traceback, no model attempt's maker
+    (machine-specific)."""
     d = e.to_dict()
     d.pop("time", None)
-    d["data"] = {k: v for k, v in d["data"].items() if k != "traceback"}
+    d["data"] = {k: v for k, v in d["data"].items() if k != "traceback" and not (k == "by" and e.type == LLM_ATTEMPTED)}
     if not d["blobs"]:
         d.pop("blobs")
     return d

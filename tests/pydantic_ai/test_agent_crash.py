@@ -18,7 +18,7 @@ from django.db import connections
 
 from aaa_django.algos import PydanticAIAgent
 from aaa_django.celery.sweeper import sweep
-from aaa_django.runtime.event_types import LLM_REQUESTED, TOOL_FAILED
+from aaa_django.runtime.event_types import LLM_ABANDONED, LLM_ATTEMPTED, LLM_REQUESTED, TOOL_FAILED
 from tests.celery.conftest import CELERY_DB, make_engine
 
 pytestmark = [CELERY_DB, pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres]
@@ -102,8 +102,12 @@ def test_an_agent_killed_mid_run_resumes_to_the_same_result_running_no_tool_twic
         (crashed.value, [(e.type, e.data) for e in crashed_log][-6:])
     expected = Counter({("find_hotel", "Lyon"): 1, ("look_at_sky", "Lyon"): 1, ("reserve", "Hotel Lumière"): 1})
     assert ran_clean == ran_crashed == expected  # every tool ran once, crash or not
-    # the same work on the log: three model requests, three tool calls, one result each
-    assert Counter(e.type for e in crashed_log) == Counter(e.type for e in clean_log)
-    assert Counter(e.type for e in crashed_log)[LLM_REQUESTED] == 3
+    # the same work on the log: three model requests, three tool calls, one result each;
+    # and the model attempt the killed worker had in flight recorded abandoned, made again
+    crashed_types, clean_types = Counter(e.type for e in crashed_log), Counter(e.type for e in clean_log)
+    assert crashed_types[LLM_ABANDONED] == 1 and clean_types[LLM_ABANDONED] == 0
+    assert crashed_types[LLM_ATTEMPTED] == clean_types[LLM_ATTEMPTED] + 1
+    assert crashed_types - Counter({LLM_ABANDONED: 1, LLM_ATTEMPTED: 1}) == clean_types
+    assert crashed_types[LLM_REQUESTED] == 3
     assert [e for e in crashed_log if e.type == TOOL_FAILED] == []
     assert workers.errors() == []

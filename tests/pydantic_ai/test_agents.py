@@ -19,6 +19,7 @@ from aaa_django.runtime.event_types import (
     APPROVAL_GRANTED,
     APPROVAL_REQUESTED,
     INPUT_VALIDATED,
+    LLM_ATTEMPTED,
     LLM_COMPLETED,
     LLM_REQUESTED,
     RUN_COMPLETED,
@@ -68,9 +69,9 @@ def test_a_test_model_agent_runs_as_handler_events():
     outcome, log = arun(main())
     assert outcome.outcome == "success"
     # TestModel called both tools in one reply: both were asked for in one step, and each ran once
-    assert types(log) == [RUN_STARTED, INPUT_VALIDATED, LLM_REQUESTED, LLM_COMPLETED,
+    assert types(log) == [RUN_STARTED, INPUT_VALIDATED, LLM_REQUESTED, LLM_ATTEMPTED, LLM_COMPLETED,
                           TOOL_REQUESTED, TOOL_REQUESTED, TOOL_COMPLETED, TOOL_COMPLETED,
-                          LLM_REQUESTED, LLM_COMPLETED, RUN_COMPLETED]
+                          LLM_REQUESTED, LLM_ATTEMPTED, LLM_COMPLETED, RUN_COMPLETED]
     assert sorted(agents.EXECUTIONS) == [("get_sky", "a"), ("get_temperature", "a")]
     # the second request carried only what was new: the tools' results
     second = [e for e in log if e.type == LLM_REQUESTED][1]

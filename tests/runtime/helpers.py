@@ -76,6 +76,32 @@ def of_type(events: list[Event], type: str) -> list[Event]:
     return [e for e in events if e.type == type]
 
 
+def in_flight(log: list[Event]) -> int:
+    """Model attempts on ``log`` without a result (a crash cut them off)."""
+    answered = {e.data.get("request_id") for e in log if e.type in ("aaa.llm.completed", "aaa.llm.failed")}
+    return sum(1 for e in log if e.type == "aaa.llm.attempted" and e.data["request_id"] not in answered)
+
+
+def check_resumed(log: list[Event], cut: list[Event], reference: list[Event], *, ordered: bool = False) -> None:
+    """``log``, of a run resumed after a crash left ``cut``, is ``reference`` (the run
+    uninterrupted) event for event, but for the model attempts the crash cut off: each
+    is recorded abandoned and its call made again as attempt 2. Where calls go on in
+    parallel (a fan-out, a workflow's branches), the resumed run may interleave them
+    otherwise: the same events, each after the one it was derived from (``ordered``: a
+    run of one call at a time, in the very same order)."""
+    abandoned = of_type(log, "aaa.llm.abandoned")
+    assert len(abandoned) == in_flight(cut)
+    retried = [e for e in log if e.type == "aaa.llm.attempted" and e.data["attempt"] > 1]
+    assert sorted((e.data["request_id"], e.data["attempt"]) for e in retried) == sorted(
+        (e.data["request_id"], 2) for e in abandoned)
+    first_tries = [e for e in log if e not in abandoned and e not in retried]
+    assert sorted(trace(first_tries)) == sorted(trace(reference))  # the very same events, id for id
+    if ordered:
+        assert trace(first_tries) == trace(reference)
+    seqs = {e.id: e.seq for e in log}
+    assert all(seqs[e.causation] < e.seq for e in log if e.causation in seqs)
+
+
 async def until(check: Callable[[], Awaitable[bool]], timeout: float = 5.0, every: float = 0.005) -> None:
     """Poll ``check`` until it is true (fails after ``timeout`` seconds)."""
     end = time.monotonic() + timeout
@@ -83,6 +109,19 @@ async def until(check: Callable[[], Awaitable[bool]], timeout: float = 5.0, ever
         if time.monotonic() > end:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(every)
+
+
+#: a deadline no test run reaches by the clock: the test passes it (:func:`pass_deadline`)
+FAR_DEADLINE = 3600.0
+
+
+async def pass_deadline(engine: Engine, run_id: str) -> list[Event]:
+    """Pass ``run_id``'s deadline now, through the engine's timer API (what its loop
+    timer, or the workers' duty, calls when the time comes): the test decides when
+    the deadline falls, not the machine's load. Returns the events appended."""
+    deadline = (await engine.meta(run_id, fresh=True)).deadline
+    assert deadline is not None, f"run {run_id} has no deadline"
+    return await engine.fire_due(run_id, now=deadline)
 
 
 class Crash(Exception):

@@ -20,7 +20,7 @@ from aaa_django.runtime import Budget, Engine, Outcome
 from aaa_django.tools import ToolRegistry, tool
 
 from . import algos  # noqa: F401  (registers the test algorithms)
-from .helpers import make_engine, tool_messages, until
+from .helpers import FAR_DEADLINE, make_engine, pass_deadline, tool_messages, until
 
 RUN = "run-scenario"
 
@@ -109,7 +109,9 @@ async def timeout(duplicate: bool) -> Result:
     seen: dict = {}
     registry = ToolRegistry([slow_tool(seen)])
     async with make_engine(call_once_then_report("slow"), registry, duplicate=duplicate) as engine:
-        await engine.start(ToolLoop(registry), {"task": "be slow"}, deadline=0.3, run_id=RUN)
+        await engine.start(ToolLoop(registry), {"task": "be slow"}, deadline=FAR_DEADLINE, run_id=RUN)
+        await asyncio.wait_for(seen["started"].wait(), 5)
+        await pass_deadline(engine, RUN)  # (once the tool runs, whatever the machine's load)
         return await finish(engine, [RUN], seen)
 
 
@@ -308,7 +310,8 @@ async def cascade_cancel(duplicate: bool) -> Result:
 Scenario = Callable[[bool], Awaitable[Result]]
 
 STARTED = ["aaa.run.started", "aaa.input.validated"]
-LLM = ["aaa.llm.requested", "aaa.llm.completed"]
+#: a model call: its request, its attempt (on the log before it is sent), its result
+LLM = ["aaa.llm.requested", "aaa.llm.attempted", "aaa.llm.completed"]
 TOOL_OK = ["aaa.tool.requested", "aaa.tool.completed"]
 DONE = ["aaa.run.completed"]
 
@@ -316,8 +319,8 @@ DONE = ["aaa.run.completed"]
 EXPECTED: dict[str, tuple[Scenario, str, list[str]]] = {
     "success": (success, "success", STARTED + LLM + TOOL_OK + LLM + DONE),
     "no_solution": (no_solution, "no_solution", STARTED + LLM + TOOL_OK + LLM + DONE),
-    # nothing follows a run's end: the cancelled tool's result is not recorded
-    "timeout": (timeout, "timeout", STARTED + LLM + ["aaa.tool.requested"] + DONE),
+    # the run's end records the tool call it cut off; nothing follows the end
+    "timeout": (timeout, "timeout", STARTED + LLM + ["aaa.tool.requested", "aaa.tool.failed"] + DONE),
     "budget_tokens": (budget_tokens, "budget_exceeded", STARTED + LLM + TOOL_OK + LLM + DONE),
     "budget_cost": (budget_cost, "budget_exceeded", STARTED + LLM + DONE),
     # the request over a call budget is refused: never recorded
@@ -327,9 +330,10 @@ EXPECTED: dict[str, tuple[Scenario, str, list[str]]] = {
     "invalid_input": (invalid_input, "invalid_input",
                       ["aaa.run.started", "aaa.input.rejected"] + DONE),
     "cancelled": (cancelled, "cancelled",
-                  STARTED + LLM + ["aaa.tool.requested", "aaa.cancel.requested"] + DONE),
+                  STARTED + LLM + ["aaa.tool.requested", "aaa.cancel.requested", "aaa.tool.failed"] + DONE),
     "failed": (failed, "failed", STARTED + DONE),
-    "failed_model": (failed_model, "failed", STARTED + ["aaa.llm.requested", "aaa.llm.failed"] + DONE),
+    "failed_model": (failed_model, "failed",
+                     STARTED + ["aaa.llm.requested", "aaa.llm.attempted", "aaa.llm.failed"] + DONE),
     "approval_granted": (approval_granted, "success",
                          STARTED + LLM + ["aaa.tool.requested", "aaa.approval.requested",
                                           "aaa.approval.granted", "aaa.tool.completed"] + LLM + DONE),
@@ -346,11 +350,13 @@ EXPECTED: dict[str, tuple[Scenario, str, list[str]]] = {
     "pool": (pool, "success",
              STARTED + ["aaa.tool.requested"] * 10 + ["aaa.tool.completed"] * 10 + DONE),
     "late_model_result": (late_model_result, "cancelled",
-                          STARTED + ["aaa.llm.requested", "aaa.cancel.requested"] + DONE),
+                          STARTED + ["aaa.llm.requested", "aaa.llm.attempted", "aaa.cancel.requested",
+                                     "aaa.llm.failed"] + DONE),
     "child_run": (child_run, "success",
                   STARTED + ["aaa.child.requested", "aaa.child.completed"] + DONE
                   + STARTED + LLM + TOOL_OK + LLM + DONE),
     "cascade_cancel": (cascade_cancel, "cancelled",
                        STARTED + ["aaa.child.requested", "aaa.cancel.requested"] + DONE
-                       + STARTED + LLM + ["aaa.tool.requested", "aaa.cancel.requested"] + DONE),
+                       + STARTED + LLM + ["aaa.tool.requested", "aaa.cancel.requested", "aaa.tool.failed"]
+                       + DONE),
 }

@@ -62,8 +62,10 @@ def test_a_result_goes_with_what_the_step_on_it_writes():
     assert arun(main(True)) == [
         ["aaa.run.started"],
         ["aaa.input.validated", "aaa.llm.requested"],
+        ["aaa.llm.attempted"],  # (on the log before it is sent: nothing to join)
         ["aaa.llm.completed", "aaa.tool.requested"],
         ["aaa.tool.completed", "aaa.llm.requested"],
+        ["aaa.llm.attempted"],
         ["aaa.llm.completed", "aaa.run.completed"],
     ]
     assert all(len(batch) == 1 for batch in arun(main(False)))
@@ -97,12 +99,12 @@ def test_a_result_whose_run_moved_on_is_appended_alone_and_stepped_on_when_deliv
 
     outcome, log, batches, engine = arun(main())
     assert outcome.outcome == "success"
-    assert types(log) == ["aaa.run.started", "aaa.input.validated", "aaa.llm.requested", "test.note",
-                          "aaa.llm.completed", "aaa.tool.requested", "aaa.tool.completed",
-                          "aaa.llm.requested", "aaa.llm.completed", "aaa.run.completed"]
+    assert types(log) == ["aaa.run.started", "aaa.input.validated", "aaa.llm.requested", "aaa.llm.attempted",
+                          "test.note", "aaa.llm.completed", "aaa.tool.requested", "aaa.tool.completed",
+                          "aaa.llm.requested", "aaa.llm.attempted", "aaa.llm.completed", "aaa.run.completed"]
     # the reply found the log moved on (the note): it went alone, its step after it
-    assert batches[3:5] == [["aaa.llm.completed"], ["aaa.tool.requested"]]
-    assert batches[5:] == [["aaa.tool.completed", "aaa.llm.requested"],
+    assert batches[4:6] == [["aaa.llm.completed"], ["aaa.tool.requested"]]
+    assert batches[6:] == [["aaa.tool.completed", "aaa.llm.requested"], ["aaa.llm.attempted"],
                            ["aaa.llm.completed", "aaa.run.completed"]]
     assert len({e.id for e in log}) == len(log) and engine.errors == []
 
@@ -164,7 +166,7 @@ def test_on_a_bus_whose_steps_run_elsewhere_every_result_is_appended_alone():
 
     outcome, batches = arun(main())
     assert outcome.outcome == "success"
-    assert len(batches) == 9 and all(len(batch) == 1 for batch in batches)
+    assert len(batches) == 11 and all(len(batch) == 1 for batch in batches)  # (two of them attempts)
 
 
 class FailingSnapshots(BatchStore):

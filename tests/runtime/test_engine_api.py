@@ -55,7 +55,7 @@ def test_claims_hot_fields_and_completion_never_claimed(blob_kind, tmp_path):
     (tool_done,) = of_type(raw, "aaa.tool.completed")
     assert tool_done.data == {"$claim": True, "call_id": tool_done.data["call_id"], "name": "big"}
     (llm_done,) = [e for e in of_type(raw, "aaa.llm.completed") if "$claim" in e.data]
-    assert set(llm_done.data) == {"$claim", "usage", "cost", "tag"}  # spend without a fetch
+    assert set(llm_done.data) == {"$claim", "usage", "cost", "tag", "request_id"}  # spend without a fetch
     (completed,) = of_type(raw, "aaa.run.completed")
     assert "$claim" not in completed.data and not completed.blobs
     assert all("$claim" not in e.data for e in full)
@@ -288,9 +288,9 @@ def test_react_runs_tools_from_text():
 
     outcome, log = arun(scenario())
     assert outcome.value == {"text": "5"}
-    assert types(log) == ["aaa.run.started", "aaa.input.validated", "aaa.llm.requested",
+    assert types(log) == ["aaa.run.started", "aaa.input.validated", "aaa.llm.requested", "aaa.llm.attempted",
                           "aaa.llm.completed", "aaa.tool.requested", "aaa.tool.completed",
-                          "aaa.llm.requested", "aaa.llm.completed", "aaa.run.completed"]
+                          "aaa.llm.requested", "aaa.llm.attempted", "aaa.llm.completed", "aaa.run.completed"]
     assert "Action Input" in of_type(log, "aaa.llm.requested")[0].data["messages"][0]["content"]
 
 
@@ -446,8 +446,9 @@ def test_an_algorithm_is_not_stepped_for_the_events_it_ignores(monkeypatch):
     outcome, events = arun(main())
     assert outcome.outcome == "success" and outcome.value == {"text": "1 + 2 = 3"}
     assert {"aaa.llm.requested", "aaa.tool.requested"} <= ToolLoop.ignores
+    # (nor for a model call's attempt records: the engine's bookkeeping, never an algorithm's)
     assert stepped == [e.type for e in events if e.type not in ToolLoop.ignores
-                       and e.type not in ("aaa.run.started", "aaa.run.completed")]
+                       and e.type not in ("aaa.run.started", "aaa.run.completed", "aaa.llm.attempted")]
     assert "aaa.llm.requested" not in stepped and "aaa.llm.completed" in stepped
 
 

@@ -62,8 +62,8 @@ async def crash_after_side_effect(idempotent: bool, calls: list, *, answer=None,
     store = InMemoryEventStore()
     registry = ToolRegistry([charge_tool(idempotent, calls)])
     model = call_once_then_report("charge", amount=5)
-    # started, validated, llm.requested, llm.completed, tool.requested, tool.started
-    crashing = CrashingStore(store, limit=6)
+    # started, validated, llm.requested, llm.attempted, llm.completed, tool.requested, tool.started
+    crashing = CrashingStore(store, limit=7)
     first = make_engine(model, registry, store=crashing)
     await first.start(ToolLoop(registry), {"task": "pay"}, run_id=RUN)
     await asyncio.wait_for(crashing.crashed.wait(), 5)

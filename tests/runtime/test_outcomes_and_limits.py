@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aaa_django.runtime import Budget
+from aaa_django.runtime.event_types import result_id
 
 from .helpers import arun, of_type, types
 from .scenarios import EXPECTED, RUN, always_add, budget_scenario
@@ -42,8 +43,14 @@ def test_no_solution_says_why():
 
 def test_timeout_cancels_the_slow_tool_and_nothing_follows_the_end():
     r = arun(EXPECTED["timeout"][0](False))
-    assert types(r.log)[-1] == "aaa.run.completed"  # the cancelled call's result is not recorded
-    assert of_type(r.log, "aaa.tool.failed") == [] and of_type(r.log, "aaa.tool.completed") == []
+    assert types(r.log)[-2:] == ["aaa.tool.failed", "aaa.run.completed"]
+    (request,) = of_type(r.log, "aaa.tool.requested")
+    (cut,) = of_type(r.log, "aaa.tool.failed")  # the run's end records the call it cut off
+    assert cut.id == result_id(request.id) and cut.causation == request.id
+    assert cut.data == {"call_id": request.data["call_id"], "name": "slow", "reason": "timeout", "cut_off": True,
+                        "error": "the run ended (timeout) before the tool call had a result"}
+    assert of_type(r.log, "aaa.tool.completed") == []  # the cancelled call's own result is not recorded
+    assert r.seen["started"].is_set()  # (it was running)
     assert "deadline" in r.outcome.value
 
 
@@ -100,7 +107,9 @@ def test_invalid_input_errors_are_in_the_log():
 def test_cancel_records_reason_and_cancels_the_tool():
     r = arun(EXPECTED["cancelled"][0](False))
     assert r.outcome.value == {"reason": "changed my mind", "by": "tester"}
-    assert types(r.log)[-1] == "aaa.run.completed"  # the cancelled call's result is not recorded
+    assert types(r.log)[-2:] == ["aaa.tool.failed", "aaa.run.completed"]
+    (cut,) = of_type(r.log, "aaa.tool.failed")  # recorded by the run's end, before it
+    assert cut.data["reason"] == "cancelled" and cut.data["cut_off"] is True
 
 
 def test_algorithm_exception_fails_with_traceback():
@@ -168,6 +177,13 @@ def test_a_late_model_result_is_not_recorded_after_the_end():
     r = arun(EXPECTED["late_model_result"][0](False))
     assert types(r.log)[-1] == "aaa.run.completed" and of_type(r.log, "aaa.llm.completed") == []
     assert r.outcome.outcome == "cancelled"
+    # the run's end recorded the call in flight, counted at its attempt's estimate
+    (attempt,) = of_type(r.log, "aaa.llm.attempted")
+    (cut,) = of_type(r.log, "aaa.llm.failed")
+    assert cut.data["reason"] == "cancelled" and cut.data["cut_off"] is True and cut.data["attempt"] == 1
+    estimate = attempt.data["estimate"]
+    assert cut.data["usage"] == estimate["usage"] and cut.data["cost"] == estimate["cost"] > 0
+    assert cut.data["estimated"] is True
     assert r.engine.errors == [] and r.engine.bus.errors == []
 
 
@@ -185,6 +201,10 @@ def test_cancelling_a_parent_cancels_its_child():
     assert r.seen["child_outcome"].value["by"] == RUN
     # the parent ended first: no notice of its child's end follows its own
     assert of_type(r.log, "aaa.child.completed") == []
+    # the child's log reads whole: its tool call has its result before its end
+    child = [e for e in r.log if e.stream != RUN]
+    assert [e.type for e in child][-3:] == ["aaa.cancel.requested", "aaa.tool.failed", "aaa.run.completed"]
+    assert of_type(child, "aaa.tool.failed")[0].data["reason"] == "cancelled"
 
 
 def test_pools_can_be_built_by_a_factory():

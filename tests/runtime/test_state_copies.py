@@ -9,7 +9,7 @@ import copy
 
 from aaa_django.algos.loops import LoopCall, LoopResult, LoopState
 from aaa_django.runtime.budget import Budget
-from aaa_django.runtime.meta import PendingApproval, PendingQuestion, RunMeta
+from aaa_django.runtime.meta import OpenCall, PendingApproval, PendingQuestion, RunMeta
 
 
 def _reference_meta(s: RunMeta) -> RunMeta:
@@ -17,6 +17,7 @@ def _reference_meta(s: RunMeta) -> RunMeta:
     new.spend = s.spend.model_copy()
     new.children = dict(s.children)
     new.approvals = dict(s.approvals)
+    new.calls = dict(s.calls)
     new.questions = dict(s.questions)
     return new
 
@@ -34,6 +35,7 @@ def test_a_runmeta_copy_is_model_copy_and_shares_nothing_mutable():
     s = RunMeta(run_id="run-1", algorithm="a", status="running", budget=Budget(model_calls=3),
                 children={"run-c": "k"},
                 approvals={"r": PendingApproval(seq=3, tool_request_id="t", tool_request_seq=2)},
+                calls={"q": OpenCall(kind="llm", seq=4, tag="turn-1")},
                 questions={"q": PendingQuestion(seq=4, expires_at=5.0)})
     s.spend.model_calls = 2
     for state in (s, RunMeta()):
@@ -42,15 +44,17 @@ def test_a_runmeta_copy_is_model_copy_and_shares_nothing_mutable():
         _same(new.spend, state.spend)
         assert new.spend is not state.spend
         assert new.children is not state.children and new.approvals is not state.approvals
+        assert new.calls is not state.calls
         assert new.questions is not state.questions
         new.spend.model_calls += 1
         new.questions.pop("q", None)
         new.children["x"] = "y"
         new.approvals.pop("r", None)
+        new.calls.pop("q", None)
         new.status = "completed"
         assert state.spend.model_calls in (0, 2) and "x" not in state.children
         assert state.status != "completed"
-    assert "r" in s.approvals and "q" in s.questions
+    assert "r" in s.approvals and "q" in s.calls and "q" in s.questions
 
 
 def test_a_loop_state_copy_is_model_copy_and_shares_nothing_mutable():

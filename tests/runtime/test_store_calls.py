@@ -1,12 +1,12 @@
 """What a ToolLoop turn asks of the store: the engine knows what it has
 just appended (its tail), so a turn is its appends, and not one read of its own events.
 
-A turn here is one model call and the tool call it asks for: four events
-(``aaa.llm.requested``, ``aaa.llm.completed``, ``aaa.tool.requested``,
-``aaa.tool.completed``) in two appends on the in-process bus, each one durable commit:
-a handler's result goes with what the run's step on it writes (``Engine.answer``: the
-model's reply with the tool call it asks for, the tool's result with the next model
-request). The store is counted under the engine's tail, so every call counted is one
+A turn here is one model call and the tool call it asks for: five events
+(``aaa.llm.requested``, ``aaa.llm.attempted``, ``aaa.llm.completed``,
+``aaa.tool.requested``, ``aaa.tool.completed``) in three appends on the in-process bus,
+each one durable commit: the model call's attempt, on the log before it is sent; a
+handler's result with what the run's step on it writes (``Engine.answer``: the model's
+reply with the tool call it asks for, the tool's result with the next model request). The store is counted under the engine's tail, so every call counted is one
 the database answers.
 """
 
@@ -106,8 +106,8 @@ def assert_a_turn_is_its_appends(store) -> None:
     methods = [name for name, _ in calls]
     # The run's start; then a result and what the step on it writes, an append each:
     # the input's verdict with the first model request, two a turn, the last reply
-    # with the run's end.
-    assert methods.count("append") == 1 + 1 + 2 * (TURNS - 1) + 1, calls
-    assert len(calls) / TURNS <= 5
+    # with the run's end; and each model call's attempt, before it is sent.
+    assert methods.count("append") == 1 + 1 + 2 * (TURNS - 1) + 1 + TURNS, calls
+    assert len(calls) / TURNS <= 6
     # Every event of the run was appended by this engine: none is read back.
     assert set(methods) <= {"append", "save_snapshot"}, calls

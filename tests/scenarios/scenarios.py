@@ -23,6 +23,7 @@ from aaa_django.runtime.event_types import (
     CHILD_REQUESTED,
     INPUT_REJECTED,
     INPUT_VALIDATED,
+    LLM_ATTEMPTED,
     LLM_COMPLETED,
     LLM_FAILED,
     LLM_REQUESTED,
@@ -54,8 +55,9 @@ async def no_solution(h: Harness) -> Result:
 
 
 async def timeout(h: Harness) -> Result:
-    """The deadline passes while a slow tool runs: the run ends ``timeout`` and the
-    tool call is cancelled (its result is not recorded: nothing follows a run's end)."""
+    """The deadline passes while a slow tool runs: the run ends ``timeout``, its end
+    records the call it cut off, and the tool call is cancelled (its own result is not
+    recorded: nothing follows a run's end)."""
     run_id = h.run_id()
     async with h.engine() as engine:
         await engine.start(site.loop("once:lingering"), {"task": "be slow"}, deadline=2.5, run_id=run_id)
@@ -182,7 +184,8 @@ async def late_model_result(h: Harness) -> Result:
         run = await engine.start(site.loop("thinks_for_a_second"), {"task": "think"}, run_id=run_id)
         await h.until(lambda: h.probe.get(f"{run_id}:model:called"))
         await run.cancel("no time")
-        await h.until(lambda: h.probe.get(f"{run_id}:model:answered"))  # after the end
+        # after the end: the call answers, or is cancelled where the run's end is delivered
+        await h.until(lambda: h.probe.get(f"{run_id}:model:answered") or h.probe.get(f"{run_id}:model:cancelled"))
         return await h.finish(engine, [run_id])
 
 
@@ -261,8 +264,9 @@ RESUME_TURNS = 4
 
 
 async def crash_resume(h: Harness, cut: int) -> tuple[Result, Result, list[str]]:
-    """A run whose process died after ``cut`` appended events, nothing in flight:
-    ``engine.resume`` finishes it exactly as an uninterrupted run.
+    """A run whose process died after ``cut`` appended events: ``engine.resume``
+    finishes it exactly as an uninterrupted run, but for a model attempt the cut left
+    without its result (recorded abandoned, and made again).
 
     The reference run goes to the end first; then its log is erased and its first
     ``cut`` events are written to a new run's stream (same ids: every later id derives
@@ -282,7 +286,8 @@ async def crash_resume(h: Harness, cut: int) -> tuple[Result, Result, list[str]]
 # -- what each must produce ----------------------------------------------------------------
 
 STARTED = [RUN_STARTED, INPUT_VALIDATED]
-LLM = [LLM_REQUESTED, LLM_COMPLETED]
+#: a model call: its request, its attempt (on the log before it is sent), its result
+LLM = [LLM_REQUESTED, LLM_ATTEMPTED, LLM_COMPLETED]
 TOOL_OK = [TOOL_REQUESTED, TOOL_COMPLETED]
 DONE = [RUN_COMPLETED]
 RESUME_LOG = STARTED + (LLM + TOOL_OK) * (RESUME_TURNS - 1) + LLM + DONE
@@ -307,7 +312,8 @@ def check_no_solution(r: Result) -> None:
 
 
 def check_timeout(r: Result) -> None:
-    assert r.log[-1].type == RUN_COMPLETED  # the cancelled call's result is not recorded
+    assert [e.type for e in r.log[-2:]] == [TOOL_FAILED, RUN_COMPLETED]  # the call cut off, then the end
+    assert (r.log[-2].data["reason"], r.log[-2].data["cut_off"]) == ("timeout", True)
     assert "deadline" in r.outcome.value
     assert r.seen["cancelled"]  # the tool itself saw the cancellation
 
@@ -336,7 +342,8 @@ def check_invalid_input(r: Result) -> None:
 
 def check_cancelled(r: Result) -> None:
     assert r.outcome.value == {"reason": "changed my mind", "by": "tester"}
-    assert r.log[-1].type == RUN_COMPLETED  # the cancelled call's result is not recorded
+    assert [e.type for e in r.log[-2:]] == [TOOL_FAILED, RUN_COMPLETED]  # the call cut off, then the end
+    assert (r.log[-2].data["reason"], r.log[-2].data["cut_off"]) == ("cancelled", True)
     assert r.seen["cancelled"]
 
 
@@ -403,8 +410,8 @@ Scenario = Callable[[Harness], Awaitable[Result]]
 SCENARIOS: dict[str, tuple[Scenario, str, list[str], Callable[[Result], None]]] = {
     "success": (success, "success", STARTED + LLM + TOOL_OK + LLM + DONE, check_success),
     "no_solution": (no_solution, "no_solution", STARTED + LLM + TOOL_OK + LLM + DONE, check_no_solution),
-    # nothing follows a run's end: late results (a cancelled tool's, a model's) are refused
-    "timeout": (timeout, "timeout", STARTED + LLM + [TOOL_REQUESTED] + DONE, check_timeout),
+    # a run's end records the calls it cut off; nothing follows it (late results are refused)
+    "timeout": (timeout, "timeout", STARTED + LLM + [TOOL_REQUESTED, TOOL_FAILED] + DONE, check_timeout),
     "budget_tokens": (budget_tokens, "budget_exceeded", STARTED + LLM + TOOL_OK + LLM + DONE,
                       _check_budget("tokens")),
     "budget_cost": (budget_cost, "budget_exceeded", STARTED + LLM + DONE, _check_budget("cost")),
@@ -415,9 +422,9 @@ SCENARIOS: dict[str, tuple[Scenario, str, list[str], Callable[[Result], None]]] 
     "invalid_input": (invalid_input, "invalid_input", [RUN_STARTED, INPUT_REJECTED] + DONE,
                       check_invalid_input),
     "cancelled": (cancelled, "cancelled",
-                  STARTED + LLM + [TOOL_REQUESTED, CANCEL_REQUESTED] + DONE, check_cancelled),
+                  STARTED + LLM + [TOOL_REQUESTED, CANCEL_REQUESTED, TOOL_FAILED] + DONE, check_cancelled),
     "failed": (failed, "failed", STARTED + DONE, check_failed),
-    "failed_model": (failed_model, "failed", STARTED + [LLM_REQUESTED, LLM_FAILED] + DONE,
+    "failed_model": (failed_model, "failed", STARTED + [LLM_REQUESTED, LLM_ATTEMPTED, LLM_FAILED] + DONE,
                      check_failed_model),
     "approval_granted": (approval_granted, "success",
                          STARTED + LLM + [TOOL_REQUESTED, APPROVAL_REQUESTED, APPROVAL_GRANTED,
@@ -434,7 +441,8 @@ SCENARIOS: dict[str, tuple[Scenario, str, list[str], Callable[[Result], None]]] 
                    STARTED + LLM + [TOOL_REQUESTED, TOOL_FAILED] + LLM + DONE, check_tool_crash),
     "pool": (pool, "success", STARTED + [TOOL_REQUESTED] * 10 + [TOOL_COMPLETED] * 10 + DONE, check_pool),
     "late_model_result": (late_model_result, "cancelled",
-                          STARTED + [LLM_REQUESTED, CANCEL_REQUESTED] + DONE, _no_check),
+                          STARTED + [LLM_REQUESTED, LLM_ATTEMPTED, CANCEL_REQUESTED, LLM_FAILED] + DONE,
+                          _no_check),
     "child_run": (child_run, "success",
                   STARTED + [CHILD_REQUESTED, CHILD_COMPLETED] + DONE
                   + STARTED + LLM + TOOL_OK + LLM + DONE, check_child),
@@ -443,5 +451,5 @@ SCENARIOS: dict[str, tuple[Scenario, str, list[str], Callable[[Result], None]]] 
        for size in (16_383, 16_385, 1_000_000)},
     "cascade_cancel": (cascade_cancel, "cancelled",
                        STARTED + [CHILD_REQUESTED, CANCEL_REQUESTED] + DONE
-                       + STARTED + LLM + [TOOL_REQUESTED, CANCEL_REQUESTED] + DONE, check_cascade),
+                       + STARTED + LLM + [TOOL_REQUESTED, CANCEL_REQUESTED, TOOL_FAILED] + DONE, check_cascade),
 }

@@ -207,7 +207,11 @@ def provider_down(request):
 
 async def thinks_for_a_second(request):
     probe().set(f"{request.run_id}:model:called", os.getpid())
-    await asyncio.sleep(1.0)
+    try:
+        await asyncio.sleep(1.0)
+    except asyncio.CancelledError:  # the run ended, in the process making the call
+        probe().set(f"{request.run_id}:model:cancelled", os.getpid())
+        raise
     probe().set(f"{request.run_id}:model:answered", os.getpid())
     return text("an answer nobody waits for")
 

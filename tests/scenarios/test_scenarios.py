@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 from asgiref.sync import async_to_sync
 
-from aaa_django.runtime.event_types import RUN_COMPLETED
+from aaa_django.runtime.event_types import LLM_ABANDONED, LLM_ATTEMPTED, RUN_COMPLETED
 
 from .scenarios import RESUME_LOG, SCENARIOS
 
@@ -58,8 +58,14 @@ def test_resume_after_a_crash(bus, cut):
     assert [e.type for e in reference.log] == RESUME_LOG
     assert adopted == [resumed.log[0].stream]
     assert resumed.outcome == reference.outcome
-    # the very same events, id for id (but the completion's, which names its run)
-    same = lambda log: [(e.type, e.id if e.type != RUN_COMPLETED else None) for e in log]  # noqa: E731
+    # the very same events, id for id (but the completion's, which names its run), and
+    # for a model attempt the cut left without its result: recorded abandoned, made again
+    cut_off = RESUME_LOG[cut - 1] == LLM_ATTEMPTED
+    abandoned = [e for e in resumed.log if e.type == LLM_ABANDONED]
+    again = [e for e in resumed.log if e.type == LLM_ATTEMPTED and e.data["attempt"] > 1]
+    assert [(e.data["attempt"]) for e in abandoned] == [1] * cut_off == [e.data["attempt"] - 1 for e in again]
+    same = lambda log: [(e.type, e.id if e.type != RUN_COMPLETED else None)  # noqa: E731
+                        for e in log if e not in abandoned and e not in again]
     assert same(resumed.log) == same(reference.log)
     assert Counter(e.type for e in resumed.log)[RUN_COMPLETED] == 1
     assert resumed.errors == []
