@@ -29,7 +29,11 @@ time its lease lapses (``held_until``, ``AAA["RUN_LEASE_TTL"]`` seconds on).
   or is another process now: a restarted web server or worker adopts its
   predecessor's runs at once), each by a conditional ``UPDATE``, so several
   processes adopting at once take each run once. The caller re-drives what it took
-  (``Engine.resume``).
+  (``Engine.resume``). A keeper adopts only the runs of its *fleet*: the processes
+  that can drive each other's runs. On the Celery bus that is the processes that
+  deliver on the same queues (``AAA["CELERY_QUEUES"]``: :func:`fleet`); two sites, or
+  two deployments, that share a database but not their queues (and so perhaps not
+  their agents and tools) never take each other's runs.
 
 Statements run on one thread of the keeper's own, on a connection of its own (with
 keepalives and timeouts on PostgreSQL); the loop never waits on one longer than half
@@ -41,6 +45,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import datetime
+import hashlib
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -74,16 +80,38 @@ class Beat:
     failed: bool = False
 
 
+def fleet() -> str:
+    """This process's fleet, from the settings: on the Celery bus with
+    ``AAA["CELERY_QUEUES"]`` named, a digest of the queues; else ``""`` (every process
+    of the database's site)."""
+    options = aaa_settings()
+    queues = options["CELERY_QUEUES"] if options["BUS"] == "celery" else None
+    if not queues:
+        return ""
+    return hashlib.sha256(json.dumps(queues, sort_keys=True).encode()).hexdigest()[:12]
+
+
+site_fleet = fleet  # (RunKeeper's argument has the name)
+
+
+def fleet_of(holder: str) -> str:
+    """The fleet of a holder id (``""``: none)."""
+    return holder.split("|", 1)[0].partition("@")[2]
+
+
 class RunKeeper:
     """This process's leases on the runs it drives in database ``using`` (see the
     module). ``ttl``: seconds a lease lives unless renewed (``AAA["RUN_LEASE_TTL"]``);
     ``name``: the first part of the holder id (what kind of process: ``web``,
-    ``worker``, ``sweep``)."""
+    ``worker``, ``sweep``); ``fleet``: the processes whose runs it adopts (default:
+    :func:`fleet`)."""
 
-    def __init__(self, using: str = "default", *, ttl: float | None = None, name: str = "") -> None:
+    def __init__(self, using: str = "default", *, ttl: float | None = None, name: str = "",
+                 fleet: str | None = None) -> None:
         self.using = using
         self.ttl = float(ttl if ttl is not None else aaa_settings()["RUN_LEASE_TTL"])
-        self.id = holder_id(name)
+        self.fleet = site_fleet() if fleet is None else fleet
+        self.id = holder_id(f"{name or 'aaa'}@{self.fleet}" if self.fleet else name)
         self.leases = RunLeases(using)
         #: the keeper's thread: its statements, on its connection
         self._db = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="aaa-leases")
@@ -299,13 +327,13 @@ class RunKeeper:
         started = time.monotonic()
         taken: set[str] = set()
         for holder in await self._call(self.leases.holders):
-            if holder != self.id and process_gone(holder):
+            if holder != self.id and fleet_of(holder) == self.fleet and process_gone(holder):
                 got = await self._call(self.leases.adopt, self.id, holder, None, self.ttl, lapsed=False)
                 if got:
                     log.info("%s adopts %d runs of %s, which has ended", self.id, len(got), holder)
                 taken |= got
         by_holder: dict[str, list[str]] = {}
-        for run_id, holder in await self._call(self.leases.lapsed, limit):
+        for run_id, holder in await self._call(self.leases.lapsed, limit, fleet=self.fleet):
             by_holder.setdefault(holder, []).append(run_id)
         for holder, runs in by_holder.items():
             if holder == self.id:

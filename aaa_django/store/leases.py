@@ -185,12 +185,15 @@ class RunLeases:
 
     # -- adopting ------------------------------------------------------------------------------
 
-    def lapsed(self, limit: int = 1000) -> list[tuple[str, str]]:
+    def lapsed(self, limit: int = 1000, *, fleet: str = "") -> list[tuple[str, str]]:
         """``(run id, holder)`` of the unfinished runs whose lease has lapsed, longest
-        lapsed first."""
+        lapsed first, of holders of ``fleet`` (a holder id whose first part is
+        ``<kind>@<fleet>``; ``""``: the holders with no fleet)."""
+        match, pattern = ("LIKE", f"%@{fleet}|%") if fleet else ("NOT LIKE", "%@%")
         return [(r, h) for r, h in self._run(
             f"SELECT run_id, held_by FROM aaa_run WHERE {_OPEN} AND held_by IS NOT NULL "
-            "AND held_until < {now} ORDER BY held_until LIMIT %s", [limit])]
+            f"AND held_by {match} %s AND held_until < {{now}} ORDER BY held_until LIMIT %s",
+            [pattern, limit])]
 
     def holders(self) -> list[str]:
         """The holders of unfinished runs' leases, lapsed or not."""

@@ -160,6 +160,50 @@ def test_a_keeper_adopts_the_runs_of_a_dead_process_at_once(db_alias, leases):
     assert {h for h, _, _ in rows(db_alias).values()} == {me}
 
 
+def test_a_keeper_adopts_only_the_runs_of_its_fleet(db_alias, leases):
+    """Two sites (or deployments) that share a database but not their Celery queues are
+    two fleets: a keeper takes the lapsed runs and the dead holders' runs of its own
+    fleet only, whoever asks first."""
+    lapsed = {fleet: runs(db_alias, 2, prefix=f"lapsed-{fleet or 'none'}") for fleet in ("", "q1", "q2")}
+    dead = {fleet: runs(db_alias, 1, prefix=f"dead-{fleet or 'none'}") for fleet in ("", "q1", "q2")}
+    store = leases()
+    for fleet in ("", "q1", "q2"):
+        kind = f"worker@{fleet}" if fleet else "worker"
+        store.claim(holder_id(kind), lapsed[fleet], 0.2)
+        store.claim(ended_holder(kind), dead[fleet], 3600)
+    time.sleep(0.4)
+
+    async def main():
+        took = {}
+        for fleet in ("q2", "", "q1"):
+            keeper = RunKeeper(db_alias, ttl=6, name="worker", fleet=fleet)
+            try:
+                took[fleet] = await keeper.adopt()
+            finally:
+                await asyncio.to_thread(keeper.close)
+        return took
+
+    took = asyncio.run(main())
+    assert took == {fleet: {*lapsed[fleet], *dead[fleet]} for fleet in ("", "q1", "q2")}
+
+
+def test_a_processes_fleet_is_its_celery_queues(settings):
+    from aaa_django.site.holding import fleet, fleet_of
+
+    settings.AAA = {"BUS": "celery", "CELERY_QUEUES": {"algorithms": "a-1", "llm": "l-1", "tools": "t-1"}}
+    one = fleet()
+    settings.AAA = {"BUS": "celery", "CELERY_QUEUES": {"tools": "t-1", "llm": "l-1", "algorithms": "a-1"}}
+    assert fleet() == one and len(one) == 12  # the same queues, in any order
+    settings.AAA = {"BUS": "celery", "CELERY_QUEUES": {"algorithms": "a-2", "llm": "l-1", "tools": "t-1"}}
+    assert fleet() not in (one, "")
+    settings.AAA = {"BUS": "celery"}
+    assert fleet() == ""  # Celery's default queues: the site's one fleet
+    settings.AAA = {"BUS": "inprocess", "CELERY_QUEUES": {"algorithms": "a-1"}}
+    assert fleet() == ""
+    assert fleet_of(holder_id(f"worker@{one}")) == one
+    assert fleet_of(holder_id("web")) == ""
+
+
 class Unreachable(RunLeases):
     """Leases whose database goes away while ``down`` is set (a partition)."""
 
