@@ -18,6 +18,7 @@ import pytest
 
 from aaa_django.runtime.event_types import RUN_STARTED, TOOL_COMPLETED
 from project.api_demo import lookup_population, publish_answer
+from project.chat.model import choose_city
 
 from .model_server import NO_TOOLS, answer
 from .site import Site
@@ -25,7 +26,8 @@ from .site import Site
 pytestmark = [pytest.mark.slow]
 
 TASK = "How many people live in Lyon and Porto?"
-SITE_TOOLS = [lookup_population.spec(), publish_answer.spec()]  # by name
+#: AAA["TOOLS"] of the site, by name (the chat page's question tool among them)
+SITE_TOOLS = [choose_city.spec(), lookup_population.spec(), publish_answer.spec()]
 
 
 def start(site: Site, **config) -> str:
@@ -75,7 +77,8 @@ def test_a_tool_loop_started_over_the_api_runs_the_sites_tool(tmp_path, s3_endpo
     assert sorted(e["data"]["name"] for e in log if e["type"] == TOOL_COMPLETED) == ["lookup_population"] * 2
     # what the model server was offered, request by request
     offered = sorted(tuple(r["tools"]) for r in asked)
-    assert offered == sorted([("lookup_population", "publish_answer")] * 2 + [("publish_answer",), ()])
+    every = tuple(t["name"] for t in SITE_TOOLS)
+    assert offered == sorted([every] * 2 + [("publish_answer",), ()])
     # a subset by name, and none
     assert runs["named"]["value"] == {"text": "None of my tools helps here (offered: publish_answer)."}
     assert runs["none"]["value"] == {"text": NO_TOOLS}
@@ -83,4 +86,4 @@ def test_a_tool_loop_started_over_the_api_runs_the_sites_tool(tmp_path, s3_endpo
     assert status == 422, refused
     [error] = refused["detail"]
     assert error["loc"] == ["body", "config", "tools", 1] and error["type"] == "unknown_tool"
-    assert "'lookup_weather'" in error["msg"] and "lookup_population, publish_answer" in error["msg"]
+    assert "'lookup_weather'" in error["msg"] and ", ".join(every) in error["msg"]
