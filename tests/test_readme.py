@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -23,6 +22,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.field.services import free_port
 
 from .docs.pages import blocks, section
 from .test_site import manage
@@ -49,12 +50,6 @@ def walkthrough() -> str:
 def first_run_over_rest() -> str:
     (script,) = blocks(section("README.md", "A first run"), "sh")
     return script
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:

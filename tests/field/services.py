@@ -9,6 +9,7 @@ The commands are NOTES.md's: PostgreSQL 15's ``initdb`` and ``pg_ctl`` as the
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -22,9 +23,20 @@ PG_BIN = Path(os.environ.get("AAA_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's range of ephemeral ports: the port ``bind(0)``
+    gives is in that range, where any process's outgoing connection can take it before
+    the server started on it binds it (a gunicorn that then retries while the test talks
+    to whatever holds the port); below it, only a listener could."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.SystemRandom()
+    while True:
+        port = rng.randrange(max(1024, low - 12_000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def wait_port(port: int, timeout: float = 120, proc: subprocess.Popen | None = None) -> None:

@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,15 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.field.services import free_port
+
 from .checkout import copy_checkout
 
 pytestmark = [pytest.mark.slow, pytest.mark.install]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def python3_is_this_python() -> bool:
