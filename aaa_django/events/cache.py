@@ -247,8 +247,14 @@ class FoldCache:
 
     async def wait_checks(self) -> None:
         """Wait for the self-checks running in the background (tests, shutdown)."""
-        while self._running:
-            await asyncio.gather(*list(self._running), return_exceptions=True)
+        # (the done tasks are dropped here, not only by their done callbacks: awaiting
+        # tasks that are all done need not yield to the loop, which would run those
+        # callbacks, and on Python 3.12 a loop on them spun without end)
+        while True:
+            self._running.difference_update([t for t in self._running if t.done()])
+            if not self._running:
+                return
+            await asyncio.wait(list(self._running))
 
     def __len__(self) -> int:
         return len(self._entries)
