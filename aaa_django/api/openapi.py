@@ -30,7 +30,27 @@ def schema() -> dict[str, Any]:
                    description=contract.DESCRIPTION, urls_namespace="aaa-contract")
     api.add_router("/", router)
     # as JSON has it: ninja keys most responses by int, the file (and a client) by text
-    return json.loads(json.dumps(api.get_openapi_schema(path_prefix="")))
+    return same_phrases(json.loads(json.dumps(api.get_openapi_schema(path_prefix=""))))
+
+
+#: ninja describes a response by Python's phrase for its status (``http.client.responses``),
+#: which Python 3.13 changed to RFC 9110's names for these: the contract keeps the
+#: earlier ones, whichever Python builds it
+PHRASES = {"Content Too Large": "Request Entity Too Large", "URI Too Long": "Request-URI Too Long",
+           "Range Not Satisfiable": "Requested Range Not Satisfiable",
+           "Unprocessable Content": "Unprocessable Entity"}
+
+
+def same_phrases(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with its responses' descriptions as :data:`PHRASES` has them (in place)."""
+    for item in doc.get("paths", {}).values():
+        for operation in item.values():
+            responses = operation.get("responses", {}) if isinstance(operation, dict) else {}
+            for response in responses.values():
+                described = response.get("description")
+                if described in PHRASES:
+                    response["description"] = PHRASES[described]
+    return doc
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -45,13 +65,15 @@ def checked_in() -> dict[str, Any]:
 def served_part(doc: dict[str, Any], prefix: str) -> dict[str, Any]:
     """What the contract fixes of a schema a site serves with the router mounted at
     ``prefix`` (``"/api/aaa"``): its OpenAPI version, ``info.version``, the paths
-    relative to the mount point, the components."""
+    relative to the mount point, the components (the responses' descriptions as the
+    contract words them: :func:`same_phrases`)."""
     prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
     paths = {}
     for path, item in doc.get("paths", {}).items():
         if not path.startswith(prefix + "/"):
             continue  # another router of the site's
         paths[path[len(prefix):]] = item
+    paths = same_phrases({"paths": json.loads(json.dumps(paths))})["paths"]
     return {"openapi": doc.get("openapi"), "version": doc.get("info", {}).get("version"),
             "paths": paths, "components": doc.get("components", {})}
 
