@@ -17,8 +17,10 @@ the log, the run index and the model server recorded:
   and no run ends ``success`` on an uncertain call;
 - healed, the cut-off worker's calls return: each outcome is on the log as its own
   event (``aaa.tool.returned``: the reconciliation's evidence), not absorbed;
-- the cut-off worker made no provider call after the cut (the model server knows each
-  caller's address), though it lived on, healed, until the test stopped it;
+- every provider call is on the log as an attempt (the model server counts each
+  request and knows each caller's address): the cut-off worker made none while cut
+  off; healed, it is a worker like the others, and a call it made then, for a run
+  whose delivery it took (and so claimed), is its own attempt, recorded after the heal;
 - a person answers "it ran" (``reconcile``): the run goes on with the result the
   evidence brought, and ends ``success``; the runs whose model call was cut off end
   ``success``, their first request paid twice at most.
@@ -28,6 +30,7 @@ The namespace and its link are removed whatever happens.
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 
@@ -95,6 +98,7 @@ def test_a_worker_cut_off_stands_down_and_its_runs_are_taken_over_honestly(tmp_p
         held = leases(site, tool_runs + model_runs)
         assert all(h and int(h[0].split("|")[3]) in cut_off.descendants() for h in held.values()), held
 
+        cut_off_pids = set(cut_off.descendants())
         cut_at = time.time()
         ns.cut()
         site.hold_model(False)  # the other worker's calls are answered; the cut-off one's cannot reach it
@@ -146,12 +150,24 @@ def test_a_worker_cut_off_stands_down_and_its_runs_are_taken_over_honestly(tmp_p
         assert set(evidence.values()) <= {"charged Lyon", "charged Porto"}
         assert {c: d["result"] for c, d in completed.items()} == evidence
         assert all(d["reconciled"]["verdict"] == "ran" for d in completed.values())
-    # No provider call by the cut-off worker after the cut (it lived on, healed, for
-    # as long as its late outcomes took).
-    assert calls_cut_off and max(c["at"] for c in calls_cut_off) < cut_at, calls_cut_off
+    # Every provider call is on the log: each run's request paid no more often than its
+    # attempts (``aaa.llm.attempted``) say. The cut-off worker called out after the cut
+    # only once healed, for a run it held again (a delivery it took claims the run), each
+    # call an attempt of its own on the log, recorded after the heal.
+    run_of = dict(zip(tasks, tool_runs + model_runs))
+    attempts = {r: requests(log) for r, log in logs.items()}
     paid: dict[tuple[str, int], int] = {}
     for c in calls:
         paid[(c["task"], c["turn"])] = paid.get((c["task"], c["turn"]), 0) + 1
+    for (task, turn), n in paid.items():
+        made = attempts[run_of[task]][turn - 1]
+        assert n <= len(made), (task, turn, n, made)
+    assert calls_cut_off
+    for c in calls_cut_off:
+        if c["at"] >= cut_at:
+            made = attempts[run_of[c["task"]]][c["turn"] - 1]
+            assert c["at"] >= heal_at, (c, cut_at, heal_at)
+            assert any(pid in cut_off_pids and at >= heal_at for pid, at in made), (c, made, heal_at)
     assert max(paid.values()) <= 2 and all(v == 1 for (t, turn), v in paid.items() if t not in b_tasks)
     assert {r: e["outcome"] for r, e in ended.items()} == dict.fromkeys(tool_runs + model_runs, "success")
     for r, log in logs.items():
@@ -174,6 +190,16 @@ asyncio.run(main())
 
 def of_log(log: list[dict], type: str) -> list[dict]:
     return [e for e in log if e["type"] == type]
+
+
+def requests(log: list[dict]) -> list[list[tuple[int, float]]]:
+    """The run's model requests in order (its turns at the model server), each as its
+    attempts: who made each (the process id in its maker's holder id) and when."""
+    made: dict[str, list[tuple[int, float]]] = {}
+    for e in of_log(log, "aaa.llm.attempted"):
+        at = datetime.datetime.fromisoformat(e["time"]).timestamp()
+        made.setdefault(e["data"]["request_id"], []).append((int(e["data"]["by"].split("|")[3]), at))
+    return list(made.values())
 
 
 def gates(client, run_id: str) -> list[dict]:
