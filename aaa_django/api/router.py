@@ -184,7 +184,7 @@ def _replay(request: HttpRequest, response: HttpResponse, row: RunRecord, digest
 
 @router.get("/runs", response={200: RunPage, **_READ}, summary="List runs",
             operation_id="list_runs", tags=[RUNS])
-def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, Any]:
+def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, object]:
     """The runs the caller may see, newest first, filtered and paged."""
     rows = runs.visible(request.auth)
     f = filters
@@ -234,7 +234,7 @@ def get_runs(request: HttpRequest, payload: BatchIn) -> dict[str, Any]:
 
 @router.get("/runs/{run_id}", response={200: RunDetailOut, **_READ}, summary="Get a run",
             operation_id="get_run", tags=[RUNS])
-def get_run(request: HttpRequest, run_id: str = RunId) -> dict[str, Any]:
+def get_run(request: HttpRequest, run_id: str = RunId) -> dict[str, object]:
     """Status, outcome and value, spend, times, budget and deadline of a run."""
     row = runs.load(request.auth, run_id)
     return runs.run_detail(request, row)
@@ -251,7 +251,7 @@ def list_events(
     after: int = Query(0, ge=0, le=MAX_SEQ, description="return events with a greater seq"),
     limit: int = Query(100, ge=1, le=1000),
     hydrate: bool = Query(False, description="restore claim-checked payloads"),
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The run's events after ``after``, in order."""
     runs.load(request.auth, run_id)
     events = runs.store().read_sync(run_id, after=after, limit=limit + 1)
@@ -325,7 +325,7 @@ def get_projection(
     name: str = Path(..., pattern=NAME_PATTERN, max_length=200,
                      description="a registered projection's name, or its last part"),
     at: int | None = Query(None, ge=0, le=MAX_SEQ, description="as of this event's seq"),
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """A registered projection's state over the run, now or as of event ``at``."""
     row = runs.load(request.auth, run_id)
     projection = projections.get(name)
@@ -372,7 +372,7 @@ def cancel_run(request: HttpRequest, run_id: str = RunId,
 
 @router.get("/runs/{run_id}/approvals", response={200: list[ApprovalOut], **_READ},
             summary="List a run's approvals", operation_id="list_approvals", tags=[APPROVALS])
-def list_approvals(request: HttpRequest, run_id: str = RunId) -> list[dict[str, Any]]:
+def list_approvals(request: HttpRequest, run_id: str = RunId) -> list[dict[str, object]]:
     """Every approval gate of the run (pending ones first to answer), with the tool
     call it guards and its decision."""
     runs.load(request.auth, run_id)
@@ -387,7 +387,7 @@ def decide_approval(
     run_id: str = RunId,
     request_id: str = Path(..., pattern=ID_PATTERN, max_length=200,
                            description="the aaa.approval.requested event's id"),
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Grant (the tool call runs) or deny (it fails with reason ``denied``) a pending
     approval; recorded with who answered and why."""
     p: auth.Principal = request.auth
