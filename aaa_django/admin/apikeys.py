@@ -24,9 +24,10 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_permission_codename, get_user_model
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from aaa_django.models import ApiKey
@@ -74,10 +75,10 @@ class StateFilter(admin.SimpleListFilter):
     title = "state"
     parameter_name = "state"
 
-    def lookups(self, request: HttpRequest, model_admin: Any):
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [("active", "active"), ("expired", "expired"), ("revoked", "revoked")]
 
-    def queryset(self, request: HttpRequest, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() == "active":
             return queryset.active()
         if self.value() == "expired":
@@ -118,7 +119,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     # -- revoking ----------------------------------------------------------------------
 
     @admin.action(description="Revoke the selected API keys", permissions=["change"])
-    def revoke_keys(self, request: HttpRequest, queryset) -> None:
+    def revoke_keys(self, request: HttpRequest, queryset: QuerySet) -> None:
         keys = list(queryset.filter(revoked_at__isnull=True))
         for key in keys:
             self._revoke(request, key)
@@ -128,7 +129,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         key.revoke()
         self.log_change(request, key, [{"changed": {"fields": ["revoked_at"]}}])
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         name = f"{self.opts.app_label}_{self.opts.model_name}"
         mine = [path("<path:object_id>/revoke/", self.admin_site.admin_view(self.revoke_view),
                      name=f"{name}_revoke")]

@@ -19,6 +19,7 @@ from django.contrib import admin
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
+from django.db.models import QuerySet
 from django.http import (
     Http404,
     HttpRequest,
@@ -28,7 +29,7 @@ from django.http import (
 )
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from pydantic import ValidationError
@@ -227,7 +228,7 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
 
     # -- who sees and acts -------------------------------------------------------------
 
-    def get_queryset(self, request: HttpRequest):
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
         # Django's (the model's default manager's rows, in the admin's order), as a
         # queryset whose date drill-down probes the index (``dates.ProbedDates``)
         runs = ProbedDates(self.model, using=self.model._default_manager.db)
@@ -250,7 +251,7 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
 
     # -- urls --------------------------------------------------------------------------
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
         name = f"{self.opts.app_label}_{self.opts.model_name}"
         run = "<path:object_id>"

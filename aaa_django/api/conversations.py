@@ -143,7 +143,7 @@ def send_message(
         None, alias="Idempotency-Key", pattern=KEY_PATTERN,
         description="the same key and content return the same message; other content: 409",
     ),
-):
+) -> Status:
     """Append the person's next message to a conversation waiting for it (its owner
     only); the run goes on with the whole conversation. 409 with the reason when it is
     not waiting for a message."""
@@ -169,7 +169,7 @@ def send_message(
 
 @router.get("/runs/{run_id}/messages", response={200: TranscriptOut, **_READ},
             summary="Read a conversation", operation_id="list_messages", tags=[TAG])
-def list_messages(request: HttpRequest, run_id: str = RunId):
+def list_messages(request: HttpRequest, run_id: str = RunId) -> dict[str, object]:
     """The conversation so far: each turn's message, then its reply. (A run that is not a
     conversation: its task, and its result's text.)"""
     row = runs.load(request.auth, run_id)
@@ -180,7 +180,7 @@ def list_messages(request: HttpRequest, run_id: str = RunId):
 
 @router.post("/runs/{run_id}/close", response={202: CloseOut, **_WRITE},
              summary="Close a conversation", operation_id="close_conversation", tags=[TAG])
-def close_conversation(request: HttpRequest, run_id: str = RunId):
+def close_conversation(request: HttpRequest, run_id: str = RunId) -> Status:
     """End a conversation waiting for its next message: it ends ``success`` with its last
     reply. 409 while it is answering (cancel it instead) or once it has ended."""
     p: auth.Principal = request.auth
@@ -205,7 +205,7 @@ def _questions(run_id: str) -> list[dict[str, Any]]:
 
 @router.get("/runs/{run_id}/questions", response={200: list[QuestionOut], **_READ}, by_alias=True,
             summary="List a run's questions", operation_id="list_questions", tags=[TAG])
-def list_questions(request: HttpRequest, run_id: str = RunId):
+def list_questions(request: HttpRequest, run_id: str = RunId) -> list[dict[str, object]]:
     """The run's questions to people, in order: each with the JSON schema its answer
     must fit, its status and, once answered, the answer and who gave it."""
     runs.load(request.auth, run_id)
@@ -220,7 +220,7 @@ def answer_question(
     run_id: str = RunId,
     question_id: str = Path(..., pattern=ID_PATTERN, max_length=200,
                             description="the aaa.question.asked event's id"),
-):
+) -> dict[str, object]:
     """Answer a pending question (the run's owner, or whoever holds ``aaa.answer_run``):
     checked against its schema (422 with where it does not fit; nothing is recorded),
     then recorded with who answered; the run goes on. 409 when it is not pending."""

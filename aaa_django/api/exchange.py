@@ -52,7 +52,7 @@ IMPORT = "aaa.import_run"
         "content": {exchange.MEDIA_TYPE: {"schema": {"type": "string"}}},
     }}},
 )
-def export_run(request: HttpRequest, run_id: str = RunId):
+def export_run(request: HttpRequest, run_id: str = RunId) -> StreamingHttpResponse:
     """The run's log and blobs as one JSON Lines file (``manage.py aaa_import`` or
     ``POST /imports`` on another site reads it)."""
     runs.load(request.auth, run_id)
@@ -139,7 +139,8 @@ def _lines(request: HttpRequest) -> list[bytes]:
 
 @router.post("/runs/{run_id}/fork", response={201: RunDetailOut, **_WRITE}, summary="Fork a run",
              operation_id="fork_run", tags=[EXCHANGE])
-def fork_run(request: HttpRequest, response: HttpResponse, payload: ForkIn, run_id: str = RunId):
+def fork_run(request: HttpRequest, response: HttpResponse, payload: ForkIn,
+             run_id: str = RunId) -> Status:
     """A new run from this run's events 1..``at``, with its ``config`` changed by a JSON
     merge patch (RFC 7386), and a new ``budget`` or ``deadline`` if given. The new run
     records where it came from (``forked_from``); the caller owns it."""

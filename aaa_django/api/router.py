@@ -37,7 +37,7 @@ from aaa_django.events import Event, default_cache, derive_id
 from aaa_django.models import EventRecord, RunRecord
 from aaa_django.reading import projections
 from aaa_django.reading.hydrated import hydrating
-from aaa_django.runtime import RunNotEndedError, offered, registry
+from aaa_django.runtime import Engine, RunNotEndedError, offered, registry
 from aaa_django.runtime.event_types import APPROVAL_EXPIRED, decision_id
 from aaa_django.runtime.validation import start_errors
 from aaa_django.site import tokens
@@ -107,7 +107,7 @@ def start_run(
         None, alias="Idempotency-Key", pattern=KEY_PATTERN,
         description="the same key and body return the same run; another body: 409",
     ),
-):
+) -> Status:
     """Start a run of a registered algorithm: 201 with the run and its URL.
 
     The input is checked against the algorithm's input schema first: a bad input
@@ -173,7 +173,7 @@ def _digest(body: bytes) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def _replay(request: HttpRequest, response: HttpResponse, row: Any, digest: str):
+def _replay(request: HttpRequest, response: HttpResponse, row: RunRecord, digest: str) -> Status:
     if row.request_hash and row.request_hash != digest:
         raise ApiError(409, ["header", "Idempotency-Key"],
                        "this key was used with another request body", "idempotency_conflict")
@@ -184,7 +184,7 @@ def _replay(request: HttpRequest, response: HttpResponse, row: Any, digest: str)
 
 @router.get("/runs", response={200: RunPage, **_READ}, summary="List runs",
             operation_id="list_runs", tags=[RUNS])
-def list_runs(request: HttpRequest, filters: Query[RunFilters]):
+def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, object]:
     """The runs the caller may see, newest first, filtered and paged."""
     rows = runs.visible(request.auth)
     f = filters
@@ -234,7 +234,7 @@ def get_runs(request: HttpRequest, payload: BatchIn) -> dict[str, Any]:
 
 @router.get("/runs/{run_id}", response={200: RunDetailOut, **_READ}, summary="Get a run",
             operation_id="get_run", tags=[RUNS])
-def get_run(request: HttpRequest, run_id: str = RunId):
+def get_run(request: HttpRequest, run_id: str = RunId) -> dict[str, object]:
     """Status, outcome and value, spend, times, budget and deadline of a run."""
     row = runs.load(request.auth, run_id)
     return runs.run_detail(request, row)
@@ -251,7 +251,7 @@ def list_events(
     after: int = Query(0, ge=0, le=MAX_SEQ, description="return events with a greater seq"),
     limit: int = Query(100, ge=1, le=1000),
     hydrate: bool = Query(False, description="restore claim-checked payloads"),
-):
+) -> dict[str, object]:
     """The run's events after ``after``, in order."""
     runs.load(request.auth, run_id)
     events = runs.store().read_sync(run_id, after=after, limit=limit + 1)
@@ -325,7 +325,7 @@ def get_projection(
     name: str = Path(..., pattern=NAME_PATTERN, max_length=200,
                      description="a registered projection's name, or its last part"),
     at: int | None = Query(None, ge=0, le=MAX_SEQ, description="as of this event's seq"),
-):
+) -> dict[str, object]:
     """A registered projection's state over the run, now or as of event ``at``."""
     row = runs.load(request.auth, run_id)
     projection = projections.get(name)
@@ -354,7 +354,8 @@ def get_projection(
 
 @router.post("/runs/{run_id}/cancel", response={202: CancelOut, **_WRITE},
              summary="Cancel a run", operation_id="cancel_run", tags=[RUNS])
-def cancel_run(request: HttpRequest, run_id: str = RunId, payload: CancelIn | None = Body(None)):
+def cancel_run(request: HttpRequest, run_id: str = RunId,
+               payload: CancelIn | None = Body(None)) -> Status:
     """Ask for the run to end ``cancelled`` (its in-flight tool calls are cancelled).
     202 once the request is recorded; 409 if the run has ended."""
     p: auth.Principal = request.auth
@@ -371,7 +372,7 @@ def cancel_run(request: HttpRequest, run_id: str = RunId, payload: CancelIn | No
 
 @router.get("/runs/{run_id}/approvals", response={200: list[ApprovalOut], **_READ},
             summary="List a run's approvals", operation_id="list_approvals", tags=[APPROVALS])
-def list_approvals(request: HttpRequest, run_id: str = RunId):
+def list_approvals(request: HttpRequest, run_id: str = RunId) -> list[dict[str, object]]:
     """Every approval gate of the run (pending ones first to answer), with the tool
     call it guards and its decision."""
     runs.load(request.auth, run_id)
@@ -386,7 +387,7 @@ def decide_approval(
     run_id: str = RunId,
     request_id: str = Path(..., pattern=ID_PATTERN, max_length=200,
                            description="the aaa.approval.requested event's id"),
-):
+) -> dict[str, object]:
     """Grant (the tool call runs) or deny (it fails with reason ``denied``) a pending
     approval; recorded with who answered and why."""
     p: auth.Principal = request.auth
@@ -403,7 +404,7 @@ def decide_approval(
     grant = payload.decision == "grant"
     reason = payload.reason
 
-    async def decide(engine):
+    async def decide(engine: Engine) -> bool:
         fn = engine.approve if grant else engine.deny
         return await fn(run_id, request_id, by=p.label, reason=reason)
 
@@ -430,7 +431,7 @@ def decide_approval(
 
 @router.delete("/runs/{run_id}", response={204: None, **_WRITE}, summary="Erase a run",
                operation_id="erase_run", tags=[RUNS])
-def erase_run(request: HttpRequest, run_id: str = RunId):
+def erase_run(request: HttpRequest, run_id: str = RunId) -> Status:
     """Erase a run that has ended: its events, snapshots and blobs. Cancel a run
     that is still going first (409 until it has ended)."""
     p: auth.Principal = request.auth

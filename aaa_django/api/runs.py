@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from django.db import DatabaseError
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from aaa_django import access
@@ -40,7 +41,7 @@ def store() -> DjangoEventStore:
 # -- finding runs --------------------------------------------------------------------
 
 
-def visible(p: auth.Principal):
+def visible(p: auth.Principal) -> QuerySet:
     """The runs ``p`` may list."""
     return access.visible(p.user, RunRecord.objects.using(USING).select_related("owner"))
 

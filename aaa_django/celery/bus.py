@@ -52,7 +52,7 @@ import logging
 import threading
 import weakref
 from functools import partial
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Sequence
 
 from asgiref.sync import sync_to_async
 from celery.app import app_or_default
@@ -401,7 +401,8 @@ class DistributedBus:
     # -- the engine's hooks -------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def serial(self, key: str, *, contended: bool = False, synced: bool = False):
+    async def serial(self, key: str, *, contended: bool = False,
+                     synced: bool = False) -> AsyncIterator[None]:
         """A step of run ``key`` (see :meth:`Engine.step`): its appends are guarded by
         the head of the view it read (the engine's tail); the first try takes no lock.
         ``contended``: an earlier try found the log moved on: this one holds the run's
@@ -416,7 +417,7 @@ class DistributedBus:
         the result's delivery, taken on this loop, skips it. Elsewhere, no."""
         return self.local_steps is not None and self.local_steps(event)
 
-    def exclusive(self, name: str):
+    def exclusive(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
         """``async with``: the one cluster-wide lease on ``name`` (see
         :class:`~aaa_django.runtime.bus.ExclusiveLeases`; ``LEASE_TTL``)."""
         return self.coordination().lease("exclusive", name, 1)

@@ -256,7 +256,7 @@ class Coordinator:
         """A semaphore of ``size`` shared by every worker, usable as ``async with``."""
         return SharedPool(self, name, size)
 
-    def busy(self, run_id: str):
+    def busy(self, run_id: str) -> contextlib.AbstractAsyncContextManager[None]:
         """``async with``: mark a delivery of ``run_id`` as in progress."""
         return self.lease("busy", run_id)
 

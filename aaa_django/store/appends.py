@@ -27,7 +27,7 @@ import re
 import sqlite3
 import threading
 from functools import lru_cache
-from typing import Any, Generator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Generator, Sequence
 
 from django.db import IntegrityError
 
@@ -42,6 +42,7 @@ from .rows import (
     ROW_COLUMNS,
     ROW_PG,
     SQLITE_CHUNK,
+    StoreCursor,
     closed_refusal,
     cursor,
     event_columns,
@@ -59,6 +60,10 @@ from .runindex import (
     row_update,
     starts_run,
 )
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.backends.utils import CursorWrapper
 
 #: An append's statements as a generator: it yields ``(sql, params)`` and is sent
 #: ``(rowcount, first row or None)`` back, or has the statement's ``IntegrityError``
@@ -118,9 +123,9 @@ class StatementAppends:
         self._seen: dict[str, tuple[int, tuple | None]] = {}
         self._seen_lock = threading.Lock()
 
-    def _append_pg_statement(self, conn, stream: str, batch: list[Event], texts: list[str],
-                             expected_seq, seen: tuple[int, tuple | None] | None = None
-                             ) -> list[Event] | None:
+    def _append_pg_statement(self, conn: BaseDatabaseWrapper, stream: str, batch: list[Event],
+                             texts: list[str], expected_seq: int | None,
+                             seen: tuple[int, tuple | None] | None = None) -> list[Event] | None:
         """The common append on PostgreSQL outside a caller's transaction, in two round
         trips: one query (the head, the ids stored already, the run's index row), then
         one statement that inserts the events and folds them into the row (a
@@ -141,7 +146,8 @@ class StatementAppends:
                              self._pg_steps(conn, stream, batch, texts, expected_seq, seen,
                                             prepares=prepares(conn.connection)))
 
-    def _pg_steps(self, conn, stream: str, batch: list[Event], texts: list[str], expected_seq,
+    def _pg_steps(self, conn: BaseDatabaseWrapper, stream: str, batch: list[Event], texts: list[str],
+                  expected_seq: int | None,
                   seen: tuple[int, tuple | None] | None, *, prepares: bool) -> Steps:
         """The statements of :meth:`_append_pg_statement`, as :data:`Steps` (the sync
         store and the async one, :mod:`aaa_django.store.postgres`, run the same ones). ``conn``
@@ -162,7 +168,8 @@ class StatementAppends:
         return (yield from self._write_pg(conn, stream, batch, texts, expected_seq, head, known, row,
                                           prepares=prepares, optimistic=False))
 
-    def _write_pg(self, conn, stream, batch, texts, expected_seq, head: int, known,
+    def _write_pg(self, conn: BaseDatabaseWrapper, stream: str, batch: list[Event], texts: list[str],
+                  expected_seq: int | None, head: int, known: Collection[str],
                   row: tuple | None, *, prepares: bool, optimistic: bool = True) -> Steps:
         """The events after ``head`` and the run's row after ``row`` in one statement
         (one event of a run on a connection that does not prepare its statements
@@ -215,11 +222,11 @@ class StatementAppends:
         elif row is not None and rowcount != 1:  # the row moved meanwhile (no event did)
             yield CATCH_UP, stored
             return stored
-        self._remember(stream, stored[-1].seq, after)
+        self._remember(stream, stored[-1].seq or 0, after)  # (numbered: seq is set)
         return stored
 
-    def _append_sqlite_transaction(self, conn, stream: str, batch: list[Event], texts: list[str],
-                                   expected_seq) -> list[Event] | None:
+    def _append_sqlite_transaction(self, conn: BaseDatabaseWrapper, stream: str, batch: list[Event],
+                                   texts: list[str], expected_seq: int | None) -> list[Event] | None:
         """The common append on SQLite outside a caller's transaction, in four
         statements (five on a run's stream): ``BEGIN IMMEDIATE`` (the write lock
         first: nothing moves between the read and the write), one query (the head,
@@ -259,8 +266,9 @@ class StatementAppends:
             finally:
                 cur.close()
 
-    def _write_sqlite(self, conn, cur, stream: str, batch: list[Event], texts: list[str],
-                      expected_seq, sql) -> list[Event] | None:
+    def _write_sqlite(self, conn: BaseDatabaseWrapper, cur: CursorWrapper | sqlite3.Cursor,
+                      stream: str, batch: list[Event], texts: list[str], expected_seq: int | None,
+                      sql: Callable[[str], str]) -> list[Event] | None:
         """The statements of :meth:`_append_sqlite_transaction` inside its transaction
         (``sql``: a statement in the placeholder style of ``cur``). With the head and
         the run's row this store's last append (or read) of the stream left (a hint,
@@ -283,8 +291,10 @@ class StatementAppends:
                                         json.loads(known) if known != "[]" else (),
                                         tuple(row) if row[0] is not None else None)
 
-    def _write_sqlite_after(self, conn, cur, stream: str, batch: list[Event], texts: list[str],
-                            expected_seq, sql, head: int, known, row: tuple | None, *,
+    def _write_sqlite_after(self, conn: BaseDatabaseWrapper, cur: CursorWrapper | sqlite3.Cursor,
+                            stream: str, batch: list[Event], texts: list[str],
+                            expected_seq: int | None, sql: Callable[[str], str], head: int,
+                            known: Collection[str], row: tuple | None, *,
                             hint: bool = False) -> list[Event] | None:
         """The INSERT of the events after ``head`` and the UPDATE (or, a run's start,
         the INSERT) of the run's row ``row``: the stored events, remembered for the
@@ -338,7 +348,7 @@ class StatementAppends:
                 after = (*made[:_OWNER], owner, *made[_OWNER + 1:])
             elif cur.rowcount != 1:
                 return None  # the row moved (it cannot, under the write lock): general path
-        self._remember(stream, stored[-1].seq, after)
+        self._remember(stream, stored[-1].seq or 0, after)  # (numbered: seq is set)
         return stored
 
     def _remember(self, stream: str, head: int, row: tuple | None) -> None:
@@ -381,7 +391,7 @@ class StatementAppends:
                 return
         self._remember(stream, events[-1].seq or 0, row)
 
-    def _read_rows(self, stream: str, rows, *, committed: bool) -> list[Event]:
+    def _read_rows(self, stream: str, rows: Sequence[tuple], *, committed: bool) -> list[Event]:
         """The events of rows of ``_READ_AND_ROW_PG``; the head and the run's row they
         show are remembered for the next append when they are committed."""
         events = to_events(rows, 0)
@@ -394,7 +404,7 @@ class StatementAppends:
         return events
 
 
-def _sqlite_insert(sql, rows: list[tuple]) -> tuple[str, list]:
+def _sqlite_insert(sql: Callable[[str], str], rows: list[tuple]) -> tuple[str, list]:
     """One multi-row INSERT of ``rows`` in ``sql``'s placeholder style."""
     statement, params = insert(ROW, rows)
     return sql(statement), params
@@ -405,7 +415,10 @@ def _head_known_and_row_sqlite(n: int) -> str:
     return _HEAD_KNOWN_AND_ROW_SQLITE.format(ids=", ".join(["%s"] * n))
 
 
-def _sqlite_transaction(store, conn, cur, raw, stream, batch, texts, expected_seq, sql, *, begun=False):
+def _sqlite_transaction(store: StatementAppends, conn: BaseDatabaseWrapper,
+                        cur: CursorWrapper | sqlite3.Cursor, raw: sqlite3.Connection, stream: str,
+                        batch: list[Event], texts: list[str], expected_seq: int | None,
+                        sql: Callable[[str], str], *, begun: bool = False) -> list[Event] | None:
     """``BEGIN IMMEDIATE`` (unless ``begun``: the caller's, just now), the statements
     of ``_write_sqlite`` and ``COMMIT`` on ``cur``; rolled back on any error, or when
     they return None (and the store's hint of the stream, which their statements
@@ -437,7 +450,7 @@ def _qmark(sql: str) -> str:
 _FORMAT = re.compile(r"(?<!%)%s")
 
 
-def run_steps(cur, using: str, steps: Steps) -> list[Event] | None:
+def run_steps(cur: StoreCursor | CursorWrapper, using: str, steps: Steps) -> list[Event] | None:
     """Run an append's :data:`Steps` on the sync cursor ``cur`` of alias ``using``."""
     try:
         step = next(steps)

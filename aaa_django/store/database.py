@@ -12,10 +12,11 @@ from __future__ import annotations
 import time
 import zlib
 from functools import lru_cache, wraps
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from django.db import Error as DatabaseDriverError
 from django.db import IntegrityError, connections, transaction
+from django.db.models import QuerySet
 from django.utils.timezone import now
 
 from aaa_django.events import ConcurrencyError, Event, Snapshot, StoreUnavailable
@@ -42,6 +43,9 @@ from .rows import (
     to_events,
 )
 from .runindex import index_events
+
+if TYPE_CHECKING:
+    from django.db.backends.utils import CursorWrapper
 
 __all__ = ["DjangoEventStore", "EventList"]
 
@@ -170,7 +174,7 @@ class DjangoEventStore(StatementAppends):
         return self._recent.pop(event_id)
 
     @property
-    def _events(self):
+    def _events(self) -> QuerySet:
         return EventRecord.objects.using(self.using)
 
     # -- the async protocol: the sync methods, offloaded ------------------------------
@@ -263,8 +267,8 @@ class DjangoEventStore(StatementAppends):
             f"{type(exc).__name__}: {exc}", transient=False)
         return fault, reconnects
 
-    def _append_once(self, stream: str, batch: list[Event], texts: list[str], expected_seq,
-                     contended: bool = False):
+    def _append_once(self, stream: str, batch: list[Event], texts: list[str],
+                     expected_seq: int | None, contended: bool = False) -> list[Event]:
         # Plain SQL on Django's connection: building ORM queries cost more than the
         # database work itself (benchmarks/bench_eventlog.py). Optimistic first: the
         # unique (stream, seq) index and the dense-seq trigger refuse a lost race, and
@@ -422,7 +426,8 @@ def from_snapshot_rows(stream: str, name: str, version: int, found: Sequence[Seq
     return Snapshot(stream, name, version, seq, event_id, state), events
 
 
-def _head_and_known(cur, pg: bool, stream: str, ids: list[str]) -> tuple[int, set[str]]:
+def _head_and_known(cur: CursorWrapper, pg: bool, stream: str,
+                    ids: list[str]) -> tuple[int, set[str]]:
     """The stream's head seq and which of ``ids`` are stored already (one round trip
     on PostgreSQL; SQLite is in-process, so two statements cost little)."""
     if pg:

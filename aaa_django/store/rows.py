@@ -9,13 +9,17 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from pydantic_core import from_json
 
 from aaa_django.events import ClosedStreamError, ConcurrencyError, Event, EventList
 from aaa_django.events.event import decode_blobs, encode_blobs, stored_event
 from aaa_django.events.store import closed_reason
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.backends.utils import CursorWrapper
 
 COLUMNS = "(id, stream, seq, type, data, causation, time, blobs, tenant)"
 INSERT = f"INSERT INTO aaa_event {COLUMNS} VALUES "
@@ -74,7 +78,7 @@ ROW_COLUMNS = ("run_id", "algorithm", "status", "outcome", "parent", "owner_id",
                "tokens_out", "cost", "model_calls", "tool_calls", "last_seq", "due_at")
 
 
-def cursor(conn):
+def cursor(conn: BaseDatabaseWrapper) -> StoreCursor | CursorWrapper:
     """A cursor of Django's ``conn`` for the store's plain statements. On PostgreSQL
     with psycopg 3: one that binds parameters on the server (Django's own cursor for
     ``OPTIONS["server_side_binding"]``, unnamed statements, so connection poolers are
@@ -159,7 +163,7 @@ def prepares(raw: Any) -> bool:
     return isinstance(raw, BaseConnection) and raw.prepare_threshold is not None
 
 
-def _server_binding_cursor():
+def _server_binding_cursor() -> type | None:
     try:
         from django.db.backends.postgresql.base import ServerBindingCursor
     except ImportError:  # psycopg 2
@@ -167,7 +171,7 @@ def _server_binding_cursor():
     return ServerBindingCursor
 
 
-def to_event(row, data: dict[str, Any] | None = None) -> Event:
+def to_event(row: Sequence[Any], data: dict[str, Any] | None = None) -> Event:
     """An event from a row of :func:`select`'s statement; ``data``: its
     data decoded already (see :func:`to_events`)."""
     id_, stream, seq, type_, text, causation, time_, blobs, tenant = row
@@ -225,7 +229,7 @@ def utc_time(text: str) -> datetime:
 _NAIVE_LENGTHS = frozenset({19, 26})
 
 
-def read(conn, stream: str, *, after: int = 0, limit: int | None = None,
+def read(conn: BaseDatabaseWrapper, stream: str, *, after: int = 0, limit: int | None = None,
          tenant: str | None = None) -> EventList:
     """The stream's events after seq ``after`` (of one tenant; at most ``limit``), in
     order. Plain SQL: the ORM's query building cost more than the query."""
@@ -246,7 +250,7 @@ def read(conn, stream: str, *, after: int = 0, limit: int | None = None,
     return events
 
 
-def streams(conn) -> list[str]:
+def streams(conn: BaseDatabaseWrapper) -> list[str]:
     """The names of the streams in the log, in order."""
     return distinct(conn, "stream")
 
@@ -258,7 +262,7 @@ _LEADING = frozenset({("aaa_event", "stream"), ("aaa_event", "type"), ("aaa_run"
                       ("aaa_run", "outcome"), ("aaa_run", "algorithm")})
 
 
-def distinct(conn, column: str, table: str = "aaa_event") -> list[str]:
+def distinct(conn: BaseDatabaseWrapper, column: str, table: str = "aaa_event") -> list[str]:
     """The distinct values of ``column`` in ``table`` (one that leads an index, see
     ``_LEADING``; NULL is not a value), in order, found one index probe a value (the
     next value above the last, a recursive query: a "loose index scan", which neither
@@ -277,7 +281,8 @@ def distinct(conn, column: str, table: str = "aaa_event") -> list[str]:
         return [row[0] for row in cur.fetchall()]
 
 
-def number(conn, batch: list[Event], texts: list[str], head: int, known, expected_seq):
+def number(conn: BaseDatabaseWrapper, batch: list[Event], texts: list[str], head: int,
+           known: Collection[str], expected_seq: int | None) -> tuple[list[Event], list[tuple]]:
     """The events of ``batch`` not stored yet, numbered after ``head``, and their rows."""
     if expected_seq is not None and expected_seq != head:
         raise ConcurrencyError(f"stream head is {head}, expected {expected_seq}")
@@ -303,7 +308,7 @@ def number(conn, batch: list[Event], texts: list[str], head: int, known, expecte
     return stored, rows
 
 
-def time_adapter(conn) -> Callable[[datetime], Any]:
+def time_adapter(conn: BaseDatabaseWrapper) -> Callable[[datetime], Any]:
     """``conn.ops.adapt_datetimefield_value`` for event times. Where it keeps a UTC
     time as naive UTC text (SQLite with ``USE_TZ`` and no database ``TIME_ZONE``),
     that text directly: the same, without Django's checks, which were a third of the

@@ -46,11 +46,17 @@ import logging
 import os
 import threading
 import time
+from typing import TYPE_CHECKING, Sequence
 
 from django.db import connections, transaction
 
+from aaa_django.events import Event
 from aaa_django.runtime.event_types import MESSAGE_SENT, QUESTION_ASKED, RUN_COMPLETED
 from aaa_django.runtime.wakeups import Hub, Subscription, Wakeups
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg.rows import TupleRow
 
 __all__ = ["ANY", "CHANNEL", "ENDED", "Listener", "Notifier", "ended", "for_database", "notify",
            "notify_committed", "stop_all"]
@@ -125,7 +131,7 @@ class Listener(Hub):
             self._wake_kind(payload, ends_only=False)
             self._wake_kind(ANY, ends_only=False)
 
-    def _connect(self):
+    def _connect(self) -> psycopg.Connection[TupleRow]:
         import psycopg
 
         # Django's own parameters for the alias (host, port, user, OPTIONS...), on a
@@ -165,7 +171,7 @@ class Listener(Hub):
 SETTLING = frozenset({RUN_COMPLETED, MESSAGE_SENT, QUESTION_ASKED})
 
 
-def ended(stored) -> bool:
+def ended(stored: Sequence[Event]) -> bool:
     """Did an append that stored the events ``stored`` end their run, or make it wait
     for a person? (Then its notification says so: :data:`ENDED`.)"""
     return any(e.type in SETTLING for e in stored)

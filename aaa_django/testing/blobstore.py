@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
+from typing import Protocol
 
 import pytest
 
@@ -96,6 +97,11 @@ class SpecBlobStore:
         self.blobs.pop(ref.sha256, None)
 
 
+class InventoriedBlobStore(NamespacedBlobStore, BlobInventory, Protocol):
+    """What the suite checks: a blob store with namespaces and an inventory (every store
+    the package ships is one)."""
+
+
 def forged(ref: BlobRef, **changes: object) -> BlobRef:
     """A ref with ``changes`` applied behind validation's back (as an attacker might)."""
     fake = object.__new__(BlobRef)
@@ -127,10 +133,10 @@ class BlobStoreContract:
 
     # --- put / get ---------------------------------------------------------------
 
-    def test_is_a_blob_store(self, store):
+    def test_is_a_blob_store(self, store: InventoriedBlobStore) -> None:
         assert isinstance(store, BlobStore)
 
-    def test_put_returns_the_ref_and_get_returns_the_bytes(self, store):
+    def test_put_returns_the_ref_and_get_returns_the_bytes(self, store: InventoriedBlobStore) -> None:
         ref = store.put(b"hello", "text/plain", namespace="run-1")
 
         assert ref == BlobRef.for_bytes(b"hello", "text/plain", namespace="run-1")
@@ -139,43 +145,43 @@ class BlobStoreContract:
         assert store.get(ref) == b"hello"
         assert store.exists(ref)
 
-    def test_round_trips_empty_and_binary_bytes(self, store):
+    def test_round_trips_empty_and_binary_bytes(self, store: InventoriedBlobStore) -> None:
         for data in (b"", bytes(range(256)) * 40, "ünïcode \u2603".encode()):
             ref = store.put(data, namespace="run-1")
             assert store.get(ref) == data
             assert ref.media_type == "application/octet-stream"
 
-    def test_defaults_to_the_empty_namespace(self, store):
+    def test_defaults_to_the_empty_namespace(self, store: InventoriedBlobStore) -> None:
         ref = store.put(b"data")
 
         assert ref.namespace == ""
         assert store.get(ref) == b"data"
         assert store.list("") == [ref]
 
-    def test_accepts_bytes_like_data_but_not_str(self, store):
-        assert store.get(store.put(bytearray(b"abc"))) == b"abc"
+    def test_accepts_bytes_like_data_but_not_str(self, store: InventoriedBlobStore) -> None:
+        assert store.get(store.put(bytearray(b"abc"))) == b"abc"  # type: ignore[arg-type]
         with pytest.raises(TypeError):
-            store.put("text is not bytes")
+            store.put("text is not bytes")  # type: ignore[arg-type]
 
-    def test_rejects_a_bad_media_type(self, store):
+    def test_rejects_a_bad_media_type(self, store: InventoriedBlobStore) -> None:
         with pytest.raises(ValueError):
             store.put(b"x", "text/plain\r\nX-Injected: 1")
 
-    def test_a_ref_is_json_round_trippable_and_still_reads(self, store):
+    def test_a_ref_is_json_round_trippable_and_still_reads(self, store: InventoriedBlobStore) -> None:
         ref = store.put(b'{"a":1}', "application/json", namespace="run-1")
 
         assert store.get(BlobRef.from_dict(ref.to_dict())) == b'{"a":1}'
 
     # --- content addressing and namespaces -----------------------------------------
 
-    def test_same_bytes_in_one_namespace_are_stored_once(self, store):
+    def test_same_bytes_in_one_namespace_are_stored_once(self, store: InventoriedBlobStore) -> None:
         first = store.put(b"same", namespace="run-1")
         second = store.put(b"same", namespace="run-1")
 
         assert first == second
         assert store.list("run-1") == [first]
 
-    def test_same_bytes_in_two_namespaces_are_two_blobs(self, store):
+    def test_same_bytes_in_two_namespaces_are_two_blobs(self, store: InventoriedBlobStore) -> None:
         a = store.put(b"same", namespace="run-a")
         b = store.put(b"same", namespace="run-b")
 
@@ -184,7 +190,7 @@ class BlobStoreContract:
         assert not store.exists(a)
         assert store.get(b) == b"same"
 
-    def test_a_ref_only_reads_in_its_own_namespace(self, store):
+    def test_a_ref_only_reads_in_its_own_namespace(self, store: InventoriedBlobStore) -> None:
         ref = store.put(b"mine", namespace="run-a")
         elsewhere = BlobRef(ref.sha256, ref.size, ref.media_type, "run-b")
 
@@ -192,7 +198,8 @@ class BlobStoreContract:
         with pytest.raises(BlobNotFoundError):
             store.get(elsewhere)
 
-    def test_list_returns_the_namespaces_refs_sorted_with_media_types(self, store):
+    def test_list_returns_the_namespaces_refs_sorted_with_media_types(
+            self, store: InventoriedBlobStore) -> None:
         refs = [
             store.put(b"one", "text/plain", namespace="run-1"),
             store.put(b"{}", "application/json", namespace="run-1"),
@@ -205,7 +212,7 @@ class BlobStoreContract:
 
     # --- delete --------------------------------------------------------------------
 
-    def test_delete_removes_one_blob_and_is_idempotent(self, store):
+    def test_delete_removes_one_blob_and_is_idempotent(self, store: InventoriedBlobStore) -> None:
         gone = store.put(b"gone", namespace="run-1")
         kept = store.put(b"kept", namespace="run-1")
 
@@ -217,7 +224,7 @@ class BlobStoreContract:
             store.get(gone)
         assert store.list("run-1") == [kept]
 
-    def test_a_deleted_blob_can_be_put_again(self, store):
+    def test_a_deleted_blob_can_be_put_again(self, store: InventoriedBlobStore) -> None:
         ref = store.put(b"again", "text/plain", namespace="run-1")
         store.delete(ref)
 
@@ -225,7 +232,7 @@ class BlobStoreContract:
         assert store.get(ref) == b"again"
         assert store.list("run-1") == [ref]
 
-    def test_delete_namespace_removes_only_that_namespace(self, store):
+    def test_delete_namespace_removes_only_that_namespace(self, store: InventoriedBlobStore) -> None:
         erased = [store.put(bytes([i]) * 10, namespace="run-erased") for i in range(5)]
         shared = store.put(b"in both", namespace="run-erased")
         kept = [store.put(b"in both", namespace="run-kept"), store.put(b"k", namespace="")]
@@ -240,12 +247,12 @@ class BlobStoreContract:
             assert store.get(ref)
         assert store.delete_namespace("run-erased") == 0
 
-    def test_delete_namespace_of_an_unknown_namespace_is_zero(self, store):
+    def test_delete_namespace_of_an_unknown_namespace_is_zero(self, store: InventoriedBlobStore) -> None:
         assert store.delete_namespace("never-written") == 0
 
     # --- inventory (the orphan sweep) -------------------------------------------------
 
-    def test_lists_every_namespace_by_segment_and_its_hashes(self, store):
+    def test_lists_every_namespace_by_segment_and_its_hashes(self, store: InventoriedBlobStore) -> None:
         assert isinstance(store, NamespacedBlobStore) and isinstance(store, BlobInventory)
         a = [store.put(b"a1", namespace="run-a"), store.put(b"a2", namespace="run-a")]
         long = store.put(b"l", namespace="x" * 1000)  # a hashed segment
@@ -260,7 +267,7 @@ class BlobStoreContract:
         assert store.hashes(namespace_segment("never-written")) == []
         assert store.hashes(namespace_segment("../../etc")) == [odd.sha256]
 
-    def test_written_at_is_when_the_blob_was_stored(self, store):
+    def test_written_at_is_when_the_blob_was_stored(self, store: InventoriedBlobStore) -> None:
         before = time.time()
         ref = store.put(b"dated", namespace="run-1")
         when = store.written_at(namespace_segment("run-1"), ref.sha256)
@@ -268,7 +275,7 @@ class BlobStoreContract:
         assert when is not None and before - 5 <= when <= time.time() + 5  # storage clocks
         assert store.written_at(namespace_segment("run-1"), "0" * 64) is None
 
-    def test_discard_removes_one_blob_by_segment(self, store):
+    def test_discard_removes_one_blob_by_segment(self, store: InventoriedBlobStore) -> None:
         gone = store.put(b"gone", namespace="run-1")
         kept = [store.put(b"kept", namespace="run-1"), store.put(b"gone", namespace="run-2")]
 
@@ -279,7 +286,7 @@ class BlobStoreContract:
         assert all(store.exists(r) for r in kept)
         assert self.escaped(store) == []
 
-    def test_a_forged_segment_is_rejected_before_any_io(self, store):
+    def test_a_forged_segment_is_rejected_before_any_io(self, store: InventoriedBlobStore) -> None:
         real = store.put(b"x", namespace="run-1")
         for segment in ("..", "../run-1", "a/b", "", ".", "~~" + "0" * 10):
             with pytest.raises(ValueError):
@@ -292,21 +299,23 @@ class BlobStoreContract:
 
     # --- failures --------------------------------------------------------------------
 
-    def test_a_missing_blob_raises_not_found(self, store):
+    def test_a_missing_blob_raises_not_found(self, store: InventoriedBlobStore) -> None:
         ref = BlobRef.for_bytes(b"never stored", namespace="run-1")
 
         assert not store.exists(ref)
         with pytest.raises(BlobNotFoundError):
             store.get(ref)
 
-    def test_tampered_bytes_of_the_same_size_raise_integrity_error(self, store):
+    def test_tampered_bytes_of_the_same_size_raise_integrity_error(
+            self, store: InventoriedBlobStore) -> None:
         ref = store.put(b"the original", namespace="run-1")
         self.tamper(store, ref, b"the tampered")
 
         with pytest.raises(BlobIntegrityError):
             store.get(ref)
 
-    def test_tampered_bytes_of_another_size_raise_integrity_error(self, store):
+    def test_tampered_bytes_of_another_size_raise_integrity_error(
+            self, store: InventoriedBlobStore) -> None:
         ref = store.put(b"the original", namespace="run-1")
 
         self.tamper(store, ref, b"")
@@ -316,7 +325,7 @@ class BlobStoreContract:
         with pytest.raises(BlobIntegrityError):
             store.get(ref)
 
-    def test_a_ref_with_a_wrong_size_raises_integrity_error(self, store):
+    def test_a_ref_with_a_wrong_size_raises_integrity_error(self, store: InventoriedBlobStore) -> None:
         ref = store.put(b"twelve bytes", namespace="run-1")
 
         with pytest.raises(BlobIntegrityError):
@@ -327,7 +336,8 @@ class BlobStoreContract:
     # One test per property, the hostile values as subtests: a fresh store per value
     # would cost a new S3 session each.
 
-    def test_hostile_namespaces_are_stored_safely_and_erased_alone(self, store, subtests):
+    def test_hostile_namespaces_are_stored_safely_and_erased_alone(self, store: InventoriedBlobStore,
+                                                                   subtests: pytest.Subtests) -> None:
         neighbour = store.put(b"payload", namespace="")
         for namespace in HOSTILE_NAMESPACES:
             with subtests.test(namespace=namespace):
@@ -343,7 +353,7 @@ class BlobStoreContract:
                 assert store.list("") == [neighbour]
                 assert self.escaped(store) == []
 
-    def test_hostile_namespaces_do_not_collide(self, store):
+    def test_hostile_namespaces_do_not_collide(self, store: InventoriedBlobStore) -> None:
         refs = {
             ns: store.put(ns.encode("utf-8", "surrogatepass"), namespace=ns)
             for ns in ["", *HOSTILE_NAMESPACES]
@@ -352,7 +362,8 @@ class BlobStoreContract:
         for ns, ref in refs.items():
             assert store.list(ns) == [ref], ns
 
-    def test_a_forged_hash_is_rejected_before_any_io(self, store, subtests):
+    def test_a_forged_hash_is_rejected_before_any_io(self, store: InventoriedBlobStore,
+                                                     subtests: pytest.Subtests) -> None:
         real = store.put(b"x", namespace="run-1")
         for sha in HOSTILE_SHAS:
             with subtests.test(sha=sha):
@@ -368,11 +379,11 @@ class BlobStoreContract:
         assert store.get(real) == b"x"
         assert self.escaped(store) == []
 
-    def test_a_forged_namespace_type_is_rejected(self, store):
+    def test_a_forged_namespace_type_is_rejected(self, store: InventoriedBlobStore) -> None:
         real = store.put(b"x", namespace="run-1")
         with pytest.raises(TypeError):
             store.get(forged(real, namespace=None))
         with pytest.raises(TypeError):
-            store.put(b"x", namespace=None)
+            store.put(b"x", namespace=None)  # type: ignore[arg-type]
         with pytest.raises(TypeError):
-            store.delete_namespace(None)
+            store.delete_namespace(None)  # type: ignore[arg-type]

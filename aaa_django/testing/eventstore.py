@@ -26,7 +26,7 @@ import math
 import threading
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, AsyncIterable, Awaitable, Callable, TypeVar
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -175,22 +175,22 @@ class EventStoreContract:
     def append(store: EventStore, *events: Any, **kw: Any) -> list[Event]:
         return run(store.append(list(events), **kw))
 
-    def assert_unchanged(self, store: EventStore, before: list[Event], stream: str = "run-1"):
+    def assert_unchanged(self, store: EventStore, before: list[Event], stream: str = "run-1") -> None:
         after = self.all_events(store, stream)
         assert [(e.seq, e.id) for e in after] == [(e.seq, e.id) for e in before]
         assert run(store.head(stream)) == ((before[-1].seq, before[-1].id) if before else None)
 
     # --- the protocol ------------------------------------------------------------
 
-    def test_is_an_event_store(self, store):
+    def test_is_an_event_store(self, store: EventStore) -> None:
         assert isinstance(store, EventStore)
 
-    def test_handles_on_the_same_log_share_the_cache_key(self, store):
+    def test_handles_on_the_same_log_share_the_cache_key(self, store: EventStore) -> None:
         # The in-process holder keys states by it: two handles must find each other's.
         assert isinstance(store.cache_key, str) and store.cache_key
         assert self.same_log(store).cache_key == store.cache_key
 
-    def test_an_empty_log_has_no_events_no_head_no_streams(self, store):
+    def test_an_empty_log_has_no_events_no_head_no_streams(self, store: EventStore) -> None:
         assert self.all_events(store) == []
         assert run(store.head("run-1")) is None
         assert run(store.streams()) == []
@@ -198,7 +198,7 @@ class EventStoreContract:
 
     # --- append: seq, idempotency ------------------------------------------------
 
-    def test_append_assigns_dense_seq_from_1(self, store):
+    def test_append_assigns_dense_seq_from_1(self, store: EventStore) -> None:
         first = self.append(store, ev(), ev())
         second = self.append(store, ev())
         third = self.append(store, ev(), ev(), ev())
@@ -206,7 +206,7 @@ class EventStoreContract:
         assert [e.seq for e in first + second + third] == [1, 2, 3, 4, 5, 6]
         assert [e.seq for e in self.all_events(store)] == [1, 2, 3, 4, 5, 6]
 
-    def test_append_returns_the_stored_events(self, store):
+    def test_append_returns_the_stored_events(self, store: EventStore) -> None:
         events = [ev(data={"i": i}) for i in range(3)]
 
         stored = self.append(store, *events)
@@ -214,18 +214,18 @@ class EventStoreContract:
         assert [(e.id, e.type, e.data) for e in stored] == [(e.id, e.type, e.data) for e in events]
         assert stored == self.all_events(store)
 
-    def test_seq_is_per_stream(self, store):
+    def test_seq_is_per_stream(self, store: EventStore) -> None:
         self.append(store, ev("run-a"), ev("run-a"))
         stored = self.append(store, ev("run-b"))
 
         assert stored[0].seq == 1
         assert [e.seq for e in self.all_events(store, "run-a")] == [1, 2]
 
-    def test_appending_nothing_writes_nothing(self, store):
+    def test_appending_nothing_writes_nothing(self, store: EventStore) -> None:
         assert self.append(store) == []
         assert run(store.streams()) == []
 
-    def test_re_appending_a_stored_id_is_absorbed(self, store):
+    def test_re_appending_a_stored_id_is_absorbed(self, store: EventStore) -> None:
         e = ev(data={"v": 1})
         before = self.append(store, e, ev())
 
@@ -234,7 +234,7 @@ class EventStoreContract:
         assert again == []
         self.assert_unchanged(store, before)
 
-    def test_re_appending_a_derived_event_is_absorbed(self, store):
+    def test_re_appending_a_derived_event_is_absorbed(self, store: EventStore) -> None:
         (root,) = self.append(store, ev(type="aaa.run.started"))
         first = self.append(store, root.derive("aaa.llm.requested", {"n": 1}, key="turn-1"))
 
@@ -243,7 +243,7 @@ class EventStoreContract:
         assert len(first) == 1 and again == []
         assert [e.type for e in self.all_events(store)] == ["aaa.run.started", "aaa.llm.requested"]
 
-    def test_a_mixed_batch_stores_only_the_new_events(self, store):
+    def test_a_mixed_batch_stores_only_the_new_events(self, store: EventStore) -> None:
         a, b, c, d = ev(), ev(), ev(), ev()
         self.append(store, a, b)
 
@@ -252,7 +252,7 @@ class EventStoreContract:
         assert [(e.id, e.seq) for e in stored] == [(c.id, 3), (d.id, 4)]
         assert [e.id for e in self.all_events(store)] == [a.id, b.id, c.id, d.id]
 
-    def test_duplicates_inside_one_batch_are_stored_once(self, store):
+    def test_duplicates_inside_one_batch_are_stored_once(self, store: EventStore) -> None:
         a, b = ev(), ev()
 
         stored = self.append(store, a, b, a, b, a)
@@ -260,7 +260,7 @@ class EventStoreContract:
         assert [(e.id, e.seq) for e in stored] == [(a.id, 1), (b.id, 2)]
         assert len(self.all_events(store)) == 2
 
-    def test_an_id_is_unique_across_streams(self, store):
+    def test_an_id_is_unique_across_streams(self, store: EventStore) -> None:
         e = ev("run-a")
         self.append(store, e)
 
@@ -270,7 +270,7 @@ class EventStoreContract:
 
     # --- append: concurrency errors write nothing --------------------------------
 
-    def test_an_event_claiming_the_next_seq_is_stored(self, store):
+    def test_an_event_claiming_the_next_seq_is_stored(self, store: EventStore) -> None:
         self.append(store, ev())
 
         stored = self.append(store, raw(seq=2), raw(seq=3))
@@ -278,7 +278,8 @@ class EventStoreContract:
         assert [e.seq for e in stored] == [2, 3]
 
     @pytest.mark.parametrize("claimed", [1, 2, 4, 10])
-    def test_an_event_claiming_a_wrong_seq_raises_and_writes_nothing(self, store, claimed):
+    def test_an_event_claiming_a_wrong_seq_raises_and_writes_nothing(self, store: EventStore,
+                                                                     claimed: int) -> None:
         before = self.append(store, ev())
 
         with pytest.raises(ConcurrencyError):
@@ -288,19 +289,20 @@ class EventStoreContract:
 
         self.assert_unchanged(store, before)
 
-    def test_a_wrong_seq_on_an_empty_stream_writes_nothing(self, store):
+    def test_a_wrong_seq_on_an_empty_stream_writes_nothing(self, store: EventStore) -> None:
         with pytest.raises(ConcurrencyError):
             self.append(store, raw(seq=2))
 
         self.assert_unchanged(store, [])
         assert run(store.streams()) == []
 
-    def test_expected_seq_matching_the_head_appends(self, store):
+    def test_expected_seq_matching_the_head_appends(self, store: EventStore) -> None:
         assert [e.seq for e in self.append(store, ev(), expected_seq=0)] == [1]
         assert [e.seq for e in self.append(store, ev(), ev(), expected_seq=1)] == [2, 3]
 
     @pytest.mark.parametrize("expected", [0, 1, 3])
-    def test_expected_seq_mismatch_raises_and_writes_nothing(self, store, expected):
+    def test_expected_seq_mismatch_raises_and_writes_nothing(self, store: EventStore,
+                                                             expected: int) -> None:
         before = self.append(store, ev(), ev())
 
         with pytest.raises(ConcurrencyError):
@@ -315,7 +317,7 @@ class EventStoreContract:
         events = [ev(stream, "aaa.run.started", id=f"{stream}:start"), ev(stream, "aaa.llm.requested")]
         return events + ([ev(stream, "aaa.run.completed", id=f"{stream}:end")] if ended else [])
 
-    def test_nothing_is_appended_after_a_run_completes(self, store):
+    def test_nothing_is_appended_after_a_run_completes(self, store: EventStore) -> None:
         before = self.append(store, *self.a_run())
         for batch in ([ev(type="aaa.tool.completed")], [ev()], [ev(type="aaa.run.completed")]):
             with pytest.raises(ClosedStreamError, match="completed"):
@@ -330,12 +332,12 @@ class EventStoreContract:
             self.append(store, before[-1], ev())
         self.assert_unchanged(store, before)
 
-    def test_a_batch_that_goes_on_after_its_completion_writes_nothing(self, store):
+    def test_a_batch_that_goes_on_after_its_completion_writes_nothing(self, store: EventStore) -> None:
         with pytest.raises(ClosedStreamError):
             self.append(store, *self.a_run(), ev(type="aaa.tool.completed"))
         self.assert_unchanged(store, [])
 
-    def test_a_run_stream_starts_with_the_run_start(self, store):
+    def test_a_run_stream_starts_with_the_run_start(self, store: EventStore) -> None:
         for first in ("aaa.tool.completed", "aaa.cancel.requested", "aaa.run.completed"):
             with pytest.raises(ClosedStreamError, match="aaa.run.started"):
                 self.append(store, ev(type=first), ev(type="aaa.run.started"))
@@ -344,7 +346,7 @@ class EventStoreContract:
         assert len(self.append(store, ev("acme-1", "acme.thing.happened"), ev("acme-1", "aaa.tool.completed"))) == 2
         assert len(self.append(store, *self.a_run(ended=False))) == 2
 
-    def test_an_erased_run_takes_no_late_result(self, store):
+    def test_an_erased_run_takes_no_late_result(self, store: EventStore) -> None:
         self.append(store, *self.a_run(ended=False))
         run(store.erase("run-1"))
         with pytest.raises(ClosedStreamError, match="erased"):
@@ -373,7 +375,7 @@ class EventStoreContract:
     BAD_DATA_IDS = list(BAD_DATA)
 
     @pytest.mark.parametrize("case", BAD_DATA_IDS)
-    def test_data_that_is_not_json_raises_and_writes_nothing(self, store, case):
+    def test_data_that_is_not_json_raises_and_writes_nothing(self, store: EventStore, case: str) -> None:
         data: dict[Any, Any] = self.BAD_DATA[case]
         if case.startswith("deep nesting"):
             nested: Any = []
@@ -419,7 +421,8 @@ class EventStoreContract:
         ],
         ids=lambda f: "-".join(f"{k}={v!r}"[:30] for k, v in f.items()),
     )
-    def test_a_malformed_event_raises_and_writes_nothing(self, store, fields):
+    def test_a_malformed_event_raises_and_writes_nothing(self, store: EventStore, fields: dict[str,
+                                                         object]) -> None:
         before = self.append(store, ev())
 
         with pytest.raises(InvalidEventError):
@@ -427,19 +430,19 @@ class EventStoreContract:
 
         self.assert_unchanged(store, before)
 
-    def test_something_that_is_not_an_event_raises(self, store):
+    def test_something_that_is_not_an_event_raises(self, store: EventStore) -> None:
         with pytest.raises(InvalidEventError):
             self.append(store, ev(), {"stream": "run-1", "type": "test.happened"})
         assert run(store.streams()) == []
 
-    def test_a_batch_over_two_streams_raises_and_writes_nothing(self, store):
+    def test_a_batch_over_two_streams_raises_and_writes_nothing(self, store: EventStore) -> None:
         with pytest.raises(InvalidEventError):
             self.append(store, ev("run-a"), ev("run-b"))
 
         assert self.all_events(store, "run-a") == [] and self.all_events(store, "run-b") == []
         assert run(store.streams()) == []
 
-    def test_an_invalid_event_after_a_duplicate_still_writes_nothing(self, store):
+    def test_an_invalid_event_after_a_duplicate_still_writes_nothing(self, store: EventStore) -> None:
         e = ev()
         before = self.append(store, e)
 
@@ -450,7 +453,7 @@ class EventStoreContract:
 
     # --- read, head, streams --------------------------------------------------------
 
-    def test_read_after_and_limit_page_through_the_stream(self, store):
+    def test_read_after_and_limit_page_through_the_stream(self, store: EventStore) -> None:
         events = self.append(store, *[ev(data={"i": i}) for i in range(10)])
 
         assert run(store.read("run-1", after=7)) == events[7:]
@@ -461,11 +464,11 @@ class EventStoreContract:
         assert run(store.read("run-1", limit=0)) == []
         assert run(store.read("run-1", after=9, limit=5)) == events[9:]
 
-    def test_read_of_an_unknown_stream_is_empty(self, store):
+    def test_read_of_an_unknown_stream_is_empty(self, store: EventStore) -> None:
         self.append(store, ev())
         assert run(store.read("no-such-stream")) == []
 
-    def test_read_within_one_tenant(self, store):
+    def test_read_within_one_tenant(self, store: EventStore) -> None:
         events = self.append(
             store,
             ev(tenant="acme", data={"i": 0}),
@@ -480,7 +483,7 @@ class EventStoreContract:
         assert run(store.read("run-1", tenant="nobody")) == []
         assert run(store.read("run-1")) == events  # no tenant: every event
 
-    def test_iterate_and_fold_page_from_a_seq_within_a_tenant(self, store):
+    def test_iterate_and_fold_page_from_a_seq_within_a_tenant(self, store: EventStore) -> None:
         self.append(store, *[ev(data={"n": i}, tenant="t" if i % 2 else None) for i in range(25)])
         p = tally()
 
@@ -490,14 +493,14 @@ class EventStoreContract:
         assert [e.seq for e in seen] == list(range(4, 26, 2))
         assert state.count == len(seen) and state.total == sum(range(3, 25, 2))
 
-    def test_head_is_the_last_seq_and_id(self, store):
+    def test_head_is_the_last_seq_and_id(self, store: EventStore) -> None:
         *_, last = self.append(store, ev(), ev(), ev())
         self.append(store, ev("run-other"))
 
         assert run(store.head("run-1")) == (3, last.id)
         assert run(store.head("nothing")) is None
 
-    def test_streams_lists_each_stream_once(self, store):
+    def test_streams_lists_each_stream_once(self, store: EventStore) -> None:
         for s in ("run-b", "run-a", "run-b", "run-c"):
             self.append(store, ev(s))
 
@@ -520,7 +523,7 @@ class EventStoreContract:
     }
 
     @pytest.mark.parametrize("case", list(ROUND_TRIP_DATA))
-    def test_data_round_trips_exactly(self, store, case):
+    def test_data_round_trips_exactly(self, store: EventStore, case: str) -> None:
         # Exactly: same values, same types (2.0 stays a float, 2**70 an int) and the same
         # key order, so a fold gives the same state on every backend.
         data = self.ROUND_TRIP_DATA[case]
@@ -532,7 +535,7 @@ class EventStoreContract:
             assert got == data
             assert encode_json(got) == encode_json(data)
 
-    def test_fields_round_trip(self, store):
+    def test_fields_round_trip(self, store: EventStore) -> None:
         cause = ev()
         when = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=timezone(timedelta(hours=2)))
         e = ev(type="acme.order.placed", data={"n": 1}, causation=cause.id, tenant="acme")
@@ -548,7 +551,7 @@ class EventStoreContract:
             assert got.time.tzinfo is not None
             assert got.blobs == ()
 
-    def test_the_default_time_is_now_and_tz_aware(self, store):
+    def test_the_default_time_is_now_and_tz_aware(self, store: EventStore) -> None:
         before = datetime.now(timezone.utc)
         self.append(store, ev())
         (read,) = self.all_events(store)
@@ -556,7 +559,7 @@ class EventStoreContract:
         assert read.time.tzinfo is not None
         assert before - timedelta(seconds=1) <= read.time <= datetime.now(timezone.utc)
 
-    def test_blob_refs_round_trip(self, store):
+    def test_blob_refs_round_trip(self, store: EventStore) -> None:
         refs_module = pytest.importorskip("aaa_django.data.refs")
         BlobRef = refs_module.BlobRef
         refs = (
@@ -571,7 +574,7 @@ class EventStoreContract:
         assert stored.blobs == refs and read.blobs == refs
         assert all(isinstance(r, BlobRef) for r in read.blobs)
 
-    def test_mutating_the_callers_data_after_append_changes_nothing(self, store):
+    def test_mutating_the_callers_data_after_append_changes_nothing(self, store: EventStore) -> None:
         data: dict[str, Any] = {"items": [1, 2], "inner": {"k": "v"}}
         e = ev(data=data)
         self.append(store, e)
@@ -585,11 +588,11 @@ class EventStoreContract:
 
     # --- snapshots --------------------------------------------------------------------
 
-    def snap(self, seq: int = 1, *, stream="run-1", name="test.tally", version=1,
-             event_id="e", state='{"count":1}') -> Snapshot:
+    def snap(self, seq: int = 1, *, stream: str = "run-1", name: str = "test.tally", version: int = 1,
+             event_id: str = "e", state: str = '{"count":1}') -> Snapshot:
         return Snapshot(stream, name, version, seq, event_id, state)
 
-    def test_a_snapshot_round_trips_exactly(self, store):
+    def test_a_snapshot_round_trips_exactly(self, store: EventStore) -> None:
         # The state text comes back byte for byte: a dict's key order is part of a
         # state (folds iterate dicts), and a reformatted text would not be equal.
         s = self.snap(3, event_id="ev-3", state='{"z":1,"a":[1.0,2],"ü":"✓","m":{"b":1,"a":2}}')
@@ -597,7 +600,7 @@ class EventStoreContract:
         assert run(store.save_snapshot(s)) is True
         assert run(store.load_snapshot("run-1", "test.tally", 1)) == s
 
-    def test_snapshots_are_keyed_by_stream_name_and_version(self, store):
+    def test_snapshots_are_keyed_by_stream_name_and_version(self, store: EventStore) -> None:
         s = self.snap(2)
         run(store.save_snapshot(s))
         other = [
@@ -614,7 +617,7 @@ class EventStoreContract:
         assert run(store.load_snapshot("run-1", "test.tally", 3)) is None
         assert run(store.load_snapshot("run-1", "test.nothing", 1)) is None
 
-    def test_a_newer_snapshot_replaces_an_older_one(self, store):
+    def test_a_newer_snapshot_replaces_an_older_one(self, store: EventStore) -> None:
         run(store.save_snapshot(self.snap(3)))
         newer = self.snap(9, event_id="e9", state='{"count":9}')
 
@@ -622,7 +625,8 @@ class EventStoreContract:
         assert run(store.load_snapshot("run-1", "test.tally", 1)) == newer
 
     @pytest.mark.parametrize("seq", [1, 4], ids=["older", "equal"])
-    def test_an_older_or_equal_snapshot_never_replaces_a_newer_one(self, store, seq):
+    def test_an_older_or_equal_snapshot_never_replaces_a_newer_one(self, store: EventStore,
+                                                                   seq: int) -> None:
         newer = self.snap(4, event_id="e4", state='{"count":4}')
         run(store.save_snapshot(newer))
 
@@ -635,7 +639,7 @@ class EventStoreContract:
             pytest.skip("an optional capability (ReadsFromSnapshot) this store lacks")
         return store
 
-    def test_a_snapshot_is_read_with_the_log_from_its_seq_on(self, store):
+    def test_a_snapshot_is_read_with_the_log_from_its_seq_on(self, store: EventStore) -> None:
         reads = self.reads_from_snapshot(store)
         events = self.append(store, *(ev() for _ in range(5)))
         saved = self.snap(3, event_id=events[2].id, state='{"count":3}')
@@ -645,20 +649,21 @@ class EventStoreContract:
         assert run(reads.read_from_snapshot("run-1", "test.tally", 2)) == (None, [])
         assert run(reads.read_from_snapshot("run-2", "test.tally", 1)) == (None, [])
 
-    def test_a_snapshot_without_its_events_is_read_alone(self, store):
+    def test_a_snapshot_without_its_events_is_read_alone(self, store: EventStore) -> None:
         reads = self.reads_from_snapshot(store)
         saved = self.snap(3, stream="run-9", event_id="gone", state='{"count":3}')
         run(store.save_snapshot(saved))  # (a log written since, shorter: none of it there)
 
         assert run(reads.read_from_snapshot("run-9", "test.tally", 1)) == (saved, [])
 
-    def test_concurrent_savers_keep_the_newest(self, store, concurrently):
+    def test_concurrent_savers_keep_the_newest(self, store: EventStore,
+                                               concurrently: Concurrently) -> None:
         for round_ in range(6):
             stream = f"run-{round_}"
             seqs = [3, 17, 8, 12] if round_ % 2 else [17, 3, 12, 8]
             handles = [self.same_log(store) for _ in seqs]
 
-            def saver(h, seq, stream=stream):
+            def saver(h: EventStore, seq: int, stream: str = stream) -> Callable[[], bool]:
                 return lambda: run(h.save_snapshot(
                     self.snap(seq, stream=stream, event_id=f"e{seq}", state=f'{{"count":{seq}}}')))
 
@@ -670,7 +675,7 @@ class EventStoreContract:
 
     # --- erase ------------------------------------------------------------------------
 
-    def test_erase_removes_the_streams_events_and_snapshots_only(self, store):
+    def test_erase_removes_the_streams_events_and_snapshots_only(self, store: EventStore) -> None:
         kept = self.append(store, ev("run-keep"), ev("run-keep"))
         gone = self.append(store, ev("run-gone"), ev("run-gone"), ev("run-gone"))
         run(store.save_snapshot(self.snap(2, stream="run-keep")))
@@ -687,12 +692,12 @@ class EventStoreContract:
         assert run(store.load_snapshot("run-keep", "test.tally", 1)) == self.snap(2, stream="run-keep")
         assert gone  # (the erased events were stored)
 
-    def test_erasing_an_unknown_stream_erases_nothing(self, store):
+    def test_erasing_an_unknown_stream_erases_nothing(self, store: EventStore) -> None:
         self.append(store, ev())
         assert run(store.erase("nothing")) == 0
         assert len(self.all_events(store)) == 1
 
-    def test_erased_ids_can_be_appended_again_from_seq_1(self, store):
+    def test_erased_ids_can_be_appended_again_from_seq_1(self, store: EventStore) -> None:
         a, b = ev(data={"v": "old"}), ev(data={"v": "old"})
         self.append(store, ev(), a, b)
         run(store.erase("run-1"))
@@ -704,10 +709,10 @@ class EventStoreContract:
 
     # --- Projection.load on this store: the failure table ----------------------------
 
-    def log_of(self, store, n: int, stream: str = "run-1") -> list[Event]:
+    def log_of(self, store: EventStore, n: int, stream: str = "run-1") -> list[Event]:
         return self.append(store, *[ev(stream, data={"n": i}) for i in range(n)])
 
-    def test_load_without_a_snapshot_replays(self, store):
+    def test_load_without_a_snapshot_replays(self, store: EventStore) -> None:
         events = self.log_of(store, 10)
         p = tally(every=100)
 
@@ -716,7 +721,7 @@ class EventStoreContract:
         assert (info.source, info.seq, info.base_seq, info.folded) == ("replay", 10, 0, 10)
         assert p.folds == 10 and info.state == expected_tally(events)
 
-    def test_load_saves_a_snapshot_then_folds_only_the_tail(self, store):
+    def test_load_saves_a_snapshot_then_folds_only_the_tail(self, store: EventStore) -> None:
         events = self.log_of(store, 10)
         p = tally(every=4)
 
@@ -725,16 +730,18 @@ class EventStoreContract:
         events += self.log_of(store, 3)
         second = run(p.load_info(store, "run-1"))
 
-        assert first.source == "replay" and (snap.seq, snap.event_id) == (10, events[9].id)
+        assert first.source == "replay" and snap is not None
+        assert (snap.seq, snap.event_id) == (10, events[9].id)
         assert (second.source, second.base_seq, second.folded, second.seq) == ("snapshot", 10, 3, 13)
         assert p.folds == 13 and second.state == expected_tally(events)
 
-    def test_load_of_an_empty_stream_is_the_initial_state(self, store):
+    def test_load_of_an_empty_stream_is_the_initial_state(self, store: EventStore) -> None:
         info = run(tally().load_info(store, "run-1"))
         assert (info.source, info.seq, info.folded) == ("replay", 0, 0)
         assert info.state == Tally()
 
-    def plant(self, store, events, *, seq=None, event_id=None, state=None, version=1):
+    def plant(self, store: EventStore, events: list[Event], *, seq: int | None = None,
+              event_id: str | None = None, state: str | None = None, version: int = 1) -> None:
         """Put a snapshot at ``seq`` (default: the log's end) behind the projection."""
         seq = len(events) if seq is None else seq
         if event_id is None:
@@ -743,7 +750,7 @@ class EventStoreContract:
             state = tally().dump(expected_tally(events[:seq]))
         run(store.save_snapshot(Snapshot("run-1", "test.tally", version, seq, event_id, state)))
 
-    def test_load_from_a_valid_snapshot_folds_the_tail(self, store):
+    def test_load_from_a_valid_snapshot_folds_the_tail(self, store: EventStore) -> None:
         events = self.log_of(store, 12)
         self.plant(store, events, seq=9)
         p = tally(every=100)
@@ -758,7 +765,9 @@ class EventStoreContract:
         ['{"count": 3, "total"', "not json at all", "", '{"count": "three"}', "[]", "null"],
         ids=["truncated", "not-json", "empty", "wrong-type", "a-list", "null"],
     )
-    def test_load_with_a_corrupt_snapshot_replays_and_logs(self, store, caplog, text):
+    def test_load_with_a_corrupt_snapshot_replays_and_logs(self, store: EventStore,
+                                                           caplog: pytest.LogCaptureFixture,
+                                                           text: str) -> None:
         events = self.log_of(store, 12)
         self.plant(store, events, seq=9, state=text)
         p = tally(every=100)
@@ -773,7 +782,7 @@ class EventStoreContract:
             for r in caplog.records
         )
 
-    def test_load_with_another_versions_snapshot_replays(self, store):
+    def test_load_with_another_versions_snapshot_replays(self, store: EventStore) -> None:
         events = self.log_of(store, 12)
         self.plant(store, events, seq=9, version=1)
         p = tally(version=2, every=100)
@@ -784,7 +793,7 @@ class EventStoreContract:
         assert p.folds == 12 and info.state == expected_tally(events)
 
     @pytest.mark.parametrize("ahead", [1, 50])
-    def test_load_with_a_snapshot_ahead_of_the_log_replays(self, store, ahead):
+    def test_load_with_a_snapshot_ahead_of_the_log_replays(self, store: EventStore, ahead: int) -> None:
         # A snapshot saved for a longer log (forged, or left over from another writer).
         events = self.log_of(store, 6)
         self.plant(store, events, seq=6 + ahead, event_id="some-later-event",
@@ -796,12 +805,13 @@ class EventStoreContract:
         assert (info.source, info.folded, info.seq) == ("replay", 6, 6)
         assert p.folds == 6 and info.state == expected_tally(events)
 
-    def test_load_after_erase_and_a_shorter_rewrite_replays(self, store):
+    def test_load_after_erase_and_a_shorter_rewrite_replays(self, store: EventStore) -> None:
         # The longer log's snapshot survives only if a store forgets to erase it; plant
         # it again after the erase, as a stale writer would.
         old = self.log_of(store, 20)
         run(tally(every=4).load_info(store, "run-1"))
         stale = run(store.load_snapshot("run-1", "test.tally", 1))
+        assert stale is not None
         run(store.erase("run-1"))
         assert run(store.load_snapshot("run-1", "test.tally", 1)) is None
         new = self.log_of(store, 7)
@@ -814,7 +824,7 @@ class EventStoreContract:
         assert (info.source, info.folded) == ("replay", 7)
         assert info.state == expected_tally(new)
 
-    def test_load_with_a_snapshot_from_another_log_replays(self, store):
+    def test_load_with_a_snapshot_from_another_log_replays(self, store: EventStore) -> None:
         # Same stream and seq, but the event at that seq is not the one it was folded on.
         events = self.log_of(store, 12)
         self.plant(store, events, seq=9, event_id=ev().id, state=tally().dump(Tally(count=999)))
@@ -825,7 +835,7 @@ class EventStoreContract:
         assert (info.source, info.folded) == ("replay", 12)
         assert p.folds == 12 and info.state == expected_tally(events)
 
-    def test_load_as_of_an_event(self, store):
+    def test_load_as_of_an_event(self, store: EventStore) -> None:
         events = self.log_of(store, 12)
         self.plant(store, events, seq=5)
         p = tally(every=100)
@@ -840,7 +850,8 @@ class EventStoreContract:
 
     # --- concurrency ----------------------------------------------------------------
 
-    def test_concurrent_appenders_get_dense_seqs_and_lose_nothing(self, store, concurrently):
+    def test_concurrent_appenders_get_dense_seqs_and_lose_nothing(self, store: EventStore,
+                                                                  concurrently: Concurrently) -> None:
         # Append without expected_seq serialises appenders itself: no appender sees a
         # ConcurrencyError to retry (any exception fails this test).
         writers, each = 12, 20
@@ -867,7 +878,8 @@ class EventStoreContract:
         for s in sent:  # each writer's events are in its own order
             assert [i for i in ids if i in set(s)] == s
 
-    def test_concurrent_appends_of_the_same_event_store_it_once(self, store, concurrently):
+    def test_concurrent_appends_of_the_same_event_store_it_once(self, store: EventStore,
+                                                                concurrently: Concurrently) -> None:
         for round_ in range(5):
             stream = f"run-{round_}"
             (root,) = self.append(store, ev(stream, type="aaa.run.started"))
@@ -879,12 +891,13 @@ class EventStoreContract:
             assert sorted(len(r) for r in results) == [0, 0, 0, 1]
             assert [e.id for e in self.all_events(store, stream)] == [root.id, derived.id]
 
-    def test_concurrent_expected_seq_appends_let_exactly_one_win(self, store, concurrently):
+    def test_concurrent_expected_seq_appends_let_exactly_one_win(self, store: EventStore,
+                                                                 concurrently: Concurrently) -> None:
         self.append(store, ev())
         handles = [self.same_log(store) for _ in range(4)]
 
-        def attempt(h):
-            def body():
+        def attempt(h: EventStore) -> Callable[[], list[Event] | None]:
+            def body() -> list[Event] | None:
                 try:
                     return run(h.append([ev(), ev()], expected_seq=1))
                 except ConcurrencyError:
@@ -899,7 +912,7 @@ class EventStoreContract:
         assert [e.seq for e in self.all_events(store)] == [1, 2, 3]
 
 
-async def _collect(aiter) -> list:
+async def _collect(aiter: AsyncIterable[T]) -> list[T]:
     return [x async for x in aiter]
 
 
