@@ -236,11 +236,13 @@ def check_models(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 def _unbuildable(model: str, base_url: str | None, api_key: str | None) -> str | None:
     """Why Pydantic AI cannot build ``model`` as the site's client would (None: it can)."""
     from .llm.pydantic_ai_client import PydanticAIClient
+    from .site.llm_settings import provider_client
 
     try:
-        client = PydanticAIClient(model, base_url=base_url, api_key=api_key)
+        client = provider_client("pydantic-ai", model, base_url=base_url, api_key=api_key)
     except ImportError:  # the extra is missing: aaa.E060 names the install
         return None
+    assert isinstance(client, PydanticAIClient)
     try:
         client.build(None, client.make_sdk())
     except Exception as exc:  # any way it fails: every call would fail the same way

@@ -314,7 +314,7 @@ def stream_events(
     steps = stream.plan(start, ended=ended, max_seconds=aaa_settings()["API_STREAM_SECONDS"],
                         renews=True, reliable=hub.reliable, clock=time.monotonic)
     return stream.respond(request, steps, stream.RunEvents(s, run_id, shape), wakeups=hub,
-                          slot=slot, subscribe=None if ended else lambda: tokens.subscribe(run_id))
+                          slot=slot, subscribe=lambda: tokens.subscribe(run_id))
 
 
 @router.get("/runs/{run_id}/projections/{name}", response={200: ProjectionOut, **_READ},

@@ -1,18 +1,29 @@
 """Server-Sent Events, written once for both servers: a run's events, and the runs' changes.
 
-Every stream of the API is the same loop (:func:`plan`): read what comes after the
-cursor, send it, wait until something moves (or poll), send a keep-alive comment when
-idle, end after ``API_STREAM_SECONDS`` (the client reconnects with ``Last-Event-ID``).
-What a stream reads is a :class:`Feed`: :class:`RunEvents` here (a run's log, whose
-``id`` is the event's seq, ending after ``aaa.run.completed``), the runs' changes in
-:mod:`.changes`. The plan does no I/O: it asks its driver for each read, wait or write,
-and the driver is one of two, the same for every feed:
+Every stream of the API is the same loop (:func:`plan`): subscribe, read what comes
+after the cursor, send it (the live tokens in hand first), wait until something moves
+(or poll), send a keep-alive comment when idle, renew the stream's slot, end after
+``API_STREAM_SECONDS`` (the client reconnects with ``Last-Event-ID``), after the feed's
+last message, or when the feed is gone. What a stream reads is a :class:`Feed`:
+:class:`RunEvents` here (a run's log, whose ``id`` is the event's seq, ending after
+``aaa.run.completed``), the runs' changes in :mod:`.changes`. The plan is a generator
+that does no I/O: every message it sends, in its order, is decided there; it asks its
+driver for each subscription, read, look at the tokens, wait or write, and the driver
+is one of two, the same for every feed, each only carrying out those requests and
+giving back what the stream held, however it ends:
 
 - :func:`drive` for a WSGI server: the stream has the request's thread, reads on it,
-  and lets go of its database connection before it waits;
+  lets go of its database connection and blocks (on a thread event, or on the token
+  feed) where it waits;
 - :func:`adrive` for an ASGI server: an async iterator that waits on the event loop
   holding no thread, and reads on :data:`READERS` threads shared by the process's
   streams (so they use at most that many database connections at once).
+
+Why a plan driven twice rather than one async generator that WSGI would run through
+``async_to_sync``: under WSGI each chunk would then cross to an event loop on another
+thread (and each wait would need that loop to live as long as the stream), where the
+plan's driver waits on the request's own thread with nothing else running; a stream
+costs a WSGI server one thread, as any of its views does, and no more.
 
 :func:`respond` picks the driver for the request. A stream reads when its feed's
 wake-up comes (:mod:`aaa_django.store.wakeups`: PostgreSQL notifies, so a stream sees
@@ -34,8 +45,9 @@ before the ``aaa.llm.completed`` it belongs to. An ``EventSource``'s ``onmessage
 does not see them; ``addEventListener("token", ...)`` does. Tokens are not stored: a
 stream resumed later gets the reply's event alone. The token feed does not wake a
 waiting stream: while it waits, a stream with tokens looks for them every
-:data:`TOKEN_SLICE` seconds (a WSGI stream blocks on the feed for that long, an ASGI
-one looks without blocking), and for its wake-up between two looks.
+:data:`TOKEN_SLICE` seconds (a WSGI stream blocks on the feed for that long and then
+looks at its wake-up; an ASGI one waits that long for its wake-up and then looks at
+the feed without blocking).
 """
 
 from __future__ import annotations
@@ -56,7 +68,7 @@ from aaa_django.conf import aaa_settings
 from aaa_django.events import Event
 from aaa_django.llm.deltas import TokenSubscription
 from aaa_django.runtime.event_types import RUN_COMPLETED
-from aaa_django.runtime.wakeups import Hub, Wakeups
+from aaa_django.runtime.wakeups import Hub, Subscription, Wakeups
 from aaa_django.site.tokens import sse_message
 
 from . import streamcap
@@ -79,7 +91,14 @@ TOKEN_SLICE = 0.25
 READERS = 4
 
 # What plan asks its driver to do.
-SEND, READ, HEAD, RENEW, WAIT, SLEEP = "send", "read", "head", "renew", "wait", "sleep"
+OPEN, SEND, READ, TOKENS, HEAD, RENEW, WAIT, SLEEP = (
+    "open", "send", "read", "tokens", "head", "renew", "wait", "sleep")
+# Where a driver blocks while its stream waits with live tokens (its reply to OPEN): on
+# the token feed (its wake-up then looked at), or on its wake-up (the feed looked at).
+ON_TOKENS, ON_WAKEUP = "on-tokens", "on-wake-up"
+
+#: a plan: requests ``(op, argument)`` in, each answered by the driver's reply
+Steps = Generator[tuple[str, Any], Any, None]
 
 
 @dataclass(frozen=True)
@@ -114,14 +133,20 @@ class Feed(Protocol):
 
 def plan(after: Any, *, ended: bool, max_seconds: float, renews: bool,
          reliable: Callable[[], bool], clock: Callable[[], float], checks_head: bool = True,
-         gap: float = 0.0) -> Generator[tuple[str, Any], Any, None]:
-    """A stream's decisions, as requests to its driver: ``(SEND, text)``, ``(READ,
-    after)`` -> the :class:`Page` after that cursor, ``(HEAD, None)`` -> the feed's
-    ``head()``, ``(RENEW, None)`` (the stream's slot), ``(WAIT, seconds)`` -> True if
-    woken meanwhile, ``(SLEEP, seconds)``. Returns when the stream should end.
-    ``ended``: send what there is, then end; ``checks_head``: ask whether the feed is
-    still there when woken with nothing new (an erased run); ``gap``: seconds between
-    two reads at least (a feed woken by every append)."""
+         gap: float = 0.0) -> Steps:
+    """A stream's decisions, as requests to its driver: ``(OPEN, tokens)`` (subscribe
+    to the feed's wake-ups, and to its live tokens if ``tokens``) -> None without live
+    tokens, else where the driver blocks while it waits (:data:`ON_TOKENS` or
+    :data:`ON_WAKEUP`); ``(SEND, text)``; ``(READ, after)`` -> the :class:`Page` after
+    that cursor; ``(TOKENS, seconds)`` -> the deltas that came, blocking on the feed
+    that long at most; ``(HEAD, None)`` -> the feed's ``head()``; ``(RENEW, None)``
+    (the stream's slot); ``(WAIT, seconds)`` -> True if woken meanwhile; ``(SLEEP,
+    seconds)``. Returns when the stream should end. ``ended``: send what there is (no
+    tokens), then end; ``checks_head``: ask whether the feed is still there when
+    woken with nothing new (an erased run); ``gap``: seconds between two reads at
+    least (a feed woken by every append)."""
+    # Subscribed before the first read: a delta whose reply is not read yet is ours.
+    live = yield OPEN, not ended
     yield SEND, f"retry: {RETRY_MS}\n\n"
     now = clock()
     stop_at = now + max_seconds
@@ -133,6 +158,11 @@ def plan(after: Any, *, ended: bool, max_seconds: float, renews: bool,
             yield SLEEP, pause
         last_read = clock()
         page: Page = yield READ, after
+        if live:
+            # Deltas come before the page: one published before its reply was appended
+            # is in hand now, and so goes out before the reply's event.
+            for delta in (yield TOKENS, 0.0):
+                yield SEND, sse_message(delta)
         for text, last in page.items:
             yield SEND, text
             if last:
@@ -170,7 +200,19 @@ def plan(after: Any, *, ended: bool, max_seconds: float, renews: bool,
             due = min(stop_at, last_write + HEARTBEAT,
                       last_renew + streamcap.LEASE / 3 if renews else stop_at)
             wait = max(due - now, 0.0)
-            woken = yield WAIT, min(wait, POLL) if polls else wait
+            wait = min(wait, POLL) if polls else wait
+            if live is None:
+                woken = yield WAIT, wait
+            else:  # the tokens as they come, the wake-up between two looks
+                end = clock() + wait
+                while True:
+                    block = min(max(end - clock(), 0.0), TOKEN_SLICE) if live == ON_TOKENS else 0.0
+                    for delta in (yield TOKENS, block):
+                        yield SEND, sse_message(delta)
+                    block = min(max(end - clock(), 0.0), TOKEN_SLICE) if live == ON_WAKEUP else 0.0
+                    woken = yield WAIT, block
+                    if woken or clock() >= end:
+                        break
             if woken or polls:
                 break  # read
 
@@ -209,32 +251,21 @@ class RunEvents:
 
 
 def events(store: Any, run_id: str, after: int, *, shape: Callable[[Event], dict],
-           max_seconds: float, ended: bool, slot: Any = None, wakeups: Wakeups | None = None,
+           max_seconds: float, ended: bool, slot: streamcap.Slot | None = None,
+           wakeups: Wakeups | None = None,
            subscribe: Callable[[], TokenSubscription | None] | None = None,
            clock: Callable[[], float] = time.monotonic) -> Iterator[str]:
     """The SSE text of the run's events after ``after``, until the completion (or, for
     a run that had ``ended`` before the stream opened, until what is stored is sent),
-    read on the calling thread (a WSGI server's request thread). ``slot``
-    (:class:`~aaa_django.api.streamcap.Slot`): renewed while the stream runs, given
-    back when it ends, however it ends. ``wakeups``: what wakes it (default: none; it
-    polls). ``subscribe``: the run's live tokens, sent between its events."""
+    read on the calling thread (:func:`drive`). ``slot``: renewed while the stream
+    runs, given back when it ends, however it ends. ``wakeups``: what wakes it
+    (default: none; it polls). ``subscribe``: the run's live tokens, sent between its
+    events."""
     wakeups = wakeups if wakeups is not None else Hub()  # (polls)
     steps = plan(after, ended=ended, max_seconds=max_seconds, renews=slot is not None,
                  reliable=wakeups.reliable, clock=clock)
     return drive(steps, RunEvents(store, run_id, shape), wakeups=wakeups, slot=slot,
-                 subscribe=None if ended else subscribe, clock=clock)
-
-
-def aevents(store: Any, run_id: str, after: int, *, shape: Callable[[Event], dict],
-            max_seconds: float, ended: bool, slot: Any = None, wakeups: Wakeups | None = None,
-            subscribe: Callable[[], TokenSubscription | None] | None = None,
-            clock: Callable[[], float] = time.monotonic) -> AsyncIterator[str]:
-    """:func:`events` for an ASGI server (:func:`adrive`)."""
-    wakeups = wakeups if wakeups is not None else Hub()  # (polls)
-    steps = plan(after, ended=ended, max_seconds=max_seconds, renews=slot is not None,
-                 reliable=wakeups.reliable, clock=clock)
-    return adrive(steps, RunEvents(store, run_id, shape), wakeups=wakeups, slot=slot,
-                  subscribe=None if ended else subscribe, clock=clock)
+                 subscribe=subscribe)
 
 
 # -- the drivers ------------------------------------------------------------------------
@@ -256,18 +287,16 @@ def letting_go(using: str, wakeups: Wakeups) -> Callable[[], None]:
     return idle
 
 
-def drive(steps: Generator[tuple[str, Any], Any, None], feed: Feed, *, wakeups: Wakeups,
-          slot: Any = None, subscribe: Callable[[], TokenSubscription | None] | None = None,
-          clock: Callable[[], float] = time.monotonic) -> Iterator[str]:
+def drive(steps: Steps, feed: Feed, *, wakeups: Wakeups, slot: streamcap.Slot | None = None,
+          subscribe: Callable[[], TokenSubscription | None] | None = None) -> Iterator[str]:
     """Carry out a :func:`plan` over ``feed`` on the calling thread: the stream's text.
-    ``slot``: renewed while it runs, given back when it ends, however it ends;
-    ``subscribe``: live tokens, sent before each page and while it waits."""
+    It blocks where it waits: on the token feed while tokens come (their wake-up looked
+    at between two waits), else on its wake-up. ``slot``: renewed while it runs, given
+    back when it ends, however it ends; ``subscribe``: its live tokens."""
     idle = letting_go(feed.using, wakeups)
-    sub = wakeups.subscribe(feed.key)
-    tokens = None
+    sub: Subscription | None = None
+    tokens: TokenSubscription | None = None
     try:
-        # subscribed before the first read: a delta whose reply is not read yet is ours
-        tokens = subscribe() if subscribe is not None else None
         reply: Any = None
         while True:
             try:
@@ -277,37 +306,36 @@ def drive(steps: Generator[tuple[str, Any], Any, None], feed: Feed, *, wakeups: 
             reply = None
             if op == SEND:
                 yield arg
+            elif op == OPEN:
+                sub = wakeups.subscribe(feed.key)
+                tokens = subscribe() if arg and subscribe is not None else None
+                reply = None if tokens is None else ON_TOKENS
             elif op == READ:
+                assert sub is not None
                 sub.clear()
                 reply = feed.read(arg)
-                if tokens is not None:
-                    # Deltas come before the page: one published before its reply was
-                    # appended is in hand now, and so goes out before the reply's event.
-                    for delta in tokens.wait(0):
-                        yield sse_message(delta)
+            elif op == TOKENS:
+                assert tokens is not None
+                if arg:
+                    idle()
+                reply = tokens.wait(arg)
             elif op == HEAD:
                 reply = feed.head()
             elif op == RENEW:
+                assert slot is not None
                 slot.renew()
             elif op == SLEEP:
                 idle()
                 time.sleep(arg)
-            else:
+            else:  # WAIT
+                assert sub is not None
                 idle()
-                if tokens is None:
-                    reply = sub.wait(arg)
-                    continue
-                end = clock() + arg
-                while True:  # the tokens as they come; the wake-up between two looks
-                    for delta in tokens.wait(min(max(end - clock(), 0.0), TOKEN_SLICE)):
-                        yield sse_message(delta)
-                    reply = sub.wait(0)
-                    if reply or clock() >= end:
-                        break
+                reply = sub.wait(arg)
     finally:
         if tokens is not None:
             tokens.close()
-        sub.close()
+        if sub is not None:
+            sub.close()
         if slot is not None:
             slot.release()
 
@@ -330,13 +358,14 @@ def _close_connections() -> None:
             connection.close()
 
 
-async def adrive(steps: Generator[tuple[str, Any], Any, None], feed: Feed, *,
-                 wakeups: Wakeups, slot: Any = None,
-                 subscribe: Callable[[], TokenSubscription | None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> AsyncIterator[str]:
-    """:func:`drive` for an ASGI server: waits on the event loop (no thread), and reads
-    on the process's :data:`READERS` threads, letting go of their connection after each
-    read as :func:`drive` does before each wait."""
+async def adrive(steps: Steps, feed: Feed, *, wakeups: Wakeups,
+                 slot: streamcap.Slot | None = None,
+                 subscribe: Callable[[], TokenSubscription | None] | None = None
+                 ) -> AsyncIterator[str]:
+    """:func:`drive` for an ASGI server: waits on the event loop (no thread), always on
+    its wake-up (the token feed is looked at without blocking, after each wait), and
+    reads on the process's :data:`READERS` threads, letting go of their connection
+    after each read as :func:`drive` does before each wait."""
     # The view ran on the request's thread, whose connection Django closes only when
     # the response ends: close it now (the view and middleware are done with it).
     await sync_to_async(_close_connections, thread_sensitive=True)()
@@ -354,13 +383,9 @@ async def adrive(steps: Generator[tuple[str, Any], Any, None], feed: Feed, *,
         finally:
             idle()
 
-    sub = wakeups.subscribe(feed.key, asyncio.get_running_loop())
-    tokens = None
+    sub: Subscription | None = None
+    tokens: TokenSubscription | None = None
     try:
-        # subscribed before the first read (a Redis subscription waits for Redis to
-        # confirm it: on a reader thread)
-        if subscribe is not None:
-            tokens = await _on_reader(subscribe)()
         reply: Any = None
         while True:
             try:
@@ -370,32 +395,34 @@ async def adrive(steps: Generator[tuple[str, Any], Any, None], feed: Feed, *,
             reply = None
             if op == SEND:
                 yield arg
+            elif op == OPEN:
+                sub = wakeups.subscribe(feed.key, asyncio.get_running_loop())
+                # (a Redis subscription waits for Redis to confirm it: on a reader thread)
+                if arg and subscribe is not None:
+                    tokens = await _on_reader(subscribe)()
+                reply = None if tokens is None else ON_WAKEUP
             elif op == READ:
+                assert sub is not None
                 sub.clear()
                 reply = await _on_reader(read)(arg)
-                if tokens is not None:  # (before the page, as in ``drive``)
-                    for delta in tokens.wait(0):
-                        yield sse_message(delta)
+            elif op == TOKENS:  # (never asked to block: the wake-up is where it waits)
+                assert tokens is not None
+                reply = tokens.wait(0)
             elif op == HEAD:
                 reply = await _on_reader(head)()
             elif op == RENEW:
+                assert slot is not None
                 await _on_reader(slot.renew)()
             elif op == SLEEP:
                 await asyncio.sleep(arg)
-            elif tokens is None:
+            else:  # WAIT
+                assert sub is not None
                 reply = await sub.until(arg)
-            else:
-                end = clock() + arg
-                while True:  # a look at the tokens (not blocking), then the wake-up
-                    for delta in tokens.wait(0):
-                        yield sse_message(delta)
-                    reply = await sub.until(min(max(end - clock(), 0.0), TOKEN_SLICE))
-                    if reply or clock() >= end:
-                        break
     finally:
         if tokens is not None:
             await _on_reader(tokens.close)()
-        sub.close()
+        if sub is not None:
+            sub.close()
         if slot is not None:
             await _on_reader(slot.release)()
 
@@ -430,15 +457,16 @@ def open_slot(request: HttpRequest, loc: list[str]) -> streamcap.Slot:
     return slot
 
 
-def respond(request: HttpRequest, steps: Generator[tuple[str, Any], Any, None], feed: Feed, *,
-            wakeups: Wakeups, slot: Any,
+def respond(request: HttpRequest, steps: Steps, feed: Feed, *, wakeups: Wakeups,
+            slot: streamcap.Slot | None,
             subscribe: Callable[[], TokenSubscription | None] | None = None
             ) -> StreamingHttpResponse:
     """The streaming response of a plan over a feed, driven as the server needs: under
     ASGI the async iterator (a sync one would be read to its end by Django before
     anything is sent), under WSGI the request's thread."""
+    body: Iterator[str] | AsyncIterator[str]
     if isinstance(request, ASGIRequest):
-        body: Any = adrive(steps, feed, wakeups=wakeups, slot=slot, subscribe=subscribe)
+        body = adrive(steps, feed, wakeups=wakeups, slot=slot, subscribe=subscribe)
     else:
         body = drive(steps, feed, wakeups=wakeups, slot=slot, subscribe=subscribe)
     response = StreamingHttpResponse(body, content_type="text/event-stream; charset=utf-8")

@@ -71,20 +71,14 @@ class AnthropicClient(ProviderClient):
         **options: Unpack[ClientOptions],
     ) -> None:
         self._anthropic = _import_anthropic()  # fail at start-up, not at the first call
-        super().__init__(base_url=base_url, api_key=api_key, model=model, **options)
+        super().__init__(base_url=base_url, api_key=api_key, model=model,
+                         default_headers=default_headers, **options)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
         self.max_tokens = max_tokens
-        self.default_headers = dict(default_headers or {})
 
     def make_sdk(self) -> Any:
-        sdk = self._anthropic.AsyncAnthropic(
-            base_url=self.base_url,
-            api_key=self._api_key.reveal(),
-            timeout=self.timeout,
-            max_retries=0,  # ours is the one retry policy
-            default_headers=self.default_headers or None,
-        )
+        sdk = self._anthropic.AsyncAnthropic(**self.sdk_options())
         # without an api_key the SDK finds one itself (ANTHROPIC_API_KEY...): mask it too
         self.add_secret(getattr(sdk, "api_key", None))
         self.add_secret(getattr(sdk, "auth_token", None))

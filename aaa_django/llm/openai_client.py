@@ -75,17 +75,12 @@ class OpenAICompatibleClient(ProviderClient):
         **options: Unpack[ClientOptions],
     ) -> None:
         self._openai = _import_openai()  # fail at start-up, not at the first call
-        super().__init__(base_url=base_url, api_key=api_key, model=model, **options)
-        self.default_headers = dict(default_headers or {})
+        super().__init__(base_url=base_url, api_key=api_key, model=model,
+                         default_headers=default_headers, **options)
 
     def make_sdk(self) -> Any:
-        return self._openai.AsyncOpenAI(
-            base_url=self.base_url,
-            api_key=self._api_key.reveal() or NO_KEY,
-            timeout=self.timeout,
-            max_retries=0,  # ours is the one retry policy
-            default_headers=self.default_headers or None,
-        )
+        options = self.sdk_options()
+        return self._openai.AsyncOpenAI(**{**options, "api_key": options["api_key"] or NO_KEY})
 
     def payload(self, request: LLMRequest, model: str) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": model, "messages": to_openai_messages(request.messages)}

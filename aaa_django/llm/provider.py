@@ -118,6 +118,7 @@ class ProviderClient:
         pricing: Pricing | Mapping[str, Mapping[str, Any]] | None = None,
         backoff: Backoff | None = None,
         sleep: Callable[[float], Awaitable[Any]] | None = None,
+        default_headers: Mapping[str, str] | None = None,
     ) -> None:
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
@@ -131,6 +132,8 @@ class ProviderClient:
         self.backoff = backoff or Backoff()
         #: how the client waits between attempts (a test records the delays instead)
         self.sleep = sleep or asyncio.sleep
+        #: headers sent with every request (an SDK client's ``default_headers``)
+        self.default_headers = dict(default_headers or {})
         self._api_key = Secret(api_key)
         # kept wrapped, so vars(client) or a debugger's dump shows no key either
         self._secrets = [Secret(s) for s in (api_key, _url_password(base_url)) if s and len(s) >= 4]
@@ -149,6 +152,17 @@ class ProviderClient:
                 f"timeout={self.timeout!r}, max_retries={self.max_retries!r})")
 
     # -- what a provider implements ------------------------------------------------------
+
+    def sdk_options(self) -> dict[str, Any]:
+        """The keywords of a vendor SDK's client (OpenAI's, Anthropic's): the endpoint,
+        key, timeout and headers of this client, and no retries of the SDK's own."""
+        return {
+            "base_url": self.base_url,
+            "api_key": self._api_key.reveal(),
+            "timeout": self.timeout,
+            "max_retries": 0,  # ours is the one retry policy
+            "default_headers": self.default_headers or None,
+        }
 
     def make_sdk(self) -> Any:  # pragma: no cover - abstract
         """A new SDK client (its own retries off: ``max_retries=0``)."""

@@ -48,7 +48,7 @@ this dict from ``AAA_LLM_PROVIDER``, ``AAA_LLM_BASE_URL``, ``AAA_LLM_API_KEY`` a
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Unpack
 
 from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
@@ -75,11 +75,16 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+def _raw() -> Any:
+    """``AAA["LLM"]`` as the site gives it (None: not given)."""
+    site = site_aaa()
+    return site.get("LLM") if isinstance(site, dict) else None
+
+
 def llm_options() -> dict[str, Any] | None:
     """``AAA["LLM"]`` merged over :data:`DEFAULTS` and checked; None when no provider
     is configured. Raises ``ImproperlyConfigured`` with every problem found."""
-    site = site_aaa()
-    raw = site.get("LLM") if isinstance(site, dict) else None
+    raw = _raw()
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -122,6 +127,21 @@ def _problems(raw: dict[str, Any], o: dict[str, Any]) -> list[str]:
     return problems
 
 
+def provider_client(provider: str, model: Any, *, base_url: str | None = None,
+                    api_key: str | None = None, max_tokens: int = DEFAULTS["MAX_TOKENS"],
+                    **options: Unpack[ClientOptions]) -> ProviderClient:
+    """The client of ``provider`` (one of :data:`PROVIDERS`) for ``model``: the one way
+    the site builds a model client, from ``AAA["LLM"]`` (:func:`client_from_settings`),
+    over an agent's own model (:func:`agent_clients`) and in the system checks.
+    ``max_tokens``: Anthropic's reply limit; ``options`` as every client takes them
+    (:func:`client_options`)."""
+    if provider == "anthropic":
+        return AnthropicClient(base_url, api_key, model, max_tokens=max_tokens, **options)
+    if provider == "pydantic-ai":
+        return PydanticAIClient(model, base_url=base_url, api_key=api_key, **options)
+    return OpenAICompatibleClient(base_url, api_key, model, **options)
+
+
 def client_from_settings() -> ProviderClient | None:
     """The configured provider's client (an ``LLMClient``), or None when the site
     configured none. Raises ``ImproperlyConfigured`` for a bad ``AAA["LLM"]`` and
@@ -129,13 +149,8 @@ def client_from_settings() -> ProviderClient | None:
     o = llm_options()
     if o is None:
         return None
-    # every client takes the same keywords (ProviderClient's); Anthropic's a reply limit too
-    endpoint = {"base_url": o["BASE_URL"], "api_key": o["API_KEY"], "model": o["MODEL"]}
-    if o["PROVIDER"] == "anthropic":
-        return AnthropicClient(**endpoint, max_tokens=o["MAX_TOKENS"], **client_options())
-    if o["PROVIDER"] == "pydantic-ai":
-        return PydanticAIClient(**endpoint, **client_options())
-    return OpenAICompatibleClient(**endpoint, **client_options())
+    return provider_client(o["PROVIDER"], o["MODEL"], base_url=o["BASE_URL"], api_key=o["API_KEY"],
+                           max_tokens=o["MAX_TOKENS"], **client_options())
 
 
 def client_options() -> ClientOptions:
@@ -143,18 +158,17 @@ def client_options() -> ClientOptions:
     defaults) as a client's keywords: the site's client and the clients over its
     agents' own models (:func:`agent_clients`) share them, so ``PRICING`` is the one
     place prices are set."""
-    site = site_aaa()
-    raw = site.get("LLM") if isinstance(site, dict) else None
+    raw = _raw()
     o = {**DEFAULTS, **(raw if isinstance(raw, dict) else {})}
     return {"timeout": o["TIMEOUT"], "max_retries": o["MAX_RETRIES"], "pricing": o["PRICING"]}
 
 
-def agent_clients(agents: Iterable[tuple[str, Any]]) -> dict[str, PydanticAIClient]:
+def agent_clients(agents: Iterable[tuple[str, Any]]) -> dict[str, ProviderClient]:
     """A ``PydanticAIClient`` over the model of each ``(path, agent)`` that has one of its
     own (``Agent(model, ...)``), by path: the agent's runs are answered by it
     (:class:`~aaa_django.llm.routes.AgentModels`). An agent without a model runs on
     the site's client."""
-    return {path: PydanticAIClient(agent.model, **client_options())
+    return {path: provider_client("pydantic-ai", agent.model, **client_options())
             for path, agent in agents if agent.model is not None}
 
 
