@@ -33,6 +33,11 @@ A run that waits only for a person (its open tool calls are the ones its pending
 approvals gate, no model call or child run is open) is not stalled: it is left alone,
 however long it waits (the decision, or the approval's expiry, moves it on).
 
+A run last held by a process of another *fleet* (a site, or a deployment, that shares
+the database but not the queues: :func:`aaa_django.site.holding.fleet`) is neither
+fired, adopted nor re-driven here: this fleet's workers may lack its agent, tools or
+model (:func:`elsewhere`).
+
 The workers' periodic duty sweeps every ``AAA["STALL_AFTER"] / 2`` seconds; by hand:
 ``python manage.py aaa_sweep``.
 """
@@ -49,7 +54,7 @@ from aaa_django.conf import aaa_settings
 from aaa_django.events import EventStore
 from aaa_django.runtime import RUNMETA, Bus, Engine, RunMeta
 from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
-from aaa_django.site.holding import RunKeeper
+from aaa_django.site.holding import RunKeeper, fleet_of
 
 from .coordination import Coordinator
 from .redrives import MemoryLedger, due_again, ledger_of
@@ -97,11 +102,14 @@ class SweepReport:
     #: runs whose holder was gone (its lease lapsed, or it is known dead), adopted and
     #: re-driven (with a keeper, not in a dry run)
     adopted: list[str] = field(default_factory=list)
+    #: idle runs held by a process of another fleet (with a keeper): another site's, or
+    #: another deployment's, on the same database; never re-driven or fired here
+    elsewhere: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         return {"unfinished": self.unfinished, "active": len(self.active), "busy": len(self.busy),
                 "waiting": len(self.waiting), "recent": len(self.recent), "redriven": len(self.redriven),
-                "fired": len(self.fired), "adopted": len(self.adopted),
+                "fired": len(self.fired), "adopted": len(self.adopted), "elsewhere": len(self.elsewhere),
                 "runs": list(self.redriven)}
 
     def did_something(self) -> bool:
@@ -109,24 +117,34 @@ class SweepReport:
         return bool(self.fired or self.adopted or self.redriven)
 
 
-async def fire_due(engine: Engine, *, now: float | None = None, limit: int = FIRE_LIMIT) -> list[str]:
+async def fire_due(engine: Engine, *, now: float | None = None, limit: int = FIRE_LIMIT,
+                   keeper: RunKeeper | None = None) -> list[str]:
     """Fire what has come due by ``now`` in ``engine``'s store: for each run whose due
     time has come, :meth:`Engine.fire_due`, then the index moves on to the run's next
     due time. Returns those runs. A store without a :class:`DueIndex` (memory, Redis)
     is asked for its unfinished runs and each run's ``RUNMETA`` instead (the sweeper's
-    pace, not the duty's)."""
+    pace, not the duty's). With ``keeper``, the runs of another fleet are left to it
+    (:func:`elsewhere`)."""
     now = time.time() if now is None else now
     store = engine.base_store
     if not isinstance(store, DueIndex):
         due = []
-        for run_id in sorted(await unfinished_runs(store)):
+        runs = sorted(await unfinished_runs(store))
+        others = await elsewhere(keeper, runs)
+        for run_id in runs:
+            if run_id in others:
+                continue
             at = (await engine.meta(run_id)).due
             if at is not None and at <= now:
                 due.append(run_id)
                 await engine.fire_due(run_id, now=now)
         return due
     fired = []
-    for run_id, seq in await store.due(now, limit):
+    found = await store.due(now, limit)
+    others = await elsewhere(keeper, [run_id for run_id, _ in found])
+    for run_id, seq in found:
+        if run_id in others:
+            continue
         try:
             new = await engine.fire_due(run_id, now=now)
             # The index as of the log now: past what this firing appended (its append
@@ -138,6 +156,19 @@ async def fire_due(engine: Engine, *, now: float | None = None, limit: int = FIR
             continue
         fired.append(run_id)
     return fired
+
+
+async def elsewhere(keeper: RunKeeper | None, run_ids: list[str]) -> set[str]:
+    """Those of ``run_ids`` held by a process of a fleet other than ``keeper``'s, their
+    lease lapsed or not (none without a keeper). Two sites, or two deployments, that
+    share a database but not their queues may not have the same agents, tools or
+    models: a run is re-driven, adopted or fired only by the processes of its own
+    fleet (:func:`aaa_django.site.holding.fleet`). A run nobody has held yet is
+    anybody's."""
+    if keeper is None or not run_ids:
+        return set()
+    held = await keeper.lease_of(run_ids)
+    return {r for r, (holder, _) in held.items() if holder is not None and fleet_of(holder) != keeper.fleet}
 
 
 async def unfinished_runs(store: EventStore) -> dict[str, float]:
@@ -184,7 +215,7 @@ async def sweep(
     now = time.time() if now is None else now
     report = SweepReport()
     if not dry_run:
-        report.fired = await fire_due(engine, now=now)
+        report.fired = await fire_due(engine, now=now, keeper=keeper)
         if keeper is not None:
             report.adopted = await adopt(engine, keeper)
     runs = await unfinished_runs(engine.base_store)
@@ -198,6 +229,10 @@ async def sweep(
             report.active.append(run_id)
         else:
             idle.append(run_id)
+    others = await elsewhere(keeper, idle)
+    if others:
+        report.elsewhere = [r for r in idle if r in others]
+        idle = [r for r in idle if r not in others]
     held_elsewhere = set()
     if keeper is not None and coord is None and idle:
         # On the in-process bus every run is driven where it is held: a run another
@@ -262,7 +297,7 @@ async def duty(engine: Engine, keeper: RunKeeper | None, *, sweeping: bool) -> S
     if sweeping:
         report = await sweep(engine, keeper=keeper)
     else:
-        report = SweepReport(fired=await fire_due(engine))
+        report = SweepReport(fired=await fire_due(engine, keeper=keeper))
         if keeper is not None:
             report.adopted = await adopt(engine, keeper)
     if report.fired:

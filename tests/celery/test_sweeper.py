@@ -192,3 +192,40 @@ async def _sleep(seconds: float) -> None:
     import asyncio
 
     await asyncio.sleep(seconds)
+
+
+def test_a_sweep_leaves_the_runs_of_another_fleet_alone(cluster, arun):
+    """Two sites (or deployments) that share a database but not their queues are two
+    fleets (``aaa_django.site.holding.fleet``): a stalled run, or one with a due time,
+    last held by a process of the other fleet is neither re-driven, adopted nor fired
+    by this one's sweep, whose workers may lack its agent, tools or model. Its own
+    fleet's sweep takes it."""
+    from aaa_django.site.holding import RunKeeper, holder_id
+    from aaa_django.store.leases import RunLeases
+
+    run_id = arun(stalled_run())
+    leases = RunLeases("postgres")
+    try:
+        assert leases.claim(holder_id("worker@theirs"), [run_id], 0.01) == {run_id}
+    finally:
+        leases.close()
+    time.sleep(0.05)  # its lease lapsed
+
+    async def main():
+        async with make_engine() as engine:
+            swept = {}
+            for fleet in ("mine", "theirs"):
+                keeper = RunKeeper("postgres", name="sweep", fleet=fleet)
+                try:
+                    swept[fleet] = await sweep(engine, stall_after=0, keeper=keeper)
+                    await keeper.stop(release=True)
+                finally:
+                    await asyncio.to_thread(keeper.close)
+            return swept, await engine.run(run_id).result(timeout=30)
+
+    swept, outcome = arun(main())
+    mine, theirs = swept["mine"], swept["theirs"]
+    assert mine.elsewhere == [run_id]
+    assert run_id not in mine.redriven + mine.adopted + mine.fired
+    assert run_id in theirs.adopted and theirs.elsewhere == []
+    assert outcome.outcome == "success"
