@@ -29,7 +29,7 @@ from common import postgres, setup_django, workdir
 
 
 def ab_appends(pg: dict, shapes: dict[str, dict[str, object]], blocks: int, size: int) -> None:
-    """The harness of this A/B and of ``ab_store_cursor.py``: ``append_sync`` of one event
+    """The harness of this A/B: ``append_sync`` of one event
     of a run's stream on Django's connection, in blocks of ``size``, for each of the two
     ``shapes`` (name -> the attributes of ``aaa_django.store.appends`` patched for its
     blocks: what the shape changes) and raw psycopg's transaction per event, the order

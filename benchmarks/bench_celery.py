@@ -162,8 +162,7 @@ def workers(count: int, env: dict, tmp: Path, *, concurrency: int = 1,
 
 def bare_hop(app, r, hops: int, fast: bool | str = True) -> float:
     """Seconds per hop of a chain of ``hops`` no-op tasks, each sending the next as the
-    engine sends (``fast``: the bus's ``FastPublisher``), the same with kombu's client
-    per message (``"kombu-client"``) or by ``send_task``."""
+    engine sends (``fast``: the bus's ``FastPublisher``) or by ``send_task``."""
     key = f"hop-{uuid.uuid4().hex}"
     t0 = time.time()
     app.send_task("bench.hop", (hops - 1, key, fast), queue="bench.hop")
@@ -326,7 +325,6 @@ def main() -> None:
             # the first run of the engine that went right after the bare chain, and that chain's hop
             firsts: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
             slow: list[float] = []  # bare chains sent by send_task (information)
-            plain: list[float] = []  # bare chains with kombu's redis-py client per message
 
             async def cluster_part():
                 async with build_engine(poll_interval=0.25) as engine, traced_engine(OTEL_QUEUES) as on:
@@ -337,7 +335,6 @@ def main() -> None:
                         await engine_hop(on, args.turns)
                     bare_hop(app, r, 50)
                     bare_hop(app, r, 50, fast=False)
-                    bare_hop(app, r, 50, fast="kombu-client")
 
                     async def timed_run(kind: str) -> tuple[float, int, float, float]:
                         """One run of ``kind``'s engine: its seconds and hops, and its workers'
@@ -374,7 +371,6 @@ def main() -> None:
                         rounds.append((bare, total["off"][0] / total["off"][1], commit_latency(probe, 20)))
                         traced.append(total["on"][0] / total["on"][1])
                         slow.append(bare_hop(app, r, chain, fast=False))
-                        plain.append(bare_hop(app, r, chain, fast="kombu-client"))
                     loaded = await load(engine, runs, args.turns)
                     return hops, loaded
 
@@ -420,8 +416,6 @@ def main() -> None:
          ms(bare_hop_s), "1.00x"],
         ["  the same chain sent by send_task (information)", ms(statistics.median(slow)),
          f"{statistics.median(s / b for s, (b, *_) in zip(slow, rounds)):.2f}x"],
-        ["  the same, kombu's redis-py client per message (no _reuse_redis_client)",
-         ms(statistics.median(plain)), f"{statistics.median(p / b for p, (b, *_) in zip(plain, rounds)):.2f}x"],
         [f"engine hop, tracing off (ToolLoop, {args.turns} turns = {hops} hops; runs one after another, "
          f"{per_run} hops a round)", ms(idle_hop_s), f"{ratio:.2f}x"],
         ["  the first run of a round alone (rounds where it went right after the bare chain)",
@@ -454,8 +448,6 @@ def main() -> None:
 
         print(report(args.trace))
         print()
-    saved = statistics.median((p - b) / e for p, (b, e, *_) in zip(plain, rounds))
-    print(f"kombu's client per message costs {saved:+.1%} of an engine hop (median of the rounds)")
     print(f"tracing on: {traced_runs} runs, {sink['taken']['traces']} traces of {sink['taken']['spans']} spans "
           f"exported in {sink['taken']['requests']} OTLP/HTTP requests ({sink['taken']['bytes'] / 1e6:.1f} MB)")
     print(f"goal: engine hop <= 2x bare hop: {ratio:.2f}x -> {'met' if ratio <= 2 else 'NOT met'}"

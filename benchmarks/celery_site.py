@@ -72,10 +72,7 @@ HOP_QUEUE = "bench.hop"
 def hop(left: int, key: str, fast: bool | str = True) -> None:
     """The bare hop: a no-op task that enqueues the next one; the last records when.
     ``fast``: sent as the engine sends its deliveries (``FastPublisher``, the bus's
-    publisher, one per sending thread); ``"kombu-client"``: the same, but with the
-    redis-py client kombu's Redis channel makes for every message (without
-    ``publish._reuse_redis_client``: what that private hook buys); False: by
-    ``app.send_task``."""
+    publisher, one per sending thread); False: by ``app.send_task``."""
     if left > 0:
         args = [left - 1, key, fast]
         if not fast or not _publisher(fast).send("bench.hop", args, HOP_QUEUE, repr(args)):
@@ -91,15 +88,7 @@ def _publisher(kind: bool | str):
     if kind not in _publishers:
         from aaa_django.celery.publish import FastPublisher
 
-        class KombuClientPublisher(FastPublisher):
-            """FastPublisher whose channel keeps kombu's own ``Client`` (one per message)."""
-
-            def _get_producer(self):
-                if self._producer is None:
-                    self._producer = self.app.amqp.Producer(self.app.connection_for_write(), auto_declare=False)
-                return self._producer
-
-        _publishers[kind] = (KombuClientPublisher if kind == "kombu-client" else FastPublisher)(app)
+        _publishers[kind] = FastPublisher(app)
     return _publishers[kind]
 
 

@@ -1,20 +1,16 @@
-"""What the library does without one of the private internals of its dependencies, for
-an A/B of a user-visible benchmark: ``bench_concurrency.py --without NAME`` runs each
+"""What the library does without one of its shortcuts past a dependency's usual path,
+for an A/B of a user-visible benchmark: ``bench_concurrency.py --without NAME`` runs each
 row as shipped and, in the same repetition, with ``AAA_BENCH_WITHOUT=NAME`` in its
-processes' environment, where :func:`apply` puts the public API in the internal's place
+processes' environment, where :func:`apply` puts the usual path in the shortcut's place
 (in the benchmark's processes only: the rows' child processes, the Celery workers'
 site ``celery_site.py``, and the driver that starts the Celery row's runs).
 
-Each switch names one use of a private internal and what replaces it:
+Each switch names one shortcut and what replaces it:
 
-- ``store-cursor``: the store's plain statements on PostgreSQL go through a copy of
-  Django's cursor wrapper (``make_cursor``, ``validate_no_broken_transaction``);
-  without it, through ``connection.cursor()``;
-- ``fast-publish``: the Celery bus builds its messages with ``app.amqp.as_task_v2``
-  and publishes them on a producer of its own; without it, ``app.send_task`` with a
-  producer acquired from the app's pool for each batch of messages;
-- ``client-reuse``: that publisher swaps kombu's Redis ``channel.Client`` for one
-  client per connection pool; without it, kombu's client per message.
+- ``fast-publish``: the Celery bus builds its messages with
+  ``app.amqp.create_task_message`` and publishes them on a producer of its own;
+  without it, ``app.send_task`` with a producer acquired from the app's pool for each
+  batch of messages.
 
 A name that the library has no use for is refused (:data:`SWITCHES`).
 """
@@ -28,32 +24,14 @@ from typing import Callable
 ENV = "AAA_BENCH_WITHOUT"
 
 
-def _store_cursor() -> None:
-    from aaa_django.store import appends, database, rows
-
-    def djangos(conn):
-        return conn.cursor()
-
-    for module in (rows, database, appends):
-        module.cursor = djangos
-
-
 def _fast_publish() -> None:
     from aaa_django.celery.bus import DistributedBus
 
     DistributedBus.publisher = lambda self: None
 
 
-def _client_reuse() -> None:
-    from aaa_django.celery import publish
-
-    publish._reuse_redis_client = lambda channel: None
-
-
 SWITCHES: dict[str, Callable[[], None]] = {
-    "store-cursor": _store_cursor,
     "fast-publish": _fast_publish,
-    "client-reuse": _client_reuse,
 }
 
 

@@ -1,16 +1,18 @@
 """How the Celery bus enqueues its deliveries: the message ``send_task`` sends, for less.
 
 Every hop of a run in a cluster is one ``aaa.deliver`` message, sent by the process
-that appended the event (a worker, or the web process for a run's start). Celery's ``app.send_task`` builds it in three layers (Celery's
-routing, retry policy and signals; kombu's producer with its declarations; kombu's
-Redis channel, which makes a new redis-py client object for every message), and
-those layers cost about as much CPU as the broker's round trip itself
-(``benchmarks/bench_celery.py``).
+that appended the event (a worker, or the web process for a run's start). Celery's
+``app.send_task`` sends it through Celery's routing, retry policy and signals and a
+producer taken from the app's pool for each message.
 
-:class:`FastPublisher` sends the same message with less work: Celery builds it
-(``app.amqp.as_task_v2``, the task protocol ``send_task`` uses), and kombu's producer
-publishes it on a connection of the publisher's own, whose Redis channel keeps one
-redis-py client for its connection pool. Routing is resolved once per queue.
+:class:`FastPublisher` sends the same message with less work, through Celery's and
+kombu's documented interfaces: Celery builds it (``app.amqp.create_task_message``,
+what ``send_task`` calls), and a kombu producer of the publisher's own publishes it
+(``Producer.publish``). Routing is resolved once per queue. Measured with
+``benchmarks/bench_concurrency.py --without fast-publish`` (200 runs x 3 model calls
+of 1 s on one worker ``-c 2``, three repetitions, paired): without it the worker
+processes spend 1.12x the CPU (1.00-1.21x); the wall time is within the noise of a
+shared machine (0.81x, 0.81-1.36x).
 
 It steps aside (``send`` returns False and the caller uses ``send_task``) whenever the
 result could differ from what ``send_task`` would send: a broker other than Redis, a
@@ -23,10 +25,7 @@ for that message, so ``send_task``'s retry policy takes over. ``AAA["CELERY_FAST
 = False`` turns it off.
 
 Not thread-safe: one publisher per sending thread (``DistributedBus.publisher``).
-It also leans on two private attributes of kombu's Redis channel (``Client`` and
-``pool``, to reuse one client: :func:`_reuse_redis_client`); without them it works as
-kombu does (``tests/celery/test_publish.py`` checks the message against ``send_task``'s,
-and fails when kombu stops making its clients through ``Client``).
+``tests/celery/test_publish.py`` checks its messages against ``send_task``'s.
 """
 
 from __future__ import annotations
@@ -122,7 +121,7 @@ class FastPublisher:
             self.declined += 1
             return False
         task_id = _uuid()
-        headers, properties, body, _ = app.amqp.as_task_v2(
+        headers, properties, body, _ = app.amqp.create_task_message(
             task_id, name, args, {}, reply_to=app.thread_oid, argsrepr=argsrepr, kwargsrepr="{}",
             ignore_result=True,
             root_id=(parent.request.root_id or parent.request.id) if parent is not None else None,
@@ -152,9 +151,7 @@ class FastPublisher:
     def _get_producer(self) -> Any:
         if self._producer is None:
             conn = self.app.connection_for_write()
-            producer = self.app.amqp.Producer(conn, auto_declare=False)
-            _reuse_redis_client(producer.channel)
-            self._producer = producer
+            self._producer = self.app.amqp.Producer(conn, auto_declare=False)
         return self._producer
 
     def close(self) -> None:
@@ -175,35 +172,6 @@ _EXEC_OPTIONS = ("queue", "routing_key", "exchange", "priority", "expires", "ser
 
 def _exec_options(task: Any) -> dict[str, Any]:
     return {name: getattr(task, name, None) for name in _EXEC_OPTIONS}
-
-
-def _reuse_redis_client(channel: Any) -> None:
-    """kombu's Redis channel makes a redis-py client object for every publish, by
-    calling ``channel.Client(connection_pool=channel.pool)``; give this channel's
-    publishes one client over its connection pool, the same commands on the same
-    connections.
-
-    A private detail of kombu, kept for a measured reason (benchmarks/bench_publish.py):
-    with kombu 5.7 and redis-py 8 a send costs 1.33-1.85x the CPU without it
-    (``benchmarks/bench_publish.py``; the same one command and no new connection per
-    send), a bare hop 1.14-1.27x the time, 6-15% of an engine hop.
-    ``test_kombu_makes_a_client_per_publish_through_the_attribute_the_publisher_replaces``
-    fails when kombu changes this."""
-    make = getattr(channel, "Client", None)
-    if make is None or not hasattr(channel, "pool"):
-        return
-    clients: dict[int, Any] = {}
-
-    def client(**kwargs: Any) -> Any:
-        pool = kwargs.get("connection_pool")
-        if pool is None or set(kwargs) != {"connection_pool"}:
-            return make(**kwargs)
-        found = clients.get(id(pool))
-        if found is None or found.connection_pool is not pool:
-            found = clients[id(pool)] = make(**kwargs)
-        return found
-
-    channel.Client = client
 
 
 def _uuid() -> str:

@@ -42,9 +42,7 @@ from .rows import (
     ROW_COLUMNS,
     ROW_PG,
     SQLITE_CHUNK,
-    StoreCursor,
     closed_refusal,
-    cursor,
     event_columns,
     insert,
     number,
@@ -141,7 +139,7 @@ class StatementAppends:
         statement alone (its events and the run's new row), refused the same way."""
         if len(batch) > INSERT_CHUNK:
             return None
-        with cursor(conn) as cur:
+        with conn.cursor() as cur:
             return run_steps(cur, self.using,
                              self._pg_steps(conn, stream, batch, texts, expected_seq, seen,
                                             prepares=prepares(conn.connection)))
@@ -450,7 +448,7 @@ def _qmark(sql: str) -> str:
 _FORMAT = re.compile(r"(?<!%)%s")
 
 
-def run_steps(cur: StoreCursor | CursorWrapper, using: str, steps: Steps) -> list[Event] | None:
+def run_steps(cur: CursorWrapper, using: str, steps: Steps) -> list[Event] | None:
     """Run an append's :data:`Steps` on the sync cursor ``cur`` of alias ``using``."""
     try:
         step = next(steps)

@@ -35,7 +35,6 @@ from .rows import (
     SQLITE_CHUNK,
     EventList,
     closed_refusal,
-    cursor,
     event_columns,
     insert,
     number,
@@ -373,7 +372,7 @@ class DjangoEventStore(StatementAppends):
 
     @_translated(reads=True)
     def load_snapshot_sync(self, stream: str, name: str, version: int) -> Snapshot | None:
-        with cursor(connections[self.using]) as cur:  # plain SQL: a read on every adoption
+        with connections[self.using].cursor() as cur:  # plain SQL: a read on every adoption
             cur.execute(_LOAD_SNAPSHOT, [stream, name, version])
             row = cur.fetchone()
         return Snapshot(stream, name, version, row[0], row[1], row[2]) if row else None
@@ -384,7 +383,7 @@ class DjangoEventStore(StatementAppends):
         """The snapshot ``(stream, name, version)`` and the stream's events from its seq
         on, in one query (see ``ReadsFromSnapshot``)."""
         conn = connections[self.using]
-        with cursor(conn) as cur:
+        with conn.cursor() as cur:
             sql = read_from_snapshot_sql(conn.vendor, prepares=prepares(conn.connection))
             cur.execute(sql, [stream, name, version])
             found = cur.fetchall()

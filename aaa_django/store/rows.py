@@ -19,7 +19,6 @@ from aaa_django.events.store import closed_reason
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
-    from django.db.backends.utils import CursorWrapper
 
 COLUMNS = "(id, stream, seq, type, data, causation, time, blobs, tenant)"
 INSERT = f"INSERT INTO aaa_event {COLUMNS} VALUES "
@@ -78,79 +77,6 @@ ROW_COLUMNS = ("run_id", "algorithm", "status", "outcome", "parent", "owner_id",
                "tokens_out", "cost", "model_calls", "tool_calls", "last_seq", "due_at")
 
 
-def cursor(conn: BaseDatabaseWrapper) -> StoreCursor | CursorWrapper:
-    """A cursor of Django's ``conn`` for the store's plain statements. On PostgreSQL
-    with psycopg 3: one that binds parameters on the server (Django's own cursor for
-    ``OPTIONS["server_side_binding"]``, unnamed statements, so connection poolers are
-    unaffected) whatever the site's option: the server then parses the statement
-    without the values in it, and an append costs about 0.09 ms less than with the
-    values quoted into its text (an event's JSON is most of the statement). Unless the
-    site logs queries (``DEBUG``) or has installed execute wrappers, that cursor is
-    wrapped by :class:`StoreCursor` (Django's error translation, without the layers of
-    its cursor wrapper that serve only them); else by Django's own wrapper, and they
-    see these statements as any other. Elsewhere (and on psycopg 2): ``conn.cursor()``."""
-    if conn.vendor != "postgresql":
-        return conn.cursor()
-    binding = _server_binding_cursor()
-    if binding is None:
-        return conn.cursor()
-    conn.ensure_connection()
-    conn.validate_thread_sharing()
-    raw = binding(conn.connection)
-    if conn.queries_logged:
-        return conn.make_debug_cursor(raw)
-    if conn.execute_wrappers:
-        return conn.make_cursor(raw)
-    return StoreCursor(raw, conn)
-
-
-class StoreCursor:
-    """Django's cursor wrapper (``django.db.backends.utils.CursorWrapper``) less what
-    serves only logging and execute wrappers (:func:`cursor` gives it where there are
-    none): each statement checked against a broken transaction and its errors, and
-    those of the fetches, translated by the connection's ``wrap_database_errors``
-    (Django's exceptions, a broken connection noticed), as there; the attributes the
-    store reads, and no others. Django's wrapper cost 1-10% of a one-event append on
-    PostgreSQL here, in three runs (its per-statement wrapper chain and a
-    ``__getattr__`` for each attribute read; ``benchmarks/ab_store_cursor.py``)."""
-
-    __slots__ = ("cursor", "db")
-
-    def __init__(self, cursor: Any, db: Any) -> None:
-        self.cursor = cursor
-        self.db = db
-
-    def __enter__(self) -> "StoreCursor":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.cursor.close()
-        except self.db.Database.Error:  # as Django's: errors of a cleanup are not useful
-            pass
-
-    def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
-        self.db.validate_no_broken_transaction()
-        with self.db.wrap_database_errors:
-            return self.cursor.execute(sql, params)
-
-    def fetchone(self) -> Any:
-        with self.db.wrap_database_errors:
-            return self.cursor.fetchone()
-
-    def fetchall(self) -> list[Any]:
-        with self.db.wrap_database_errors:
-            return self.cursor.fetchall()
-
-    @property
-    def rowcount(self) -> int:
-        return self.cursor.rowcount
-
-    @property
-    def description(self) -> Any:
-        return self.cursor.description
-
-
 def prepares(raw: Any) -> bool:
     """Whether the driver's connection ``raw`` prepares the statements it runs often:
     psycopg 3's with a ``prepare_threshold`` (Django turns it off unless the alias's
@@ -161,14 +87,6 @@ def prepares(raw: Any) -> bool:
     except ImportError:  # psycopg 2
         return False
     return isinstance(raw, BaseConnection) and raw.prepare_threshold is not None
-
-
-def _server_binding_cursor() -> type | None:
-    try:
-        from django.db.backends.postgresql.base import ServerBindingCursor
-    except ImportError:  # psycopg 2
-        return None
-    return ServerBindingCursor
 
 
 def to_event(row: Sequence[Any], data: dict[str, Any] | None = None) -> Event:
@@ -241,7 +159,7 @@ def read(conn: BaseDatabaseWrapper, stream: str, *, after: int = 0, limit: int |
     if limit is not None:
         sql += " LIMIT %s"
         params.append(max(int(limit), 0))
-    with cursor(conn) as cur:
+    with conn.cursor() as cur:
         cur.execute(sql, params)
         events = to_events(cur.fetchall())
     # Rows read inside a caller's transaction may still be rolled back: say so, and
@@ -276,7 +194,7 @@ def distinct(conn: BaseDatabaseWrapper, column: str, table: str = "aaa_event") -
     sql = (f"WITH RECURSIVE t(v) AS (SELECT min({column}) FROM {table} UNION ALL "
            f"SELECT (SELECT min({column}) FROM {table} WHERE {column} > t.v) FROM t "
            "WHERE t.v IS NOT NULL) SELECT v FROM t WHERE v IS NOT NULL")
-    with cursor(conn) as cur:
+    with conn.cursor() as cur:
         cur.execute(sql)
         return [row[0] for row in cur.fetchall()]
 

@@ -68,31 +68,6 @@ def test_the_message_is_the_one_send_task_sends(app, queue):
     fast.close()
 
 
-def test_kombu_makes_a_client_per_publish_through_the_attribute_the_publisher_replaces(app, queue):
-    """``publish._reuse_redis_client`` leans on a private detail of kombu's Redis channel:
-    every publish builds its redis-py client by calling ``channel.Client(connection_pool=
-    channel.pool)`` (without the hook a send costs 1.33-1.85x the CPU, benchmarks/README.md). If
-    kombu stops doing that, this fails: measure again, and drop or adapt the hook."""
-    fast = FastPublisher(app)
-    assert fast.send(DELIVER, ARGS, queue, REPR)
-    channel = fast._producer.channel
-    ours = channel.Client
-    made: list[tuple[dict, object]] = []
-
-    def watch(**kwargs):
-        client = ours(**kwargs)
-        made.append((kwargs, client))
-        return client
-
-    channel.Client = watch
-    for _ in range(3):
-        assert fast.send(DELIVER, ARGS, queue, REPR)
-    assert [kwargs for kwargs, _ in made] == [{"connection_pool": channel.pool}] * 3  # kombu, per publish
-    assert len({id(client) for _, client in made}) == 1  # one client for them all: ours
-    assert len(taken(app, queue)) == 4
-    fast.close()
-
-
 def test_a_publish_receiver_sees_every_message(app, queue):
     # Tracing integrations hook the publish signals: then send_task sends (and they see it).
     fast = FastPublisher(app)
