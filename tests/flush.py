@@ -15,7 +15,7 @@ the attempt fails at once, the savepoint gives back what it took, and it tries a
 holding them all, the TRUNCATE waits for nothing, so no cycle can form. A worker that
 reads meanwhile waits for the flush to commit, as it would for any writer.
 tests/conftest.py installs it (Django's public ``execute_wrapper``) on the PostgreSQL
-connections around each test's teardown; tests/test_flush.py shows the deadlock without
+connections around each test's teardown; tests/repo/test_flush.py shows the deadlock without
 it and none with it.
 """
 
@@ -36,7 +36,7 @@ _LOCK_NOT_AVAILABLE = "55P03"
 class LockFirst:
     """An execute wrapper: a ``TRUNCATE`` goes only once ``LOCK TABLE`` of its tables,
     NOWAIT, succeeded; other statements pass as they are. ``attempts``: the lock
-    attempts made (tests/test_flush.py waits on it). ``deadline``: seconds to keep
+    attempts made (tests/repo/test_flush.py waits on it). ``deadline``: seconds to keep
     trying before the flush fails naming the sessions in its way."""
 
     def __init__(self, *, deadline: float = 120.0, pause: float = 0.01) -> None:

@@ -98,7 +98,7 @@ STORAGES = {
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # No engine host started by a test's web request adopts runs in the background of other
-# tests: a test that wants it says so (tests/test_recovery.py, the field tests' site).
+# tests: a test that wants it says so (tests/site/test_recovery.py, the field tests' site).
 AAA: dict = {"ADOPT": False}
 
 USE_TZ = True

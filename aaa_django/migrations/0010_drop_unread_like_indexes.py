@@ -16,7 +16,7 @@ written with each new run.
 hold its tables locked while the index goes, nor while it comes back on the way back.
 Django names these indexes from the table and column (the names below are the ones
 it gave them); were a later migration to alter either column, Django would make the
-index again, and ``tests/test_migrations.py`` fails while one is there.
+index again, and ``tests/app/test_migrations.py`` fails while one is there.
 """
 
 from django.db import migrations

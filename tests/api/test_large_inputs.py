@@ -1,5 +1,5 @@
 """A run whose input is over the claim threshold, started over the REST API, is its
-owner's, and ends (see ``tests/test_large_inputs.py``)."""
+owner's, and ends (see ``tests/runtime/test_large_inputs.py``)."""
 
 from __future__ import annotations
 

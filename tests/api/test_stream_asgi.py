@@ -30,7 +30,7 @@ from aaa_django.models import ApiKey
 from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED
 from aaa_django.store import DjangoEventStore
 
-from ..test_readme import free_port, wait_http
+from ..docs.test_readme import free_port, wait_http
 from .test_stream_live import Http
 
 pytestmark = [pytest.mark.django_db(transaction=True, databases=["default", "postgres"]),

@@ -5,7 +5,7 @@ persistent one (or an outage that outlasts the retries) ends the run ``failed``
 with a reason that names the cause.
 
 The stores here raise the core's own errors, as the Django adapters translate their
-drivers' (tests/test_faults_django.py shows that translation on real services).
+drivers' (tests/store/test_faults_django.py shows that translation on real services).
 """
 
 from __future__ import annotations

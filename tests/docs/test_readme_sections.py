@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from .docs.pages import blocks, section
+from .pages import blocks, section
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def first_python_block(page: str, heading: str) -> str:

@@ -48,7 +48,7 @@ def model() -> FakeLLMClient:
     return FakeLLMClient(scripted)
 
 
-SITE = {"LLM_CLIENT": "tests.test_recovery.model", "TOOLS": ["tests.test_recovery.weigh"], "API_RATE": None,
+SITE = {"LLM_CLIENT": "tests.site.test_recovery.model", "TOOLS": ["tests.site.test_recovery.weigh"], "API_RATE": None,
         "ADOPT": True}
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from .install.checkout import copy_checkout
-from .install.uvenv import run_uv
+from .checkout import copy_checkout
+from .uvenv import run_uv
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
@@ -80,7 +80,7 @@ def test_the_docs_say_what_each_leg_is():
     are noxfile.py's legs."""
     from noxfile import LEGS
 
-    from .docs.pages import section
+    from ..docs.pages import section
 
     rows = [line.split(" | ") for line in section("docs/development.md", "The matrix").splitlines()
             if line.startswith("| `django")]

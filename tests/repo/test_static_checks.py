@@ -9,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.static
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 

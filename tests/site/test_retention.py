@@ -24,8 +24,8 @@ from aaa_django.site.engines import build_engine
 from aaa_django.site.retention import Policy, apply_retention, retain, sweep_orphans
 from aaa_django.store import DjangoEventStore
 from aaa_django.tools import ToolHandler, ToolRegistry, tool
+from tests.management.test_progress import Terminal, last_line
 from tests.runtime import algos as engine_algos  # noqa: F401  (registers tests.parent)
-from tests.test_progress import Terminal, last_line
 
 # transaction=True: the engine on PostgreSQL (PgEventStore) writes on connections of its
 # own, outside a test transaction (its rows would outlive the test)

@@ -136,7 +136,7 @@ def test_each_check_id_is_issued_by_one_module_and_named_in_the_settings_referen
     import re
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     issued: dict[str, set[str]] = {}
     for path in (root / "aaa_django").rglob("*.py"):
         for found in re.finditer(r'id="(aaa\.[EW]\d{3})"', path.read_text()):
@@ -154,5 +154,5 @@ def test_each_check_id_is_issued_by_one_module_and_named_in_the_settings_referen
 def test_every_key_of_the_settings_has_a_row_in_the_settings_reference():
     from pathlib import Path
 
-    reference = (Path(__file__).resolve().parents[1] / "docs" / "settings.md").read_text()
+    reference = (Path(__file__).resolve().parents[2] / "docs" / "settings.md").read_text()
     assert [key for key in DEFAULTS if f"| `{key}` |" not in reference] == []

@@ -25,10 +25,10 @@ import pytest
 
 from tests.field.services import free_port
 
-from .docs.pages import blocks, section
-from .test_site import manage
+from ..project.test_site import manage
+from .pages import blocks, section
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_variable_the_example_site_reads_is_in_the_settings_table():

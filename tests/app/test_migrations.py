@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.db import connections
 from django.db.migrations import RunSQL as migrations_RunSQL
 
-from .test_site import manage
+from ..project.test_site import manage
 
 pytestmark = pytest.mark.django_db(databases="__all__")
 

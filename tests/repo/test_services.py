@@ -61,7 +61,7 @@ def test_plain_pytest_without_services_skips_what_needs_them_and_ci_fails(env, e
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     clean = {k: v for k, v in os.environ.items()
              if not k.startswith(("AAA_", "DJANGO_", "PYTEST_")) and k != "CI"}
     result = subprocess.run(

@@ -21,7 +21,7 @@ from aaa_django.store import DjangoEventStore, wakeups
 from aaa_django.store.groupcommit import GroupCommit
 from aaa_django.store.postgres import PgEventStore
 
-from .api.conftest import wait_until
+from ..api.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["postgres"])
 

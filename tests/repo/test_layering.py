@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.static
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "aaa_django"
 CORE = ("events", "data", "runtime", "llm", "tools", "validate", "algos")
 FORBIDDEN = ("django", "celery", "ninja", "boto3", "botocore", "redis", "storages", "kombu", "psycopg")
