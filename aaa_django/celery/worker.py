@@ -13,15 +13,16 @@ group commit); elsewhere the store's statements run on a few threads of the proc
 (:class:`~aaa_django.store.offload.OnThreads`). Either way the loop goes on while a
 commit waits.
 
-A delivery is the engine's step (``engine.handle``) split as the bus protocol allows:
-the run's step (see :meth:`DistributedBus.serial`): bring this worker's view of the
-run up to date (from the message when it carries the event that follows the view,
-from this process's own tail for a local delivery, else one read), then the engine's
-reaction and the algorithm's step (``engine.react``), whose appends are guarded by
-the head of that view and which runs again when the log moved on; after it, the
-handlers (``engine.dispatch``). Around it: the run's busy lease for a call that runs
-longer than ``SLOW_DELIVERY`` (tool work) or ``SLOW_CALL`` (a model call; see
-:func:`_lease_after`): the sweeper leaves the run alone; a dead worker's lease
+A delivery is the engine's own (:meth:`Engine.handle <aaa_django.runtime.Engine.handle>`)
+of the stored event the message names (:class:`~aaa_django.runtime.Stored`), with the
+worker's hooks: the event read from this worker's view of the run, which the message
+brings up to date when it carries the event that follows the view (or this process's
+own tail, for a local delivery), else with one read; the run's step (serialised by
+:meth:`DistributedBus.serial`, its appends guarded by the head of that view, run
+again when the log moved on); then the handlers, only while this process holds the
+run, a model or tool call handed off as it starts. Around it: the run's busy lease
+for a call that runs longer than ``SLOW_DELIVERY`` (tool work) or ``SLOW_CALL`` (a
+model call; see :func:`_lease_after`): the sweeper leaves the run alone; a dead worker's lease
 expires and the sweeper re-drives the run; cancelling tool work when the run
 ends in another worker, re-enqueueing what an interrupted earlier delivery of the
 same event may have left unenqueued, and the run's deadline or an approval's expiry
@@ -53,7 +54,7 @@ import aaa_django.algos  # noqa: F401  (registers the built-in algorithms)
 from aaa_django.conf import aaa_settings
 from aaa_django.events import Event
 from aaa_django.events.tail import Tail, TailCachedStore
-from aaa_django.runtime import Engine
+from aaa_django.runtime import Engine, Stored
 from aaa_django.runtime.event_types import (
     APPROVAL_DECISIONS,
     APPROVAL_REQUESTED,
@@ -603,16 +604,19 @@ async def deliver_event(engine: Engine, stream: str, seq: int, event_id: str, *,
         log.info("run %s: seq %s not delivered here: another process adopted the run while this one stood "
                  "down", stream, seq)
         return "not held"
+
+    def synced() -> bool:
+        # (asked by the engine in the delivery's scope, before it reads the event)
+        if event is not None and engine.tail.holds(event):
+            return True
+        # A first delivery whose message carries the event that follows this worker's
+        # cached view of the run: the view is current without a query. Not after a
+        # redelivery: the view may be old, and handlers would redo answered work.
+        return not redelivered and wire is not None and _accept(engine.tail, stream, seq, event_id, wire)
+
     try:
-        with engine.tail.delivery():
-            if event is not None and engine.tail.holds(event):
-                return await _deliver(engine, stream, seq, event_id, redelivered, True, handed, leases)
-            # A first delivery whose message carries the event that follows this
-            # worker's cached view of the run: the view is current without a query. Not
-            # after a redelivery: the view may be old, and handlers would redo answered
-            # work.
-            synced = not redelivered and wire is not None and _accept(engine.tail, stream, seq, event_id, wire)
-            return await _deliver(engine, stream, seq, event_id, redelivered, synced, handed, leases)
+        with engine.tail.delivery():  # (what follows the step reads the run from the tail)
+            return await _deliver(engine, Stored(stream, seq, event_id), redelivered, synced, handed, leases)
     finally:
         engine.delivered(stream)
 
@@ -622,7 +626,7 @@ async def _hold(keeper: RunKeeper, stream: str, *, local: bool) -> bool:
     delivery by message takes it from whoever holds it: it is this process's work
     now). False for a local delivery of a run another process adopted while this one
     stood down: not this process's to deliver. (Whether its handlers may call out is
-    asked again after the step: :func:`_step`.)"""
+    asked again after the step: :func:`_deliver`.)"""
     if stream in keeper.fenced:
         if local:
             return False
@@ -655,9 +659,14 @@ def _accept(tail: Tail, stream: str, seq: int, event_id: str, wire: str) -> bool
     return tail.accept(event, prev, earlier)
 
 
-async def _deliver(engine: Engine, stream: str, seq: int, event_id: str, redelivered: bool, synced: bool,
+async def _deliver(engine: Engine, stored: Stored, redelivered: bool, synced: Callable[[], bool],
                    handed: asyncio.Future | None, leases: Leases) -> str:
+    """The engine's delivery of ``stored`` (:meth:`Engine.handle`), with the worker's
+    hooks: ``loaded`` tells the slow-delivery guard which event it guards; after the
+    step, the handlers run only while this process holds the run, and a model or tool
+    call is handed off (``calling``) before they start."""
     bus = cluster_bus(engine)
+    stream = stored.stream
     loop = asyncio.get_running_loop()
     loaded: asyncio.Future = loop.create_future()
     finished: asyncio.Future = loop.create_future()
@@ -676,67 +685,40 @@ async def _deliver(engine: Engine, stream: str, seq: int, event_id: str, redeliv
         if not guard:
             timers[0] = loop.call_later(_lease_after(event, time.time()), start_guard)
 
+    def dispatching(event: Event) -> bool:
+        if not bus.holds(stream):
+            # stood down (or the run was taken) since the delivery began: no call
+            log.info("run %s: the handlers of seq %s not run here: this process no longer holds the run",
+                     stream, stored.seq)
+            return False
+        if event.type in HANDED_OFF:
+            calling(event)
+        return True
+
     with bus.recording() as published:
         # Most steps end well before SLOW_STEP, most calls before SLOW_DELIVERY: a
         # timer starts the guard of the others, no task and no wait for the quick ones.
         timers = [loop.call_later(SLOW_STEP, start_guard)]
         try:
-            with engine.delivering(stream):  # the step and the handlers read RUNMETA once
-                event = await _step(engine, stream, seq, event_id, loaded, synced, calling)
+            event = await engine.handle(stored, synced=synced, loaded=loaded.set_result, dispatching=dispatching)
         finally:
             timers[0].cancel()
+            if not loaded.done():  # (the delivery ended before its read: a cancellation)
+                loaded.set_result(None)
             if not finished.done():
                 finished.set_result(None)
             for g in guard:
                 await g
         if event is None:
             return "missing"  # erased (or erased and written again): nothing to do
+        # The step's read brought the tail's view of the run up to date, in the engine's
+        # delivery scope, now closed: in this one, too, the run is read from the tail.
+        engine.tail.holds(event)
         if event.type in TIMED:  # a due time already past (an expiry of 0 s): at once
             await engine.fire_due(stream)
         if redelivered:
             await _republish_caused(engine, event, published)
     return "delivered"
-
-
-async def _step(engine: Engine, stream: str, seq: int, event_id: str, loaded: asyncio.Future,
-                synced: bool = False, calling: Callable[[Event], None] | None = None) -> Event | None:
-    """``engine.handle`` for the event at ``seq``: the event, from the tail (the message
-    carried it: ``synced``) or one read that brings this worker's view of the run up
-    to date, which the step needs anyway; then the run's step (:meth:`Engine.step`:
-    guarded by that view, tried again when the log moved on) and the handlers
-    (``calling()`` first when they make a model or tool call: :data:`HANDED_OFF`)."""
-    async with engine.turns.turn():  # (aaa_django.runtime.turns: the oldest work first)
-        try:
-            if not synced:
-                engine.tail.stale(stream)
-            found = await engine.store.read(stream, after=seq - 1, limit=1)
-            if synced and not (found and found[0].id == event_id):
-                # The view this delivery was told is current lacks its own event: never
-                # take that for an erased one (its run would wait for the sweeper). Ask.
-                # (A bug of the tail's if it happens: said, so that it is seen.)
-                log.warning("run %s: the view of the run held for the delivery of seq %s (%s) "
-                            "lacked it; reading the run again", stream, seq, event_id)
-                engine.tail.stale(stream)
-                found = await engine.store.read(stream, after=seq - 1, limit=1)
-            event = found[0] if found and found[0].id == event_id else None
-            loaded.set_result(event)
-            if event is None:
-                return None
-            event = await engine.hydrate(event)
-        finally:
-            if not loaded.done():
-                loaded.set_result(None)
-        with engine.observing(event):  # log lines carry the event; observers watch it
-            await engine.step(event, synced=True)
-            if not cluster_bus(engine).holds(stream):
-                # stood down (or the run was taken) since the delivery began: no call
-                log.info("run %s: the handlers of seq %s not run here: this process no longer holds the run",
-                         stream, seq)
-                return event
-            if calling is not None and event.type in HANDED_OFF:
-                calling(event)
-            await engine.dispatch(event)
-        return event
 
 
 def _lease_after(event: Event, now: float) -> float:

@@ -77,7 +77,7 @@ from .children import Children
 from .commands import Commands
 from .ctx import _budget, _plain, absolute_deadline
 from .delivery import Deliveries
-from .engine_api import ChecksStart, Handler, ServesTools
+from .engine_api import ChecksStart, Handler, ServesTools, Stored
 from .event_types import RUN_COMPLETED, RUN_STARTED, completion_id, started_id
 from .logcontext import delivering
 from .meta import RunMeta
@@ -273,9 +273,8 @@ class Engine:
         return observer
 
     def observing(self, event: Event) -> contextlib.AbstractContextManager[None]:
-        """Around one event's delivery (the run's step and the handlers; a bus that
-        splits the delivery wraps both): log records carry the event
-        (:mod:`~aaa_django.runtime.logcontext`), the observers watch it."""
+        """Around one event's delivery (the run's step and the handlers): log records
+        carry the event (:mod:`~aaa_django.runtime.logcontext`), the observers watch it."""
         if not self.observers:
             return delivering(event)
         return self._observed(event)
@@ -459,8 +458,7 @@ class Engine:
 
     def delivering(self, run_id: str) -> contextlib.AbstractContextManager[None]:
         """Within: a delivery to run ``run_id`` (see :meth:`meta`). The engine's
-        :meth:`handle` is one; a bus that splits it (the Celery worker) opens it around
-        its parts."""
+        :meth:`handle` is one; an answer's step on a result before its append is another."""
         return self._deliveries.scope(run_id)
 
     async def project(self, projection: Projection[S], run_id: str) -> S:
@@ -629,14 +627,26 @@ class Engine:
 
     # -- the step function (:mod:`aaa_django.runtime.steps`) ----------------------------
 
-    async def handle(self, event: Event) -> None:
-        """React to one appended event: the engine, the run's algorithm, the handlers.
+    async def handle(self, event: Event | Stored, *, synced: Callable[[], bool] | None = None,
+                     loaded: Callable[[Event | None], None] | None = None,
+                     dispatching: Callable[[Event], bool] | None = None) -> Event | None:
+        """React to one appended event: the engine, the run's algorithm, the handlers
+        (:mod:`~aaa_django.runtime.steps`); returns the event delivered (hydrated), or
+        None when the log no longer holds a stored event (erased) or the engine is closed.
+
+        ``event``: the event itself (the in-process bus), or the stored event a
+        message names (:class:`Stored`: the Celery worker), which is read first. For
+        a stored event, ``synced()`` is asked in the delivery's scope before the read
+        (True: the caller brought the tail's view of the run up to date, the read is
+        served from memory), and ``loaded(event)`` is told what the read found (None
+        too, and on errors). ``dispatching(event)``: asked after the step, before the
+        handlers; False, they are not run here.
 
         Idempotent: delivering an event again (or an older one) writes nothing new.
         Raises what a store or a handler raised (see the module docstring): the bus
         delivers again or gives up (:meth:`fail`).
         """
-        await self._steps.handle(event)
+        return await self._steps.handle(event, synced=synced, loaded=loaded, dispatching=dispatching)
 
     def waiting(self) -> AsyncContextManager[None]:
         """``async with engine.waiting():`` around a handler's wait on something

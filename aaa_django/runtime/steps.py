@@ -5,15 +5,19 @@ a bus calls for every appended event, in whatever process takes it, in a turn of
 own (:mod:`~aaa_django.runtime.turns`) and within one delivery
 (:mod:`~aaa_django.runtime.delivery`):
 
-1. the event hydrated (claim-checked payloads come back from the blob store);
+1. the event hydrated (claim-checked payloads come back from the blob store); a bus
+   whose messages name a stored event (:class:`~.engine_api.Stored`: the Celery bus)
+   has it read first, from the tail when the message brought the tail's view of the
+   run up to date (``synced``), else with one read that brings it up to date;
 2. the run's step (:meth:`Steps.step`), under the bus's serialisation of the run and
    guarded by the head of the log it read (tried again when the log moved on): the
    engine's own reaction decided from ``RUNMETA`` (limits, a run's end and what it
    means to its parent and children, starting a child), then the run's algorithm
    step, rebuilt from ``aaa.run.started`` through the registry, whose output is
    checked and appended (a step over a call budget ends the run instead);
-3. the handlers subscribed to the event's type, concurrently (:meth:`Steps.dispatch`);
-   after a run's end, what this process kept of the run goes.
+3. the handlers subscribed to the event's type, concurrently (:meth:`Steps.dispatch`),
+   unless the bus's ``dispatching(event)`` says they do not run here (a worker that no
+   longer holds the run); after a run's end, what this process kept of the run goes.
 
 What fails there is not the run's doing unless the algorithm raised (its run ends
 ``failed``): a store's or a handler's error propagates out of ``handle``, and the bus
@@ -27,7 +31,7 @@ import contextlib
 import json
 import logging
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 from aaa_django.data import is_claimed
 from aaa_django.events import ConcurrencyError, Event, InfrastructureError, check_event
@@ -35,7 +39,7 @@ from aaa_django.events import ConcurrencyError, Event, InfrastructureError, chec
 from . import bounded, limits, registry
 from . import conversation as talk
 from .ctx import Ctx
-from .engine_api import Handler
+from .engine_api import Handler, Stored
 from .event_types import (
     ATTEMPT_RECORDS,
     CHILD_REQUESTED,
@@ -63,30 +67,88 @@ class Steps:
     def __init__(self, engine: Facade) -> None:
         self.engine = engine
 
-    async def handle(self, event: Event) -> None:
-        """React to one appended event: the engine, the run's algorithm, the handlers
-        (see :meth:`Engine.handle <aaa_django.runtime.Engine.handle>`)."""
+    async def handle(self, event: Event | Stored, *, synced: Callable[[], bool] | None = None,
+                     loaded: Callable[[Event | None], None] | None = None,
+                     dispatching: Callable[[Event], bool] | None = None) -> Event | None:
+        """React to one appended event, or to the stored event a message names: the
+        engine, the run's algorithm, the handlers (see :meth:`Engine.handle
+        <aaa_django.runtime.Engine.handle>`); returns the event delivered, None when the
+        log no longer holds it."""
         engine = self.engine
+        if isinstance(event, Stored):
+            return await self._handle_stored(event, synced, loaded, dispatching)
         if engine._closed:
-            return
+            return None
         if event.id in engine._stepped and not engine._handlers.get(event.type):
             # A result ``answer`` stepped on, and no handler of its own: delivered.
             del engine._stepped[event.id]
             engine.delivered(event.stream)
-            return
+            return event
         try:
             async with engine.turns.turn():
                 with engine.tail.delivery(), engine.observing(event), engine.delivering(event.stream):
                     # An event this engine appended (or read) is in its tail: the run's
                     # view is current without a read (the step's guard catches another
                     # process's write).
-                    synced = engine.tail.holds(event)
+                    current = engine.tail.holds(event)
                     if is_claimed(event.data):
                         event = await engine.hydrate(event)
-                    await engine.step(event, synced=synced)
-                    await engine.dispatch(event)
+                    await self._step_and_dispatch(event, current, dispatching)
+                    return event
         finally:
             engine.delivered(event.stream)
+
+    async def _handle_stored(self, stored: Stored, synced: Callable[[], bool] | None,
+                             loaded: Callable[[Event | None], None] | None,
+                             dispatching: Callable[[Event], bool] | None) -> Event | None:
+        engine = self.engine
+        try:
+            async with engine.turns.turn():
+                with engine.tail.delivery(), engine.delivering(stored.stream):
+                    event = await self._load(stored, bool(synced and synced()), loaded)
+                    if event is None:
+                        return None  # erased (or erased and written again): nothing to do
+                    event = await engine.hydrate(event)
+                    with engine.observing(event):  # log lines carry the event; observers watch it
+                        # The read brought this process's view of the run up to date.
+                        await self._step_and_dispatch(event, True, dispatching)
+                    return event
+        finally:
+            engine.delivered(stored.stream)
+
+    async def _load(self, stored: Stored, synced: bool,
+                    loaded: Callable[[Event | None], None] | None) -> Event | None:
+        """The event ``stored`` names: from the tail when the view is ``synced``, else
+        with one read that brings this process's view of the run up to date, which the
+        step needs anyway; None when the log no longer holds it. ``loaded`` is told
+        either way, also when the read fails."""
+        tail, stream, seq = self.engine.tail, stored.stream, stored.seq
+        event = None
+        try:
+            if not synced:
+                tail.stale(stream)
+            found = await self.engine.store.read(stream, after=seq - 1, limit=1)
+            if synced and not (found and found[0].id == stored.id):
+                # The view this delivery was told is current lacks its own event: never
+                # take that for an erased one (its run would wait for a re-drive). Ask.
+                # (A bug of the tail's if it happens: said, so that it is seen.)
+                log.warning("run %s: the view of the run held for the delivery of seq %s (%s) "
+                            "lacked it; reading the run again", stream, seq, stored.id)
+                tail.stale(stream)
+                found = await self.engine.store.read(stream, after=seq - 1, limit=1)
+            event = found[0] if found and found[0].id == stored.id else None
+        finally:
+            if loaded is not None:
+                loaded(event)
+        return event
+
+    async def _step_and_dispatch(self, event: Event, synced: bool,
+                                 dispatching: Callable[[Event], bool] | None) -> None:
+        engine = self.engine
+        await engine.step(event, synced=synced)
+        if dispatching is not None and not dispatching(event):
+            return  # the caller keeps the handlers from running here
+        await engine.dispatch(event)
 
     async def step(self, event: Event, *, synced: bool = False) -> None:
         """The run's step for ``event`` (:meth:`react`), guarded by the head of the view

@@ -252,7 +252,7 @@ def test_a_delivery_whose_current_view_lacks_its_own_event_asks_before_calling_i
     finally:
         del engine.store.read
     assert blinks == [1]
-    # said in the worker's log: a view that lacks its own event is a bug of the tail's
+    # said in the log: a view that lacks its own event is a bug of the tail's
     assert any("lacked it; reading the run again" in r.getMessage() and r.levelname == "WARNING"
                for r in caplog.records)
 
