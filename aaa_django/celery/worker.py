@@ -22,13 +22,15 @@ own tail, for a local delivery), else with one read; the run's step (serialised 
 again when the log moved on); then the handlers, only while this process holds the
 run, a model or tool call handed off as it starts. Around it: the run's busy lease
 for a call that runs longer than ``SLOW_DELIVERY`` (tool work) or ``SLOW_CALL`` (a
-model call; see :func:`_lease_after`): the sweeper leaves the run alone; a dead worker's lease
-expires and the sweeper re-drives the run; cancelling tool work when the run
-ends in another worker, re-enqueueing what an interrupted earlier delivery of the
-same event may have left unenqueued, and the run's deadline or an approval's expiry
-already due when its event is delivered fired at once (later ones are the duty's,
-:mod:`aaa_django.celery.duty`: no message waits for a timer). See :mod:`aaa_django.celery.bus` for
-the bus itself.
+model call), held by a guard (:mod:`aaa_django.celery.slow`): the sweeper leaves the
+run alone; a dead worker's lease expires and the sweeper re-drives the run; tool work
+is cancelled when the run ends in another worker. After it: re-enqueueing what an
+interrupted earlier delivery of the same event may have left unenqueued, and the
+run's deadline or an approval's expiry already due when its event is delivered fired
+at once (later ones are the duty's, :mod:`aaa_django.celery.duty`: no message waits
+for a timer). A delivery that fails is tried again or given up on
+(:mod:`aaa_django.celery.failures`). See :mod:`aaa_django.celery.bus` for the bus
+itself.
 """
 
 from __future__ import annotations
@@ -59,25 +61,23 @@ from aaa_django.runtime.event_types import (
     APPROVAL_DECISIONS,
     APPROVAL_REQUESTED,
     LLM_REQUESTED,
-    RUN_COMPLETED,
     RUN_STARTED,
     TOOL_REQUESTED,
 )
-from aaa_django.runtime.retry import Redelivery, transient
+from aaa_django.runtime.retry import transient
 from aaa_django.runtime.turns import for_delivery
 from aaa_django.site.engines import attach_site_handlers, build_engine
 from aaa_django.site.holding import RunKeeper
-from aaa_django.store.faults import translate
 from aaa_django.store.offload import OnThreads
 from aaa_django.tools.handler import ToolHandler
 
 from .bus import DistributedBus, coordinator, open_store, queue_for
 from .coordination import SharedPool
+from .failures import REDELIVERY, fault_of, give_up
+from .slow import SLOW_STEP, Leases, guard_slow, lease_after
 
 log = logging.getLogger("aaa_django.bus")
 
-#: deliveries that may run a tool: they listen for their run's end
-TOOL_WORK = frozenset({TOOL_REQUESTED, *APPROVAL_DECISIONS})
 #: events that set a timer (a deadline, an approval's expiry)
 TIMED = frozenset({RUN_STARTED, APPROVAL_REQUESTED})
 #: events whose handlers wait (a model call, a tool call), and a run's start (its input's
@@ -90,51 +90,6 @@ TIMED = frozenset({RUN_STARTED, APPROVAL_REQUESTED})
 #: each pool slot one validation's commit at a time, 200 runs started at once 0.5-0.6 s
 #: on -c 2; benchmarks/bench_concurrency.py --lags.)
 HANDED_OFF = frozenset({RUN_STARTED, LLM_REQUESTED, TOOL_REQUESTED, *APPROVAL_DECISIONS})
-#: tool work still running after this many seconds takes its run's busy lease and
-#: starts listening for its run's end (a cancelled run's tool call is cancelled at once);
-#: quicker ones never touch Redis for it
-SLOW_DELIVERY = 0.05
-#: a model call (or a start's validation) still running after this many seconds takes
-#: its run's busy lease, or sooner: by a quarter of ``STALL_AFTER`` after its request was
-#: written (:func:`_lease_after`). Nothing listens for the run's end there, and the
-#: sweeper needs the lease only once the run's newest event is ``STALL_AFTER`` old; a
-#: call that answers within this never touches Redis for it. Taking and releasing a
-#: lease after 50 ms, for every call, cost a tenth of the workers' CPU on
-#: bench_concurrency's Celery row (200 x 3 x 1 s, alternating runs: 2.9-3.0 s -> 2.6 s,
-#: 60 -> 50 KB a run; 1 s here was not enough: a 1 s call outlives a 1 s timer
-#: started before it)
-SLOW_CALL = 5.0
-#: a run's step (no call) takes the lease after this many seconds (a step is quick; the
-#: sweeper leaves a run alone for STALL_AFTER after its newest event anyway)
-SLOW_STEP = 1.0
-
-
-class Leases:
-    """The busy leases a process's deliveries hold (their guards, :func:`_guard_slow`),
-    and the moment to give them up: a worker that shuts down with calls still in flight
-    (:meth:`WorkerRuntime.drain`) frees their runs at once, so the sweeper re-drives them
-    without waiting for the leases to expire (``LEASE_TTL``). Used on the loop only."""
-
-    def __init__(self) -> None:
-        #: set when the holder gives its leases up: a guard then releases its lease
-        self.given_up = asyncio.Event()
-        #: the guards now running (each holds, or is taking, one run's lease)
-        self.guards: set[asyncio.Task] = set()
-
-    def guard(self, coro: Any) -> asyncio.Task:
-        task = asyncio.ensure_future(coro)
-        self.guards.add(task)
-        task.add_done_callback(self.guards.discard)
-        return task
-
-    async def give_up(self, timeout: float = 5) -> int:
-        """Release every lease held (the calls go on); returns how many guards were
-        running. Waits (up to ``timeout``) until Redis has them back."""
-        self.given_up.set()
-        guards = set(self.guards)
-        if guards:
-            await asyncio.wait(guards, timeout=timeout)
-        return len(guards)
 
 
 @dataclass(frozen=True)
@@ -673,7 +628,7 @@ async def _deliver(engine: Engine, stored: Stored, redelivered: bool, synced: Ca
     guard: list[asyncio.Future] = []
 
     def start_guard() -> None:
-        guard.append(leases.guard(_guard_slow(engine, stream, loaded, finished, leases.given_up)))
+        guard.append(leases.guard(guard_slow(engine, bus.coordination(), stream, loaded, finished, leases.given_up)))
 
     def calling(event: Event) -> None:
         # The step is done and a model or tool call starts: hand it off, and hold the
@@ -683,7 +638,7 @@ async def _deliver(engine: Engine, stored: Stored, redelivered: bool, synced: Ca
             handed.set_result(None)
         timers[0].cancel()
         if not guard:
-            timers[0] = loop.call_later(_lease_after(event, time.time()), start_guard)
+            timers[0] = loop.call_later(lease_after(event, time.time()), start_guard)
 
     def dispatching(event: Event) -> bool:
         if not bus.holds(stream):
@@ -721,65 +676,6 @@ async def _deliver(engine: Engine, stored: Stored, redelivered: bool, synced: Ca
     return "delivered"
 
 
-def _lease_after(event: Event, now: float) -> float:
-    """Seconds after its call starts that a delivery of ``event`` takes its run's busy
-    lease: tool work after SLOW_DELIVERY; a model call after SLOW_CALL, or sooner so
-    that it holds the lease by a quarter of ``STALL_AFTER`` after the request was
-    written (a delivery that started late, behind a backlog), never sooner than
-    SLOW_DELIVERY. The sweeper counts a run's idle time from its newest event, which is
-    no older than the request: the lease is always there before the run could look
-    stalled."""
-    if event.type in TOOL_WORK:
-        return SLOW_DELIVERY
-    by = event.time.timestamp() + float(aaa_settings()["STALL_AFTER"]) / 4 - now
-    return max(SLOW_DELIVERY, min(SLOW_CALL, by))
-
-
-async def _guard_slow(engine: Engine, stream: str, loaded: asyncio.Future, work: asyncio.Future,
-                      given_up: asyncio.Event) -> None:
-    """A long delivery: hold a busy lease (the sweeper leaves the run alone) and, for
-    tool work, cancel it when the run ends in another worker. ``loaded``: the event
-    once read; ``work``: done when the delivery is; ``given_up``: set when the worker
-    shuts down with the delivery still in flight (the lease is released, the work
-    goes on until the process ends)."""
-    if given_up.is_set():
-        return
-    coord = cluster_bus(engine).coordination()
-    watcher = None
-    release = asyncio.ensure_future(given_up.wait())
-    try:
-        async with coord.busy(stream):
-            await asyncio.wait({loaded, work, release}, return_when=asyncio.FIRST_COMPLETED)
-            event = loaded.result() if loaded.done() else None
-            if event is not None and event.type in TOOL_WORK and not work.done() and not release.done():
-                watcher = asyncio.ensure_future(_cancel_on_end(engine, stream))
-            await asyncio.wait({work, release}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        release.cancel()
-        if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
-
-
-async def _cancel_on_end(engine: Engine, run_id: str) -> None:
-    stale = engine.tail.stale
-
-    async def ended() -> bool:
-        stale(run_id)  # this delivery's cached view of the run would not see the end
-        return (await engine.meta(run_id, fresh=True)).completed
-
-    await cluster_bus(engine).coordination().wait_ended(run_id, ended)
-    stale(run_id)
-    meta = await engine.meta(run_id, fresh=True)
-    if not meta.completed:
-        return
-    found = await engine.store.read(run_id, after=(meta.completion_seq or 1) - 1, limit=1)
-    if found and found[0].type == RUN_COMPLETED:
-        # The handlers' reaction to the end (ToolHandler cancels this run's calls).
-        await engine.dispatch(await engine.hydrate(found[0]))
-
-
 async def _republish_caused(engine: Engine, event: Event, published: set[str]) -> None:
     """After a redelivery: events this one caused that are stored but were appended by
     the earlier, interrupted delivery may never have been enqueued (it died between
@@ -787,29 +683,3 @@ async def _republish_caused(engine: Engine, event: Event, published: set[str]) -
     caused = [e for e in await engine.read_after(event) if e.causation == event.id and e.id not in published]
     if caused:
         await engine.bus.publish(caused)
-
-
-#: when an event whose delivery failed transiently is delivered again (by Celery's
-#: retry of its task, or on the worker's loop once the task has handed it off)
-REDELIVERY = Redelivery()
-
-
-def fault_of(exc: BaseException) -> BaseException:
-    """``exc`` as the core classifies it: a driver's error that no store boundary
-    translated (Redis under a run's lock, the broker under a send) translated here."""
-    return translate(exc) or exc
-
-
-async def give_up(engine: Any, stream: str, seq: int, event_id: str, exc: BaseException,
-                  attempts: int) -> bool:
-    """End the run ``failed``, naming the cause, because delivering its event at
-    ``seq`` failed for good (:meth:`Engine.fail <aaa_django.runtime.Engine.fail>`).
-    True if this ended it. A store that is down too leaves the run to the sweeper."""
-    try:
-        found = await engine.store.read(stream, after=seq - 1, limit=1)
-        if not found or found[0].id != event_id:
-            return False  # erased meanwhile: nothing to end
-        return await engine.fail(stream, exc, event=found[0], attempts=attempts)
-    except Exception:
-        log.exception("could not record why run %s failed", stream)
-        return False

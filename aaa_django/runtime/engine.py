@@ -14,8 +14,10 @@ constructor:
   append);
 - the limits (:mod:`~aaa_django.runtime.limits`, pure), the timers that fire due
   times (:mod:`~aaa_django.runtime.timers`), the commands people give runs (cancel,
-  approve, deny, erase: :mod:`~aaa_django.runtime.commands`) and child runs
-  (:mod:`~aaa_django.runtime.children`).
+  approve, deny, erase: :mod:`~aaa_django.runtime.commands`), child runs
+  (:mod:`~aaa_django.runtime.children`) and the reads of a run besides its
+  ``RUNMETA`` (its start, a hydrated payload, its outcome, the wait for its end:
+  :mod:`~aaa_django.runtime.reads`).
 
 What fails in a delivery is not the run's doing unless the algorithm raised (its run
 ends ``failed``): an :class:`~aaa_django.events.InfrastructureError` (a store or the
@@ -33,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict, defaultdict
-from dataclasses import replace
 from datetime import datetime
 from typing import (
     Any,
@@ -52,10 +53,7 @@ from aaa_django.data import (
     BlobStore,
     InMemoryBlobStore,
     NamespacedBlobStore,
-    hydrate,
-    is_claimed,
 )
-from aaa_django.data.errors import BlobError
 from aaa_django.events import (
     ErasesMany,
     Event,
@@ -68,8 +66,8 @@ from aaa_django.events import (
 )
 from aaa_django.events.tail import Tail, TailCachedStore
 
-from . import bounded, limits, offered, registry
 from . import conversation as talk
+from . import limits, offered, registry
 from .appends import Appends
 from .budget import Budget
 from .bus import Bus, InProcessBus, WatchesEnds
@@ -83,6 +81,7 @@ from .logcontext import delivering
 from .meta import RunMeta
 from .observe import Observer, around, check_observer
 from .outcome import FAILED, Outcome
+from .reads import Reads
 from .retry import failure
 from .run import Run
 from .steps import Steps
@@ -90,7 +89,7 @@ from .timers import Timers
 from .turns import Turns
 from .validation import ValidationHandler
 from .view import HydratedView
-from .wakeups import RELIABLE_POLL, Hub, Wakeups, poll_intervals
+from .wakeups import Hub, Wakeups
 
 #: a projection's state type
 S = TypeVar("S")
@@ -217,6 +216,7 @@ class Engine:
         self._deliveries = Deliveries(self)
         self._appends = Appends(self, answers=answers)
         self._steps = Steps(self)
+        self._reads = Reads(self)
         self._timers = Timers(self)
         self._commands = Commands(self)
         self._children = Children(self)
@@ -467,8 +467,7 @@ class Engine:
 
     async def outcome(self, run_id: str) -> Outcome | None:
         """The run's outcome if it has ended, else None."""
-        e = await self._children.completion_event(run_id)
-        return Outcome.from_dict(e.data) if e is not None else None
+        return await self._reads.outcome(run_id)
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> Outcome:
         """Wait for a run to end. The wait is a subscription to the run on
@@ -487,60 +486,15 @@ class Engine:
         nobody), reads it. While the hub hears every process's changes
         (``wakeups.reliable()``: the site's PostgreSQL listening), a poll is only a
         safety net, at least ``RELIABLE_POLL`` apart."""
-        if self._watch_ends is not None:
-            self._watch_ends()
-        # (ends_only: on PostgreSQL, the run's appends before its end wake no read)
-        sub = self.wakeups.subscribe(run_id, asyncio.get_running_loop(), ends_only=True)
-
-        # A run whose log this engine holds, and whose end it has not appended, is one
-        # it is driving: its end wakes the wait, so the first look reads nothing (a
-        # read racing the run's own appends, on a store of one writer, delays them).
-        driving = run_id not in self._completions and self.tail.held(run_id) is not None
-
-        async def loop() -> Outcome:
-            first = driving
-            for interval in poll_intervals(self.poll_interval):
-                sub.clear()  # (before the read: what moves the run after it wakes us)
-                if first:  # (the first poll then comes after poll_interval, whatever the hub)
-                    first = False
-                else:
-                    outcome = await self.outcome(run_id)
-                    if outcome is not None:
-                        return outcome
-                    if self.wakeups.reliable():
-                        interval = max(interval, RELIABLE_POLL)
-                await sub.until(interval)
-            raise AssertionError("unreachable")  # (poll_intervals never ends)
-
-        try:
-            return await asyncio.wait_for(loop(), timeout)
-        finally:
-            sub.close()
+        return await self._reads.wait(run_id, timeout=timeout)
 
     async def started(self, run_id: str) -> Event | None:
         """The run's hydrated ``aaa.run.started`` (immutable, so cached)."""
-        e = self._started.get(run_id)
-        if e is None:
-            first = await self.store.read(run_id, limit=1)
-            if not first or first[0].type != RUN_STARTED:
-                return None
-            e = await self.hydrate(first[0])
-            bounded.keep(self._started, run_id, e, bounded.STARTED_KEPT)
-        return e
+        return await self._reads.started(run_id)
 
     async def hydrate(self, event: Event) -> Event:
         """The event with its claim-checked payload restored (a no-op for others)."""
-        if not is_claimed(event.data):
-            return event
-        cached = self._hydrated.get(event.id)
-        if cached is not None and cached.seq == event.seq:
-            return cached
-        if self.blobs is None or not event.blobs:
-            raise BlobError(f"event {event.id} is claim-checked but the engine has no blob store")
-        data = await self._blob_call(hydrate, event.data, event.blobs[-1], store=self.blobs)
-        full = replace(event, data=data)
-        bounded.keep(self._hydrated, event.id, full, bounded.HYDRATED_KEPT)
-        return full
+        return await self._reads.hydrate(event)
 
     async def read_after(self, event: Event) -> list[Event]:
         """The (raw) events of the event's stream after it."""
@@ -552,19 +506,7 @@ class Engine:
         Reads page by page and stops once all are found: a result usually follows its
         request closely, so checking "answered already?" stays cheap in a long log.
         """
-        want = set(ids)
-        found: dict[str, Event] = {}
-        after = event.seq or 0
-        while want:
-            batch = await self.store.read(event.stream, after=after, limit=page)
-            for e in batch:
-                if e.id in want:
-                    found[e.id] = e
-                    want.discard(e.id)
-            if len(batch) < page:
-                break
-            after = batch[-1].seq or after + len(batch)
-        return found
+        return await self._reads.find_after(event, ids, page=page)
 
     async def over(self, event: Event) -> bool:
         """Whether the event's run has ended or a limit will end it: handlers do no new

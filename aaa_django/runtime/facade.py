@@ -2,8 +2,8 @@
 
 The engine (:class:`~aaa_django.runtime.Engine`) is a facade over parts that each own
 one concern (:mod:`~.steps`, :mod:`~.appends`, :mod:`~.delivery`, :mod:`~.timers`,
-:mod:`~.commands`, :mod:`~.children`); each part is given the engine. They depend
-on this interface, not on :mod:`aaa_django.runtime.engine`, which builds them (so
+:mod:`~.commands`, :mod:`~.children`, :mod:`~.reads`); each part is given the
+engine. They depend on this interface, not on :mod:`aaa_django.runtime.engine`, which builds them (so
 the runtime has no import cycle): the engine's public interface
 (:class:`~.engine_api.EngineAPI`), what it is wired with, the per-run memories it
 keeps (:mod:`~.bounded`), and the few operations one part asks of another.
@@ -52,6 +52,8 @@ class ChildrenPart(Protocol):
 
     async def start(self, event: Event, meta: RunMeta) -> None: ...
 
+    async def completion_event(self, run_id: str) -> Event | None: ...
+
 
 class Facade(EngineAPI, Protocol):
     """What the engine's parts use of it (see the module docstring)."""
@@ -79,6 +81,8 @@ class Facade(EngineAPI, Protocol):
     _namespaced: bool
     _namespaces: NamespacedBlobStore | None
     _erase_many: Callable[[Sequence[str]], Awaitable[int]] | None
+    #: the bus's ``watch_ends`` (``WatchesEnds``), or None
+    _watch_ends: Callable[[], None] | None
 
     @property
     def _deliveries(self) -> Deliveries: ...
