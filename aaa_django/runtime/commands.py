@@ -3,9 +3,12 @@
 Cancel a run, grant or deny a pending approval, erase runs that have ended. Each is
 recorded as an event with a deterministic id (a run's one ``aaa.cancel.requested``,
 an approval's one decision), so asking twice records once; what the run does about
-it is its step's to decide, from ``RUNMETA``, like anything else in its log. The
+it is its step's to decide, from ``RUNMETA``, like anything else in its log. And
+adopt unfinished runs (``resume``: a process that takes over another's delivers
+their events again; every reaction is idempotent, so only what was left undone is
+done). The
 engine's public methods (:meth:`Engine.cancel <aaa_django.runtime.Engine.cancel>`,
-``approve``, ``deny``, ``erase``, ``erase_runs``) are these.
+``approve``, ``deny``, ``erase``, ``erase_runs``, ``resume``) are these.
 """
 
 from __future__ import annotations
@@ -140,3 +143,28 @@ class Commands:
         for key in [k for k, e in engine._hydrated.items() if e.stream in gone]:
             del engine._hydrated[key]
         return count
+
+    async def resume(self, run_ids: Iterable[str] | None = None) -> list[str]:
+        """Adopt unfinished runs found in the store (all, or these) and drive them to
+        the end; returns the adopted run ids (see :meth:`Engine.resume
+        <aaa_django.runtime.Engine.resume>`)."""
+        engine = self.engine
+        streams = list(run_ids) if run_ids is not None else await engine.store.streams()
+        adopted = []
+        for stream in streams:
+            meta = await engine.meta(stream)
+            if not meta.started or meta.completed:
+                continue
+            adopted.append(stream)
+            if meta.due is not None:
+                engine._timers.arm(stream, meta.due)
+            await engine.bus.publish(await engine.store.read(stream))
+            for child in meta.children:
+                done = await engine._children.completion_event(child)
+                if done is not None:
+                    await engine.bus.publish([done])
+            if meta.parent:
+                parent_done = await engine._children.completion_event(meta.parent)
+                if parent_done is not None:
+                    await engine.append([engine._children.cascade_cancel(parent_done, stream)])
+        return adopted

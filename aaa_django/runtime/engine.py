@@ -422,25 +422,7 @@ class Engine:
         finished child's completion is delivered again to its waiting parent, and an
         orphan whose parent has ended is cancelled. Returns the adopted run ids.
         """
-        streams = list(run_ids) if run_ids is not None else await self.store.streams()
-        adopted = []
-        for stream in streams:
-            meta = await self.meta(stream)
-            if not meta.started or meta.completed:
-                continue
-            adopted.append(stream)
-            if meta.due is not None:
-                self._timers.arm(stream, meta.due)
-            await self.bus.publish(await self.store.read(stream))
-            for child in meta.children:
-                done = await self._children.completion_event(child)
-                if done is not None:
-                    await self.bus.publish([done])
-            if meta.parent:
-                parent_done = await self._children.completion_event(meta.parent)
-                if parent_done is not None:
-                    await self.append([self._children.cascade_cancel(parent_done, stream)])
-        return adopted
+        return await self._commands.resume(run_ids)
 
     adopt = resume
 
