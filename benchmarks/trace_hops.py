@@ -74,6 +74,7 @@ def install() -> None:
 
     from aaa_django.celery import bus, worker
     from aaa_django.runtime.engine import Engine
+    from aaa_django.runtime.steps import Steps
     from aaa_django.store import appends
 
     if os.environ.get("AAA_BENCH_PROFILE"):  # cProfile of the deliveries, per worker child
@@ -110,7 +111,7 @@ def install() -> None:
         from aaa_django.tools.handler import ToolHandler
 
         _timed(worker, "_accept", "accept")
-        _timed(Engine, "_step", "algo")
+        _timed(Steps, "algorithm_step", "algo")
         _timed(Engine, "append", "eappend")
         _timed(store.DjangoEventStore, "append_sync", "sappend")
         _timed(bus.DistributedBus, "publish", "publish")

@@ -21,9 +21,10 @@ from aaa_django.store import site_store
 
 from .bus import DELIVER, SWEEP, _queues, coordinator, store_spec
 from .duty import TICK
+from .failures import REDELIVERY, fault_of, give_up
 from .sweeper import duty
 from .sweeper import sweep as sweep_runs
-from .worker import REDELIVERY, cluster_bus, fault_of, give_up, runtime
+from .worker import cluster_bus, runtime
 
 RETAIN = "aaa.retain"
 
@@ -37,7 +38,7 @@ def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wi
 
     A delivery that fails transiently (a database, Redis or broker outage, a lost
     race) before it is handed off is retried by Celery after the
-    :data:`~aaa_django.celery.worker.REDELIVERY` policy's delay (the task's state says
+    :data:`~aaa_django.celery.failures.REDELIVERY` policy's delay (the task's state says
     RETRY, with the cause); one that fails for good, or outlasts the retries, ends its
     run ``failed`` naming the cause, and the task fails with that error. (A model or
     tool call handed off, its message acknowledged, is retried the same way on the

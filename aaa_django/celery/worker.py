@@ -13,21 +13,24 @@ group commit); elsewhere the store's statements run on a few threads of the proc
 (:class:`~aaa_django.store.offload.OnThreads`). Either way the loop goes on while a
 commit waits.
 
-A delivery is the engine's step (``engine.handle``) split as the bus protocol allows:
-the run's step (see :meth:`DistributedBus.serial`): bring this worker's view of the
-run up to date (from the message when it carries the event that follows the view,
-from this process's own tail for a local delivery, else one read), then the engine's
-reaction and the algorithm's step (``engine.react``), whose appends are guarded by
-the head of that view and which runs again when the log moved on; after it, the
-handlers (``engine.dispatch``). Around it: the run's busy lease for a call that runs
-longer than ``SLOW_DELIVERY`` (tool work) or ``SLOW_CALL`` (a model call; see
-:func:`_lease_after`): the sweeper leaves the run alone; a dead worker's lease
-expires and the sweeper re-drives the run; cancelling tool work when the run
-ends in another worker, re-enqueueing what an interrupted earlier delivery of the
-same event may have left unenqueued, and the run's deadline or an approval's expiry
-already due when its event is delivered fired at once (later ones are the duty's,
-:mod:`aaa_django.celery.duty`: no message waits for a timer). See :mod:`aaa_django.celery.bus` for
-the bus itself.
+A delivery is the engine's own (:meth:`Engine.handle <aaa_django.runtime.Engine.handle>`)
+of the stored event the message names (:class:`~aaa_django.runtime.Stored`), with the
+worker's hooks: the event read from this worker's view of the run, which the message
+brings up to date when it carries the event that follows the view (or this process's
+own tail, for a local delivery), else with one read; the run's step (serialised by
+:meth:`DistributedBus.serial`, its appends guarded by the head of that view, run
+again when the log moved on); then the handlers, only while this process holds the
+run, a model or tool call handed off as it starts. Around it: the run's busy lease
+for a call that runs longer than ``SLOW_DELIVERY`` (tool work) or ``SLOW_CALL`` (a
+model call), held by a guard (:mod:`aaa_django.celery.slow`): the sweeper leaves the
+run alone; a dead worker's lease expires and the sweeper re-drives the run; tool work
+is cancelled when the run ends in another worker. After it: re-enqueueing what an
+interrupted earlier delivery of the same event may have left unenqueued, and the
+run's deadline or an approval's expiry already due when its event is delivered fired
+at once (later ones are the duty's, :mod:`aaa_django.celery.duty`: no message waits
+for a timer). A delivery that fails is tried again or given up on
+(:mod:`aaa_django.celery.failures`). See :mod:`aaa_django.celery.bus` for the bus
+itself.
 """
 
 from __future__ import annotations
@@ -53,30 +56,28 @@ import aaa_django.algos  # noqa: F401  (registers the built-in algorithms)
 from aaa_django.conf import aaa_settings
 from aaa_django.events import Event
 from aaa_django.events.tail import Tail, TailCachedStore
-from aaa_django.runtime import Engine
+from aaa_django.runtime import Engine, Stored
 from aaa_django.runtime.event_types import (
     APPROVAL_DECISIONS,
     APPROVAL_REQUESTED,
     LLM_REQUESTED,
-    RUN_COMPLETED,
     RUN_STARTED,
     TOOL_REQUESTED,
 )
-from aaa_django.runtime.retry import Redelivery, transient
+from aaa_django.runtime.retry import transient
 from aaa_django.runtime.turns import for_delivery
 from aaa_django.site.engines import attach_site_handlers, build_engine
 from aaa_django.site.holding import RunKeeper
-from aaa_django.store.faults import translate
 from aaa_django.store.offload import OnThreads
 from aaa_django.tools.handler import ToolHandler
 
 from .bus import DistributedBus, coordinator, open_store, queue_for
 from .coordination import SharedPool
+from .failures import REDELIVERY, fault_of, give_up
+from .slow import SLOW_STEP, Leases, guard_slow, lease_after
 
 log = logging.getLogger("aaa_django.bus")
 
-#: deliveries that may run a tool: they listen for their run's end
-TOOL_WORK = frozenset({TOOL_REQUESTED, *APPROVAL_DECISIONS})
 #: events that set a timer (a deadline, an approval's expiry)
 TIMED = frozenset({RUN_STARTED, APPROVAL_REQUESTED})
 #: events whose handlers wait (a model call, a tool call), and a run's start (its input's
@@ -89,51 +90,6 @@ TIMED = frozenset({RUN_STARTED, APPROVAL_REQUESTED})
 #: each pool slot one validation's commit at a time, 200 runs started at once 0.5-0.6 s
 #: on -c 2; benchmarks/bench_concurrency.py --lags.)
 HANDED_OFF = frozenset({RUN_STARTED, LLM_REQUESTED, TOOL_REQUESTED, *APPROVAL_DECISIONS})
-#: tool work still running after this many seconds takes its run's busy lease and
-#: starts listening for its run's end (a cancelled run's tool call is cancelled at once);
-#: quicker ones never touch Redis for it
-SLOW_DELIVERY = 0.05
-#: a model call (or a start's validation) still running after this many seconds takes
-#: its run's busy lease, or sooner: by a quarter of ``STALL_AFTER`` after its request was
-#: written (:func:`_lease_after`). Nothing listens for the run's end there, and the
-#: sweeper needs the lease only once the run's newest event is ``STALL_AFTER`` old; a
-#: call that answers within this never touches Redis for it. Taking and releasing a
-#: lease after 50 ms, for every call, cost a tenth of the workers' CPU on
-#: bench_concurrency's Celery row (200 x 3 x 1 s, alternating runs: 2.9-3.0 s -> 2.6 s,
-#: 60 -> 50 KB a run; 1 s here was not enough: a 1 s call outlives a 1 s timer
-#: started before it)
-SLOW_CALL = 5.0
-#: a run's step (no call) takes the lease after this many seconds (a step is quick; the
-#: sweeper leaves a run alone for STALL_AFTER after its newest event anyway)
-SLOW_STEP = 1.0
-
-
-class Leases:
-    """The busy leases a process's deliveries hold (their guards, :func:`_guard_slow`),
-    and the moment to give them up: a worker that shuts down with calls still in flight
-    (:meth:`WorkerRuntime.drain`) frees their runs at once, so the sweeper re-drives them
-    without waiting for the leases to expire (``LEASE_TTL``). Used on the loop only."""
-
-    def __init__(self) -> None:
-        #: set when the holder gives its leases up: a guard then releases its lease
-        self.given_up = asyncio.Event()
-        #: the guards now running (each holds, or is taking, one run's lease)
-        self.guards: set[asyncio.Task] = set()
-
-    def guard(self, coro: Any) -> asyncio.Task:
-        task = asyncio.ensure_future(coro)
-        self.guards.add(task)
-        task.add_done_callback(self.guards.discard)
-        return task
-
-    async def give_up(self, timeout: float = 5) -> int:
-        """Release every lease held (the calls go on); returns how many guards were
-        running. Waits (up to ``timeout``) until Redis has them back."""
-        self.given_up.set()
-        guards = set(self.guards)
-        if guards:
-            await asyncio.wait(guards, timeout=timeout)
-        return len(guards)
 
 
 @dataclass(frozen=True)
@@ -603,16 +559,19 @@ async def deliver_event(engine: Engine, stream: str, seq: int, event_id: str, *,
         log.info("run %s: seq %s not delivered here: another process adopted the run while this one stood "
                  "down", stream, seq)
         return "not held"
+
+    def synced() -> bool:
+        # (asked by the engine in the delivery's scope, before it reads the event)
+        if event is not None and engine.tail.holds(event):
+            return True
+        # A first delivery whose message carries the event that follows this worker's
+        # cached view of the run: the view is current without a query. Not after a
+        # redelivery: the view may be old, and handlers would redo answered work.
+        return not redelivered and wire is not None and _accept(engine.tail, stream, seq, event_id, wire)
+
     try:
-        with engine.tail.delivery():
-            if event is not None and engine.tail.holds(event):
-                return await _deliver(engine, stream, seq, event_id, redelivered, True, handed, leases)
-            # A first delivery whose message carries the event that follows this
-            # worker's cached view of the run: the view is current without a query. Not
-            # after a redelivery: the view may be old, and handlers would redo answered
-            # work.
-            synced = not redelivered and wire is not None and _accept(engine.tail, stream, seq, event_id, wire)
-            return await _deliver(engine, stream, seq, event_id, redelivered, synced, handed, leases)
+        with engine.tail.delivery():  # (what follows the step reads the run from the tail)
+            return await _deliver(engine, Stored(stream, seq, event_id), redelivered, synced, handed, leases)
     finally:
         engine.delivered(stream)
 
@@ -622,7 +581,7 @@ async def _hold(keeper: RunKeeper, stream: str, *, local: bool) -> bool:
     delivery by message takes it from whoever holds it: it is this process's work
     now). False for a local delivery of a run another process adopted while this one
     stood down: not this process's to deliver. (Whether its handlers may call out is
-    asked again after the step: :func:`_step`.)"""
+    asked again after the step: :func:`_deliver`.)"""
     if stream in keeper.fenced:
         if local:
             return False
@@ -655,16 +614,21 @@ def _accept(tail: Tail, stream: str, seq: int, event_id: str, wire: str) -> bool
     return tail.accept(event, prev, earlier)
 
 
-async def _deliver(engine: Engine, stream: str, seq: int, event_id: str, redelivered: bool, synced: bool,
+async def _deliver(engine: Engine, stored: Stored, redelivered: bool, synced: Callable[[], bool],
                    handed: asyncio.Future | None, leases: Leases) -> str:
+    """The engine's delivery of ``stored`` (:meth:`Engine.handle`), with the worker's
+    hooks: ``loaded`` tells the slow-delivery guard which event it guards; after the
+    step, the handlers run only while this process holds the run, and a model or tool
+    call is handed off (``calling``) before they start."""
     bus = cluster_bus(engine)
+    stream = stored.stream
     loop = asyncio.get_running_loop()
     loaded: asyncio.Future = loop.create_future()
     finished: asyncio.Future = loop.create_future()
     guard: list[asyncio.Future] = []
 
     def start_guard() -> None:
-        guard.append(leases.guard(_guard_slow(engine, stream, loaded, finished, leases.given_up)))
+        guard.append(leases.guard(guard_slow(engine, bus.coordination(), stream, loaded, finished, leases.given_up)))
 
     def calling(event: Event) -> None:
         # The step is done and a model or tool call starts: hand it off, and hold the
@@ -674,128 +638,42 @@ async def _deliver(engine: Engine, stream: str, seq: int, event_id: str, redeliv
             handed.set_result(None)
         timers[0].cancel()
         if not guard:
-            timers[0] = loop.call_later(_lease_after(event, time.time()), start_guard)
+            timers[0] = loop.call_later(lease_after(event, time.time()), start_guard)
+
+    def dispatching(event: Event) -> bool:
+        if not bus.holds(stream):
+            # stood down (or the run was taken) since the delivery began: no call
+            log.info("run %s: the handlers of seq %s not run here: this process no longer holds the run",
+                     stream, stored.seq)
+            return False
+        if event.type in HANDED_OFF:
+            calling(event)
+        return True
 
     with bus.recording() as published:
         # Most steps end well before SLOW_STEP, most calls before SLOW_DELIVERY: a
         # timer starts the guard of the others, no task and no wait for the quick ones.
         timers = [loop.call_later(SLOW_STEP, start_guard)]
         try:
-            with engine.delivering(stream):  # the step and the handlers read RUNMETA once
-                event = await _step(engine, stream, seq, event_id, loaded, synced, calling)
+            event = await engine.handle(stored, synced=synced, loaded=loaded.set_result, dispatching=dispatching)
         finally:
             timers[0].cancel()
+            if not loaded.done():  # (the delivery ended before its read: a cancellation)
+                loaded.set_result(None)
             if not finished.done():
                 finished.set_result(None)
             for g in guard:
                 await g
         if event is None:
             return "missing"  # erased (or erased and written again): nothing to do
+        # The step's read brought the tail's view of the run up to date, in the engine's
+        # delivery scope, now closed: in this one, too, the run is read from the tail.
+        engine.tail.holds(event)
         if event.type in TIMED:  # a due time already past (an expiry of 0 s): at once
             await engine.fire_due(stream)
         if redelivered:
             await _republish_caused(engine, event, published)
     return "delivered"
-
-
-async def _step(engine: Engine, stream: str, seq: int, event_id: str, loaded: asyncio.Future,
-                synced: bool = False, calling: Callable[[Event], None] | None = None) -> Event | None:
-    """``engine.handle`` for the event at ``seq``: the event, from the tail (the message
-    carried it: ``synced``) or one read that brings this worker's view of the run up
-    to date, which the step needs anyway; then the run's step (:meth:`Engine.step`:
-    guarded by that view, tried again when the log moved on) and the handlers
-    (``calling()`` first when they make a model or tool call: :data:`HANDED_OFF`)."""
-    async with engine.turns.turn():  # (aaa_django.runtime.turns: the oldest work first)
-        try:
-            if not synced:
-                engine.tail.stale(stream)
-            found = await engine.store.read(stream, after=seq - 1, limit=1)
-            if synced and not (found and found[0].id == event_id):
-                # The view this delivery was told is current lacks its own event: never
-                # take that for an erased one (its run would wait for the sweeper). Ask.
-                # (A bug of the tail's if it happens: said, so that it is seen.)
-                log.warning("run %s: the view of the run held for the delivery of seq %s (%s) "
-                            "lacked it; reading the run again", stream, seq, event_id)
-                engine.tail.stale(stream)
-                found = await engine.store.read(stream, after=seq - 1, limit=1)
-            event = found[0] if found and found[0].id == event_id else None
-            loaded.set_result(event)
-            if event is None:
-                return None
-            event = await engine.hydrate(event)
-        finally:
-            if not loaded.done():
-                loaded.set_result(None)
-        with engine.observing(event):  # log lines carry the event; observers watch it
-            await engine.step(event, synced=True)
-            if not cluster_bus(engine).holds(stream):
-                # stood down (or the run was taken) since the delivery began: no call
-                log.info("run %s: the handlers of seq %s not run here: this process no longer holds the run",
-                         stream, seq)
-                return event
-            if calling is not None and event.type in HANDED_OFF:
-                calling(event)
-            await engine.dispatch(event)
-        return event
-
-
-def _lease_after(event: Event, now: float) -> float:
-    """Seconds after its call starts that a delivery of ``event`` takes its run's busy
-    lease: tool work after SLOW_DELIVERY; a model call after SLOW_CALL, or sooner so
-    that it holds the lease by a quarter of ``STALL_AFTER`` after the request was
-    written (a delivery that started late, behind a backlog), never sooner than
-    SLOW_DELIVERY. The sweeper counts a run's idle time from its newest event, which is
-    no older than the request: the lease is always there before the run could look
-    stalled."""
-    if event.type in TOOL_WORK:
-        return SLOW_DELIVERY
-    by = event.time.timestamp() + float(aaa_settings()["STALL_AFTER"]) / 4 - now
-    return max(SLOW_DELIVERY, min(SLOW_CALL, by))
-
-
-async def _guard_slow(engine: Engine, stream: str, loaded: asyncio.Future, work: asyncio.Future,
-                      given_up: asyncio.Event) -> None:
-    """A long delivery: hold a busy lease (the sweeper leaves the run alone) and, for
-    tool work, cancel it when the run ends in another worker. ``loaded``: the event
-    once read; ``work``: done when the delivery is; ``given_up``: set when the worker
-    shuts down with the delivery still in flight (the lease is released, the work
-    goes on until the process ends)."""
-    if given_up.is_set():
-        return
-    coord = cluster_bus(engine).coordination()
-    watcher = None
-    release = asyncio.ensure_future(given_up.wait())
-    try:
-        async with coord.busy(stream):
-            await asyncio.wait({loaded, work, release}, return_when=asyncio.FIRST_COMPLETED)
-            event = loaded.result() if loaded.done() else None
-            if event is not None and event.type in TOOL_WORK and not work.done() and not release.done():
-                watcher = asyncio.ensure_future(_cancel_on_end(engine, stream))
-            await asyncio.wait({work, release}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        release.cancel()
-        if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
-
-
-async def _cancel_on_end(engine: Engine, run_id: str) -> None:
-    stale = engine.tail.stale
-
-    async def ended() -> bool:
-        stale(run_id)  # this delivery's cached view of the run would not see the end
-        return (await engine.meta(run_id, fresh=True)).completed
-
-    await cluster_bus(engine).coordination().wait_ended(run_id, ended)
-    stale(run_id)
-    meta = await engine.meta(run_id, fresh=True)
-    if not meta.completed:
-        return
-    found = await engine.store.read(run_id, after=(meta.completion_seq or 1) - 1, limit=1)
-    if found and found[0].type == RUN_COMPLETED:
-        # The handlers' reaction to the end (ToolHandler cancels this run's calls).
-        await engine.dispatch(await engine.hydrate(found[0]))
 
 
 async def _republish_caused(engine: Engine, event: Event, published: set[str]) -> None:
@@ -805,29 +683,3 @@ async def _republish_caused(engine: Engine, event: Event, published: set[str]) -
     caused = [e for e in await engine.read_after(event) if e.causation == event.id and e.id not in published]
     if caused:
         await engine.bus.publish(caused)
-
-
-#: when an event whose delivery failed transiently is delivered again (by Celery's
-#: retry of its task, or on the worker's loop once the task has handed it off)
-REDELIVERY = Redelivery()
-
-
-def fault_of(exc: BaseException) -> BaseException:
-    """``exc`` as the core classifies it: a driver's error that no store boundary
-    translated (Redis under a run's lock, the broker under a send) translated here."""
-    return translate(exc) or exc
-
-
-async def give_up(engine: Any, stream: str, seq: int, event_id: str, exc: BaseException,
-                  attempts: int) -> bool:
-    """End the run ``failed``, naming the cause, because delivering its event at
-    ``seq`` failed for good (:meth:`Engine.fail <aaa_django.runtime.Engine.fail>`).
-    True if this ended it. A store that is down too leaves the run to the sweeper."""
-    try:
-        found = await engine.store.read(stream, after=seq - 1, limit=1)
-        if not found or found[0].id != event_id:
-            return False  # erased meanwhile: nothing to end
-        return await engine.fail(stream, exc, event=found[0], attempts=attempts)
-    except Exception:
-        log.exception("could not record why run %s failed", stream)
-        return False

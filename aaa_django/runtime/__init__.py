@@ -9,6 +9,7 @@ from .budget import Budget, Spend
 from .bus import Bus, ExclusiveLeases, InProcessBus
 from .ctx import Ctx
 from .engine import Engine
+from .engine_api import Stored
 from .errors import RunNotEndedError
 from .meta import RUNMETA, RunMeta
 from .outcome import (
@@ -51,6 +52,7 @@ __all__ = [
     "RunNotEndedError",
     "Spend",
     "StoreUnavailable",
+    "Stored",
     "UnknownAlgorithmError",
     "event_types",
     "register",

@@ -9,6 +9,7 @@ implements it; the type checker holds it to that where the engine hands itself o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Protocol, TypeVar, runtime_checkable
 
 from aaa_django.events import Event, EventStore, FoldCache, Projection, Tail
@@ -22,6 +23,16 @@ S = TypeVar("S")
 
 #: a subscriber: called with every event of the types it subscribed to
 Handler = Callable[[Event], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A stored event as a delivery's message names it: its run (``stream``), ``seq``
+    and ``id``. The engine's :meth:`~aaa_django.runtime.Engine.handle` reads it."""
+
+    stream: str
+    seq: int
+    id: str
 
 
 @runtime_checkable
@@ -102,6 +113,8 @@ class EngineAPI(Protocol):
 
     async def answer(self, events: Iterable[Event]) -> list[Event]: ...
 
-    async def handle(self, event: Event) -> None: ...
+    async def handle(self, event: Event | Stored, *, synced: Callable[[], bool] | None = None,
+                     loaded: Callable[[Event | None], None] | None = None,
+                     dispatching: Callable[[Event], bool] | None = None) -> Event | None: ...
 
     def wake(self, run_id: str) -> None: ...

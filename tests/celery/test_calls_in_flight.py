@@ -88,7 +88,7 @@ def test_a_worker_killed_holding_200_calls_loses_and_duplicates_nothing(new_clus
     from aaa_django.celery.bus import coordinator
 
     # The workers' STALL_AFTER is the sweeper's: a model call takes its run's lease by a
-    # quarter of it after its request (aaa_django.celery.worker._lease_after), so the
+    # quarter of it after its request (aaa_django.celery.slow.lease_after), so the
     # killed worker's 1 s calls held leases
     cluster = new_cluster(1, suffix="-inflight", concurrency=2, env={"AAA_TEST_STALL_AFTER": str(STALL_AFTER)})
     (worker,) = cluster.workers

@@ -252,7 +252,7 @@ def test_a_delivery_whose_current_view_lacks_its_own_event_asks_before_calling_i
     finally:
         del engine.store.read
     assert blinks == [1]
-    # said in the worker's log: a view that lacks its own event is a bug of the tail's
+    # said in the log: a view that lacks its own event is a bug of the tail's
     assert any("lacked it; reading the run again" in r.getMessage() and r.levelname == "WARNING"
                for r in caplog.records)
 
@@ -762,7 +762,7 @@ def test_a_handed_off_call_that_fails_is_retried_or_given_up_on_the_loop(worker,
 def test_a_model_call_takes_its_run_s_lease_later_than_tool_work_but_before_the_run_could_look_stalled(settings):
     from datetime import datetime, timezone
 
-    from aaa_django.celery.worker import SLOW_CALL, SLOW_DELIVERY, _lease_after
+    from aaa_django.celery.slow import SLOW_CALL, SLOW_DELIVERY, lease_after
     from aaa_django.runtime.event_types import TOOL_REQUESTED
 
     settings.AAA = {**getattr(settings, "AAA", {}), "STALL_AFTER": 60}
@@ -773,14 +773,14 @@ def test_a_model_call_takes_its_run_s_lease_later_than_tool_work_but_before_the_
         return Event(id=uuid.uuid4().hex, stream="run-x", type=type_, data={}, time=written)
 
     # tool work: at once (its run's end is listened for, to cancel it)
-    assert _lease_after(event(TOOL_REQUESTED), at) == SLOW_DELIVERY
-    assert _lease_after(event(TOOL_REQUESTED), at + 59) == SLOW_DELIVERY
+    assert lease_after(event(TOOL_REQUESTED), at) == SLOW_DELIVERY
+    assert lease_after(event(TOOL_REQUESTED), at + 59) == SLOW_DELIVERY
     # a model call that starts as its request is written: after SLOW_CALL
-    assert _lease_after(event(LLM_REQUESTED), at) == SLOW_CALL
+    assert lease_after(event(LLM_REQUESTED), at) == SLOW_CALL
     # one that starts late (a backlog): by a quarter of STALL_AFTER after the request
-    assert _lease_after(event(LLM_REQUESTED), at + 14.5) == pytest.approx(0.5)
+    assert lease_after(event(LLM_REQUESTED), at + 14.5) == pytest.approx(0.5)
     # past that: as soon as tool work would
-    assert _lease_after(event(LLM_REQUESTED), at + 40) == SLOW_DELIVERY
+    assert lease_after(event(LLM_REQUESTED), at + 40) == SLOW_DELIVERY
     settings.AAA = {**settings.AAA, "STALL_AFTER": 2}
-    assert _lease_after(event(LLM_REQUESTED), at) == pytest.approx(0.5)
-    assert _lease_after(event(LLM_REQUESTED), at + 1) == SLOW_DELIVERY
+    assert lease_after(event(LLM_REQUESTED), at) == pytest.approx(0.5)
+    assert lease_after(event(LLM_REQUESTED), at + 1) == SLOW_DELIVERY

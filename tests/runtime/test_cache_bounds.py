@@ -12,8 +12,7 @@ from aaa_django.events.store import RecentIds
 from aaa_django.events.tail import MAX_STREAMS, TailCachedStore
 from aaa_django.llm import fake
 from aaa_django.llm.messages import LLMRequest, Message
-from aaa_django.runtime import Engine
-from aaa_django.runtime import engine as engine_module
+from aaa_django.runtime import Engine, bounded
 from aaa_django.runtime.event_types import RUN_COMPLETED, RUN_STARTED, completion_id, started_id
 from aaa_django.store import DjangoEventStore, appends
 from aaa_django.testing.eventstore import ev, run
@@ -65,8 +64,8 @@ def test_a_store_remembers_the_heads_of_hints_kept_streams(monkeypatch):
 
 
 def test_an_engine_keeps_the_started_events_and_algorithms_of_its_newest_runs(monkeypatch):
-    monkeypatch.setattr(engine_module, "STARTED_KEPT", 3)
-    monkeypatch.setattr(engine_module, "ALGORITHMS_KEPT", 2)
+    monkeypatch.setattr(bounded, "STARTED_KEPT", 3)
+    monkeypatch.setattr(bounded, "ALGORITHMS_KEPT", 2)
     inner = InMemoryEventStore()
     engine = Engine(inner)
 
@@ -83,7 +82,7 @@ def test_an_engine_keeps_the_started_events_and_algorithms_of_its_newest_runs(mo
 
 
 def test_an_engine_remembers_the_newest_runs_whose_end_it_delivered(monkeypatch):
-    monkeypatch.setattr(engine_module, "ENDED_KEPT", 2)
+    monkeypatch.setattr(bounded, "ENDED_KEPT", 2)
     engine = Engine(InMemoryEventStore())
 
     async def main() -> None:
@@ -96,7 +95,7 @@ def test_an_engine_remembers_the_newest_runs_whose_end_it_delivered(monkeypatch)
 
 
 def test_an_engine_keeps_the_newest_claim_checked_events_hydrated(monkeypatch):
-    monkeypatch.setattr(engine_module, "HYDRATED_KEPT", 2)
+    monkeypatch.setattr(bounded, "HYDRATED_KEPT", 2)
     engine = Engine(InMemoryEventStore(), blobs=InMemoryBlobStore(), claim_threshold=0)
 
     async def main() -> list[str]:

@@ -170,7 +170,7 @@ def test_approving_after_the_expiry_records_expiry_even_without_a_timer():
             # The engine holds the expiry's timer from the append that stored the
             # request (test_a_due_time_is_held_from_the_moment_it_is_stored...): once the
             # request is visible the timer is there, and nothing arms it again later.
-            engine._disarm("run-late")  # as if this process never armed the timer
+            engine._timers.disarm("run-late")  # as if this process never armed the timer
             (rid,) = (await run.meta()).approvals  # taken well before the expiry
             await asyncio.sleep(1.1)
             assert await engine.approve("run-late", rid, by="slowpoke") is True

@@ -11,7 +11,7 @@ from aaa_django.algos.base import Algorithm
 from aaa_django.data import InMemoryBlobStore
 from aaa_django.events import Event, InvalidEventError, check_event
 from aaa_django.events import store as store_module
-from aaa_django.runtime import engine as engine_module
+from aaa_django.runtime import steps as steps_module
 
 from .helpers import arun, make_engine
 
@@ -73,7 +73,7 @@ def test_good_output_is_checked_once_by_the_store(monkeypatch):
         return check_event(e)
 
     monkeypatch.setattr(store_module, "check_event", counting)
-    monkeypatch.setattr(engine_module, "check_event", counting)
+    monkeypatch.setattr(steps_module, "check_event", counting)
     outcome, log = run("good")
     assert outcome.outcome == "success"
     assert sorted(checked) == sorted(e.id for e in log)  # each stored event once

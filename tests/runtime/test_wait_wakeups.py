@@ -12,7 +12,7 @@ import pytest
 
 from aaa_django.events import FoldCache, InMemoryEventStore
 from aaa_django.runtime import Engine, InProcessBus
-from aaa_django.runtime.engine import RELIABLE_POLL
+from aaa_django.runtime.wakeups import RELIABLE_POLL
 from aaa_django.runtime.outcome import FAILED
 from aaa_django.runtime.wakeups import Hub
 
