@@ -158,7 +158,8 @@ STREAM_TOKENS       bool             False         Live tokens: the model client
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 

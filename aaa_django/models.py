@@ -181,14 +181,14 @@ class RunRecord(models.Model):
         """When the sweeper last re-drove the run (UTC), or None."""
         if self.redriven_at is None:
             return None
-        return datetime.datetime.fromtimestamp(self.redriven_at, datetime.timezone.utc)
+        return datetime.datetime.fromtimestamp(self.redriven_at, datetime.UTC)
 
     @property
     def adopted(self) -> datetime.datetime | None:
         """When a process last adopted the run (UTC), or None."""
         if self.adopted_at is None:
             return None
-        return datetime.datetime.fromtimestamp(self.adopted_at, datetime.timezone.utc)
+        return datetime.datetime.fromtimestamp(self.adopted_at, datetime.UTC)
 
     @property
     def tokens(self) -> int:
@@ -198,16 +198,16 @@ class RunRecord(models.Model):
 class ApiKeyQuerySet(models.QuerySet):
     """The keys by :attr:`ApiKey.state`: ``active()``, ``expired()``, ``revoked()``."""
 
-    def active(self) -> "ApiKeyQuerySet":
+    def active(self) -> ApiKeyQuerySet:
         now = timezone.now()
         return self.filter(revoked_at__isnull=True).filter(
             models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
         )
 
-    def expired(self) -> "ApiKeyQuerySet":
+    def expired(self) -> ApiKeyQuerySet:
         return self.filter(revoked_at__isnull=True, expires_at__lte=timezone.now())
 
-    def revoked(self) -> "ApiKeyQuerySet":
+    def revoked(self) -> ApiKeyQuerySet:
         return self.filter(revoked_at__isnull=False)
 
 
@@ -255,7 +255,7 @@ class ApiKey(models.Model):
     @classmethod
     def create_key(
         cls, user: Any, *, name: str = "", expires_in: timedelta | None = None, using: str | None = None
-    ) -> tuple["ApiKey", str]:
+    ) -> tuple[ApiKey, str]:
         """Store a new key for ``user``; return it and its secret (shown only now)."""
         raw = cls.generate()
         key = cls(

@@ -30,8 +30,9 @@ own does with ``engine.observe(SignalSender(engine, using))``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from functools import partial
-from typing import Any, Sequence
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction

@@ -26,7 +26,7 @@ import sys
 import time
 import types
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -58,7 +58,7 @@ def load(name):
 def events_for(run):
     from aaa_django.events import Event
     def t():
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
     yield [Event(id=uuid.uuid4().hex, stream=run, type="aaa.run.started", data={"algorithm": "toolloop", "input": {"task": "x"}}, time=t())]
     while True:
         yield [Event(id=uuid.uuid4().hex, stream=run, type="aaa.model.requested", data={"call": uuid.uuid4().hex, "messages": [{"role": "user", "content": "hello " * 20}]}, time=t())]

@@ -105,7 +105,7 @@ class PeakRSS:
             self.peak = max(self.peak, self.now())
             self._stop.wait(self.every)
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self) -> PeakRSS:
         self.base = self.now()
         self._thread.start()
         return self

@@ -168,7 +168,7 @@ def chat_graph(saver, latency: float):
     from langgraph.graph import END, START, StateGraph
     from langgraph.graph.message import add_messages
 
-    State = TypedDict("State", {"messages": Annotated[list, add_messages]})
+    State = TypedDict("State", {"messages": Annotated[list, add_messages]})  # noqa: UP013
 
     async def agent(state):
         await asyncio.sleep(latency)

@@ -75,10 +75,10 @@ import sqlite3
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timezone
+from datetime import UTC
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
@@ -316,22 +316,21 @@ async def raw_postgres_async(pg: dict, rows: list[tuple], batch: int) -> float:
     event loop (no thread)."""
     import psycopg
 
-    async with await psycopg.AsyncConnection.connect(**pg, dbname="aaa_bench") as conn:
-        async with conn.cursor() as cur:
-            sql = INSERT.format(p="%s")
-            t0 = time.perf_counter()
-            for i in range(0, len(rows), batch):
-                if batch == 1:
-                    await cur.execute(sql, encoded(rows[i: i + 1])[0])
-                else:
-                    await cur.executemany(sql, encoded(rows[i: i + batch]))
-                await conn.commit()
-            return time.perf_counter() - t0
+    async with await psycopg.AsyncConnection.connect(**pg, dbname="aaa_bench") as conn, conn.cursor() as cur:
+        sql = INSERT.format(p="%s")
+        t0 = time.perf_counter()
+        for i in range(0, len(rows), batch):
+            if batch == 1:
+                await cur.execute(sql, encoded(rows[i: i + 1])[0])
+            else:
+                await cur.executemany(sql, encoded(rows[i: i + batch]))
+            await conn.commit()
+        return time.perf_counter() - t0
 
 
 def sqlite_rows(rows: list[tuple]) -> list[tuple]:
     # Django's SQLite backend stores an aware datetime as naive UTC text.
-    return [r[:6] + (r[6].astimezone(timezone.utc).replace(tzinfo=None).isoformat(" "),) + r[7:]
+    return [r[:6] + (r[6].astimezone(UTC).replace(tzinfo=None).isoformat(" "),) + r[7:]
             for r in rows]
 
 

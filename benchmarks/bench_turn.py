@@ -140,7 +140,7 @@ def langgraph_app(turns: int, checkpointer, latency: float = 0.0):
 
     # (the functional form: this module's annotations are strings, and LangGraph
     # resolves the state's at run time)
-    State = TypedDict("State", {"messages": Annotated[list, add_messages]})
+    State = TypedDict("State", {"messages": Annotated[list, add_messages]})  # noqa: UP013
 
     def reply(state):
         done = sum(1 for m in state["messages"] if isinstance(m, ToolMessage))

@@ -26,8 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_BIN = Path(os.environ.get("AAA_PG_BIN", "/usr/lib/postgresql/15/bin"))

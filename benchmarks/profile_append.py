@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,7 +38,7 @@ def events_for(run):
     from aaa_django.runtime.event_types import RUN_STARTED
 
     def t():
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
 
     yield [Event(id=uuid.uuid4().hex, stream=run, type=RUN_STARTED, data={"algorithm": "toolloop", "input": {"task": "x"}}, time=t())]
     while True:

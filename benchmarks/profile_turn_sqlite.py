@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -51,7 +51,7 @@ def events(run: str, n: int):
     from aaa_django.events import Event
     from aaa_django.runtime.event_types import RUN_STARTED
 
-    now = lambda: datetime.now(timezone.utc)  # noqa: E731
+    now = lambda: datetime.now(UTC)  # noqa: E731
     yield [Event(id=uuid.uuid4().hex, stream=run, type=RUN_STARTED,
                  data={"algorithm": "toolloop", "input": {"task": "x"}}, time=now())]
     for _ in range(n - 1):

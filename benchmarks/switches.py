@@ -18,7 +18,7 @@ A name that the library has no use for is refused (:data:`SWITCHES`).
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 #: the environment variable that names the switches of a process (comma-separated)
 ENV = "AAA_BENCH_WITHOUT"

@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import tempfile
 import zipfile
-from datetime import datetime
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -221,7 +220,7 @@ def _export_into(zf: zipfile.ZipFile, run_id: str, using: str) -> str | None:
 
 def _until(raw: Any) -> datetime | None:
     try:
-        return datetime.fromtimestamp(float(raw), tz=dt_timezone.utc)
+        return datetime.fromtimestamp(float(raw), tz=UTC)
     except (TypeError, ValueError, OverflowError, OSError):
         return None
 

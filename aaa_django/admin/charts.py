@@ -12,9 +12,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, timedelta
-from typing import Iterable
 
 from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDate

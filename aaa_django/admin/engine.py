@@ -7,7 +7,8 @@ process's :class:`~aaa_django.site.host.EngineHost`, whose loop thread keeps the
 
 from __future__ import annotations
 
-from typing import Any, Callable, Coroutine, Iterable, Mapping, TypeVar
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
 
 from aaa_django.runtime import Engine, RunNotEndedError, validation
 from aaa_django.runtime.fork import fork as fork_run

@@ -17,8 +17,9 @@ placed in columns (``rank``, left to right along the edges) and rows.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from aaa_django.algos.common import tag_index
 from aaa_django.algos.control import (

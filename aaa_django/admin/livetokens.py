@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from aaa_django.llm.deltas import TokenSubscription
 from aaa_django.site.tokens import sse_message

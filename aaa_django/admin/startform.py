@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import types
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Union, get_args, get_origin
+from typing import Any, Union, get_args, get_origin
 
 from django import forms
 from django.forms.boundfield import BoundField

@@ -9,9 +9,10 @@ claim-checked event shows its hot fields and is marked for hydration on demand).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from aaa_django.data import CLAIM_MARKER
 from aaa_django.models import EventRecord

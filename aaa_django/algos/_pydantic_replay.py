@@ -44,7 +44,7 @@ class Suspend(Exception):
 class Replay(AbstractCapability[Any]):
     """Answers the agent's durable units from the journal; see the module docstring."""
 
-    journal: "Journal"
+    journal: Journal
     count: int = 0
     #: ``(index, ModelRequestContext)`` of the first unanswered model request
     pending: Any = None
@@ -81,7 +81,7 @@ class Replay(AbstractCapability[Any]):
         return DeferredToolResults(approvals=approved) if approved else None
 
 
-async def replay(ctx: "Ctx", agent: Any, journal: "Journal", *, model: str | None,
+async def replay(ctx: Ctx, agent: Any, journal: Journal, *, model: str | None,
                  path: str) -> tuple[str, Any] | None:
     """Replay the agent once: the run's outcome when it ended, else None (this step
     asked for a model response or tool calls, replied in a conversation, or waits for
@@ -128,7 +128,7 @@ def _as_text(output: Any) -> str:
     return output if isinstance(output, str) else json.dumps(to_jsonable_python(output), ensure_ascii=False)
 
 
-async def _ask_model(ctx: "Ctx", capability: Replay, model: str | None, path: str) -> None:
+async def _ask_model(ctx: Ctx, capability: Replay, model: str | None, path: str) -> None:
     k, request = capability.pending
     messages = _once(from_model_messages(_with_instructions(request)))
     specs, output = tool_specs(request.model_request_parameters)

@@ -50,7 +50,7 @@ class Journal(BaseModel):
     prompts: list[str] = Field(default_factory=list)
     replies: int = 0
 
-    def __deepcopy__(self, memo: dict | None = None) -> "Journal":
+    def __deepcopy__(self, memo: dict | None = None) -> Journal:
         new = self.model_copy()
         new.models = [m.model_copy() for m in self.models]
         new.requested = list(self.requested)

@@ -59,12 +59,12 @@ class Algorithm:
         return self.cfg.model_dump(mode="json")
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "Algorithm":
+    def from_config(cls, config: dict[str, Any]) -> Algorithm:
         """Rebuild an instance from its JSON config (what another process does)."""
         obj = cls.__new__(cls)
         obj.cfg = cls.Config.model_validate(config)
         return obj
 
-    async def step(self, ctx: "Ctx", event: "Event") -> None:
+    async def step(self, ctx: Ctx, event: Event) -> None:
         """React to the run's state (``await ctx.project(...)``) after ``event``."""
         raise NotImplementedError

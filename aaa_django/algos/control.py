@@ -60,7 +60,7 @@ class WorkflowState(BaseModel):
 
     nodes: dict[str, NodeRun] = Field(default_factory=dict)
 
-    def __deepcopy__(self, memo: dict | None = None) -> "WorkflowState":
+    def __deepcopy__(self, memo: dict | None = None) -> WorkflowState:
         new = self.model_copy()
         new.nodes = dict(self.nodes)  # node runs are replaced, never mutated
         return new
@@ -136,7 +136,7 @@ class Node(BaseModel):
     fallback: str | None = None
 
     @model_validator(mode="after")
-    def _kind_fields(self) -> "Node":
+    def _kind_fields(self) -> Node:
         if self.kind == "llm" and not self.prompt:
             raise ValueError(f"node {self.id!r}: an llm node needs a prompt")
         if self.kind == "tool" and not self.tool:
@@ -154,7 +154,7 @@ class WorkflowGraphConfig(BaseModel):
     model: str | None = None
 
     @model_validator(mode="after")
-    def _graph(self) -> "WorkflowGraphConfig":
+    def _graph(self) -> WorkflowGraphConfig:
         ids = [n.id for n in self.nodes]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
@@ -224,7 +224,7 @@ class WorkflowGraph(Algorithm):
     Config = WorkflowGraphConfig
     cfg: WorkflowGraphConfig
 
-    async def step(self, ctx: "Ctx", event: Event) -> None:
+    async def step(self, ctx: Ctx, event: Event) -> None:
         s = await ctx.project(WF)
         by_id = {n.id: n for n in self.cfg.nodes}
         primaries = self.cfg.primaries()
@@ -274,7 +274,7 @@ class WorkflowGraph(Algorithm):
                 return "done", fb_run.result
             cur, error = fb, fb_run.error or ""
 
-    def start(self, ctx: "Ctx", n: Node, values: dict[str, str]) -> None:
+    def start(self, ctx: Ctx, n: Node, values: dict[str, str]) -> None:
         name = f"node-{n.id}"
         if n.kind == "llm":
             msgs = opening(n.system, fill(n.prompt or "", values))
@@ -308,7 +308,7 @@ class FsmRun(BaseModel):
     #: the previous state's output (``{last}`` in prompts; the value at the end)
     last: str | None = None
 
-    def __deepcopy__(self, memo: dict | None = None) -> "FsmRun":
+    def __deepcopy__(self, memo: dict | None = None) -> FsmRun:
         new = self.model_copy()
         new.path = list(self.path)
         return new
@@ -349,9 +349,7 @@ def apply_fsm(s: FsmRun, e: Event) -> FsmRun:
             s.last = s.output
         s.path.append(str(d.get("state")))
         s.request_id, s.done, s.ok, s.output, s.label, s.error = None, False, True, None, None, None
-    elif t == LLM_REQUESTED and tag_index(d.get("tag"), "fsm") == len(s.path) - 1:
-        s.request_id = e.id
-    elif t == TOOL_REQUESTED and tag_index(d.get("call_id"), "fsm") == len(s.path) - 1:
+    elif t == LLM_REQUESTED and tag_index(d.get("tag"), "fsm") == len(s.path) - 1 or t == TOOL_REQUESTED and tag_index(d.get("call_id"), "fsm") == len(s.path) - 1:
         s.request_id = e.id
     elif s.request_id is None or s.done:
         return s
@@ -395,7 +393,7 @@ class FsmNode(BaseModel):
     model: str | None = None
 
     @model_validator(mode="after")
-    def _kind_fields(self) -> "FsmNode":
+    def _kind_fields(self) -> FsmNode:
         if self.kind == "llm" and not self.prompt:
             raise ValueError("an llm state needs a prompt")
         if self.kind == "tool" and not self.tool:
@@ -420,7 +418,7 @@ class FSMConfig(BaseModel):
     model: str | None = None
 
     @model_validator(mode="after")
-    def _machine(self) -> "FSMConfig":
+    def _machine(self) -> FSMConfig:
         names = set(self.states)
         for name in [*self.states, *self.finals]:
             if not re.match(_NAME, name):
@@ -460,10 +458,10 @@ class FSM(Algorithm):
     Config = FSMConfig
     cfg: FSMConfig
 
-    async def step(self, ctx: "Ctx", event: Event) -> None:
+    async def step(self, ctx: Ctx, event: Event) -> None:
         self.decide(ctx, await ctx.project(FSM_STATE))
 
-    def decide(self, ctx: "Ctx", s: FsmRun) -> None:
+    def decide(self, ctx: Ctx, s: FsmRun) -> None:
         cfg = self.cfg
         if not s.path:
             self.decide(ctx, self.enter(ctx, s, cfg.initial, via=None))
@@ -489,7 +487,7 @@ class FSM(Algorithm):
             else:
                 self.decide(ctx, self.enter(ctx, s, target, via=s.label))
 
-    def enter(self, ctx: "Ctx", s: FsmRun, state: str, *, via: str | None) -> FsmRun:
+    def enter(self, ctx: Ctx, s: FsmRun, state: str, *, via: str | None) -> FsmRun:
         """Record entering ``state``; return the run's state once that is folded.
 
         The caller goes on deciding from the returned state (the projection's own fold
@@ -500,7 +498,7 @@ class FSM(Algorithm):
         entered = ctx.emit(FSM_ENTERED, {"state": state, "step": n, "via": via}, key=("fsm", n))
         return apply_fsm(FSM_STATE.copy(s), entered)
 
-    def act(self, ctx: "Ctx", s: FsmRun, current: str) -> None:
+    def act(self, ctx: Ctx, s: FsmRun, current: str) -> None:
         node = self.cfg.states[current]
         n = len(s.path) - 1
         values = {"task": ctx.input.task, "last": s.last or "", "state": current}

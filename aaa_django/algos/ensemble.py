@@ -32,7 +32,7 @@ class SamplesState(BaseModel):
     #: sample index -> why it failed
     errors: dict[int, str] = Field(default_factory=dict)
 
-    def __deepcopy__(self, memo: dict | None = None) -> "SamplesState":
+    def __deepcopy__(self, memo: dict | None = None) -> SamplesState:
         new = self.model_copy()
         new.samples = dict(self.samples)
         new.errors = dict(self.errors)
@@ -145,7 +145,7 @@ class SelfConsistency(Algorithm):
     Config = SelfConsistencyConfig
     cfg: SelfConsistencyConfig
 
-    async def step(self, ctx: "Ctx", event: Event) -> None:
+    async def step(self, ctx: Ctx, event: Event) -> None:
         s = await ctx.project(SAMPLES)
         cfg = self.cfg
         if s.requested == 0:

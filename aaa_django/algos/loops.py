@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -75,7 +76,7 @@ class LoopState(BaseModel):
     replied: str | None = None
     message: str | None = None
 
-    def __deepcopy__(self, memo: dict | None = None) -> "LoopState":
+    def __deepcopy__(self, memo: dict | None = None) -> LoopState:
         # Only the call list and the result dict are mutated in place by the fold.
         # (As ``RunMeta.__deepcopy__``: ``__copy__`` and its ``__dict__``, in half the
         # time of ``model_copy`` and pydantic's assignments.)
@@ -181,7 +182,7 @@ class LoopConfig(BaseModel):
         return path
 
     @model_validator(mode="after")
-    def _schema(self) -> "LoopConfig":
+    def _schema(self) -> LoopConfig:
         if self.output is not None and self.output_schema is None:
             self.output_schema = output_model(self.output).model_json_schema()
         return self
@@ -215,13 +216,13 @@ class ToolLoop(Algorithm):
 
     def __init__(
         self,
-        registry: "ToolRegistry | None" = None,
+        registry: ToolRegistry | None = None,
         *,
         tools: Sequence[str | dict[str, Any]] | None = None,
         max_turns: int = 10,
         system: str | None = None,
         model: str | None = None,
-        output: "type[BaseModel] | str | None" = None,
+        output: type[BaseModel] | str | None = None,
         output_retries: int = 2,
     ) -> None:
         """``registry``: offer its tools; ``tools``: offer these (names of tools the
@@ -256,10 +257,10 @@ class ToolLoop(Algorithm):
         its tools, or offering none: none)."""
         return [t for t in self.cfg.tools or () if isinstance(t, dict)]
 
-    def first_messages(self, ctx: "Ctx") -> list[Message]:
+    def first_messages(self, ctx: Ctx) -> list[Message]:
         return opening(self.cfg.system, ctx.input.task)
 
-    def ask(self, ctx: "Ctx", s: LoopState, messages: list[Message]) -> None:
+    def ask(self, ctx: Ctx, s: LoopState, messages: list[Message]) -> None:
         turn = s.turns + 1
         tools = self.offered
         if self.cfg.output_schema is not None:
@@ -268,7 +269,7 @@ class ToolLoop(Algorithm):
         ctx.llm(messages, tools=tools or None, tag=f"turn-{turn}", key=turn, model=self.cfg.model,
                 output={"allow_text": False} if self.cfg.output is not None else None)
 
-    async def step(self, ctx: "Ctx", event: Event) -> None:
+    async def step(self, ctx: Ctx, event: Event) -> None:
         s = await ctx.project(LOOP)
         if s.turns == 0:
             self.ask(ctx, s, self.first_messages(ctx))
@@ -292,7 +293,7 @@ class ToolLoop(Algorithm):
         return [Message(role="tool", content=s.results[c.call_id].content, tool_call_id=c.call_id, name=c.name)
                 for c in s.calls]
 
-    def decide(self, ctx: "Ctx", s: LoopState) -> None:
+    def decide(self, ctx: Ctx, s: LoopState) -> None:
         """The model replied: finish (or propose a structured result), or run the
         tools it asked for."""
         assert s.response is not None
@@ -312,7 +313,7 @@ class ToolLoop(Algorithm):
             for c in calls:
                 ctx.tool(c["name"], c.get("arguments") or {}, call_id=c["id"], key=(s.turns, c["id"]))
 
-    def answer(self, ctx: "Ctx", s: LoopState, text: str) -> None:
+    def answer(self, ctx: Ctx, s: LoopState, text: str) -> None:
         """The answer: the run's result (``success`` with ``{"text": ...}``), or in a
         conversation the reply to the person's latest message."""
         if ctx.conversation is not None:
@@ -320,12 +321,12 @@ class ToolLoop(Algorithm):
         else:
             ctx.complete("success", {"text": text})
 
-    def propose(self, ctx: "Ctx", s: LoopState, value: Any) -> None:
+    def propose(self, ctx: Ctx, s: LoopState, value: Any) -> None:
         """Ask the ValidationHandler whether ``value`` fits ``output`` (the verdict
         steps the run on)."""
         ctx.emit(OUTPUT_PROPOSED, {"value": value, "schema": self.cfg.output}, key=("output", s.turns))
 
-    def judged(self, ctx: "Ctx", s: LoopState) -> None:
+    def judged(self, ctx: Ctx, s: LoopState) -> None:
         """The answer was checked: the run's result, or the errors back to the model."""
         assert s.verdict is not None
         if s.verdict["ok"]:
@@ -393,7 +394,7 @@ class ReAct(ToolLoop):
 
     name = "aaa.algos.ReAct"
 
-    def first_messages(self, ctx: "Ctx") -> list[Message]:
+    def first_messages(self, ctx: Ctx) -> list[Message]:
         tools = "\n".join(f"- {t['name']}: {t.get('description', '')} "
                           f"(arguments: {json.dumps(t.get('parameters', {}).get('properties', {}))})"
                           for t in self.offered) or "(none)"
@@ -404,7 +405,7 @@ class ReAct(ToolLoop):
             system = self.cfg.system + "\n\n" + system
         return opening(system, ctx.input.task)
 
-    def ask(self, ctx: "Ctx", s: LoopState, messages: list[Message]) -> None:
+    def ask(self, ctx: Ctx, s: LoopState, messages: list[Message]) -> None:
         turn = s.turns + 1
         ctx.llm(messages, tag=f"turn-{turn}", key=turn, model=self.cfg.model)
 
@@ -415,7 +416,7 @@ class ReAct(ToolLoop):
         how = "with a Final Answer in JSON that fits it"
         return [Message(role="user", content="Observation: " + RETRY.format(errors=errors, how=how))]
 
-    def decide(self, ctx: "Ctx", s: LoopState) -> None:
+    def decide(self, ctx: Ctx, s: LoopState) -> None:
         assert s.response is not None
         kind, value = parse_react(s.response.get("content") or "")
         if kind == "final" and self.cfg.output is not None:

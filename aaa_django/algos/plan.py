@@ -67,7 +67,7 @@ class PlanState(BaseModel):
     revision: int = 0
     steps: list[PlanStep] = Field(default_factory=list)
 
-    def __deepcopy__(self, memo: dict | None = None) -> "PlanState":
+    def __deepcopy__(self, memo: dict | None = None) -> PlanState:
         # Only the step list and its steps are mutated in place by the fold.
         new = self.model_copy()
         new.steps = [st.model_copy() for st in self.steps]
@@ -249,10 +249,10 @@ class PlanAndExecute(Algorithm):
     Config = PlanAndExecuteConfig
     cfg: PlanAndExecuteConfig
 
-    async def step(self, ctx: "Ctx", event: Event) -> None:
+    async def step(self, ctx: Ctx, event: Event) -> None:
         self.decide(ctx, await ctx.project(PLAN))
 
-    def decide(self, ctx: "Ctx", s: PlanState) -> None:
+    def decide(self, ctx: Ctx, s: PlanState) -> None:
         if s.plans == 0:
             system = PLANNER_SYSTEM.format(max_steps=self.cfg.max_steps)
             if self.cfg.system:
@@ -277,7 +277,7 @@ class PlanAndExecute(Algorithm):
         else:
             self.carry_on(ctx, s)
 
-    def carry_on(self, ctx: "Ctx", s: PlanState) -> None:
+    def carry_on(self, ctx: Ctx, s: PlanState) -> None:
         current = s.current()
         if any(st.status == "running" for _, st in current):
             return  # a step is being done
@@ -295,17 +295,17 @@ class PlanAndExecute(Algorithm):
         ctx.complete("success", {"answer": done[-1]["result"] if done else "", "steps": done,
                                  "replans": s.replans})
 
-    def replan(self, ctx: "Ctx", s: PlanState, step: str | None, error: str, message: str) -> None:
+    def replan(self, ctx: Ctx, s: PlanState, step: str | None, error: str, message: str) -> None:
         if s.replans >= self.cfg.max_replans:
             ctx.complete("no_solution", {"reason": "max_replans", "replans": s.replans,
                                          "step": step, "error": error})
         else:
             self.ask_planner(ctx, s.plans + 1, [Message(role="user", content=message)])
 
-    def ask_planner(self, ctx: "Ctx", n: int, messages: list[Message]) -> None:
+    def ask_planner(self, ctx: Ctx, n: int, messages: list[Message]) -> None:
         ctx.llm(messages, tag=f"plan-{n}", key=("plan", n), thread="planner", model=self.cfg.model)
 
-    def execute(self, ctx: "Ctx", s: PlanState, i: int, st: PlanStep) -> None:
+    def execute(self, ctx: Ctx, s: PlanState, i: int, st: PlanStep) -> None:
         task = ctx.input.task
         if self.cfg.executor is not None:
             done = _done_list(s)

@@ -87,7 +87,7 @@ class AgentConfig(BaseModel):
         return path
 
     @model_validator(mode="after")
-    def _schema(self) -> "AgentConfig":
+    def _schema(self) -> AgentConfig:
         if self.output_schema is None:
             self.output_schema = output_schema(loaded_agent(self.agent))
         return self
@@ -114,7 +114,7 @@ class PydanticAIAgent(Algorithm):
         """Holds conversations (:class:`~aaa_django.runtime.conversation.Converses`)."""
         return True
 
-    async def step(self, ctx: "Ctx", event: Event) -> None:
+    async def step(self, ctx: Ctx, event: Event) -> None:
         journal = await ctx.project(JOURNAL)
         if journal.waiting:
             return

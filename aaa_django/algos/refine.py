@@ -192,7 +192,7 @@ class GenerateTestRepair(Algorithm):
         text = s.candidate or ""
         return extract_fenced(text) if self.cfg.extract == "fenced" else text
 
-    async def step(self, ctx: "Ctx", event: Event) -> None:
+    async def step(self, ctx: Ctx, event: Event) -> None:
         s = await ctx.project(REFINE)
         if s.iteration == 0:
             self.generate(ctx, 1, opening(self.cfg.system, ctx.input.task))
@@ -221,7 +221,7 @@ class GenerateTestRepair(Algorithm):
                 self.generate(ctx, s.iteration + 1,
                               [Message(role="user", content=REPAIR.format(feedback=feedback))])
 
-    def generate(self, ctx: "Ctx", n: int, messages: list[Message]) -> None:
+    def generate(self, ctx: Ctx, n: int, messages: list[Message]) -> None:
         ctx.llm(messages, tag=f"{GENERATE}-{n}", key=(GENERATE, n), model=self.cfg.model)
 
 
@@ -278,7 +278,7 @@ class GeneratorCritic(Algorithm):
     Config = GeneratorCriticConfig
     cfg: GeneratorCriticConfig
 
-    async def step(self, ctx: "Ctx", event: Event) -> None:
+    async def step(self, ctx: Ctx, event: Event) -> None:
         s = await ctx.project(REFINE)
         cfg = self.cfg
         if s.iteration == 0:
@@ -303,10 +303,10 @@ class GeneratorCritic(Algorithm):
                 self.generate(ctx, s.iteration + 1,
                               [Message(role="user", content=REVISE.format(feedback=review))])
 
-    def generate(self, ctx: "Ctx", n: int, messages: list[Message]) -> None:
+    def generate(self, ctx: Ctx, n: int, messages: list[Message]) -> None:
         ctx.llm(messages, tag=f"{GENERATE}-{n}", key=(GENERATE, n), model=self.cfg.model)
 
-    def critique(self, ctx: "Ctx", s: RefineState) -> None:
+    def critique(self, ctx: Ctx, s: RefineState) -> None:
         # One critic thread: it sees its earlier reviews, so it can check they were heeded.
         if s.iteration == 1:
             messages = [Message(role="system", content=self.cfg.critic_system),

@@ -10,7 +10,8 @@ a plan's executor: ``{"algorithm": ..., "config": {...}}``): each is checked the
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from aaa_django.algos import PydanticAIAgent
 from aaa_django.conf import aaa_settings

@@ -197,7 +197,7 @@ class FailedKeys:
         self.limit, self.period = limit, period
 
     @classmethod
-    def from_settings(cls) -> "FailedKeys | None":
+    def from_settings(cls) -> FailedKeys | None:
         rate = aaa_settings()["API_KEY_FAILURES"]
         return cls(rate) if rate else None
 

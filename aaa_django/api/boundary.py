@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import json
 import math
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest

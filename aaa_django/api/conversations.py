@@ -19,7 +19,7 @@ each is appended against the log it was decided from); the reads come from the l
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -119,7 +119,7 @@ class AnswerOut(Schema):
 
 
 def _from_epoch(value: float | None) -> datetime | None:
-    return datetime.fromtimestamp(value, timezone.utc) if value is not None else None
+    return datetime.fromtimestamp(value, UTC) if value is not None else None
 
 
 def _message(m: transcript.Message) -> dict[str, Any]:

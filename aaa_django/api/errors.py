@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.core.signals import got_request_exception

@@ -4,8 +4,9 @@ and shaping runs, events and approvals for the answers."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 from django.db import DatabaseError
 from django.db.models import QuerySet
@@ -150,7 +151,7 @@ def _from_timestamp(value: Any) -> datetime | None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
     try:
-        return datetime.fromtimestamp(value, timezone.utc)
+        return datetime.fromtimestamp(value, UTC)
     except (OverflowError, ValueError, OSError):
         return None
 

@@ -55,9 +55,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Generator, Iterator, Protocol
+from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest

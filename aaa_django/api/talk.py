@@ -4,7 +4,8 @@ as the API answers it (the one map of its codes to HTTP)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from aaa_django.conf import aaa_settings
 from aaa_django.runtime.conversation import ConversationError, check_algorithm

@@ -51,8 +51,9 @@ import json
 import logging
 import threading
 import weakref
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from functools import partial
-from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from celery.app import app_or_default
@@ -484,7 +485,7 @@ class DistributedBus:
             self._listener.cancel()
             try:
                 await asyncio.wait_for(self._listener, 5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("the run-ended listener did not stop within 5 s; left behind")
             except (asyncio.CancelledError, Exception):
                 pass

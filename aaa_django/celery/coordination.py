@@ -27,7 +27,8 @@ import logging
 import os
 import random
 import weakref
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 log = logging.getLogger("aaa_django.bus")
 
@@ -117,9 +118,9 @@ class Coordinator:
                                            socket_connect_timeout=socket_timeout,
                                            socket_keepalive_options=_keepalive_options(), **_KEEPALIVE)
         self._tag = "{" + prefix + "}"
-        self._aclients: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
-        self._local_locks: "weakref.WeakValueDictionary[tuple, asyncio.Lock]" = weakref.WeakValueDictionary()
-        self._loop_ends: "weakref.WeakKeyDictionary[Any, _Ends]" = weakref.WeakKeyDictionary()
+        self._aclients: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._local_locks: weakref.WeakValueDictionary[tuple, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._loop_ends: weakref.WeakKeyDictionary[Any, _Ends] = weakref.WeakKeyDictionary()
         self._live = self.client.register_script(_LIVE)
 
     def __repr__(self) -> str:
@@ -208,7 +209,7 @@ class Coordinator:
             try:
                 await asyncio.wait_for(stop.wait(), wait)
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             wait = ttl / 3
             try:
@@ -252,7 +253,7 @@ class Coordinator:
             with contextlib.suppress(Exception):  # an unreleased lease expires anyway
                 await client.zrem(key, token)
 
-    def pool(self, name: str, size: int) -> "SharedPool":
+    def pool(self, name: str, size: int) -> SharedPool:
         """A semaphore of ``size`` shared by every worker, usable as ``async with``."""
         return SharedPool(self, name, size)
 
@@ -323,7 +324,7 @@ class Coordinator:
         finally:
             ends.unwatch(run_id, heard)
 
-    def _ends(self) -> "_Ends":
+    def _ends(self) -> _Ends:
         """This loop's shared subscription to run-ended notices."""
         loop = asyncio.get_running_loop()
         ends = self._loop_ends.get(loop)
@@ -413,7 +414,7 @@ class SharedPool:
     def __repr__(self) -> str:
         return f"SharedPool({self.name!r}, {self.size})"
 
-    async def __aenter__(self) -> "SharedPool":
+    async def __aenter__(self) -> SharedPool:
         cm = self.coordinator.lease("pool", self.name, max(1, int(self.size)))
         await cm.__aenter__()
         self._held[asyncio.current_task()] = cm

@@ -32,7 +32,8 @@ Where the ledger lives:
 from __future__ import annotations
 
 import weakref
-from typing import Any, Iterable, Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
 
@@ -101,14 +102,14 @@ class DatabaseLedger:
 class MemoryLedger:
     """The ledger of one store, in this process's memory."""
 
-    _ledgers: "weakref.WeakKeyDictionary[Any, MemoryLedger]" = weakref.WeakKeyDictionary()
+    _ledgers: weakref.WeakKeyDictionary[Any, MemoryLedger] = weakref.WeakKeyDictionary()
 
     def __init__(self) -> None:
         self.times: dict[str, float] = {}
         self.counts: dict[str, int] = {}
 
     @classmethod
-    def of(cls, store: Any) -> "MemoryLedger":
+    def of(cls, store: Any) -> MemoryLedger:
         try:
             ledger = cls._ledgers.get(store)
             if ledger is None:

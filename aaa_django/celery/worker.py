@@ -46,8 +46,9 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from celery.signals import worker_process_shutdown, worker_shutdown, worker_shutting_down
 from django.db import connections

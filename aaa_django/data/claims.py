@@ -8,7 +8,8 @@ event's ``blobs``.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, cast
+from collections.abc import Iterable
+from typing import Any, cast
 
 from .errors import BlobError
 from .protocol import BlobReader, BlobStore, NamespacedBlobStore

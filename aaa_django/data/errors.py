@@ -37,7 +37,7 @@ class InfrastructureError(Exception):
         return (_rebuild, (type(self), str(self), self.transient, self.service))
 
 
-def _rebuild(cls: type, message: str, transient: bool, service: str) -> "InfrastructureError":
+def _rebuild(cls: type, message: str, transient: bool, service: str) -> InfrastructureError:
     return cls(message, transient=transient, service=service)
 
 

@@ -22,8 +22,9 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine
+from typing import Any
 
 #: a holder entry's key: (the store's cache_key, stream, projection key, version)
 CacheKey = tuple[str, str, str, int]

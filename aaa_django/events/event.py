@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from aaa_django.data.refs import BlobRef
 
@@ -19,7 +20,7 @@ MAX_DEPTH = 256
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class Event:
         causation: str | None = None,
         tenant: str | None = None,
         blobs: Iterable[Any] = (),
-    ) -> "Event":
+    ) -> Event:
         """A root event with a fresh random id (or the given one)."""
         return cls(
             id=id or new_id(),
@@ -72,7 +73,7 @@ class Event:
         *,
         key: object = "",
         stream: str | None = None,
-    ) -> "Event":
+    ) -> Event:
         """An event caused by this one, with a deterministic id.
 
         Deriving the same ``type`` and ``key`` from the same event twice gives the same
@@ -87,7 +88,7 @@ class Event:
             tenant=self.tenant,
         )
 
-    def with_seq(self, seq: int) -> "Event":
+    def with_seq(self, seq: int) -> Event:
         return replace(self, seq=seq)
 
     def to_dict(self) -> dict[str, Any]:
@@ -105,7 +106,7 @@ class Event:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Event":
+    def from_dict(cls, d: Mapping[str, Any]) -> Event:
         return cls(
             id=d["id"],
             stream=d["stream"],

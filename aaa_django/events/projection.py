@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import copy as _copy
 import logging
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Generic, Iterable, Sequence, TypeGuard, TypeVar
+from typing import Any, Generic, TypeGuard, TypeVar
 
 from pydantic import TypeAdapter
 

@@ -49,7 +49,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections import OrderedDict
-from typing import Any, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConcurrencyError
 from .event import Event
@@ -92,7 +93,7 @@ class _Guard:
 _guarded: contextvars.ContextVar[_Guard | None] = contextvars.ContextVar("aaa_guarded", default=None)
 
 #: the staged events this context's reads see (see :meth:`TailCachedStore.staging`)
-_staged: contextvars.ContextVar["Staged | None"] = contextvars.ContextVar("aaa_staged", default=None)
+_staged: contextvars.ContextVar[Staged | None] = contextvars.ContextVar("aaa_staged", default=None)
 
 
 class Staged:
@@ -109,7 +110,7 @@ class Staged:
         self.folds: list[Any] = []
         self.snapshots: list[Snapshot] = []
 
-    def __enter__(self) -> "Staged":
+    def __enter__(self) -> Staged:
         synced = _synced.get()
         if synced is not None:
             synced.add(self.stream)
@@ -163,7 +164,7 @@ class Tail(EventStore, Protocol):
 
     def held(self, stream: str) -> int | None: ...
 
-    def staging(self, stream: str, events: Sequence[Event]) -> contextlib.AbstractContextManager["Staged"]: ...
+    def staging(self, stream: str, events: Sequence[Event]) -> contextlib.AbstractContextManager[Staged]: ...
 
 
 #: streams whose logs an engine keeps by default (see the module docstring)

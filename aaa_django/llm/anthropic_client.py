@@ -22,7 +22,8 @@ params go into the request body as given.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Unpack
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Unpack
 
 from .messages import LLMRequest, Message, ToolCall, Usage
 from .provider import (

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 from .messages import LLMRequest, LLMResponse
 

@@ -37,7 +37,7 @@ class Conversation:
         #: request id -> (shared list, length at the request)
         self.at: OrderedDict[str, tuple[list[Message], int]] = OrderedDict()
 
-    def __deepcopy__(self, memo: dict) -> "Conversation":
+    def __deepcopy__(self, memo: dict) -> Conversation:
         new = Conversation()
         new.threads = dict(self.threads)
         new.at = OrderedDict(self.at)

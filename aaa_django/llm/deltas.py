@@ -40,7 +40,7 @@ class TokenDelta:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any) -> "TokenDelta":
+    def from_dict(cls, data: Any) -> TokenDelta:
         """A delta from its dict; ``ValueError`` when ``data`` is not one."""
         try:
             delta = cls(run_id=data["run_id"], request_id=data["request_id"],
@@ -83,7 +83,7 @@ class LocalSubscription:
     """A subscription to :class:`LocalTokens` (thread-safe: published on the engine's
     thread, read on the listener's)."""
 
-    def __init__(self, owner: "LocalTokens", run_id: str) -> None:
+    def __init__(self, owner: LocalTokens, run_id: str) -> None:
         self.owner = owner
         self.run_id = run_id
         self._queue: collections.deque[TokenDelta] = collections.deque(maxlen=BACKLOG)
@@ -105,7 +105,7 @@ class LocalSubscription:
     def close(self) -> None:
         self.owner._unsubscribe(self)
 
-    def __enter__(self) -> "LocalSubscription":
+    def __enter__(self) -> LocalSubscription:
         return self
 
     def __exit__(self, *exc: Any) -> None:

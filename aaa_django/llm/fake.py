@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from .messages import LLMRequest, LLMResponse, Message, ToolCall, Usage
 

@@ -56,8 +56,9 @@ import logging
 import random
 import traceback
 from collections import OrderedDict
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, AsyncContextManager
+from typing import Any
 
 from aaa_django.events import Event, InvalidEventError, derive_id, encode_json
 from aaa_django.runtime import Engine
@@ -128,7 +129,7 @@ class LLMHandler:
         self.pricer: PricedClient | None = client if isinstance(client, PricedClient) else None
         #: what an attempt costs at most (the client's prices and limits, detected once)
         self.estimator = Estimator(client, assumed_max_tokens=assumed_max_tokens)
-        self.engine: "Engine | None" = None
+        self.engine: Engine | None = None
         #: whether the bus says which runs this process holds, and its cluster-wide
         #: leases (detected once, in ``attach``)
         self._leases: ExclusiveLeases | None = None
@@ -141,7 +142,7 @@ class LLMHandler:
         #: run id -> request id -> the task calling the client
         self._running: dict[str, dict[str, asyncio.Task]] = {}
 
-    def attach(self, engine: "Engine") -> "LLMHandler":
+    def attach(self, engine: Engine) -> LLMHandler:
         """Subscribe to ``aaa.llm.requested`` (and run ends, to cancel calls in flight)
         on ``engine``."""
         self.engine = engine
@@ -239,7 +240,7 @@ class LLMHandler:
     def _gone(self, maker: str | None) -> bool:
         return maker is not None and maker != self.maker and process_gone(maker)
 
-    async def _lease(self, event: Event, attempt: int) -> tuple[AsyncContextManager[None] | None, bool]:
+    async def _lease(self, event: Event, attempt: int) -> tuple[AbstractAsyncContextManager[None] | None, bool]:
         """The lease on attempt ``attempt`` of the request, taken (the caller releases
         it), and whether it was waited for (a live process held it). None, without it,
         as soon as the log shows the request answered, its run over, or that attempt
@@ -428,7 +429,7 @@ class LLMHandler:
         """May this process call out for ``run_id`` now (a bus that does not say: yes)?"""
         return self._holder is None or self._holder.holds(run_id)
 
-    def _engine(self) -> "Engine":
+    def _engine(self) -> Engine:
         assert self.engine is not None, "attach the handler to an engine first"
         return self.engine
 

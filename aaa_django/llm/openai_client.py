@@ -24,7 +24,8 @@ into the request body as given. Retries, timeouts, cost and secrets: see
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterable, Mapping, Unpack
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Unpack
 
 from .messages import LLMRequest, Message, ToolCall, Usage
 from .provider import (

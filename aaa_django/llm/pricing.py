@@ -18,8 +18,9 @@ cost never silently passes for a model nobody priced.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .messages import Usage
 
@@ -86,6 +87,6 @@ class Pricing:
         return Cost(round(usd, 12), True, name)
 
 
-def as_pricing(pricing: "Pricing | Mapping[str, Mapping[str, Any]] | None") -> Pricing:
+def as_pricing(pricing: Pricing | Mapping[str, Mapping[str, Any]] | None) -> Pricing:
     """A :class:`Pricing` from a table, a ``Pricing`` or None (an empty table)."""
     return pricing if isinstance(pricing, Pricing) else Pricing(pricing)

@@ -20,7 +20,8 @@ import asyncio
 import json
 import logging
 import re
-from typing import Any, Awaitable, Callable, ClassVar, Mapping, TypedDict
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field
@@ -283,7 +284,7 @@ class ProviderClient:
             if sdk is not None:
                 await _close_quietly(sdk)
 
-    async def __aenter__(self) -> "ProviderClient":
+    async def __aenter__(self) -> ProviderClient:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -31,7 +31,8 @@ Needs ``pip install 'aaa_django[pydantic-ai]'`` (plus the provider's own extra o
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Unpack
+from collections.abc import Callable
+from typing import Any, Unpack
 
 from .client import TextSink
 from .messages import LLMRequest, Message, Usage
@@ -52,7 +53,7 @@ def _import() -> Any:
 class _LoopModels:
     """The models built for one event loop, and the HTTP client they share."""
 
-    def __init__(self, client: "PydanticAIClient") -> None:
+    def __init__(self, client: PydanticAIClient) -> None:
         self.client = client
         self.models: dict[str | None, Any] = {}
         self.http: Any = None

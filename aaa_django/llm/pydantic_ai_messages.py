@@ -25,7 +25,8 @@ files, native tools) are left out: the text and the tool calls are what a run de
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from pydantic_ai import messages as pm
 from pydantic_ai.models import ModelRequestParameters

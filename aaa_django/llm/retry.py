@@ -28,8 +28,9 @@ import contextvars
 import email.utils
 import random
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from aaa_django.runtime.retry import Backoff
 

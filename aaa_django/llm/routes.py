@@ -16,7 +16,8 @@ What the handler detects once (streaming, prices) is detected here once per clie
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
 
 from aaa_django.runtime import dotted
 

@@ -41,7 +41,7 @@ class Progress:
         self._drawn = 0.0
         self._closed = False
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         self._draw(force=True)
         return self
 

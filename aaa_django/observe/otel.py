@@ -49,8 +49,9 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -96,7 +97,7 @@ class RunTrace:
 
     @classmethod
     def derived(cls, run_id: str, *, trace_id: int | None = None, parent: int | None = None,
-                sampled: bool = True) -> "RunTrace":
+                sampled: bool = True) -> RunTrace:
         """The run's trace derived from its id (``trace_id``: another trace's)."""
         digest = hashlib.sha256(run_id.encode()).digest()
         own = int.from_bytes(digest[:16], "big") or 1
@@ -116,7 +117,7 @@ class RunTrace:
         return out
 
     @classmethod
-    def from_headers(cls, headers: Mapping[str, Any]) -> "RunTrace | None":
+    def from_headers(cls, headers: Mapping[str, Any]) -> RunTrace | None:
         """What :meth:`headers` wrote, or None (missing or malformed)."""
         try:
             version, trace_id, span_id, flags = str(headers["traceparent"]).split("-")

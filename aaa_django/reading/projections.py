@@ -10,8 +10,9 @@ dotted part (``RUNMETA``) when no other projection has the same one.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import asdict, is_dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from django.utils.module_loading import import_string
 from pydantic import TypeAdapter

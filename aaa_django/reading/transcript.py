@@ -11,9 +11,10 @@ conversation reads as one turn whose reply is its result's text, if it has one.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any
 
 from aaa_django.events import Event
 from aaa_django.runtime.event_types import (

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import contextvars
 import logging
+from collections.abc import Iterable
 from dataclasses import replace
 from itertools import groupby
-from typing import Iterable
 
 from aaa_django.data.claims import claim_payload, put_claim
 from aaa_django.events import ClosedStreamError, Event, EventList, InfrastructureError

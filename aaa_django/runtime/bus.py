@@ -18,12 +18,10 @@ import asyncio
 import logging
 import random
 import weakref
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager
 from typing import (
     Any,
-    AsyncContextManager,
-    Awaitable,
-    Callable,
-    Iterable,
     Literal,
     Protocol,
     runtime_checkable,
@@ -55,7 +53,7 @@ class Bus(Protocol):
 
     async def publish(self, events: Iterable[Event]) -> None: ...
 
-    def serial(self, key: str, *, contended: bool = False, synced: bool = False) -> AsyncContextManager[Any]: ...
+    def serial(self, key: str, *, contended: bool = False, synced: bool = False) -> AbstractAsyncContextManager[Any]: ...
 
     def spawn(self, coro: Any) -> None: ...
 
@@ -75,7 +73,7 @@ class ExclusiveLeases(Protocol):
     process the handler itself sees a delivery that is already running.)
     """
 
-    def exclusive(self, name: str) -> AsyncContextManager[None]: ...
+    def exclusive(self, name: str) -> AbstractAsyncContextManager[None]: ...
 
 
 @runtime_checkable
@@ -126,7 +124,7 @@ class InProcessBus:
         self._sleep = sleep or asyncio.sleep
         self.engine: EngineAPI | None = None
         self._running: set[asyncio.Task] = set()
-        self._locks: "weakref.WeakValueDictionary[str, asyncio.Lock]" = weakref.WeakValueDictionary()
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self.closed = False
         #: exceptions of deliveries given up on (a persistent failure, an outage that
         #: outlasted the retries, a bug), newest last

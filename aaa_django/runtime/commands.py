@@ -14,7 +14,8 @@ engine's public methods (:meth:`Engine.cancel <aaa_django.runtime.Engine.cancel>
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from aaa_django.events import Event, derive_id
 

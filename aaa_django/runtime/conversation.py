@@ -38,8 +38,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Awaitable, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -213,7 +214,7 @@ class Talk(BaseModel):
     #: answered or expired questions asked by the algorithm (not a tool's), by id
     answers: dict[str, Answer] = Field(default_factory=dict)
 
-    def __deepcopy__(self, memo: dict | None = None) -> "Talk":
+    def __deepcopy__(self, memo: dict | None = None) -> Talk:
         new = self.__copy__()
         fields = new.__dict__
         fields["questions"] = dict(self.questions)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Iterable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from aaa_django.events import Event, Projection, encode_json
 

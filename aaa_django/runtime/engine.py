@@ -35,16 +35,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict, defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import (
     Any,
-    AsyncContextManager,
-    Awaitable,
-    Callable,
-    Iterable,
-    Iterator,
-    Mapping,
-    Sequence,
     TypeVar,
 )
 
@@ -225,7 +220,7 @@ class Engine:
 
     # -- lifecycle ------------------------------------------------------------------
 
-    async def __aenter__(self) -> "Engine":
+    async def __aenter__(self) -> Engine:
         return self
 
     async def __aexit__(self, exc_type: Any, *exc: Any) -> None:
@@ -572,7 +567,7 @@ class Engine:
         """
         return await self._steps.handle(event, synced=synced, loaded=loaded, dispatching=dispatching)
 
-    def waiting(self) -> AsyncContextManager[None]:
+    def waiting(self) -> AbstractAsyncContextManager[None]:
         """``async with engine.waiting():`` around a handler's wait on something
         outside (a model, a tool, a person): the delivery's turn goes to other runs'
         work meanwhile, and what follows the wait queues by when it ended

@@ -9,8 +9,9 @@ implements it; the type checker holds it to that where the engine hands itself o
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from aaa_django.events import Event, EventStore, FoldCache, Projection, Tail
 

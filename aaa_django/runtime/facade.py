@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
 from aaa_django.data import BlobStore, NamespacedBlobStore
 from aaa_django.events import Event

@@ -29,10 +29,11 @@ whoever forked it; its spend so far is the copied events', counted against its b
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 from types import EllipsisType
-from typing import Any, Mapping
+from typing import Any
 
 from aaa_django.data import is_claimed
 from aaa_django.events import Event, derive_id, new_id

@@ -91,7 +91,7 @@ class Estimate(BaseModel):
     cost: float = 0.0
 
     @classmethod
-    def of(cls, d: Any) -> "Estimate":
+    def of(cls, d: Any) -> Estimate:
         d = d if isinstance(d, dict) else {}
         usage = d.get("usage") if isinstance(d.get("usage"), dict) else {}
         return cls(input_tokens=int(usage.get("input_tokens") or 0),
@@ -199,7 +199,7 @@ class RunMeta(BaseModel):
     #: fold that starts from the run index's row, which keeps no questions, agrees
     waits: int = 0
 
-    def __deepcopy__(self, memo: dict | None = None) -> "RunMeta":
+    def __deepcopy__(self, memo: dict | None = None) -> RunMeta:
         # The holder copies a state before folding on: copy only what the fold
         # mutates in place (spend, the two dicts); the rest is replaced, never mutated.
         # (``__copy__`` and the copied ``__dict__`` written directly: ``model_copy``

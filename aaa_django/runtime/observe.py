@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence, runtime_checkable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
 
 from aaa_django.events import Event
 
@@ -35,11 +37,11 @@ log = logging.getLogger("aaa_django.runtime")
 class Observer(Protocol):
     """What an engine calls around its work (see the module docstring)."""
 
-    def delivery(self, event: Event) -> ContextManager[Any]: ...
+    def delivery(self, event: Event) -> AbstractContextManager[Any]: ...
 
-    def step(self, event: Event, algorithm: str) -> ContextManager[Any]: ...
+    def step(self, event: Event, algorithm: str) -> AbstractContextManager[Any]: ...
 
-    def handler(self, handler: Any, event: Event) -> ContextManager[Any]: ...
+    def handler(self, handler: Any, event: Event) -> AbstractContextManager[Any]: ...
 
     async def appended(self, events: Sequence[Event]) -> None: ...
 
@@ -65,13 +67,13 @@ class CarriesTrace(Protocol):
 class BaseObserver:
     """An observer that watches nothing: subclass it and override what you need."""
 
-    def delivery(self, event: Event) -> ContextManager[Any]:
+    def delivery(self, event: Event) -> AbstractContextManager[Any]:
         return contextlib.nullcontext()
 
-    def step(self, event: Event, algorithm: str) -> ContextManager[Any]:
+    def step(self, event: Event, algorithm: str) -> AbstractContextManager[Any]:
         return contextlib.nullcontext()
 
-    def handler(self, handler: Any, event: Event) -> ContextManager[Any]:
+    def handler(self, handler: Any, event: Event) -> AbstractContextManager[Any]:
         return contextlib.nullcontext()
 
     async def appended(self, events: Sequence[Event]) -> None:
@@ -89,7 +91,7 @@ def check_observer(observer: Any) -> Observer:
 
 
 @contextlib.contextmanager
-def around(observers: Sequence[Observer], hook: Callable[[Observer], ContextManager[Any]]) -> Iterator[None]:
+def around(observers: Sequence[Observer], hook: Callable[[Observer], AbstractContextManager[Any]]) -> Iterator[None]:
     """Enter ``hook(observer)`` (e.g. ``lambda o: o.step(event, name)``) of each
     observer, in order, around the block; an observer that fails to enter or exit is
     logged and left out."""
@@ -103,7 +105,7 @@ def around(observers: Sequence[Observer], hook: Callable[[Observer], ContextMana
 
 
 @contextlib.contextmanager
-def _guarded(cm: ContextManager[Any], observer: Observer) -> Iterator[None]:
+def _guarded(cm: AbstractContextManager[Any], observer: Observer) -> Iterator[None]:
     cm.__enter__()
     try:
         yield

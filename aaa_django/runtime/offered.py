@@ -15,7 +15,8 @@ starts a run (422).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from . import registry
 from .engine_api import EngineAPI

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 SUCCESS = "success"
 NO_SOLUTION = "no_solution"
@@ -50,5 +51,5 @@ class Outcome:
         return {"outcome": self.outcome, "value": self.value}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Outcome":
+    def from_dict(cls, data: Mapping[str, Any]) -> Outcome:
         return cls(data["outcome"], data.get("value"))

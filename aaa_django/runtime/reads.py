@@ -11,8 +11,8 @@ announces).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable
 
 from aaa_django.data import hydrate, is_claimed
 from aaa_django.data.errors import BlobError

@@ -9,7 +9,8 @@ so a worker only has to import the module that defines it.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from aaa_django.events import EventError
 

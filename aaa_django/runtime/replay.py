@@ -27,8 +27,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 from aaa_django.data import is_claimed
 from aaa_django.events import Event, FoldCache, InMemoryEventStore

@@ -31,7 +31,8 @@ import contextlib
 import json
 import logging
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aaa_django.data import is_claimed
 from aaa_django.events import ConcurrencyError, Event, InfrastructureError, check_event

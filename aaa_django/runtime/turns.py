@@ -37,7 +37,8 @@ import contextvars
 import heapq
 import itertools
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["HOLD", "WIDTH", "Turns", "for_delivery"]
 
@@ -52,7 +53,7 @@ HOLD = 0.1
 #: run's is the moment its first delivery asks for a turn; None: not yet stamped)
 _stamp: contextvars.ContextVar[float | None] = contextvars.ContextVar("aaa_turn_stamp", default=None)
 #: the turn this context's delivery has taken, if any
-_turn: contextvars.ContextVar["_Turn | None"] = contextvars.ContextVar("aaa_turn", default=None)
+_turn: contextvars.ContextVar[_Turn | None] = contextvars.ContextVar("aaa_turn", default=None)
 
 
 def for_delivery(context: contextvars.Context | None = None) -> contextvars.Context:
@@ -114,11 +115,11 @@ class Turns:
         return (turn is not None and turn.turns is self and turn.held and self._free == self.width - 1
                 and self.waits == 0 and not any(not f.done() for *_, f in self._queue))
 
-    def turn(self) -> "_Turn":
+    def turn(self) -> _Turn:
         """``async with``: a delivery's turn (inside one already: nothing more)."""
         return _Turn(self)
 
-    def waiting(self) -> "_Waiting":
+    def waiting(self) -> _Waiting:
         """``async with``: a wait on something outside; the delivery's turn goes to
         the next one meanwhile (outside a delivery: nothing to give)."""
         return _Waiting(self)
@@ -137,13 +138,13 @@ class Turns:
                 self._give()  # given to us as we were cancelled: to the next one
             raise
 
-    def _hold(self, turn: "_Turn") -> None:
+    def _hold(self, turn: _Turn) -> None:
         turn.held = True
         self._held[turn] = time.monotonic()
         if self._check is None:
             self._check = asyncio.get_running_loop().call_later(self.hold, self._forfeit_old)
 
-    def _drop(self, turn: "_Turn") -> None:
+    def _drop(self, turn: _Turn) -> None:
         if turn.held:
             turn.held = False
             del self._held[turn]

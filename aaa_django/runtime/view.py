@@ -8,7 +8,8 @@ log, so the in-process holder may share states. The engine reads through one (it
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from aaa_django.data import is_claimed
 from aaa_django.events import (

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Iterator, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 __all__ = ["POLL_BACKOFF", "RELIABLE_POLL", "Hub", "Subscription", "Wakeups", "poll_intervals"]
 
@@ -52,7 +53,7 @@ class Subscription:
     (a thread) or ``await until()`` (a coroutine on ``loop``): they return True as soon
     as the run moved after the ``clear()``, False when ``timeout`` ran out."""
 
-    def __init__(self, hub: "Hub | None", stream: str,
+    def __init__(self, hub: Hub | None, stream: str,
                  loop: asyncio.AbstractEventLoop | None, *, ends_only: bool = False) -> None:
         self.hub, self.stream, self._loop = hub, stream, loop
         #: woken only by the run's end (or its erasure), not by each append
@@ -80,7 +81,7 @@ class Subscription:
         assert self._aflag is not None, "subscribed without a loop"
         try:
             await asyncio.wait_for(self._aflag.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 

@@ -12,7 +12,8 @@ import functools
 import gzip
 import posixpath
 import sys
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages

@@ -9,7 +9,7 @@ requirements never imports Celery.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from django.core.exceptions import ImproperlyConfigured
 

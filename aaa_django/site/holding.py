@@ -50,8 +50,9 @@ import json
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 from aaa_django.conf import aaa_settings
 from aaa_django.events import Event, StoreUnavailable
@@ -170,7 +171,7 @@ class RunKeeper:
         if self._busy is not None and not self._busy.done():
             try:
                 await asyncio.wait_for(asyncio.shield(self._busy), limit)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise StoreUnavailable("the run leases' connection is still waiting for the database",
                                        service="database") from None
             except Exception:
@@ -179,7 +180,7 @@ class RunKeeper:
         self._busy = future
         try:
             return await asyncio.wait_for(asyncio.shield(future), limit)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise StoreUnavailable(f"the run leases' statement took longer than {limit:g} s",
                                    service="database") from None
 
@@ -351,7 +352,7 @@ class RunKeeper:
         ``stall_after`` seconds (started by an engine without a keeper, or before
         leases were kept); the runs taken, to re-drive."""
         started = time.monotonic()
-        since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=stall_after)
+        since = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=stall_after)
         idle = await self._call(self.leases.unheld, since, limit)
         taken: set[str] = await self._call(self.leases.adopt, self.id, None, idle, self.ttl) if idle else set()
         if taken:

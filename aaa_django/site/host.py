@@ -32,7 +32,8 @@ import asyncio
 import contextvars
 import logging
 import threading
-from typing import Any, Callable, Coroutine, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from aaa_django.conf import aaa_settings
 from aaa_django.runtime import Engine, InProcessBus
@@ -68,7 +69,7 @@ class HostBus(InProcessBus):
 class EngineHost:
     """One engine on a daemon thread's event loop; ``call`` runs coroutines on it."""
 
-    _instance: "EngineHost | None" = None
+    _instance: EngineHost | None = None
     _instance_lock = threading.Lock()
 
     def __init__(self, *, using: str = "default", setup: Callable[[Engine], None] | None = None) -> None:
@@ -86,7 +87,7 @@ class EngineHost:
     # -- the process-wide instance -----------------------------------------------------
 
     @classmethod
-    def get(cls, timeout: float | None = DEFAULT_TIMEOUT) -> "EngineHost":
+    def get(cls, timeout: float | None = DEFAULT_TIMEOUT) -> EngineHost:
         """The process's host, started on first use. One that is still starting (its
         engine's build imports the model client's library, starts MCP servers, runs
         ``WORKER_SETUP``) is waited for up to ``timeout`` seconds, then
@@ -133,7 +134,7 @@ class EngineHost:
         """Its thread is building the engine."""
         return self._thread is not None and self._thread.is_alive() and not self._ready.is_set()
 
-    def start(self, timeout: float | None = DEFAULT_TIMEOUT) -> "EngineHost":
+    def start(self, timeout: float | None = DEFAULT_TIMEOUT) -> EngineHost:
         """Start the thread and wait for the engine (see :meth:`ready`)."""
         self._launch()
         return self.ready(timeout)
@@ -142,7 +143,7 @@ class EngineHost:
         self._thread = threading.Thread(target=self._main, name="aaa-engine-host", daemon=True)
         self._thread.start()
 
-    def ready(self, timeout: float | None = DEFAULT_TIMEOUT) -> "EngineHost":
+    def ready(self, timeout: float | None = DEFAULT_TIMEOUT) -> EngineHost:
         """This host once its engine is built (waiting up to ``timeout`` seconds);
         :class:`EngineUnavailable` if it is still starting then, or failed to start."""
         if not self._ready.wait(timeout):

@@ -48,7 +48,8 @@ this dict from ``AAA_LLM_PROVIDER``, ``AAA_LLM_BASE_URL``, ``AAA_LLM_API_KEY`` a
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Unpack
+from collections.abc import Iterable
+from typing import Any, Unpack
 
 from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured

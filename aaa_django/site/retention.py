@@ -32,9 +32,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 
@@ -76,7 +77,7 @@ class Policy:
     days: Mapping[str, float | None] = field(default_factory=dict)
 
     @classmethod
-    def from_settings(cls) -> "Policy":
+    def from_settings(cls) -> Policy:
         return cls(dict(aaa_settings()["RETENTION"] or {}))
 
     def keep(self, outcome: str) -> timedelta | None:
@@ -128,7 +129,7 @@ async def apply_retention(
     runs erased (found due, in a dry run) at each batch."""
     using = database_of(engine)
     policy = Policy.from_settings() if policy is None else policy
-    now = datetime.now(timezone.utc) if now is None else now
+    now = datetime.now(UTC) if now is None else now
     batch = int(aaa_settings()["RETENTION_BATCH"] if batch is None else batch)
     report = RetentionReport(dry_run=dry_run)
     after: tuple[datetime, str] | None = None  # the last root looked at: a keyset cursor

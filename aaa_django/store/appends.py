@@ -26,8 +26,9 @@ import json
 import re
 import sqlite3
 import threading
+from collections.abc import Callable, Collection, Generator, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Collection, Generator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError
 

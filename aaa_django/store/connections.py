@@ -51,7 +51,7 @@ from typing import Any
 from django.db import connections
 
 #: alias -> the process's connections to it (one set, whatever the number of stores)
-_BY_ALIAS: dict[str, "PgConnections"] = {}
+_BY_ALIAS: dict[str, PgConnections] = {}
 _BY_ALIAS_LOCK = threading.Lock()
 #: connections in use at once per event loop, by default
 SIZE = 10
@@ -127,13 +127,13 @@ class PgConnections:
         self.django = connections.create_connection(using)
         self._idle: list[Any] = []
         self._lock = threading.Lock()
-        self._slots: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = (
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary())
         self.opened = 0  # connections opened so far (tests, benchmarks)
         self._pid = os.getpid()
 
     @classmethod
-    def of(cls, using: str) -> "PgConnections":
+    def of(cls, using: str) -> PgConnections:
         """The process's connections to ``using``."""
         with _BY_ALIAS_LOCK:
             found = _BY_ALIAS.get(using)
@@ -141,7 +141,7 @@ class PgConnections:
                 found = _BY_ALIAS[using] = cls(using)
             return found
 
-    def connection(self, *, pipelined: bool = False) -> "_Lease":
+    def connection(self, *, pipelined: bool = False) -> _Lease:
         """``async with``: a connection for one call (autocommit), back to the idle
         ones after it unless the call left it broken or inside a transaction.
         ``pipelined``: the call runs a pipeline, and a connection that prepares is not

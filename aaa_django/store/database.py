@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import time
 import zlib
-from functools import lru_cache, wraps
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from functools import cache, wraps
+from typing import TYPE_CHECKING, Any
 
 from django.db import Error as DatabaseDriverError
 from django.db import IntegrityError, connections, transaction
@@ -90,7 +91,7 @@ _SNAPSHOT_INSERT = (
 READ_FROM_SNAPSHOT_CALL = "SELECT * FROM aaa_read_from_snapshot(%s, %s, %s)"
 
 
-@lru_cache(maxsize=None)
+@cache
 def read_from_snapshot_sql(vendor: str, *, prepares: bool = True) -> str:
     """``_READ_FROM_SNAPSHOT`` on ``vendor``; on PostgreSQL, for a connection that does
     not prepare its statements (``prepares`` False: Django's own, or one behind a
@@ -125,7 +126,7 @@ def _translated(*, reads: bool) -> Callable[[Callable[..., Any]], Callable[..., 
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         @wraps(fn)
-        def call(self: "DjangoEventStore", *args: Any, **kwargs: Any) -> Any:
+        def call(self: DjangoEventStore, *args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(self, *args, **kwargs)
             except DatabaseDriverError as exc:

@@ -36,10 +36,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from django.db import transaction
 
@@ -90,7 +91,7 @@ def export_lines(
     if mode not in MODES:
         raise ValueError(f"blobs must be one of {MODES}, not {mode!r}")
     yield _line({"aaa_export": FORMAT, "run": run_id, "events": count, "blobs": mode,
-                 "exported_at": datetime.now(timezone.utc).isoformat()})
+                 "exported_at": datetime.now(UTC).isoformat()})
     written: set[str] = set()
     for e in events:
         yield _line({"event": e.to_dict()})

@@ -16,7 +16,8 @@ of a library the process never loaded cannot be raised.
 from __future__ import annotations
 
 import sys
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from aaa_django.events import InfrastructureError
 

@@ -93,7 +93,7 @@ class GroupCommit:
         self.store = store
         self.lanes = lanes
         self.max_group = max_group
-        self._loops: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Loop]" = (
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Loop] = (
             weakref.WeakKeyDictionary())
         #: groups committed, the appends they held, and groups rolled back (their
         #: appends made again alone) (benchmarks, tests)

@@ -26,7 +26,8 @@ from __future__ import annotations
 import datetime
 import sqlite3
 import time
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from django.db import connections
 
@@ -47,7 +48,7 @@ _NOW = {
 #: statement whose packets go unacknowledged for 3 s fails, a connect gives up after 3 s
 PG_OPTIONS = {"keepalives": 1, "keepalives_idle": 2, "keepalives_interval": 1, "keepalives_count": 3,
               "tcp_user_timeout": 3000, "connect_timeout": 3}
-_OPEN = "status IN (%s)" % ", ".join(f"'{s}'" for s in OPEN_STATUSES)
+_OPEN = "status IN ({})".format(", ".join(f"'{s}'" for s in OPEN_STATUSES))
 
 
 class RunLeases:

@@ -25,8 +25,9 @@ the ``*_sync`` methods inside it, which join it as the Django store's do.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from functools import wraps
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 from django.db import IntegrityError
 from django.utils.timezone import now
@@ -70,7 +71,7 @@ def _translated(*, reads: bool) -> Callable[[Callable[..., Awaitable[Any]]], Cal
 
     def wrap(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         @wraps(fn)
-        async def call(self: "PgEventStore", *args: Any, **kwargs: Any) -> Any:
+        async def call(self: PgEventStore, *args: Any, **kwargs: Any) -> Any:
             return await translated(lambda: fn(self, *args, **kwargs), self._fault_of, reads=reads)
 
         return call

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 from aaa_django.events import ClosedStreamError, ConcurrencyError, Event, Snapshot
 from aaa_django.events.event import decode_blobs, encode_blobs

@@ -5,8 +5,9 @@ and which blobs a stream's events refer to, and the space given back on PostgreS
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from django.db import connections
 from django.db.models import Exists, OuterRef, Q

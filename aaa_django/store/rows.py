@@ -7,9 +7,10 @@ queries cost more than the database work itself (``benchmarks/bench_eventlog.py`
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from datetime import UTC, datetime
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from pydantic_core import from_json
 
@@ -46,7 +47,7 @@ def event_columns(vendor: str, table: str = "") -> str:
                       time, f"{p}blobs", f"{p}tenant"])
 
 
-@lru_cache(maxsize=None)
+@cache
 def select(vendor: str) -> str:
     """The start of a read's statement on ``vendor``: the events' columns (see
     :func:`event_columns`) from ``aaa_event``."""
@@ -96,7 +97,7 @@ def to_event(row: Sequence[Any], data: dict[str, Any] | None = None) -> Event:
     if time_.__class__ is str:  # UTC text (see event_columns)
         time_ = utc_time(time_)
     elif time_.tzinfo is None:  # stored as naive UTC (a site with USE_TZ = False)
-        time_ = time_.replace(tzinfo=timezone.utc)
+        time_ = time_.replace(tzinfo=UTC)
     if blobs.__class__ is str:  # JSON text (SQLite; Django loads jsonb as text)
         blobs = () if blobs == "[]" else decode_blobs(loads(blobs))
     else:
@@ -141,7 +142,7 @@ def utc_time(text: str) -> datetime:
     if len(text) in _NAIVE_LENGTHS:  # "2026-12-01 10:00:00[.123456]": parse it aware
         return datetime.fromisoformat(text + "+00:00")  # (replace(tzinfo=) costs 4x)
     found = datetime.fromisoformat(text)
-    return found if found.tzinfo is not None else found.replace(tzinfo=timezone.utc)
+    return found if found.tzinfo is not None else found.replace(tzinfo=UTC)
 
 
 _NAIVE_LENGTHS = frozenset({19, 26})
@@ -232,9 +233,9 @@ def time_adapter(conn: BaseDatabaseWrapper) -> Callable[[datetime], Any]:
     that text directly: the same, without Django's checks, which were a third of the
     cost of numbering an event."""
     adapt = conn.ops.adapt_datetimefield_value
-    if conn.vendor != "sqlite" or conn.timezone is not timezone.utc:
+    if conn.vendor != "sqlite" or conn.timezone is not UTC:
         return adapt
-    utc = timezone.utc
+    utc = UTC
     return lambda t: t.isoformat(" ")[:-6] if t.tzinfo is utc else adapt(t)  # "+00:00"
 
 

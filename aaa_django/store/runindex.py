@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import logging
 from collections import namedtuple
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import groupby
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError

@@ -55,8 +55,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence, cast
+from typing import Any, cast
 
 from django.db import Error as DatabaseDriverError
 from django.db import IntegrityError, InterfaceError, connections
@@ -83,7 +84,7 @@ _READ = _qmark(f"{select('sqlite')} WHERE stream = %s AND seq > %s ORDER BY seq"
 _HEAD = "SELECT seq, id FROM aaa_event WHERE stream = ? ORDER BY seq DESC LIMIT 1"
 
 #: alias -> the process's connection to it (one, whatever the number of stores)
-_BY_ALIAS: dict[str, "SqliteConnection"] = {}
+_BY_ALIAS: dict[str, SqliteConnection] = {}
 _BY_ALIAS_LOCK = threading.Lock()
 
 
@@ -121,7 +122,7 @@ class SqliteConnection:
         self._busy_now = 0
 
     @classmethod
-    def of(cls, using: str) -> "SqliteConnection":
+    def of(cls, using: str) -> SqliteConnection:
         """The process's connection to ``using``."""
         with _BY_ALIAS_LOCK:
             found = _BY_ALIAS.get(using)
@@ -172,8 +173,8 @@ class SqliteConnection:
             self._busy(raw, self.busy_ms)
             return fn(raw, *args)
 
-    def append(self, store: "SqliteEventStore", stream: str, batch: list[Event], texts: list[str],
-               expected_seq: int | None) -> "asyncio.Future[list[Event] | None]":
+    def append(self, store: SqliteEventStore, stream: str, batch: list[Event], texts: list[str],
+               expected_seq: int | None) -> asyncio.Future[list[Event] | None]:
         """The one-transaction append of ``batch`` on the thread, as a future of the
         calling loop. Appends that arrive while the thread is busy wait together and
         go as one group: one ``BEGIN IMMEDIATE``, each append's statements inside a
@@ -192,7 +193,7 @@ class SqliteConnection:
         self.executor().submit(self._drain)
         return future
 
-    def append_here(self, store: "SqliteEventStore", stream: str, batch: list[Event], texts: list[str],
+    def append_here(self, store: SqliteEventStore, stream: str, batch: list[Event], texts: list[str],
                     expected_seq: int | None) -> Any:
         """The one-transaction append of ``batch`` made on the calling thread, which
         waits for it (its commit's fsync included), if nothing else wants the
@@ -257,7 +258,7 @@ class SqliteConnection:
             for item in group:
                 item.deliver()
 
-    def _append_group(self, group: list["_Append"]) -> None:
+    def _append_group(self, group: list[_Append]) -> None:
         raw, errors = self.raw, self.django.wrap_database_errors
         try:
             with errors:
@@ -349,7 +350,7 @@ class _Append:
 
     __slots__ = ("loop", "future", "store", "stream", "batch", "texts", "expected_seq", "outcome")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future, store: "SqliteEventStore",
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future, store: SqliteEventStore,
                  stream: str, batch: list[Event], texts: list[str], expected_seq: int | None) -> None:
         self.loop, self.future, self.store = loop, future, store
         self.stream, self.batch, self.texts, self.expected_seq = stream, batch, texts, expected_seq

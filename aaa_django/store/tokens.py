@@ -49,7 +49,7 @@ class RedisTokens:
         except self._errors as exc:
             self.warn(f"a token delta of run {delta.run_id} was not published: {exc}")
 
-    def subscribe(self, run_id: str) -> "RedisSubscription":
+    def subscribe(self, run_id: str) -> RedisSubscription:
         return RedisSubscription(self, run_id)
 
     def warn(self, message: str) -> None:

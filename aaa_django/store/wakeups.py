@@ -46,7 +46,8 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from django.db import connections, transaction
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
-from typing import Any, AsyncIterable, Awaitable, Callable, TypeVar
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any, TypeVar
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -360,7 +361,7 @@ class EventStoreContract:
     BAD_DATA: dict[str, Any] = {
         "a set": {"tags": {"a", "b"}},
         "an object": {"when": object()},
-        "a datetime": {"when": datetime(2026, 1, 1, tzinfo=timezone.utc)},
+        "a datetime": {"when": datetime(2026, 1, 1, tzinfo=UTC)},
         "bytes": {"raw": b"\x00\x01"},
         "NaN": {"score": math.nan},
         "infinity": {"score": math.inf},
@@ -552,12 +553,12 @@ class EventStoreContract:
             assert got.blobs == ()
 
     def test_the_default_time_is_now_and_tz_aware(self, store: EventStore) -> None:
-        before = datetime.now(timezone.utc)
+        before = datetime.now(UTC)
         self.append(store, ev())
         (read,) = self.all_events(store)
 
         assert read.time.tzinfo is not None
-        assert before - timedelta(seconds=1) <= read.time <= datetime.now(timezone.utc)
+        assert before - timedelta(seconds=1) <= read.time <= datetime.now(UTC)
 
     def test_blob_refs_round_trip(self, store: EventStore) -> None:
         refs_module = pytest.importorskip("aaa_django.data.refs")

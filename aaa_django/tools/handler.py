@@ -30,7 +30,9 @@ import json
 import logging
 import time
 import traceback
-from typing import Any, AsyncContextManager, Callable, Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -90,7 +92,7 @@ class ToolHandler:
         pools: Mapping[str, int] | None = None,
         timeout: float | None = None,
         approval_expires: float | None = None,
-        pool_factory: Callable[[str, int], AsyncContextManager[Any]] | None = None,
+        pool_factory: Callable[[str, int], AbstractAsyncContextManager[Any]] | None = None,
         uncertain: str = "reconcile",
     ) -> None:
         if uncertain not in POLICIES:
@@ -101,12 +103,12 @@ class ToolHandler:
         self.pools = dict(pools or {})
         self.timeout = timeout
         self.approval_expires = approval_expires
-        self.engine: "Engine | None" = None
+        self.engine: Engine | None = None
         #: the bus's cluster-wide leases, if it has them (detected once, in ``attach``)
         self._leases: ExclusiveLeases | None = None
         #: the bus's answer to "does this process still hold the run?" (detected once)
         self._holds: HoldsRuns | None = None
-        self._semaphores: dict[str, AsyncContextManager[Any]] = {}
+        self._semaphores: dict[str, AbstractAsyncContextManager[Any]] = {}
         self._inflight: set[str] = set()
         #: run id -> request id -> the task running the tool
         self._running: dict[str, dict[str, asyncio.Task]] = {}
@@ -114,7 +116,7 @@ class ToolHandler:
             if t.pool is not None and t.pool not in self.pools:
                 log.warning("tool %r names pool %r, which has no size: unlimited", t.name, t.pool)
 
-    def attach(self, engine: "Engine") -> "ToolHandler":
+    def attach(self, engine: Engine) -> ToolHandler:
         """Subscribe to tool requests, approval decisions and run completions."""
         self.engine = engine
         self._leases = engine.bus if isinstance(engine.bus, ExclusiveLeases) else None
@@ -438,7 +440,7 @@ class ToolHandler:
                     raise _ToolTimeout(f"tool {tool.name!r} timed out after {timeout}s") from None
                 raise
 
-    def _pool(self, name: str | None) -> AsyncContextManager[Any] | None:
+    def _pool(self, name: str | None) -> AbstractAsyncContextManager[Any] | None:
         if name is None or name not in self.pools:
             return None
         pool = self._semaphores.get(name)
@@ -451,6 +453,6 @@ class ToolHandler:
                 "reason": reason, "error": error, **extra}
         await self._engine().answer([result_event(request, TOOL_FAILED, data)])
 
-    def _engine(self) -> "Engine":
+    def _engine(self) -> Engine:
         assert self.engine is not None, "attach the handler to an engine first"
         return self.engine

@@ -34,7 +34,8 @@ import json
 import logging
 import sys
 import threading
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from .tool import GuardConfig, SchemaTool
 
@@ -61,7 +62,7 @@ class _Session:
     """One open session, owned by a task of its own (anyio scopes are entered and left
     in one task); calls from any task of the loop go through it while it is alive."""
 
-    def __init__(self, server: "MCPServer") -> None:
+    def __init__(self, server: MCPServer) -> None:
         self.server = server
         self.client: Any = None
         self.ready = asyncio.Event()
@@ -181,7 +182,7 @@ class MCPServer:
         return f"MCPServer({self.name!r}, {where!r})"
 
     @classmethod
-    def from_config(cls, name: str, config: Mapping[str, Any]) -> "MCPServer":
+    def from_config(cls, name: str, config: Mapping[str, Any]) -> MCPServer:
         """From a settings entry: ``{"command": ..., "args": [...]}`` or ``{"url": ...}``
         plus any keyword of the constructor."""
         return cls(name, **dict(config))

@@ -9,7 +9,8 @@ The run is stored in the site's database like any other, so it shows in the admi
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandParser

@@ -87,7 +87,7 @@ class Command(BaseCommand):
                         with Progress("re-driven runs ended", total=len(going), stream=self.stderr) as bar:
                             try:
                                 await asyncio.wait_for(self._ended(engine, going, bar), wait)
-                            except asyncio.TimeoutError:
+                            except TimeoutError:
                                 bar.close()
                                 self.stderr.write(f"some re-driven runs were still going after {wait} s")
                 finally:
