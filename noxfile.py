@@ -61,8 +61,10 @@ def interpreter(version: str) -> str:
     if on_path and subprocess.run([on_path, "-c", ""], capture_output=True).returncode == 0:
         return on_path
     pyenv = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    found = sorted(glob.glob(f"{pyenv}/versions/{version}.*/bin/python"),
-                   key=lambda p: [int(x) for x in Path(p).parents[1].name.split(".") if x.isdigit()])
+    found = sorted(
+        glob.glob(f"{pyenv}/versions/{version}.*/bin/python"),
+        key=lambda p: [int(x) for x in Path(p).parents[1].name.split(".") if x.isdigit()],
+    )
     return found[-1] if found else version
 
 
@@ -70,10 +72,19 @@ def run_leg(session: nox.Session, django: str, *, first: bool) -> None:
     overrides = Path(session.create_tmp()) / "django.txt"
     overrides.write_text(f"Django~={django}.0\n")
     constraints = [arg for c in pip_constraints() for arg in ("--constraint", c)]
-    session.install("-r", "requirements/test.txt", "--override", str(overrides), *constraints,
-                    "-e", ".", env={**uv_environment(), "UV_PYTHON_DOWNLOADS": "never"})
-    session.run("python", "-c", "import django, sys; print('Django', django.get_version(), "
-                "'on Python', sys.version.split()[0])")
+    session.install(
+        "-r",
+        "requirements/test.txt",
+        "--override",
+        str(overrides),
+        *constraints,
+        "-e",
+        ".",
+        env={**uv_environment(), "UV_PYTHON_DOWNLOADS": "never"},
+    )
+    session.run(
+        "python", "-c", "import django, sys; print('Django', django.get_version(), 'on Python', sys.version.split()[0])"
+    )
     env = {}
     if os.environ.get("AAA_TEST_TMPDIR"):  # a leg's scratch files apart from another's
         env["AAA_TEST_TMPDIR"] = f"{os.environ['AAA_TEST_TMPDIR']}-{session.name}"
@@ -85,13 +96,11 @@ def _define(leg: str, python: str, django: str) -> None:
     first = leg == next(iter(LEGS))
 
     # --seed: pip in the venv, as in one `python -m venv` makes (the tests read its config)
-    @nox.session(name=leg, python=interpreter(python), venv_params=["--seed"],
-                 tags=[] if first else ["other-legs"])
+    @nox.session(name=leg, python=interpreter(python), venv_params=["--seed"], tags=[] if first else ["other-legs"])
     def session(session: nox.Session) -> None:
         run_leg(session, django, first=first)
 
-    session.__doc__ = f"Django {django} on Python {python}" + (
-        " (bin/test runs it in .venv)" if first else "")
+    session.__doc__ = f"Django {django} on Python {python}" + (" (bin/test runs it in .venv)" if first else "")
 
 
 for _leg, (_python, _django) in LEGS.items():

@@ -1,6 +1,5 @@
 """The Django app configuration."""
 
-
 from django.apps import AppConfig
 from django.core import checks
 

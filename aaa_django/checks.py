@@ -68,11 +68,18 @@ _NON_NEGATIVE = ("CLAIM_THRESHOLD", "FOLD_CHECK_EVERY")
 #: the extra that installs each optional package (pyproject.toml's optional-dependencies),
 #: for the hint of a check whose import failed for want of it
 _EXTRA_OF = {
-    "celery": "celery", "kombu": "celery", "redis": "celery",
+    "celery": "celery",
+    "kombu": "celery",
+    "redis": "celery",
     "psycopg": "postgres",
-    "storages": "s3", "boto3": "s3", "botocore": "s3",
-    "openai": "openai", "anthropic": "anthropic", "pydantic_ai": "pydantic-ai",
-    "mcp": "mcp", "opentelemetry": "otel",
+    "storages": "s3",
+    "boto3": "s3",
+    "botocore": "s3",
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "pydantic_ai": "pydantic-ai",
+    "mcp": "mcp",
+    "opentelemetry": "otel",
 }
 
 
@@ -129,11 +136,18 @@ def check_aaa_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     for key in _NON_NEGATIVE:
         if key in site and key not in badly_typed and site[key] < 0:
             errors.append(Error(f"AAA[{key!r}] must be >= 0, not {site[key]}.", id="aaa.E005"))
-    if "MAX_ABANDONED_ATTEMPTS" in site and "MAX_ABANDONED_ATTEMPTS" not in badly_typed \
-            and site["MAX_ABANDONED_ATTEMPTS"] < 1:
-        errors.append(Error(f"AAA['MAX_ABANDONED_ATTEMPTS'] must be >= 1, not {site['MAX_ABANDONED_ATTEMPTS']}.",
-                            hint="The abandoned attempts of one model call that end its run failed.",
-                            id="aaa.E008"))
+    if (
+        "MAX_ABANDONED_ATTEMPTS" in site
+        and "MAX_ABANDONED_ATTEMPTS" not in badly_typed
+        and site["MAX_ABANDONED_ATTEMPTS"] < 1
+    ):
+        errors.append(
+            Error(
+                f"AAA['MAX_ABANDONED_ATTEMPTS'] must be >= 1, not {site['MAX_ABANDONED_ATTEMPTS']}.",
+                hint="The abandoned attempts of one model call that end its run failed.",
+                id="aaa.E008",
+            )
+        )
     alias = site.get("BLOB_STORAGE")
     if isinstance(alias, str) and alias not in getattr(settings, "STORAGES", {}):
         errors.append(
@@ -163,13 +177,13 @@ def _storage_backend(alias: str) -> list[Error]:
         problem, missing = exc, exc.name
     except ImproperlyConfigured as exc:
         problem, missing = exc, "boto3" if "boto3" in str(exc).lower() else None
-    return [Error(
-        f"AAA['BLOB_STORAGE'] is {alias!r}, whose storage backend {backend!r} cannot be "
-        f"imported: {problem}",
-        hint=_install_hint(missing) or "Install the package that provides the backend, or "
-                                       "correct its dotted path.",
-        id="aaa.E007",
-    )]
+    return [
+        Error(
+            f"AAA['BLOB_STORAGE'] is {alias!r}, whose storage backend {backend!r} cannot be imported: {problem}",
+            hint=_install_hint(missing) or "Install the package that provides the backend, or correct its dotted path.",
+            id="aaa.E007",
+        )
+    ]
 
 
 def check_otel_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
@@ -183,8 +197,13 @@ def check_otel_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             import opentelemetry.metrics
             import opentelemetry.trace  # noqa: F401
         except ImportError:
-            return [Error("AAA['OTEL'] is True but OpenTelemetry is not installed.",
-                          hint="pip install 'aaa_django[otel]', or set AAA['OTEL'] = False.", id="aaa.E050")]
+            return [
+                Error(
+                    "AAA['OTEL'] is True but OpenTelemetry is not installed.",
+                    hint="pip install 'aaa_django[otel]', or set AAA['OTEL'] = False.",
+                    id="aaa.E050",
+                )
+            ]
     return []
 
 
@@ -210,9 +229,14 @@ def check_models(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     if options is not None and options["PROVIDER"] == "pydantic-ai":
         problem = _unbuildable(options["MODEL"], options["BASE_URL"], options["API_KEY"])
         if problem:
-            errors.append(Error(f"AAA['LLM']: Pydantic AI cannot build the model {options['MODEL']!r}: {problem}",
-                                hint="MODEL is 'provider:model' (docs/models.md); install the provider's "
-                                     "extra of pydantic-ai-slim and give API_KEY.", id="aaa.E061"))
+            errors.append(
+                Error(
+                    f"AAA['LLM']: Pydantic AI cannot build the model {options['MODEL']!r}: {problem}",
+                    hint="MODEL is 'provider:model' (docs/models.md); install the provider's "
+                    "extra of pydantic-ai-slim and give API_KEY.",
+                    id="aaa.E061",
+                )
+            )
     site_model = configured or bool(site.get("LLM_CLIENT")) or bool(site.get("WORKER_SETUP"))
     paths = site.get("AGENTS")
     for path in paths if isinstance(paths, (list, tuple)) else ():
@@ -223,13 +247,21 @@ def check_models(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         if not _is_agent(agent):
             continue
         if agent.model is None and not site_model:
-            errors.append(Error(f"AAA['AGENTS']: {path!r} has no model of its own and the site configures "
-                                "none, so every model call of its runs would fail.",
-                                hint="Give the agent a model (Agent(model, ...)), or set AAA['LLM'].",
-                                id="aaa.E062"))
+            errors.append(
+                Error(
+                    f"AAA['AGENTS']: {path!r} has no model of its own and the site configures "
+                    "none, so every model call of its runs would fail.",
+                    hint="Give the agent a model (Agent(model, ...)), or set AAA['LLM'].",
+                    id="aaa.E062",
+                )
+            )
         elif isinstance(agent.model, str) and (problem := _unbuildable(agent.model, None, None)):
-            errors.append(Error(f"AAA['AGENTS']: Pydantic AI cannot build the model {agent.model!r} of "
-                                f"{path!r}: {problem}", id="aaa.E061"))
+            errors.append(
+                Error(
+                    f"AAA['AGENTS']: Pydantic AI cannot build the model {agent.model!r} of {path!r}: {problem}",
+                    id="aaa.E061",
+                )
+            )
     return errors
 
 
@@ -263,9 +295,7 @@ def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     errors: list[Error] = []
 
     def wrong_type(key: str, readable: str) -> None:
-        errors.append(
-            Error(f"AAA[{key!r}] must be {readable}, not {type(site[key]).__name__}.", id="aaa.E003")
-        )
+        errors.append(Error(f"AAA[{key!r}] must be {readable}, not {type(site[key]).__name__}.", id="aaa.E003"))
 
     client = site.get("LLM_CLIENT")
     if "LLM_CLIENT" in site and client is not None:
@@ -285,9 +315,13 @@ def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             wrong_type(key, "a list of dotted paths (str)")
             continue
         if key == "AGENTS" and paths and importlib.util.find_spec("pydantic_ai") is None:
-            errors.append(Error("AAA['AGENTS'] names Pydantic AI agents, but pydantic-ai is not "
-                                "installed.", hint="pip install 'aaa_django[pydantic-ai]'",
-                                id="aaa.E020"))
+            errors.append(
+                Error(
+                    "AAA['AGENTS'] names Pydantic AI agents, but pydantic-ai is not installed.",
+                    hint="pip install 'aaa_django[pydantic-ai]'",
+                    id="aaa.E020",
+                )
+            )
             continue
         for path in paths:
             errors.extend(_dotted(key, path, accepts, readable))
@@ -301,8 +335,11 @@ def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             errors.append(Error(f"AAA[{key!r}] must be >= 1, not {value}.", id="aaa.E022"))
     idle = site.get("CONVERSATION_IDLE")
     if idle is not None and (isinstance(idle, bool) or not isinstance(idle, (int, float)) or idle <= 0):
-        errors.append(Error(f"AAA['CONVERSATION_IDLE'] must be a number of seconds above 0, or None, "
-                            f"not {idle!r}.", id="aaa.E023"))
+        errors.append(
+            Error(
+                f"AAA['CONVERSATION_IDLE'] must be a number of seconds above 0, or None, not {idle!r}.", id="aaa.E023"
+            )
+        )
     for key in ("API_RATE", "API_KEY_FAILURES"):
         rate = site.get(key)
         if rate is None:
@@ -321,8 +358,7 @@ def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 
 #: cache backends that count per process (or not at all)
-_LOCAL_CACHES = ("django.core.cache.backends.locmem.LocMemCache",
-                 "django.core.cache.backends.dummy.DummyCache")
+_LOCAL_CACHES = ("django.core.cache.backends.locmem.LocMemCache", "django.core.cache.backends.dummy.DummyCache")
 
 
 def check_api_cache(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
@@ -335,22 +371,29 @@ def check_api_cache(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     backend = s.CACHES.get("default", {}).get("BACKEND", "")
     if not limits or s.DEBUG or backend not in _LOCAL_CACHES:
         return []
-    return [Warning(
-        f"AAA[{limits[0]!r}] is counted in the default cache, {backend.rsplit('.', 1)[-1]}, "
-        "which is per process: each server process counts on its own, so the limit is "
-        "multiplied by the number of processes.",
-        hint="Set CACHES['default'] to a shared cache (Redis, Memcached or the database "
-             "cache), or set the limits to None.",
-        id="aaa.W020",
-    )]
+    return [
+        Warning(
+            f"AAA[{limits[0]!r}] is counted in the default cache, {backend.rsplit('.', 1)[-1]}, "
+            "which is per process: each server process counts on its own, so the limit is "
+            "multiplied by the number of processes.",
+            hint="Set CACHES['default'] to a shared cache (Redis, Memcached or the database "
+            "cache), or set the limits to None.",
+            id="aaa.W020",
+        )
+    ]
 
 
 def _dotted(key: str, path: str, accepts: Any, readable: str) -> list[Error]:
     try:
         obj = import_string(path)
     except ImportError as exc:
-        return [Error(f"AAA[{key!r}]: cannot import {path!r} ({exc}).",
-                      hint=_install_hint(getattr(exc, "name", None)), id="aaa.E020")]
+        return [
+            Error(
+                f"AAA[{key!r}]: cannot import {path!r} ({exc}).",
+                hint=_install_hint(getattr(exc, "name", None)),
+                id="aaa.E020",
+            )
+        ]
     if not accepts(obj):
         return [Error(f"AAA[{key!r}]: {path!r} is not {readable}.", id="aaa.E020")]
     return []
@@ -411,67 +454,96 @@ def check_cluster_settings(app_configs: Any = None, **kwargs: Any) -> list[Error
     errors: list[Error] = []
     url = site.get("REDIS_URL")
     if url is not None and not isinstance(url, str):
-        errors.append(Error(f"AAA['REDIS_URL'] must be a str or None, not {type(url).__name__}.",
-                            id="aaa.E104"))
+        errors.append(Error(f"AAA['REDIS_URL'] must be a str or None, not {type(url).__name__}.", id="aaa.E104"))
     if "CELERY_QUEUES" in site:
         errors += _check_queues(site["CELERY_QUEUES"])
     for key in _POSITIVE:
         value = site.get(key)
         if key in site and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-            errors.append(Error(f"AAA[{key!r}] must be a number of seconds > 0, not {value!r}.",
-                                id="aaa.E104"))
+            errors.append(Error(f"AAA[{key!r}] must be a number of seconds > 0, not {value!r}.", id="aaa.E104"))
     if "WORKER_IN_FLIGHT" in site:
         value = site["WORKER_IN_FLIGHT"]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            errors.append(Error(f"AAA['WORKER_IN_FLIGHT'] must be an int >= 1, not {value!r}.",
-                                id="aaa.E104"))
+            errors.append(Error(f"AAA['WORKER_IN_FLIGHT'] must be an int >= 1, not {value!r}.", id="aaa.E104"))
     if "WORKER_DRAIN_SECONDS" in site:
         value = site["WORKER_DRAIN_SECONDS"]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            errors.append(Error(f"AAA['WORKER_DRAIN_SECONDS'] must be a number of seconds >= 0, not {value!r}.",
-                                id="aaa.E104"))
+            errors.append(
+                Error(f"AAA['WORKER_DRAIN_SECONDS'] must be a number of seconds >= 0, not {value!r}.", id="aaa.E104")
+            )
     every = site.get("DUTY_EVERY")
     if "DUTY_EVERY" in site and (isinstance(every, bool) or not isinstance(every, (int, float)) or every < 0):
-        errors.append(Error(f"AAA['DUTY_EVERY'] must be a number of seconds >= 0, not {every!r}.",
-                            hint="0 turns the workers' periodic duty off.", id="aaa.E104"))
+        errors.append(
+            Error(
+                f"AAA['DUTY_EVERY'] must be a number of seconds >= 0, not {every!r}.",
+                hint="0 turns the workers' periodic duty off.",
+                id="aaa.E104",
+            )
+        )
     alias = site.get("DUTY_DATABASE")
     if "DUTY_DATABASE" in site and alias not in settings.DATABASES:
-        errors.append(Error(f"AAA['DUTY_DATABASE'] = {alias!r} is not a database alias.",
-                            hint="One of: " + ", ".join(settings.DATABASES) + ".", id="aaa.E104"))
+        errors.append(
+            Error(
+                f"AAA['DUTY_DATABASE'] = {alias!r} is not a database alias.",
+                hint="One of: " + ", ".join(settings.DATABASES) + ".",
+                id="aaa.E104",
+            )
+        )
     if "ADOPT" in site and not isinstance(site["ADOPT"], bool):
         errors.append(Error(f"AAA['ADOPT'] must be True or False, not {site['ADOPT']!r}.", id="aaa.E104"))
     if "UNCERTAIN" in site and site["UNCERTAIN"] not in _UNCERTAIN:
-        errors.append(Error(f"AAA['UNCERTAIN'] is {site['UNCERTAIN']!r}.",
-                            hint="One of: " + ", ".join(repr(u) for u in _UNCERTAIN) + ".", id="aaa.E104"))
+        errors.append(
+            Error(
+                f"AAA['UNCERTAIN'] is {site['UNCERTAIN']!r}.",
+                hint="One of: " + ", ".join(repr(u) for u in _UNCERTAIN) + ".",
+                id="aaa.E104",
+            )
+        )
     if "CELERY_FAST_PUBLISH" in site and not isinstance(site["CELERY_FAST_PUBLISH"], bool):
-        errors.append(Error(f"AAA['CELERY_FAST_PUBLISH'] must be True or False, not "
-                            f"{site['CELERY_FAST_PUBLISH']!r}.", id="aaa.E104"))
+        errors.append(
+            Error(
+                f"AAA['CELERY_FAST_PUBLISH'] must be True or False, not {site['CELERY_FAST_PUBLISH']!r}.", id="aaa.E104"
+            )
+        )
     setup = site.get("WORKER_SETUP")
     if setup is not None:
         if not isinstance(setup, str):
-            errors.append(Error("AAA['WORKER_SETUP'] must be a dotted path (a str) or None.",
-                                id="aaa.E104"))
+            errors.append(Error("AAA['WORKER_SETUP'] must be a dotted path (a str) or None.", id="aaa.E104"))
         else:
             try:
                 if not callable(import_string(setup)):
                     raise ImportError(f"{setup} is not callable")
             except ImportError as exc:
-                errors.append(Error(f"AAA['WORKER_SETUP'] = {setup!r} cannot be imported: {exc}",
-                                    hint="A callable setup(engine) that attaches the site's handlers.",
-                                    id="aaa.E105"))
+                errors.append(
+                    Error(
+                        f"AAA['WORKER_SETUP'] = {setup!r} cannot be imported: {exc}",
+                        hint="A callable setup(engine) that attaches the site's handlers.",
+                        id="aaa.E105",
+                    )
+                )
     return errors
 
 
 def _check_queues(value: Any) -> list[Error]:
     kinds = ("algorithms", "llm", "tools")
     if not isinstance(value, dict):
-        return [Error("AAA['CELERY_QUEUES'] must be a dict: kind of work -> queue name.",
-                      hint="Kinds: " + ", ".join(kinds) + ".", id="aaa.E104")]
+        return [
+            Error(
+                "AAA['CELERY_QUEUES'] must be a dict: kind of work -> queue name.",
+                hint="Kinds: " + ", ".join(kinds) + ".",
+                id="aaa.E104",
+            )
+        ]
     errors = []
     for kind, name in value.items():
         if kind not in kinds:
-            errors.append(Error(f"AAA['CELERY_QUEUES'] has an unknown kind {kind!r}.",
-                                hint="Kinds: " + ", ".join(kinds) + ".", id="aaa.E104"))
+            errors.append(
+                Error(
+                    f"AAA['CELERY_QUEUES'] has an unknown kind {kind!r}.",
+                    hint="Kinds: " + ", ".join(kinds) + ".",
+                    id="aaa.E104",
+                )
+            )
         elif not isinstance(name, str) or not name:
             errors.append(Error(f"AAA['CELERY_QUEUES'][{kind!r}] must be a queue name.", id="aaa.E104"))
     return errors
@@ -488,37 +560,46 @@ def check_celery_bus(app_configs: Any = None, **kwargs: Any) -> list[Error | War
         import celery  # noqa: F401
         import redis  # noqa: F401
     except ImportError as exc:
-        return [Error(f"AAA['BUS'] is 'celery' but {exc.name} is not installed.",
-                      hint="pip install 'aaa_django[celery]'", id="aaa.E101")]
+        return [
+            Error(
+                f"AAA['BUS'] is 'celery' but {exc.name} is not installed.",
+                hint="pip install 'aaa_django[celery]'",
+                id="aaa.E101",
+            )
+        ]
     default = settings.DATABASES.get("default", {})
     if "sqlite" in default.get("ENGINE", ""):
-        out.append(Warning(
-            "AAA['BUS'] is 'celery' on SQLite: one writer at a time, so workers wait on "
-            "each other ('database is locked').",
-            hint="Use PostgreSQL for a cluster; SQLite is fine for a demo.",
-            id="aaa.W101",
-        ))
+        out.append(
+            Warning(
+                "AAA['BUS'] is 'celery' on SQLite: one writer at a time, so workers wait on "
+                "each other ('database is locked').",
+                hint="Use PostgreSQL for a cluster; SQLite is fine for a demo.",
+                id="aaa.W101",
+            )
+        )
     broker = broker_url()
     if not broker:
-        out.append(Error(
-            "AAA['BUS'] is 'celery' but no Celery broker is configured.",
-            hint="Set CELERY_BROKER_URL (e.g. redis://127.0.0.1:6379/0) and load your Celery "
-                 "app in your project's __init__.py.",
-            id="aaa.E102",
-        ))
+        out.append(
+            Error(
+                "AAA['BUS'] is 'celery' but no Celery broker is configured.",
+                hint="Set CELERY_BROKER_URL (e.g. redis://127.0.0.1:6379/0) and load your Celery "
+                "app in your project's __init__.py.",
+                id="aaa.E102",
+            )
+        )
     if not redis_url():
-        out.append(Error(
-            "AAA['BUS'] is 'celery' but there is no Redis for the run locks, tool pools and "
-            "cancel notices.",
-            hint="Set AAA['REDIS_URL'] (or use a redis:// Celery broker).",
-            id="aaa.E103",
-        ))
+        out.append(
+            Error(
+                "AAA['BUS'] is 'celery' but there is no Redis for the run locks, tool pools and cancel notices.",
+                hint="Set AAA['REDIS_URL'] (or use a redis:// Celery broker).",
+                id="aaa.E103",
+            )
+        )
     return out
 
 
 @register("database")
-def check_sqlite_transaction_mode(app_configs: Any = None, databases: Any = None,
-                                  **kwargs: Any) -> list[Warning]:
+def check_sqlite_transaction_mode(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Warning]:
     """SQLite appenders need ``transaction_mode: IMMEDIATE``.
 
     In SQLite's default deferred mode a transaction that has read cannot take the write
@@ -563,24 +644,34 @@ def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[Err
     keys = (*OUTCOMES, "*")
     policy = site.get("RETENTION", {})
     if not isinstance(policy, dict):
-        errors.append(Error(f"AAA['RETENTION'] must be a dict, not {type(policy).__name__}.",
-                            hint='e.g. {"success": 30, "failed": 90, "*": 365} (days).',
-                            id="aaa.E030"))
+        errors.append(
+            Error(
+                f"AAA['RETENTION'] must be a dict, not {type(policy).__name__}.",
+                hint='e.g. {"success": 30, "failed": 90, "*": 365} (days).',
+                id="aaa.E030",
+            )
+        )
         policy = {}
     for outcome, days in policy.items():
         if outcome not in keys:
-            errors.append(Error(f"AAA['RETENTION'] names an unknown outcome {outcome!r}.",
-                                hint="Outcomes: " + ", ".join(keys) + ".", id="aaa.E031"))
-        elif days is not None and (isinstance(days, bool) or not isinstance(days, (int, float))
-                                   or days <= 0):
-            errors.append(Error(f"AAA['RETENTION'][{outcome!r}] must be a number of days > 0 "
-                                f"or None (keep), not {days!r}.", id="aaa.E030"))
+            errors.append(
+                Error(
+                    f"AAA['RETENTION'] names an unknown outcome {outcome!r}.",
+                    hint="Outcomes: " + ", ".join(keys) + ".",
+                    id="aaa.E031",
+                )
+            )
+        elif days is not None and (isinstance(days, bool) or not isinstance(days, (int, float)) or days <= 0):
+            errors.append(
+                Error(
+                    f"AAA['RETENTION'][{outcome!r}] must be a number of days > 0 or None (keep), not {days!r}.",
+                    id="aaa.E030",
+                )
+            )
     batch = site.get("RETENTION_BATCH", 1)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        errors.append(Error(f"AAA['RETENTION_BATCH'] must be an int >= 1, not {batch!r}.",
-                            id="aaa.E032"))
+        errors.append(Error(f"AAA['RETENTION_BATCH'] must be an int >= 1, not {batch!r}.", id="aaa.E032"))
     grace = site.get("ORPHAN_GRACE", 0)
     if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
-        errors.append(Error(f"AAA['ORPHAN_GRACE'] must be a number of seconds >= 0, not {grace!r}.",
-                            id="aaa.E032"))
+        errors.append(Error(f"AAA['ORPHAN_GRACE'] must be a number of seconds >= 0, not {grace!r}.", id="aaa.E032"))
     return errors

@@ -29,12 +29,10 @@ class VendorRunSQL(migrations.RunSQL):
     def _applies(self, schema_editor: Any) -> bool:
         return schema_editor.connection.vendor == self.vendor
 
-    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                          to_state: Any) -> None:
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
         if self._applies(schema_editor):
             super().database_forwards(app_label, schema_editor, from_state, to_state)
 
-    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                           to_state: Any) -> None:
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
         if self._applies(schema_editor):
             super().database_backwards(app_label, schema_editor, from_state, to_state)

@@ -69,9 +69,7 @@ class SnapshotRecord(models.Model):
         db_table = "aaa_snapshot"
         verbose_name = "snapshot"
         constraints = [
-            models.UniqueConstraint(
-                fields=["stream", "name", "version"], name="aaa_snapshot_stream_name_version"
-            ),
+            models.UniqueConstraint(fields=["stream", "name", "version"], name="aaa_snapshot_stream_name_version"),
         ]
 
     def __str__(self) -> str:
@@ -222,9 +220,7 @@ class ApiKey(models.Model):
     SCHEME = "aaa_"
     PREFIX_LENGTH = 12
 
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="aaa_api_keys"
-    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="aaa_api_keys")
     name = models.CharField(max_length=100, blank=True, default="")
     prefix = models.CharField(max_length=16, db_index=True, editable=False)
     hashed = models.CharField("SHA-256 of the key", max_length=64, unique=True, editable=False)

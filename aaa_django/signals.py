@@ -89,5 +89,8 @@ class SignalSender(BaseObserver):
     def _send(self, signal: Signal, **kw: Any) -> None:
         for receiver, result in signal.send_robust(self.engine, **kw):
             if isinstance(result, Exception):
-                log.error("a receiver of an aaa_django signal failed: %r", receiver,
-                          exc_info=(type(result), result, result.__traceback__))
+                log.error(
+                    "a receiver of an aaa_django signal failed: %r",
+                    receiver,
+                    exc_info=(type(result), result, result.__traceback__),
+                )

@@ -68,12 +68,14 @@ def ab_appends(pg: dict, shapes: dict[str, dict[str, object]], blocks: int, size
     times: dict[str, list[float]] = {s: [] for s in names}
     block(first, 50), block(second, 50)  # warm: connections, plans
     for i in range(blocks):
-        order = names[i % 3:] + names[:i % 3]
-        for shape in (order if i % 2 == 0 else order[::-1]):
+        order = names[i % 3 :] + names[: i % 3]
+        for shape in order if i % 2 == 0 else order[::-1]:
             times[shape].append(block(shape, size))
     for shape in names:
-        print(f"{shape:10s} {statistics.median(times[shape]) * 1000:.3f} ms an append "
-              f"(p25 {statistics.quantiles(times[shape], n=4)[0] * 1000:.3f})")
+        print(
+            f"{shape:10s} {statistics.median(times[shape]) * 1000:.3f} ms an append "
+            f"(p25 {statistics.quantiles(times[shape], n=4)[0] * 1000:.3f})"
+        )
     ratio = statistics.median(a / b for a, b in zip(times[first], times[second]))
     print(f"{first} / {second}: {ratio:.3f}x (median of {blocks} blocks' pairs)")
     for shape in (first, second):

@@ -18,6 +18,7 @@ every round would read a change 4 points better than it is). Prints the medians 
 checkout's over the base's (the median of the rounds' ratios). ``--base .`` measures the
 harness's own noise.
 """
+
 import argparse
 import asyncio
 import importlib.util
@@ -52,12 +53,12 @@ async def go(alias: str) -> None:
     if args.db == "sqlite":
         from aaa_django.store.sqlite import SqliteEventStore
 
-        base_module = load(Path(args.base).resolve() / "aaa_django/store/sqlite.py",
-                           "aaa_django.store._base_sqlite")
+        base_module = load(Path(args.base).resolve() / "aaa_django/store/sqlite.py", "aaa_django.store._base_sqlite")
         base, this = base_module.SqliteEventStore(alias), SqliteEventStore(alias)
     else:
-        base_module = load(Path(args.base).resolve() / "aaa_django/store/groupcommit.py",
-                           "aaa_django.store._base_groupcommit")
+        base_module = load(
+            Path(args.base).resolve() / "aaa_django/store/groupcommit.py", "aaa_django.store._base_groupcommit"
+        )
         base, this = PgEventStore(alias), PgEventStore(alias)
         base.group = base_module.GroupCommit(base)
     res: dict[str, list[dict]] = {"base": [], "this": [], "memory": []}
@@ -71,8 +72,14 @@ async def go(alias: str) -> None:
     for name, rows in res.items():
         wall = med(r["seconds"] for r in rows) / args.turns * 1e3
         cpu = med(r["cpu"] for r in rows) / args.turns * 1e3
-        vs = (f"; / base: wall {med(a['seconds'] / b['seconds'] for a, b in zip(rows, res['base'])):.3f}x, "
-              f"CPU {med(a['cpu'] / b['cpu'] for a, b in zip(rows, res['base'])):.3f}x") if name == "this" else ""
+        vs = (
+            (
+                f"; / base: wall {med(a['seconds'] / b['seconds'] for a, b in zip(rows, res['base'])):.3f}x, "
+                f"CPU {med(a['cpu'] / b['cpu'] for a, b in zip(rows, res['base'])):.3f}x"
+            )
+            if name == "this"
+            else ""
+        )
         print(f"{name:7} wall {wall:.3f} ms, CPU {cpu:.3f} ms a turn{vs}")
 
 

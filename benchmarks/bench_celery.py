@@ -77,8 +77,22 @@ QUEUES = "aaa.algorithms,aaa.llm,aaa.tools,bench.hop"
 @contextmanager
 def redis_server(tmp: Path) -> Iterator[str]:
     port = free_port()
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(tmp)], stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     import redis
 
     url = f"redis://127.0.0.1:{port}/0"
@@ -125,20 +139,47 @@ def otlp_sink(tmp: Path) -> Iterator[dict]:
 
 
 @contextmanager
-def workers(count: int, env: dict, tmp: Path, *, concurrency: int = 1,
-            queues: str = QUEUES, name: str = "bench") -> Iterator[list[subprocess.Popen]]:
+def workers(
+    count: int, env: dict, tmp: Path, *, concurrency: int = 1, queues: str = QUEUES, name: str = "bench"
+) -> Iterator[list[subprocess.Popen]]:
     """``count`` worker commands (prefork, ``-c concurrency`` each) taking ``queues``,
     named ``name0@host``, ..."""
     procs = []
     for i in range(count):
         ready = tmp / f"{name}{i}.ready"
         log = open(tmp / f"{name}{i}.log", "wb")
-        procs.append((subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "celery_site", "worker", "-n", f"{name}{i}@%h",
-             "-Q", queues, "-c", str(concurrency), "-P", "prefork", "-l", "warning",
-             "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=HERE, env={**env, "AAA_BENCH_READY": str(ready)}, stdout=log, stderr=subprocess.STDOUT,
-        ), ready))
+        procs.append(
+            (
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "celery_site",
+                        "worker",
+                        "-n",
+                        f"{name}{i}@%h",
+                        "-Q",
+                        queues,
+                        "-c",
+                        str(concurrency),
+                        "-P",
+                        "prefork",
+                        "-l",
+                        "warning",
+                        "--without-gossip",
+                        "--without-mingle",
+                        "--without-heartbeat",
+                    ],
+                    cwd=HERE,
+                    env={**env, "AAA_BENCH_READY": str(ready)},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                ),
+                ready,
+            )
+        )
     try:
         for p, ready in procs:
             end = time.monotonic() + 60
@@ -248,8 +289,13 @@ async def load(engine, runs: int, turns: int) -> dict:
     seconds = (t1 - t0).total_seconds()
     events = sum(len(log) for log in logs)
     per_hop = [(log[-1].time - log[0].time).total_seconds() / chain_hops(log) for log in logs]
-    return {"seconds": seconds, "runs/s": runs / seconds, "deliveries/s": events / seconds,
-            "events": events, "hop_under_load": statistics.median(per_hop)}
+    return {
+        "seconds": seconds,
+        "runs/s": runs / seconds,
+        "deliveries/s": events / seconds,
+        "events": events,
+        "hop_under_load": statistics.median(per_hop),
+    }
 
 
 def traced_engine(queues: dict[str, str]):
@@ -271,9 +317,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2, help="worker processes of each set")
-    parser.add_argument("--trace", metavar="FILE",
-                        help="timestamps inside the workers (tracing off) to FILE, and their breakdown "
-                             "(trace_hops.py)")
+    parser.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="timestamps inside the workers (tracing off) to FILE, and their breakdown (trace_hops.py)",
+    )
     args = parser.parse_args()
     runs = 40 if args.quick else args.runs
     idle_rounds, chain = (8, 60) if args.quick else (25, 100)
@@ -283,8 +331,10 @@ def main() -> None:
     with workdir() as tmp, postgres(tmp) as pg, redis_server(tmp) as broker, otlp_sink(tmp) as sink:
         env = {
             **os.environ,
-            "AAA_BENCH_PG_HOST": pg["host"], "AAA_BENCH_PG_PORT": str(pg["port"]),
-            "AAA_BENCH_PG_NAME": "aaa_bench", "AAA_BENCH_REDIS": broker,
+            "AAA_BENCH_PG_HOST": pg["host"],
+            "AAA_BENCH_PG_PORT": str(pg["port"]),
+            "AAA_BENCH_PG_NAME": "aaa_bench",
+            "AAA_BENCH_REDIS": broker,
             "DJANGO_SETTINGS_MODULE": "celery_site",
             "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
         }
@@ -292,9 +342,18 @@ def main() -> None:
         if args.trace:
             Path(args.trace).unlink(missing_ok=True)
             env["AAA_BENCH_TRACE"] = str(Path(args.trace).resolve())
-        os.environ.update({k: env[k] for k in ("AAA_BENCH_PG_HOST", "AAA_BENCH_PG_PORT",
-                                                "AAA_BENCH_PG_NAME", "AAA_BENCH_REDIS",
-                                                "DJANGO_SETTINGS_MODULE")})
+        os.environ.update(
+            {
+                k: env[k]
+                for k in (
+                    "AAA_BENCH_PG_HOST",
+                    "AAA_BENCH_PG_PORT",
+                    "AAA_BENCH_PG_NAME",
+                    "AAA_BENCH_REDIS",
+                    "DJANGO_SETTINGS_MODULE",
+                )
+            }
+        )
         import django
         from django.core.management import call_command
 
@@ -312,8 +371,10 @@ def main() -> None:
         probe = psycopg.connect(**pg, dbname="aaa_bench", autocommit=True)
         probe.execute("CREATE TABLE bench_commit (at timestamptz)")
         stop_tracing = trace_exports(sink["url"])  # this process starts the traced runs: its SDK too
-        with workers(args.workers, env, tmp) as off_procs, workers(
-                args.workers, traced_env, tmp, name="traced", queues=",".join(OTEL_QUEUES.values())) as on_procs:
+        with (
+            workers(args.workers, env, tmp) as off_procs,
+            workers(args.workers, traced_env, tmp, name="traced", queues=",".join(OTEL_QUEUES.values())) as on_procs,
+        ):
             pids = {"off": [p.pid for p in off_procs], "on": [p.pid for p in on_procs]}
             # each set's CPU seconds and wall seconds while its engine runs (busy) and while
             # the other set's does (idle: what the set spends doing nothing, to take off)
@@ -387,17 +448,20 @@ def main() -> None:
         first_s = {kind: statistics.median(f for f, _ in fs) for kind, fs in firsts.items()}
         first_ratio = {kind: statistics.median(f / b for f, b in fs) for kind, fs in firsts.items()}
         own_ratio = statistics.median((e - c) / b for b, e, c in rounds)
-        durability = ", ".join(f"{k}={probe.execute(f'SHOW {k}').fetchone()[0]}"
-                               for k in ("fsync", "synchronous_commit"))
+        durability = ", ".join(
+            f"{k}={probe.execute(f'SHOW {k}').fetchone()[0]}" for k in ("fsync", "synchronous_commit")
+        )
         probe.close()
     traced_runs = 3 + idle_rounds * -(-chain // hops)  # the warm-up's and the rounds'
     if sink["taken"]["traces"] != traced_runs:
         raise RuntimeError(f"{traced_runs} runs with tracing on, {sink['taken']['traces']} traces exported")
 
-    print(f"bench_celery: {platform.python_version()}, {os.cpu_count()} cores, "
-          f"{args.workers} + {args.workers} worker processes (-c 1 prefork; tracing off + on), "
-          f"PostgreSQL ({durability}), Redis broker; load average {load_before:.1f} before, "
-          f"{os.getloadavg()[0]:.1f} after")
+    print(
+        f"bench_celery: {platform.python_version()}, {os.cpu_count()} cores, "
+        f"{args.workers} + {args.workers} worker processes (-c 1 prefork; tracing off + on), "
+        f"PostgreSQL ({durability}), Redis broker; load average {load_before:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after"
+    )
     print()
     per_run = -(-chain // hops) * hops
     cpu_hop, idle_rate = {}, {}  # the workers' CPU per hop, less what they spend idle in the same time
@@ -411,51 +475,99 @@ def main() -> None:
         return (seconds - idle_rate[kind] * wall) / hops
 
     cpu_on_off = statistics.median(pair_cpu(u, "on") / pair_cpu(u, "off") for u in cpu_pairs)
-    print(table([f"per hop (idle cluster, {idle_rounds} rounds)", "median", "ratio"], [
-        [f"bare Celery no-op hop (chains of {chain}; sent as the engine sends: FastPublisher)",
-         ms(bare_hop_s), "1.00x"],
-        ["  the same chain sent by send_task (information)", ms(statistics.median(slow)),
-         f"{statistics.median(s / b for s, (b, *_) in zip(slow, rounds)):.2f}x"],
-        [f"engine hop, tracing off (ToolLoop, {args.turns} turns = {hops} hops; runs one after another, "
-         f"{per_run} hops a round)", ms(idle_hop_s), f"{ratio:.2f}x"],
-        ["  the first run of a round alone (rounds where it went right after the bare chain)",
-         ms(first_s["off"]), f"{first_ratio['off']:.2f}x"],
-        ["engine hop, tracing on (OpenTelemetry SDK, batched OTLP/HTTP export; its own workers)",
-         ms(traced_s), f"{traced_ratio:.2f}x"],
-        ["  the first run of a round alone (rounds where it went right after the bare chain)",
-         ms(first_s["on"]), f"{first_ratio['on']:.2f}x"],
-        [f"  tracing on / tracing off (median of {len(pairs)} pairs of runs, one right after the other)",
-         "", f"{on_off:.2f}x"],
-        [f"workers' CPU per engine hop, tracing off (all rounds; process and pool, less idle: "
-         f"{idle_rate['off'] * 1e3:.0f} ms/s)", ms(cpu_hop["off"]), ""],
-        [f"  tracing on (less idle: {idle_rate['on'] * 1e3:.0f} ms/s); on / off: median of the pairs' ratios",
-         ms(cpu_hop["on"]), f"{cpu_on_off:.2f}x"],
-        ["PostgreSQL durable commit (one per engine hop)", ms(commit_s), f"{commit_s / bare_hop_s:.2f}x"],
-        ["engine hop less its commit (the engine's own cost; tracing off)", ms(idle_hop_s - commit_s),
-         f"{own_ratio:.2f}x"],
-    ]))
+    print(
+        table(
+            [f"per hop (idle cluster, {idle_rounds} rounds)", "median", "ratio"],
+            [
+                [
+                    f"bare Celery no-op hop (chains of {chain}; sent as the engine sends: FastPublisher)",
+                    ms(bare_hop_s),
+                    "1.00x",
+                ],
+                [
+                    "  the same chain sent by send_task (information)",
+                    ms(statistics.median(slow)),
+                    f"{statistics.median(s / b for s, (b, *_) in zip(slow, rounds)):.2f}x",
+                ],
+                [
+                    f"engine hop, tracing off (ToolLoop, {args.turns} turns = {hops} hops; runs one after another, "
+                    f"{per_run} hops a round)",
+                    ms(idle_hop_s),
+                    f"{ratio:.2f}x",
+                ],
+                [
+                    "  the first run of a round alone (rounds where it went right after the bare chain)",
+                    ms(first_s["off"]),
+                    f"{first_ratio['off']:.2f}x",
+                ],
+                [
+                    "engine hop, tracing on (OpenTelemetry SDK, batched OTLP/HTTP export; its own workers)",
+                    ms(traced_s),
+                    f"{traced_ratio:.2f}x",
+                ],
+                [
+                    "  the first run of a round alone (rounds where it went right after the bare chain)",
+                    ms(first_s["on"]),
+                    f"{first_ratio['on']:.2f}x",
+                ],
+                [
+                    f"  tracing on / tracing off (median of {len(pairs)} pairs of runs, one right after the other)",
+                    "",
+                    f"{on_off:.2f}x",
+                ],
+                [
+                    f"workers' CPU per engine hop, tracing off (all rounds; process and pool, less idle: "
+                    f"{idle_rate['off'] * 1e3:.0f} ms/s)",
+                    ms(cpu_hop["off"]),
+                    "",
+                ],
+                [
+                    f"  tracing on (less idle: {idle_rate['on'] * 1e3:.0f} ms/s); on / off: median of the pairs' ratios",
+                    ms(cpu_hop["on"]),
+                    f"{cpu_on_off:.2f}x",
+                ],
+                ["PostgreSQL durable commit (one per engine hop)", ms(commit_s), f"{commit_s / bare_hop_s:.2f}x"],
+                [
+                    "engine hop less its commit (the engine's own cost; tracing off)",
+                    ms(idle_hop_s - commit_s),
+                    f"{own_ratio:.2f}x",
+                ],
+            ],
+        )
+    )
     print()
-    print(table(["throughput (tracing off)", "value"], [
-        [f"{runs} runs of {args.turns} turns started at once", f"{loaded['seconds']:.2f} s"],
-        ["runs/s", f"{loaded['runs/s']:.1f}"],
-        ["engine deliveries/s (one per event)", f"{loaded['deliveries/s']:.0f}"],
-        [f"bare no-op tasks/s ({loaded['events']} at once)", f"{bare_tps:.0f}"],
-        ["engine hop under that load (median per run)", ms(loaded["hop_under_load"])],
-    ]))
+    print(
+        table(
+            ["throughput (tracing off)", "value"],
+            [
+                [f"{runs} runs of {args.turns} turns started at once", f"{loaded['seconds']:.2f} s"],
+                ["runs/s", f"{loaded['runs/s']:.1f}"],
+                ["engine deliveries/s (one per event)", f"{loaded['deliveries/s']:.0f}"],
+                [f"bare no-op tasks/s ({loaded['events']} at once)", f"{bare_tps:.0f}"],
+                ["engine hop under that load (median per run)", ms(loaded["hop_under_load"])],
+            ],
+        )
+    )
     print()
     if args.trace:
         from trace_hops import report
 
         print(report(args.trace))
         print()
-    print(f"tracing on: {traced_runs} runs, {sink['taken']['traces']} traces of {sink['taken']['spans']} spans "
-          f"exported in {sink['taken']['requests']} OTLP/HTTP requests ({sink['taken']['bytes'] / 1e6:.1f} MB)")
-    print(f"goal: engine hop <= 2x bare hop: {ratio:.2f}x -> {'met' if ratio <= 2 else 'NOT met'}"
-          f" (less the durable commit: {own_ratio:.2f}x)")
-    print(f"goal: tracing on <= 1.2x tracing off: {on_off:.2f}x ({on_off - 1:+.1%}) -> "
-          f"{'met' if on_off <= 1.2 else 'NOT met'} (the workers' CPU per hop: "
-          f"{cpu_on_off:.2f}x); tracing off is the engine every site builds "
-          "(the signals' observer alone): against no observer at all see bench_observe.py")
+    print(
+        f"tracing on: {traced_runs} runs, {sink['taken']['traces']} traces of {sink['taken']['spans']} spans "
+        f"exported in {sink['taken']['requests']} OTLP/HTTP requests ({sink['taken']['bytes'] / 1e6:.1f} MB)"
+    )
+    print(
+        f"goal: engine hop <= 2x bare hop: {ratio:.2f}x -> {'met' if ratio <= 2 else 'NOT met'}"
+        f" (less the durable commit: {own_ratio:.2f}x)"
+    )
+    print(
+        f"goal: tracing on <= 1.2x tracing off: {on_off:.2f}x ({on_off - 1:+.1%}) -> "
+        f"{'met' if on_off <= 1.2 else 'NOT met'} (the workers' CPU per hop: "
+        f"{cpu_on_off:.2f}x); tracing off is the engine every site builds "
+        "(the signals' observer alone): against no observer at all see bench_observe.py"
+    )
 
 
 if __name__ == "__main__":

@@ -77,8 +77,15 @@ from common import (  # noqa: E402
     workdir,
 )
 
-ROWS = ["inprocess-sqlite", "inprocess-pg-django", "inprocess-pg-nogroup", "inprocess-pg", "celery",
-        "langgraph", "inprocess-memory"]
+ROWS = [
+    "inprocess-sqlite",
+    "inprocess-pg-django",
+    "inprocess-pg-nogroup",
+    "inprocess-pg",
+    "celery",
+    "langgraph",
+    "inprocess-memory",
+]
 
 
 class PeakRSS:
@@ -198,8 +205,15 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         assert {o.outcome for o, *_ in done} == {"success"}, done
     gc.callbacks.remove(gcwatch)
-    out = {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": 1,
-           "store": repr(store), "runs": [t for _, t, _ in done], "gc": gcstats}
+    out = {
+        "wall": wall,
+        "cpu": cpu,
+        "memory": mem.peak - mem.base,
+        "processes": 1,
+        "store": repr(store),
+        "runs": [t for _, t, _ in done],
+        "gc": gcstats,
+    }
     out["turns"] = {"queued": engine.turns.queued, "forfeited": engine.turns.forfeited}
     if os.environ.get("AAA_BENCH_LAGS"):
         out["lags"] = await lags(engine.store, [r for _, _, r in done])
@@ -262,8 +276,7 @@ async def langgraph(pg: dict, runs: int, turns: int, latency: float, pool_size: 
 
         async def one(graph, i: int) -> tuple[str, float]:
             t = time.perf_counter()
-            out = await graph.ainvoke({"messages": [HumanMessage(f"run {i}")]}, lg_config(turns),
-                                      durability="sync")
+            out = await graph.ainvoke({"messages": [HumanMessage(f"run {i}")]}, lg_config(turns), durability="sync")
             return out["messages"][-1].content, time.perf_counter() - t
 
         for i in range(3):
@@ -274,8 +287,7 @@ async def langgraph(pg: dict, runs: int, turns: int, latency: float, pool_size: 
             done = await asyncio.gather(*(one(app, i) for i in range(runs)))
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         assert {a for a, _ in done} == {"done"}, done
-    return {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": 1,
-            "runs": [t for _, t in done]}
+    return {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": 1, "runs": [t for _, t in done]}
 
 
 def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int, tmp: Path) -> dict:
@@ -285,14 +297,25 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
     with redis_server(tmp) as broker:
         env = {
             **os.environ,
-            "AAA_BENCH_PG_HOST": pg["host"], "AAA_BENCH_PG_PORT": str(pg["port"]),
-            "AAA_BENCH_PG_NAME": PG_DB, "AAA_BENCH_REDIS": broker,
+            "AAA_BENCH_PG_HOST": pg["host"],
+            "AAA_BENCH_PG_PORT": str(pg["port"]),
+            "AAA_BENCH_PG_NAME": PG_DB,
+            "AAA_BENCH_REDIS": broker,
             "DJANGO_SETTINGS_MODULE": "celery_site",
             "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
         }
-        os.environ.update({k: env[k] for k in ("AAA_BENCH_PG_HOST", "AAA_BENCH_PG_PORT",
-                                                "AAA_BENCH_PG_NAME", "AAA_BENCH_REDIS",
-                                                "DJANGO_SETTINGS_MODULE")})
+        os.environ.update(
+            {
+                k: env[k]
+                for k in (
+                    "AAA_BENCH_PG_HOST",
+                    "AAA_BENCH_PG_PORT",
+                    "AAA_BENCH_PG_NAME",
+                    "AAA_BENCH_REDIS",
+                    "DJANGO_SETTINGS_MODULE",
+                )
+            }
+        )
         import django
         from django.core.management import call_command
 
@@ -321,6 +344,7 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
                     task = script(turns, latency)
                     workers_then = pids()
                     c0 = cpu_seconds(workers_then)
+
                     async def one():
                         t = time.perf_counter()
                         run = await engine.start(algo, {"task": task})
@@ -335,14 +359,21 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
                     # the workers' CPU for the 200 runs (the same processes: prefork keeps its children)
                     cpu = cpu_seconds(workers_then) - c0
                     assert {o.outcome for o, *_ in done} == {"success"}, done
-                    out = {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": len(pids()),
-                           "runs": [t for _, t, _ in done]}
+                    out = {
+                        "wall": wall,
+                        "cpu": cpu,
+                        "memory": mem.peak - mem.base,
+                        "processes": len(pids()),
+                        "runs": [t for _, t, _ in done],
+                    }
                     if os.environ.get("AAA_BENCH_LAGS"):
                         out["lags"] = await lags(engine.store, [r for *_, r in done])
                         started_at.sort()
                         out["lags"]["(driver) start returned"] = [
-                            1000 * started_at[len(started_at) // 2], 1000 * started_at[len(started_at) * 9 // 10],
-                            1000 * started_at[-1]]
+                            1000 * started_at[len(started_at) // 2],
+                            1000 * started_at[len(started_at) * 9 // 10],
+                            1000 * started_at[-1],
+                        ]
                     return out
 
             return async_to_sync(drive)()
@@ -382,31 +413,56 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(ROWS), help=f"rows to run, of {','.join(ROWS)}")
     ap.add_argument("--celery-concurrency", type=int, default=2, help="worker processes (prefork -c)")
     ap.add_argument("--pool", type=int, default=10, help="LangGraph's PostgreSQL pool size")
-    ap.add_argument("--own-hub", action="store_true",
-                    help="in-process rows: the engine waits on a wake-ups hub of its own (as an "
-                         "Engine built by hand does), not on the site's, which build_engine() "
-                         "gives (on PostgreSQL, the LISTENing connection's; the default)")
+    ap.add_argument(
+        "--own-hub",
+        action="store_true",
+        help="in-process rows: the engine waits on a wake-ups hub of its own (as an "
+        "Engine built by hand does), not on the site's, which build_engine() "
+        "gives (on PostgreSQL, the LISTENing connection's; the default)",
+    )
     ap.add_argument("--site-wakeups", action="store_true", help=argparse.SUPPRESS)  # (the default now)
-    ap.add_argument("--width", type=int, help="in-process rows: the engine's turns' width "
-                    "(deliveries running at once; default aaa_django.runtime.turns.WIDTH)")
-    ap.add_argument("--gc", choices=["default", "freeze", "off"], default="default",
-                    help="in-process rows: the garbage collector as it is, gc.freeze() after the "
-                         "warm-up, or off during the load (to see what it costs)")
-    ap.add_argument("--gc-threshold", metavar="G0,G1,G2",
-                    help="in-process rows: gc.set_threshold(G0, G1, G2) for the load, as a site "
-                         "that carries many runs in one process may (README: many runs in one "
-                         "process)")
-    ap.add_argument("--lags", action="store_true",
-                    help="in-process and Celery rows: where the runs' time went, stretch by stretch, "
-                         "from their logs")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="run every row this many times, the rows in turn, and print medians "
-                         "(this machine's noise: one run of a row moved by 20-40%%)")
-    ap.add_argument("--without", action="append", default=[], metavar="NAME",
-                    choices=sorted(switches.SWITCHES),
-                    help="also run every row without one private internal of a dependency, the "
-                         "public API in its place (benchmarks/switches.py), in the same repetitions, "
-                         "in alternating order; repeatable")
+    ap.add_argument(
+        "--width",
+        type=int,
+        help="in-process rows: the engine's turns' width "
+        "(deliveries running at once; default aaa_django.runtime.turns.WIDTH)",
+    )
+    ap.add_argument(
+        "--gc",
+        choices=["default", "freeze", "off"],
+        default="default",
+        help="in-process rows: the garbage collector as it is, gc.freeze() after the "
+        "warm-up, or off during the load (to see what it costs)",
+    )
+    ap.add_argument(
+        "--gc-threshold",
+        metavar="G0,G1,G2",
+        help="in-process rows: gc.set_threshold(G0, G1, G2) for the load, as a site "
+        "that carries many runs in one process may (README: many runs in one "
+        "process)",
+    )
+    ap.add_argument(
+        "--lags",
+        action="store_true",
+        help="in-process and Celery rows: where the runs' time went, stretch by stretch, from their logs",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every row this many times, the rows in turn, and print medians "
+        "(this machine's noise: one run of a row moved by 20-40%%)",
+    )
+    ap.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="NAME",
+        choices=sorted(switches.SWITCHES),
+        help="also run every row without one private internal of a dependency, the "
+        "public API in its place (benchmarks/switches.py), in the same repetitions, "
+        "in alternating order; repeatable",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -423,22 +479,39 @@ def main() -> None:
         variants = [None, *args.without]  # as shipped, then without each switch
         for repetition in range(args.repeat):  # the rows in turn, each time (the machine's noise spread)
             # the variants in turn, each repetition starting from another one
-            turn = variants[repetition % len(variants):] + variants[:repetition % len(variants)]
+            turn = variants[repetition % len(variants) :] + variants[: repetition % len(variants)]
             for row, without in [(row, w) for row in rows for w in turn]:
                 name = row if without is None else f"{row} without {without}"
                 sub = tmp / f"{row}-{without or 'shipped'}-{repetition}"
                 sub.mkdir()
                 os.chmod(sub, 0o777)
-                cmd = [sys.executable, __file__, "--child", row, "--runs", str(args.runs), "--turns",
-                       str(args.turns), "--latency", str(args.latency), "--celery-concurrency",
-                       str(args.celery_concurrency), "--pool", str(args.pool)]
-                env = {**os.environ, "AAA_BENCH_PG": json.dumps(pg), "AAA_BENCH_TMP": str(sub),
-                       **({} if args.own_hub else {"AAA_BENCH_SITE_WAKEUPS": "1"}),
-                       **({"AAA_BENCH_WIDTH": str(args.width)} if args.width else {}),
-                       "AAA_BENCH_GC": args.gc,
-                       **({"AAA_BENCH_LAGS": "1"} if args.lags else {}),
-                       **({"AAA_BENCH_GC_THRESHOLD": args.gc_threshold} if args.gc_threshold else {}),
-                       "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    row,
+                    "--runs",
+                    str(args.runs),
+                    "--turns",
+                    str(args.turns),
+                    "--latency",
+                    str(args.latency),
+                    "--celery-concurrency",
+                    str(args.celery_concurrency),
+                    "--pool",
+                    str(args.pool),
+                ]
+                env = {
+                    **os.environ,
+                    "AAA_BENCH_PG": json.dumps(pg),
+                    "AAA_BENCH_TMP": str(sub),
+                    **({} if args.own_hub else {"AAA_BENCH_SITE_WAKEUPS": "1"}),
+                    **({"AAA_BENCH_WIDTH": str(args.width)} if args.width else {}),
+                    "AAA_BENCH_GC": args.gc,
+                    **({"AAA_BENCH_LAGS": "1"} if args.lags else {}),
+                    **({"AAA_BENCH_GC_THRESHOLD": args.gc_threshold} if args.gc_threshold else {}),
+                    "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
+                }
                 env.pop(switches.ENV, None)
                 if without is not None:
                     env[switches.ENV] = without
@@ -449,12 +522,13 @@ def main() -> None:
                 result = json.loads(proc.stdout.strip().splitlines()[-1])
                 result["repetition"] = repetition
                 results.setdefault(name, []).append(result)
-                print(f"# {name}: { {k: v for k, v in result.items() if k not in ('runs', 'lags')} }",
-                      flush=True)
-    print(f"\n# bench_concurrency: Python {platform.python_version()}, {os.cpu_count()} CPUs; "
-          f"{args.runs} runs x {args.turns} turns x {args.latency:g} s model latency, started "
-          f"together; durable PostgreSQL 15 and SQLite; each row {args.repeat} time(s), medians"
-          f"{' (min-max)' if args.repeat > 1 else ''}")
+                print(f"# {name}: { {k: v for k, v in result.items() if k not in ('runs', 'lags')} }", flush=True)
+    print(
+        f"\n# bench_concurrency: Python {platform.python_version()}, {os.cpu_count()} CPUs; "
+        f"{args.runs} runs x {args.turns} turns x {args.latency:g} s model latency, started "
+        f"together; durable PostgreSQL 15 and SQLite; each row {args.repeat} time(s), medians"
+        f"{' (min-max)' if args.repeat > 1 else ''}"
+    )
     out = []
     labels = {
         "inprocess-sqlite": "in-process bus, SQLite",
@@ -471,7 +545,8 @@ def main() -> None:
 
     def spread(values: list[float], fmt: str) -> str:
         return f"{fmt.format(med(values))}" + (
-            f" ({fmt.format(min(values))}-{fmt.format(max(values))})" if len(values) > 1 else "")
+            f" ({fmt.format(min(values))}-{fmt.format(max(values))})" if len(values) > 1 else ""
+        )
 
     def percentile(r: dict, q: float) -> float:
         each = sorted(r["runs"])
@@ -482,50 +557,82 @@ def main() -> None:
         return labels[row] + (f", without {without} (benchmarks/switches.py)" if without else "")
 
     for row, rs in results.items():
-        out.append([label(row), spread([r["wall"] for r in rs], "{:.2f} s"), f"{ideal:g} s",
-                    spread([r["wall"] / ideal for r in rs], "{:.2f}x"),
-                    f"{med([percentile(r, 0.5) for r in rs]):.2f}x / {med([percentile(r, 0.9) for r in rs]):.2f}x",
-                    f"{med([r['memory'] for r in rs]) / args.runs / 1024:.0f} KB", str(rs[0]["processes"]),
-                    f"{med([r['cpu'] for r in rs]):.1f} s" if "cpu" in rs[0] else ""])
-    print(table(["row", "wall", "T x L", "wall / ideal", "a run / ideal (p50 / p90)",
-                 "memory per in-flight run", "processes", "process CPU"], out))
+        out.append(
+            [
+                label(row),
+                spread([r["wall"] for r in rs], "{:.2f} s"),
+                f"{ideal:g} s",
+                spread([r["wall"] / ideal for r in rs], "{:.2f}x"),
+                f"{med([percentile(r, 0.5) for r in rs]):.2f}x / {med([percentile(r, 0.9) for r in rs]):.2f}x",
+                f"{med([r['memory'] for r in rs]) / args.runs / 1024:.0f} KB",
+                str(rs[0]["processes"]),
+                f"{med([r['cpu'] for r in rs]):.1f} s" if "cpu" in rs[0] else "",
+            ]
+        )
+    print(
+        table(
+            [
+                "row",
+                "wall",
+                "T x L",
+                "wall / ideal",
+                "a run / ideal (p50 / p90)",
+                "memory per in-flight run",
+                "processes",
+                "process CPU",
+            ],
+            out,
+        )
+    )
     for row, rs in results.items():
         r = sorted(rs, key=lambda r: r["wall"])[len(rs) // 2]  # the repetition of the median wall
         if "gc" in r:
             gcs = [{int(k): v for k, v in x["gc"].items()} for x in rs]  # generation -> [passes, s, collected]
-            print(f"# {label(row)}: the garbage collector {med([sum(v[1] for v in g.values()) for g in gcs]):.2f} s "
-                  f"during the load; {med([g[2][0] for g in gcs]):g} full collections, "
-                  f"{med([g[2][1] for g in gcs]):.2f} s (--gc {args.gc}"
-                  f"{', --gc-threshold ' + args.gc_threshold if args.gc_threshold else ''})")
+            print(
+                f"# {label(row)}: the garbage collector {med([sum(v[1] for v in g.values()) for g in gcs]):.2f} s "
+                f"during the load; {med([g[2][0] for g in gcs]):g} full collections, "
+                f"{med([g[2][1] for g in gcs]):.2f} s (--gc {args.gc}"
+                f"{', --gc-threshold ' + args.gc_threshold if args.gc_threshold else ''})"
+            )
         if "lags" in r:
-            print(f"# {label(row)}: where a run's time went (ms: median / p90 / max over the runs; "
-                  f"the median repetition):")
+            print(
+                f"# {label(row)}: where a run's time went (ms: median / p90 / max over the runs; "
+                f"the median repetition):"
+            )
             for name, (p50, p90, most) in r["lags"].items():
                 print(f"#   {name:8s} {p50:8.1f} {p90:8.1f} {most:8.1f}")
         if "groups" in r:
-            print(f"# {label(row)}: {r['grouped']} appends in {r['groups']} group commits "
-                  f"(the others alone; {r['rolled_back']} groups rolled back and made again "
-                  f"alone); {r['connections']} connections opened (the median repetition)")
+            print(
+                f"# {label(row)}: {r['grouped']} appends in {r['groups']} group commits "
+                f"(the others alone; {r['rolled_back']} groups rolled back and made again "
+                f"alone); {r['connections']} connections opened (the median repetition)"
+            )
     lg = {r["repetition"]: r for r in results.get("langgraph", [])}
     if lg:
         for row, rs in results.items():
             if row != "langgraph":
                 pairs = [r["wall"] / lg[r["repetition"]]["wall"] for r in rs if r["repetition"] in lg]
                 if pairs:
-                    print(f"# {label(row)}: {spread(pairs, '{:.2f}x')} LangGraph's wall time "
-                          f"(each repetition against LangGraph's in the same one)")
+                    print(
+                        f"# {label(row)}: {spread(pairs, '{:.2f}x')} LangGraph's wall time "
+                        f"(each repetition against LangGraph's in the same one)"
+                    )
     for name, rs in results.items():
         row, _, without = name.partition(" without ")
         shipped = {r["repetition"]: r for r in results.get(row, [])}
         if without and shipped:
             pairs = [r["wall"] / shipped[r["repetition"]]["wall"] for r in rs if r["repetition"] in shipped]
             cpus = [r["cpu"] / shipped[r["repetition"]]["cpu"] for r in rs if r["repetition"] in shipped]
-            print(f"# {label(row)}: without {without} / as shipped, paired by repetition ({len(pairs)}): "
-                  f"wall {spread(pairs, '{:.3f}x')}, process CPU {spread(cpus, '{:.3f}x')}")
+            print(
+                f"# {label(row)}: without {without} / as shipped, paired by repetition ({len(pairs)}): "
+                f"wall {spread(pairs, '{:.3f}x')}, process CPU {spread(cpus, '{:.3f}x')}"
+            )
     loads = [x for rs in results.values() for r in rs for x in r.get("load", [])]
     if loads:
-        print(f"# load average (1 min) at the rows' starts and ends: median {med(loads):.1f}, "
-              f"{min(loads):.1f}-{max(loads):.1f}, on {os.cpu_count()} CPUs")
+        print(
+            f"# load average (1 min) at the rows' starts and ends: median {med(loads):.1f}, "
+            f"{min(loads):.1f}-{max(loads):.1f}, on {os.cpu_count()} CPUs"
+        )
     print(f"# total {time.perf_counter() - started:.0f} s")
 
 

@@ -96,9 +96,11 @@ class SleepyModel:
 
         await asyncio.sleep(self.latency)
         content = heard(request.messages[-1].content or "", len(request.messages))
-        return LLMResponse(message=Message(role="assistant", content=content),
-                           usage=Usage(input_tokens=10 * len(request.messages), output_tokens=8),
-                           finish_reason="stop")
+        return LLMResponse(
+            message=Message(role="assistant", content=content),
+            usage=Usage(input_tokens=10 * len(request.messages), output_tokens=8),
+            finish_reason="stop",
+        )
 
 
 async def aaa(n: int, latency: float, at: list[float]) -> dict:
@@ -110,8 +112,9 @@ async def aaa(n: int, latency: float, at: list[float]) -> dict:
     from aaa_django.tools import ToolRegistry
 
     algo = ToolLoop(ToolRegistry([]))
-    async with Engine(store=site_store("postgres"), wakeups=wakeups.for_database("postgres"),
-                      close_timeout=30) as engine:
+    async with Engine(
+        store=site_store("postgres"), wakeups=wakeups.for_database("postgres"), close_timeout=30
+    ) as engine:
         LLMHandler(SleepyModel(latency)).attach(engine)
         for i in range(3):  # warm-up: a conversation of two turns, closed
             run = await engine.start(algo, {"task": f"warm {i}"}, conversation=True)
@@ -151,10 +154,17 @@ async def aaa(n: int, latency: float, at: list[float]) -> dict:
         held_after = trimmed_rss() - base
         last = await runs[0].events(hydrate=True)
         assert [e.data["content"] for e in last if e.type == "aaa.message.sent"][-1] == heard(
-            f"second from {runs[0].run_id}", 3)
+            f"second from {runs[0].run_id}", 3
+        )
         timers = len(engine.timers())
-    return {"opened": opened, "replies": replies, "cpu": cpu, "held_open": held_open,
-            "held_after": held_after, "timers": timers}
+    return {
+        "opened": opened,
+        "replies": replies,
+        "cpu": cpu,
+        "held_open": held_open,
+        "held_after": held_after,
+        "timers": timers,
+    }
 
 
 # -- LangGraph -------------------------------------------------------------------------------
@@ -225,8 +235,7 @@ async def langgraph(pg: dict, n: int, latency: float, at: list[float], pool_size
         replies = await asyncio.gather(*(second(t, d) for t, d in zip(threads, at)))
         cpu = time.process_time() - c0
         held_after = trimmed_rss() - base
-    return {"opened": opened, "replies": replies, "cpu": cpu, "held_open": held_open,
-            "held_after": held_after}
+    return {"opened": opened, "replies": replies, "cpu": cpu, "held_open": held_open, "held_after": held_after}
 
 
 # -- the runner ------------------------------------------------------------------------------
@@ -253,8 +262,14 @@ def quantiles(r: dict, latency: float) -> dict:
     def q(p: float) -> float:
         return ratios[min(int(len(ratios) * p), len(ratios) - 1)]
 
-    return {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": ratios[-1],
-            "on_time": sum(1 for x in ratios if x <= GOAL_RATIO), "n": len(ratios)}
+    return {
+        "p50": q(0.5),
+        "p90": q(0.9),
+        "p99": q(0.99),
+        "max": ratios[-1],
+        "on_time": sum(1 for x in ratios if x <= GOAL_RATIO),
+        "n": len(ratios),
+    }
 
 
 def main() -> None:
@@ -265,9 +280,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=40)
     ap.add_argument("--pool", type=int, default=10, help="LangGraph's PostgreSQL pool size")
     ap.add_argument("--only", default=",".join(ROWS), help=f"rows to run, of {','.join(ROWS)}")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="run the rows this many times, in turn, and print each repetition and the "
-                         "medians (the machine's load moves between rows)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the rows this many times, in turn, and print each repetition and the "
+        "medians (the machine's load moves between rows)",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -284,11 +303,28 @@ def main() -> None:
                 sub = tmp / f"{row}-{repetition}"
                 sub.mkdir()
                 os.chmod(sub, 0o777)
-                cmd = [sys.executable, __file__, "--child", row, "--conversations", str(args.conversations),
-                       "--over", str(args.over), "--latency", str(args.latency), "--seed", str(args.seed),
-                       "--pool", str(args.pool)]
-                env = {**os.environ, "AAA_BENCH_PG": json.dumps(pg), "AAA_BENCH_TMP": str(sub),
-                       "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    row,
+                    "--conversations",
+                    str(args.conversations),
+                    "--over",
+                    str(args.over),
+                    "--latency",
+                    str(args.latency),
+                    "--seed",
+                    str(args.seed),
+                    "--pool",
+                    str(args.pool),
+                ]
+                env = {
+                    **os.environ,
+                    "AAA_BENCH_PG": json.dumps(pg),
+                    "AAA_BENCH_TMP": str(sub),
+                    "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
+                }
                 proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
                 if proc.returncode:
                     print(f"# {row} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", file=sys.stderr)
@@ -296,44 +332,74 @@ def main() -> None:
                 r = json.loads(proc.stdout.strip().splitlines()[-1])
                 r["repetition"] = repetition
                 results.setdefault(row, []).append(r)
-                print(f"# {row} ({repetition + 1}/{args.repeat}): opened in {r['opened']:.2f} s, load average "
-                      f"{r['load'][0][0]:.2f} -> {r['load'][1][0]:.2f}", flush=True)
+                print(
+                    f"# {row} ({repetition + 1}/{args.repeat}): opened in {r['opened']:.2f} s, load average "
+                    f"{r['load'][0][0]:.2f} -> {r['load'][1][0]:.2f}",
+                    flush=True,
+                )
     n, latency = args.conversations, args.latency
-    print(f"\n# bench_conversations: Python {platform.python_version()}, {os.cpu_count()} CPUs; {n} "
-          f"conversations on one process, each sent its second message at a random moment over "
-          f"{args.over:g} s (seed {args.seed}); model latency {latency:g} s; durable PostgreSQL 15; "
-          f"{args.repeat} repetition(s), the rows in turn")
-    labels = {"aaa": "aaa_django, in-process bus, PostgreSQL",
-              "langgraph": f"LangGraph threads, AsyncPostgresSaver (pool {args.pool})"}
+    print(
+        f"\n# bench_conversations: Python {platform.python_version()}, {os.cpu_count()} CPUs; {n} "
+        f"conversations on one process, each sent its second message at a random moment over "
+        f"{args.over:g} s (seed {args.seed}); model latency {latency:g} s; durable PostgreSQL 15; "
+        f"{args.repeat} repetition(s), the rows in turn"
+    )
+    labels = {
+        "aaa": "aaa_django, in-process bus, PostgreSQL",
+        "langgraph": f"LangGraph threads, AsyncPostgresSaver (pool {args.pool})",
+    }
     out = []
     for row, rs in results.items():
         for r in rs:
             qs = quantiles(r, latency)
-            out.append([f"{labels[row]} ({r['repetition'] + 1})", f"{r['opened']:.2f} s",
-                        f"{qs['p50']:.2f}x / {qs['p90']:.2f}x / {qs['p99']:.2f}x", f"{qs['max']:.2f}x",
-                        f"{qs['on_time']}/{qs['n']}",
-                        f"{r['held_open'] / n / 1024:.1f} KB / {r['held_after'] / n / 1024:.1f} KB",
-                        f"{r['cpu']:.1f} s", f"{r['load'][0][0]:.2f} -> {r['load'][1][0]:.2f}"])
-    print(table(["row (repetition)", f"{n} opened (1st replies)", "reply / model (p50 / p90 / p99)", "slowest",
-                 f"within {GOAL_RATIO}x", "memory per waiting conversation (1 turn / 2 turns)",
-                 "CPU (2nd messages)", "load average"], out))
+            out.append(
+                [
+                    f"{labels[row]} ({r['repetition'] + 1})",
+                    f"{r['opened']:.2f} s",
+                    f"{qs['p50']:.2f}x / {qs['p90']:.2f}x / {qs['p99']:.2f}x",
+                    f"{qs['max']:.2f}x",
+                    f"{qs['on_time']}/{qs['n']}",
+                    f"{r['held_open'] / n / 1024:.1f} KB / {r['held_after'] / n / 1024:.1f} KB",
+                    f"{r['cpu']:.1f} s",
+                    f"{r['load'][0][0]:.2f} -> {r['load'][1][0]:.2f}",
+                ]
+            )
+    print(
+        table(
+            [
+                "row (repetition)",
+                f"{n} opened (1st replies)",
+                "reply / model (p50 / p90 / p99)",
+                "slowest",
+                f"within {GOAL_RATIO}x",
+                "memory per waiting conversation (1 turn / 2 turns)",
+                "CPU (2nd messages)",
+                "load average",
+            ],
+            out,
+        )
+    )
     med = statistics.median
     for row, rs in results.items():
         qs = [quantiles(r, latency) for r in rs]
         per = med([max(r["held_open"], r["held_after"]) / n for r in rs])
-        print(f"# {labels[row]}, medians: reply p50 {med([q['p50'] for q in qs]):.2f}x, p90 "
-              f"{med([q['p90'] for q in qs]):.2f}x, p99 {med([q['p99'] for q in qs]):.2f}x, slowest "
-              f"{med([q['max'] for q in qs]):.2f}x, within {GOAL_RATIO}x {med([q['on_time'] for q in qs]):g}/{n}; "
-              f"{per / 1024:.1f} KB per waiting conversation; CPU {med([r['cpu'] for r in rs]):.1f} s")
+        print(
+            f"# {labels[row]}, medians: reply p50 {med([q['p50'] for q in qs]):.2f}x, p90 "
+            f"{med([q['p90'] for q in qs]):.2f}x, p99 {med([q['p99'] for q in qs]):.2f}x, slowest "
+            f"{med([q['max'] for q in qs]):.2f}x, within {GOAL_RATIO}x {med([q['on_time'] for q in qs]):g}/{n}; "
+            f"{per / 1024:.1f} KB per waiting conversation; CPU {med([r['cpu'] for r in rs]):.1f} s"
+        )
     if "aaa" in results:
         rs = results["aaa"]
         slowest = max(max(r["replies"]) for r in rs) / latency
         per = max(max(r["held_open"], r["held_after"]) for r in rs) / n
-        print(f"# goals (every repetition): every reply within {GOAL_RATIO}x the model time: "
-              f"{'met' if slowest <= GOAL_RATIO else 'NOT met'} (slowest {slowest:.2f}x); at most "
-              f"{GOAL_MEMORY // 1024} KB per waiting conversation: "
-              f"{'met' if per <= GOAL_MEMORY else 'NOT met'} ({per / 1024:.1f} KB); the engine held "
-              f"{rs[0]['timers']} loop timers (their idle timeouts)")
+        print(
+            f"# goals (every repetition): every reply within {GOAL_RATIO}x the model time: "
+            f"{'met' if slowest <= GOAL_RATIO else 'NOT met'} (slowest {slowest:.2f}x); at most "
+            f"{GOAL_MEMORY // 1024} KB per waiting conversation: "
+            f"{'met' if per <= GOAL_MEMORY else 'NOT met'} ({per / 1024:.1f} KB); the engine held "
+            f"{rs[0]['timers']} loop timers (their idle timeouts)"
+        )
     if "aaa" in results and "langgraph" in results:
         lg = {r["repetition"]: r for r in results["langgraph"]}
         for a in results["aaa"]:
@@ -341,9 +407,11 @@ def main() -> None:
             if b is None:
                 continue
             qa, qb = quantiles(a, latency), quantiles(b, latency)
-            print(f"# repetition {a['repetition'] + 1}, aaa_django / LangGraph: median reply "
-                  f"{qa['p50'] / qb['p50']:.2f}x, p99 {qa['p99'] / qb['p99']:.2f}x, CPU {a['cpu'] / b['cpu']:.2f}x, "
-                  f"memory per waiting conversation {max(a['held_open'], a['held_after']) / max(b['held_open'], b['held_after']):.2f}x")
+            print(
+                f"# repetition {a['repetition'] + 1}, aaa_django / LangGraph: median reply "
+                f"{qa['p50'] / qb['p50']:.2f}x, p99 {qa['p99'] / qb['p99']:.2f}x, CPU {a['cpu'] / b['cpu']:.2f}x, "
+                f"memory per waiting conversation {max(a['held_open'], a['held_after']) / max(b['held_open'], b['held_after']):.2f}x"
+            )
     print(f"# total {time.perf_counter() - started:.0f} s")
 
 

@@ -120,10 +120,12 @@ def events_for(stream: str, start: int, n: int, *, plain: bool = False):
     from aaa_django.events import Event
 
     if plain:
-        return [Event.new(stream, "bench." + TYPES[i % 4].removeprefix("aaa."), payload(i))
-                for i in range(start, start + n)]
-    return [Event.new(stream, "aaa.run.started" if i == 0 else TYPES[i % 4], payload(i))
-            for i in range(start, start + n)]
+        return [
+            Event.new(stream, "bench." + TYPES[i % 4].removeprefix("aaa."), payload(i)) for i in range(start, start + n)
+        ]
+    return [
+        Event.new(stream, "aaa.run.started" if i == 0 else TYPES[i % 4], payload(i)) for i in range(start, start + n)
+    ]
 
 
 def loop_projection():
@@ -161,8 +163,9 @@ def loop_projection():
 # --- reads --------------------------------------------------------------------------
 
 
-RAW_READ = ("SELECT id, stream, seq, type, data, causation, time, blobs, tenant FROM aaa_event "
-            "WHERE stream = {p} ORDER BY seq")
+RAW_READ = (
+    "SELECT id, stream, seq, type, data, causation, time, blobs, tenant FROM aaa_event WHERE stream = {p} ORDER BY seq"
+)
 
 
 def raw_reader(label: str, pg: dict | None, sqlite_path: str) -> Callable[[str], int]:
@@ -188,8 +191,7 @@ def raw_reader(label: str, pg: dict | None, sqlite_path: str) -> Callable[[str],
     return read
 
 
-async def bench_reads(alias: str, sizes: list[int], repeats: dict,
-                      raw: Callable[[str], int]) -> dict[int, dict]:
+async def bench_reads(alias: str, sizes: list[int], repeats: dict, raw: Callable[[str], int]) -> dict[int, dict]:
     """Read timings per stream size. The fast reads go round-robin over the sizes, so
     load from elsewhere on the machine hits every size alike (the goals are ratios).
     Each whole-log fold comes right after a raw read of the same stream (``raw``)."""
@@ -218,8 +220,9 @@ async def bench_reads(alias: str, sizes: list[int], repeats: dict,
         # A snapshot every/2 events behind the head, as a reader finds one on average.
         events = await store.read(stream)
         base = events[n - TAIL - 1]
-        await store.save_snapshot(Snapshot(stream, p.name, p.version, base.seq, base.id,
-                                           p.dump(p.fold(events[: n - TAIL]))))
+        await store.save_snapshot(
+            Snapshot(stream, p.name, p.version, base.seq, base.id, p.dump(p.fold(events[: n - TAIL])))
+        )
 
     snap: dict[int, list[float]] = {n: [] for n in sizes}
     for _ in range(repeats["fast"]):
@@ -254,8 +257,9 @@ async def bench_reads(alias: str, sizes: list[int], repeats: dict,
             await p.load_info(store, f"read-{n}", cache=check_cache)
             checks.append(time.perf_counter() - t0)
         assert check_cache.checks == repeats["check"] and check_cache.resets == 0
-        out[n].update(snapshot=statistics.median(snap[n]), holder=statistics.median(holder[n]),
-                      check=statistics.median(checks))
+        out[n].update(
+            snapshot=statistics.median(snap[n]), holder=statistics.median(holder[n]), check=statistics.median(checks)
+        )
     return out
 
 
@@ -265,18 +269,17 @@ async def bench_reads(alias: str, sizes: list[int], repeats: dict,
 def rows_of(events) -> list[tuple]:
     # The data stays a dict: serialising it is part of writing an event, so the raw
     # side encodes it (plain json.dumps, no checks) inside its timed loop.
-    return [
-        (e.id, e.stream, i, e.type, e.data, None, e.time, "[]", None)
-        for i, e in enumerate(events, start=1)
-    ]
+    return [(e.id, e.stream, i, e.type, e.data, None, e.time, "[]", None) for i, e in enumerate(events, start=1)]
 
 
 def encoded(rows: list[tuple]) -> list[tuple]:
     return [r[:4] + (json.dumps(r[4]),) + r[5:] for r in rows]
 
 
-INSERT = ("INSERT INTO aaa_event (id, stream, seq, type, data, causation, time, blobs, tenant) "
-          "VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})")
+INSERT = (
+    "INSERT INTO aaa_event (id, stream, seq, type, data, causation, time, blobs, tenant) "
+    "VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
+)
 SQLITE_INSERT = INSERT.format(p="?")
 
 
@@ -288,9 +291,9 @@ def raw_postgres(pg: dict, rows: list[tuple], batch: int) -> float:
         t0 = time.perf_counter()
         for i in range(0, len(rows), batch):
             if batch == 1:
-                cur.execute(sql, encoded(rows[i: i + 1])[0])
+                cur.execute(sql, encoded(rows[i : i + 1])[0])
             else:
-                cur.executemany(sql, encoded(rows[i: i + batch]))
+                cur.executemany(sql, encoded(rows[i : i + batch]))
             conn.commit()
         return time.perf_counter() - t0
 
@@ -305,9 +308,10 @@ def raw_postgres_floor(pg: dict, rows: list[tuple], batch: int) -> float:
         row = "(" + ", ".join(["%s"] * 9) + ")"
         t0 = time.perf_counter()
         for i in range(0, len(rows), batch):
-            chunk = encoded(rows[i: i + batch])
-            cur.execute(INSERT.split(" VALUES ")[0] + " VALUES " + ", ".join([row] * len(chunk)),
-                        [v for r in chunk for v in r])
+            chunk = encoded(rows[i : i + batch])
+            cur.execute(
+                INSERT.split(" VALUES ")[0] + " VALUES " + ", ".join([row] * len(chunk)), [v for r in chunk for v in r]
+            )
         return time.perf_counter() - t0
 
 
@@ -321,17 +325,16 @@ async def raw_postgres_async(pg: dict, rows: list[tuple], batch: int) -> float:
         t0 = time.perf_counter()
         for i in range(0, len(rows), batch):
             if batch == 1:
-                await cur.execute(sql, encoded(rows[i: i + 1])[0])
+                await cur.execute(sql, encoded(rows[i : i + 1])[0])
             else:
-                await cur.executemany(sql, encoded(rows[i: i + batch]))
+                await cur.executemany(sql, encoded(rows[i : i + batch]))
             await conn.commit()
         return time.perf_counter() - t0
 
 
 def sqlite_rows(rows: list[tuple]) -> list[tuple]:
     # Django's SQLite backend stores an aware datetime as naive UTC text.
-    return [r[:6] + (r[6].astimezone(UTC).replace(tzinfo=None).isoformat(" "),) + r[7:]
-            for r in rows]
+    return [r[:6] + (r[6].astimezone(UTC).replace(tzinfo=None).isoformat(" "),) + r[7:] for r in rows]
 
 
 def sqlite_connect(path: str) -> sqlite3.Connection:
@@ -350,14 +353,13 @@ def sqlite_insert(conn: sqlite3.Connection, rows: list[tuple]) -> None:
     conn.execute("COMMIT")
 
 
-
 def raw_sqlite(path: str, rows: list[tuple], batch: int) -> float:
     rows = sqlite_rows(rows)
     conn = sqlite_connect(path)
     try:
         t0 = time.perf_counter()
         for i in range(0, len(rows), batch):
-            sqlite_insert(conn, rows[i: i + batch])
+            sqlite_insert(conn, rows[i : i + batch])
         return time.perf_counter() - t0
     finally:
         conn.close()
@@ -374,7 +376,7 @@ async def raw_sqlite_async(path: str, rows: list[tuple], batch: int) -> float:
         try:
             t0 = time.perf_counter()
             for i in range(0, len(rows), batch):
-                await loop.run_in_executor(thread, sqlite_insert, conn, rows[i: i + batch])
+                await loop.run_in_executor(thread, sqlite_insert, conn, rows[i : i + batch])
             return time.perf_counter() - t0
         finally:
             await loop.run_in_executor(thread, conn.close)
@@ -406,13 +408,22 @@ def run_started(stream: str):
     """A run's first event (its index row is made with it)."""
     from aaa_django.events import Event
 
-    return Event.new(stream, "aaa.run.started", {
-        "algorithm": "aaa.algos.ToolLoop", "config": {}, "input": {"task": "bench"},
-        "budget": None, "deadline": None, "parent": None, "owner": None})
+    return Event.new(
+        stream,
+        "aaa.run.started",
+        {
+            "algorithm": "aaa.algos.ToolLoop",
+            "config": {},
+            "input": {"task": "bench"},
+            "budget": None,
+            "deadline": None,
+            "parent": None,
+            "owner": None,
+        },
+    )
 
 
-def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, plan: dict,
-                  runs: int) -> list:
+def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, plan: dict, runs: int) -> list:
     from aaa_django.store import DjangoEventStore
     from aaa_django.store.postgres import PgEventStore
     from aaa_django.store.sqlite import SqliteEventStore
@@ -420,8 +431,7 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
     store = DjangoEventStore(using=alias)
     site = "PgEventStore" if label == "PostgreSQL" else "SqliteEventStore"
     sitestore = PgEventStore(using=alias) if label == "PostgreSQL" else SqliteEventStore(alias)
-    hows = [h for h in HOWS if not h.endswith("Store append") and "Store append," not in h
-            or h.startswith(site)]
+    hows = [h for h in HOWS if not h.endswith("Store append") and "Store append," not in h or h.startswith(site)]
     results = []
     counter = iter(range(10**6))
     for batch, total in plan.items():
@@ -435,13 +445,16 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
             events = events_for(f"sync-{next(counter)}", 0, total, plain=True)
             t0 = time.perf_counter()
             for i in range(0, total, batch):
-                store.append_sync(events[i: i + batch])
+                store.append_sync(events[i : i + batch])
             secs = time.perf_counter() - t0
             rates["append_sync"].append(total / secs)
 
             rows = rows_of(events_for(f"raw-async-{next(counter)}", 0, total, plain=True))
-            raw_async = (raw_postgres_async(pg, rows, batch) if label == "PostgreSQL"
-                         else raw_sqlite_async(sqlite_path, rows, batch))
+            raw_async = (
+                raw_postgres_async(pg, rows, batch)
+                if label == "PostgreSQL"
+                else raw_sqlite_async(sqlite_path, rows, batch)
+            )
             rates["raw driver, async"].append(total / asyncio.run(raw_async))
 
             events = events_for(f"async-{next(counter)}", 0, total, plain=True)
@@ -449,7 +462,7 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
             async def go(events=events, store=store, total=total, batch=batch):
                 t0 = time.perf_counter()
                 for i in range(0, total, batch):
-                    await store.append(events[i: i + batch])
+                    await store.append(events[i : i + batch])
                 return time.perf_counter() - t0
 
             rates["append (async)"].append(total / asyncio.run(go()))
@@ -460,7 +473,7 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
             events = events_for(stream, 1, total)
             t0 = time.perf_counter()
             for i in range(0, total, batch):
-                store.append_sync(events[i: i + batch])
+                store.append_sync(events[i : i + batch])
             rates["append_sync, a run's stream"].append(total / (time.perf_counter() - t0))
 
             stream = f"run-async-{next(counter)}"
@@ -484,11 +497,22 @@ def bench_appends(alias: str, label: str, pg: dict | None, sqlite_path: str, pla
             rate = statistics.median(rates[how])
             # The median of each run's own ratio: a busy moment of the machine moves
             # both sides of it alike.
-            ratio = "" if baseline is None else "{:.2f}x".format(statistics.median(
-                store / raw for store, raw in zip(rates[how], rates[baseline])))
-            results.append([label, f"{batch}/call", how, f"{rate:,.0f} ev/s",
-                            f"{1000 * batch / rate:.3f} ms", ratio,
-                            "" if baseline is None else baseline.removeprefix("raw driver, ")])
+            ratio = (
+                ""
+                if baseline is None
+                else f"{statistics.median(store / raw for store, raw in zip(rates[how], rates[baseline])):.2f}x"
+            )
+            results.append(
+                [
+                    label,
+                    f"{batch}/call",
+                    how,
+                    f"{rate:,.0f} ev/s",
+                    f"{1000 * batch / rate:.3f} ms",
+                    ratio,
+                    "" if baseline is None else baseline.removeprefix("raw driver, "),
+                ]
+            )
     return results
 
 
@@ -524,13 +548,16 @@ def wal_per_event(alias: str, pg: dict, n: int = 400) -> list:
         async def go():
             for e in events_for(stream, 1 if run else 0, n, plain=not run):
                 await site.append([e])
+
         asyncio.run(go())
 
-    hows = [("raw INSERT (autocommit)", lambda c, s: raw(c, s)),
-            ("append_sync", lambda c, s: sync(s, False)),
-            ("append_sync, a run's stream", lambda c, s: sync(s, True)),
-            ("PgEventStore append", lambda c, s: site_append(s, False)),
-            ("PgEventStore append, a run's stream", lambda c, s: site_append(s, True))]
+    hows = [
+        ("raw INSERT (autocommit)", lambda c, s: raw(c, s)),
+        ("append_sync", lambda c, s: sync(s, False)),
+        ("append_sync, a run's stream", lambda c, s: sync(s, True)),
+        ("PgEventStore append", lambda c, s: site_append(s, False)),
+        ("PgEventStore append, a run's stream", lambda c, s: site_append(s, True)),
+    ]
     out = []
     with psycopg.connect(**pg, dbname="aaa_bench", autocommit=True) as conn:
         for how, append in hows:
@@ -593,12 +620,16 @@ def eventsourcing_app(label: str, pg: dict | None, tmp):
     from eventsourcing.application import Application
 
     if label == "PostgreSQL":
-        env = {"PERSISTENCE_MODULE": "eventsourcing.postgres", "POSTGRES_DBNAME": "aaa_bench",
-               "POSTGRES_HOST": pg["host"], "POSTGRES_PORT": str(pg["port"]),
-               "POSTGRES_USER": pg["user"], "POSTGRES_PASSWORD": ""}
+        env = {
+            "PERSISTENCE_MODULE": "eventsourcing.postgres",
+            "POSTGRES_DBNAME": "aaa_bench",
+            "POSTGRES_HOST": pg["host"],
+            "POSTGRES_PORT": str(pg["port"]),
+            "POSTGRES_USER": pg["user"],
+            "POSTGRES_PASSWORD": "",
+        }
     else:
-        env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite",
-               "SQLITE_DBNAME": str(tmp / "eventsourcing.sqlite3")}
+        env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(tmp / "eventsourcing.sqlite3")}
     app = Application(env={**env, "IS_SNAPSHOTTING_ENABLED": "y"})
     return app, loop_aggregate()
 
@@ -641,8 +672,9 @@ def bench_snapshot_reads(label: str, alias: str, pg: dict | None, tmp, rounds: i
             await store.append(events_for(stream, start, 100))
         events = await store.read(stream)
         base = events[SNAP_EVENTS - SNAP_TAIL - 1]
-        await store.save_snapshot(Snapshot(stream, p.name, p.version, base.seq, base.id,
-                                           p.dump(p.fold(events[: SNAP_EVENTS - SNAP_TAIL]))))
+        await store.save_snapshot(
+            Snapshot(stream, p.name, p.version, base.seq, base.id, p.dump(p.fold(events[: SNAP_EVENTS - SNAP_TAIL])))
+        )
 
     async def ours_once(store) -> float:
         t0 = time.perf_counter()
@@ -677,8 +709,9 @@ def bench_snapshot_reads(label: str, alias: str, pg: dict | None, tmp, rounds: i
     rows = []
     for name in stores:
         ratio = statistics.median(o / t for o, t in zip(ours[name], theirs[name]))
-        rows.append([label, name, ms(statistics.median(ours[name])),
-                     ms(statistics.median(theirs[name])), f"{ratio:.2f}x"])
+        rows.append(
+            [label, name, ms(statistics.median(ours[name])), ms(statistics.median(theirs[name])), f"{ratio:.2f}x"]
+        )
     return rows
 
 
@@ -704,8 +737,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="1k and 5k events, fewer repeats")
     ap.add_argument("--no-postgres", action="store_true", help="SQLite only")
-    ap.add_argument("--only", choices=["reads", "appends", "snapshot"], action="append",
-                    help="measure only this part (repeatable); default: all three")
+    ap.add_argument(
+        "--only",
+        choices=["reads", "appends", "snapshot"],
+        action="append",
+        help="measure only this part (repeatable); default: all three",
+    )
     args = ap.parse_args()
     parts = set(args.only or ["reads", "appends", "snapshot"])
     sizes = [1_000, 5_000] if args.quick else [1_000, 10_000, 50_000]
@@ -716,14 +753,18 @@ def main() -> None:
 
     from contextlib import nullcontext
 
-    with workdir() as tmp, (nullcontext(None) if args.no_postgres else postgres(tmp)) as pg:
+    with workdir() as tmp, nullcontext(None) if args.no_postgres else postgres(tmp) as pg:
         backends = setup_django(tmp, pg)
-        print(f"# aaa_django event log benchmark — Python {platform.python_version()}, "
-              f"{platform.machine()}, {__import__('os').cpu_count()} CPUs")
+        print(
+            f"# aaa_django event log benchmark — Python {platform.python_version()}, "
+            f"{platform.machine()}, {__import__('os').cpu_count()} CPUs"
+        )
         for label, alias in backends.items():
             print(f"#   {label}: {durability(alias)}")
-        print(f"#   projection: tool loop, snapshots every {EVERY}; snapshot read tail = {TAIL} "
-              f"events; holder reads see {NEW_PER_READ} new events; ~{len(json.dumps(payload(1234), separators=(',', ':')))}-byte data\n")
+        print(
+            f"#   projection: tool loop, snapshots every {EVERY}; snapshot read tail = {TAIL} "
+            f"events; holder reads see {NEW_PER_READ} new events; ~{len(json.dumps(payload(1234), separators=(',', ':')))}-byte data\n"
+        )
 
         if "reads" in parts:
             reads = {}
@@ -733,29 +774,60 @@ def main() -> None:
                     reads[label, n] = r
             rows = []
             for (label, n), r in reads.items():
-                rows.append([label, f"{n:,}", ms(r["raw"]), ms(r["whole"]), f"{r['whole/raw']:.2f}x",
-                             ms(r["snapshot"]), ms(r["holder"]),
-                             ms(r["check"]), f"{r['whole'] / r['snapshot']:,.0f}x",
-                             f"{r['whole'] / r['holder']:,.0f}x"])
-            print("Reading a projection's state (median; whole/raw: the median of each whole-log "
-                  "fold over the raw read just before it)")
-            print(table(["backend", "events", "raw read", "whole log", "whole/raw", "snapshot+tail",
-                         "warm holder", "holder+self-check", "whole/snap", "whole/holder"], rows))
+                rows.append(
+                    [
+                        label,
+                        f"{n:,}",
+                        ms(r["raw"]),
+                        ms(r["whole"]),
+                        f"{r['whole/raw']:.2f}x",
+                        ms(r["snapshot"]),
+                        ms(r["holder"]),
+                        ms(r["check"]),
+                        f"{r['whole'] / r['snapshot']:,.0f}x",
+                        f"{r['whole'] / r['holder']:,.0f}x",
+                    ]
+                )
+            print(
+                "Reading a projection's state (median; whole/raw: the median of each whole-log "
+                "fold over the raw read just before it)"
+            )
+            print(
+                table(
+                    [
+                        "backend",
+                        "events",
+                        "raw read",
+                        "whole log",
+                        "whole/raw",
+                        "snapshot+tail",
+                        "warm holder",
+                        "holder+self-check",
+                        "whole/snap",
+                        "whole/holder",
+                    ],
+                    rows,
+                )
+            )
             big, small = sizes[-1], sizes[0]
             print()
             for label in backends:
                 growth = reads[label, big]["snapshot"] / reads[label, small]["snapshot"]
                 speedup = reads[label, big]["whole"] / reads[label, big]["snapshot"]
-                print(f"{label}: snapshot read at {big:,} / at {small:,} = {growth:.2f}x "
-                      f"(goal <= 2x: {'met' if growth <= 2 else 'MISSED'}); "
-                      f"whole log / snapshot at {big:,} = {speedup:,.0f}x "
-                      f"(goal >= 100x: {'met' if speedup >= 100 else 'MISSED'}); "
-                      f"whole log / raw read at {big:,} = {reads[label, big]['whole/raw']:.2f}x "
-                      "(goal: close to 1)")
+                print(
+                    f"{label}: snapshot read at {big:,} / at {small:,} = {growth:.2f}x "
+                    f"(goal <= 2x: {'met' if growth <= 2 else 'MISSED'}); "
+                    f"whole log / snapshot at {big:,} = {speedup:,.0f}x "
+                    f"(goal >= 100x: {'met' if speedup >= 100 else 'MISSED'}); "
+                    f"whole log / raw read at {big:,} = {reads[label, big]['whole/raw']:.2f}x "
+                    "(goal: close to 1)"
+                )
 
         if "appends" in parts:
-            print(f"\nAppending (median of {runs} runs; vs raw = the median of the runs' store rate / "
-                  "the raw driver's in the same run, sync with sync, async with async)")
+            print(
+                f"\nAppending (median of {runs} runs; vs raw = the median of the runs' store rate / "
+                "the raw driver's in the same run, sync with sync, async with async)"
+            )
             rows = []
             for label, alias in backends.items():
                 rows += bench_appends(alias, label, pg, str(tmp / "bench.sqlite3"), plan, runs)
@@ -763,24 +835,34 @@ def main() -> None:
             runs_rows = [r for r in rows if "a run's stream" in r[2]]
             if runs_rows:
                 low = min(float(r[5][:-1]) for r in runs_rows)
-                print(f"\nappends on a run's stream, lowest store/raw: {low:.2f}x "
-                      f"(goal >= 0.5x: {'met' if low >= 0.5 else 'MISSED'})")
+                print(
+                    f"\nappends on a run's stream, lowest store/raw: {low:.2f}x "
+                    f"(goal >= 0.5x: {'met' if low >= 0.5 else 'MISSED'})"
+                )
                 site_rows = [r for r in runs_rows if "Store append" in r[2]]
-                print("  of them, the site's stores' (what the engine awaits: PgEventStore, "
-                      "SqliteEventStore): lowest "
-                      f"{min(float(r[5][:-1]) for r in site_rows):.2f}x; the Django store's sync "
-                      f"path: lowest {min(float(r[5][:-1]) for r in runs_rows if 'append_sync' in r[2]):.2f}x")
+                print(
+                    "  of them, the site's stores' (what the engine awaits: PgEventStore, "
+                    "SqliteEventStore): lowest "
+                    f"{min(float(r[5][:-1]) for r in site_rows):.2f}x; the Django store's sync "
+                    f"path: lowest {min(float(r[5][:-1]) for r in runs_rows if 'append_sync' in r[2]):.2f}x"
+                )
             worst = min(rows, key=lambda r: float(r[5][:-1]) if r[5] else float("inf"))
             ratio = float(worst[5][:-1])
-            print(f"\nlowest store/raw ratio, over every store row: {ratio:.2f}x ({worst[0]}, "
-                  f"{worst[1]}, {worst[2]}) (goal >= 0.5x: {'met' if ratio >= 0.5 else 'MISSED'})")
+            print(
+                f"\nlowest store/raw ratio, over every store row: {ratio:.2f}x ({worst[0]}, "
+                f"{worst[1]}, {worst[2]}) (goal >= 0.5x: {'met' if ratio >= 0.5 else 'MISSED'})"
+            )
             if FLOOR:
-                print("PostgreSQL append_sync vs raw psycopg's fewest round trips (autocommit, one "
-                      "INSERT per call; information, not the goal's baseline): "
-                      + ", ".join(f"{b}/call {r:.2f}x" for b, r in FLOOR.items()))
+                print(
+                    "PostgreSQL append_sync vs raw psycopg's fewest round trips (autocommit, one "
+                    "INSERT per call; information, not the goal's baseline): "
+                    + ", ".join(f"{b}/call {r:.2f}x" for b, r in FLOOR.items())
+                )
             if pg is not None:
-                print("\nPostgreSQL's WAL per appended event, one event a call (counted by the "
-                      "server: what an append writes and syncs, not a time)")
+                print(
+                    "\nPostgreSQL's WAL per appended event, one event a call (counted by the "
+                    "server: what an append writes and syncs, not a time)"
+                )
                 print(table(["backend", "how", "WAL per event"], wal_per_event(backends["PostgreSQL"], pg)))
 
         if "snapshot" in parts:
@@ -788,16 +870,22 @@ def main() -> None:
             for label, alias in backends.items():
                 snap_rows += bench_snapshot_reads(label, alias, pg, tmp, 15 if args.quick else 41)
             if snap_rows:
-                print(f"\nA snapshot + {SNAP_TAIL} events ({SNAP_EVENTS}-event stream), median; "
-                      "ratio = the median of the rounds' own ratios")
+                print(
+                    f"\nA snapshot + {SNAP_TAIL} events ({SNAP_EVENTS}-event stream), median; "
+                    "ratio = the median of the rounds' own ratios"
+                )
                 print(table(["backend", "store", "aaa_django", "eventsourcing", "ratio"], snap_rows))
                 for r in snap_rows:
                     ratio = float(r[4][:-1])
-                    print(f"{r[0]}, {r[1]}: snapshot + {SNAP_TAIL} events {ratio:.2f}x eventsourcing's "
-                          f"(goal <= 0.5x: {'met' if ratio <= 0.5 else 'MISSED'})")
+                    print(
+                        f"{r[0]}, {r[1]}: snapshot + {SNAP_TAIL} events {ratio:.2f}x eventsourcing's "
+                        f"(goal <= 0.5x: {'met' if ratio <= 0.5 else 'MISSED'})"
+                    )
             else:
-                print("\n(snapshot + 50 events against eventsourcing: not measured, eventsourcing is "
-                      "not installed: see requirements/bench.txt)")
+                print(
+                    "\n(snapshot + 50 events against eventsourcing: not measured, eventsourcing is "
+                    "not installed: see requirements/bench.txt)"
+                )
         print(f"# total {time.perf_counter() - started:.0f} s")
 
 

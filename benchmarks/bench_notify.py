@@ -72,14 +72,18 @@ def main() -> None:
 
         store = DjangoEventStore("postgres")
         admin = psycopg.connect(**pg, dbname=PG_DB, autocommit=True)
-        settings = dict(admin.execute(
-            "SELECT name, setting FROM pg_settings WHERE name IN "
-            "('fsync', 'synchronous_commit', 'server_version')").fetchall())
+        settings = dict(
+            admin.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'server_version')"
+            ).fetchall()
+        )
         admin.execute(TRIGGER)
         shipped = wakeups.notify
-        print(f"PostgreSQL {settings['server_version']}, fsync={settings['fsync']}, "
-              f"synchronous_commit={settings['synchronous_commit']}; "
-              f"{rounds} rounds, {args.appenders} concurrent appenders")
+        print(
+            f"PostgreSQL {settings['server_version']}, fsync={settings['fsync']}, "
+            f"synchronous_commit={settings['synchronous_commit']}; "
+            f"{rounds} rounds, {args.appenders} concurrent appenders"
+        )
         counter = iter(range(10**9))
 
         def events(stream: str, n: int) -> list[Event]:
@@ -149,15 +153,24 @@ def main() -> None:
         med = {m: {k: statistics.median(v) for k, v in results[m].items()} for m in MODES}
         rows = []
         for mode in MODES:
-            rows.append([mode, f"{med[mode]['1'] * 1000:.3f} ms", f"{med[mode]['50'] * 1000:.2f} ms",
-                         f"{med[mode]['N']:.0f}/s"])
+            rows.append(
+                [mode, f"{med[mode]['1'] * 1000:.3f} ms", f"{med[mode]['50'] * 1000:.2f} ms", f"{med[mode]['N']:.0f}/s"]
+            )
         for mode in MODES[1:]:
-            rows.append([f"{mode} / none", f"{med[mode]['1'] / med['none']['1']:.2f}x",
-                         f"{med[mode]['50'] / med['none']['50']:.2f}x",
-                         f"{med[mode]['N'] / med['none']['N']:.2f}x"])
+            rows.append(
+                [
+                    f"{mode} / none",
+                    f"{med[mode]['1'] / med['none']['1']:.2f}x",
+                    f"{med[mode]['50'] / med['none']['50']:.2f}x",
+                    f"{med[mode]['N'] / med['none']['N']:.2f}x",
+                ]
+            )
         print()
-        print(table(["notify", "1 event (latency)", "50 events (latency)",
-                     f"{args.appenders} appenders (appends/s)"], rows))
+        print(
+            table(
+                ["notify", "1 event (latency)", "50 events (latency)", f"{args.appenders} appenders (appends/s)"], rows
+            )
+        )
         print(f"\nnotifications the listener heard: {heard}")
 
 

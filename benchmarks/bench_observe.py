@@ -102,12 +102,20 @@ def main() -> None:
         for kind in kinds:
             times[kind].append(asyncio.run(once(kind)))
     base = statistics.median(times["none"])
-    print(f"bench_observe: {args.runs} ToolLoop runs of {args.turns} turns x {args.rounds} rounds, "
-          "in-process bus, memory store")
+    print(
+        f"bench_observe: {args.runs} ToolLoop runs of {args.turns} turns x {args.rounds} rounds, "
+        "in-process bus, memory store"
+    )
     print()
-    print(table(["observers", "CPU per delivery (median)", "vs none"], [
-        [k, f"{statistics.median(v) * 1e6:.1f} us", f"{statistics.median(v) / base:.3f}"] for k, v in times.items()
-    ]))
+    print(
+        table(
+            ["observers", "CPU per delivery (median)", "vs none"],
+            [
+                [k, f"{statistics.median(v) * 1e6:.1f} us", f"{statistics.median(v) / base:.3f}"]
+                for k, v in times.items()
+            ],
+        )
+    )
 
 
 if __name__ == "__main__":

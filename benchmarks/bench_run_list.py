@@ -63,9 +63,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=9)
     args = ap.parse_args()
     with workdir() as tmp, postgres(tmp) as pg:
-        os.environ.update(AAA_DB="postgres", AAA_PG_HOST=pg["host"], AAA_PG_PORT=str(pg["port"]),
-                          AAA_PG_NAME=PG_DB, AAA_PG_USER=pg["user"], AAA_DEBUG="0",
-                          DJANGO_SETTINGS_MODULE="project.settings")
+        os.environ.update(
+            AAA_DB="postgres",
+            AAA_PG_HOST=pg["host"],
+            AAA_PG_PORT=str(pg["port"]),
+            AAA_PG_NAME=PG_DB,
+            AAA_PG_USER=pg["user"],
+            AAA_DEBUG="0",
+            DJANGO_SETTINGS_MODULE="project.settings",
+        )
         import django
 
         django.setup()
@@ -97,24 +103,33 @@ def measure(rounds: int) -> int:
     from aaa_django.models import RunRecord
 
     now = timezone.localtime()
-    year, month = now.replace(month=1, day=1, hour=0, minute=0, second=0, microsecond=0), \
-        now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    year, month = (
+        now.replace(month=1, day=1, hour=0, minute=0, second=0, microsecond=0),
+        now.replace(day=1, hour=0, minute=0, second=0, microsecond=0),
+    )
     # (bounded as the admin's ChangeList bounds its drill-down's year and month)
-    levels = {"years": ("year", {}),
-              "months of this year": ("month", {"started_at__gte": year,
-                                                "started_at__lt": year.replace(year=year.year + 1)}),
-              "days of this month": ("day", {"started_at__gte": month, "started_at__lt": (
-                  month.replace(day=28) + timedelta(days=4)).replace(day=1)})}
+    levels = {
+        "years": ("year", {}),
+        "months of this year": ("month", {"started_at__gte": year, "started_at__lt": year.replace(year=year.year + 1)}),
+        "days of this month": (
+            "day",
+            {"started_at__gte": month, "started_at__lt": (month.replace(day=28) + timedelta(days=4)).replace(day=1)},
+        ),
+    }
     user = get_user_model().objects.create_superuser("bench", "bench@example.com", "bench")
     client = Client()
     client.force_login(user)
     url = reverse("admin:aaa_runrecord_changelist")
-    pages = {"the list (top)": {}, "this year": {"started_at__year": now.year},
-             "this month": {"started_at__year": now.year, "started_at__month": now.month}}
+    pages = {
+        "the list (top)": {},
+        "this year": {"started_at__year": now.year},
+        "this month": {"started_at__year": now.year, "started_at__month": now.month},
+    }
     times: dict[str, list[float]] = {}
     ratios: dict[str, list[float]] = {name: [] for name in levels}
-    parts: dict[str, dict[str, list[float]]] = {name: {"probes": [], "chart": [], "other": [], "whole": []}
-                                                for name in pages}
+    parts: dict[str, dict[str, list[float]]] = {
+        name: {"probes": [], "chart": [], "other": [], "whole": []} for name in pages
+    }
     found: dict[str, int] = {}
 
     def timed(key: str, fn) -> float:
@@ -127,9 +142,10 @@ def measure(rounds: int) -> int:
 
     for rnd in range(rounds + 1):
         for name, (kind, filters) in levels.items():
-            pair = [("django", lambda f=filters, k=kind: list(
-                        RunRecord.objects.filter(**f).datetimes("started_at", k))),
-                    ("probed", lambda f=filters, k=kind: ProbedDates(RunRecord).filter(**f).datetimes("started_at", k))]
+            pair = [
+                ("django", lambda f=filters, k=kind: list(RunRecord.objects.filter(**f).datetimes("started_at", k))),
+                ("probed", lambda f=filters, k=kind: ProbedDates(RunRecord).filter(**f).datetimes("started_at", k)),
+            ]
             took = {}
             for side, fn in pair if rnd % 2 else pair[::-1]:
                 took[side] = timed(f"{name}: {side}", fn)
@@ -144,21 +160,34 @@ def measure(rounds: int) -> int:
             assert response.status_code == 200, response.status_code
             if not rnd:
                 continue  # (warm-up)
-            probe = sum(float(q["time"]) for q in queries if q["sql"].endswith("ASC LIMIT 1")
-                        and q["sql"].startswith('SELECT "aaa_run"."started_at" AS "started_at"'))
+            probe = sum(
+                float(q["time"])
+                for q in queries
+                if q["sql"].endswith("ASC LIMIT 1")
+                and q["sql"].startswith('SELECT "aaa_run"."started_at" AS "started_at"')
+            )
             chart = sum(float(q["time"]) for q in queries if "GROUP BY" in q["sql"])
             rest = sum(float(q["time"]) for q in queries) - probe - chart
             for key, value in (("probes", probe), ("chart", chart), ("other", rest), ("whole", whole)):
                 parts[name][key].append(value)
     med = statistics.median
-    rows = [[name, str(found[f"{name}: probed"]), ms(med(times[f"{name}: django"][1:])),
-             ms(med(times[f"{name}: probed"][1:])), f"{med(ratios[name]):.3f}x"] for name in levels]
+    rows = [
+        [
+            name,
+            str(found[f"{name}: probed"]),
+            ms(med(times[f"{name}: django"][1:])),
+            ms(med(times[f"{name}: probed"][1:])),
+            f"{med(ratios[name]):.3f}x",
+        ]
+        for name in levels
+    ]
     print(table(["drill-down level", "periods", "Django (DISTINCT)", "probes", "probes / Django"], rows))
-    rows = [[name, ms(med(p["whole"])), ms(med(p["probes"])), ms(med(p["chart"])), ms(med(p["other"]))]
-            for name, p in parts.items()]
+    rows = [
+        [name, ms(med(p["whole"])), ms(med(p["probes"])), ms(med(p["chart"])), ms(med(p["other"]))]
+        for name, p in parts.items()
+    ]
     print()
-    print(table(["the run list's page", "whole (client)", "drill-down probes", "spend chart", "other queries"],
-                rows))
+    print(table(["the run list's page", "whole (client)", "drill-down probes", "spend chart", "other queries"], rows))
     return 0
 
 

@@ -135,12 +135,25 @@ def setup(pg: dict, aliases: list[str]) -> None:
             conn.execute(f"CREATE DATABASE aaa_scale_{alias}")
     settings.configure(
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "aaa_django"],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
-                   **{alias: {"ENGINE": "django.db.backends.postgresql", "HOST": pg["host"],
-                              "PORT": str(pg["port"]), "USER": pg["user"], "PASSWORD": "",
-                              "NAME": f"aaa_scale_{alias}"} for alias in aliases}},
-        USE_TZ=True, TIME_ZONE="UTC", DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        AAA={}, LOGGING_CONFIG=None,
+        DATABASES={
+            "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+            **{
+                alias: {
+                    "ENGINE": "django.db.backends.postgresql",
+                    "HOST": pg["host"],
+                    "PORT": str(pg["port"]),
+                    "USER": pg["user"],
+                    "PASSWORD": "",
+                    "NAME": f"aaa_scale_{alias}",
+                }
+                for alias in aliases
+            },
+        },
+        USE_TZ=True,
+        TIME_ZONE="UTC",
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        AAA={},
+        LOGGING_CONFIG=None,
     )
     django.setup()
     for alias in aliases:
@@ -154,11 +167,15 @@ def fill(alias: str, runs: int) -> float:
     t0 = time.perf_counter()
     with connection(alias).cursor() as cur:
         cur.execute(FUNCTIONS)
-        cur.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'aaa_event' AND indexname "
-                    "NOT IN (SELECT conname FROM pg_constraint WHERE conrelid = 'aaa_event'::regclass)")
+        cur.execute(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'aaa_event' AND indexname "
+            "NOT IN (SELECT conname FROM pg_constraint WHERE conrelid = 'aaa_event'::regclass)"
+        )
         indexes = [row[0] for row in cur.fetchall()]
-        cur.execute("SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
-                    "WHERE conrelid = 'aaa_event'::regclass AND contype IN ('p', 'u')")
+        cur.execute(
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conrelid = 'aaa_event'::regclass AND contype IN ('p', 'u')"
+        )
         constraints = cur.fetchall()
         for name, _ in constraints:
             cur.execute(f"ALTER TABLE aaa_event DROP CONSTRAINT {name}")
@@ -172,8 +189,7 @@ def fill(alias: str, runs: int) -> float:
             params = {"first": first, "last": last, "per_run": EVENTS_PER_RUN}
             cur.execute(FILL_EVENTS, params)
             cur.execute(FILL_RUNS, params)
-            print(f"  {alias}: filled {last:,} of {runs:,} runs "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            print(f"  {alias}: filled {last:,} of {runs:,} runs ({time.perf_counter() - t0:.0f} s)", flush=True)
         for name, definition in constraints:
             cur.execute(f"ALTER TABLE aaa_event ADD CONSTRAINT {name} {definition}")
         for sql in indexes:
@@ -190,8 +206,10 @@ def sizes(alias: str) -> dict[str, int]:
     with connection(alias).cursor() as cur:
         cur.execute("SELECT count(*) FROM aaa_event")
         events = cur.fetchone()[0]
-        cur.execute("SELECT pg_relation_size('aaa_event'), pg_indexes_size('aaa_event'), "
-                    "pg_total_relation_size('aaa_event'), pg_total_relation_size('aaa_run')")
+        cur.execute(
+            "SELECT pg_relation_size('aaa_event'), pg_indexes_size('aaa_event'), "
+            "pg_total_relation_size('aaa_event'), pg_total_relation_size('aaa_run')"
+        )
         heap, index, total, runs = cur.fetchone()
     return {"events": events, "heap": heap, "indexes": index, "total": total, "runs": runs}
 
@@ -210,8 +228,7 @@ class Probe:
         self.runs = list(self.rows.values_list("run_id", flat=True))
         self.rng = random.Random(7)
         self.loop = asyncio.new_event_loop()
-        self.samples: dict[str, list[float]] = {"append": [], "read": [], "list": [], "count": [],
-                                                 "unfinished": []}
+        self.samples: dict[str, list[float]] = {"append": [], "read": [], "list": [], "count": [], "unfinished": []}
 
     def round(self, n: int) -> None:
         from aaa_django.events import Event, FoldCache, new_id
@@ -219,10 +236,18 @@ class Probe:
 
         s = self.samples
         for _ in range(n):
-            e = Event(id=new_id(), stream=self.rng.choice(self.running), type="aaa.llm.completed",
-                      data={"request_id": new_id(), "tag": "turn-x", "usage": {
-                          "input_tokens": 420, "output_tokens": 60}, "cost": 0.000123,
-                          "response": {"message": {"role": "assistant", "content": "a" * 120}}})
+            e = Event(
+                id=new_id(),
+                stream=self.rng.choice(self.running),
+                type="aaa.llm.completed",
+                data={
+                    "request_id": new_id(),
+                    "tag": "turn-x",
+                    "usage": {"input_tokens": 420, "output_tokens": 60},
+                    "cost": 0.000123,
+                    "response": {"message": {"role": "assistant", "content": "a" * 120}},
+                },
+            )
             t0 = time.perf_counter()
             self.store.append_sync([e])
             s["append"].append(time.perf_counter() - t0)
@@ -236,8 +261,11 @@ class Probe:
             s["read"].append(time.perf_counter() - t0)
         for _ in range(n):
             t0 = time.perf_counter()
-            page = list(self.rows.order_by("-started_at", "-run_id")
-                        .values_list("run_id", "status", "outcome", "started_at")[:50])
+            page = list(
+                self.rows.order_by("-started_at", "-run_id").values_list("run_id", "status", "outcome", "started_at")[
+                    :50
+                ]
+            )
             s["list"].append(time.perf_counter() - t0)
             assert len(page) == 50
             t0 = time.perf_counter()
@@ -267,8 +295,13 @@ def unfinished_from_the_log(alias: str) -> dict[str, float]:
     events = EventRecord.objects.using(alias)
     started = events.filter(type="aaa.run.started").values("stream")
     completed = events.filter(type="aaa.run.completed").values("stream")
-    rows = (events.filter(stream__in=started).exclude(stream__in=completed).values("stream")
-            .annotate(last=Max("time")).values_list("stream", "last"))
+    rows = (
+        events.filter(stream__in=started)
+        .exclude(stream__in=completed)
+        .values("stream")
+        .annotate(last=Max("time"))
+        .values_list("stream", "last")
+    )
     return {stream: last.timestamp() for stream, last in rows}
 
 
@@ -300,8 +333,7 @@ def sweep(alias: str) -> dict[str, float]:
 
     async def erase():
         async with build_engine(using=alias, bus=InProcessBus()) as engine:
-            return await apply_retention(engine, policy=Policy(POLICY_DAYS), orphans=False,
-                                         vacuum=False)
+            return await apply_retention(engine, policy=Policy(POLICY_DAYS), orphans=False, vacuum=False)
 
     t0 = time.perf_counter()
     report = async_to_sync(erase)()
@@ -317,10 +349,10 @@ def mb(n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", default="100000,10000000",
-                        help="comma-separated table sizes (default 100000,10000000)")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--events", default="100000,10000000", help="comma-separated table sizes (default 100000,10000000)"
+    )
     parser.add_argument("--samples", type=int, default=200, help="measurements per figure")
     args = parser.parse_args(argv)
     totals = [int(x) for x in args.events.split(",")]
@@ -328,28 +360,40 @@ def main(argv: list[str] | None = None) -> int:
     with workdir() as tmp, postgres(tmp) as pg:
         setup(pg, aliases)
         first = aliases[0]
-        print("server:", scalar(first, "SELECT version()").split(",")[0], "| fsync",
-              scalar(first, "SHOW fsync"), "| synchronous_commit",
-              scalar(first, "SHOW synchronous_commit"), "| shared_buffers",
-              scalar(first, "SHOW shared_buffers"), flush=True)
+        print(
+            "server:",
+            scalar(first, "SELECT version()").split(",")[0],
+            "| fsync",
+            scalar(first, "SHOW fsync"),
+            "| synchronous_commit",
+            scalar(first, "SHOW synchronous_commit"),
+            "| shared_buffers",
+            scalar(first, "SHOW shared_buffers"),
+            flush=True,
+        )
         before: dict[str, dict] = {}
         for alias, total in zip(aliases, totals):
             filled = fill(alias, total // EVENTS_PER_RUN)
             before[alias] = sizes(alias)
             b = before[alias]
-            print(f"{alias}: filled in {filled:.0f} s: {b['events']:,} events; aaa_event "
-                  f"{mb(b['total'])} (heap {mb(b['heap'])}, indexes {mb(b['indexes'])})",
-                  flush=True)
+            print(
+                f"{alias}: filled in {filled:.0f} s: {b['events']:,} events; aaa_event "
+                f"{mb(b['total'])} (heap {mb(b['heap'])}, indexes {mb(b['indexes'])})",
+                flush=True,
+            )
         m_before = measure(aliases, args.samples)
         swept, after = {}, {}
         for alias in aliases:
             swept[alias] = sweep(alias)
             after[alias] = sizes(alias)
             s, a = swept[alias], after[alias]
-            print(f"{alias}: swept {s['runs']:,} runs, {s['events']:,} events in "
-                  f"{s['erase']:.1f} s, VACUUM (ANALYZE) {s['vacuum']:.1f} s; "
-                  f"{a['events']:,} events left; aaa_event {mb(a['total'])} "
-                  f"(heap {mb(a['heap'])}, indexes {mb(a['indexes'])})", flush=True)
+            print(
+                f"{alias}: swept {s['runs']:,} runs, {s['events']:,} events in "
+                f"{s['erase']:.1f} s, VACUUM (ANALYZE) {s['vacuum']:.1f} s; "
+                f"{a['events']:,} events left; aaa_event {mb(a['total'])} "
+                f"(heap {mb(a['heap'])}, indexes {mb(a['indexes'])})",
+                flush=True,
+            )
         m_after = measure(aliases, args.samples)
 
     figures = ("append", "read", "list", "count", "unfinished", "unfinished, of the log")
@@ -358,21 +402,49 @@ def main(argv: list[str] | None = None) -> int:
     for alias, total in zip(aliases, totals):
         rows.append([f"{total:,}", *(ms(m_before[alias][k]) for k in figures)])
         rows.append([f"{total:,}, half swept", *(ms(m_after[alias][k]) for k in figures)])
-    print(table(["events", "append", "projection read", "run list (50)", "run count",
-                 "sweeper's question", "the same of the log (before)"], rows))
+    print(
+        table(
+            [
+                "events",
+                "append",
+                "projection read",
+                "run list (50)",
+                "run count",
+                "sweeper's question",
+                "the same of the log (before)",
+            ],
+            rows,
+        )
+    )
     small, big = aliases[0], aliases[-1]
     if big != small:
         for label, m in (("before the sweep", m_before), ("after the sweep", m_after)):
-            print(f"{totals[-1]:,} over {totals[0]:,}, {label}: " + ", ".join(
-                f"{k} {m[big][k] / m[small][k]:.2f}x" for k in figures))
+            print(
+                f"{totals[-1]:,} over {totals[0]:,}, {label}: "
+                + ", ".join(f"{k} {m[big][k] / m[small][k]:.2f}x" for k in figures)
+            )
     for alias, total in zip(aliases, totals):
-        print(f"{total:,}, after the sweep over before: " + ", ".join(
-            f"{k} {m_after[alias][k] / m_before[alias][k]:.2f}x" for k in figures))
+        print(
+            f"{total:,}, after the sweep over before: "
+            + ", ".join(f"{k} {m_after[alias][k] / m_before[alias][k]:.2f}x" for k in figures)
+        )
     print()
-    print(table(["events", "erased", "erase", "VACUUM", "size before", "size after"],
-                [[f"{t:,}", f"{swept[a]['events']:,}", f"{swept[a]['erase']:.1f} s",
-                  f"{swept[a]['vacuum']:.1f} s", mb(before[a]["total"]), mb(after[a]["total"])]
-                 for a, t in zip(aliases, totals)]))
+    print(
+        table(
+            ["events", "erased", "erase", "VACUUM", "size before", "size after"],
+            [
+                [
+                    f"{t:,}",
+                    f"{swept[a]['events']:,}",
+                    f"{swept[a]['erase']:.1f} s",
+                    f"{swept[a]['vacuum']:.1f} s",
+                    mb(before[a]["total"]),
+                    mb(after[a]["total"]),
+                ]
+                for a, t in zip(aliases, totals)
+            ],
+        )
+    )
     return 0
 
 

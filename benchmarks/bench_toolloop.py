@@ -127,8 +127,11 @@ def report(label: str, r: dict) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--turns", default="10,100,1000")
-    p.add_argument("--stores", default="memory,sqlite,postgres",
-                   help="of memory, sqlite, postgres (DjangoEventStore; durable, see common.py)")
+    p.add_argument(
+        "--stores",
+        default="memory,sqlite,postgres",
+        help="of memory, sqlite, postgres (DjangoEventStore; durable, see common.py)",
+    )
     p.add_argument("--sqlite", action="store_true", help="(no effect: sqlite is a default store)")
     p.add_argument("--repeat", type=int, default=1)
     args = p.parse_args()
@@ -142,7 +145,7 @@ def main() -> None:
 
     from common import postgres, setup_django, workdir
 
-    with workdir() as tmp, (postgres(tmp) if "postgres" in wanted else nullcontext(None)) as pg:
+    with workdir() as tmp, postgres(tmp) if "postgres" in wanted else nullcontext(None) as pg:
         stores = {"memory": InMemoryEventStore}
         if "sqlite" in wanted or "postgres" in wanted:
             backends = setup_django(tmp, pg)
@@ -169,13 +172,17 @@ def main() -> None:
                     results[store_name, holder_name, n] = best
                     report(f"{store_name} N={n}", best)
         on, off = holders
-        print("\n== the self-check's cost (overhead/turn with it, less without it; its whole-log "
-              "fold every 100 holder reads)")
+        print(
+            "\n== the self-check's cost (overhead/turn with it, less without it; its whole-log "
+            "fold every 100 holder reads)"
+        )
         for store_name in stores:
             for n in sizes:
                 a, b = results[store_name, on, n], results[store_name, off, n]
-                print(f"{store_name} N={n}: {a['overhead_us'] - b['overhead_us']:+7.0f}us a turn "
-                      f"({(a['overhead_us'] / b['overhead_us'] - 1) * 100:+.0f}%)")
+                print(
+                    f"{store_name} N={n}: {a['overhead_us'] - b['overhead_us']:+7.0f}us a turn "
+                    f"({(a['overhead_us'] / b['overhead_us'] - 1) * 100:+.0f}%)"
+                )
 
 
 if __name__ == "__main__":

@@ -123,8 +123,14 @@ async def aaa_run(store, turns: int, cache=None, *, answers: bool = True) -> dic
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         assert outcome.outcome == "success", outcome
         calls = dict(counting.by_method)
-    return {"seconds": seconds, "cpu": cpu, "calls": sum(calls.values()), "by_method": calls,
-            "commits": counting.appends, "run_id": run.run_id}
+    return {
+        "seconds": seconds,
+        "cpu": cpu,
+        "calls": sum(calls.values()),
+        "by_method": calls,
+        "commits": counting.appends,
+        "run_id": run.run_id,
+    }
 
 
 # -- LangGraph ----------------------------------------------------------------------------
@@ -159,8 +165,7 @@ def langgraph_app(turns: int, checkpointer, latency: float = 0.0):
 
     def tools(state):
         last = state["messages"][-1]
-        return {"messages": [ToolMessage(content=str(c["args"]["i"]), tool_call_id=c["id"])
-                             for c in last.tool_calls]}
+        return {"messages": [ToolMessage(content=str(c["args"]["i"]), tool_call_id=c["id"]) for c in last.tool_calls]}
 
     def route(state):
         return "tools" if state["messages"][-1].tool_calls else END
@@ -219,8 +224,7 @@ class Savers:
             from psycopg.rows import dict_row
             from psycopg_pool import AsyncConnectionPool
 
-            conninfo = (f"host={self.pg['host']} port={self.pg['port']} user={self.pg['user']} "
-                        f"dbname={PG_DB}")
+            conninfo = f"host={self.pg['host']} port={self.pg['port']} user={self.pg['user']} dbname={PG_DB}"
             kwargs = dict(autocommit=True, row_factory=dict_row, prepare_threshold=0)
             pool = AsyncConnectionPool(conninfo, kwargs=kwargs, min_size=1, max_size=4, open=False)
             await pool.open()
@@ -266,8 +270,10 @@ def pg_bytes(pg: dict, sql: str, params: list) -> int:
 
 def storage_per_turn(pg: dict, run_id: str, thread_id: str, turns: int) -> tuple[float, float]:
     ours = pg_bytes(pg, "SELECT sum(pg_column_size(e.*)) FROM aaa_event e WHERE stream = %s", [run_id])
-    theirs = sum(pg_bytes(pg, f"SELECT sum(pg_column_size(t.*)) FROM {t} t WHERE thread_id = %s", [thread_id])
-                 for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"))
+    theirs = sum(
+        pg_bytes(pg, f"SELECT sum(pg_column_size(t.*)) FROM {t} t WHERE thread_id = %s", [thread_id])
+        for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+    )
     return ours / turns, theirs / turns
 
 
@@ -313,15 +319,33 @@ async def bench(label: str, alias: str, pg: dict | None, sqlite_path: str, turns
         # and back to back (printed beside it: what this machine gives a client that
         # never stops sending, see common.raw_commit_postgres).
         gap = memory["seconds"] / max(ours["commits"], 1)
-        raw = ((lambda g: raw_commit_postgres(pg, 10, g)) if label == "PostgreSQL"
-               else (lambda g: raw_commit_sqlite(sqlite_path, 10, g)))
-        rows.append({"ours": ours, "before": before, "unprepared": none_prepared, "alone": alone,
-                     "memory": memory, "lg_async": lg_async, "lg_sync": lg_sync,
-                     "commit": raw(gap), "back_to_back": raw(0.0), "gap": gap,
-                     "thread_id": thread_id})
+        raw = (
+            (lambda g: raw_commit_postgres(pg, 10, g))
+            if label == "PostgreSQL"
+            else (lambda g: raw_commit_sqlite(sqlite_path, 10, g))
+        )
+        rows.append(
+            {
+                "ours": ours,
+                "before": before,
+                "unprepared": none_prepared,
+                "alone": alone,
+                "memory": memory,
+                "lg_async": lg_async,
+                "lg_sync": lg_sync,
+                "commit": raw(gap),
+                "back_to_back": raw(0.0),
+                "gap": gap,
+                "thread_id": thread_id,
+            }
+        )
     wal = await wal_per_turn(pg, store, app_async, app_sync, turns) if label == "PostgreSQL" else None
     await savers.close()
-    storage = storage_per_turn(pg, rows[-1]["ours"]["run_id"], rows[-1]["thread_id"], turns) if label == "PostgreSQL" else None
+    storage = (
+        storage_per_turn(pg, rows[-1]["ours"]["run_id"], rows[-1]["thread_id"], turns)
+        if label == "PostgreSQL"
+        else None
+    )
     return {**summarise(rows, turns, storage), "store": repr(store), "wal": wal}
 
 
@@ -332,9 +356,11 @@ async def wal_per_turn(pg: dict, store, app_async, app_sync, turns: int) -> dict
 
     out = {}
     with psycopg.connect(**pg, dbname=PG_DB, autocommit=True) as conn:
-        for side, run in (("aaa_django", lambda: aaa_run(store, turns)),
-                          ("LangGraph async", lambda: lg_run_async(app_async, turns)),
-                          ("LangGraph sync", lambda: asyncio.to_thread(lg_run_sync, app_sync, turns))):
+        for side, run in (
+            ("aaa_django", lambda: aaa_run(store, turns)),
+            ("LangGraph async", lambda: lg_run_async(app_async, turns)),
+            ("LangGraph sync", lambda: asyncio.to_thread(lg_run_sync, app_sync, turns)),
+        ):
             before = wal_lsn(conn)
             await run()
             out[side] = (wal_lsn(conn) - before) / turns
@@ -397,67 +423,120 @@ def main() -> None:
     started = time.perf_counter()
     from contextlib import nullcontext
 
-    with workdir() as tmp, (nullcontext(None) if args.no_postgres else postgres(tmp)) as pg:
+    with workdir() as tmp, nullcontext(None) if args.no_postgres else postgres(tmp) as pg:
         backends = setup_django(tmp, pg)
         from langgraph.version import __version__ as lg_version
 
-        print(f"# bench_turn: Python {platform.python_version()}, {os.cpu_count()} CPUs, "
-              f"LangGraph {lg_version}; {args.turns} turns a run, {rounds} rounds, medians")
+        print(
+            f"# bench_turn: Python {platform.python_version()}, {os.cpu_count()} CPUs, "
+            f"LangGraph {lg_version}; {args.turns} turns a run, {rounds} rounds, medians"
+        )
         results = {}
         for label, alias in backends.items():
-            results[label] = asyncio.run(bench(label, alias, pg, str(tmp / "bench.sqlite3"),
-                                               args.turns, rounds))
+            results[label] = asyncio.run(bench(label, alias, pg, str(tmp / "bench.sqlite3"), args.turns, rounds))
         ms = lambda s: f"{s * 1000:.2f} ms"  # noqa: E731
         out = []
         for label, r in results.items():
-            out.append([label, ms(r["ours"]), ms(r["lg_async"]), ms(r["lg_sync"]),
-                        f"{r['vs_lg']:.2f}x", ms(r["floor"]), f"{r['vs_floor']:.2f}x"])
+            out.append(
+                [
+                    label,
+                    ms(r["ours"]),
+                    ms(r["lg_async"]),
+                    ms(r["lg_sync"]),
+                    f"{r['vs_lg']:.2f}x",
+                    ms(r["floor"]),
+                    f"{r['vs_floor']:.2f}x",
+                ]
+            )
         print()
-        print(table(["per turn", "aaa_django", "LangGraph async", "LangGraph sync",
-                     "aaa / LangGraph", "floor", "aaa / floor"], out))
+        print(
+            table(
+                [
+                    "per turn",
+                    "aaa_django",
+                    "LangGraph async",
+                    "LangGraph sync",
+                    "aaa / LangGraph",
+                    "floor",
+                    "aaa / floor",
+                ],
+                out,
+            )
+        )
         print()
         out = []
         for label, r in results.items():
             calls = ", ".join(f"{k} {v:.1f}" for k, v in sorted(r["by_method"].items()))
-            out.append([label, f"{r['commits']:.2f} x {ms(r['commit'])}", ms(r["memory"]),
-                        ms(r["ours_cpu"]), f"{r['calls']:.1f} ({calls})"])
-        print(table(["aaa_django per turn", "durable commits x raw commit", "engine (memory store)",
-                     "process CPU", "store calls"], out))
+            out.append(
+                [
+                    label,
+                    f"{r['commits']:.2f} x {ms(r['commit'])}",
+                    ms(r["memory"]),
+                    ms(r["ours_cpu"]),
+                    f"{r['calls']:.1f} ({calls})",
+                ]
+            )
+        print(
+            table(
+                [
+                    "aaa_django per turn",
+                    "durable commits x raw commit",
+                    "engine (memory store)",
+                    "process CPU",
+                    "store calls",
+                ],
+                out,
+            )
+        )
         for label, r in results.items():
-            print(f"\n{label}: the raw commit after {ms(r['gap'])} of work (the engine's between two "
-                  f"commits) {ms(r['commit'])}, back to back {ms(r['back_to_back'])}; with back-to-back "
-                  f"commits the floor would be {ms(r['tight_floor'])}, aaa / that {r['vs_tight_floor']:.2f}x")
+            print(
+                f"\n{label}: the raw commit after {ms(r['gap'])} of work (the engine's between two "
+                f"commits) {ms(r['commit'])}, back to back {ms(r['back_to_back'])}; with back-to-back "
+                f"commits the floor would be {ms(r['tight_floor'])}, aaa / that {r['vs_tight_floor']:.2f}x"
+            )
         for label, r in results.items():
             if r["before"] is not None:
-                print(f"\n{label}: {r['store']} {ms(r['ours'])} per turn; the Django store "
-                      f"(a thread hop per call) {ms(r['before'])} in the same rounds "
-                      f"({r['ours'] / r['before']:.2f}x)")
+                print(
+                    f"\n{label}: {r['store']} {ms(r['ours'])} per turn; the Django store "
+                    f"(a thread hop per call) {ms(r['before'])} in the same rounds "
+                    f"({r['ours'] / r['before']:.2f}x)"
+                )
         for label, r in results.items():
             if r["unprepared"] is not None:
-                print(f"\n{label}: on connections that prepare no statements (OPTIONS "
-                      f"prepare_threshold None: as behind a transaction-mode pooler) "
-                      f"{ms(r['unprepared'])} per turn in the same rounds, {r['unprepared_vs_lg']:.2f}x "
-                      f"LangGraph, {r['unprepared_vs_floor']:.2f}x the floor; the default "
-                      f"(prepared: nothing pools these connections) {r['vs_unprepared']:.2f}x that")
+                print(
+                    f"\n{label}: on connections that prepare no statements (OPTIONS "
+                    f"prepare_threshold None: as behind a transaction-mode pooler) "
+                    f"{ms(r['unprepared'])} per turn in the same rounds, {r['unprepared_vs_lg']:.2f}x "
+                    f"LangGraph, {r['unprepared_vs_floor']:.2f}x the floor; the default "
+                    f"(prepared: nothing pools these connections) {r['vs_unprepared']:.2f}x that"
+                )
         for label, r in results.items():
-            print(f"\n{label}: each result appended alone (Engine(answers=False): the step on it "
-                  f"when it is delivered) {ms(r['alone'])} per turn, {r['alone_commits']:.2f} commits, "
-                  f"CPU {ms(r['alone_cpu'])}; a result with its step's output in one append "
-                  f"(the default) {r['vs_alone']:.2f}x that in the same rounds")
+            print(
+                f"\n{label}: each result appended alone (Engine(answers=False): the step on it "
+                f"when it is delivered) {ms(r['alone'])} per turn, {r['alone_commits']:.2f} commits, "
+                f"CPU {ms(r['alone_cpu'])}; a result with its step's output in one append "
+                f"(the default) {r['vs_alone']:.2f}x that in the same rounds"
+            )
         for label, r in results.items():
             if r["wal"]:
-                print(f"\n{label} WAL per turn (counted by the server): "
-                      + ", ".join(f"{side} {b / 1024:.2f} KB" for side, b in r["wal"].items()))
+                print(
+                    f"\n{label} WAL per turn (counted by the server): "
+                    + ", ".join(f"{side} {b / 1024:.2f} KB" for side, b in r["wal"].items())
+                )
         for label, r in results.items():
             if r["storage"]:
-                print(f"\n{label} storage per turn at {args.turns} turns: aaa_django "
-                      f"{r['storage'][0] / 1024:.2f} KB, LangGraph {r['storage'][1] / 1024:.2f} KB")
+                print(
+                    f"\n{label} storage per turn at {args.turns} turns: aaa_django "
+                    f"{r['storage'][0] / 1024:.2f} KB, LangGraph {r['storage'][1] / 1024:.2f} KB"
+                )
         print()
         for label, r in results.items():
             below = r["vs_lg"] < 1
             near = r["vs_floor"] <= 2
-            print(f"{label}: below LangGraph: {r['vs_lg']:.2f}x ({'met' if below else 'MISSED'}); "
-                  f"within 2x of the floor: {r['vs_floor']:.2f}x ({'met' if near else 'MISSED'})")
+            print(
+                f"{label}: below LangGraph: {r['vs_lg']:.2f}x ({'met' if below else 'MISSED'}); "
+                f"within 2x of the floor: {r['vs_floor']:.2f}x ({'met' if near else 'MISSED'})"
+            )
         print(f"# total {time.perf_counter() - started:.0f} s")
 
 

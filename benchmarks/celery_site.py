@@ -44,8 +44,13 @@ OTLP = os.environ.get("AAA_BENCH_OTLP")  # tracing on, exported there
 # a queue per kind of work, as the bench's workers take them (-Q)
 QUEUES = {k: f"aaa.{k}" for k in ("algorithms", "llm", "tools")}
 OTEL_QUEUES = {k: f"aaa.otel.{k}" for k in ("algorithms", "llm", "tools")}
-AAA = {"BUS": "celery", "REDIS_URL": BROKER, "WORKER_SETUP": "celery_site.setup",
-       "OTEL": bool(OTLP), "CELERY_QUEUES": OTEL_QUEUES if OTLP else QUEUES}
+AAA = {
+    "BUS": "celery",
+    "REDIS_URL": BROKER,
+    "WORKER_SETUP": "celery_site.setup",
+    "OTEL": bool(OTLP),
+    "CELERY_QUEUES": OTEL_QUEUES if OTLP else QUEUES,
+}
 
 # -- the Celery app --------------------------------------------------------------------------
 
@@ -209,6 +214,7 @@ def setup(engine) -> None:
 
     LLMHandler(FakeLLMClient(scripted_model)).attach(engine)
     ToolHandler(registry()).attach(engine)
+
 
 if os.environ.get("AAA_BENCH_TRACE"):  # bench_celery.py --trace: timestamps in the workers
     import trace_hops

@@ -51,8 +51,11 @@ def free_port() -> int:
 def postgres(tmp: Path) -> Iterator[dict]:
     """Connection parameters of a durable PostgreSQL with an empty ``aaa_bench`` db."""
     if os.environ.get("AAA_BENCH_PG_PORT"):
-        params = dict(host=os.environ.get("AAA_BENCH_PG_HOST", "127.0.0.1"),
-                      port=int(os.environ["AAA_BENCH_PG_PORT"]), user="postgres")
+        params = dict(
+            host=os.environ.get("AAA_BENCH_PG_HOST", "127.0.0.1"),
+            port=int(os.environ["AAA_BENCH_PG_PORT"]),
+            user="postgres",
+        )
         _recreate_db(params)
         yield params
         return
@@ -65,21 +68,38 @@ def postgres(tmp: Path) -> Iterator[dict]:
         shutil.chown(data, "postgres")
         as_pg = ["runuser", "-u", "postgres", "--"]
     port = free_port()
-    subprocess.run([*as_pg, PG_BIN / "initdb", "-D", data / "data", "--auth=trust", "-U",
-                    "postgres", "-E", "UTF8", "--no-locale"], check=True, capture_output=True)
+    subprocess.run(
+        [*as_pg, PG_BIN / "initdb", "-D", data / "data", "--auth=trust", "-U", "postgres", "-E", "UTF8", "--no-locale"],
+        check=True,
+        capture_output=True,
+    )
     # Durable settings (the defaults: fsync, synchronous_commit, full_page_writes on).
-    subprocess.run([*as_pg, PG_BIN / "pg_ctl", "-D", data / "data", "-l", data / "log", "-w",
-                    "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {data} -c fsync=on "
-                          f"-c synchronous_commit=on -c shared_buffers=128MB",
-                    "start"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            *as_pg,
+            PG_BIN / "pg_ctl",
+            "-D",
+            data / "data",
+            "-l",
+            data / "log",
+            "-w",
+            "-o",
+            f"-c listen_addresses=127.0.0.1 -p {port} -k {data} -c fsync=on "
+            f"-c synchronous_commit=on -c shared_buffers=128MB",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
     pid = int((data / "data" / "postmaster.pid").read_text().split()[0])
     params = dict(host="127.0.0.1", port=port, user="postgres")
     try:
         _recreate_db(params)
         yield params
     finally:
-        stop = subprocess.run([*as_pg, PG_BIN / "pg_ctl", "-D", data / "data", "-m", "fast",
-                               "-w", "stop"], capture_output=True)
+        stop = subprocess.run(
+            [*as_pg, PG_BIN / "pg_ctl", "-D", data / "data", "-m", "fast", "-w", "stop"], capture_output=True
+        )
         if stop.returncode:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 15)
@@ -109,7 +129,10 @@ def setup_django(tmp: Path, pg: dict | None) -> dict[str, str]:
     if pg:
         databases["postgres"] = {
             "ENGINE": "django.db.backends.postgresql",
-            "HOST": pg["host"], "PORT": str(pg["port"]), "USER": pg["user"], "PASSWORD": "",
+            "HOST": pg["host"],
+            "PORT": str(pg["port"]),
+            "USER": pg["user"],
+            "PASSWORD": "",
             "NAME": PG_DB,
         }
         if os.environ.get("AAA_BENCH_PG_PREPARE"):  # psycopg's server-side prepared statements

@@ -80,8 +80,9 @@ def check_cancelled(run_id: str, log: list[dict]) -> None:
     assert len({e["id"] for e in log}) == len(log), (run_id, types)
     assert types.count(RUN_COMPLETED) == 1 and types[-1] == RUN_COMPLETED, (run_id, types)
     ids = {e["id"] for e in log}
-    results = [e for e in log if e["type"] in ("aaa.llm.completed", "aaa.llm.failed", "aaa.tool.completed",
-                                                "aaa.tool.failed")]
+    results = [
+        e for e in log if e["type"] in ("aaa.llm.completed", "aaa.llm.failed", "aaa.tool.completed", "aaa.tool.failed")
+    ]
     assert all(any(result_id(i) == r["id"] for i in ids) for r in results), (run_id, types)
 
 
@@ -109,35 +110,69 @@ def stretches(logs: dict[str, list[dict]]) -> dict[str, list[float]]:
 
 
 def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel: bool = False) -> dict:
-    with Site(tmp, s3, bus=bus, workers=1 if bus == "celery" else 0, model=True, web_workers=2,
-              stall_after=15, model_latency=(LATENCY, LATENCY)) as site:
+    with Site(
+        tmp,
+        s3,
+        bus=bus,
+        workers=1 if bus == "celery" else 0,
+        model=True,
+        web_workers=2,
+        stall_after=15,
+        model_latency=(LATENCY, LATENCY),
+    ) as site:
         client = site.client
         patient(client)
         tasks = [f"trial {i} " + "x" * 2000 for i in range(runs)]
         started: dict[int, str] = {}
 
         def start(i: int) -> None:
-            status, body = client.call("POST", "/runs", {
-                "algorithm": "aaa.algos.ToolLoop", "input": {"task": tasks[i]},
-                "config": {"tools": TOOLS, "max_turns": 4}, "deadline": 600,
-            }, headers={"Idempotency-Key": f"trial-{i}"})
+            status, body = client.call(
+                "POST",
+                "/runs",
+                {
+                    "algorithm": "aaa.algos.ToolLoop",
+                    "input": {"task": tasks[i]},
+                    "config": {"tools": TOOLS, "max_turns": 4},
+                    "deadline": 600,
+                },
+                headers={"Idempotency-Key": f"trial-{i}"},
+            )
             assert status in (200, 201), (status, body)
             started[i] = body["id"]
 
         def serving(role: str = "") -> list[int]:
             """The web server's processes ("web"), the workers' ("worker"), or both."""
-            return [p.proc.pid for name, p in site.procs.items()
-                    if (name == "web" or name.startswith("worker")) and name.startswith(role)]
+            return [
+                p.proc.pid
+                for name, p in site.procs.items()
+                if (name == "web" or name.startswith("worker")) and name.startswith(role)
+            ]
 
         spies = []
         if os.environ.get("AAA_TRIAL_PYSPY"):
             # sampled profiles of the web server's processes and of the worker's (and
             # their children), to FILE.web and FILE.worker (py-spy's raw format)
             for role, proc in [("web", site.procs["web"].proc)] + [("worker", w.proc) for w in site.workers[:1]]:
-                spies.append(subprocess.Popen(
-                    [str(ROOT / ".venv-bench/bin/py-spy"), "record", "--subprocesses", "--nonblocking",
-                     "-f", "raw", "-o", f"{os.environ['AAA_TRIAL_PYSPY']}.{role}", "-r", "200",
-                     "-p", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                spies.append(
+                    subprocess.Popen(
+                        [
+                            str(ROOT / ".venv-bench/bin/py-spy"),
+                            "record",
+                            "--subprocesses",
+                            "--nonblocking",
+                            "-f",
+                            "raw",
+                            "-o",
+                            f"{os.environ['AAA_TRIAL_PYSPY']}.{role}",
+                            "-r",
+                            "200",
+                            "-p",
+                            str(proc.pid),
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
             time.sleep(1)
         cpu0 = cpu_seconds(serving())
         web0 = cpu_seconds(serving("web"))
@@ -183,8 +218,12 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel
             if (run["outcome"], run["value"]) != ("success", {"text": answer(tasks[i], POPULATIONS)}):
                 wrong.append(run_id)
             check_log(run_id, logs[run_id])
-        redriven = {run_id for w in site.workers for line in re.findall(r"re-driving \d+ stalled runs.*", w.text())
-                    for run_id in re.findall(r"run-[0-9a-f-]{36}", line)}
+        redriven = {
+            run_id
+            for w in site.workers
+            for line in re.findall(r"re-driving \d+ stalled runs.*", w.text())
+            for run_id in re.findall(r"run-[0-9a-f-]{36}", line)
+        }
         lacked = sum(w.text().count("lacked it; reading the run again") for w in site.workers)
         # what an operator reading the logs would see: errors and warnings, by message
         said: Counter[str] = Counter()
@@ -193,8 +232,18 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel
                 found = re.search(r"(WARNING|ERROR|CRITICAL)(/[^\]]*)?\] (.*)", line)
                 if found:
                     said[f"{name}: {found.group(1)} {re.sub(r'run-[0-9a-f-]{36}', 'run-…', found.group(3))[:140]}"] += 1
-        return {"api": api, "wall": wall, "cpu": cpu, "web": web, "wrong": wrong, "stopped": sorted(stopped), "lacked": lacked, "stretches": stretches(logs),
-                "redriven": len(redriven), "said": said}
+        return {
+            "api": api,
+            "wall": wall,
+            "cpu": cpu,
+            "web": web,
+            "wrong": wrong,
+            "stopped": sorted(stopped),
+            "lacked": lacked,
+            "stretches": stretches(logs),
+            "redriven": len(redriven),
+            "said": said,
+        }
 
 
 def main() -> None:
@@ -203,38 +252,55 @@ def main() -> None:
     ap.add_argument("--tries", type=int, default=1)
     ap.add_argument("--kill", action="store_true")
     ap.add_argument("--cancel", action="store_true", help="cancel every other run over the API, 1.5 s in")
-    ap.add_argument("--bus", choices=["celery", "inprocess"], default="celery",
-                    help="inprocess: the embedded default (the runs run in the web processes)")
+    ap.add_argument(
+        "--bus",
+        choices=["celery", "inprocess"],
+        default="celery",
+        help="inprocess: the embedded default (the runs run in the web processes)",
+    )
     args = ap.parse_args()
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="aaa-trial-") as tmp:
-        moto = subprocess.Popen([str(ROOT / ".venv/bin/moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        moto = subprocess.Popen(
+            [str(ROOT / ".venv/bin/moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             wait_port(port, proc=moto)
             for n in range(args.tries):
                 (Path(tmp) / f"try{n}").mkdir()
-                out = trial(Path(tmp) / f"try{n}", f"http://127.0.0.1:{port}", args.runs, args.kill, args.bus,
-                            args.cancel)
-                print(f"try {n + 1}: {args.runs} runs started over the API in {out['api']:.1f} s; all ended "
-                      f"{out['wall']:.1f} s after the first start ({out['wall'] / IDEAL:.1f}x the ideal "
-                      f"{IDEAL:.0f} s{', the worker SIGKILLed 2 s in' if args.kill else ''}); the web and worker "
-                      f"processes' CPU {out['cpu']:.1f} s ({1000 * out['cpu'] / args.runs:.0f} ms a run: the web's "
-                      f"{1000 * out['web'] / args.runs:.0f}, the workers' {1000 * (out['cpu'] - out['web']) / args.runs:.0f}); wrong outcomes "
-                      f"{len(out['wrong'])}; runs the sweep re-drove {out['redriven']}; deliveries whose view lacked "
-                      f"their event {out['lacked']}")
+                out = trial(
+                    Path(tmp) / f"try{n}", f"http://127.0.0.1:{port}", args.runs, args.kill, args.bus, args.cancel
+                )
+                print(
+                    f"try {n + 1}: {args.runs} runs started over the API in {out['api']:.1f} s; all ended "
+                    f"{out['wall']:.1f} s after the first start ({out['wall'] / IDEAL:.1f}x the ideal "
+                    f"{IDEAL:.0f} s{', the worker SIGKILLed 2 s in' if args.kill else ''}); the web and worker "
+                    f"processes' CPU {out['cpu']:.1f} s ({1000 * out['cpu'] / args.runs:.0f} ms a run: the web's "
+                    f"{1000 * out['web'] / args.runs:.0f}, the workers' {1000 * (out['cpu'] - out['web']) / args.runs:.0f}); wrong outcomes "
+                    f"{len(out['wrong'])}; runs the sweep re-drove {out['redriven']}; deliveries whose view lacked "
+                    f"their event {out['lacked']}"
+                )
                 if args.cancel:
                     st = out["stopped"]
-                    print(f"    cancelled over the API: {len(st)} runs ended cancelled; from the cancel asked "
-                          f"to the run's end p50 {1000 * st[len(st) // 2]:.0f} ms, p90 "
-                          f"{1000 * st[int(len(st) * 0.9)]:.0f} ms, max {1000 * st[-1]:.0f} ms" if st else
-                          "    no run ended cancelled")
-                print(f"    the processes' logs: {sum(out['said'].values())} warnings and errors"
-                      + "".join(f"\n      {n:5d} x {line}" for line, n in out["said"].most_common(8)))
+                    print(
+                        f"    cancelled over the API: {len(st)} runs ended cancelled; from the cancel asked "
+                        f"to the run's end p50 {1000 * st[len(st) // 2]:.0f} ms, p90 "
+                        f"{1000 * st[int(len(st) * 0.9)]:.0f} ms, max {1000 * st[-1]:.0f} ms"
+                        if st
+                        else "    no run ended cancelled"
+                    )
+                print(
+                    f"    the processes' logs: {sum(out['said'].values())} warnings and errors"
+                    + "".join(f"\n      {n:5d} x {line}" for line, n in out["said"].most_common(8))
+                )
                 for name, values in out["stretches"].items():
                     values.sort()
-                    print(f"    {name:52s} p50 {1000 * values[len(values) // 2]:8.1f} ms  "
-                          f"p90 {1000 * values[int(len(values) * 0.9)]:8.1f} ms  max {1000 * values[-1]:8.1f} ms")
+                    print(
+                        f"    {name:52s} p50 {1000 * values[len(values) // 2]:8.1f} ms  "
+                        f"p90 {1000 * values[int(len(values) * 0.9)]:8.1f} ms  max {1000 * values[-1]:8.1f} ms"
+                    )
                 assert not out["wrong"], out["wrong"]
         finally:
             moto.terminate()

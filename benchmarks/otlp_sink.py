@@ -30,8 +30,16 @@ class Sink(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         size = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(size)
-        spans = ([s for rs in ExportTraceServiceRequest.FromString(body).resource_spans
-                  for ss in rs.scope_spans for s in ss.spans] if self.path == "/v1/traces" else [])
+        spans = (
+            [
+                s
+                for rs in ExportTraceServiceRequest.FromString(body).resource_spans
+                for ss in rs.scope_spans
+                for s in ss.spans
+            ]
+            if self.path == "/v1/traces"
+            else []
+        )
         with lock:
             taken["requests"] += 1
             taken["bytes"] += size

@@ -49,16 +49,25 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--sql", action="store_true", help="print the statements of one run")
-    parser.add_argument("--async-commit", action="store_true",
-                        help="synchronous_commit=off: what a delivery costs besides the fsync")
-    parser.add_argument("--store", choices=sorted(STORES), default="pg",
-                        help="the store the web process hands its workers: pg (PgEventStore, what "
-                             "build_engine() gives on PostgreSQL: awaited on the loop) or django "
-                             "(DjangoEventStore: its calls on the worker's db threads)")
-    parser.add_argument("--send", action="store_true",
-                        help="also publish each message to Redis as a worker does (to a queue nobody reads)")
-    parser.add_argument("--trace", action="store_true",
-                        help="the median of each part of a delivery (benchmarks/trace_hops.py marks)")
+    parser.add_argument(
+        "--async-commit", action="store_true", help="synchronous_commit=off: what a delivery costs besides the fsync"
+    )
+    parser.add_argument(
+        "--store",
+        choices=sorted(STORES),
+        default="pg",
+        help="the store the web process hands its workers: pg (PgEventStore, what "
+        "build_engine() gives on PostgreSQL: awaited on the loop) or django "
+        "(DjangoEventStore: its calls on the worker's db threads)",
+    )
+    parser.add_argument(
+        "--send",
+        action="store_true",
+        help="also publish each message to Redis as a worker does (to a queue nobody reads)",
+    )
+    parser.add_argument(
+        "--trace", action="store_true", help="the median of each part of a delivery (benchmarks/trace_hops.py marks)"
+    )
     args = parser.parse_args()
 
     with workdir() as tmp, postgres(tmp) as pg, redis_server(tmp) as broker:
@@ -67,11 +76,15 @@ def main() -> None:
 
             with psycopg.connect(**pg, dbname="aaa_bench", autocommit=True) as conn:
                 conn.execute("ALTER DATABASE aaa_bench SET synchronous_commit = off")
-        os.environ.update({
-            "AAA_BENCH_PG_HOST": pg["host"], "AAA_BENCH_PG_PORT": str(pg["port"]),
-            "AAA_BENCH_PG_NAME": "aaa_bench", "AAA_BENCH_REDIS": broker,
-            "DJANGO_SETTINGS_MODULE": "celery_site",
-        })
+        os.environ.update(
+            {
+                "AAA_BENCH_PG_HOST": pg["host"],
+                "AAA_BENCH_PG_PORT": str(pg["port"]),
+                "AAA_BENCH_PG_NAME": "aaa_bench",
+                "AAA_BENCH_REDIS": broker,
+                "DJANGO_SETTINGS_MODULE": "celery_site",
+            }
+        )
         import django
         from django.core.management import call_command
 
@@ -170,8 +183,7 @@ def run(args) -> None:
             if show:
                 print(f"-- delivery of seq {seq} to engine {i % len(engines)}")
             t0 = time.perf_counter()
-            rt.run(deliver_event(engines[i % len(engines)], stream, seq, event_id,
-                                 wire=wire[0] if wire else None))
+            rt.run(deliver_event(engines[i % len(engines)], stream, seq, event_id, wire=wire[0] if wire else None))
             walls.append(time.perf_counter() - t0)
             i += 1
         cpu = time.process_time() - cpu0
@@ -196,18 +208,25 @@ def run(args) -> None:
     getattr(rt, "close", lambda: None)()  # (the runtime of an older worker.py has none)
 
     commit = "synchronous_commit=off" if args.async_commit else "durable"
-    print(f"profile_delivery: {args.runs} ToolLoop runs of {args.turns} turns, "
-          f"{args.engines} engine(s) taking deliveries in turn, PostgreSQL ({commit}), Redis, "
-          f"store {STORES[args.store]}")
+    print(
+        f"profile_delivery: {args.runs} ToolLoop runs of {args.turns} turns, "
+        f"{args.engines} engine(s) taking deliveries in turn, PostgreSQL ({commit}), Redis, "
+        f"store {STORES[args.store]}"
+    )
     print()
-    print(table(["per delivery", "value"], [
-        ["deliveries", str(deliveries)],
-        ["wall, median", ms(statistics.median(walls))],
-        ["wall, mean", ms(statistics.mean(walls))],
-        ["CPU (this process, all threads), mean", ms(cpu / deliveries)],
-        # (Django's connections only: PgEventStore's own psycopg connections are not counted)
-        ["SQL statements through Django, mean", f"{nq / deliveries:.2f}"],
-    ]))
+    print(
+        table(
+            ["per delivery", "value"],
+            [
+                ["deliveries", str(deliveries)],
+                ["wall, median", ms(statistics.median(walls))],
+                ["wall, mean", ms(statistics.mean(walls))],
+                ["CPU (this process, all threads), mean", ms(cpu / deliveries)],
+                # (Django's connections only: PgEventStore's own psycopg connections are not counted)
+                ["SQL statements through Django, mean", f"{nq / deliveries:.2f}"],
+            ],
+        )
+    )
     if args.trace:
         print()
         print(trace_hops.delivery_report(os.environ["AAA_BENCH_TRACE"]))

@@ -19,6 +19,7 @@ loop's thread), the same always on its thread (``here_when_alone=False``), on th
 loop (``own_thread=False``), and the in-memory store; each against the Django store
 as the median of the rounds' ratios.
 """
+
 import argparse
 import asyncio
 import cProfile
@@ -41,9 +42,12 @@ ap.add_argument("--turns", type=int, default=20)
 ap.add_argument("--profile", action="store_true")
 ap.add_argument("--top", type=int, default=40)
 ap.add_argument("--sort", default="tottime")
-ap.add_argument("--compare", action="store_true",
-                help="the Django store (a hop a call) against SqliteEventStore as it is by default, "
-                     "always on its thread, and on the loop, in alternating rounds")
+ap.add_argument(
+    "--compare",
+    action="store_true",
+    help="the Django store (a hop a call) against SqliteEventStore as it is by default, "
+    "always on its thread, and on the loop, in alternating rounds",
+)
 args = ap.parse_args()
 
 
@@ -52,12 +56,25 @@ def events(run: str, n: int):
     from aaa_django.runtime.event_types import RUN_STARTED
 
     now = lambda: datetime.now(UTC)  # noqa: E731
-    yield [Event(id=uuid.uuid4().hex, stream=run, type=RUN_STARTED,
-                 data={"algorithm": "toolloop", "input": {"task": "x"}}, time=now())]
+    yield [
+        Event(
+            id=uuid.uuid4().hex,
+            stream=run,
+            type=RUN_STARTED,
+            data={"algorithm": "toolloop", "input": {"task": "x"}},
+            time=now(),
+        )
+    ]
     for _ in range(n - 1):
-        yield [Event(id=uuid.uuid4().hex, stream=run, type="aaa.model.requested",
-                     data={"call": uuid.uuid4().hex, "messages": [{"role": "user", "content": "hello"}]},
-                     time=now())]
+        yield [
+            Event(
+                id=uuid.uuid4().hex,
+                stream=run,
+                type="aaa.model.requested",
+                data={"call": uuid.uuid4().hex, "messages": [{"role": "user", "content": "hello"}]},
+                time=now(),
+            )
+        ]
 
 
 def ms(s: float) -> str:
@@ -72,11 +89,13 @@ async def compare(alias: str) -> None:
     from aaa_django.store import DjangoEventStore
     from aaa_django.store.sqlite import SqliteEventStore
 
-    stores = {"DjangoEventStore (hop)": DjangoEventStore(alias),
-              "SqliteEventStore (the default)": SqliteEventStore(alias),
-              "SqliteEventStore (own thread)": SqliteEventStore(alias, here_when_alone=False),
-              "SqliteEventStore (on the loop)": SqliteEventStore(alias, own_thread=False),
-              "memory store": InMemoryEventStore()}
+    stores = {
+        "DjangoEventStore (hop)": DjangoEventStore(alias),
+        "SqliteEventStore (the default)": SqliteEventStore(alias),
+        "SqliteEventStore (own thread)": SqliteEventStore(alias, here_when_alone=False),
+        "SqliteEventStore (on the loop)": SqliteEventStore(alias, own_thread=False),
+        "memory store": InMemoryEventStore(),
+    }
     for store in stores.values():  # warm up
         await aaa_run(store, args.turns)
     rows = []
@@ -128,12 +147,15 @@ async def go(alias: str) -> None:
         profs["loop"].disable()
         await sync_to_async(profs["store"].disable, thread_sensitive=True)()
     med = lambda i: statistics.median(r[i] for r in rows) / args.turns  # noqa: E731
-    print(f"per turn: process CPU {ms(med(0))} (loop thread {ms(med(1))}, store thread "
-          f"{ms(med(2))}); memory store {ms(med(3))}; wall {ms(med(4))}; calls {r['by_method']}")
+    print(
+        f"per turn: process CPU {ms(med(0))} (loop thread {ms(med(1))}, store thread "
+        f"{ms(med(2))}); memory store {ms(med(3))}; wall {ms(med(4))}; calls {r['by_method']}"
+    )
 
     # one append, as the store runs it
     n = 400
     gen = events("run-" + uuid.uuid4().hex, n + 1)
+
     def appends_sync(k):
         t0 = time.thread_time()
         for _ in range(k):
@@ -146,8 +168,10 @@ async def go(alias: str) -> None:
     for _ in range(n // 2):
         await store.append(next(gen))
     async_cpu = (time.process_time() - c0) / (n // 2)
-    print(f"append (one event, a run's stream): append_sync {ms(sync_cpu)} thread CPU; "
-          f"await append {ms(async_cpu)} process CPU; load {os.getloadavg()[0]:.1f}")
+    print(
+        f"append (one event, a run's stream): append_sync {ms(sync_cpu)} thread CPU; "
+        f"await append {ms(async_cpu)} process CPU; load {os.getloadavg()[0]:.1f}"
+    )
 
     if args.profile:
         for name, prof in profs.items():

@@ -46,6 +46,7 @@ def _timed(owner, name: str, label: str) -> None:
     if hasattr(fn, "__wrapped__"):
         return
     if asyncio_iscoroutinefunction(fn):
+
         async def wrapper(*args, **kwargs):
             mark(f"{label}_start")
             try:
@@ -53,12 +54,14 @@ def _timed(owner, name: str, label: str) -> None:
             finally:
                 mark(f"{label}_end")
     else:
+
         def wrapper(*args, **kwargs):
             mark(f"{label}_start")
             try:
                 return fn(*args, **kwargs)
             finally:
                 mark(f"{label}_end")
+
     setattr(owner, name, functools.wraps(fn)(wrapper))
 
 
@@ -174,7 +177,9 @@ def report(path: str) -> str:
         if gaps:
             lines.append(f"  {'send -> next task':28s} n={len(gaps):4d}  median {statistics.median(gaps):.3f} ms")
         if hops:
-            lines.append(f"  {'task -> next task (a hop)':28s} n={len(hops):4d}  median {statistics.median(hops):.3f} ms")
+            lines.append(
+                f"  {'task -> next task (a hop)':28s} n={len(hops):4d}  median {statistics.median(hops):.3f} ms"
+            )
     return "\n".join(lines)
 
 

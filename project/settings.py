@@ -143,8 +143,11 @@ AAA = {
     # (project/api_demo.py; the chat page's, project/chat/model.py). Point AAA_LLM_CLIENT
     # at a real client factory to change it.
     "LLM_CLIENT": env("AAA_LLM_CLIENT", "project.chat.model.demo_model"),
-    "TOOLS": ["project.api_demo.lookup_population", "project.api_demo.publish_answer",
-              "project.chat.model.choose_city"],
+    "TOOLS": [
+        "project.api_demo.lookup_population",
+        "project.api_demo.publish_answer",
+        "project.chat.model.choose_city",
+    ],
     # A real model provider when the environment names one (docs/models.md): then the
     # demo command and the API's engine use it instead of the scripted model.
     "LLM": {
@@ -171,8 +174,7 @@ if env("AAA_EXTRA_TOOLS"):  # more @tool functions (dotted paths, comma-separate
 # The API's rate limits count in the default cache: shared between processes when
 # there is a Redis (else each process counts alone: system check aaa.W020 outside DEBUG).
 if env("AAA_REDIS_URL"):
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                          "LOCATION": env("AAA_REDIS_URL")}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": env("AAA_REDIS_URL")}}
 
 # Celery (used when AAA_BUS=celery): `celery -A project worker`.
 CELERY_BROKER_URL = env("AAA_REDIS_URL", "memory://")

@@ -22,9 +22,17 @@ SCREENSHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
 CHROMIUM = os.environ.get("AAA_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("AAA_CHROMEDRIVER", "/usr/bin/chromedriver")
 # The flags NOTES.md lists for Chromium on these machines (no network, no sandbox).
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1440,1100")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1440,1100",
+)
 WAIT = 20
 
 
@@ -62,8 +70,11 @@ def console_errors(driver) -> list[str]:
     """What the page wrote to the console as errors (a script's exception, a failed
     request) since the last call; not the browser's own look for a /favicon.ico (the
     test site has none)."""
-    return [e["message"] for e in driver.get_log("browser")
-            if e["level"] == "SEVERE" and "/favicon.ico " not in e["message"]]
+    return [
+        e["message"]
+        for e in driver.get_log("browser")
+        if e["level"] == "SEVERE" and "/favicon.ico " not in e["message"]
+    ]
 
 
 def shot(driver, name: str, width: int = 1440) -> Path:
@@ -85,5 +96,4 @@ def wait(driver, condition, timeout: float = WAIT, *, retry_stale: bool = False)
     from selenium.webdriver.support.ui import WebDriverWait
 
     ignored = (StaleElementReferenceException,) if retry_stale else ()
-    return WebDriverWait(driver, timeout, poll_frequency=0.1,
-                         ignored_exceptions=ignored).until(condition)
+    return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=ignored).until(condition)

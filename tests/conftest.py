@@ -179,8 +179,10 @@ def celery_env(django_db_setup, django_db_blocker, tmp_path_factory) -> dict[str
     redis.Redis.from_url(broker).flushdb()
     with django_db_blocker.unblock():
         with connections["postgres"].cursor() as cur:
-            cur.execute(f"CREATE TABLE IF NOT EXISTS {EXEC_TABLE} "
-                        "(key text NOT NULL, n int, pid int, at timestamptz DEFAULT now())")
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {EXEC_TABLE} "
+                "(key text NOT NULL, n int, pid int, at timestamptz DEFAULT now())"
+            )
         db_name = connections["postgres"].settings_dict["NAME"]
     env = {
         **os.environ,
@@ -213,14 +215,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         names = getattr(item, "fixturenames", ())
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec else {}
-        if ("pg_alias" in names or params.get("db_alias") == "postgres"
-                or "postgres" in _named_databases(item)):
+        if "pg_alias" in names or params.get("db_alias") == "postgres" or "postgres" in _named_databases(item):
             item.add_marker(pytest.mark.postgres)
         missing = _named_databases(item) - set(settings.DATABASES)
         if missing and not services_required():
-            item.add_marker(pytest.mark.skip(
-                reason=f"service 'postgres' is not available (bin/test starts it): "
-                       f"database {sorted(missing)} is not configured"))
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"service 'postgres' is not available (bin/test starts it): "
+                    f"database {sorted(missing)} is not configured"
+                )
+            )
         if "s3_endpoint" in names:
             item.add_marker(pytest.mark.s3)
         if "redis_url" in names:

@@ -44,8 +44,7 @@ class LockFirst:
         self.pause = pause
         self.attempts = 0
 
-    def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool,
-                 context: dict[str, Any]) -> Any:
+    def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
         match = _TRUNCATE.fullmatch(sql.strip()) if params is None and not many else None
         if match is None:
             return execute(sql, params, many, context)
@@ -63,13 +62,17 @@ class LockFirst:
                 if getattr(exc.__cause__, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
                     raise
                 if time.monotonic() > end:
-                    raise RuntimeError(f"flushing {connection.settings_dict['NAME']}: its tables stayed "
-                                       f"locked {self.deadline} s by {_others(cursor)}") from exc
+                    raise RuntimeError(
+                        f"flushing {connection.settings_dict['NAME']}: its tables stayed "
+                        f"locked {self.deadline} s by {_others(cursor)}"
+                    ) from exc
             time.sleep(self.pause)
         return execute(sql, params, many, context)
 
 
 def _others(cursor: Any) -> list[tuple[Any, ...]]:
-    cursor.execute("SELECT pid, state, left(query, 200) FROM pg_stat_activity "
-                   "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    cursor.execute(
+        "SELECT pid, state, left(query, 200) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
     return list(cursor.fetchall())

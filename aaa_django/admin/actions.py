@@ -36,8 +36,7 @@ class RunAdminViews:
         admin_site: AdminSite
         opts: Options[RunRecord]
 
-        def get_run(self, request: HttpRequest, object_id: str,
-                    action: str | None = None) -> RunRecord: ...
+        def get_run(self, request: HttpRequest, object_id: str, action: str | None = None) -> RunRecord: ...
 
         def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool: ...
 
@@ -90,8 +89,9 @@ class RunActions(RunAdminViews):
             ok = engine.cancel(run.run_id, user=request.user, reason=reason)
         except engine.EngineUnavailable as exc:
             return self._engine_failed(request, run, exc)
-        return self._done(request, run, ok, "Cancellation requested.",
-                          "The run has ended already (or was asked to cancel before).")
+        return self._done(
+            request, run, ok, "Cancellation requested.", "The run has ended already (or was asked to cancel before)."
+        )
 
     def approve_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return require_POST(self._decide)(request, object_id, grant=True)
@@ -107,13 +107,15 @@ class RunActions(RunAdminViews):
             return self._back(request, run)
         decide = engine.approve if grant else engine.deny
         try:
-            ok = decide(run.run_id, form.cleaned_data["request_id"], user=request.user,
-                        reason=form.cleaned_data["reason"])
+            ok = decide(
+                run.run_id, form.cleaned_data["request_id"], user=request.user, reason=form.cleaned_data["reason"]
+            )
         except engine.EngineUnavailable as exc:
             return self._engine_failed(request, run, exc)
         word = "Approved" if grant else "Denied"
-        return self._done(request, run, ok, f"{word}.",
-                          "That approval is no longer pending (decided, expired, or the run ended).")
+        return self._done(
+            request, run, ok, f"{word}.", "That approval is no longer pending (decided, expired, or the run ended)."
+        )
 
     def redrive_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return require_POST(self._redrive)(request, object_id)
@@ -124,8 +126,13 @@ class RunActions(RunAdminViews):
             ok = engine.redrive(run.run_id)
         except engine.EngineUnavailable as exc:
             return self._engine_failed(request, run, exc)
-        return self._done(request, run, ok, "The run's events were delivered again.",
-                          "The run has ended: there is nothing to re-drive.")
+        return self._done(
+            request,
+            run,
+            ok,
+            "The run's events were delivered again.",
+            "The run has ended: there is nothing to re-drive.",
+        )
 
     def erase_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         run = self._acting(request, object_id, "erase")
@@ -139,10 +146,10 @@ class RunActions(RunAdminViews):
                 return self._back(request, run)
             messages.success(request, f"Run {run.run_id} erased: {count} events, its snapshots and blobs.")
             return HttpResponseRedirect(self._changelist_url())
-        blob_events = (EventRecord.objects.using(self._using()).filter(stream=run.run_id)
-                       .exclude(blobs=[]).count())
+        blob_events = EventRecord.objects.using(self._using()).filter(stream=run.run_id).exclude(blobs=[]).count()
         ctx = self._context(
-            request, run,
+            request,
+            run,
             title=f"Erase run {run.run_id}?",
             crumb="erase",
             blob_events=blob_events,
@@ -189,8 +196,9 @@ class RunActions(RunAdminViews):
             if refused:
                 form.add_start_errors(refused)
                 return None
-            return engine.start(d["instance"], d["input"], user=request.user,
-                                budget=d["budget"], deadline=d["deadline"])
+            return engine.start(
+                d["instance"], d["input"], user=request.user, budget=d["budget"], deadline=d["deadline"]
+            )
         except engine.EngineUnavailable as exc:
             form.add_error(None, f"The engine did not answer: {exc}")
             return None

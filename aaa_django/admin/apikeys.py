@@ -45,11 +45,15 @@ class ApiKeyCreateForm(forms.Form):
         help_text="The key acts as this user: it sees and does what the user may.",
     )
     name = forms.CharField(
-        max_length=ApiKey._meta.get_field("name").max_length, required=False,
+        max_length=ApiKey._meta.get_field("name").max_length,
+        required=False,
         help_text="What the key is for (\u201cCI\u201d, \u201cnightly report\u201d).",
     )
     expires_days = forms.IntegerField(
-        label="Expires after (days)", min_value=1, max_value=36500, required=False,
+        label="Expires after (days)",
+        min_value=1,
+        max_value=36500,
+        required=False,
         help_text="Empty: the key never expires (revoke it when it is no longer needed).",
     )
 
@@ -65,8 +69,9 @@ class ApiKeyCreateForm(forms.Form):
 
     def create(self) -> tuple[ApiKey, str]:
         days = self.cleaned_data["expires_days"]
-        return ApiKey.create_key(self.cleaned_data["user"], name=self.cleaned_data["name"],
-                                 expires_in=timedelta(days=days) if days else None)
+        return ApiKey.create_key(
+            self.cleaned_data["user"], name=self.cleaned_data["name"], expires_in=timedelta(days=days) if days else None
+        )
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -89,17 +94,14 @@ class StateFilter(admin.SimpleListFilter):
 
 
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ("prefix_col", "user", "name", "state_col", "created_at", "last_used_at",
-                    "expires_at", "revoked_at")
+    list_display = ("prefix_col", "user", "name", "state_col", "created_at", "last_used_at", "expires_at", "revoked_at")
     list_filter = (StateFilter,)
     search_fields = ("^prefix", "name", f"user__{get_user_model().USERNAME_FIELD}")
     list_select_related = ("user",)
     ordering = ("-created_at",)
     # ``hashed`` is in none of these, so no page renders it; only ``name`` is editable.
-    fields = ("prefix_col", "user", "name", "state_col", "created_at", "last_used_at",
-              "expires_at", "revoked_at")
-    readonly_fields = ("prefix_col", "user", "state_col", "created_at", "last_used_at",
-                       "expires_at", "revoked_at")
+    fields = ("prefix_col", "user", "name", "state_col", "created_at", "last_used_at", "expires_at", "revoked_at")
+    readonly_fields = ("prefix_col", "user", "state_col", "created_at", "last_used_at", "expires_at", "revoked_at")
     actions = ["revoke_keys"]
     change_form_template = "aaa/admin/apikey_change_form.html"
 
@@ -131,8 +133,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         name = f"{self.opts.app_label}_{self.opts.model_name}"
-        mine = [path("<path:object_id>/revoke/", self.admin_site.admin_view(self.revoke_view),
-                     name=f"{name}_revoke")]
+        mine = [path("<path:object_id>/revoke/", self.admin_site.admin_view(self.revoke_view), name=f"{name}_revoke")]
         return mine + super().get_urls()
 
     def revoke_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -142,18 +143,25 @@ class ApiKeyAdmin(admin.ModelAdmin):
             raise Http404("no such API key")
         if not self.has_change_permission(request, key):
             raise PermissionDenied
-        change_url = reverse(f"{self.admin_site.name}:{self.opts.app_label}_"
-                             f"{self.opts.model_name}_change", args=(key.pk,))
+        change_url = reverse(
+            f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_change", args=(key.pk,)
+        )
         if request.method == "POST":
             if key.revoked_at is None:
                 self._revoke(request, key)
             messages.success(request, f"Key {key.prefix}… is revoked: it authenticates nobody now.")
             return HttpResponseRedirect(change_url)
-        return TemplateResponse(request, "aaa/admin/apikey_revoke.html", {
-            **self.admin_site.each_context(request),
-            "opts": self.opts, "key": key, "change_url": change_url,
-            "title": f"Revoke API key {key.prefix}…?",
-        })
+        return TemplateResponse(
+            request,
+            "aaa/admin/apikey_revoke.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "key": key,
+                "change_url": change_url,
+                "title": f"Revoke API key {key.prefix}…?",
+            },
+        )
 
     # -- creating ----------------------------------------------------------------------
 
@@ -161,15 +169,21 @@ class ApiKeyAdmin(admin.ModelAdmin):
         if not self.has_add_permission(request):
             raise PermissionDenied
         form = ApiKeyCreateForm(request.POST or None, creator=request.user)
-        ctx = {**self.admin_site.each_context(request), "opts": self.opts, "form": form,
-               "title": "Create an API key"}
+        ctx = {**self.admin_site.each_context(request), "opts": self.opts, "form": form, "title": "Create an API key"}
         if request.method == "POST" and form.is_valid():
             key, secret = form.create()
             self.log_addition(request, key, [{"added": {}}])
             # The one response that carries the secret: rendered here, never redirected
             # to (a redirect would have to keep it somewhere). admin_view adds no-store.
-            return TemplateResponse(request, "aaa/admin/apikey_created.html", {
-                **ctx, "key": key, "secret": secret, "title": "API key created",
-                "may_open": self.has_view_or_change_permission(request, key),
-            })
+            return TemplateResponse(
+                request,
+                "aaa/admin/apikey_created.html",
+                {
+                    **ctx,
+                    "key": key,
+                    "secret": secret,
+                    "title": "API key created",
+                    "may_open": self.has_view_or_change_permission(request, key),
+                },
+            )
         return TemplateResponse(request, "aaa/admin/apikey_add.html", ctx)

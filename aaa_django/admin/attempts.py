@@ -81,14 +81,17 @@ class Calls:
 def model_calls(run_id: str, using: str = "default", *, shown: int = CALLS_SHOWN) -> Calls:
     """The run's newest ``shown`` model calls with their attempts."""
     rows = EventRecord.objects.using(using).filter(stream=run_id)
-    requests = list(rows.filter(type=LLM_REQUESTED).order_by("-seq").values_list("id", "seq", "data")[:shown + 1])
+    requests = list(rows.filter(type=LLM_REQUESTED).order_by("-seq").values_list("id", "seq", "data")[: shown + 1])
     total = rows.filter(type=LLM_REQUESTED).count() if len(requests) > shown else len(requests)
     requests = requests[:shown][::-1]
     if not requests:
         return Calls([], 0)
     calls = {rid: ModelCall(rid, seq, _data(raw).get("tag")) for rid, seq, raw in requests}
-    told = rows.filter(type__in=(LLM_ATTEMPTED, LLM_ABANDONED, LLM_COMPLETED, LLM_FAILED),
-                       seq__gt=requests[0][1]).order_by("seq").values_list("seq", "type", "time", "data")
+    told = (
+        rows.filter(type__in=(LLM_ATTEMPTED, LLM_ABANDONED, LLM_COMPLETED, LLM_FAILED), seq__gt=requests[0][1])
+        .order_by("seq")
+        .values_list("seq", "type", "time", "data")
+    )
     by_number: dict[tuple[str, int], Attempt] = {}
     for seq, kind, time, raw in told:
         d = _data(raw)
@@ -160,11 +163,15 @@ def attempted_summary(d: dict[str, Any]) -> str:
     estimate = d.get("estimate") or {}
     usage = estimate.get("usage") or {}
     line = f"attempt {d.get('attempt')} of the model call, sent to {d.get('model') or 'the model'}"
-    return line + (f" · at most {usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens, "
-                   f"${float(estimate.get('cost') or 0):.6f}")
+    return line + (
+        f" · at most {usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens, "
+        f"${float(estimate.get('cost') or 0):.6f}"
+    )
 
 
 def abandoned_summary(d: dict[str, Any]) -> str:
     """The timeline's line for an ``aaa.llm.abandoned``."""
-    return (f"attempt {d.get('attempt')} abandoned (its process died with it in flight) · counted at its "
-            f"estimate, ${float(d.get('cost') or 0):.6f}")
+    return (
+        f"attempt {d.get('attempt')} abandoned (its process died with it in flight) · counted at its "
+        f"estimate, ${float(d.get('cost') or 0):.6f}"
+    )

@@ -78,8 +78,9 @@ class RunBulkActions:
 
         def has_module_permission(self, request: HttpRequest) -> bool: ...
 
-        def message_user(self, request: HttpRequest, message: str, level: int = ...,
-                         extra_tags: str = ..., fail_silently: bool = ...) -> None: ...
+        def message_user(
+            self, request: HttpRequest, message: str, level: int = ..., extra_tags: str = ..., fail_silently: bool = ...
+        ) -> None: ...
 
         def _using(self) -> str: ...
 
@@ -125,8 +126,9 @@ class RunBulkActions:
                 zf.writestr("errors.txt", "Not exported:\n" + "\n".join(failed) + "\n")
         archive.seek(0)
         stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
-        response = FileResponse(archive, as_attachment=True, filename=f"runs-{stamp}.zip",
-                                content_type="application/zip")
+        response = FileResponse(
+            archive, as_attachment=True, filename=f"runs-{stamp}.zip", content_type="application/zip"
+        )
         response["Cache-Control"] = "private, no-store"
         return response
 
@@ -136,9 +138,11 @@ class RunBulkActions:
         until = _until(request.POST.get(UNTIL))
         if until is not None:  # what the confirmation page counted, not what started since
             queryset = queryset.filter(started_at__lte=until)
-        rows = [(run_id, status, owner) for run_id, status, owner in
-                queryset.order_by().values_list("run_id", "status", "owner_id")
-                if access.may_act(request.user, owner, action)]
+        rows = [
+            (run_id, status, owner)
+            for run_id, status, owner in queryset.order_by().values_list("run_id", "status", "owner_id")
+            if access.may_act(request.user, owner, action)
+        ]
         chosen = {r for r, _, _ in rows}
         ended = [r for r, status, _ in rows if status == "completed"]
         going = [r for r, status, _ in rows if status != "completed"]
@@ -194,12 +198,18 @@ class RunBulkActions:
             # The index's status is a hint: the engine decides what has ended.
             erased, refused = engine.erase_many([*ended, *going], using=self._using())
             if erased:
-                self.message_user(request, f"{_runs(len(erased))} erased: {sum(erased.values())} events, "
-                                           "their snapshots and blobs.", messages.SUCCESS)
+                self.message_user(
+                    request,
+                    f"{_runs(len(erased))} erased: {sum(erased.values())} events, their snapshots and blobs.",
+                    messages.SUCCESS,
+                )
             if refused:
                 they = "it has" if len(refused) == 1 else "they have"
-                self.message_user(request, f"{_runs(len(refused))} not erased: {they} not ended (cancel, "
-                                           f"then erase): {_names(refused)}.", messages.ERROR)
+                self.message_user(
+                    request,
+                    f"{_runs(len(refused))} not erased: {they} not ended (cancel, then erase): {_names(refused)}.",
+                    messages.ERROR,
+                )
 
 
 def _export_into(zf: zipfile.ZipFile, run_id: str, using: str) -> str | None:
@@ -232,4 +242,3 @@ def _runs(n: int) -> str:
 def _names(ids: list[str]) -> str:
     shown = ", ".join(ids[:NAMED])
     return shown if len(ids) <= NAMED else f"{shown} and {len(ids) - NAMED} more"
-

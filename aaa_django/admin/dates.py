@@ -34,13 +34,11 @@ class ProbedDates(models.QuerySet):
     ascending order, probes period by period (see the module) and returns a list of
     the periods' starts, where Django's returns a query over every row."""
 
-    def datetimes(self, field_name: str, kind: str, order: str = "ASC",
-                  tzinfo: tzinfo | None = None) -> Any:
+    def datetimes(self, field_name: str, kind: str, order: str = "ASC", tzinfo: tzinfo | None = None) -> Any:
         if kind not in PROBED or order != "ASC" or "__" in field_name:
             return super().datetimes(field_name, kind, order, tzinfo)
         tz = (tzinfo or timezone.get_current_timezone()) if settings.USE_TZ else None
-        rows = (self.filter(**{f"{field_name}__isnull": False})
-                .order_by(field_name).values_list(field_name, flat=True))
+        rows = self.filter(**{f"{field_name}__isnull": False}).order_by(field_name).values_list(field_name, flat=True)
         found: list[datetime] = []
         after: datetime | None = None
         while True:
@@ -80,8 +78,7 @@ class StartedFilter(admin.DateFieldListFilter):
     start of the minute an hour ago) and the **past 24 hours** first, for acting on
     what was just started (select all, then an action)."""
 
-    def __init__(self, field: Any, request: Any, params: Any, model: Any, model_admin: Any,
-                 field_path: str) -> None:
+    def __init__(self, field: Any, request: Any, params: Any, model: Any, model_admin: Any, field_path: str) -> None:
         super().__init__(field, request, params, model, model_admin, field_path)
         now = timezone.localtime(timezone.now()).replace(second=0, microsecond=0)
         until = {self.lookup_kwarg_until: now + timedelta(days=1)}

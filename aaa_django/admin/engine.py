@@ -17,8 +17,21 @@ from aaa_django.store import runindex
 
 R = TypeVar("R")
 
-__all__ = ["EngineUnavailable", "approve", "cancel", "cancel_many", "deny", "erase", "erase_many", "fork",
-           "redrive", "redrive_many", "run_again", "start", "start_errors"]
+__all__ = [
+    "EngineUnavailable",
+    "approve",
+    "cancel",
+    "cancel_many",
+    "deny",
+    "erase",
+    "erase_many",
+    "fork",
+    "redrive",
+    "redrive_many",
+    "run_again",
+    "start",
+    "start_errors",
+]
 
 #: runs handed to the engine in one call by the bulk actions (each call has its own timeout)
 CHUNK = 100
@@ -60,6 +73,7 @@ def erase(run_id: str, *, using: str = "default") -> int:
 
 def cancel_many(run_ids: Iterable[str], *, user: Any, reason: str | None) -> list[str]:
     """Ask each run to cancel; the ids of those asked (not those that had ended)."""
+
     async def each(e: Engine, ids: list[str]) -> list[str]:
         return [r for r in ids if await e.cancel(r, reason=reason or None, by=who(user))]
 
@@ -68,6 +82,7 @@ def cancel_many(run_ids: Iterable[str], *, user: Any, reason: str | None) -> lis
 
 def redrive_many(run_ids: Iterable[str]) -> list[str]:
     """Deliver each unfinished run's events again (``Engine.resume``); the adopted ids."""
+
     async def each(e: Engine, ids: list[str]) -> list[str]:
         return list(await e.resume(ids))
 
@@ -96,25 +111,25 @@ def erase_many(run_ids: Iterable[str], *, using: str = "default") -> tuple[dict[
     return erased, refused
 
 
-def _chunked(fn: Callable[[Engine, list[str]], Coroutine[Any, Any, list[str]]],
-             run_ids: Iterable[str]) -> list[str]:
+def _chunked(fn: Callable[[Engine, list[str]], Coroutine[Any, Any, list[str]]], run_ids: Iterable[str]) -> list[str]:
     ids = list(dict.fromkeys(run_ids))
     out: list[str] = []
     for i in range(0, len(ids), CHUNK):
-        out += call(_on(fn, ids[i: i + CHUNK]))
+        out += call(_on(fn, ids[i : i + CHUNK]))
     return out
 
 
-def _on(fn: Callable[[Engine, list[str]], Coroutine[Any, Any, R]],
-        ids: list[str]) -> Callable[[Engine], Coroutine[Any, Any, R]]:
+def _on(
+    fn: Callable[[Engine, list[str]], Coroutine[Any, Any, R]], ids: list[str]
+) -> Callable[[Engine], Coroutine[Any, Any, R]]:
     return lambda e: fn(e, ids)
 
 
-def start(algorithm: Any, input: Any, *, user: Any, budget: Mapping[str, Any] | None = None,
-          deadline: float | None = None) -> str:
+def start(
+    algorithm: Any, input: Any, *, user: Any, budget: Mapping[str, Any] | None = None, deadline: float | None = None
+) -> str:
     """Start a run owned by ``user``; return its id."""
-    run = call(lambda e: e.start(algorithm, input, budget=budget, deadline=deadline,
-                                 owner=str(user.pk)))
+    run = call(lambda e: e.start(algorithm, input, budget=budget, deadline=deadline, owner=str(user.pk)))
     return run.run_id
 
 
@@ -129,16 +144,23 @@ def run_again(run_id: str, *, user: Any) -> str:
 def start_errors(config: Any, budget: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """Why the engine's start checks would refuse a run with ``config`` and ``budget``
     (a cost budget over an unpriced model), as the REST API asks before starting one."""
+
     async def check(e: Engine) -> list[dict[str, Any]]:
         return validation.start_errors(e, config, budget)
 
     return call(check)
 
 
-def fork(run_id: str, at: int, *, user: Any, config: Mapping[str, Any] | None,
-         budget: Mapping[str, Any] | None, deadline: Any = ...) -> str:
+def fork(
+    run_id: str,
+    at: int,
+    *,
+    user: Any,
+    config: Mapping[str, Any] | None,
+    budget: Mapping[str, Any] | None,
+    deadline: Any = ...,
+) -> str:
     """Fork ``run_id`` at event ``at`` for ``user`` (see
     :func:`aaa_django.runtime.fork.fork`); return the new run's id."""
-    run = call(lambda e: fork_run(e, run_id, at, config=config, budget=budget,
-                                  deadline=deadline, owner=str(user.pk)))
+    run = call(lambda e: fork_run(e, run_id, at, config=config, budget=budget, deadline=deadline, owner=str(user.pk)))
     return run.run_id

@@ -45,8 +45,9 @@ class RunExchange(RunAdminViews):
         except exchange.ExchangeError as exc:
             messages.error(request, f"Cannot export this run: {exc}")
             return HttpResponseRedirect(self._url("change", run.run_id))
-        response = StreamingHttpResponse((line.encode("utf-8") for line in lines),
-                                         content_type=f"{exchange.MEDIA_TYPE}; charset=utf-8")
+        response = StreamingHttpResponse(
+            (line.encode("utf-8") for line in lines), content_type=f"{exchange.MEDIA_TYPE}; charset=utf-8"
+        )
         response["Content-Disposition"] = f'attachment; filename="{run.run_id}.jsonl"'
         response["Cache-Control"] = "private, no-store"
         return response
@@ -59,17 +60,22 @@ class RunExchange(RunAdminViews):
             upload = form.cleaned_data["file"]
             try:
                 export = exchange.read_export(upload)
-                exchange.import_run(export, using=self._using(), blobs=site_blobs(),
-                                    owner=str(request.user.pk))
+                exchange.import_run(export, using=self._using(), blobs=site_blobs(), owner=str(request.user.pk))
             except exchange.ExchangeError as exc:
                 form.add_error("file", f"Nothing was imported: {exc}")
             else:
                 runindex.refresh(self._using(), export.run_id)
-                messages.success(request, f"Run {export.run_id} imported: "
-                                          f"{len(export.events)} events, {len(export.refs())} blobs.")
+                messages.success(
+                    request, f"Run {export.run_id} imported: {len(export.events)} events, {len(export.refs())} blobs."
+                )
                 return HttpResponseRedirect(self._url("change", export.run_id))
-        ctx = {**self.admin_site.each_context(request), "opts": self.opts,
-               "app_label": self.opts.app_label, "title": "Import a run", "form": form}
+        ctx = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "title": "Import a run",
+            "form": form,
+        }
         return TemplateResponse(request, "aaa/admin/import.html", ctx)
 
     def fork_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -81,8 +87,14 @@ class RunExchange(RunAdminViews):
         if request.method == "POST" and form.is_valid():
             d = form.cleaned_data
             try:
-                new_id = engine.fork(run.run_id, d["at"], user=request.user, config=d["config"],
-                                     budget=d["budget"], deadline=d["deadline"])
+                new_id = engine.fork(
+                    run.run_id,
+                    d["at"],
+                    user=request.user,
+                    config=d["config"],
+                    budget=d["budget"],
+                    deadline=d["deadline"],
+                )
             except ForkError as exc:
                 form.add_error(None, str(exc))
             except engine.EngineUnavailable as exc:
@@ -93,7 +105,6 @@ class RunExchange(RunAdminViews):
                 return HttpResponseRedirect(self._url("change", new_id))
         ctx = self._context(request, run, title=f"Fork run {run.run_id}", crumb="fork", form=form)
         return TemplateResponse(request, "aaa/admin/fork.html", ctx)
-
 
     def run_again_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return require_POST(self._run_again)(request, object_id)
@@ -117,5 +128,4 @@ class RunExchange(RunAdminViews):
 
 def forks_of(using: str, run_id: str, limit: int) -> list[Any]:
     """The runs forked from ``run_id`` (newest first)."""
-    return list(RunRecord.objects.using(using).filter(forked_from=run_id)
-                .order_by("-started_at")[:limit])
+    return list(RunRecord.objects.using(using).filter(forked_from=run_id).order_by("-started_at")[:limit])

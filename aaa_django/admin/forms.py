@@ -29,8 +29,9 @@ def _json_field(label: str, help_text: str, required: bool) -> forms.CharField:
         label=label,
         required=required,
         help_text=help_text,
-        widget=forms.Textarea(attrs={"rows": 6, "cols": 80, "class": "vLargeTextField aaa-json",
-                                     "spellcheck": "false"}),
+        widget=forms.Textarea(
+            attrs={"rows": 6, "cols": 80, "class": "vLargeTextField aaa-json", "spellcheck": "false"}
+        ),
     )
 
 
@@ -46,10 +47,10 @@ class JsonConfigForm(forms.Form):
     """A configuration, a budget and a deadline as JSON (the fork's form)."""
 
     config = _json_field("Config (JSON)", "The algorithm's config.", False)
-    budget = _json_field("Budget (JSON)", 'Optional: {"tokens": …, "cost": …, '
-                         '"model_calls": …, "tool_calls": …}.', False)
-    deadline = forms.FloatField(required=False, min_value=0.001,
-                                help_text="Optional: seconds from now.")
+    budget = _json_field(
+        "Budget (JSON)", 'Optional: {"tokens": …, "cost": …, "model_calls": …, "tool_calls": …}.', False
+    )
+    deadline = forms.FloatField(required=False, min_value=0.001, help_text="Optional: seconds from now.")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -95,16 +96,20 @@ class ForkForm(JsonConfigForm):
     """Where to fork (the seq of the last event kept) and the new run's configuration,
     budget and deadline (the original's, edited)."""
 
-    at = forms.IntegerField(min_value=1, label="Keep events 1 to",
-                            help_text="The new run starts from the run's log up to this event "
-                                      "and decides anew after it: pick the event before the "
-                                      "decision to redo.")
+    at = forms.IntegerField(
+        min_value=1,
+        label="Keep events 1 to",
+        help_text="The new run starts from the run's log up to this event "
+        "and decides anew after it: pick the event before the "
+        "decision to redo.",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["config"].help_text = "The algorithm's config for the new run (edit it)."
-        self.fields["budget"].help_text = "The new run's budget; empty: none. What the kept " \
-                                          "events spent counts against it."
+        self.fields["budget"].help_text = (
+            "The new run's budget; empty: none. What the kept events spent counts against it."
+        )
         self.fields["deadline"].help_text = "Seconds from now; empty: as long as the run had."
         self.order_fields(["at", "config", "budget", "deadline"])
 

@@ -45,8 +45,18 @@ from aaa_django.runtime.event_types import (
 )
 
 #: the event types a picture reads (the admin asks the log for these only)
-TYPES = (LLM_REQUESTED, LLM_COMPLETED, LLM_FAILED, TOOL_REQUESTED, TOOL_COMPLETED,
-         TOOL_FAILED, CHILD_REQUESTED, CHILD_COMPLETED, FSM_ENTERED, RUN_COMPLETED)
+TYPES = (
+    LLM_REQUESTED,
+    LLM_COMPLETED,
+    LLM_FAILED,
+    TOOL_REQUESTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    CHILD_REQUESTED,
+    CHILD_COMPLETED,
+    FSM_ENTERED,
+    RUN_COMPLETED,
+)
 #: ... and those whose payload it needs when they are claim-checked
 NEEDS_PAYLOAD = (CHILD_COMPLETED,)
 
@@ -183,15 +193,28 @@ def workflow_picture(cfg: WorkflowGraphConfig, events: Sequence[Event]) -> Graph
                 fb = by_id[fb].fallback
     row = {node: i for column in columns.values() for i, node in enumerate(column)}
     steps = {node: (i + 1,) for i, node in enumerate(order)}
-    nodes = tuple(GraphNode(
-        id=n.id, kind=n.kind,
-        detail={"llm": "model", "tool": f"tool {n.tool}",
-                "child": f"child {n.algorithm.algorithm if n.algorithm else ''}"}[n.kind],
-        status=status.get(n.id, "idle"), rank=rank[n.id], row=row[n.id], steps=steps.get(n.id, ()),
-    ) for n in cfg.nodes)
+    nodes = tuple(
+        GraphNode(
+            id=n.id,
+            kind=n.kind,
+            detail={
+                "llm": "model",
+                "tool": f"tool {n.tool}",
+                "child": f"child {n.algorithm.algorithm if n.algorithm else ''}",
+            }[n.kind],
+            status=status.get(n.id, "idle"),
+            rank=rank[n.id],
+            row=row[n.id],
+            steps=steps.get(n.id, ()),
+        )
+        for n in cfg.nodes
+    )
     edges = [GraphEdge(a, n.id, "after", taken=int(n.id in status)) for n in cfg.nodes for a in n.after]
-    edges += [GraphEdge(n.id, n.fallback, "fallback", "on failure", taken=int(n.fallback in status))
-              for n in cfg.nodes if n.fallback]
+    edges += [
+        GraphEdge(n.id, n.fallback, "fallback", "on failure", taken=int(n.fallback in status))
+        for n in cfg.nodes
+        if n.fallback
+    ]
     note = ""
     if outcome == "failed" and isinstance(value, dict):
         note = _short(f"{value.get('node')} failed: {value.get('error')}")
@@ -265,23 +288,35 @@ def fsm_picture(cfg: FSMConfig, events: Sequence[Event]) -> GraphPicture:
     steps: dict[str, list[int]] = {}
     for i, s in enumerate(path):
         steps.setdefault(s, []).append(i + 1)
-    nodes = tuple(GraphNode(
-        id=name,
-        kind="final" if name not in cfg.states else cfg.states[name].kind,
-        detail="final" if name not in cfg.states else (
-            "model" if cfg.states[name].kind == "llm" else f"tool {cfg.states[name].tool}"),
-        status=status.get(name, "idle"), rank=rank[name], row=row[name],
-        steps=tuple(steps.get(name, ())),
-    ) for name in names)
+    nodes = tuple(
+        GraphNode(
+            id=name,
+            kind="final" if name not in cfg.states else cfg.states[name].kind,
+            detail="final"
+            if name not in cfg.states
+            else ("model" if cfg.states[name].kind == "llm" else f"tool {cfg.states[name].tool}"),
+            status=status.get(name, "idle"),
+            rank=rank[name],
+            row=row[name],
+            steps=tuple(steps.get(name, ())),
+        )
+        for name in names
+    )
     return GraphPicture(
-        "fsm", nodes,
-        tuple(GraphEdge(a, b, "transition", " / ".join(labels), went.get((a, b), 0))
-              for (a, b), labels in edges.items()),
-        tuple(path), outcome, _fsm_note(outcome, value))
+        "fsm",
+        nodes,
+        tuple(
+            GraphEdge(a, b, "transition", " / ".join(labels), went.get((a, b), 0)) for (a, b), labels in edges.items()
+        ),
+        tuple(path),
+        outcome,
+        _fsm_note(outcome, value),
+    )
 
 
-def _levels(initial: str, names: list[str],
-            edges: dict[tuple[str, str], list[str]]) -> tuple[dict[str, int], list[str]]:
+def _levels(
+    initial: str, names: list[str], edges: dict[tuple[str, str], list[str]]
+) -> tuple[dict[str, int], list[str]]:
     """A state's column: how few transitions from the initial state it is (breadth
     first; states it cannot reach go in a column after the others); and the order the
     walk meets the states (their rows)."""

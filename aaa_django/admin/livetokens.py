@@ -39,8 +39,9 @@ class _Stream:
     """One subscription's deltas as SSE text for up to ``seconds``; closing it (Django
     closes a response's content) closes the subscription, whether or not it was read."""
 
-    def __init__(self, subscription: TokenSubscription, *, seconds: float = SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, subscription: TokenSubscription, *, seconds: float = SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.subscription = subscription
         self.seconds = seconds
         self.clock = clock

@@ -89,8 +89,15 @@ class Folded:
         return text[:STATE_CHARS] + f"\n… cut: the state is {len(text):,} characters long"
 
 
-def fold_all(run_id: str, *, at: int | None = None, using: str = "default",
-             events: int = 0, eager: bool = False, algorithm: str | None = None) -> list[Folded]:
+def fold_all(
+    run_id: str,
+    *,
+    at: int | None = None,
+    using: str = "default",
+    events: int = 0,
+    eager: bool = False,
+    algorithm: str | None = None,
+) -> list[Folded]:
     """The registered projections over the run (now, or as of event ``at``).
 
     Folded: RUNMETA, the conversation, the projections the run's ``algorithm``
@@ -108,8 +115,9 @@ def fold_all(run_id: str, *, at: int | None = None, using: str = "default",
     own = _own_projections(algorithm)
     used = projections_in_use(own)
     span = events if at is None else at
-    plan = [(name, p, None if eager else _deferred(name, p, used, span))
-            for name, p in registry.all_projections().items()]
+    plan = [
+        (name, p, None if eager else _deferred(name, p, used, span)) for name, p in registry.all_projections().items()
+    ]
     plan.sort(key=lambda x: (x[0] != RUNMETA.name, x[0] not in own, x[2] is not None, x[0]))
     out = []
     for name, p, deferred in plan:
@@ -127,8 +135,7 @@ def _deferred(name: str, p: Projection, used: set[str], span: int) -> str | None
     if name not in used:
         return "not folded: this run's algorithm does not use it"
     if not p.snapshots and span > EAGER_REPLAY_LIMIT:
-        return (f"not folded yet: this projection keeps no snapshots, so folding it "
-                f"replays {span:,} events")
+        return f"not folded yet: this projection keeps no snapshots, so folding it replays {span:,} events"
     return None
 
 
@@ -150,13 +157,10 @@ def runmeta(run_id: str, *, using: str = "default") -> Folded:
     return fold_one(RUNMETA.key, RUNMETA, reader, run_id)
 
 
-def fold_one(name: str, projection: Projection, reader: Any, run_id: str, *,
-             at: int | None = None) -> Folded:
+def fold_one(name: str, projection: Projection, reader: Any, run_id: str, *, at: int | None = None) -> Folded:
     out = Folded(name=name, short=name.rsplit(".", 1)[-1])
     try:
-        loaded = async_to_sync(projection.load_info)(
-            reader, run_id, cache=default_cache if at is None else None, at=at
-        )
+        loaded = async_to_sync(projection.load_info)(reader, run_id, cache=default_cache if at is None else None, at=at)
     except BlobIntegrityError as exc:
         out.error = f"Blob integrity error: {exc}"
         return out
@@ -167,9 +171,7 @@ def fold_one(name: str, projection: Projection, reader: Any, run_id: str, *,
         out.error = f"{type(exc).__name__}: {exc}"
         return out
     out.raw = loaded.state
-    out.seq, out.source, out.base_seq, out.folded = (
-        loaded.seq, loaded.source, loaded.base_seq, loaded.folded
-    )
+    out.seq, out.source, out.base_seq, out.folded = (loaded.seq, loaded.source, loaded.base_seq, loaded.folded)
     out.state = state_json(loaded.state)
     return out
 

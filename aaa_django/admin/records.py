@@ -104,8 +104,12 @@ def indexed_values(field: str, table: str) -> type[admin.SimpleListFilter]:
             if access.sees_all(request.user):
                 values = rows.distinct(connections[queryset.db], field, table)
             else:
-                values = list(queryset.exclude(**{f"{field}__isnull": True}).order_by(field)
-                              .values_list(field, flat=True).distinct())
+                values = list(
+                    queryset.exclude(**{f"{field}__isnull": True})
+                    .order_by(field)
+                    .values_list(field, flat=True)
+                    .distinct()
+                )
             return [(v, v or "(none)") for v in values]
 
         def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
@@ -141,8 +145,9 @@ class EventAdmin(ReadOnlyAdmin):
         except ValueError:
             data = {}
         claimed = isinstance(data, dict) and data.get("$claim") is True
-        return timeline.summarize(e.type, data if isinstance(data, dict) else {"value": data},
-                                  claimed=claimed, blobs=e.blobs or [])
+        return timeline.summarize(
+            e.type, data if isinstance(data, dict) else {"value": data}, claimed=claimed, blobs=e.blobs or []
+        )
 
 
 class SnapshotAdmin(ReadOnlyAdmin):

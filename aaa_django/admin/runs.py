@@ -111,15 +111,21 @@ def _timeline_events(run_id: str, using: str) -> list[tuple[str, int, str, float
             named[seq] = str((json.loads(data) if isinstance(data, str) else data).get("name") or "")
         except (ValueError, AttributeError):
             pass
-    return [(eid, seq, etype, at.timestamp(), named.get(seq, ""))
-            for eid, seq, etype, at in rows.order_by("seq").values_list("id", "seq", "type", "time")]
+    return [
+        (eid, seq, etype, at.timestamp(), named.get(seq, ""))
+        for eid, seq, etype, at in rows.order_by("seq").values_list("id", "seq", "type", "time")
+    ]
 
 
 def _graph_events(run_id: str, using: str) -> list[Event]:
     """The events a graph picture reads (:data:`graphs.TYPES`), in one query; a
     claim-checked one hydrated only where the picture needs its payload."""
-    rows = (EventRecord.objects.using(using).filter(stream=run_id, type__in=graphs.TYPES).order_by("seq")
-            .values_list("id", "stream", "seq", "type", "data", "causation", "time", "blobs", "tenant"))
+    rows = (
+        EventRecord.objects.using(using)
+        .filter(stream=run_id, type__in=graphs.TYPES)
+        .order_by("seq")
+        .values_list("id", "stream", "seq", "type", "data", "causation", "time", "blobs", "tenant")
+    )
     events = [to_event(row) for row in rows]
     return [hydrated(e) if e.type in graphs.NEEDS_PAYLOAD else e for e in events]
 
@@ -140,13 +146,14 @@ def run_graph(run: RunRecord, config: Any, using: str) -> RunGraph | None:
         return None
     kind = "fsm" if graphs.is_fsm(algorithm) else "workflow"
     if run.last_seq > pictures.TIMELINE_EVENTS:
-        return RunGraph(reason=f"The graph is drawn for runs of up to {pictures.TIMELINE_EVENTS:,} events.",
-                        kind=kind)
+        return RunGraph(reason=f"The graph is drawn for runs of up to {pictures.TIMELINE_EVENTS:,} events.", kind=kind)
     try:
         picture = graphs.graph_picture(algorithm, config, _graph_events(run.run_id, using))
     except ValidationError as exc:
-        return RunGraph(reason=f"The run's config does not describe a graph ({exc.error_count()} "
-                               "error(s)): nothing to draw.", kind=kind)
+        return RunGraph(
+            reason=f"The run's config does not describe a graph ({exc.error_count()} error(s)): nothing to draw.",
+            kind=kind,
+        )
     except BlobError as exc:
         return RunGraph(reason=f"A child run's end cannot be read: {exc}", kind=kind)
     return RunGraph(svg=pictures.graph(picture), kind=kind)
@@ -165,8 +172,12 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
         "ended_col",
         "duration_col",
     )
-    list_filter = (indexed_values("outcome", "aaa_run"), "status", indexed_values("algorithm", "aaa_run"),
-                   ("started_at", StartedFilter))
+    list_filter = (
+        indexed_values("outcome", "aaa_run"),
+        "status",
+        indexed_values("algorithm", "aaa_run"),
+        ("started_at", StartedFilter),
+    )
     paginator = EstimatingPaginator
     search_fields = ("run_id", "owner__username", "owner__email")
     list_select_related = ("owner",)
@@ -182,8 +193,7 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
     def run_link(self, run: RunRecord) -> str:
         rid = run.run_id
         short = rid if len(rid) <= 24 else f"{rid[:13]}…{rid[-8:]}"  # the whole id is the title
-        return format_html('<a class="aaa-run-id" href="{}" title="{}">{}</a>',
-                           self._url("change", rid), rid, short)
+        return format_html('<a class="aaa-run-id" href="{}" title="{}">{}</a>', self._url("change", rid), rid, short)
 
     @admin.display(description="status / outcome", ordering="status")
     def status_outcome(self, run: RunRecord) -> str:
@@ -192,8 +202,9 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
 
     @admin.display(description="tokens", ordering="tokens_in")
     def tokens_col(self, run: RunRecord) -> str:
-        return format_html('<span title="{} in / {} out">{}</span>', f"{run.tokens_in:,}",
-                           f"{run.tokens_out:,}", f"{run.tokens:,}")
+        return format_html(
+            '<span title="{} in / {} out">{}</span>', f"{run.tokens_in:,}", f"{run.tokens_out:,}", f"{run.tokens:,}"
+        )
 
     @admin.display(description="cost", ordering="cost")
     def cost_col(self, run: RunRecord) -> str:
@@ -217,8 +228,9 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         may_import = request.user.has_perm("aaa.import_run")
-        response = super().changelist_view(request, {"title": "Runs", "may_import": may_import,
-                                                     **(extra_context or {})})
+        response = super().changelist_view(
+            request, {"title": "Runs", "may_import": may_import, **(extra_context or {})}
+        )
         if isinstance(response, TemplateResponse) and "cl" in (response.context_data or {}):
             # the runs the list shows, whatever page of them: its filters, search, date
             # drill-down and who may see what (the ChangeList's queryset, unpaginated)
@@ -259,10 +271,12 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
             path(f"{run}/live/", wrap(self.live_view), name=f"{name}_live"),
             path(f"{run}/tokens/", wrap(self.tokens_view), name=f"{name}_tokens"),
             path(f"{run}/events/<int:seq>/", wrap(self.event_view), name=f"{name}_event"),
-            path(f"{run}/events/<int:seq>/blobs/<int:index>/", wrap(self.blob_view),
-                 name=f"{name}_blob"),
-            path(f"{run}/events/<int:seq>/blobs/<int:index>/download/",
-                 wrap(self.blob_download), name=f"{name}_blob_download"),
+            path(f"{run}/events/<int:seq>/blobs/<int:index>/", wrap(self.blob_view), name=f"{name}_blob"),
+            path(
+                f"{run}/events/<int:seq>/blobs/<int:index>/download/",
+                wrap(self.blob_download),
+                name=f"{name}_blob_download",
+            ),
             path(f"{run}/cancel/", wrap(self.cancel_view), name=f"{name}_cancel"),
             path(f"{run}/approve/", wrap(self.approve_view), name=f"{name}_approve"),
             path(f"{run}/deny/", wrap(self.deny_view), name=f"{name}_deny"),
@@ -289,8 +303,7 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
         if not may_use_runs(request.user):
             raise PermissionDenied
         run = runindex.refresh(self._using(), unquote(object_id))
-        verdict = (access.Verdict.NOT_FOUND if run is None
-                   else access.check(request.user, run.owner_id, action))
+        verdict = access.Verdict.NOT_FOUND if run is None else access.check(request.user, run.owner_id, action)
         if run is None or verdict is access.Verdict.NOT_FOUND:
             raise Http404("no such run")
         if verdict is access.Verdict.FORBIDDEN:
@@ -310,25 +323,25 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
             "run_url": self._url("change", run.run_id),
             # the run's own URLs are below this one: live/, events/N/, cancel/, ...
             "run_base": self._url("live", run.run_id)[: -len("live/")],
-            "can": {**access.allowed_actions(request.user, run.owner_id),
-                    "fork": self.has_add_permission(request)},
+            "can": {**access.allowed_actions(request.user, run.owner_id), "fork": self.has_add_permission(request)},
         }
         ctx.update(extra)
         return ctx
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: Any = None) -> HttpResponse:
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
         run = self.get_run(request, object_id)
         using = self._using()
         size = timeline.page_size(request.GET.get("per"))
-        page = timeline.load_page(run.run_id, run.last_seq, request.GET.get("page", 1), size,
-                                  using=using)
+        page = timeline.load_page(run.run_id, run.last_seq, request.GET.get("page", 1), size, using=using)
         at = _int(request.GET.get("at"))
         if at is not None:
             at = min(max(at, 0), run.last_seq)
         eager = request.GET.get("fold") == "all"
-        folded = reading.fold_all(run.run_id, at=at, using=using, events=run.last_seq,
-                                  eager=eager, algorithm=run.algorithm)
+        folded = reading.fold_all(
+            run.run_id, at=at, using=using, events=run.last_seq, eager=eager, algorithm=run.algorithm
+        )
         # The summary needs RUNMETA now; fold it apart when the page travels in time.
         meta = next((f.raw for f in folded if f.name == RUNMETA.name), None)
         if at is not None:
@@ -353,10 +366,10 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
             approvals=self._approvals(run.run_id, meta, using),
             attempts=model_calls(run.run_id, using),  # the attempts panel (_attempts.html)
             parent=RunRecord.objects.using(using).filter(pk=run.parent).first() if run.parent else None,
-            children=list(RunRecord.objects.using(using).filter(parent=run.run_id)
-                          .order_by("started_at")[:CHILDREN_SHOWN]),
-            origin=RunRecord.objects.using(using).filter(pk=run.forked_from).first()
-            if run.forked_from else None,
+            children=list(
+                RunRecord.objects.using(using).filter(parent=run.run_id).order_by("started_at")[:CHILDREN_SHOWN]
+            ),
+            origin=RunRecord.objects.using(using).filter(pk=run.forked_from).first() if run.forked_from else None,
             forks=forks_of(using, run.run_id, CHILDREN_SHOWN),
             blob_views=blob_views,
             blobs_page=blobs_page,
@@ -365,7 +378,8 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
             deadline=_from_epoch(meta.deadline) if meta else None,
             budget_svg=pictures.budget_bars(meta.budget, meta.spend) if meta else None,
             timeline_svg=pictures.timeline(_timeline_events(run.run_id, using), time.time())
-            if run.last_seq <= pictures.TIMELINE_EVENTS else None,
+            if run.last_seq <= pictures.TIMELINE_EVENTS
+            else None,
             timeline_max=pictures.TIMELINE_EVENTS,
             graph=run_graph(run, started_data.get("config"), using),
             status_label=status_label(run),
@@ -373,7 +387,8 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
             poll_ms=int(POLL_SECONDS * 1000),
             # live tokens: only while the run goes and the site streams them
             tokens_url=self._url("tokens", run.run_id)
-            if run.status != "completed" and aaa_settings()["STREAM_TOKENS"] else None,
+            if run.status != "completed" and aaa_settings()["STREAM_TOKENS"]
+            else None,
         )
         return TemplateResponse(request, "aaa/admin/run.html", ctx)
 
@@ -391,14 +406,16 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
                 args[seq] = None
         out = []
         for seq, (rid, p) in sorted(seqs.items()):
-            out.append({
-                "request_id": rid,
-                "seq": seq,
-                "name": p.name,
-                "call_id": p.call_id,
-                "args": json.dumps(args.get(seq), ensure_ascii=False, sort_keys=True),
-                "expires_at": _from_epoch(p.expires_at),
-            })
+            out.append(
+                {
+                    "request_id": rid,
+                    "seq": seq,
+                    "name": p.name,
+                    "call_id": p.call_id,
+                    "args": json.dumps(args.get(seq), ensure_ascii=False, sort_keys=True),
+                    "expires_at": _from_epoch(p.expires_at),
+                }
+            )
         return out
 
     def _blobs(self, run_id: str, number: int, using: str) -> tuple[list[reading.BlobView], bool]:
@@ -408,12 +425,11 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
             .filter(stream=run_id)
             .exclude(blobs=[])
             .order_by("seq")
-            .values_list("seq", "blobs")[(number - 1) * BLOBS_PER_PAGE: number * BLOBS_PER_PAGE + 1]
+            .values_list("seq", "blobs")[(number - 1) * BLOBS_PER_PAGE : number * BLOBS_PER_PAGE + 1]
         )
         more = len(rows) > BLOBS_PER_PAGE
         store = reading.site_blobs()
-        views = [reading.check(v, store) for seq, raw in rows[:BLOBS_PER_PAGE]
-                 for v in reading.refs_of(seq, raw)]
+        views = [reading.check(v, store) for seq, raw in rows[:BLOBS_PER_PAGE] for v in reading.refs_of(seq, raw)]
         return views, more
 
     # -- live updates --------------------------------------------------------------------
@@ -426,29 +442,35 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
         after = max(_int(request.GET.get("after")) or 0, 0)
         until = _int(request.GET.get("until")) or after
         size = timeline.page_size(request.GET.get("per"))
-        new_rows = timeline.rows(run.run_id, after=after, upto=min(until, after + size),
-                                 size=size, using=using) if until > after else []
+        new_rows = (
+            timeline.rows(run.run_id, after=after, upto=min(until, after + size), size=size, using=using)
+            if until > after
+            else []
+        )
         meta = reading.runmeta(run.run_id, using=using).raw
-        ctx = self._context(request, run, per=size, meta=meta,
-                            approvals=self._approvals(run.run_id, meta, using))
-        return JsonResponse({
-            "run_id": run.run_id,
-            "status": run.status,
-            "outcome": run.outcome,
-            "label": status_label(run),
-            "last_seq": run.last_seq,
-            "tokens": f"{run.tokens:,} ({run.tokens_in:,} in / {run.tokens_out:,} out)",
-            "cost": f"${run.cost:.6f}",
-            "model_calls": run.model_calls,
-            "tool_calls": run.tool_calls,
-            "ended": timezone.localtime(run.ended_at).isoformat(sep=" ", timespec="seconds")
-            if run.ended_at else "—",
-            "duration": format_duration(duration(run)),
-            "after": new_rows[-1].seq if new_rows else after,
-            "rows_html": render_to_string("aaa/admin/_timeline_rows.html",
-                                          {**ctx, "rows": new_rows}, request=request),
-            "actions_html": render_to_string("aaa/admin/_actions.html", ctx, request=request),
-        })
+        ctx = self._context(request, run, per=size, meta=meta, approvals=self._approvals(run.run_id, meta, using))
+        return JsonResponse(
+            {
+                "run_id": run.run_id,
+                "status": run.status,
+                "outcome": run.outcome,
+                "label": status_label(run),
+                "last_seq": run.last_seq,
+                "tokens": f"{run.tokens:,} ({run.tokens_in:,} in / {run.tokens_out:,} out)",
+                "cost": f"${run.cost:.6f}",
+                "model_calls": run.model_calls,
+                "tool_calls": run.tool_calls,
+                "ended": timezone.localtime(run.ended_at).isoformat(sep=" ", timespec="seconds")
+                if run.ended_at
+                else "—",
+                "duration": format_duration(duration(run)),
+                "after": new_rows[-1].seq if new_rows else after,
+                "rows_html": render_to_string(
+                    "aaa/admin/_timeline_rows.html", {**ctx, "rows": new_rows}, request=request
+                ),
+                "actions_html": render_to_string("aaa/admin/_actions.html", ctx, request=request),
+            }
+        )
 
     def tokens_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The run's live tokens as Server-Sent Events (:mod:`.livetokens`); 204 (which
@@ -458,8 +480,7 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
         subscription = tokens.subscribe(run.run_id) if run.status != "completed" else None
         if subscription is None:
             return HttpResponse(status=204)
-        stream = (livetokens.AsyncTokenStream if isinstance(request, ASGIRequest)
-                  else livetokens.TokenStream)
+        stream = livetokens.AsyncTokenStream if isinstance(request, ASGIRequest) else livetokens.TokenStream
         response = StreamingHttpResponse(stream(subscription), content_type="text/event-stream; charset=utf-8")
         response["X-Accel-Buffering"] = "no"  # a proxy passes each message on as it comes
         return response  # (admin_view marks it never cached)
@@ -485,23 +506,27 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
         size = timeline.page_size(request.GET.get("per"))
         cause = None
         if event.causation:
-            cause = (EventRecord.objects.using(self._using()).filter(pk=event.causation)
-                     .values_list("stream", "seq").first())
+            cause = (
+                EventRecord.objects.using(self._using()).filter(pk=event.causation).values_list("stream", "seq").first()
+            )
         ctx = self._context(
-            request, run,
+            request,
+            run,
             title=f"Event {seq} of run {run.run_id}",
             crumb=f"event {seq}",
             event=event,
             data_text=_pretty(event.data),
-            summary=timeline.summarize(event.type, event.data, claimed=claimed,
-                                       blobs=[b.to_dict() for b in event.blobs]),
+            summary=timeline.summarize(
+                event.type, event.data, claimed=claimed, blobs=[b.to_dict() for b in event.blobs]
+            ),
             claimed=claimed,
             hydrated_text=hydrated_text,
             error=error,
             blob_refs=[reading.BlobView(seq=seq, index=i, ref=b) for i, b in enumerate(event.blobs)],
             cause=cause,
             cause_url=(self._url("change", cause[0]) + f"?page={timeline.page_of(cause[1], size)}#e{cause[1]}")
-            if cause else None,
+            if cause
+            else None,
             timeline_url=f"{self._url('change', run.run_id)}?page={timeline.page_of(seq, size)}#e{seq}",
         )
         return TemplateResponse(request, "aaa/admin/event.html", ctx)
@@ -515,8 +540,13 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
     def blob_view(self, request: HttpRequest, object_id: str, seq: int, index: int) -> HttpResponse:
         run = self.get_run(request, object_id)
         view = reading.check(self._blob_ref(run, seq, index), reading.site_blobs(), keep=True)
-        ctx = self._context(request, run, title=f"Blob {view.ref.sha256[:12]}… of run {run.run_id}",
-                            blob=view, crumb=f"event {seq} blob")
+        ctx = self._context(
+            request,
+            run,
+            title=f"Blob {view.ref.sha256[:12]}… of run {run.run_id}",
+            blob=view,
+            crumb=f"event {seq} blob",
+        )
         return TemplateResponse(request, "aaa/admin/blob.html", ctx, status=200 if view.ok else 409)
 
     def blob_download(self, request: HttpRequest, object_id: str, seq: int, index: int) -> HttpResponse:
@@ -529,7 +559,7 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
         data = view.data or b""
         chunk = 64 * 1024
         response = StreamingHttpResponse(
-            (data[i: i + chunk] for i in range(0, len(data), chunk)),
+            (data[i : i + chunk] for i in range(0, len(data), chunk)),
             content_type=view.ref.media_type,
         )
         response["Content-Length"] = str(len(data))
@@ -546,8 +576,9 @@ def _when(t: datetime | None) -> str:
     if t is None:
         return "—"
     t = timezone.localtime(t)
-    return format_html('<span title="{}">{}</span>', t.isoformat(sep=" ", timespec="milliseconds"),
-                       t.strftime("%Y-%m-%d %H:%M"))
+    return format_html(
+        '<span title="{}">{}</span>', t.isoformat(sep=" ", timespec="milliseconds"), t.strftime("%Y-%m-%d %H:%M")
+    )
 
 
 def _from_epoch(seconds: float | None) -> datetime | None:

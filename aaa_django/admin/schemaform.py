@@ -128,8 +128,9 @@ def form_field(name: str, field_name: str, info: FieldInfo, note: str = "") -> t
     return Key(name=name, field=field_name, kind=kind, nullable=nullable, required=required), field
 
 
-def _field(name: str, annotation: Any, nullable: bool, required: bool,
-           bounds: dict[str, Any]) -> tuple[str, forms.Field]:
+def _field(
+    name: str, annotation: Any, nullable: bool, required: bool, bounds: dict[str, Any]
+) -> tuple[str, forms.Field]:
     """The kind of a key and its bare form field (labels and help added by the caller)."""
     needed = required and not nullable
     choices = _choices(annotation)
@@ -138,7 +139,10 @@ def _field(name: str, annotation: Any, nullable: bool, required: bool,
         blank = [("", "—")] if nullable else []  # "none"; a default is preselected
         return CHOICE, forms.TypedChoiceField(
             choices=blank + [(str(v), label) for v, label in choices],
-            coerce=lambda raw: _match(raw, values), required=needed, empty_value=None)
+            coerce=lambda raw: _match(raw, values),
+            required=needed,
+            empty_value=None,
+        )
     if annotation is bool:
         if nullable:
             return BOOL, forms.NullBooleanField(required=False)
@@ -149,14 +153,22 @@ def _field(name: str, annotation: Any, nullable: bool, required: bool,
         return FLOAT, forms.FloatField(required=needed, min_value=bounds.get("ge"), max_value=bounds.get("le"))
     if annotation is str:
         long = bool(LONG_TEXT.search(name))
-        widget: forms.Widget = (forms.Textarea(attrs={"rows": 3, "cols": 80, "class": "vLargeTextField"})
-                                if long else forms.TextInput(attrs={"class": "vTextField"}))
-        return TEXT, forms.CharField(required=needed, widget=widget, min_length=bounds.get("min_length"),
-                                     max_length=bounds.get("max_length"))
+        widget: forms.Widget = (
+            forms.Textarea(attrs={"rows": 3, "cols": 80, "class": "vLargeTextField"})
+            if long
+            else forms.TextInput(attrs={"class": "vTextField"})
+        )
+        return TEXT, forms.CharField(
+            required=needed, widget=widget, min_length=bounds.get("min_length"), max_length=bounds.get("max_length")
+        )
     if get_origin(annotation) is list and get_args(annotation) and get_args(annotation)[0] is str:
         return LINES, LinesField(required=needed)
-    return JSON, JsonField(required=needed, widget=forms.Textarea(
-        attrs={"rows": 3, "cols": 80, "class": "vLargeTextField aaa-json", "spellcheck": "false"}))
+    return JSON, JsonField(
+        required=needed,
+        widget=forms.Textarea(
+            attrs={"rows": 3, "cols": 80, "class": "vLargeTextField aaa-json", "spellcheck": "false"}
+        ),
+    )
 
 
 class JsonField(forms.JSONField):

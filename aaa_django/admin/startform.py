@@ -103,22 +103,34 @@ class StartRunForm(forms.Form):
 
     algorithm = forms.ChoiceField(help_text="The algorithms registered in this process.")
     shown_for = forms.CharField(widget=forms.HiddenInput, required=False)
-    deadline = forms.FloatField(required=False, min_value=0.001, label="deadline",
-                                help_text="Seconds from now. Empty: none.")
+    deadline = forms.FloatField(
+        required=False, min_value=0.001, label="deadline", help_text="Seconds from now. Empty: none."
+    )
     input_json = forms.CharField(
-        required=False, label="input (JSON)",
-        widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "class": "vLargeTextField aaa-json",
-                                     "spellcheck": "false"}),
-        help_text="The whole input as JSON, instead of the input's fields above.")
+        required=False,
+        label="input (JSON)",
+        widget=forms.Textarea(
+            attrs={"rows": 4, "cols": 80, "class": "vLargeTextField aaa-json", "spellcheck": "false"}
+        ),
+        help_text="The whole input as JSON, instead of the input's fields above.",
+    )
     config_json = forms.CharField(
-        required=False, label="config (JSON)",
-        widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "class": "vLargeTextField aaa-json",
-                                     "spellcheck": "false"}),
+        required=False,
+        label="config (JSON)",
+        widget=forms.Textarea(
+            attrs={"rows": 4, "cols": 80, "class": "vLargeTextField aaa-json", "spellcheck": "false"}
+        ),
         help_text="The whole config as JSON, instead of the config's fields and tools above "
-                  "(tools the site does not serve: give their JSON specs in \"tools\").")
+        '(tools the site does not serve: give their JSON specs in "tools").',
+    )
 
-    def __init__(self, data: Mapping[str, Any] | None = None, *, algorithm: str | None,
-                 tools: Callable[[], list[SiteTool]] = site_tools) -> None:
+    def __init__(
+        self,
+        data: Mapping[str, Any] | None = None,
+        *,
+        algorithm: str | None,
+        tools: Callable[[], list[SiteTool]] = site_tools,
+    ) -> None:
         super().__init__(data)
         self.name = algorithm
         self.fields["algorithm"].choices = [(n, n) for n in registry.names()]
@@ -143,8 +155,7 @@ class StartRunForm(forms.Form):
             if self.tools:
                 skip = ("tools",)
                 self.tool_names = takes_names(self.config_model)
-                self.config_order = [TOOLS if k == "tools" else f"config__{k}"
-                                     for k in self.config_model.model_fields]
+                self.config_order = [TOOLS if k == "tools" else f"config__{k}" for k in self.config_model.model_fields]
         self.config = Section(self.config_model, "config", skip=skip) if self.config_model else None
         self.budget = Section(Budget, "budget")
         for key in self.budget.keys:
@@ -156,23 +167,27 @@ class StartRunForm(forms.Form):
                 fields.update(section.fields)
         if self.tools:
             fields[TOOLS] = forms.MultipleChoiceField(
-                label="tools", required=False, widget=forms.CheckboxSelectMultiple,
-                choices=[(t.name, f"{t.name}: {t.description}" if t.description else t.name)
-                         for t in self.tools],
+                label="tools",
+                required=False,
+                widget=forms.CheckboxSelectMultiple,
+                choices=[(t.name, f"{t.name}: {t.description}" if t.description else t.name) for t in self.tools],
                 initial=[t.name for t in self.tools],
-                help_text="The site's tools the model is offered (ticked: offered).")
+                help_text="The site's tools the model is offered (ticked: offered).",
+            )
         fields.update(self.budget.fields)
         self.fields.update(fields)
-        self.order_fields(["algorithm", "shown_for", *self._config_first(fields), "deadline",
-                           "input_json", "config_json"])
+        self.order_fields(
+            ["algorithm", "shown_for", *self._config_first(fields), "deadline", "input_json", "config_json"]
+        )
         if data is not None:  # raw JSON replaces that part's fields
             if self.input is not None and str(data.get("input_json") or "").strip():
                 self.input.loosen()
             if self.config is not None and str(data.get("config_json") or "").strip():
                 self.config.loosen()
         if self.input is None:
-            self.fields["input_json"].help_text = ("This algorithm declares no input schema: its "
-                                                   "input is this JSON (empty: null).")
+            self.fields["input_json"].help_text = (
+                "This algorithm declares no input schema: its input is this JSON (empty: null)."
+            )
 
     def _config_first(self, fields: dict[str, forms.Field]) -> list[str]:
         """The fields in order, the tools where the config declares them."""
@@ -200,7 +215,8 @@ class StartRunForm(forms.Form):
 
     def advanced_open(self) -> bool:
         return self.input is None or any(
-            self[n].errors or str(self[n].value() or "").strip() for n in ("input_json", "config_json"))
+            self[n].errors or str(self[n].value() or "").strip() for n in ("input_json", "config_json")
+        )
 
     def schemas_text(self) -> str:
         """The algorithm's input and config schemas (for the raw JSON)."""

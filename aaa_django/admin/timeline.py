@@ -160,8 +160,7 @@ def rows(run_id: str, *, after: int, upto: int, size: int, using: str = "default
     return out
 
 
-def _row(id_: str, seq: int, type_: str, time_: datetime, causation: str | None,
-         data_text: str, blobs: Any) -> Row:
+def _row(id_: str, seq: int, type_: str, time_: datetime, causation: str | None, data_text: str, blobs: Any) -> Row:
     try:
         data = json.loads(data_text)
     except ValueError:
@@ -173,8 +172,9 @@ def _row(id_: str, seq: int, type_: str, time_: datetime, causation: str | None,
         type=type_,
         time=time_,
         causation=causation,
-        summary=summarize(type_, data if isinstance(data, dict) else {"value": data},
-                          claimed=claimed, blobs=blobs or []),
+        summary=summarize(
+            type_, data if isinstance(data, dict) else {"value": data}, claimed=claimed, blobs=blobs or []
+        ),
         claimed=claimed,
         blobs=list(blobs or []),
     )
@@ -183,8 +183,9 @@ def _row(id_: str, seq: int, type_: str, time_: datetime, causation: str | None,
 # -- one-line summaries ----------------------------------------------------------------
 
 
-def summarize(type_: str, data: dict[str, Any], *, claimed: bool = False,
-              blobs: list[dict[str, Any]] | None = None) -> str:
+def summarize(
+    type_: str, data: dict[str, Any], *, claimed: bool = False, blobs: list[dict[str, Any]] | None = None
+) -> str:
     """A readable line for an event: what happened, in the event type's own terms."""
     if claimed:
         size = sum(int(b.get("size") or 0) for b in (blobs or []))
@@ -322,8 +323,9 @@ def _decision(word: str) -> Callable[[dict], str]:
 _SUMMARIES: dict[str, Callable[[dict], str]] = {
     RUN_STARTED: _started,
     RUN_COMPLETED: _completed,
-    CANCEL_REQUESTED: lambda d: f"cancel requested by {d.get('by') or 'someone'}"
-    + (f": {d['reason']}" if d.get("reason") else ""),
+    CANCEL_REQUESTED: lambda d: (
+        f"cancel requested by {d.get('by') or 'someone'}" + (f": {d['reason']}" if d.get("reason") else "")
+    ),
     INPUT_VALIDATED: lambda d: "input is valid",
     INPUT_REJECTED: _rejected("input"),
     OUTPUT_PROPOSED: lambda d: f"answer proposed, to fit {d.get('schema')}: {_json(d.get('value'))}",

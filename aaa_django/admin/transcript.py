@@ -31,12 +31,16 @@ class RunTranscript(RunAdminViews):
         run = self.get_run(request, object_id)
         t = transcript.load(run.run_id, using=self._using())
         ctx = self._context(
-            request, run,
+            request,
+            run,
             title=f"Transcript of run {run.run_id}",
             crumb="transcript",
             transcript=t,
-            totals={"tokens": sum(x.tokens for x in t.turns), "cost": sum(x.cost for x in t.turns),
-                    "model_calls": sum(x.model_calls for x in t.turns)},
+            totals={
+                "tokens": sum(x.tokens for x in t.turns),
+                "cost": sum(x.cost for x in t.turns),
+                "model_calls": sum(x.model_calls for x in t.turns),
+            },
             schemas={q.id: json.dumps(q.schema, indent=2, sort_keys=True) for x in t.turns for q in x.questions},
         )
         return TemplateResponse(request, "aaa/admin/transcript.html", ctx)

@@ -59,9 +59,12 @@ class Replay(AbstractCapability[Any]):
         self.count += 1
         if k < len(self.journal.models):
             m = self.journal.models[k]
-            return to_model_response(Message.model_validate(m.message or {"role": "assistant"}),
-                                     usage=Usage.model_validate(m.usage), model=m.model,
-                                     finish_reason=m.finish_reason)
+            return to_model_response(
+                Message.model_validate(m.message or {"role": "assistant"}),
+                usage=Usage.model_validate(m.usage),
+                model=m.model,
+                finish_reason=m.finish_reason,
+            )
         self.pending = (k, request_context)
         raise Suspend()
 
@@ -77,12 +80,12 @@ class Replay(AbstractCapability[Any]):
         # A call that needs approval got it at our gate (its result is in the log):
         # approve it here, and wrap_tool_execute hands over that result.
         approved: dict[str, bool | ToolApproved | ToolDenied] = {
-            c.tool_call_id: True for c in requests.approvals if c.tool_call_id in self.journal.tools}
+            c.tool_call_id: True for c in requests.approvals if c.tool_call_id in self.journal.tools
+        }
         return DeferredToolResults(approvals=approved) if approved else None
 
 
-async def replay(ctx: Ctx, agent: Any, journal: Journal, *, model: str | None,
-                 path: str) -> tuple[str, Any] | None:
+async def replay(ctx: Ctx, agent: Any, journal: Journal, *, model: str | None, path: str) -> tuple[str, Any] | None:
     """Replay the agent once: the run's outcome when it ended, else None (this step
     asked for a model response or tool calls, replied in a conversation, or waits for
     the next message). In a conversation, one ``agent.run`` per message, each with the
@@ -97,8 +100,13 @@ async def replay(ctx: Ctx, agent: Any, journal: Journal, *, model: str | None,
     history = None
     for turn, prompt in enumerate(prompts, 1):
         try:
-            result = await agent.run(prompt, message_history=history, capabilities=[capability],
-                                     output_type=[*types, DeferredToolRequests], **stand_in)
+            result = await agent.run(
+                prompt,
+                message_history=history,
+                capabilities=[capability],
+                output_type=[*types, DeferredToolRequests],
+                **stand_in,
+            )
         except Exception as exc:
             if _find(exc, Suspend) is not None:
                 await _ask_model(ctx, capability, model, path)
@@ -112,8 +120,9 @@ async def replay(ctx: Ctx, agent: Any, journal: Journal, *, model: str | None,
             asked = set(journal.requested)
             for call in [*output.calls, *output.approvals]:
                 if call.tool_call_id not in asked:
-                    ctx.tool(call.tool_name, call.args_as_dict(), call_id=call.tool_call_id,
-                             key=("agent", call.tool_call_id))
+                    ctx.tool(
+                        call.tool_name, call.args_as_dict(), call_id=call.tool_call_id, key=("agent", call.tool_call_id)
+                    )
             return None
         if ctx.conversation is None:
             return "success", {"output": to_jsonable_python(output)}
@@ -135,7 +144,7 @@ async def _ask_model(ctx: Ctx, capability: Replay, model: str | None, path: str)
     seen = (await ctx.project(CONVERSATION)).messages(THREAD)
     thread = THREAD
     if messages[: len(seen)] == seen:
-        delta = messages[len(seen):]
+        delta = messages[len(seen) :]
     else:  # the agent's history is not the conversation so far (it rewrote it): start afresh
         thread, delta = f"{THREAD}-{k + 1}", messages
     data: dict[str, Any] = {

@@ -95,5 +95,10 @@ def _apply(j: Journal, e: Event) -> Journal:
 
 
 JOURNAL: Projection[Journal] = Projection(
-    Journal, _apply, name="aaa.algos.pydantic_agent.JOURNAL", version=2, state_type=Journal, every=64,
+    Journal,
+    _apply,
+    name="aaa.algos.pydantic_agent.JOURNAL",
+    version=2,
+    state_type=Journal,
+    every=64,
 )

@@ -43,20 +43,22 @@ from aaa_django.runtime.event_types import (
 #: with the answer), and a cancel or close request (the engine ends the run). Not stepping
 #: on them (``Algorithm.ignores``) halves the steps and reads of a run, as the spec's
 #: fold measurement does (it reads on results only).
-QUIET = frozenset({
-    LLM_REQUESTED,
-    TOOL_REQUESTED,
-    TOOL_STARTED,
-    CHILD_REQUESTED,
-    APPROVAL_REQUESTED,
-    *APPROVAL_DECISIONS,
-    CANCEL_REQUESTED,
-    OUTPUT_PROPOSED,
-    MESSAGE_SENT,
-    QUESTION_ASKED,
-    *QUESTION_DECISIONS,
-    CLOSE_REQUESTED,
-})
+QUIET = frozenset(
+    {
+        LLM_REQUESTED,
+        TOOL_REQUESTED,
+        TOOL_STARTED,
+        CHILD_REQUESTED,
+        APPROVAL_REQUESTED,
+        *APPROVAL_DECISIONS,
+        CANCEL_REQUESTED,
+        OUTPUT_PROPOSED,
+        MESSAGE_SENT,
+        QUESTION_ASKED,
+        *QUESTION_DECISIONS,
+        CLOSE_REQUESTED,
+    }
+)
 
 
 def reply_text(data: Mapping[str, Any]) -> str:
@@ -123,7 +125,7 @@ def tag_index(tag: Any, prefix: str) -> int | None:
     """``N`` of ``"<prefix>-N"`` (None for any other tag)."""
     if not isinstance(tag, str) or not tag.startswith(prefix + "-"):
         return None
-    rest = tag[len(prefix) + 1:]
+    rest = tag[len(prefix) + 1 :]
     return int(rest) if rest.isdigit() else None
 
 

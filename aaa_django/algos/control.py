@@ -86,13 +86,19 @@ def apply_wf(s: WorkflowState, e: Event) -> WorkflowState:
     elif t in (LLM_COMPLETED, LLM_FAILED):
         node = node_of(d.get("tag"))
         if node in s.nodes:
-            s.nodes[node] = (NodeRun(status="done", result=reply_text(d)) if t == LLM_COMPLETED
-                             else NodeRun(status="failed", error=failure_text(d)))
+            s.nodes[node] = (
+                NodeRun(status="done", result=reply_text(d))
+                if t == LLM_COMPLETED
+                else NodeRun(status="failed", error=failure_text(d))
+            )
     elif t in (TOOL_COMPLETED, TOOL_FAILED):
         node = node_of(d.get("call_id"))
         if node in s.nodes:
-            s.nodes[node] = (NodeRun(status="done", result=as_text(d.get("result")))
-                             if t == TOOL_COMPLETED else NodeRun(status="failed", error=failure_text(d)))
+            s.nodes[node] = (
+                NodeRun(status="done", result=as_text(d.get("result")))
+                if t == TOOL_COMPLETED
+                else NodeRun(status="failed", error=failure_text(d))
+            )
     elif t == CHILD_COMPLETED:
         node = node_of(d.get("key"))
         if node in s.nodes:
@@ -172,11 +178,9 @@ class WorkflowGraphConfig(BaseModel):
                 if ref not in known:
                     raise ValueError(f"node {n.id!r} names an unknown node {ref!r}")
             if n.id in fallbacks and n.after:
-                raise ValueError(f"fallback node {n.id!r} takes the inputs of the node it "
-                                 f"replaces: give it no `after`")
+                raise ValueError(f"fallback node {n.id!r} takes the inputs of the node it replaces: give it no `after`")
             if fallbacks & set(n.after):
-                raise ValueError(f"node {n.id!r} depends on a fallback node: depend on the "
-                                 f"node it replaces")
+                raise ValueError(f"node {n.id!r} depends on a fallback node: depend on the node it replaces")
         by_id = {n.id: n for n in self.nodes}
         for n in self.nodes:  # fallback chains end
             seen, cur = {n.id}, n.fallback
@@ -328,7 +332,7 @@ def read_llm_choice(text: str) -> tuple[str, str]:
     for k in range(len(lines) - 1, -1, -1):
         m = _NEXT.match(lines[k])
         if m:
-            return "\n".join(lines[:k] + lines[k + 1:]).strip(), m.group(1)
+            return "\n".join(lines[:k] + lines[k + 1 :]).strip(), m.group(1)
     return text.strip(), text.strip()
 
 
@@ -349,7 +353,12 @@ def apply_fsm(s: FsmRun, e: Event) -> FsmRun:
             s.last = s.output
         s.path.append(str(d.get("state")))
         s.request_id, s.done, s.ok, s.output, s.label, s.error = None, False, True, None, None, None
-    elif t == LLM_REQUESTED and tag_index(d.get("tag"), "fsm") == len(s.path) - 1 or t == TOOL_REQUESTED and tag_index(d.get("call_id"), "fsm") == len(s.path) - 1:
+    elif (
+        t == LLM_REQUESTED
+        and tag_index(d.get("tag"), "fsm") == len(s.path) - 1
+        or t == TOOL_REQUESTED
+        and tag_index(d.get("call_id"), "fsm") == len(s.path) - 1
+    ):
         s.request_id = e.id
     elif s.request_id is None or s.done:
         return s
@@ -424,15 +433,13 @@ class FSMConfig(BaseModel):
             if not re.match(_NAME, name):
                 raise ValueError(f"state name {name!r}: use letters, digits and _")
         if names & set(self.finals):
-            raise ValueError(f"final states do not act; remove {sorted(names & set(self.finals))} "
-                             f"from `states`")
+            raise ValueError(f"final states do not act; remove {sorted(names & set(self.finals))} from `states`")
         if self.initial not in names and self.initial not in self.finals:
             raise ValueError(f"initial state {self.initial!r} is not a state")
         for name, node in self.states.items():
             for label, target in node.transitions.items():
                 if target not in names and target not in self.finals:
-                    raise ValueError(f"state {name!r}: transition {label!r} goes to an "
-                                     f"unknown state {target!r}")
+                    raise ValueError(f"state {name!r}: transition {label!r} goes to an unknown state {target!r}")
         return self
 
 
@@ -479,11 +486,13 @@ class FSM(Algorithm):
             transitions = {k.casefold(): v for k, v in cfg.states[current].transitions.items()}
             target = transitions.get((s.label or "").strip().casefold())
             if target is None:
-                ctx.complete("no_solution", {"reason": "unknown_transition", "state": current,
-                                             "label": s.label, "path": s.path})
+                ctx.complete(
+                    "no_solution", {"reason": "unknown_transition", "state": current, "label": s.label, "path": s.path}
+                )
             elif s.transitions >= cfg.max_transitions:
-                ctx.complete("no_solution", {"reason": "max_transitions", "state": current,
-                                             "label": s.label, "path": s.path})
+                ctx.complete(
+                    "no_solution", {"reason": "max_transitions", "state": current, "label": s.label, "path": s.path}
+                )
             else:
                 self.decide(ctx, self.enter(ctx, s, target, via=s.label))
 
@@ -505,8 +514,7 @@ class FSM(Algorithm):
         if node.kind == "tool":
             ctx.tool(node.tool or "", fill_args(node.args, values), call_id=f"fsm-{n}", key=("fsm", n))
             return
-        content = fill(node.prompt or "", values) + "\n\n" + FSM_CHOOSE.format(
-            labels=", ".join(node.transitions))
+        content = fill(node.prompt or "", values) + "\n\n" + FSM_CHOOSE.format(labels=", ".join(node.transitions))
         # The system prompt opens the `fsm` thread: on the run's first model request
         # (earlier states, if any, ran tools).
         first = not any(self.cfg.states[p].kind == "llm" for p in s.path[:-1])

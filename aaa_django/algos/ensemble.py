@@ -70,8 +70,7 @@ SAMPLES: Projection[SamplesState] = Projection(
 )
 
 SC_SYSTEM = (
-    "Think the question through step by step, then give the final answer on its own last "
-    "line as `Answer: <answer>`."
+    "Think the question through step by step, then give the final answer on its own last line as `Answer: <answer>`."
 )
 ANSWER_PATTERN = r"(?im)^\s*\**\s*(?:final\s+)?answer\s*\**\s*[:=]\s*\**\s*(.+?)\s*\**\s*$"
 
@@ -152,19 +151,30 @@ class SelfConsistency(Algorithm):
             messages = opening(cfg.system, ctx.input.task)
             params = {"temperature": cfg.temperature} if cfg.temperature is not None else None
             for i in range(cfg.n):
-                ctx.llm(messages, tag=f"sample-{i}", key=("sample", i), thread=f"sample-{i}",
-                        model=cfg.model, params=params)
+                ctx.llm(
+                    messages, tag=f"sample-{i}", key=("sample", i), thread=f"sample-{i}", model=cfg.model, params=params
+                )
         elif s.answered < cfg.n:
             return  # samples still out
         elif not s.samples:
-            ctx.complete("failed", {"reason": "all_samples_failed", "failures": s.failures,
-                                    "errors": [s.errors[i] for i in sorted(s.errors)]})
+            ctx.complete(
+                "failed",
+                {
+                    "reason": "all_samples_failed",
+                    "failures": s.failures,
+                    "errors": [s.errors[i] for i in sorted(s.errors)],
+                },
+            )
         else:
             answer, votes, tally = vote(s.samples, cfg.answer_pattern)
-            value: dict[str, Any] = {"answer": answer, "votes": votes, "samples": len(s.samples),
-                                     "failures": s.failures, "tally": tally}
+            value: dict[str, Any] = {
+                "answer": answer,
+                "votes": votes,
+                "samples": len(s.samples),
+                "failures": s.failures,
+                "tally": tally,
+            }
             if votes < cfg.min_votes:
-                ctx.complete("no_solution", {"reason": "no_majority", "min_votes": cfg.min_votes,
-                                             **value})
+                ctx.complete("no_solution", {"reason": "no_majority", "min_votes": cfg.min_votes, **value})
             else:
                 ctx.complete("success", value)

@@ -234,8 +234,9 @@ class ToolLoop(Algorithm):
             output_model(output, trusted=True)  # code that names a model may import it
         elif output is not None:
             output = dotted.path_of(output)
-        super().__init__(max_turns=max_turns, system=system, tools=chosen, model=model,
-                         output=output, output_retries=output_retries)
+        super().__init__(
+            max_turns=max_turns, system=system, tools=chosen, model=model, output=output, output_retries=output_retries
+        )
 
     def converses(self) -> bool:
         """Holds conversations (:class:`~aaa_django.runtime.conversation.Converses`),
@@ -264,10 +265,22 @@ class ToolLoop(Algorithm):
         turn = s.turns + 1
         tools = self.offered
         if self.cfg.output_schema is not None:
-            tools.append({"name": FINAL, "description": "Give the final answer, in this schema.",
-                          "parameters": self.cfg.output_schema, "kind": "output"})
-        ctx.llm(messages, tools=tools or None, tag=f"turn-{turn}", key=turn, model=self.cfg.model,
-                output={"allow_text": False} if self.cfg.output is not None else None)
+            tools.append(
+                {
+                    "name": FINAL,
+                    "description": "Give the final answer, in this schema.",
+                    "parameters": self.cfg.output_schema,
+                    "kind": "output",
+                }
+            )
+        ctx.llm(
+            messages,
+            tools=tools or None,
+            tag=f"turn-{turn}",
+            key=turn,
+            model=self.cfg.model,
+            output={"allow_text": False} if self.cfg.output is not None else None,
+        )
 
     async def step(self, ctx: Ctx, event: Event) -> None:
         s = await ctx.project(LOOP)
@@ -290,8 +303,10 @@ class ToolLoop(Algorithm):
 
     def tool_results(self, s: LoopState) -> list[Message]:
         """What the model is told once this turn's tools have answered."""
-        return [Message(role="tool", content=s.results[c.call_id].content, tool_call_id=c.call_id, name=c.name)
-                for c in s.calls]
+        return [
+            Message(role="tool", content=s.results[c.call_id].content, tool_call_id=c.call_id, name=c.name)
+            for c in s.calls
+        ]
 
     def decide(self, ctx: Ctx, s: LoopState) -> None:
         """The model replied: finish (or propose a structured result), or run the
@@ -334,8 +349,9 @@ class ToolLoop(Algorithm):
         elif s.verdict.get("fatal"):
             ctx.complete("failed", {"error": s.verdict["errors"]})
         elif s.rejected > self.cfg.output_retries:
-            ctx.complete("no_solution", {"reason": "invalid_output", "errors": s.verdict["errors"],
-                                         "answers": s.rejected})
+            ctx.complete(
+                "no_solution", {"reason": "invalid_output", "errors": s.verdict["errors"], "answers": s.rejected}
+            )
         elif s.turns - s.base >= self.cfg.max_turns:
             ctx.complete("no_solution", {"reason": "max_turns", "turns": s.turns})
         else:
@@ -348,10 +364,17 @@ class ToolLoop(Algorithm):
         calls = s.response["tool_calls"]
         if not calls:
             return [Message(role="user", content=RETRY.format(errors=errors, how="as JSON that fits it"))]
-        return [Message(role="tool", tool_call_id=c["id"], name=c["name"],
-                        content=RETRY.format(errors=errors, how=f"with {FINAL}") if c["name"] == FINAL
-                        else f"not run: {FINAL} was called")
-                for c in calls]
+        return [
+            Message(
+                role="tool",
+                tool_call_id=c["id"],
+                name=c["name"],
+                content=RETRY.format(errors=errors, how=f"with {FINAL}")
+                if c["name"] == FINAL
+                else f"not run: {FINAL} was called",
+            )
+            for c in calls
+        ]
 
 
 REACT_SYSTEM = """Solve the task step by step. You can use these tools:
@@ -395,9 +418,14 @@ class ReAct(ToolLoop):
     name = "aaa.algos.ReAct"
 
     def first_messages(self, ctx: Ctx) -> list[Message]:
-        tools = "\n".join(f"- {t['name']}: {t.get('description', '')} "
-                          f"(arguments: {json.dumps(t.get('parameters', {}).get('properties', {}))})"
-                          for t in self.offered) or "(none)"
+        tools = (
+            "\n".join(
+                f"- {t['name']}: {t.get('description', '')} "
+                f"(arguments: {json.dumps(t.get('parameters', {}).get('properties', {}))})"
+                for t in self.offered
+            )
+            or "(none)"
+        )
         system = REACT_SYSTEM.format(tools=tools)
         if self.cfg.output_schema is not None:
             system += "\n\nThe Final Answer must be JSON that fits this schema: " + json.dumps(self.cfg.output_schema)
@@ -429,5 +457,8 @@ class ReAct(ToolLoop):
             name, args = value
             ctx.tool(name, args, call_id=f"react-{s.turns}", key=(s.turns, "react"))
         else:
-            self.ask(ctx, s, [Message(role="user", content=f"Observation: could not parse your "
-                                      f"reply ({value}). Use the format.")])
+            self.ask(
+                ctx,
+                s,
+                [Message(role="user", content=f"Observation: could not parse your reply ({value}). Use the format.")],
+            )

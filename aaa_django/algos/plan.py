@@ -101,7 +101,7 @@ def apply(s: PlanState, e: Event) -> PlanState:
     elif t == LLM_COMPLETED:
         text = reply_text(d)
         if text.strip().upper().startswith(STEP_FAILED):
-            _finish(s, tag_index(d.get("tag"), "step"), error=text.strip()[len(STEP_FAILED):].strip())
+            _finish(s, tag_index(d.get("tag"), "step"), error=text.strip()[len(STEP_FAILED) :].strip())
         else:
             _finish(s, tag_index(d.get("tag"), "step"), result=text)
     elif t == LLM_FAILED:
@@ -176,10 +176,10 @@ def _json_steps(text: str) -> list[str] | None:
     candidates = [text]
     start, end = text.find("["), text.rfind("]")
     if 0 <= start < end:
-        candidates.append(text[start:end + 1])
+        candidates.append(text[start : end + 1])
     start, end = text.find("{"), text.rfind("}")
     if 0 <= start < end:
-        candidates.append(text[start:end + 1])
+        candidates.append(text[start : end + 1])
     for c in candidates:
         try:
             value = json.loads(c)
@@ -203,7 +203,7 @@ EXECUTOR_SYSTEM = (
     "given. If you cannot do it, reply with 'FAILED:' and the reason."
 )
 REPLAN = (
-    "The step \"{step}\" failed: {error}\n\nDone so far:\n{done}\n\nWrite a new plan for "
+    'The step "{step}" failed: {error}\n\nDone so far:\n{done}\n\nWrite a new plan for '
     "what is left of the task: a JSON array of at most {max_steps} strings."
 )
 REJECTED = (
@@ -272,8 +272,13 @@ class PlanAndExecute(Algorithm):
                 record = ctx.emit(PLAN_REJECTED, {"revision": s.plans, "error": why}, key=("plan", s.plans))
             self.decide(ctx, apply(PLAN.copy(s), record))
         elif s.planning == "rejected":
-            self.replan(ctx, s, None, s.rejection or "unusable plan",
-                        REJECTED.format(why=s.rejection, max_steps=self.cfg.max_steps))
+            self.replan(
+                ctx,
+                s,
+                None,
+                s.rejection or "unusable plan",
+                REJECTED.format(why=s.rejection, max_steps=self.cfg.max_steps),
+            )
         else:
             self.carry_on(ctx, s)
 
@@ -283,22 +288,29 @@ class PlanAndExecute(Algorithm):
             return  # a step is being done
         failed = next((st for _, st in current if st.status == "failed"), None)
         if failed is not None:
-            self.replan(ctx, s, failed.text, failed.error or "", REPLAN.format(
-                step=failed.text, error=failed.error, done=_done_list(s) or "(nothing yet)",
-                max_steps=self.cfg.max_steps))
+            self.replan(
+                ctx,
+                s,
+                failed.text,
+                failed.error or "",
+                REPLAN.format(
+                    step=failed.text,
+                    error=failed.error,
+                    done=_done_list(s) or "(nothing yet)",
+                    max_steps=self.cfg.max_steps,
+                ),
+            )
             return
         pending = next(((i, st) for i, st in current if st.status == "pending"), None)
         if pending is not None:
             self.execute(ctx, s, *pending)
             return
         done = [{"step": st.text, "result": st.result} for st in s.steps if st.status == "done"]
-        ctx.complete("success", {"answer": done[-1]["result"] if done else "", "steps": done,
-                                 "replans": s.replans})
+        ctx.complete("success", {"answer": done[-1]["result"] if done else "", "steps": done, "replans": s.replans})
 
     def replan(self, ctx: Ctx, s: PlanState, step: str | None, error: str, message: str) -> None:
         if s.replans >= self.cfg.max_replans:
-            ctx.complete("no_solution", {"reason": "max_replans", "replans": s.replans,
-                                         "step": step, "error": error})
+            ctx.complete("no_solution", {"reason": "max_replans", "replans": s.replans, "step": step, "error": error})
         else:
             self.ask_planner(ctx, s.plans + 1, [Message(role="user", content=message)])
 
@@ -309,8 +321,9 @@ class PlanAndExecute(Algorithm):
         task = ctx.input.task
         if self.cfg.executor is not None:
             done = _done_list(s)
-            brief = f"{task}\n\nDone so far:\n{done}\n\nYour part: {st.text}" if done else \
-                f"{task}\n\nYour part: {st.text}"
+            brief = (
+                f"{task}\n\nDone so far:\n{done}\n\nYour part: {st.text}" if done else f"{task}\n\nYour part: {st.text}"
+            )
             ctx.child(self.cfg.executor.build(), {"task": brief}, key=f"step-{i}")
             return
         # One executor thread per plan: it sees its own earlier results of that plan.
@@ -326,8 +339,7 @@ class PlanAndExecute(Algorithm):
         else:
             k = [j for j, _ in s.current()].index(i) + 1
             messages = [Message(role="user", content=f"Step {k}: {st.text}")]
-        ctx.llm(messages, tag=f"step-{i}", key=("step", i), thread=f"exec-{s.revision}",
-                model=self.cfg.model)
+        ctx.llm(messages, tag=f"step-{i}", key=("step", i), thread=f"exec-{s.revision}", model=self.cfg.model)
 
 
 def _done_list(s: PlanState) -> str:

@@ -124,8 +124,7 @@ class PydanticAIAgent(Algorithm):
             return
         from ._pydantic_replay import replay
 
-        outcome = await replay(ctx, loaded_agent(self.cfg.agent), journal, model=self.cfg.model,
-                               path=self.cfg.agent)
+        outcome = await replay(ctx, loaded_agent(self.cfg.agent), journal, model=self.cfg.model, path=self.cfg.agent)
         if outcome is not None:
             ctx.complete(*outcome)
 
@@ -140,8 +139,7 @@ def loaded_agent(path: str) -> Any:
     """The ``pydantic_ai.Agent`` at a dotted path whose module this process has
     imported already; ``ValueError`` otherwise (a run's config names only those)."""
     if dotted.split(path)[0] not in sys.modules:
-        raise ValueError(f"{path!r}: no agent of that module is loaded in this process "
-                         "(list it in AAA['AGENTS'])")
+        raise ValueError(f"{path!r}: no agent of that module is loaded in this process (list it in AAA['AGENTS'])")
     agent = dotted.loaded(path)
     from pydantic_ai import Agent
 
@@ -183,9 +181,16 @@ def budget_for(usage_limits: Any, budget: Budget | None = None) -> Budget:
 # -- the agent's tools, for the ToolHandler ------------------------------------------------------
 
 
-async def list_agent_tools(agent: Any, *, deps: Any = None, timeout: float | None = None,
-                           pool: str | None = None, side_effects: Any = (), idempotent: Any = (),
-                           approval_expires: float | None = None) -> list[Any]:
+async def list_agent_tools(
+    agent: Any,
+    *,
+    deps: Any = None,
+    timeout: float | None = None,
+    pool: str | None = None,
+    side_effects: Any = (),
+    idempotent: Any = (),
+    approval_expires: float | None = None,
+) -> list[Any]:
     """The agent's function tools as our tools (:class:`~aaa_django.tools.SchemaTool`),
     for the ToolHandler of every process that serves the agent's runs.
 
@@ -210,19 +215,23 @@ async def list_agent_tools(agent: Any, *, deps: Any = None, timeout: float | Non
     for toolset in agent.toolsets:
         for name, t in (await toolset.get_tools(base)).items():
             meta = dict(t.tool_def.metadata or {})
-            out.append(SchemaTool(
-                name,
-                dict(t.tool_def.parameters_json_schema),
-                _caller(toolset, t, base, name),
-                description=t.tool_def.description or "",
-                check=t.args_validator.validate_python,
-                timeout=t.tool_def.timeout if t.tool_def.timeout is not None else timeout,
-                pool=meta.get("pool", pool),
-                requires_approval=t.tool_def.kind == "unapproved",
-                approval_expires=meta.get("approval_expires", approval_expires),
-                guard=GuardConfig(side_effects=bool(meta.get("side_effects", name in set(side_effects))),
-                                  idempotent=bool(meta.get("idempotent", name in set(idempotent)))),
-            ))
+            out.append(
+                SchemaTool(
+                    name,
+                    dict(t.tool_def.parameters_json_schema),
+                    _caller(toolset, t, base, name),
+                    description=t.tool_def.description or "",
+                    check=t.args_validator.validate_python,
+                    timeout=t.tool_def.timeout if t.tool_def.timeout is not None else timeout,
+                    pool=meta.get("pool", pool),
+                    requires_approval=t.tool_def.kind == "unapproved",
+                    approval_expires=meta.get("approval_expires", approval_expires),
+                    guard=GuardConfig(
+                        side_effects=bool(meta.get("side_effects", name in set(side_effects))),
+                        idempotent=bool(meta.get("idempotent", name in set(idempotent))),
+                    ),
+                )
+            )
     return out
 
 
@@ -249,8 +258,11 @@ def _ask(name: str, args: dict[str, Any], tool: Any, metadata: dict[str, Any]) -
         described = tool.tool_def.description or name
         question = f"{described} ({name} {json.dumps(args, ensure_ascii=False, sort_keys=True)})"
     schema = meta.get("schema")
-    return Ask(question, schema=schema if isinstance(schema, dict) else None,
-               expires=meta.get("expires") if isinstance(meta.get("expires"), (int, float)) else None)
+    return Ask(
+        question,
+        schema=schema if isinstance(schema, dict) else None,
+        expires=meta.get("expires") if isinstance(meta.get("expires"), (int, float)) else None,
+    )
 
 
 def agent_tools(agent: Any, **options: Any) -> list[Any]:

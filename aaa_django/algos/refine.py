@@ -107,10 +107,7 @@ REFINE: Projection[RefineState] = Projection(
 
 # -- GenerateTestRepair -------------------------------------------------------------------
 
-GTR_SYSTEM = (
-    "Write a solution to the task. Reply with the complete solution in a single fenced "
-    "code block."
-)
+GTR_SYSTEM = "Write a solution to the task. Reply with the complete solution in a single fenced code block."
 REPAIR = (
     "The test failed:\n{feedback}\n\nFix the solution. Reply with the complete corrected "
     "solution in a single fenced code block."
@@ -201,25 +198,37 @@ class GenerateTestRepair(Algorithm):
         elif s.candidate is None:
             return  # the model is writing
         elif s.check_id is None:
-            ctx.tool(self.cfg.test_tool, {self.cfg.argument: self.tested(s)},
-                     call_id=f"test-{s.iteration}", key=("test", s.iteration))
+            ctx.tool(
+                self.cfg.test_tool,
+                {self.cfg.argument: self.tested(s)},
+                call_id=f"test-{s.iteration}",
+                key=("test", s.iteration),
+            )
         elif s.check is None:
             return  # the test is running
         elif not s.check.ok and s.check.reason not in CANDIDATE_FAILURES:
-            ctx.complete("failed", {"error": f"the test tool could not run: "
-                                             f"{s.check.reason}: {s.check.error}",
-                                    "iteration": s.iteration})
+            ctx.complete(
+                "failed",
+                {"error": f"the test tool could not run: {s.check.reason}: {s.check.error}", "iteration": s.iteration},
+            )
         else:
             passed, feedback = verdict_of(s.check)
             if passed:
-                ctx.complete("success", {"candidate": self.tested(s), "iterations": s.iteration,
-                                         "result": s.check.result})
+                ctx.complete(
+                    "success", {"candidate": self.tested(s), "iterations": s.iteration, "result": s.check.result}
+                )
             elif s.iteration > self.cfg.max_repairs:
-                ctx.complete("no_solution", {"reason": "max_repairs", "iterations": s.iteration,
-                                             "candidate": self.tested(s), "feedback": feedback})
+                ctx.complete(
+                    "no_solution",
+                    {
+                        "reason": "max_repairs",
+                        "iterations": s.iteration,
+                        "candidate": self.tested(s),
+                        "feedback": feedback,
+                    },
+                )
             else:
-                self.generate(ctx, s.iteration + 1,
-                              [Message(role="user", content=REPAIR.format(feedback=feedback))])
+                self.generate(ctx, s.iteration + 1, [Message(role="user", content=REPAIR.format(feedback=feedback))])
 
     def generate(self, ctx: Ctx, n: int, messages: list[Message]) -> None:
         ctx.llm(messages, tag=f"{GENERATE}-{n}", key=(GENERATE, n), model=self.cfg.model)
@@ -233,10 +242,7 @@ CRITIC_SYSTEM = (
 )
 FIRST_REVIEW = "Task:\n{task}\n\nAnswer to review:\n{candidate}"
 NEXT_REVIEW = "Revised answer to review:\n{candidate}"
-REVISE = (
-    "A reviewer asked for changes:\n{feedback}\n\nRevise your answer. Reply with the "
-    "complete revised answer."
-)
+REVISE = "A reviewer asked for changes:\n{feedback}\n\nRevise your answer. Reply with the complete revised answer."
 
 
 class GeneratorCriticConfig(BaseModel):
@@ -294,14 +300,19 @@ class GeneratorCritic(Algorithm):
         else:
             review = as_text(s.check.result)
             if approved(review, cfg.approve):
-                ctx.complete("success", {"candidate": s.candidate, "iterations": s.iteration,
-                                         "review": review})
+                ctx.complete("success", {"candidate": s.candidate, "iterations": s.iteration, "review": review})
             elif s.iteration >= cfg.max_iterations:
-                ctx.complete("no_solution", {"reason": "max_iterations", "iterations": s.iteration,
-                                             "candidate": s.candidate, "feedback": review})
+                ctx.complete(
+                    "no_solution",
+                    {
+                        "reason": "max_iterations",
+                        "iterations": s.iteration,
+                        "candidate": s.candidate,
+                        "feedback": review,
+                    },
+                )
             else:
-                self.generate(ctx, s.iteration + 1,
-                              [Message(role="user", content=REVISE.format(feedback=review))])
+                self.generate(ctx, s.iteration + 1, [Message(role="user", content=REVISE.format(feedback=review))])
 
     def generate(self, ctx: Ctx, n: int, messages: list[Message]) -> None:
         ctx.llm(messages, tag=f"{GENERATE}-{n}", key=(GENERATE, n), model=self.cfg.model)
@@ -309,10 +320,16 @@ class GeneratorCritic(Algorithm):
     def critique(self, ctx: Ctx, s: RefineState) -> None:
         # One critic thread: it sees its earlier reviews, so it can check they were heeded.
         if s.iteration == 1:
-            messages = [Message(role="system", content=self.cfg.critic_system),
-                        Message(role="user", content=FIRST_REVIEW.format(
-                            task=ctx.input.task, candidate=s.candidate))]
+            messages = [
+                Message(role="system", content=self.cfg.critic_system),
+                Message(role="user", content=FIRST_REVIEW.format(task=ctx.input.task, candidate=s.candidate)),
+            ]
         else:
             messages = [Message(role="user", content=NEXT_REVIEW.format(candidate=s.candidate))]
-        ctx.llm(messages, tag=f"{CRITIQUE}-{s.iteration}", key=(CRITIQUE, s.iteration),
-                thread="critic", model=self.cfg.critic_model or self.cfg.model)
+        ctx.llm(
+            messages,
+            tag=f"{CRITIQUE}-{s.iteration}",
+            key=(CRITIQUE, s.iteration),
+            thread="critic",
+            model=self.cfg.critic_model or self.cfg.model,
+        )

@@ -37,8 +37,9 @@ def check(algorithm: Any, config: Any, loc: Loc) -> None:
     for where, agent in _agents(algorithm, config, list(loc), 0):
         if not isinstance(agent, str) or _key(agent) not in keys:
             names = ", ".join(allowed) if allowed else "none (AAA['AGENTS'] is empty)"
-            raise ApiError(422, [*where, "agent"],
-                           f"not an agent this site serves; it serves: {names}", "unknown_agent")
+            raise ApiError(
+                422, [*where, "agent"], f"not an agent this site serves; it serves: {names}", "unknown_agent"
+            )
 
 
 def _key(path: str) -> tuple[str, str] | None:
@@ -59,8 +60,7 @@ def _is_agent(algorithm: Any) -> bool:
     return isinstance(cls, type) and issubclass(cls, PydanticAIAgent)
 
 
-def _agents(algorithm: Any, config: Any, loc: list[str | int], depth: int
-            ) -> Iterator[tuple[list[str | int], Any]]:
+def _agents(algorithm: Any, config: Any, loc: list[str | int], depth: int) -> Iterator[tuple[list[str | int], Any]]:
     """``(loc, agent)`` of every agent the config names: its own, if ``algorithm`` runs
     an agent, and those of the algorithm references nested in it."""
     if not isinstance(config, dict) or depth > MAX_NESTING:

@@ -75,8 +75,9 @@ def authenticate(request: HttpRequest) -> Principal:
     if header:
         scheme, _, token = header.strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise ApiError(401, ["header", "Authorization"],
-                           "use 'Authorization: Bearer <API key>'", "invalid_credentials")
+            raise ApiError(
+                401, ["header", "Authorization"], "use 'Authorization: Bearer <API key>'", "invalid_credentials"
+            )
         return _counted(request, token.strip(), ["header", "Authorization"])
     key = request.headers.get("X-API-Key")
     if key:
@@ -86,13 +87,19 @@ def authenticate(request: HttpRequest) -> Principal:
         # Django's CsrfViewMiddleware decides (through ninja's check_csrf), with the
         # exemptions Django makes itself (safe methods; its test client's requests).
         if check_csrf(request):
-            raise ApiError(403, ["header", "X-CSRFToken"],
-                           "CSRF check failed: send the csrftoken cookie's value in X-CSRFToken",
-                           "csrf_failed")
+            raise ApiError(
+                403,
+                ["header", "X-CSRFToken"],
+                "CSRF check failed: send the csrftoken cookie's value in X-CSRFToken",
+                "csrf_failed",
+            )
         return Principal(user)
-    raise ApiError(401, ["header", "Authorization"],
-                   "no credentials: send 'Authorization: Bearer <API key>', "
-                   "'X-API-Key: <API key>' or a session cookie", "not_authenticated")
+    raise ApiError(
+        401,
+        ["header", "Authorization"],
+        "no credentials: send 'Authorization: Bearer <API key>', 'X-API-Key: <API key>' or a session cookie",
+        "not_authenticated",
+    )
 
 
 def _counted(request: HttpRequest, raw: str, loc: list[str]) -> Principal:
@@ -102,9 +109,13 @@ def _counted(request: HttpRequest, raw: str, loc: list[str]) -> Principal:
         return _by_key(raw, loc)
     wait = failures.blocked(request)
     if wait is not None:
-        raise ApiError(429, loc, f"too many failed API key attempts from your address: at "
-                       f"most {failures.rate}", "throttled",
-                       headers={"Retry-After": str(wait)})
+        raise ApiError(
+            429,
+            loc,
+            f"too many failed API key attempts from your address: at most {failures.rate}",
+            "throttled",
+            headers={"Retry-After": str(wait)},
+        )
     try:
         return _by_key(raw, loc)
     except ApiError:
@@ -231,5 +242,6 @@ def throttle(request: HttpRequest, rate: str | None) -> None:
         return
     wait = t.wait()
     headers = {"Retry-After": str(max(1, int(wait + 0.999)))} if wait is not None else {}
-    raise ApiError(429, ["header", "Authorization"],
-                   f"rate limit exceeded: at most {rate} per user", "throttled", headers=headers)
+    raise ApiError(
+        429, ["header", "Authorization"], f"rate limit exceeded: at most {rate} per user", "throttled", headers=headers
+    )

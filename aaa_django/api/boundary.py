@@ -82,13 +82,17 @@ def check_body(request: HttpRequest, limit: int) -> None:
                 parse_json(line)
         return
     if not (ctype == "application/json" or (ctype.startswith("application/") and ctype.endswith("+json"))):
-        raise ApiError(415, ["header", "Content-Type"],
-                       f"the body must be JSON (Content-Type: application/json), not {ctype or 'untyped'}",
-                       "unsupported_media_type")
+        raise ApiError(
+            415,
+            ["header", "Content-Type"],
+            f"the body must be JSON (Content-Type: application/json), not {ctype or 'untyped'}",
+            "unsupported_media_type",
+        )
     deep = too_deep(parse_json(body), MAX_DEPTH)
     if deep is not None:
-        raise ApiError(422, ["body", *deep[:1]],
-                       f"nested more than {MAX_DEPTH} levels deep (at {_path(deep)})", "too_deep")
+        raise ApiError(
+            422, ["body", *deep[:1]], f"nested more than {MAX_DEPTH} levels deep (at {_path(deep)})", "too_deep"
+        )
 
 
 def media_type(request: HttpRequest) -> str:
@@ -98,8 +102,7 @@ def media_type(request: HttpRequest) -> str:
 
 def too_big(size: int | None, limit: int) -> ApiError:
     said = f"{size} bytes" if size is not None else "too large"
-    return ApiError(413, ["body"], f"the body is {said}; at most {limit} bytes are accepted",
-                    "too_large")
+    return ApiError(413, ["body"], f"the body is {said}; at most {limit} bytes are accepted", "too_large")
 
 
 def too_deep(value: Any, limit: int) -> list[str | int] | None:
@@ -146,8 +149,7 @@ def parse_json(body: bytes) -> Any:
     except (UnicodeDecodeError, UnicodeEncodeError) as exc:
         raise ApiError(400, ["body"], f"not UTF-8 text: {exc.reason}", "json_invalid") from None
     except RecursionError:  # deeper than the parser goes: far past MAX_DEPTH
-        raise ApiError(422, ["body"], f"nested more than {MAX_DEPTH} levels deep",
-                       "too_deep") from None
+        raise ApiError(422, ["body"], f"nested more than {MAX_DEPTH} levels deep", "too_deep") from None
     except ValueError as exc:
         raise ApiError(400, ["body"], f"invalid JSON: {exc}", "json_invalid") from None
     return data

@@ -42,11 +42,14 @@ from .schemas import POSITION_PATTERN, ChangeFilters, ErrorOut, RunOut, utc
 #: seconds between two reads of a change stream at least (it is woken by every append)
 GAP = 0.1
 
-_RESPONSES = {"200": stream.sse_content(
-    "Server-Sent Events: each message's `data` is a run as GET /runs lists it, sent when it "
-    "starts and when its status, outcome, spend or end changes; its `id` the change's position "
-    "(`<n>.<run id>`, increasing). Resumable with Last-Event-ID.",
-    {"$ref": "#/components/schemas/RunOut"})}
+_RESPONSES = {
+    "200": stream.sse_content(
+        "Server-Sent Events: each message's `data` is a run as GET /runs lists it, sent when it "
+        "starts and when its status, outcome, spend or end changes; its `id` the change's position "
+        "(`<n>.<run id>`, increasing). Resumable with Last-Event-ID.",
+        {"$ref": "#/components/schemas/RunOut"},
+    )
+}
 
 
 @dataclass
@@ -69,8 +72,7 @@ class RunChanges:
         found = changes.after(self.rows, after, stream.PAGE)
         items = [(self.message(row), False) for row in found.rows]
         last = changes.position(found.rows[-1]) if found.rows else after
-        return stream.Page(items, after=last, held=found.held,
-                           more=len(found.rows) == stream.PAGE and not found.held)
+        return stream.Page(items, after=last, held=found.held, more=len(found.rows) == stream.PAGE and not found.held)
 
     def head(self) -> None:
         return None
@@ -81,15 +83,24 @@ class RunChanges:
         return f"id: {changes.text(changes.position(row))}\ndata: {text}\n\n"
 
 
-@router.get("/changes", response={401: ErrorOut, 422: ErrorOut, 429: ErrorOut},
-            summary="Stream the runs' changes (SSE)", operation_id="watch_runs", tags=[RUNS],
-            openapi_extra={"responses": _RESPONSES})
+@router.get(
+    "/changes",
+    response={401: ErrorOut, 422: ErrorOut, 429: ErrorOut},
+    summary="Stream the runs' changes (SSE)",
+    operation_id="watch_runs",
+    tags=[RUNS],
+    openapi_extra={"responses": _RESPONSES},
+)
 def watch_runs(
     request: HttpRequest,
     filters: Query[ChangeFilters],
     last_event_id: str | None = Header(
-        None, alias="Last-Event-ID", pattern=POSITION_PATTERN, max_length=220,
-        description="resume after this change (sent by EventSource on reconnect)"),
+        None,
+        alias="Last-Event-ID",
+        pattern=POSITION_PATTERN,
+        max_length=220,
+        description="resume after this change (sent by EventSource on reconnect)",
+    ),
 ) -> Any:
     """The caller's runs as they start and change (status, outcome, spend, end), in the
     order of their changes; resumable."""
@@ -105,8 +116,7 @@ def watch_runs(
         try:
             rows = rows.filter(started_at__gte=utc(f.started_after))
         except (OverflowError, ValueError):
-            raise ApiError(422, ["query", "started_after"], "the time is out of range",
-                           "datetime_range") from None
+            raise ApiError(422, ["query", "started_after"], "the time is out of range", "datetime_range") from None
     cursor = last_event_id if last_event_id is not None else f.after
     loc = ["header", "Last-Event-ID"] if last_event_id is not None else ["query", "after"]
     try:
@@ -115,7 +125,14 @@ def watch_runs(
         raise ApiError(422, loc, str(exc), "invalid_position") from None
     slot = stream.open_slot(request, ["header", "Authorization"])  # (the caller's streams)
     hub = wakeups.for_database(runs.USING)
-    steps = stream.plan(position, ended=not f.follow,
-                        max_seconds=aaa_settings()["API_STREAM_SECONDS"], renews=True,
-                        reliable=hub.reliable, clock=time.monotonic, checks_head=False, gap=GAP)
+    steps = stream.plan(
+        position,
+        ended=not f.follow,
+        max_seconds=aaa_settings()["API_STREAM_SECONDS"],
+        renews=True,
+        reliable=hub.reliable,
+        clock=time.monotonic,
+        checks_head=False,
+        gap=GAP,
+    )
     return stream.respond(request, steps, RunChanges(rows, request), wakeups=hub, slot=slot)

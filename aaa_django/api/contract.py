@@ -21,8 +21,7 @@ from __future__ import annotations
 VERSION = "3.0.0"
 #: the schema's title in ``openapi.json`` (a site's own ``NinjaAPI`` has its own)
 TITLE = "aaa_django REST API"
-DESCRIPTION = ("Durable LLM agent runs: start, watch, answer, cancel, erase, export and "
-               "import them (docs/api.md).")
+DESCRIPTION = "Durable LLM agent runs: start, watch, answer, cancel, erase, export and import them (docs/api.md)."
 
 # The tags: one per group of operations.
 RUNS = "runs"

@@ -128,19 +128,32 @@ def _message(m: transcript.Message) -> dict[str, Any]:
 
 def _message_event(e: Any) -> dict[str, Any]:
     d = e.data
-    return {"role": "user", "content": d.get("content") or "", "turn": d.get("turn") or 0,
-            "seq": e.seq or 0, "time": e.time, "by": d.get("by")}
+    return {
+        "role": "user",
+        "content": d.get("content") or "",
+        "turn": d.get("turn") or 0,
+        "seq": e.seq or 0,
+        "time": e.time,
+        "by": d.get("by"),
+    }
 
 
-@router.post("/runs/{run_id}/messages", response={201: SentOut, 200: SentOut, **_WRITE},
-             summary="Send a conversation its next message", operation_id="send_message", tags=[TAG])
+@router.post(
+    "/runs/{run_id}/messages",
+    response={201: SentOut, 200: SentOut, **_WRITE},
+    summary="Send a conversation its next message",
+    operation_id="send_message",
+    tags=[TAG],
+)
 def send_message(
     request: HttpRequest,
     response: HttpResponse,
     payload: MessageIn,
     run_id: str = RunId,
     idempotency_key: str | None = Header(
-        None, alias="Idempotency-Key", pattern=KEY_PATTERN,
+        None,
+        alias="Idempotency-Key",
+        pattern=KEY_PATTERN,
         description="the same key and content return the same message; other content: 409",
     ),
 ) -> Status:
@@ -152,11 +165,15 @@ def send_message(
     if not access.owns(p.user, row.owner_id):
         raise ApiError(403, ["path", "run_id"], "only the run's owner talks to it", "permission_denied")
     try:
-        said = host().call(lambda engine: conversation.say(
-            engine, run_id, payload.content, by=p.label, key=idempotency_key))
+        said = host().call(
+            lambda engine: conversation.say(engine, run_id, payload.content, by=p.label, key=idempotency_key)
+        )
     except ConversationError as exc:
-        loc = ["body", "content"] if exc.code == "invalid" else (
-            ["header", "Idempotency-Key"] if exc.code == "idempotency_conflict" else ["path", "run_id"])
+        loc = (
+            ["body", "content"]
+            if exc.code == "invalid"
+            else (["header", "Idempotency-Key"] if exc.code == "idempotency_conflict" else ["path", "run_id"])
+        )
         raise refusal(exc, loc) from None
     row = runindex.refresh(runs.USING, run_id) or row
     body = {"message": _message_event(said.message), "status": row.status}
@@ -167,19 +184,28 @@ def send_message(
     return Status(201, body)
 
 
-@router.get("/runs/{run_id}/messages", response={200: TranscriptOut, **_READ},
-            summary="Read a conversation", operation_id="list_messages", tags=[TAG])
+@router.get(
+    "/runs/{run_id}/messages",
+    response={200: TranscriptOut, **_READ},
+    summary="Read a conversation",
+    operation_id="list_messages",
+    tags=[TAG],
+)
 def list_messages(request: HttpRequest, run_id: str = RunId) -> dict[str, object]:
     """The conversation so far: each turn's message, then its reply. (A run that is not a
     conversation: its task, and its result's text.)"""
     row = runs.load(request.auth, run_id)
     t = transcript.load(run_id, using=runs.USING)
-    return {"conversation": t.conversation, "status": row.status,
-            "items": [_message(m) for m in t.messages()]}
+    return {"conversation": t.conversation, "status": row.status, "items": [_message(m) for m in t.messages()]}
 
 
-@router.post("/runs/{run_id}/close", response={202: CloseOut, **_WRITE},
-             summary="Close a conversation", operation_id="close_conversation", tags=[TAG])
+@router.post(
+    "/runs/{run_id}/close",
+    response={202: CloseOut, **_WRITE},
+    summary="Close a conversation",
+    operation_id="close_conversation",
+    tags=[TAG],
+)
 def close_conversation(request: HttpRequest, run_id: str = RunId) -> Status:
     """End a conversation waiting for its next message: it ends ``success`` with its last
     reply. 409 while it is answering (cancel it instead) or once it has ended."""
@@ -197,14 +223,32 @@ def close_conversation(request: HttpRequest, run_id: str = RunId) -> Status:
 
 def _questions(run_id: str) -> list[dict[str, Any]]:
     t = transcript.load(run_id, using=runs.USING)
-    return [{"id": q.id, "seq": q.seq, "turn": turn.number, "question": q.question, "schema": q.schema,
-             "status": q.status, "expires_at": _from_epoch(q.expires_at), "call_id": q.call_id,
-             "answer": q.answer, "by": q.by}
-            for turn in t.turns for q in turn.questions]
+    return [
+        {
+            "id": q.id,
+            "seq": q.seq,
+            "turn": turn.number,
+            "question": q.question,
+            "schema": q.schema,
+            "status": q.status,
+            "expires_at": _from_epoch(q.expires_at),
+            "call_id": q.call_id,
+            "answer": q.answer,
+            "by": q.by,
+        }
+        for turn in t.turns
+        for q in turn.questions
+    ]
 
 
-@router.get("/runs/{run_id}/questions", response={200: list[QuestionOut], **_READ}, by_alias=True,
-            summary="List a run's questions", operation_id="list_questions", tags=[TAG])
+@router.get(
+    "/runs/{run_id}/questions",
+    response={200: list[QuestionOut], **_READ},
+    by_alias=True,
+    summary="List a run's questions",
+    operation_id="list_questions",
+    tags=[TAG],
+)
 def list_questions(request: HttpRequest, run_id: str = RunId) -> list[dict[str, object]]:
     """The run's questions to people, in order: each with the JSON schema its answer
     must fit, its status and, once answered, the answer and who gave it."""
@@ -212,14 +256,18 @@ def list_questions(request: HttpRequest, run_id: str = RunId) -> list[dict[str, 
     return _questions(run_id)
 
 
-@router.post("/runs/{run_id}/questions/{question_id}", response={200: AnswerOut, **_WRITE},
-             summary="Answer a question", operation_id="answer_question", tags=[TAG])
+@router.post(
+    "/runs/{run_id}/questions/{question_id}",
+    response={200: AnswerOut, **_WRITE},
+    summary="Answer a question",
+    operation_id="answer_question",
+    tags=[TAG],
+)
 def answer_question(
     request: HttpRequest,
     payload: AnswerIn,
     run_id: str = RunId,
-    question_id: str = Path(..., pattern=ID_PATTERN, max_length=200,
-                            description="the aaa.question.asked event's id"),
+    question_id: str = Path(..., pattern=ID_PATTERN, max_length=200, description="the aaa.question.asked event's id"),
 ) -> dict[str, object]:
     """Answer a pending question (the run's owner, or whoever holds ``aaa.answer_run``):
     checked against its schema (422 with where it does not fit; nothing is recorded),
@@ -238,5 +286,9 @@ def answer_question(
         raise refusal(exc, loc) from None
     row = runindex.refresh(runs.USING, run_id)
     log.info("question %s of run %s answered by %s", question_id, run_id, p.label)
-    return {"question_id": question_id, "answer": payload.answer, "by": p.label,
-            "status": row.status if row else "completed"}
+    return {
+        "question_id": question_id,
+        "answer": payload.answer,
+        "by": p.label,
+        "status": row.status if row else "completed",
+    }

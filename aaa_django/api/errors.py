@@ -65,13 +65,11 @@ def pydantic_errors(exc: Any, prefix: Loc) -> list[dict[str, Any]]:
     raw = exc.errors(include_url=False) if hasattr(exc, "errors") else list(exc)
     out = []
     for e in raw:
-        out.append(item([*prefix, *e.get("loc", ())], str(e.get("msg", "invalid")),
-                        str(e.get("type", "invalid"))))
+        out.append(item([*prefix, *e.get("loc", ())], str(e.get("msg", "invalid")), str(e.get("type", "invalid"))))
     return out
 
 
-def error_response(status: int, errors: list[dict[str, Any]],
-                   headers: dict[str, str] | None = None) -> JsonResponse:
+def error_response(status: int, errors: list[dict[str, Any]], headers: dict[str, str] | None = None) -> JsonResponse:
     response = JsonResponse({"detail": errors}, status=status)
     for k, v in (headers or {}).items():
         response[k] = v
@@ -90,15 +88,12 @@ def to_response(exc: BaseException) -> JsonResponse | None:
     if isinstance(exc, InvalidEventError):
         return error_response(422, [item(["body"], str(exc), "invalid_event")])
     if isinstance(exc, ConcurrencyError):
-        return error_response(409, [item(["path", "run_id"], f"the run changed meanwhile: {exc}",
-                                         "conflict")])
+        return error_response(409, [item(["path", "run_id"], f"the run changed meanwhile: {exc}", "conflict")])
     if isinstance(exc, EngineUnavailable):
-        return error_response(503, [item(["server", "engine"], str(exc), "unavailable")],
-                              {"Retry-After": "5"})
+        return error_response(503, [item(["server", "engine"], str(exc), "unavailable")], {"Retry-After": "5"})
     if isinstance(exc, BlobError):
         log.error("blob store error", exc_info=exc)
-        return error_response(502, [item(["server", "blobs"], f"the blob store failed: {exc}",
-                                         "blob_error")])
+        return error_response(502, [item(["server", "blobs"], f"the blob store failed: {exc}", "blob_error")])
     if isinstance(exc, Http404):
         return error_response(404, [item(["path"], "not found", "not_found")])
     if isinstance(exc, PermissionDenied):
@@ -117,10 +112,16 @@ def unavailable(exc: BaseException) -> JsonResponse | None:
         return None
     log.warning("%s unavailable: %s: %s", fault.service, type(exc).__name__, exc)
     return error_response(
-        503, [item(["server", fault.service.replace(" ", "_")],
-                   f"the {fault.service} is unavailable for a moment; retry in {RETRY_AFTER} s",
-                   "unavailable")],
-        {"Retry-After": str(RETRY_AFTER)})
+        503,
+        [
+            item(
+                ["server", fault.service.replace(" ", "_")],
+                f"the {fault.service} is unavailable for a moment; retry in {RETRY_AFTER} s",
+                "unavailable",
+            )
+        ],
+        {"Retry-After": str(RETRY_AFTER)},
+    )
 
 
 def translate(view: Callable[..., Any]) -> Callable[..., Any]:
@@ -148,6 +149,5 @@ def server_error(request: HttpRequest, exc: BaseException) -> JsonResponse:
     # On the "django.request" logger, with the traceback, as Django's own handler logs
     # it (mail_admins listens there); log_response marks the response as logged, so
     # the handler does not log it a second time without the traceback.
-    log_response("Internal Server Error: %s", request.path, response=response,
-                 request=request, exception=exc)
+    log_response("Internal Server Error: %s", request.path, response=response, request=request, exception=exc)
     return response

@@ -47,10 +47,14 @@ IMPORT = "aaa.import_run"
     tags=[EXCHANGE],
     # 200 is declared here alone (a string key; ninja keys its own by int: see the
     # event stream's route)
-    openapi_extra={"responses": {"200": {
-        "description": "The run as JSON Lines: a header, its events, its blobs (base64).",
-        "content": {exchange.MEDIA_TYPE: {"schema": {"type": "string"}}},
-    }}},
+    openapi_extra={
+        "responses": {
+            "200": {
+                "description": "The run as JSON Lines: a header, its events, its blobs (base64).",
+                "content": {exchange.MEDIA_TYPE: {"schema": {"type": "string"}}},
+            }
+        }
+    },
 )
 def export_run(request: HttpRequest, run_id: str = RunId) -> StreamingHttpResponse:
     """The run's log and blobs as one JSON Lines file (``manage.py aaa_import`` or
@@ -60,8 +64,9 @@ def export_run(request: HttpRequest, run_id: str = RunId) -> StreamingHttpRespon
         lines = exchange.export_run(run_id, using=runs.USING, blobs=site_blobs())
     except exchange.ExchangeError as exc:
         raise ApiError(409, ["path", "run_id"], str(exc), "not_exportable") from None
-    response = StreamingHttpResponse((line.encode("utf-8") for line in lines),
-                                     content_type=f"{exchange.MEDIA_TYPE}; charset=utf-8")
+    response = StreamingHttpResponse(
+        (line.encode("utf-8") for line in lines), content_type=f"{exchange.MEDIA_TYPE}; charset=utf-8"
+    )
     response["Content-Disposition"] = f'attachment; filename="{run_id}.jsonl"'
     return response
 
@@ -75,7 +80,7 @@ def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return walk(defs[ref[len("#/$defs/"):]])
+                return walk(defs[ref[len("#/$defs/") :]])
             return {k: walk(v) for k, v in node.items()}
         if isinstance(node, list):
             return [walk(v) for v in node]
@@ -84,18 +89,32 @@ def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
     return walk(schema)
 
 
-IMPORT_BODY = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": _inlined(ExportIn.model_json_schema())},
-    exchange.MEDIA_TYPE: {"schema": {
-        "type": "string",
-        "format": "binary",
-        "description": "the file GET /runs/{run_id}/export gives: a header line, then one line "
-                       "per event and per blob"}},
-}}}
+IMPORT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": _inlined(ExportIn.model_json_schema())},
+            exchange.MEDIA_TYPE: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "the file GET /runs/{run_id}/export gives: a header line, then one line "
+                    "per event and per blob",
+                }
+            },
+        },
+    }
+}
 
 
-@router.post("/imports", response={201: RunDetailOut, **_WRITE}, summary="Import a run",
-             operation_id="import_run", tags=[EXCHANGE], openapi_extra=IMPORT_BODY)
+@router.post(
+    "/imports",
+    response={201: RunDetailOut, **_WRITE},
+    summary="Import a run",
+    operation_id="import_run",
+    tags=[EXCHANGE],
+    openapi_extra=IMPORT_BODY,
+)
 def import_run(request: HttpRequest, response: HttpResponse) -> Status:
     """Store an exported run with its ids: the export as JSON Lines (the file ``GET
     /runs/{run_id}/export`` gives) or as one JSON object (its header, with the events and
@@ -103,8 +122,7 @@ def import_run(request: HttpRequest, response: HttpResponse) -> Status:
     that does not match its hash, a missing event, a blob outside the run's own)."""
     p: auth.Principal = request.auth
     if not p.user.has_perm(IMPORT):
-        raise ApiError(403, ["body"], f"importing runs needs the permission {IMPORT}",
-                       "permission_denied")
+        raise ApiError(403, ["body"], f"importing runs needs the permission {IMPORT}", "permission_denied")
     try:
         export = exchange.read_export(_lines(request))
     except exchange.ExchangeError as exc:
@@ -131,24 +149,26 @@ def _lines(request: HttpRequest) -> list[bytes]:
         ExportIn.model_validate(data)
     except ValidationError as exc:
         raise ApiError(422, errors=pydantic_errors(exc, ["body"])) from None
-    header = {"aaa_export": data["aaa_export"], "run": data["run"],
-              "events": len(data["events"]), "blobs": "inline"}
+    header = {"aaa_export": data["aaa_export"], "run": data["run"], "events": len(data["events"]), "blobs": "inline"}
     records = [header, *({"event": e} for e in data["events"]), *data.get("blobs", ())]
     return [json.dumps(r, ensure_ascii=False).encode("utf-8") for r in records]
 
 
-@router.post("/runs/{run_id}/fork", response={201: RunDetailOut, **_WRITE}, summary="Fork a run",
-             operation_id="fork_run", tags=[EXCHANGE])
-def fork_run(request: HttpRequest, response: HttpResponse, payload: ForkIn,
-             run_id: str = RunId) -> Status:
+@router.post(
+    "/runs/{run_id}/fork",
+    response={201: RunDetailOut, **_WRITE},
+    summary="Fork a run",
+    operation_id="fork_run",
+    tags=[EXCHANGE],
+)
+def fork_run(request: HttpRequest, response: HttpResponse, payload: ForkIn, run_id: str = RunId) -> Status:
     """A new run from this run's events 1..``at``, with its ``config`` changed by a JSON
     merge patch (RFC 7386), and a new ``budget`` or ``deadline`` if given. The new run
     records where it came from (``forked_from``); the caller owns it."""
     p: auth.Principal = request.auth
     row = runs.load(p, run_id)
     if not access.may_start(p.user):  # a fork is a new run: it spends the model budget too
-        raise ApiError(403, ["auth"], f"you may not start runs (permission {access.START})",
-                       "permission_denied")
+        raise ApiError(403, ["auth"], f"you may not start runs (permission {access.START})", "permission_denied")
     given = payload.model_fields_set
     config = None
     if payload.config is not None:
@@ -160,8 +180,7 @@ def fork_run(request: HttpRequest, response: HttpResponse, payload: ForkIn,
     if "deadline" in given:
         options["deadline"] = payload.deadline
     try:
-        run = host().call(lambda engine: fork(engine, run_id, payload.at, config=config,
-                                              owner=p.owner, **options))
+        run = host().call(lambda engine: fork(engine, run_id, payload.at, config=config, owner=p.owner, **options))
     except ForkError as exc:
         raise ApiError(422, ["body", exc.field], str(exc), "invalid_fork") from None
     new = runindex.refresh(runs.USING, run.run_id)

@@ -26,8 +26,9 @@ FILE = Path(__file__).with_name("openapi.json")
 
 def schema() -> dict[str, Any]:
     """The router's OpenAPI schema, as the contract states it (as JSON reads it back)."""
-    api = NinjaAPI(title=contract.TITLE, version=contract.VERSION,
-                   description=contract.DESCRIPTION, urls_namespace="aaa-contract")
+    api = NinjaAPI(
+        title=contract.TITLE, version=contract.VERSION, description=contract.DESCRIPTION, urls_namespace="aaa-contract"
+    )
     api.add_router("/", router)
     # as JSON has it: ninja keys most responses by int, the file (and a client) by text
     return same_phrases(json.loads(json.dumps(api.get_openapi_schema(path_prefix=""))))
@@ -36,9 +37,12 @@ def schema() -> dict[str, Any]:
 #: ninja describes a response by Python's phrase for its status (``http.client.responses``),
 #: which Python 3.13 changed to RFC 9110's names for these: the contract keeps the
 #: earlier ones, whichever Python builds it
-PHRASES = {"Content Too Large": "Request Entity Too Large", "URI Too Long": "Request-URI Too Long",
-           "Range Not Satisfiable": "Requested Range Not Satisfiable",
-           "Unprocessable Content": "Unprocessable Entity"}
+PHRASES = {
+    "Content Too Large": "Request Entity Too Large",
+    "URI Too Long": "Request-URI Too Long",
+    "Range Not Satisfiable": "Requested Range Not Satisfiable",
+    "Unprocessable Content": "Unprocessable Entity",
+}
 
 
 def same_phrases(doc: dict[str, Any]) -> dict[str, Any]:
@@ -72,8 +76,11 @@ def served_part(doc: dict[str, Any], prefix: str) -> dict[str, Any]:
     for path, item in doc.get("paths", {}).items():
         if not path.startswith(prefix + "/"):
             continue  # another router of the site's
-        paths[path[len(prefix):]] = item
+        paths[path[len(prefix) :]] = item
     paths = same_phrases({"paths": json.loads(json.dumps(paths))})["paths"]
-    return {"openapi": doc.get("openapi"), "version": doc.get("info", {}).get("version"),
-            "paths": paths, "components": doc.get("components", {})}
-
+    return {
+        "openapi": doc.get("openapi"),
+        "version": doc.get("info", {}).get("version"),
+        "paths": paths,
+        "components": doc.get("components", {}),
+    }

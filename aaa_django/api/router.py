@@ -78,16 +78,22 @@ router.add_decorator(boundary, mode="view")
 router.add_decorator(translate, mode="operation")
 
 #: the data of an ``event: token`` message of an event stream
-TOKEN = {"type": "object", "required": ["run_id", "request_id", "index", "text"], "properties": {
-    "run_id": {"type": "string"}, "request_id": {"type": "string"},
-    "index": {"type": "integer"}, "text": {"type": "string"}}}
+TOKEN = {
+    "type": "object",
+    "required": ["run_id", "request_id", "index", "text"],
+    "properties": {
+        "run_id": {"type": "string"},
+        "request_id": {"type": "string"},
+        "index": {"type": "integer"},
+        "text": {"type": "string"},
+    },
+}
 
 RunId = Path(..., pattern=ID_PATTERN, max_length=200, description="the run's id")
 
 _AUTH = {401: ErrorOut, 429: ErrorOut}
 _READ = {**_AUTH, 404: ErrorOut, 422: ErrorOut}
-_WRITE = {**_READ, 400: ErrorOut, 403: ErrorOut, 409: ErrorOut, 413: ErrorOut, 415: ErrorOut,
-          503: ErrorOut}
+_WRITE = {**_READ, 400: ErrorOut, 403: ErrorOut, 409: ErrorOut, 413: ErrorOut, 415: ErrorOut, 503: ErrorOut}
 
 
 def host() -> EngineHost:
@@ -97,14 +103,21 @@ def host() -> EngineHost:
 # -- starting and listing runs ---------------------------------------------------------
 
 
-@router.post("/runs", response={201: RunDetailOut, 200: RunDetailOut, **_WRITE},
-             summary="Start a run", operation_id="start_run", tags=[RUNS])
+@router.post(
+    "/runs",
+    response={201: RunDetailOut, 200: RunDetailOut, **_WRITE},
+    summary="Start a run",
+    operation_id="start_run",
+    tags=[RUNS],
+)
 def start_run(
     request: HttpRequest,
     response: HttpResponse,
     payload: StartIn,
     idempotency_key: str | None = Header(
-        None, alias="Idempotency-Key", pattern=KEY_PATTERN,
+        None,
+        alias="Idempotency-Key",
+        pattern=KEY_PATTERN,
         description="the same key and body return the same run; another body: 409",
     ),
 ) -> Status:
@@ -114,8 +127,7 @@ def start_run(
     gets 422 and no run is created."""
     p: auth.Principal = request.auth
     if not access.may_start(p.user):
-        raise ApiError(403, ["auth"], f"you may not start runs (permission {access.START})",
-                       "permission_denied")
+        raise ApiError(403, ["auth"], f"you may not start runs (permission {access.START})", "permission_denied")
     cls = registry.get(payload.algorithm)
     agents.check(payload.algorithm, payload.config, ["body", "config"])  # before it is built
     try:
@@ -131,9 +143,11 @@ def start_run(
     budget = payload.budget.model_dump(exclude_none=True) if payload.budget else None
     names = offered.names_chosen(payload.algorithm, payload.config)
     if names or (budget and budget.get("cost") is not None):  # the engine would refuse it: say so now
+
         async def refused(engine: Any) -> list[dict[str, Any]]:
-            return (offered.tool_errors(engine, payload.algorithm, payload.config)
-                    + start_errors(engine, payload.config, budget))
+            return offered.tool_errors(engine, payload.algorithm, payload.config) + start_errors(
+                engine, payload.config, budget
+            )
 
         errors = host().call(refused)
         if errors:
@@ -149,10 +163,17 @@ def start_run(
             return _replay(request, response, row, digest)
 
     algorithm = instance if payload.config is not None else payload.algorithm
-    run = host().call(lambda engine: engine.start(
-        algorithm, payload.input, budget=budget, deadline=payload.deadline,
-        owner=p.owner, run_id=run_id, conversation=conversation,
-    ))
+    run = host().call(
+        lambda engine: engine.start(
+            algorithm,
+            payload.input,
+            budget=budget,
+            deadline=payload.deadline,
+            owner=p.owner,
+            run_id=run_id,
+            conversation=conversation,
+        )
+    )
     row = runindex.refresh(runs.USING, run.run_id)
     if row is None:  # the started event is committed: the index has it now
         raise ApiError(503, ["server", "index"], "the run index is behind; retry", "unavailable")
@@ -168,22 +189,21 @@ def start_run(
 
 
 def _digest(body: bytes) -> str:
-    canonical = json.dumps(parse_json(body), sort_keys=True, separators=(",", ":"),
-                           ensure_ascii=False)
+    canonical = json.dumps(parse_json(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _replay(request: HttpRequest, response: HttpResponse, row: RunRecord, digest: str) -> Status:
     if row.request_hash and row.request_hash != digest:
-        raise ApiError(409, ["header", "Idempotency-Key"],
-                       "this key was used with another request body", "idempotency_conflict")
+        raise ApiError(
+            409, ["header", "Idempotency-Key"], "this key was used with another request body", "idempotency_conflict"
+        )
     response["Location"] = runs.run_url(request, row.run_id)
     response["Idempotent-Replayed"] = "true"
     return Status(200, runs.run_detail(request, runindex.refresh(runs.USING, row.run_id) or row))
 
 
-@router.get("/runs", response={200: RunPage, **_READ}, summary="List runs",
-            operation_id="list_runs", tags=[RUNS])
+@router.get("/runs", response={200: RunPage, **_READ}, summary="List runs", operation_id="list_runs", tags=[RUNS])
 def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, object]:
     """The runs the caller may see, newest first, filtered and paged."""
     rows = runs.visible(request.auth)
@@ -195,15 +215,14 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, obj
     try:
         after, before = utc(f.created_after), utc(f.created_before)
     except (OverflowError, ValueError):
-        raise ApiError(422, ["query", "created_after"], "the time is out of range",
-                       "datetime_range") from None
+        raise ApiError(422, ["query", "created_after"], "the time is out of range", "datetime_range") from None
     if after is not None:
         rows = rows.filter(started_at__gte=after)
     if before is not None:
         rows = rows.filter(started_at__lt=before)
     rows = rows.order_by("-started_at", "-run_id")
     count = rows.count()
-    page = rows[f.offset: f.offset + f.limit]
+    page = rows[f.offset : f.offset + f.limit]
     return {
         "items": [runs.run_out(request, row) for row in page],
         "count": count,
@@ -213,8 +232,9 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, obj
 
 
 # (before /runs/{run_id}: Django tries the router's paths in this order)
-@router.post("/runs/batch", response={200: RunBatch, **_WRITE}, summary="Get several runs",
-             operation_id="get_runs", tags=[RUNS])
+@router.post(
+    "/runs/batch", response={200: RunBatch, **_WRITE}, summary="Get several runs", operation_id="get_runs", tags=[RUNS]
+)
 def get_runs(request: HttpRequest, payload: BatchIn) -> dict[str, Any]:
     """Several runs by id, each as ``GET /runs/{run_id}`` shows it, in the order asked;
     ``missing``: the ids that name no run the caller may see (unknown or not theirs,
@@ -232,8 +252,9 @@ def get_runs(request: HttpRequest, payload: BatchIn) -> dict[str, Any]:
     return {"items": items, "missing": missing}
 
 
-@router.get("/runs/{run_id}", response={200: RunDetailOut, **_READ}, summary="Get a run",
-            operation_id="get_run", tags=[RUNS])
+@router.get(
+    "/runs/{run_id}", response={200: RunDetailOut, **_READ}, summary="Get a run", operation_id="get_run", tags=[RUNS]
+)
 def get_run(request: HttpRequest, run_id: str = RunId) -> dict[str, object]:
     """Status, outcome and value, spend, times, budget and deadline of a run."""
     row = runs.load(request.auth, run_id)
@@ -243,8 +264,13 @@ def get_run(request: HttpRequest, run_id: str = RunId) -> dict[str, object]:
 # -- events and projections --------------------------------------------------------------
 
 
-@router.get("/runs/{run_id}/events", response={200: EventPage, **_READ},
-            summary="Page a run's events", operation_id="list_events", tags=[EVENTS])
+@router.get(
+    "/runs/{run_id}/events",
+    response={200: EventPage, **_READ},
+    summary="Page a run's events",
+    operation_id="list_events",
+    tags=[EVENTS],
+)
 def list_events(
     request: HttpRequest,
     run_id: str = RunId,
@@ -279,7 +305,8 @@ def list_events(
                 "stream ends after aaa.run.completed. With AAA['STREAM_TOKENS'], `event: token` "
                 "messages (no id) carry a model reply's text as it comes (`data`: run_id, "
                 "request_id, index, text), before the reply's event.",
-                {"anyOf": [{"$ref": "#/components/schemas/EventOut"}, TOKEN]}),
+                {"anyOf": [{"$ref": "#/components/schemas/EventOut"}, TOKEN]},
+            ),
             "204": {"description": "the run has ended and nothing is left after Last-Event-ID"},
         }
     },
@@ -288,7 +315,10 @@ def stream_events(
     request: HttpRequest,
     run_id: str = RunId,
     last_event_id: int | None = Header(
-        None, alias="Last-Event-ID", ge=0, le=MAX_SEQ,
+        None,
+        alias="Last-Event-ID",
+        ge=0,
+        le=MAX_SEQ,
         description="resume after this seq (sent by EventSource on reconnect)",
     ),
     after: int = Query(0, ge=0, le=MAX_SEQ, description="start after this seq"),
@@ -311,36 +341,51 @@ def stream_events(
         return runs.event_out(runs.hydrated(e, blobs) if hydrate else e)
 
     hub = wakeups.for_database(runs.USING)
-    steps = stream.plan(start, ended=ended, max_seconds=aaa_settings()["API_STREAM_SECONDS"],
-                        renews=True, reliable=hub.reliable, clock=time.monotonic)
-    return stream.respond(request, steps, stream.RunEvents(s, run_id, shape), wakeups=hub,
-                          slot=slot, subscribe=lambda: tokens.subscribe(run_id))
+    steps = stream.plan(
+        start,
+        ended=ended,
+        max_seconds=aaa_settings()["API_STREAM_SECONDS"],
+        renews=True,
+        reliable=hub.reliable,
+        clock=time.monotonic,
+    )
+    return stream.respond(
+        request,
+        steps,
+        stream.RunEvents(s, run_id, shape),
+        wakeups=hub,
+        slot=slot,
+        subscribe=lambda: tokens.subscribe(run_id),
+    )
 
 
-@router.get("/runs/{run_id}/projections/{name}", response={200: ProjectionOut, **_READ},
-            summary="Fold a projection of a run", operation_id="get_projection", tags=[EVENTS])
+@router.get(
+    "/runs/{run_id}/projections/{name}",
+    response={200: ProjectionOut, **_READ},
+    summary="Fold a projection of a run",
+    operation_id="get_projection",
+    tags=[EVENTS],
+)
 def get_projection(
     request: HttpRequest,
     run_id: str = RunId,
-    name: str = Path(..., pattern=NAME_PATTERN, max_length=200,
-                     description="a registered projection's name, or its last part"),
+    name: str = Path(
+        ..., pattern=NAME_PATTERN, max_length=200, description="a registered projection's name, or its last part"
+    ),
     at: int | None = Query(None, ge=0, le=MAX_SEQ, description="as of this event's seq"),
 ) -> dict[str, object]:
     """A registered projection's state over the run, now or as of event ``at``."""
     row = runs.load(request.auth, run_id)
     projection = projections.get(name)
     if projection is None:
-        raise ApiError(404, ["path", "name"],
-                       "no such projection; known: " + ", ".join(projections.names()),
-                       "not_found")
+        raise ApiError(
+            404, ["path", "name"], "no such projection; known: " + ", ".join(projections.names()), "not_found"
+        )
     if at is not None and at > row.last_seq:
         head = runs.store().head_sync(run_id)
         if head is None or at > head[0]:
-            raise ApiError(422, ["query", "at"],
-                           f"the run has {head[0] if head else 0} events", "out_of_range")
-    loaded = async_to_sync(projection.load_info)(
-        hydrating(runs.store()), run_id, cache=default_cache, at=at
-    )
+            raise ApiError(422, ["query", "at"], f"the run has {head[0] if head else 0} events", "out_of_range")
+    loaded = async_to_sync(projection.load_info)(hydrating(runs.store()), run_id, cache=default_cache, at=at)
     return {
         "name": projection.name,
         "version": projection.version,
@@ -352,10 +397,14 @@ def get_projection(
 # -- acting on a run ----------------------------------------------------------------------
 
 
-@router.post("/runs/{run_id}/cancel", response={202: CancelOut, **_WRITE},
-             summary="Cancel a run", operation_id="cancel_run", tags=[RUNS])
-def cancel_run(request: HttpRequest, run_id: str = RunId,
-               payload: CancelIn | None = Body(None)) -> Status:
+@router.post(
+    "/runs/{run_id}/cancel",
+    response={202: CancelOut, **_WRITE},
+    summary="Cancel a run",
+    operation_id="cancel_run",
+    tags=[RUNS],
+)
+def cancel_run(request: HttpRequest, run_id: str = RunId, payload: CancelIn | None = Body(None)) -> Status:
     """Ask for the run to end ``cancelled`` (its in-flight tool calls are cancelled).
     202 once the request is recorded; 409 if the run has ended."""
     p: auth.Principal = request.auth
@@ -370,8 +419,13 @@ def cancel_run(request: HttpRequest, run_id: str = RunId,
     return Status(202, {"id": run_id, "cancel_requested": True, "status": row.status})
 
 
-@router.get("/runs/{run_id}/approvals", response={200: list[ApprovalOut], **_READ},
-            summary="List a run's approvals", operation_id="list_approvals", tags=[APPROVALS])
+@router.get(
+    "/runs/{run_id}/approvals",
+    response={200: list[ApprovalOut], **_READ},
+    summary="List a run's approvals",
+    operation_id="list_approvals",
+    tags=[APPROVALS],
+)
 def list_approvals(request: HttpRequest, run_id: str = RunId) -> list[dict[str, object]]:
     """Every approval gate of the run (pending ones first to answer), with the tool
     call it guards and its decision."""
@@ -379,14 +433,20 @@ def list_approvals(request: HttpRequest, run_id: str = RunId) -> list[dict[str, 
     return runs.approvals(run_id)
 
 
-@router.post("/runs/{run_id}/approvals/{request_id}", response={200: DecisionOut, **_WRITE},
-             summary="Grant or deny an approval", operation_id="decide_approval", tags=[APPROVALS])
+@router.post(
+    "/runs/{run_id}/approvals/{request_id}",
+    response={200: DecisionOut, **_WRITE},
+    summary="Grant or deny an approval",
+    operation_id="decide_approval",
+    tags=[APPROVALS],
+)
 def decide_approval(
     request: HttpRequest,
     payload: DecisionIn,
     run_id: str = RunId,
-    request_id: str = Path(..., pattern=ID_PATTERN, max_length=200,
-                           description="the aaa.approval.requested event's id"),
+    request_id: str = Path(
+        ..., pattern=ID_PATTERN, max_length=200, description="the aaa.approval.requested event's id"
+    ),
 ) -> dict[str, object]:
     """Grant (the tool call runs) or deny (it fails with reason ``denied``) a pending
     approval; recorded with who answered and why."""
@@ -396,11 +456,9 @@ def decide_approval(
     if gate is None:
         raise not_found(["path", "request_id"], "approval request in this run")
     if gate["status"] == "closed":
-        raise ApiError(409, ["path", "request_id"], f"this approval is closed: {gate['reason']}",
-                       "run_ended")
+        raise ApiError(409, ["path", "request_id"], f"this approval is closed: {gate['reason']}", "run_ended")
     if gate["status"] != "pending":
-        raise ApiError(409, ["path", "request_id"], f"this approval was {gate['status']} already",
-                       "decided")
+        raise ApiError(409, ["path", "request_id"], f"this approval was {gate['status']} already", "decided")
     grant = payload.decision == "grant"
     reason = payload.reason
 
@@ -417,27 +475,23 @@ def decide_approval(
     )
     if not recorded or decision is None:
         row = runindex.refresh(runs.USING, run_id)
-        why = "the run has ended" if row is not None and row.status == "completed" else (
-            "it was decided meanwhile")
-        raise ApiError(409, ["path", "request_id"], f"this approval is not pending: {why}",
-                       "decided")
+        why = "the run has ended" if row is not None and row.status == "completed" else ("it was decided meanwhile")
+        raise ApiError(409, ["path", "request_id"], f"this approval is not pending: {why}", "decided")
     if decision == APPROVAL_EXPIRED:
-        raise ApiError(409, ["path", "request_id"],
-                       "this approval had expired; it is recorded as expired", "expired")
+        raise ApiError(409, ["path", "request_id"], "this approval had expired; it is recorded as expired", "expired")
     log.info("approval %s of run %s %s by %s", request_id, run_id, decision, p.label)
-    return {"request_id": request_id, "decision": decision.rsplit(".", 1)[-1], "by": p.label,
-            "reason": reason}
+    return {"request_id": request_id, "decision": decision.rsplit(".", 1)[-1], "by": p.label, "reason": reason}
 
 
-@router.delete("/runs/{run_id}", response={204: None, **_WRITE}, summary="Erase a run",
-               operation_id="erase_run", tags=[RUNS])
+@router.delete(
+    "/runs/{run_id}", response={204: None, **_WRITE}, summary="Erase a run", operation_id="erase_run", tags=[RUNS]
+)
 def erase_run(request: HttpRequest, run_id: str = RunId) -> Status:
     """Erase a run that has ended: its events, snapshots and blobs. Cancel a run
     that is still going first (409 until it has ended)."""
     p: auth.Principal = request.auth
     row = runs.load(p, run_id, "erase")
-    not_ended = ApiError(409, ["path", "run_id"], "the run has not ended: cancel it, then erase it",
-                         "run_not_ended")
+    not_ended = ApiError(409, ["path", "run_id"], "the run has not ended: cancel it, then erase it", "run_not_ended")
     if row.status != "completed":  # the index (written with the log) says so without a call
         raise not_ended
     try:  # the engine's rule, the admin's too
@@ -447,4 +501,3 @@ def erase_run(request: HttpRequest, run_id: str = RunId) -> Status:
     runindex.forget(runs.USING, run_id)
     log.info("run %s erased (%s events) by %s", run_id, count, p.label)
     return Status(204, None)
-

@@ -60,9 +60,9 @@ def load(p: auth.Principal, run_id: str, action: str | None = None) -> RunRecord
         raise not_found(["path", "run_id"], "run")
     if verdict is access.Verdict.FORBIDDEN:
         permission = access.ACTIONS.get(action or "")
-        raise ApiError(403, ["path", "run_id"],
-                       f"you may not {action} this run (permission {permission})",
-                       "permission_denied")
+        raise ApiError(
+            403, ["path", "run_id"], f"you may not {action} this run (permission {permission})", "permission_denied"
+        )
     return row
 
 

@@ -52,14 +52,19 @@ def _rfc3339(value: Any) -> Any:
 DateTime = Annotated[datetime, BeforeValidator(_rfc3339)]
 
 #: seconds from now, or a date-time: one field, validated by StartIn (one clear error)
-Deadline = Annotated[Any, WithJsonSchema({
-    "anyOf": [
-        {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_DEADLINE_SECONDS},
-        {"type": "string", "format": "date-time"},
-        {"type": "null"},
-    ],
-    "description": "seconds from now, or an RFC 3339 date-time with a timezone",
-})]
+Deadline = Annotated[
+    Any,
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_DEADLINE_SECONDS},
+                {"type": "string", "format": "date-time"},
+                {"type": "null"},
+            ],
+            "description": "seconds from now, or an RFC 3339 date-time with a timezone",
+        }
+    ),
+]
 _DATETIME = TypeAdapter(datetime)
 
 Status = Literal["pending", "running", "waiting", "completed"]
@@ -145,8 +150,7 @@ class ForkIn(Schema):
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"at": 7, "config": {"model": "gpt-4o"},
-                                         "budget": {"model_calls": 10}}]},
+        json_schema_extra={"examples": [{"at": 7, "config": {"model": "gpt-4o"}, "budget": {"model_calls": 10}}]},
     )
 
     at: StrictInt = Field(ge=1, le=MAX_SEQ)
@@ -261,11 +265,11 @@ class RunFilters(Schema):
 class BatchIn(Schema):
     """The ids of the runs to read (1 to 100; a repeated id is read once)."""
 
-    model_config = ConfigDict(extra="forbid",
-                              json_schema_extra={"examples": [{"ids": ["run-a", "run-b"]}]})
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"ids": ["run-a", "run-b"]}]})
 
     ids: list[Annotated[StrictStr, Field(pattern=ID_PATTERN, max_length=200)]] = Field(
-        min_length=1, max_length=MAX_BATCH)
+        min_length=1, max_length=MAX_BATCH
+    )
 
 
 class RunBatch(Schema):
@@ -285,16 +289,21 @@ class ChangeFilters(Schema):
     """Which runs a change stream follows (all the caller may see, when none is given),
     and from where."""
 
-    algorithm: str | None = Field(None, max_length=200, pattern=NAME_PATTERN,
-                                  description="runs of this algorithm")
+    algorithm: str | None = Field(None, max_length=200, pattern=NAME_PATTERN, description="runs of this algorithm")
     status: Status | None = Field(None, description="runs whose status is this at the change")
-    ids: str | None = Field(None, pattern=rf"^{_ID}(,{_ID}){{0,{MAX_BATCH - 1}}}$",
-                            max_length=MAX_BATCH * 201,
-                            description=f"these runs: comma-separated ids, at most {MAX_BATCH}")
+    ids: str | None = Field(
+        None,
+        pattern=rf"^{_ID}(,{_ID}){{0,{MAX_BATCH - 1}}}$",
+        max_length=MAX_BATCH * 201,
+        description=f"these runs: comma-separated ids, at most {MAX_BATCH}",
+    )
     started_after: DateTime | None = Field(None, description="runs started at or after this time")
-    after: str | None = Field(None, pattern=POSITION_PATTERN, max_length=220,
-                              description="start after this change (an id the stream sent); "
-                              "Last-Event-ID wins over it")
+    after: str | None = Field(
+        None,
+        pattern=POSITION_PATTERN,
+        max_length=220,
+        description="start after this change (an id the stream sent); Last-Event-ID wins over it",
+    )
     follow: bool = Field(True, description="false: send what has changed, then end")
 
 

@@ -93,7 +93,15 @@ READERS = 4
 
 # What plan asks its driver to do.
 OPEN, SEND, READ, TOKENS, HEAD, RENEW, WAIT, SLEEP = (
-    "open", "send", "read", "tokens", "head", "renew", "wait", "sleep")
+    "open",
+    "send",
+    "read",
+    "tokens",
+    "head",
+    "renew",
+    "wait",
+    "sleep",
+)
 # Where a driver blocks while its stream waits with live tokens (its reply to OPEN): on
 # the token feed (its wake-up then looked at), or on its wake-up (the feed looked at).
 ON_TOKENS, ON_WAKEUP = "on-tokens", "on-wake-up"
@@ -132,9 +140,17 @@ class Feed(Protocol):
     def head(self) -> bool | None: ...
 
 
-def plan(after: Any, *, ended: bool, max_seconds: float, renews: bool,
-         reliable: Callable[[], bool], clock: Callable[[], float], checks_head: bool = True,
-         gap: float = 0.0) -> Steps:
+def plan(
+    after: Any,
+    *,
+    ended: bool,
+    max_seconds: float,
+    renews: bool,
+    reliable: Callable[[], bool],
+    clock: Callable[[], float],
+    checks_head: bool = True,
+    gap: float = 0.0,
+) -> Steps:
     """A stream's decisions, as requests to its driver: ``(OPEN, tokens)`` (subscribe
     to the feed's wake-ups, and to its live tokens if ``tokens``) -> None without live
     tokens, else where the driver blocks while it waits (:data:`ON_TOKENS` or
@@ -178,8 +194,9 @@ def plan(after: Any, *, ended: bool, max_seconds: float, renews: bool,
             return  # what there is has been sent
         trusted = reliable()
         # Woken with nothing new: the run's events were deleted (erasure notifies too).
-        if checks_head and ((trusted and woken and not page.items)
-                            or (not trusted and now - last_check >= EXISTS_EVERY)):
+        if checks_head and (
+            (trusted and woken and not page.items) or (not trusted and now - last_check >= EXISTS_EVERY)
+        ):
             last_check = now
             if (yield HEAD, None) is False:
                 return  # erased
@@ -198,8 +215,7 @@ def plan(after: Any, *, ended: bool, max_seconds: float, renews: bool,
                 woken = True
                 break
             polls = page.held or not reliable()
-            due = min(stop_at, last_write + HEARTBEAT,
-                      last_renew + streamcap.LEASE / 3 if renews else stop_at)
+            due = min(stop_at, last_write + HEARTBEAT, last_renew + streamcap.LEASE / 3 if renews else stop_at)
             wait = max(due - now, 0.0)
             wait = min(wait, POLL) if polls else wait
             if live is None:
@@ -243,19 +259,29 @@ class RunEvents:
 
     def read(self, after: int) -> Page:
         events = self.store.read_sync(self.run_id, after=after, limit=PAGE)
-        return Page([(message(self.shape(e)), e.type == RUN_COMPLETED) for e in events],
-                    after=(events[-1].seq or after) if events else after,
-                    more=len(events) == PAGE)
+        return Page(
+            [(message(self.shape(e)), e.type == RUN_COMPLETED) for e in events],
+            after=(events[-1].seq or after) if events else after,
+            more=len(events) == PAGE,
+        )
 
     def head(self) -> bool:
         return self.store.head_sync(self.run_id) is not None
 
 
-def events(store: Any, run_id: str, after: int, *, shape: Callable[[Event], dict],
-           max_seconds: float, ended: bool, slot: streamcap.Slot | None = None,
-           wakeups: Wakeups | None = None,
-           subscribe: Callable[[], TokenSubscription | None] | None = None,
-           clock: Callable[[], float] = time.monotonic) -> Iterator[str]:
+def events(
+    store: Any,
+    run_id: str,
+    after: int,
+    *,
+    shape: Callable[[Event], dict],
+    max_seconds: float,
+    ended: bool,
+    slot: streamcap.Slot | None = None,
+    wakeups: Wakeups | None = None,
+    subscribe: Callable[[], TokenSubscription | None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[str]:
     """The SSE text of the run's events after ``after``, until the completion (or, for
     a run that had ``ended`` before the stream opened, until what is stored is sent),
     read on the calling thread (:func:`drive`). ``slot``: renewed while the stream
@@ -263,10 +289,10 @@ def events(store: Any, run_id: str, after: int, *, shape: Callable[[Event], dict
     (default: none; it polls). ``subscribe``: the run's live tokens, sent between its
     events."""
     wakeups = wakeups if wakeups is not None else Hub()  # (polls)
-    steps = plan(after, ended=ended, max_seconds=max_seconds, renews=slot is not None,
-                 reliable=wakeups.reliable, clock=clock)
-    return drive(steps, RunEvents(store, run_id, shape), wakeups=wakeups, slot=slot,
-                 subscribe=subscribe)
+    steps = plan(
+        after, ended=ended, max_seconds=max_seconds, renews=slot is not None, reliable=wakeups.reliable, clock=clock
+    )
+    return drive(steps, RunEvents(store, run_id, shape), wakeups=wakeups, slot=slot, subscribe=subscribe)
 
 
 # -- the drivers ------------------------------------------------------------------------
@@ -288,8 +314,14 @@ def letting_go(using: str, wakeups: Wakeups) -> Callable[[], None]:
     return idle
 
 
-def drive(steps: Steps, feed: Feed, *, wakeups: Wakeups, slot: streamcap.Slot | None = None,
-          subscribe: Callable[[], TokenSubscription | None] | None = None) -> Iterator[str]:
+def drive(
+    steps: Steps,
+    feed: Feed,
+    *,
+    wakeups: Wakeups,
+    slot: streamcap.Slot | None = None,
+    subscribe: Callable[[], TokenSubscription | None] | None = None,
+) -> Iterator[str]:
     """Carry out a :func:`plan` over ``feed`` on the calling thread: the stream's text.
     It blocks where it waits: on the token feed while tokens come (their wake-up looked
     at between two waits), else on its wake-up. ``slot``: renewed while it runs, given
@@ -359,10 +391,14 @@ def _close_connections() -> None:
             connection.close()
 
 
-async def adrive(steps: Steps, feed: Feed, *, wakeups: Wakeups,
-                 slot: streamcap.Slot | None = None,
-                 subscribe: Callable[[], TokenSubscription | None] | None = None
-                 ) -> AsyncIterator[str]:
+async def adrive(
+    steps: Steps,
+    feed: Feed,
+    *,
+    wakeups: Wakeups,
+    slot: streamcap.Slot | None = None,
+    subscribe: Callable[[], TokenSubscription | None] | None = None,
+) -> AsyncIterator[str]:
     """:func:`drive` for an ASGI server: waits on the event loop (no thread), always on
     its wake-up (the token feed is looked at without blocking, after each wait), and
     reads on the process's :data:`READERS` threads, letting go of their connection
@@ -443,8 +479,12 @@ def sse_content(description: str, data: dict[str, Any]) -> dict[str, Any]:
         },
         "required": ["data"],
     }
-    return {"description": description, "content": {"text/event-stream": {"schema": {
-        "anyOf": [event, {"type": "string", "description": "the stream's text"}]}}}}
+    return {
+        "description": description,
+        "content": {
+            "text/event-stream": {"schema": {"anyOf": [event, {"type": "string", "description": "the stream's text"}]}}
+        },
+    }
 
 
 def open_slot(request: HttpRequest, loc: list[str]) -> streamcap.Slot:
@@ -453,15 +493,25 @@ def open_slot(request: HttpRequest, loc: list[str]) -> streamcap.Slot:
     limit = aaa_settings()["API_STREAMS_PER_USER"]
     slot = streamcap.acquire(request.auth.user.pk, limit)
     if slot is None:
-        raise ApiError(429, loc, f"too many open streams: at most {limit} per user; close one",
-                       "too_many_streams", headers={"Retry-After": str(RETRY_MS // 1000)})
+        raise ApiError(
+            429,
+            loc,
+            f"too many open streams: at most {limit} per user; close one",
+            "too_many_streams",
+            headers={"Retry-After": str(RETRY_MS // 1000)},
+        )
     return slot
 
 
-def respond(request: HttpRequest, steps: Steps, feed: Feed, *, wakeups: Wakeups,
-            slot: streamcap.Slot | None,
-            subscribe: Callable[[], TokenSubscription | None] | None = None
-            ) -> StreamingHttpResponse:
+def respond(
+    request: HttpRequest,
+    steps: Steps,
+    feed: Feed,
+    *,
+    wakeups: Wakeups,
+    slot: streamcap.Slot | None,
+    subscribe: Callable[[], TokenSubscription | None] | None = None,
+) -> StreamingHttpResponse:
     """The streaming response of a plan over a feed, driven as the server needs: under
     ASGI the async iterator (a sync one would be read to its end by Django before
     anything is sent), under WSGI the request's thread."""

@@ -101,7 +101,6 @@ KIND_OF = {
 }
 
 
-
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
@@ -169,8 +168,11 @@ def store_spec(store: EventStore) -> list[Any]:
         return ["django", store.using, f"{cls.__module__}.{cls.__qualname__}"]
     if isinstance(store, RedisEventStore):
         kw = store.client.connection_pool.connection_kwargs
-        url = (f"unix://{kw['path']}?db={kw.get('db', 0)}" if kw.get("path")
-               else f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}")
+        url = (
+            f"unix://{kw['path']}?db={kw.get('db', 0)}"
+            if kw.get("path")
+            else f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+        )
         return ["redis", url, store.prefix]
     raise TypeError(f"the Celery bus cannot deliver events of {store!r}: use the Django or Redis store")
 
@@ -210,8 +212,15 @@ class DistributedBus:
     #: the run index keeps a run's due times, and the workers' duty fires them
     durable_timers = True
 
-    def __init__(self, *, coordinator: Coordinator | None = None, serialize: bool = True,
-                 queues: dict[str, str] | None = None, in_worker: bool = False, app: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        coordinator: Coordinator | None = None,
+        serialize: bool = True,
+        queues: dict[str, str] | None = None,
+        in_worker: bool = False,
+        app: Any = None,
+    ) -> None:
         self.coordinator = coordinator
         self.serialize = serialize
         self.in_worker = in_worker
@@ -299,8 +308,10 @@ class DistributedBus:
         if self.local is not None:  # a worker's loop delivers what it can itself
             events = [e for e in events if not self.local(self.engine, e)]
         carrier = self.trace
-        messages = [(queue_for(e.type, self.queues), self._args(e, events),
-                     carrier.headers(e) if carrier is not None else None) for e in events]
+        messages = [
+            (queue_for(e.type, self.queues), self._args(e, events), carrier.headers(e) if carrier is not None else None)
+            for e in events
+        ]
         if self.in_worker:
             # A broker round trip inline is cheaper than a thread hop. A failure raises:
             # the delivery is retried, and its retry enqueues what this one could not.
@@ -387,9 +398,16 @@ class DistributedBus:
             if rest:
                 with self._app.producer_or_acquire() as producer:  # one for the batch
                     for queue, args, *headers in rest:
-                        self._app.send_task(DELIVER, args, queue=queue, producer=producer,
-                                            headers=headers[0] if headers else None,
-                                            argsrepr=repr(args[1:4]), kwargsrepr="{}", ignore_result=True)
+                        self._app.send_task(
+                            DELIVER,
+                            args,
+                            queue=queue,
+                            producer=producer,
+                            headers=headers[0] if headers else None,
+                            argsrepr=repr(args[1:4]),
+                            kwargsrepr="{}",
+                            ignore_result=True,
+                        )
                         self.sent += 1
             for run_id in ended:
                 self.coordination().notify_ended(run_id)
@@ -402,8 +420,7 @@ class DistributedBus:
     # -- the engine's hooks -------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def serial(self, key: str, *, contended: bool = False,
-                     synced: bool = False) -> AsyncIterator[None]:
+    async def serial(self, key: str, *, contended: bool = False, synced: bool = False) -> AsyncIterator[None]:
         """A step of run ``key`` (see :meth:`Engine.step`): its appends are guarded by
         the head of the view it read (the engine's tail); the first try takes no lock.
         ``contended``: an earlier try found the log moved on: this one holds the run's

@@ -105,8 +105,15 @@ class Coordinator:
     alive with TCP keepalives.
     """
 
-    def __init__(self, url: str, *, prefix: str = "aaa", lock_ttl: float = 10, lease_ttl: float = 30,
-                 socket_timeout: float | None = SOCKET_TIMEOUT) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "aaa",
+        lock_ttl: float = 10,
+        lease_ttl: float = 30,
+        socket_timeout: float | None = SOCKET_TIMEOUT,
+    ) -> None:
         import redis
 
         self.url = url
@@ -114,9 +121,13 @@ class Coordinator:
         self.lock_ttl = float(lock_ttl)
         self.lease_ttl = float(lease_ttl)
         self.socket_timeout = socket_timeout
-        self.client = redis.Redis.from_url(url, socket_timeout=socket_timeout,
-                                           socket_connect_timeout=socket_timeout,
-                                           socket_keepalive_options=_keepalive_options(), **_KEEPALIVE)
+        self.client = redis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_timeout,
+            socket_keepalive_options=_keepalive_options(),
+            **_KEEPALIVE,
+        )
         self._tag = "{" + prefix + "}"
         self._aclients: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._local_locks: weakref.WeakValueDictionary[tuple, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -141,14 +152,25 @@ class Coordinator:
 
             # Commands wait for a free connection (up to 20 s) rather than fail: redis-py's
             # plain pool raises "Too many connections" at its bound.
-            client = redis.asyncio.Redis(connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
-                self.url, max_connections=ASYNC_CONNECTIONS, timeout=20, socket_timeout=self.socket_timeout,
-                socket_connect_timeout=self.socket_timeout, socket_keepalive_options=_keepalive_options(),
-                **_KEEPALIVE))
+            client = redis.asyncio.Redis(
+                connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
+                    self.url,
+                    max_connections=ASYNC_CONNECTIONS,
+                    timeout=20,
+                    socket_timeout=self.socket_timeout,
+                    socket_connect_timeout=self.socket_timeout,
+                    socket_keepalive_options=_keepalive_options(),
+                    **_KEEPALIVE,
+                )
+            )
             scripts = {
                 name: client.register_script(lua)
-                for name, lua in (("unlock", _UNLOCK), ("renew_lock", _RENEW_LOCK),
-                                  ("acquire", _ACQUIRE), ("renew_lease", _RENEW_LEASE))
+                for name, lua in (
+                    ("unlock", _UNLOCK),
+                    ("renew_lock", _RENEW_LOCK),
+                    ("acquire", _ACQUIRE),
+                    ("renew_lease", _RENEW_LEASE),
+                )
             }
             entry = self._aclients[loop] = (client, scripts)
         return entry
@@ -174,9 +196,17 @@ class Coordinator:
             stop = asyncio.Event()
 
             def start_renewing() -> None:
-                renewing.append(asyncio.ensure_future(self._keep(
-                    lambda: scripts["renew_lock"](keys=[key], args=[token, ttl_ms]), self.lock_ttl, key, stop,
-                    first=0)))
+                renewing.append(
+                    asyncio.ensure_future(
+                        self._keep(
+                            lambda: scripts["renew_lock"](keys=[key], args=[token, ttl_ms]),
+                            self.lock_ttl,
+                            key,
+                            stop,
+                            first=0,
+                        )
+                    )
+                )
 
             timer = asyncio.get_running_loop().call_later(self.lock_ttl / 3, start_renewing)
             try:
@@ -196,8 +226,15 @@ class Coordinator:
             lock = self._local_locks[key] = asyncio.Lock()
         return lock
 
-    async def _keep(self, renew: Callable[[], Awaitable[Any]], ttl: float, what: str, stop: asyncio.Event,
-                    *, first: float | None = None) -> None:
+    async def _keep(
+        self,
+        renew: Callable[[], Awaitable[Any]],
+        ttl: float,
+        what: str,
+        stop: asyncio.Event,
+        *,
+        first: float | None = None,
+    ) -> None:
         """Renew every third of ``ttl`` (the first time after ``first`` seconds) until
         ``stop`` is set. The holder sets ``stop`` before it cancels this task: redis-py
         may swallow a cancellation that lands in the middle of a command, and a renewal
@@ -240,9 +277,11 @@ class Coordinator:
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 1.5, 0.2)
         stop = asyncio.Event()
-        renew = asyncio.ensure_future(self._keep(
-            lambda: scripts["renew_lease"](keys=[key], args=[ttl_ms, token, int(size)]), self.lease_ttl, key,
-            stop))
+        renew = asyncio.ensure_future(
+            self._keep(
+                lambda: scripts["renew_lease"](keys=[key], args=[ttl_ms, token, int(size)]), self.lease_ttl, key, stop
+            )
+        )
         try:
             yield
         finally:
@@ -281,8 +320,9 @@ class Coordinator:
         """Tell every worker that ``run_id`` has ended (sync; fire and forget)."""
         self.client.publish(self.channel(run_id), "1")
 
-    async def ended_notices(self, stop: Callable[[], bool] = lambda: False,
-                            subscribed: Callable[[], None] | None = None) -> AsyncIterator[str]:
+    async def ended_notices(
+        self, stop: Callable[[], bool] = lambda: False, subscribed: Callable[[], None] | None = None
+    ) -> AsyncIterator[str]:
         """The ids of runs as they end anywhere in the cluster (one pattern
         subscription; notices published while nobody listens are lost), until
         ``stop()``: checked at least every second (a blocking read is not reliably
@@ -300,7 +340,7 @@ class Coordinator:
                 if message is not None and message.get("type") == "pmessage":
                     channel = message["channel"]
                     channel = channel.decode() if isinstance(channel, bytes) else channel
-                    yield channel[len(prefix):]
+                    yield channel[len(prefix) :]
         finally:
             await _drop(pubsub)
 

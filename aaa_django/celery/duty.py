@@ -100,11 +100,17 @@ def _release_the_dead(sender: Any = None, **kwargs: Any) -> None:
         dead = [h for h in leases.holders() if process_gone(h)]
         released = sum(len(leases.release(h)) for h in dead)
         if released:
-            log.info("released the leases of %d runs held by %d ended processes of this machine: the next "
-                     "duty pass adopts them", released, len(dead))
+            log.info(
+                "released the leases of %d runs held by %d ended processes of this machine: the next "
+                "duty pass adopts them",
+                released,
+                len(dead),
+            )
     except Exception:
-        log.warning("could not look for the runs of this machine's ended processes; their leases lapse "
-                    "by themselves", exc_info=True)
+        log.warning(
+            "could not look for the runs of this machine's ended processes; their leases lapse by themselves",
+            exc_info=True,
+        )
     finally:
         leases.close()
 
@@ -162,12 +168,16 @@ class Duty:
             if not self.coordinator.take_turn(f"duty:{self.queue}", self.every * 0.9):
                 return
             # A tick that waited long in the queue is dropped: the next one does its work.
-            self.app.send_task(TICK, kwargs={"using": self.using}, queue=self.queue,
-                               expires=max(10.0, self.every * 5), ignore_result=True)
+            self.app.send_task(
+                TICK,
+                kwargs={"using": self.using},
+                queue=self.queue,
+                expires=max(10.0, self.every * 5),
+                ignore_result=True,
+            )
             self.sent += 1
         except Exception:
-            log.warning("the periodic duty could not take its turn; trying again in %.1f s",
-                        self.every, exc_info=True)
+            log.warning("the periodic duty could not take its turn; trying again in %.1f s", self.every, exc_info=True)
 
 
 def _check_queues(sender: Any = None, **kwargs: Any) -> None:
@@ -181,4 +191,7 @@ def _check_queues(sender: Any = None, **kwargs: Any) -> None:
             "this worker takes none of aaa_django's queues (%s); it takes %s. Runs move only "
             "on workers that take them: start one with -Q %s, or leave AAA['CELERY_QUEUES'] "
             "unset to use the default queue.",
-            ", ".join(ours), ", ".join(sorted(taken)) or "nothing", ",".join(ours))
+            ", ".join(ours),
+            ", ".join(sorted(taken)) or "nothing",
+            ",".join(ours),
+        )

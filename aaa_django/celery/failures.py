@@ -25,8 +25,7 @@ def fault_of(exc: BaseException) -> BaseException:
     return translate(exc) or exc
 
 
-async def give_up(engine: Any, stream: str, seq: int, event_id: str, exc: BaseException,
-                  attempts: int) -> bool:
+async def give_up(engine: Any, stream: str, seq: int, event_id: str, exc: BaseException, attempts: int) -> bool:
     """End the run ``failed``, naming the cause, because delivering its event at
     ``seq`` failed for good (:meth:`Engine.fail <aaa_django.runtime.Engine.fail>`).
     True if this ended it. A store that is down too leaves the run to the sweeper."""

@@ -105,8 +105,9 @@ class FastPublisher:
         mode = exchange.delivery_mode or self.app.conf.task_default_delivery_mode
         return q, mode
 
-    def send(self, name: str, args: list[Any], queue: str, argsrepr: str,
-             extra_headers: dict[str, str] | None = None) -> bool:
+    def send(
+        self, name: str, args: list[Any], queue: str, argsrepr: str, extra_headers: dict[str, str] | None = None
+    ) -> bool:
         """Publish task ``name`` with ``args`` to ``queue`` (and ``extra_headers``, as
         ``send_task(headers=...)`` adds them); False: not sent, use ``send_task``
         (this configuration or this moment is not one for it)."""
@@ -122,7 +123,13 @@ class FastPublisher:
             return False
         task_id = _uuid()
         headers, properties, body, _ = app.amqp.create_task_message(
-            task_id, name, args, {}, reply_to=app.thread_oid, argsrepr=argsrepr, kwargsrepr="{}",
+            task_id,
+            name,
+            args,
+            {},
+            reply_to=app.thread_oid,
+            argsrepr=argsrepr,
+            kwargsrepr="{}",
             ignore_result=True,
             root_id=(parent.request.root_id or parent.request.id) if parent is not None else None,
             parent_id=parent.request.id if parent is not None else None,
@@ -135,10 +142,18 @@ class FastPublisher:
             if bound is None:  # (kombu binds an unbound queue anew on every publish)
                 bound = self._bound[queue] = q.bind(producer.channel)
             producer.publish(
-                body, exchange="", routing_key=queue, serializer=app.conf.task_serializer,
-                delivery_mode=mode, declare=[bound], headers=headers, retry=False, **properties,
+                body,
+                exchange="",
+                routing_key=queue,
+                serializer=app.conf.task_serializer,
+                delivery_mode=mode,
+                declare=[bound],
+                headers=headers,
+                retry=False,
+                **properties,
                 # (send_task passes them on as message properties too)
-                argsrepr=argsrepr, kwargsrepr="{}",
+                argsrepr=argsrepr,
+                kwargsrepr="{}",
             )
         except Exception:
             log.warning("fast publish to %s failed; sending through send_task", queue, exc_info=True)
@@ -166,8 +181,18 @@ class FastPublisher:
 
 #: the options of a task that ``send_task`` applies to its messages (Celery's
 #: ``Task`` attributes of those names)
-_EXEC_OPTIONS = ("queue", "routing_key", "exchange", "priority", "expires", "serializer", "delivery_mode",
-                 "compression", "time_limit", "soft_time_limit")
+_EXEC_OPTIONS = (
+    "queue",
+    "routing_key",
+    "exchange",
+    "priority",
+    "expires",
+    "serializer",
+    "delivery_mode",
+    "compression",
+    "time_limit",
+    "soft_time_limit",
+)
 
 
 def _exec_options(task: Any) -> dict[str, Any]:

@@ -82,8 +82,14 @@ def lease_after(event: Event, now: float) -> float:
     return max(SLOW_DELIVERY, min(SLOW_CALL, by))
 
 
-async def guard_slow(engine: Engine, coord: Coordinator, stream: str, loaded: asyncio.Future,
-                     work: asyncio.Future, given_up: asyncio.Event) -> None:
+async def guard_slow(
+    engine: Engine,
+    coord: Coordinator,
+    stream: str,
+    loaded: asyncio.Future,
+    work: asyncio.Future,
+    given_up: asyncio.Event,
+) -> None:
     """A long delivery: hold a busy lease (the sweeper leaves the run alone) and, for
     tool work, cancel it when the run ends in another worker. ``coord``: the cluster's
     coordinator; ``loaded``: the event once read; ``work``: done when the delivery is;

@@ -107,18 +107,27 @@ class SweepReport:
     elsewhere: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        return {"unfinished": self.unfinished, "active": len(self.active), "busy": len(self.busy),
-                "waiting": len(self.waiting), "recent": len(self.recent), "redriven": len(self.redriven),
-                "fired": len(self.fired), "adopted": len(self.adopted), "elsewhere": len(self.elsewhere),
-                "runs": list(self.redriven)}
+        return {
+            "unfinished": self.unfinished,
+            "active": len(self.active),
+            "busy": len(self.busy),
+            "waiting": len(self.waiting),
+            "recent": len(self.recent),
+            "redriven": len(self.redriven),
+            "fired": len(self.fired),
+            "adopted": len(self.adopted),
+            "elsewhere": len(self.elsewhere),
+            "runs": list(self.redriven),
+        }
 
     def did_something(self) -> bool:
         """Did it fire, adopt or re-drive anything?"""
         return bool(self.fired or self.adopted or self.redriven)
 
 
-async def fire_due(engine: Engine, *, now: float | None = None, limit: int = FIRE_LIMIT,
-                   keeper: RunKeeper | None = None) -> list[str]:
+async def fire_due(
+    engine: Engine, *, now: float | None = None, limit: int = FIRE_LIMIT, keeper: RunKeeper | None = None
+) -> list[str]:
     """Fire what has come due by ``now`` in ``engine``'s store: for each run whose due
     time has come, :meth:`Engine.fire_due`, then the index moves on to the run's next
     due time. Returns those runs. A store without a :class:`DueIndex` (memory, Redis)
@@ -238,9 +247,11 @@ async def sweep(
         # On the in-process bus every run is driven where it is held: a run another
         # live process holds is working (a long call), not stalled.
         now_epoch = time.time()
-        held_elsewhere = {r for r, (holder, until) in (await keeper.lease_of(idle)).items()
-                          if holder is not None and holder != keeper.id and until is not None
-                          and until > now_epoch}
+        held_elsewhere = {
+            r
+            for r, (holder, until) in (await keeper.lease_of(idle)).items()
+            if holder is not None and holder != keeper.id and until is not None and until > now_epoch
+        }
     ledger = ledger_of(engine.base_store)
     if isinstance(ledger, MemoryLedger):
         ledger.keep(runs)
@@ -271,9 +282,13 @@ async def sweep(
         # Celery bus the delivery that takes the re-driven event claims it)
         report.redriven = [r for r in report.redriven if await keeper.claim(r, force=False)]
     if report.redriven and not dry_run:
-        log.info("re-driving %d stalled runs (%d re-driven lately left to move, %d busy): %s",
-                 len(report.redriven), len(report.recent), len(report.busy),
-                 " ".join(report.redriven[:20]) + (" ..." if len(report.redriven) > 20 else ""))
+        log.info(
+            "re-driving %d stalled runs (%d re-driven lately left to move, %d busy): %s",
+            len(report.redriven),
+            len(report.recent),
+            len(report.busy),
+            " ".join(report.redriven[:20]) + (" ..." if len(report.redriven) > 20 else ""),
+        )
         await engine.resume(report.redriven)
     return report
 
@@ -285,8 +300,11 @@ async def adopt(engine: Engine, keeper: RunKeeper) -> list[str]:
     taken = sorted(await keeper.adopt())
     if taken:
         resumed = await engine.resume(taken)
-        log.info("re-driving %d adopted runs: %s", len(resumed),
-                 " ".join(resumed[:20]) + (" ..." if len(resumed) > 20 else ""))
+        log.info(
+            "re-driving %d adopted runs: %s",
+            len(resumed),
+            " ".join(resumed[:20]) + (" ..." if len(resumed) > 20 else ""),
+        )
     return taken
 
 
@@ -301,8 +319,11 @@ async def duty(engine: Engine, keeper: RunKeeper | None, *, sweeping: bool) -> S
         if keeper is not None:
             report.adopted = await adopt(engine, keeper)
     if report.fired:
-        log.info("fired the due times of %d runs: %s", len(report.fired),
-                 " ".join(report.fired[:20]) + (" ..." if len(report.fired) > 20 else ""))
+        log.info(
+            "fired the due times of %d runs: %s",
+            len(report.fired),
+            " ".join(report.fired[:20]) + (" ..." if len(report.fired) > 20 else ""),
+        )
     return report
 
 
@@ -333,5 +354,10 @@ def waits_for_a_person(meta: RunMeta) -> bool:
     hold, and no model call or child run is open: every step it could take follows a
     person's decision (or an expiry, which its timer records)."""
     held = len(meta.approvals) + sum(1 for q in meta.questions.values() if q.tool_request_id)
-    return ((bool(meta.approvals) or meta.status == "waiting") and not meta.completed
-            and meta.llm_open == 0 and not meta.children and meta.tool_open <= held)
+    return (
+        (bool(meta.approvals) or meta.status == "waiting")
+        and not meta.completed
+        and meta.llm_open == 0
+        and not meta.children
+        and meta.tool_open <= held
+    )

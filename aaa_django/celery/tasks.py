@@ -56,12 +56,27 @@ def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wi
         fault = fault_of(exc)
         delay = REDELIVERY.delay(retries + 1, random.random()) if transient(fault) else None
         if delay is not None:
-            log.warning("delivering %s seq %s (%s) failed: %s: %s; retry %d of %d in %.2f s", stream,
-                        seq, event_id, type(fault).__name__, fault, retries + 1, REDELIVERY.retries, delay)
+            log.warning(
+                "delivering %s seq %s (%s) failed: %s: %s; retry %d of %d in %.2f s",
+                stream,
+                seq,
+                event_id,
+                type(fault).__name__,
+                fault,
+                retries + 1,
+                REDELIVERY.retries,
+                delay,
+            )
             raise self.retry(exc=fault, countdown=delay, max_retries=REDELIVERY.retries) from exc
         if rt.run(give_up(engine, stream, seq, event_id, fault, retries + 1)):
-            log.error("run %s failed: delivering seq %s (%s) failed for good: %s: %s", stream, seq,
-                      event_id, type(fault).__name__, fault)
+            log.error(
+                "run %s failed: delivering seq %s (%s) failed for good: %s: %s",
+                stream,
+                seq,
+                event_id,
+                type(fault).__name__,
+                fault,
+            )
         if fault is exc:
             raise
         raise fault from exc

@@ -108,8 +108,10 @@ class Drain:
     released: int
 
     def __str__(self) -> str:
-        return (f"worker shutdown: {self.in_flight} deliveries in flight, {self.finished} finished, "
-                f"{self.left} left, {self.released} busy leases released")
+        return (
+            f"worker shutdown: {self.in_flight} deliveries in flight, {self.finished} finished, "
+            f"{self.left} left, {self.released} busy leases released"
+        )
 
 
 class WorkerRuntime:
@@ -192,8 +194,17 @@ class WorkerRuntime:
         on :attr:`db`)."""
         return self.run(_call(fn, *args))
 
-    def deliver(self, engine: Engine, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
-                wire: str | None = None, retries: int = 0) -> str:
+    def deliver(
+        self,
+        engine: Engine,
+        stream: str,
+        seq: int,
+        event_id: str,
+        *,
+        redelivered: bool = False,
+        wire: str | None = None,
+        retries: int = 0,
+    ) -> str:
         """Deliver one event on the loop (:func:`deliver_event`) and return as soon as
         its message may be acknowledged: ``"handed off"`` once the run's step is done
         and a model or tool call it carries is under way on the loop (see
@@ -204,8 +215,9 @@ class WorkerRuntime:
         carries ``max_in_flight`` deliveries."""
         return self.run(self._begin(engine, stream, seq, event_id, redelivered, wire, retries))
 
-    async def _begin(self, engine: Engine, stream: str, seq: int, event_id: str, redelivered: bool,
-                     wire: str | None, retries: int) -> str:
+    async def _begin(
+        self, engine: Engine, stream: str, seq: int, event_id: str, redelivered: bool, wire: str | None, retries: int
+    ) -> str:
         while len(self.in_flight) >= self.max_in_flight:
             room = self.loop.create_future()
             self._waiting.append(room)
@@ -215,8 +227,11 @@ class WorkerRuntime:
                 if room in self._waiting:
                     self._waiting.remove(room)
         handed = self.loop.create_future()
-        task = self._track(self._carry(engine, stream, seq, event_id, redelivered=redelivered,
-                                       wire=wire, handed=handed, retries=retries))
+        task = self._track(
+            self._carry(
+                engine, stream, seq, event_id, redelivered=redelivered, wire=wire, handed=handed, retries=retries
+            )
+        )
         try:
             await asyncio.wait({task, handed}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -239,17 +254,24 @@ class WorkerRuntime:
         that no live process holds (a call past ``SLOW_DELIVERY`` holds the run's
         busy lease). False: send it."""
         bus = cluster_bus(engine)
-        if (self.draining or event.seq is None or len(self.in_flight) >= self.max_in_flight or self._waiting
-                or queue_for(event.type, bus.queues) not in self.local_queues
-                or (bus.holder is not None and event.stream in bus.holder.fenced)):
+        if (
+            self.draining
+            or event.seq is None
+            or len(self.in_flight) >= self.max_in_flight
+            or self._waiting
+            or queue_for(event.type, bus.queues) not in self.local_queues
+            or (bus.holder is not None and event.stream in bus.holder.fenced)
+        ):
             # (a run adopted by another process while this one stood down: its event
             # goes to whoever drives it now)
             return False
         # A context of its own: not the publishing delivery's (its tail state, its
         # record of what it published); its turn queues with the stamp of the work
         # that caused it (aaa_django.runtime.turns).
-        self._track(self._carry(engine, event.stream, event.seq, event.id, event=event),
-                    context=for_delivery(contextvars.Context()))
+        self._track(
+            self._carry(engine, event.stream, event.seq, event.id, event=event),
+            context=for_delivery(contextvars.Context()),
+        )
         self.taken += 1
         return True
 
@@ -262,9 +284,19 @@ class WorkerRuntime:
         the loop) is stepped on again where it lands, which writes nothing new."""
         return not self.draining and queue_for(event.type, cluster_bus(engine).queues) in self.local_queues
 
-    async def _carry(self, engine: Any, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
-                     wire: str | None = None, handed: asyncio.Future | None = None, event: Event | None = None,
-                     retries: int = 0) -> str:
+    async def _carry(
+        self,
+        engine: Any,
+        stream: str,
+        seq: int,
+        event_id: str,
+        *,
+        redelivered: bool = False,
+        wire: str | None = None,
+        handed: asyncio.Future | None = None,
+        event: Event | None = None,
+        retries: int = 0,
+    ) -> str:
         """:func:`deliver_event`, delivered again here after a transient failure once no
         message stands for it (handed off, or taken without one): as the ``aaa.deliver``
         task does before hand-off, after the :data:`REDELIVERY` policy's delays; one
@@ -272,8 +304,17 @@ class WorkerRuntime:
         the cause (:func:`give_up`). Before hand-off the error is the task's."""
         while True:
             try:
-                return await deliver_event(engine, stream, seq, event_id, redelivered=redelivered, wire=wire,
-                                           handed=handed, event=event, leases=self.leases)
+                return await deliver_event(
+                    engine,
+                    stream,
+                    seq,
+                    event_id,
+                    redelivered=redelivered,
+                    wire=wire,
+                    handed=handed,
+                    event=event,
+                    leases=self.leases,
+                )
             except Exception as exc:
                 if handed is not None and not handed.done():
                     raise  # its task is still waiting: Celery retries it
@@ -282,12 +323,26 @@ class WorkerRuntime:
                 delay = REDELIVERY.delay(retries, random.random()) if transient(fault) else None
                 if delay is None:
                     if await give_up(engine, stream, seq, event_id, fault, retries):
-                        log.error("run %s failed: delivering seq %s (%s) failed for good: %s: %s", stream, seq,
-                                  event_id, type(fault).__name__, fault)
+                        log.error(
+                            "run %s failed: delivering seq %s (%s) failed for good: %s: %s",
+                            stream,
+                            seq,
+                            event_id,
+                            type(fault).__name__,
+                            fault,
+                        )
                     raise fault from exc
-                log.warning("delivering %s seq %s (%s) on the worker's loop failed: %s: %s; retry %d of %d "
-                            "in %.2f s", stream, seq, event_id, type(fault).__name__, fault, retries,
-                            REDELIVERY.retries, delay)
+                log.warning(
+                    "delivering %s seq %s (%s) on the worker's loop failed: %s: %s; retry %d of %d in %.2f s",
+                    stream,
+                    seq,
+                    event_id,
+                    type(fault).__name__,
+                    fault,
+                    retries,
+                    REDELIVERY.retries,
+                    delay,
+                )
                 self.retried += 1
                 await asyncio.sleep(delay)
                 # Again as a redelivery: read the run afresh, re-enqueue what the failed
@@ -352,8 +407,7 @@ class WorkerRuntime:
         for keeper in self.keepers.values():
             # the runs still in hand: adopted at once by the next duty pass elsewhere
             await keeper.stop(release=True)
-        return Drain(in_flight=len(started), finished=sum(t.done() for t in started), left=left,
-                     released=released)
+        return Drain(in_flight=len(started), finished=sum(t.done() for t in started), left=left, released=released)
 
     def close(self) -> None:
         """Close the database connections of the store's threads, and stop the loop (a
@@ -398,7 +452,6 @@ class WorkerRuntime:
                         cluster_bus(engine).local_steps = functools.partial(self.steps_here, engine)
                     self.engines[key] = engine
         return engine
-
 
     def _keep(self, engine: Engine, using: str) -> None:
         """Give ``engine`` this process's keeper of its leases on database ``using``
@@ -494,8 +547,7 @@ def _drain(**_: Any) -> None:
         rt.drain()
 
 
-def build_worker_engine(spec: Sequence[Any], app: Any = None,
-                        db: concurrent.futures.Executor | None = None) -> Engine:
+def build_worker_engine(spec: Sequence[Any], app: Any = None, db: concurrent.futures.Executor | None = None) -> Engine:
     """The engine a worker delivers with: the site's engine on ``spec``'s store, on a
     :class:`DistributedBus` that sends through the Celery ``app`` (default: the
     site's), with the site's handlers (as the web process's
@@ -512,8 +564,7 @@ def build_worker_engine(spec: Sequence[Any], app: Any = None,
     using = spec[1] if spec[0] == "django" else "default"
     offload = OnThreads(db, using) if db is not None and spec[0] == "django" else None
     store = open_store(spec, offload=offload)
-    engine = build_engine(using=using, store=TailCachedStore(store),
-                          bus=DistributedBus(in_worker=True, app=app))
+    engine = build_engine(using=using, store=TailCachedStore(store), bus=DistributedBus(in_worker=True, app=app))
     attach_site_handlers(engine)
     share_pools(engine)
     return engine
@@ -542,9 +593,18 @@ def share_pools(engine: Engine) -> int:
     return len(handlers)
 
 
-async def deliver_event(engine: Engine, stream: str, seq: int, event_id: str, *, redelivered: bool = False,
-                        wire: str | None = None, handed: asyncio.Future | None = None,
-                        event: Event | None = None, leases: Leases | None = None) -> str:
+async def deliver_event(
+    engine: Engine,
+    stream: str,
+    seq: int,
+    event_id: str,
+    *,
+    redelivered: bool = False,
+    wire: str | None = None,
+    handed: asyncio.Future | None = None,
+    event: Event | None = None,
+    leases: Leases | None = None,
+) -> str:
     """Deliver one stored event to ``engine`` as a worker does; returns what happened
     (``"delivered"``, or ``"missing"`` when the log no longer holds that event).
     ``wire``: the event itself from the message (see :meth:`DistributedBus._args`).
@@ -557,8 +617,9 @@ async def deliver_event(engine: Engine, stream: str, seq: int, event_id: str, *,
     leases = leases if leases is not None else Leases()
     keeper = cluster_bus(engine).holder
     if keeper is not None and not await _hold(keeper, stream, local=event is not None):
-        log.info("run %s: seq %s not delivered here: another process adopted the run while this one stood "
-                 "down", stream, seq)
+        log.info(
+            "run %s: seq %s not delivered here: another process adopted the run while this one stood down", stream, seq
+        )
         return "not held"
 
     def synced() -> bool:
@@ -615,8 +676,14 @@ def _accept(tail: Tail, stream: str, seq: int, event_id: str, wire: str) -> bool
     return tail.accept(event, prev, earlier)
 
 
-async def _deliver(engine: Engine, stored: Stored, redelivered: bool, synced: Callable[[], bool],
-                   handed: asyncio.Future | None, leases: Leases) -> str:
+async def _deliver(
+    engine: Engine,
+    stored: Stored,
+    redelivered: bool,
+    synced: Callable[[], bool],
+    handed: asyncio.Future | None,
+    leases: Leases,
+) -> str:
     """The engine's delivery of ``stored`` (:meth:`Engine.handle`), with the worker's
     hooks: ``loaded`` tells the slow-delivery guard which event it guards; after the
     step, the handlers run only while this process holds the run, and a model or tool
@@ -644,8 +711,9 @@ async def _deliver(engine: Engine, stored: Stored, redelivered: bool, synced: Ca
     def dispatching(event: Event) -> bool:
         if not bus.holds(stream):
             # stood down (or the run was taken) since the delivery began: no call
-            log.info("run %s: the handlers of seq %s not run here: this process no longer holds the run",
-                     stream, stored.seq)
+            log.info(
+                "run %s: the handlers of seq %s not run here: this process no longer holds the run", stream, stored.seq
+            )
             return False
         if event.type in HANDED_OFF:
             calling(event)

@@ -34,9 +34,7 @@ def canonical_json(data: Any) -> bytes:
     The claim threshold is measured on exactly these bytes, and they are what the blob
     holds. Raises ``TypeError`` / ``ValueError`` for data that is not strict JSON.
     """
-    return json.dumps(
-        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def is_claimed(data: Any) -> bool:
@@ -66,8 +64,14 @@ def claim(
     raw = claim_payload(data, threshold)
     if raw is None:
         return data, None
-    return put_claim(data, raw, store=store, namespace=namespace, hot_fields=hot_fields,
-                     namespaced=isinstance(store, NamespacedBlobStore))
+    return put_claim(
+        data,
+        raw,
+        store=store,
+        namespace=namespace,
+        hot_fields=hot_fields,
+        namespaced=isinstance(store, NamespacedBlobStore),
+    )
 
 
 def claim_payload(data: dict[str, Any], threshold: int) -> bytes | None:

@@ -42,9 +42,7 @@ class FileBlobStore:
     def __repr__(self) -> str:
         return f"FileBlobStore({str(self.root)!r})"
 
-    def put(
-        self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE, *, namespace: str = ""
-    ) -> BlobRef:
+    def put(self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE, *, namespace: str = "") -> BlobRef:
         """Store ``data`` (once per namespace) and return its ref."""
         data = as_bytes(data)
         ref = BlobRef.for_bytes(data, media_type, namespace=namespace)
@@ -205,4 +203,3 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-

@@ -25,9 +25,7 @@ class InMemoryBlobStore:
         self._written: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
 
-    def put(
-        self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE, *, namespace: str = ""
-    ) -> BlobRef:
+    def put(self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE, *, namespace: str = "") -> BlobRef:
         """Store ``data`` (once per namespace) and return its ref."""
         data = as_bytes(data)
         ref = BlobRef.for_bytes(data, media_type, namespace=namespace)
@@ -78,7 +76,6 @@ class InMemoryBlobStore:
             BlobRef(sha, len(data), media_type, namespace)
             for sha, (data, media_type) in sorted(items, key=lambda item: item[0])
         ]
-
 
     # -- BlobInventory (the orphan sweep) ---------------------------------------------
 

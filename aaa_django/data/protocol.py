@@ -60,9 +60,7 @@ class NamespacedBlobStore(BlobStore, Protocol):
     :func:`aaa_django.data.claims.put_claim`), and erases a run's blobs ref by ref.
     """
 
-    def put(
-        self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE, *, namespace: str = ""
-    ) -> BlobRef:
+    def put(self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE, *, namespace: str = "") -> BlobRef:
         """Store ``data`` (once per namespace) and return its ref."""
         ...
 

@@ -72,9 +72,7 @@ class BlobRef:
         check_namespace(self.namespace)
 
     @classmethod
-    def for_bytes(
-        cls, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE, *, namespace: str = ""
-    ) -> BlobRef:
+    def for_bytes(cls, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE, *, namespace: str = "") -> BlobRef:
         """The ref that ``data`` would get when stored under ``namespace``."""
         return cls(hashlib.sha256(data).hexdigest(), len(data), media_type, namespace)
 

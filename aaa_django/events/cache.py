@@ -54,8 +54,7 @@ class Folded:
 # Each field's slot, set directly (as ``events.event.stored_event`` does): a frozen
 # dataclass's __init__ sets every field through object.__setattr__; a holder entry is
 # made at every read that folds something.
-_SET = tuple(Folded.__dict__[name].__set__ for name in
-             ("cursor", "event_id", "state", "unsaved", "event_time"))
+_SET = tuple(Folded.__dict__[name].__set__ for name in ("cursor", "event_id", "state", "unsaved", "event_time"))
 _new = object.__new__
 
 
@@ -88,8 +87,13 @@ class FoldCache:
     """
 
     def __init__(
-        self, *, max_entries: int = 10_000, check_every: int = 100, background: bool = True,
-        idle_after: float = IDLE_AFTER, clock: Callable[[], float] = time.monotonic,
+        self,
+        *,
+        max_entries: int = 10_000,
+        check_every: int = 100,
+        background: bool = True,
+        idle_after: float = IDLE_AFTER,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_entries = max_entries
         self.check_every = check_every
@@ -104,8 +108,9 @@ class FoldCache:
         self.active_at = clock()
         #: the due checks, by the event loop that scheduled them (their stores' reads
         #: belong to it), the latest of a key only
-        self._due: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, OrderedDict[CacheKey, Check]] = \
+        self._due: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, OrderedDict[CacheKey, Check]] = (
             weakref.WeakKeyDictionary()
+        )
         #: loops with a look for idleness armed
         self._armed: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
         self._running: set[Any] = set()

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from aaa_django.data.errors import InfrastructureError
 
-__all__ = ["ClosedStreamError", "ConcurrencyError", "EventError", "InfrastructureError",
-           "InvalidEventError", "StoreUnavailable"]
+__all__ = [
+    "ClosedStreamError",
+    "ConcurrencyError",
+    "EventError",
+    "InfrastructureError",
+    "InvalidEventError",
+    "StoreUnavailable",
+]
 
 
 class EventError(Exception):

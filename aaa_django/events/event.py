@@ -122,14 +122,24 @@ class Event:
 
 # Each field's slot, set directly: a frozen dataclass's __init__ sets every field
 # through object.__setattr__, a third of the cost of reading an event from a row.
-_SET = tuple(Event.__dict__[name].__set__ for name in
-             ("id", "stream", "seq", "type", "data", "causation", "time", "blobs", "tenant"))
+_SET = tuple(
+    Event.__dict__[name].__set__
+    for name in ("id", "stream", "seq", "type", "data", "causation", "time", "blobs", "tenant")
+)
 _new = object.__new__
 
 
-def stored_event(id: str, stream: str, seq: int, type: str, data: dict[str, Any],
-                 causation: str | None, time: datetime, blobs: tuple[Any, ...],
-                 tenant: str | None) -> Event:
+def stored_event(
+    id: str,
+    stream: str,
+    seq: int,
+    type: str,
+    data: dict[str, Any],
+    causation: str | None,
+    time: datetime,
+    blobs: tuple[Any, ...],
+    tenant: str | None,
+) -> Event:
     """``Event(...)`` of values a store has read (already checked when they were
     appended), in the order of a row; the same event, made in less time (a store's
     reads make one per row)."""
@@ -184,9 +194,7 @@ def check_event(event: Any) -> str:
         if len(value) > MAX_NAME:
             raise InvalidEventError(f"event {name} is longer than {MAX_NAME} characters")
     if not _TYPE_RE.match(event.type):
-        raise InvalidEventError(
-            f"event type {event.type!r} must be dotted words such as 'aaa.run.started'"
-        )
+        raise InvalidEventError(f"event type {event.type!r} must be dotted words such as 'aaa.run.started'")
     if not isinstance(event.data, dict):
         raise InvalidEventError(f"event data must be a JSON object, got {type(event.data).__name__}")
     if event.seq is not None and (not isinstance(event.seq, int) or event.seq < 1):

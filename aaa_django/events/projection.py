@@ -177,8 +177,7 @@ class Projection(Generic[S]):
         """
         return Loaded(*await self._load(store, stream, cache, at))
 
-    async def _load(self, store: EventReader, stream: str, cache: FoldCache | None,
-                    at: int | None) -> _Info:
+    async def _load(self, store: EventReader, stream: str, cache: FoldCache | None, at: int | None) -> _Info:
         """:meth:`load_info`'s fields, as a tuple (:meth:`load` wants only the state,
         once or twice per delivery)."""
         if not _keeps_snapshots(store):
@@ -193,7 +192,13 @@ class Projection(Generic[S]):
                 if events and _same_event(events[0], prior):
                     cache.hits += 1
                     return await self._advance(
-                        store, stream, key, cache, prior, events[1:], _committed(events),
+                        store,
+                        stream,
+                        key,
+                        cache,
+                        prior,
+                        events[1:],
+                        _committed(events),
                         _pending(events),
                     )
                 # The reader's view does not reach the prior's cursor (an older view),
@@ -225,9 +230,17 @@ class Projection(Generic[S]):
                 pending.append((cache, key, entry))
         return self.result(state), last.seq or 0 if last else 0, source, base_seq, len(tail)
 
-    async def _advance(self, store: EventStore, stream: str, key: CacheKey, cache: FoldCache,
-                       prior: Folded, tail: Sequence[Event], committed: bool,
-                       pending: list[Any] | None = None) -> _Info:
+    async def _advance(
+        self,
+        store: EventStore,
+        stream: str,
+        key: CacheKey,
+        cache: FoldCache,
+        prior: Folded,
+        tail: Sequence[Event],
+        committed: bool,
+        pending: list[Any] | None = None,
+    ) -> _Info:
         state = self.fold(tail, self.copy(prior.state)) if tail else prior.state
         if tail:
             unsaved = prior.unsaved + len(tail)
@@ -244,15 +257,12 @@ class Projection(Generic[S]):
             entry = prior
         if cache.check_due():
             if cache.background:
-                cache.schedule_check(
-                    key, lambda: self._self_check(store, stream, key, cache, entry)
-                )
+                cache.schedule_check(key, lambda: self._self_check(store, stream, key, cache, entry))
             else:
                 state = await self._self_check(store, stream, key, cache, entry)
         return self.result(state), entry.cursor, "cache", prior.cursor, len(tail)
 
-    async def _self_check(self, store: EventStore, stream: str, key: CacheKey, cache: FoldCache,
-                          entry: Folded) -> S:
+    async def _self_check(self, store: EventStore, stream: str, key: CacheKey, cache: FoldCache, entry: Folded) -> S:
         """Compare the holder's state with a whole-log fold of the same view."""
         cache.checks += 1
         events = await store.read(stream, limit=entry.cursor)
@@ -274,9 +284,7 @@ class Projection(Generic[S]):
         cache.reset(key)
         return reference
 
-    async def _from_snapshot(
-        self, store: EventStore, stream: str
-    ) -> _Base[S] | None:
+    async def _from_snapshot(self, store: EventStore, stream: str) -> _Base[S] | None:
         """The state at a usable snapshot, the event there and the tail after it, or
         None."""
         if not self.snapshots:
@@ -288,37 +296,41 @@ class Projection(Generic[S]):
             else:
                 snap = await store.load_snapshot(stream, self.key, self.version)
         except Exception:  # derived data: a broken snapshot read is a replay
-            log.warning("projection %s: loading the snapshot of %s failed", self.key, stream,
-                        exc_info=True)
+            log.warning("projection %s: loading the snapshot of %s failed", self.key, stream, exc_info=True)
             return None
         if snap is None:
             return None
         if snap.version != self.version:
-            log.info("projection %s: snapshot version %s != %s, replaying", self.key,
-                     snap.version, self.version)
+            log.info("projection %s: snapshot version %s != %s, replaying", self.key, snap.version, self.version)
             return None
         try:
             state = self.parse(snap.state)
         except Exception as exc:
-            log.warning("projection %s: snapshot of %s at seq %s is corrupt (%s), replaying",
-                        self.key, stream, snap.seq, str(exc).splitlines()[0])
+            log.warning(
+                "projection %s: snapshot of %s at seq %s is corrupt (%s), replaying",
+                self.key,
+                stream,
+                snap.seq,
+                str(exc).splitlines()[0],
+            )
             return None
         if events is None:
             events = await store.read(stream, after=snap.seq - 1)
         if not events or events[0].seq != snap.seq or events[0].id != snap.event_id:
-            log.info("projection %s: snapshot of %s at seq %s is not in this view of the "
-                     "log, replaying", self.key, stream, snap.seq)
+            log.info(
+                "projection %s: snapshot of %s at seq %s is not in this view of the log, replaying",
+                self.key,
+                stream,
+                snap.seq,
+            )
             return None
         return _Base(state, events[0], list(events[1:]), _committed(events), _pending(events))
 
     async def _save(self, store: EventStore, stream: str, seq: int, event_id: str, state: S) -> None:
         try:
-            await store.save_snapshot(
-                Snapshot(stream, self.key, self.version, seq, event_id, self.dump(state))
-            )
+            await store.save_snapshot(Snapshot(stream, self.key, self.version, seq, event_id, self.dump(state)))
         except Exception:  # a failed save costs a longer fold later, nothing else
-            log.warning("projection %s: saving a snapshot of %s failed", self.key, stream,
-                        exc_info=True)
+            log.warning("projection %s: saving a snapshot of %s failed", self.key, stream, exc_info=True)
 
     async def _replay(self, reader: EventReader, stream: str, at: int | None) -> _Info:
         """The whole-log fold (up to event ``at``) of a reader that only reads."""

@@ -79,9 +79,7 @@ class EventStore(Protocol):
     #: same database share it).
     cache_key: str
 
-    async def append(
-        self, events: Sequence[Event], *, expected_seq: int | None = None
-    ) -> list[Event]: ...
+    async def append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]: ...
 
     async def read(
         self,
@@ -153,8 +151,7 @@ class ReadsFromSnapshot(Protocol):
     round trip (``Projection.load`` otherwise asks twice: the snapshot, then the log).
     Detected once per class, by the projection."""
 
-    async def read_from_snapshot(self, stream: str, name: str,
-                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+    async def read_from_snapshot(self, stream: str, name: str, version: int) -> tuple[Snapshot | None, list[Event]]:
         """The snapshot keyed ``(stream, name, version)``, if any, and the stream's
         events from the snapshot's seq on, the event at that seq first (when the log
         still holds it); ``(None, [])`` without a snapshot."""
@@ -224,12 +221,15 @@ def closed_reason(stream: str, *, ended: bool, type: str | None = None) -> str:
     """The words of a :class:`ClosedStreamError` (every store says the same)."""
     if ended:
         return f"{stream}: the run has completed; nothing is appended after {RUN_COMPLETED}"
-    return (f"{stream}: a run's stream starts with {RUN_STARTED}"
-            f"{f', not {type}' if type else ''} (the run was erased, or never started)")
+    return (
+        f"{stream}: a run's stream starts with {RUN_STARTED}"
+        f"{f', not {type}' if type else ''} (the run was erased, or never started)"
+    )
 
 
-def assign_seqs(events: list[Event], head: int, expected_seq: int | None,
-                datas: Sequence[dict] | None = None) -> list[Event]:
+def assign_seqs(
+    events: list[Event], head: int, expected_seq: int | None, datas: Sequence[dict] | None = None
+) -> list[Event]:
     """Number new events after ``head``; refuse any write that would break ``seq``.
     ``datas``: the data each stored event holds instead of its own (a store's decoded
     copy)."""
@@ -241,8 +241,7 @@ def assign_seqs(events: list[Event], head: int, expected_seq: int | None,
             raise ConcurrencyError(f"event {e.id} claims seq {e.seq} but the next seq is {i}")
         data = e.data if datas is None else datas[i - head - 1]
         if type(e) is Event:  # (``replace``, made in a third of the time)
-            out.append(stored_event(e.id, e.stream, i, e.type, data, e.causation, e.time,
-                                    e.blobs, e.tenant))
+            out.append(stored_event(e.id, e.stream, i, e.type, data, e.causation, e.time, e.blobs, e.tenant))
         else:
             out.append(replace(e, seq=i, data=data))
     return out
@@ -287,9 +286,7 @@ class InMemoryEventStore:
         self._lock = threading.Lock()
         self.cache_key = f"memory:{id(self)}"
 
-    async def append(
-        self, events: Sequence[Event], *, expected_seq: int | None = None
-    ) -> list[Event]:
+    async def append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
         stream, batch, texts = prepare_batch(events)
         if not batch:
             return []
@@ -297,8 +294,7 @@ class InMemoryEventStore:
             log = self._streams.get(stream, [])
             ids = self._ids
             fresh = [(e, t) for e, t in zip(batch, texts) if e.id not in ids]
-            stored = assign_seqs([e for e, _ in fresh], len(log), expected_seq,
-                                 [json.loads(t) for _, t in fresh])
+            stored = assign_seqs([e for e, _ in fresh], len(log), expected_seq, [json.loads(t) for _, t in fresh])
             check_open(stream, log[-1].type if log else None, stored)
             if stored:
                 log.extend(stored)
@@ -327,12 +323,11 @@ class InMemoryEventStore:
     async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
         return self._snapshots.get((stream, name, version))
 
-    async def read_from_snapshot(self, stream: str, name: str,
-                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+    async def read_from_snapshot(self, stream: str, name: str, version: int) -> tuple[Snapshot | None, list[Event]]:
         snap = self._snapshots.get((stream, name, version))
         if snap is None:
             return None, []
-        return snap, list(self._streams.get(stream, [])[max(snap.seq - 1, 0):])
+        return snap, list(self._streams.get(stream, [])[max(snap.seq - 1, 0) :])
 
     async def save_snapshot(self, snapshot: Snapshot) -> bool:
         key = (snapshot.stream, snapshot.name, snapshot.version)

@@ -189,8 +189,7 @@ class TailCachedStore:
         #: the inner store, when it learns what a delivery's message carried
         self._learner: LearnsAppends | None = inner if isinstance(inner, LearnsAppends) else None
         #: the inner store, when it reads a snapshot and the log after it at once
-        self._from_snapshot: ReadsFromSnapshot | None = (
-            inner if isinstance(inner, ReadsFromSnapshot) else None)
+        self._from_snapshot: ReadsFromSnapshot | None = inner if isinstance(inner, ReadsFromSnapshot) else None
         #: queries made to catch up, and reads served without one
         self.syncs = 0
         self.hits = 0
@@ -354,8 +353,9 @@ class TailCachedStore:
         self._trim()
         return log
 
-    async def read(self, stream: str, *, after: int = 0, limit: int | None = None,
-                   tenant: str | None = None) -> list[Event]:
+    async def read(
+        self, stream: str, *, after: int = 0, limit: int | None = None, tenant: str | None = None
+    ) -> list[Event]:
         if tenant is not None or (_synced.get() is None and stream not in self._logs):
             # (outside a delivery, a stream this engine does not hold, e.g. an ended
             # run's: read through, and keep nothing of it)
@@ -365,7 +365,7 @@ class TailCachedStore:
         staged = _staged.get()
         if staged is not None and staged.stream == stream:
             return _with_staged(log, staged, start, limit)
-        return log[start:] if limit is None else log[start:start + max(limit, 0)]
+        return log[start:] if limit is None else log[start : start + max(limit, 0)]
 
     async def append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
         if expected_seq is None and events:
@@ -427,8 +427,7 @@ class TailCachedStore:
                 return saved
         return await self.inner.load_snapshot(stream, name, version)
 
-    async def read_from_snapshot(self, stream: str, name: str,
-                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+    async def read_from_snapshot(self, stream: str, name: str, version: int) -> tuple[Snapshot | None, list[Event]]:
         """The snapshot and the log from its seq on (``ReadsFromSnapshot``): outside a
         delivery, of a stream this engine does not hold, one query of the inner store
         (when it can); else as :meth:`load_snapshot` and :meth:`read` answer."""
@@ -458,15 +457,18 @@ def _with_staged(log: list[Event], staging: Staged, start: int, limit: int | Non
     n = len(log)
     view = EventList(log[start:end] if start < n else ())
     if end is None or end > n:
-        view.extend(staging.events[max(start - n, 0):None if end is None else end - n])
+        view.extend(staging.events[max(start - n, 0) : None if end is None else end - n])
     view.committed, view.pending = False, staging.folds
     return view
 
 
 def _whole(earlier: Sequence[Event], seq: int, prev_id: str | None) -> bool:
     """Are ``earlier`` a stream's events 1 .. seq - 1, the last one ``prev_id``?"""
-    return (len(earlier) == seq - 1 and earlier[-1].id == prev_id
-            and all(e.seq == i and e.stream == earlier[0].stream for i, e in enumerate(earlier, 1)))
+    return (
+        len(earlier) == seq - 1
+        and earlier[-1].id == prev_id
+        and all(e.seq == i and e.stream == earlier[0].stream for i, e in enumerate(earlier, 1))
+    )
 
 
 def _extend(log: list[Event], more: Sequence[Event], n: int) -> bool:

@@ -45,8 +45,7 @@ def _import_anthropic() -> Any:
         import anthropic
     except ImportError:
         raise ImportError(
-            "AnthropicClient needs the 'anthropic' package, an optional extra: "
-            "pip install 'aaa_django[anthropic]'"
+            "AnthropicClient needs the 'anthropic' package, an optional extra: pip install 'aaa_django[anthropic]'"
         ) from None
     return anthropic
 
@@ -72,8 +71,7 @@ class AnthropicClient(ProviderClient):
         **options: Unpack[ClientOptions],
     ) -> None:
         self._anthropic = _import_anthropic()  # fail at start-up, not at the first call
-        super().__init__(base_url=base_url, api_key=api_key, model=model,
-                         default_headers=default_headers, **options)
+        super().__init__(base_url=base_url, api_key=api_key, model=model, default_headers=default_headers, **options)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
         self.max_tokens = max_tokens
@@ -142,8 +140,9 @@ def to_anthropic_messages(messages: Iterable[Message]) -> tuple[str, list[dict[s
             add("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content or ""}])
         elif m.role == "assistant":
             blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
-            blocks += [{"type": "tool_use", "id": c.id or "", "name": c.name, "input": dict(c.arguments)}
-                       for c in m.tool_calls]
+            blocks += [
+                {"type": "tool_use", "id": c.id or "", "name": c.name, "input": dict(c.arguments)} for c in m.tool_calls
+            ]
             add("assistant", blocks or [{"type": "text", "text": "(no reply)"}])
         else:
             add("user", [{"type": "text", "text": m.content or ""}])
@@ -185,8 +184,9 @@ def from_anthropic_message(data: Mapping[str, Any]) -> tuple[Message, Usage, str
     usage = data.get("usage")
     if not isinstance(usage, Mapping):
         usage = {}
-    input_tokens = sum(token_count(usage.get(k)) for k in
-                       ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+    input_tokens = sum(
+        token_count(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
     stop = data.get("stop_reason")
     return (
         Message(role="assistant", content="".join(texts) if texts else None, tool_calls=tuple(calls)),
@@ -194,4 +194,3 @@ def from_anthropic_message(data: Mapping[str, Any]) -> tuple[Message, Usage, str
         data.get("model") if isinstance(data.get("model"), str) else None,
         FINISH.get(stop, stop) if isinstance(stop, str) else None,
     )
-

@@ -99,8 +99,9 @@ class Estimator:
     def estimate(self, request: LLMRequest) -> dict[str, Any]:
         """``{"usage": {"input_tokens", "output_tokens"}, "cost"}`` of an attempt at most
         (``"priced": false`` too when the client has no price for its model)."""
-        usage = Usage(input_tokens=math.ceil(prompt_chars(request) / CHARS_PER_TOKEN),
-                      output_tokens=self.reply_limit(request))
+        usage = Usage(
+            input_tokens=math.ceil(prompt_chars(request) / CHARS_PER_TOKEN), output_tokens=self.reply_limit(request)
+        )
         out: dict[str, Any] = {"usage": usage.model_dump()}
         if self.table is not None:
             model = self.model(request)
@@ -109,8 +110,9 @@ class Estimator:
             if cost is None or not cost.priced:
                 out["priced"] = False
         elif self.per_token is not None:
-            out["cost"] = round(usage.input_tokens * self.per_token.price_in
-                                + usage.output_tokens * self.per_token.price_out, 12)
+            out["cost"] = round(
+                usage.input_tokens * self.per_token.price_in + usage.output_tokens * self.per_token.price_out, 12
+            )
         else:
             out["cost"] = 0.0
             out["priced"] = False

@@ -90,9 +90,7 @@ def apply(state: Conversation, e: Event) -> Conversation:
     return state
 
 
-CONVERSATION: Projection[Conversation] = Projection(
-    Conversation, apply, name="aaa.llm.CONVERSATION", version=1
-)
+CONVERSATION: Projection[Conversation] = Projection(Conversation, apply, name="aaa.llm.CONVERSATION", version=1)
 
 
 async def conversation_of(engine: Any, request: Event) -> list[Message]:

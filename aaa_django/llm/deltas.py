@@ -43,12 +43,15 @@ class TokenDelta:
     def from_dict(cls, data: Any) -> TokenDelta:
         """A delta from its dict; ``ValueError`` when ``data`` is not one."""
         try:
-            delta = cls(run_id=data["run_id"], request_id=data["request_id"],
-                        index=data["index"], text=data["text"])
+            delta = cls(run_id=data["run_id"], request_id=data["request_id"], index=data["index"], text=data["text"])
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a token delta: {str(data)[:200]!r}") from exc
-        if not (isinstance(delta.run_id, str) and isinstance(delta.request_id, str)
-                and isinstance(delta.index, int) and isinstance(delta.text, str)):
+        if not (
+            isinstance(delta.run_id, str)
+            and isinstance(delta.request_id, str)
+            and isinstance(delta.index, int)
+            and isinstance(delta.text, str)
+        ):
             raise ValueError(f"not a token delta: {str(data)[:200]!r}")
         return delta
 

@@ -87,10 +87,13 @@ class FakeLLMClient:
         """Characters of the whole conversation (incrementally, per run)."""
         msgs = request.messages
         prev = self._counted.get(request.run_id)
-        if prev is not None and prev[0] and len(msgs) >= len(prev[0]) and (
-            msgs[len(prev[0]) - 1] is prev[0][-1] and msgs[0] is prev[0][0]
+        if (
+            prev is not None
+            and prev[0]
+            and len(msgs) >= len(prev[0])
+            and (msgs[len(prev[0]) - 1] is prev[0][-1] and msgs[0] is prev[0][0])
         ):
-            chars = prev[1] + sum(message_chars(m) for m in msgs[len(prev[0]):])
+            chars = prev[1] + sum(message_chars(m) for m in msgs[len(prev[0]) :])
         else:
             chars = sum(message_chars(m) for m in msgs)
         self._counted.pop(request.run_id, None)  # (the newest last)

@@ -115,16 +115,23 @@ class LLMHandler:
     the request nor the client sets one (:mod:`~aaa_django.llm.attempts`);
     ``redelivery``: the waits between appends of a result that failed transiently."""
 
-    def __init__(self, client: LLMClient, *, timeout: float | None = None,
-                 deltas: DeltaSink | None = None, assumed_max_tokens: int = ASSUMED_MAX_TOKENS,
-                 redelivery: Redelivery | None = None) -> None:
+    def __init__(
+        self,
+        client: LLMClient,
+        *,
+        timeout: float | None = None,
+        deltas: DeltaSink | None = None,
+        assumed_max_tokens: int = ASSUMED_MAX_TOKENS,
+        redelivery: Redelivery | None = None,
+    ) -> None:
         self.client = client
         self.timeout = timeout
         self.deltas = deltas
         self.redelivery = redelivery or Redelivery()
         #: the client, when it streams and someone listens
         self.streaming: StreamingLLMClient | None = (
-            client if deltas is not None and isinstance(client, StreamingLLMClient) else None)
+            client if deltas is not None and isinstance(client, StreamingLLMClient) else None
+        )
         #: the client when it can tell priced models from unpriced ones (detected once)
         self.pricer: PricedClient | None = client if isinstance(client, PricedClient) else None
         #: what an attempt costs at most (the client's prices and limits, detected once)
@@ -219,8 +226,9 @@ class LLMHandler:
                     return
             fresh = True  # another delivery made that attempt: it calls
             lost += 1
-        log.warning("model request %s of run %s: another delivery keeps deciding first; left to it",
-                    event.id, event.stream)
+        log.warning(
+            "model request %s of run %s: another delivery keeps deciding first; left to it", event.id, event.stream
+        )
 
     async def _maker_gone(self, event: Event, call: OpenCall) -> bool:
         """Is the maker of the request's attempt in flight (``call.attempts``) gone? On a
@@ -258,8 +266,9 @@ class LLMHandler:
                         return lease, waited
                     waited = True
                     call = await self._open(event, fresh=True)
-                    if call is None or (call.attempts == attempt and call.in_flight is not None
-                                        and self._gone(call.maker)):
+                    if call is None or (
+                        call.attempts == attempt and call.in_flight is not None and self._gone(call.maker)
+                    ):
                         break
         finally:
             if not taking.done():
@@ -296,19 +305,40 @@ class LLMHandler:
         )
 
     def _attempted(self, event: Event, request: LLMRequest, attempt: int) -> Event:
-        data = {"request_id": event.id, "attempt": attempt, "model": self.estimator.model(request),
-                "estimate": self.estimator.estimate(request), "by": self.maker}
-        return Event(id=attempt_id(event.id, attempt), stream=event.stream, type=LLM_ATTEMPTED, data=data,
-                     causation=event.id, tenant=event.tenant)
+        data = {
+            "request_id": event.id,
+            "attempt": attempt,
+            "model": self.estimator.model(request),
+            "estimate": self.estimator.estimate(request),
+            "by": self.maker,
+        }
+        return Event(
+            id=attempt_id(event.id, attempt),
+            stream=event.stream,
+            type=LLM_ATTEMPTED,
+            data=data,
+            causation=event.id,
+            tenant=event.tenant,
+        )
 
     def _abandoned(self, event: Event, call: OpenCall) -> Event:
         assert call.in_flight is not None
-        data = {"request_id": event.id, "attempt": call.attempts, **call.in_flight.data(), "estimated": True,
-                "maker": call.maker,
-                "error": "the process making the attempt died or lost the run with it in flight; "
-                         "counted at its estimate"}
-        return Event(id=abandoned_id(event.id, call.attempts), stream=event.stream, type=LLM_ABANDONED,
-                     data=data, causation=attempt_id(event.id, call.attempts), tenant=event.tenant)
+        data = {
+            "request_id": event.id,
+            "attempt": call.attempts,
+            **call.in_flight.data(),
+            "estimated": True,
+            "maker": call.maker,
+            "error": "the process making the attempt died or lost the run with it in flight; counted at its estimate",
+        }
+        return Event(
+            id=abandoned_id(event.id, call.attempts),
+            stream=event.stream,
+            type=LLM_ABANDONED,
+            data=data,
+            causation=attempt_id(event.id, call.attempts),
+            tenant=event.tenant,
+        )
 
     # -- calling --------------------------------------------------------------------------
 
@@ -334,10 +364,12 @@ class LLMHandler:
 
         token = BEFORE_RETRY.set(retrying)
         try:
-            client_call = (self.client.complete(request) if self.streaming is None
-                           else self.streaming.stream(request, self._publisher(event)))
-            task = asyncio.ensure_future(asyncio.wait_for(client_call, self.timeout) if self.timeout
-                                         else client_call)
+            client_call = (
+                self.client.complete(request)
+                if self.streaming is None
+                else self.streaming.stream(request, self._publisher(event))
+            )
+            task = asyncio.ensure_future(asyncio.wait_for(client_call, self.timeout) if self.timeout else client_call)
         finally:
             BEFORE_RETRY.reset(token)
         running = self._running.setdefault(event.stream, {})
@@ -402,9 +434,16 @@ class LLMHandler:
                 delay = self.redelivery.delay(retry, random.random()) if transient(exc) else None
                 if delay is None:
                     raise
-                log.warning("appending the result of model request %s of run %s failed (%s: %s); the reply "
-                            "is kept: appended again in %.2f s (retry %d)", event.id, event.stream,
-                            type(exc).__name__, exc, delay, retry)
+                log.warning(
+                    "appending the result of model request %s of run %s failed (%s: %s); the reply "
+                    "is kept: appended again in %.2f s (retry %d)",
+                    event.id,
+                    event.stream,
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                    retry,
+                )
                 async with engine.waiting():
                     await asyncio.sleep(delay)
         self._replies.pop(result.id, None)
@@ -450,9 +489,14 @@ class LLMHandler:
         name = self.unpriced(model if isinstance(model, str) else None)
         if name is None:
             return []
-        return [{"loc": ["budget", "cost"], "type": "unpriced_model",
-                 "msg": f"model {name!r} has no price, so a cost budget cannot be enforced: add it "
-                        "to the model client's pricing table (AAA['LLM']['PRICING'])"}]
+        return [
+            {
+                "loc": ["budget", "cost"],
+                "type": "unpriced_model",
+                "msg": f"model {name!r} has no price, so a cost budget cannot be enforced: add it "
+                "to the model client's pricing table (AAA['LLM']['PRICING'])",
+            }
+        ]
 
     def failure(self, exc: BaseException) -> dict[str, Any]:
         """The data of ``aaa.llm.failed`` for ``exc``: ``reason`` (a client error's own

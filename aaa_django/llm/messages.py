@@ -36,9 +36,7 @@ class Message(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form stored in events (empty fields left out)."""
-        return self.model_dump(mode="json", exclude_none=True, exclude_defaults=True) | {
-            "role": self.role
-        }
+        return self.model_dump(mode="json", exclude_none=True, exclude_defaults=True) | {"role": self.role}
 
 
 def system(content: str) -> Message:

@@ -76,8 +76,7 @@ class OpenAICompatibleClient(ProviderClient):
         **options: Unpack[ClientOptions],
     ) -> None:
         self._openai = _import_openai()  # fail at start-up, not at the first call
-        super().__init__(base_url=base_url, api_key=api_key, model=model,
-                         default_headers=default_headers, **options)
+        super().__init__(base_url=base_url, api_key=api_key, model=model, default_headers=default_headers, **options)
 
     def make_sdk(self) -> Any:
         options = self.sdk_options()
@@ -234,16 +233,18 @@ def from_openai_completion(data: Mapping[str, Any]) -> tuple[Message, Usage, str
         name = function.get("name")
         if not isinstance(name, str) or not name:
             raise malformed(f"a tool call without a function name: {str(c)[:200]!r}")
-        calls.append(ToolCall(id=c.get("id") or None, name=name,
-                              arguments=tool_arguments(function.get("arguments"), name)))
+        calls.append(
+            ToolCall(id=c.get("id") or None, name=name, arguments=tool_arguments(function.get("arguments"), name))
+        )
     usage = data.get("usage")
     if not isinstance(usage, Mapping):
         usage = {}
     return (
         Message(role="assistant", content=content, tool_calls=tuple(calls)),
-        Usage(input_tokens=token_count(usage.get("prompt_tokens")),
-              output_tokens=token_count(usage.get("completion_tokens"))),
+        Usage(
+            input_tokens=token_count(usage.get("prompt_tokens")),
+            output_tokens=token_count(usage.get("completion_tokens")),
+        ),
         data.get("model") if isinstance(data.get("model"), str) else None,
         choice.get("finish_reason"),
     )
-

@@ -149,8 +149,10 @@ class ProviderClient:
         return name is not None and self.pricing.price(*self.price_names(None, name)) is not None
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(base_url={safe_url(self.base_url)!r}, model={self.model!r}, "
-                f"timeout={self.timeout!r}, max_retries={self.max_retries!r})")
+        return (
+            f"{type(self).__name__}(base_url={safe_url(self.base_url)!r}, model={self.model!r}, "
+            f"timeout={self.timeout!r}, max_retries={self.max_retries!r})"
+        )
 
     # -- what a provider implements ------------------------------------------------------
 
@@ -176,8 +178,9 @@ class ProviderClient:
     async def send(self, sdk: Any, payload: dict[str, Any]) -> Any:  # pragma: no cover
         raise NotImplementedError
 
-    async def send_streaming(self, sdk: Any, payload: dict[str, Any],
-                             on_text: Callable[[str], None]) -> Any:  # pragma: no cover
+    async def send_streaming(
+        self, sdk: Any, payload: dict[str, Any], on_text: Callable[[str], None]
+    ) -> Any:  # pragma: no cover
         """Send ``payload`` asking for a stream, call ``on_text`` with each piece of
         text, and return the whole reply as :meth:`parse` reads it."""
         raise NotImplementedError
@@ -232,8 +235,11 @@ class ProviderClient:
         cost = self.pricing.cost(usage, *self.price_names(answered, model))
         if not cost.priced and model not in self._unpriced_warned:
             self._unpriced_warned.add(model)
-            log.warning("no price for model %r (answered as %r): its calls cost 0 in budgets; "
-                        "add it to the pricing table", model, answered)
+            log.warning(
+                "no price for model %r (answered as %r): its calls cost 0 in budgets; add it to the pricing table",
+                model,
+                answered,
+            )
         return ProviderResponse(
             message=message,
             usage=usage,
@@ -331,12 +337,19 @@ def classify_sdk_error(sdk: Any, base: type, exc: BaseException, timeout: Any) -
         cause, message = exc.__cause__, getattr(exc, "message", None) or "Connection error."
         return Failure("connection", f"{message} ({type(cause).__name__}: {cause})" if cause else message)
     if isinstance(exc, sdk.APIResponseValidationError):
-        return Failure("malformed_response", f"the reply does not match the API: {exc.message}",
-                       status=getattr(exc, "status_code", None))
+        return Failure(
+            "malformed_response",
+            f"the reply does not match the API: {exc.message}",
+            status=getattr(exc, "status_code", None),
+        )
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
-        return Failure(reason_for_status(status), error_text(exc.body, f"HTTP {status}"),
-                       status=status, retry_after=retry_after(exc.response.headers))
+        return Failure(
+            reason_for_status(status),
+            error_text(exc.body, f"HTTP {status}"),
+            status=status,
+            retry_after=retry_after(exc.response.headers),
+        )
     if isinstance(exc, json.JSONDecodeError):
         return Failure("malformed_response", f"the reply is not valid JSON: {exc}")
     if isinstance(exc, base):
@@ -379,13 +392,13 @@ def tool_arguments(raw: Any, name: str) -> dict[str, Any]:
         try:
             value = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise AttemptFailed(Failure(
-                "bad_tool_arguments", f"the model's arguments for tool {name!r} are not JSON ({exc}): {raw!r}"
-            )) from None
+            raise AttemptFailed(
+                Failure("bad_tool_arguments", f"the model's arguments for tool {name!r} are not JSON ({exc}): {raw!r}")
+            ) from None
     if not isinstance(value, dict):
-        raise AttemptFailed(Failure(
-            "bad_tool_arguments", f"the model's arguments for tool {name!r} are not a JSON object: {raw!r}"
-        ))
+        raise AttemptFailed(
+            Failure("bad_tool_arguments", f"the model's arguments for tool {name!r} are not a JSON object: {raw!r}")
+        )
     return value
 
 

@@ -170,20 +170,26 @@ class PydanticAIClient(ProviderClient):
     async def send(self, sdk: _LoopModels, payload: dict[str, Any]) -> Any:
         from pydantic_ai.direct import model_request
 
-        return await model_request(sdk.get(payload["name"]), payload["messages"],
-                                   model_settings=payload["settings"],
-                                   model_request_parameters=payload["parameters"])
+        return await model_request(
+            sdk.get(payload["name"]),
+            payload["messages"],
+            model_settings=payload["settings"],
+            model_request_parameters=payload["parameters"],
+        )
 
-    async def send_streaming(self, sdk: _LoopModels, payload: dict[str, Any],
-                             on_text: Callable[[str], None]) -> Any:
+    async def send_streaming(self, sdk: _LoopModels, payload: dict[str, Any], on_text: Callable[[str], None]) -> Any:
         from pydantic_ai.direct import model_request_stream
         from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
 
         model = sdk.get(payload["name"])
         if not streams(model):  # a FunctionModel without a stream function: the reply whole
             return await self.send(sdk, payload)
-        async with model_request_stream(model, payload["messages"], model_settings=payload["settings"],
-                                        model_request_parameters=payload["parameters"]) as stream:
+        async with model_request_stream(
+            model,
+            payload["messages"],
+            model_settings=payload["settings"],
+            model_request_parameters=payload["parameters"],
+        ) as stream:
             async for event in stream:
                 if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
                     on_text(event.part.content)
@@ -209,8 +215,9 @@ class PydanticAIClient(ProviderClient):
         if isinstance(exc, px.ModelHTTPError):
             status = exc.status_code
             wait = exc.retry_after if exc.retry_after is not None else retry_after(exc.headers)
-            return Failure(reason_for_status(status), error_text(exc.body, f"HTTP {status}"),
-                           status=status, retry_after=wait)
+            return Failure(
+                reason_for_status(status), error_text(exc.body, f"HTTP {status}"), status=status, retry_after=wait
+            )
         if isinstance(exc, (px.ModelTimeoutError, px.ModelRequestTimeout)):
             return Failure("timeout", f"no complete answer within {self.timeout}s")
         if isinstance(exc, px.ModelConnectionError):

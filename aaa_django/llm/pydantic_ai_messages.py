@@ -58,15 +58,17 @@ def to_model_messages(messages: Iterable[Message]) -> list[pm.ModelMessage]:
         elif m.role == "user":
             parts.append(pm.UserPromptPart(content=m.content or ""))
         else:
-            parts.append(pm.ToolReturnPart(tool_name=m.name or "", content=m.content or "",
-                                           tool_call_id=m.tool_call_id or ""))
+            parts.append(
+                pm.ToolReturnPart(tool_name=m.name or "", content=m.content or "", tool_call_id=m.tool_call_id or "")
+            )
     if parts:
         out.append(pm.ModelRequest(parts=parts))
     return out
 
 
-def to_model_response(m: Message, *, usage: Usage | None = None, model: str | None = None,
-                      finish_reason: str | None = None) -> pm.ModelResponse:
+def to_model_response(
+    m: Message, *, usage: Usage | None = None, model: str | None = None, finish_reason: str | None = None
+) -> pm.ModelResponse:
     """Our assistant message as a ``ModelResponse``."""
     parts: list[Any] = []
     if m.content:
@@ -77,21 +79,27 @@ def to_model_response(m: Message, *, usage: Usage | None = None, model: str | No
     return pm.ModelResponse(
         parts=parts,
         usage=RequestUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
-        if usage is not None else RequestUsage(),
+        if usage is not None
+        else RequestUsage(),
         model_name=model,
         finish_reason=reverse.get(finish_reason or "") if finish_reason else None,  # type: ignore[arg-type]
     )
 
 
-def to_request_parameters(tools: Sequence[Mapping[str, Any]], output: Mapping[str, Any] | None = None,
-                          ) -> ModelRequestParameters:
+def to_request_parameters(
+    tools: Sequence[Mapping[str, Any]],
+    output: Mapping[str, Any] | None = None,
+) -> ModelRequestParameters:
     """Our tool specs as ``ModelRequestParameters``: ``"kind": "output"`` specs are output
     tools; ``output`` (``{"allow_text": bool}``) says whether a text answer may end it."""
     function: list[ToolDefinition] = []
     output_tools: list[ToolDefinition] = []
     for t in tools:
-        d = ToolDefinition(name=t["name"], description=t.get("description") or None,
-                           parameters_json_schema=dict(t.get("parameters") or {"type": "object", "properties": {}}))
+        d = ToolDefinition(
+            name=t["name"],
+            description=t.get("description") or None,
+            parameters_json_schema=dict(t.get("parameters") or {"type": "object", "properties": {}}),
+        )
         (output_tools if t.get("kind") == "output" else function).append(d)
     allow_text = bool((output or {}).get("allow_text", True)) or not output_tools
     return ModelRequestParameters(
@@ -128,8 +136,9 @@ def from_model_response(response: pm.ModelResponse) -> tuple[Message, Usage, str
         if isinstance(part, pm.TextPart):
             texts.append(part.content)
         elif isinstance(part, pm.ToolCallPart):
-            calls.append(ToolCall(id=part.tool_call_id or None, name=part.tool_name,
-                                  arguments=tool_call_arguments(part)))
+            calls.append(
+                ToolCall(id=part.tool_call_id or None, name=part.tool_name, arguments=tool_call_arguments(part))
+            )
     usage = Usage(input_tokens=response.usage.input_tokens or 0, output_tokens=response.usage.output_tokens or 0)
     message = Message(role="assistant", content="".join(texts) if texts else None, tool_calls=tuple(calls))
     finish = FINISH.get(response.finish_reason or "", response.finish_reason) if response.finish_reason else None
@@ -165,15 +174,20 @@ def from_model_messages(messages: Sequence[pm.ModelMessage]) -> list[Message]:
             elif isinstance(part, pm.UserPromptPart):
                 out.append(Message(role="user", content=_text(part.content)))
             elif isinstance(part, pm.ToolReturnPart):
-                out.append(Message(role="tool", content=_text(part.model_response_str()),
-                                   tool_call_id=part.tool_call_id, name=part.tool_name))
+                out.append(
+                    Message(
+                        role="tool",
+                        content=_text(part.model_response_str()),
+                        tool_call_id=part.tool_call_id,
+                        name=part.tool_name,
+                    )
+                )
             elif isinstance(part, pm.RetryFeedbackPart):  # an unusable reply: the agent's own words
                 out.append(Message(role="user", content=part.model_response()))
             elif isinstance(part, pm.RetryPromptPart):  # deprecated, still in old histories
                 text = part.model_response()
                 if part.tool_name and part.tool_call_id:
-                    out.append(Message(role="tool", content=text, tool_call_id=part.tool_call_id,
-                                       name=part.tool_name))
+                    out.append(Message(role="tool", content=text, tool_call_id=part.tool_call_id, name=part.tool_name))
                 else:
                     out.append(Message(role="user", content=text))
     return out
@@ -185,8 +199,11 @@ def tool_specs(params: ModelRequestParameters) -> tuple[list[dict[str, Any]], di
     specs: list[dict[str, Any]] = []
     for kind, defs in (("function", params.function_tools), ("output", params.output_tools)):
         for d in defs:
-            spec: dict[str, Any] = {"name": d.name, "description": d.description or "",
-                                    "parameters": d.parameters_json_schema}
+            spec: dict[str, Any] = {
+                "name": d.name,
+                "description": d.description or "",
+                "parameters": d.parameters_json_schema,
+            }
             if kind == "output":
                 spec["kind"] = "output"
             specs.append(spec)

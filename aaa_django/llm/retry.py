@@ -36,8 +36,17 @@ from aaa_django.runtime.retry import Backoff
 
 from .errors import REASONS, LLMCallError
 
-__all__ = ["BEFORE_RETRY", "AttemptFailed", "Backoff", "Failure", "StopAttempts", "call_with_retries",
-           "reason_for_status", "retry_after", "shorten"]
+__all__ = [
+    "BEFORE_RETRY",
+    "AttemptFailed",
+    "Backoff",
+    "Failure",
+    "StopAttempts",
+    "call_with_retries",
+    "reason_for_status",
+    "retry_after",
+    "shorten",
+]
 
 R = TypeVar("R")
 
@@ -78,7 +87,8 @@ class StopAttempts(Exception):
 #: it: set by the caller of a client for the calls it makes (a context variable, so the
 #: clients need not know of it). ``n`` counts this call's attempts.
 BEFORE_RETRY: contextvars.ContextVar[Callable[[int], Awaitable[None]] | None] = contextvars.ContextVar(
-    "aaa_llm_before_retry", default=None)
+    "aaa_llm_before_retry", default=None
+)
 
 
 def reason_for_status(status: int) -> str:
@@ -179,14 +189,21 @@ async def call_with_retries(
             if failure.retryable and n <= max_retries:
                 wait = backoff.delay(n, failure.retry_after, random.random())
                 if wait is None:
-                    message += (f" (the server asked to retry after {failure.retry_after:.0f}s,"
-                                f" more than the {backoff.max_retry_after:.0f}s we wait)")
+                    message += (
+                        f" (the server asked to retry after {failure.retry_after:.0f}s,"
+                        f" more than the {backoff.max_retry_after:.0f}s we wait)"
+                    )
             if wait is None:
-                raise LLMCallError(message, reason=failure.reason, status=failure.status,
-                                   attempts=records, provider=provider, model=model) from None
+                raise LLMCallError(
+                    message,
+                    reason=failure.reason,
+                    status=failure.status,
+                    attempts=records,
+                    provider=provider,
+                    model=model,
+                ) from None
             record["retry_in"] = round(wait, 3)
             await sleep(wait)
             continue
-        records.append({"attempt": n, "status": None, "reason": "ok",
-                        "elapsed": round(time.monotonic() - started, 3)})
+        records.append({"attempt": n, "status": None, "reason": "ok", "elapsed": round(time.monotonic() - started, 3)})
         return result, records

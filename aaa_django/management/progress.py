@@ -23,16 +23,20 @@ class Progress:
     """A one-line progress bar on ``stream`` (default ``sys.stderr``) when it is a
     terminal; silent otherwise (``live`` says which)."""
 
-    def __init__(self, label: str, total: int | None = None, *, stream: IO[str] | Any = None,
-                 width: int = 30, every: float = 0.1) -> None:
+    def __init__(
+        self, label: str, total: int | None = None, *, stream: IO[str] | Any = None, width: int = 30, every: float = 0.1
+    ) -> None:
         self.label = label
         self.total = total
         self.stream = stream if stream is not None else sys.stderr
         from django.core.management.base import OutputWrapper
 
         # A command's self.stderr ends every write with a newline unless told not to.
-        self._write = (lambda text: self.stream.write(text, ending="")) if isinstance(
-            self.stream, OutputWrapper) else self.stream.write
+        self._write = (
+            (lambda text: self.stream.write(text, ending=""))
+            if isinstance(self.stream, OutputWrapper)
+            else self.stream.write
+        )
         #: drawing at all? (a terminal)
         self.live = bool(self.stream.isatty())
         self.width = width

@@ -96,8 +96,9 @@ class RunTrace:
     sampled: bool = True
 
     @classmethod
-    def derived(cls, run_id: str, *, trace_id: int | None = None, parent: int | None = None,
-                sampled: bool = True) -> RunTrace:
+    def derived(
+        cls, run_id: str, *, trace_id: int | None = None, parent: int | None = None, sampled: bool = True
+    ) -> RunTrace:
         """The run's trace derived from its id (``trace_id``: another trace's)."""
         digest = hashlib.sha256(run_id.encode()).digest()
         own = int.from_bytes(digest[:16], "big") or 1
@@ -122,8 +123,9 @@ class RunTrace:
         try:
             version, trace_id, span_id, flags = str(headers["traceparent"]).split("-")
             parent = headers.get("aaa-run-parent")
-            found = cls(int(trace_id, 16), int(span_id, 16), int(parent, 16) if parent else None,
-                        bool(int(flags, 16) & 1))
+            found = cls(
+                int(trace_id, 16), int(span_id, 16), int(parent, 16) if parent else None, bool(int(flags, 16) & 1)
+            )
         except (KeyError, ValueError, TypeError, AttributeError):
             return None
         return found if version == "00" and found.trace_id and found.span_id else None
@@ -160,8 +162,9 @@ class OtelObserver(BaseObserver):
     """Spans and metrics of ``engine``'s work (see the module docstring); also the
     Celery bus's carrier of a run's trace context (``headers`` / ``received``)."""
 
-    def __init__(self, engine: Any, *, tracer_provider: Any = None, meter_provider: Any = None,
-                 max_runs: int = 4096) -> None:
+    def __init__(
+        self, engine: Any, *, tracer_provider: Any = None, meter_provider: Any = None, max_runs: int = 4096
+    ) -> None:
         from aaa_django import __version__
 
         self.engine = engine
@@ -170,16 +173,20 @@ class OtelObserver(BaseObserver):
         #: can the run span get the id its children name? (an SDK tracer: yes)
         self.chosen_ids = _choose_ids(self.tracer)
         meter = (meter_provider if meter_provider is not None else metrics.get_meter_provider()).get_meter(
-            SCOPE, __version__)
+            SCOPE, __version__
+        )
         self.runs_started = meter.create_counter("aaa.runs.started", unit="{run}", description="Runs started")
         self.runs_ended = meter.create_counter("aaa.runs.ended", unit="{run}", description="Runs ended, by outcome")
-        self.tokens = meter.create_histogram("gen_ai.client.token.usage", unit="{token}",
-                                             description="Tokens a model call used")
+        self.tokens = meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}", description="Tokens a model call used"
+        )
         self.cost = meter.create_counter("aaa.cost", unit="USD", description="What model calls cost")
-        self.handler_duration = meter.create_histogram("aaa.handler.duration", unit="s",
-                                                       description="A handler's call (a model or tool call)")
-        self.queue_lag = meter.create_histogram("aaa.queue.lag", unit="s",
-                                                description="From an event's creation to its delivery")
+        self.handler_duration = meter.create_histogram(
+            "aaa.handler.duration", unit="s", description="A handler's call (a model or tool call)"
+        )
+        self.queue_lag = meter.create_histogram(
+            "aaa.queue.lag", unit="s", description="From an event's creation to its delivery"
+        )
         self.max_runs = max_runs
         self._runs: OrderedDict[str, RunTrace] = OrderedDict()
         self._lock = threading.Lock()
@@ -229,15 +236,18 @@ class OtelObserver(BaseObserver):
 
     def step(self, event: Event, algorithm: str) -> Any:
         return self.tracer.start_as_current_span(
-            f"aaa.step {algorithm}", kind=SpanKind.INTERNAL,
-            attributes={**_event_attributes(event), "aaa.algorithm": algorithm})
+            f"aaa.step {algorithm}",
+            kind=SpanKind.INTERNAL,
+            attributes={**_event_attributes(event), "aaa.algorithm": algorithm},
+        )
 
     @contextlib.contextmanager
     def handler(self, handler: Any, event: Event) -> Iterator[None]:
         name, kind, genai = self._describe(handler, event)
         started = time.perf_counter()
-        with self.tracer.start_as_current_span(name, kind=kind,
-                                               attributes={**_event_attributes(event), **genai}) as span:
+        with self.tracer.start_as_current_span(
+            name, kind=kind, attributes={**_event_attributes(event), **genai}
+        ) as span:
             self._open[event.id] = (span, genai)
             try:
                 yield
@@ -250,8 +260,11 @@ class OtelObserver(BaseObserver):
         if event.type == LLM_REQUESTED:
             client = self._client(handler, d.get("agent"))
             provider, default = self._names(client)
-            genai: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider,
-                                     "gen_ai.system": provider}
+            genai: dict[str, Any] = {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": provider,
+                "gen_ai.system": provider,
+            }
             model = d.get("model") or default  # a request naming none goes to the client's model
             if model:
                 genai["gen_ai.request.model"] = model
@@ -275,8 +288,11 @@ class OtelObserver(BaseObserver):
         """(the provider's name, the model a request naming none is sent to) of a client."""
         known = self._providers.get(id(client))
         if known is None:  # detected once per client; its model read each time (a factory's is set late)
-            provider = client.provider if isinstance(client, NamesProvider) else (
-                type(client).__name__ if client is not None else "unknown")
+            provider = (
+                client.provider
+                if isinstance(client, NamesProvider)
+                else (type(client).__name__ if client is not None else "unknown")
+            )
             known = self._providers[id(client)] = (provider, isinstance(client, NamesModel))
         return known[0], client.model if known[1] else None
 
@@ -294,8 +310,9 @@ class OtelObserver(BaseObserver):
         self.runs_started.add(1, {"aaa.algorithm": algorithm})
         current = trace.get_current_span().get_span_context()
         if current.is_valid:  # started in a span (a request, a parent run's step): its trace
-            rt = RunTrace.derived(e.stream, trace_id=current.trace_id, parent=current.span_id,
-                                  sampled=current.trace_flags.sampled)
+            rt = RunTrace.derived(
+                e.stream, trace_id=current.trace_id, parent=current.span_id, sampled=current.trace_flags.sampled
+            )
         else:
             rt = RunTrace.derived(e.stream)
         self._remember(e.stream, rt)
@@ -317,8 +334,9 @@ class OtelObserver(BaseObserver):
             if cost:
                 self.cost.add(cost, {"gen_ai.response.model": str(model)})
             if span is not None:
-                span.set_attributes({"gen_ai.usage.input_tokens": tokens_in,
-                                     "gen_ai.usage.output_tokens": tokens_out, "aaa.cost": cost})
+                span.set_attributes(
+                    {"gen_ai.usage.input_tokens": tokens_in, "gen_ai.usage.output_tokens": tokens_out, "aaa.cost": cost}
+                )
                 if model:
                     span.set_attribute("gen_ai.response.model", model)
         elif span is not None and e.type in (LLM_FAILED, TOOL_FAILED):
@@ -336,7 +354,9 @@ class OtelObserver(BaseObserver):
         rt = self.run_trace(e.stream)
         meta = await self.engine.meta(e.stream)
         attributes = {
-            "aaa.run_id": e.stream, "aaa.algorithm": algorithm, "aaa.outcome": outcome,
+            "aaa.run_id": e.stream,
+            "aaa.algorithm": algorithm,
+            "aaa.outcome": outcome,
             "gen_ai.usage.input_tokens": meta.spend.tokens_in,
             "gen_ai.usage.output_tokens": meta.spend.tokens_out,
             "aaa.cost": meta.spend.cost,
@@ -348,8 +368,13 @@ class OtelObserver(BaseObserver):
             context = otel_context.Context()  # a root: not a child of whatever is current
         token = _chosen.set((rt.trace_id, rt.span_id))
         try:
-            span = self.tracer.start_span(f"aaa.run {algorithm}", context=context, kind=SpanKind.INTERNAL,
-                                          attributes=attributes, start_time=_ns(started))
+            span = self.tracer.start_span(
+                f"aaa.run {algorithm}",
+                context=context,
+                kind=SpanKind.INTERNAL,
+                attributes=attributes,
+                start_time=_ns(started),
+            )
         finally:
             _chosen.reset(token)
         if outcome != "success":

@@ -25,10 +25,7 @@ def hydrated(event: Event, blobs: BlobStore | None = None) -> Event:
     if blobs is None:
         blobs = site_blobs()
     if blobs is None:
-        raise BlobError(
-            f"event {event.id} is claim-checked but this site has no blob store "
-            "(AAA['BLOB_STORAGE'])"
-        )
+        raise BlobError(f"event {event.id} is claim-checked but this site has no blob store (AAA['BLOB_STORAGE'])")
     if not event.blobs:
         raise BlobError(f"event {event.id} is claim-checked but names no blob")
     return replace(event, data=hydrate(event.data, event.blobs[-1], store=blobs))

@@ -52,8 +52,14 @@ class Message:
     by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "content": self.content, "turn": self.turn, "seq": self.seq,
-                "time": self.time, "by": self.by}
+        return {
+            "role": self.role,
+            "content": self.content,
+            "turn": self.turn,
+            "seq": self.seq,
+            "time": self.time,
+            "by": self.by,
+        }
 
 
 @dataclass
@@ -164,8 +170,14 @@ def transcript(events: Iterable[Event]) -> Transcript:
             else:
                 call.status, call.result = "failed", f"{d.get('reason')}: {d.get('error')}"
         elif e.type == QUESTION_ASKED:
-            q = Question(e.id, str(d.get("question") or ""), dict(d.get("schema") or {}), seq,
-                         after(e, d.get("expires")), d.get("call_id"))
+            q = Question(
+                e.id,
+                str(d.get("question") or ""),
+                dict(d.get("schema") or {}),
+                seq,
+                after(e, d.get("expires")),
+                d.get("call_id"),
+            )
             questions[e.id] = q
             turn.questions.append(q)
         elif e.type in (QUESTION_ANSWERED, QUESTION_EXPIRED) and d.get("request_id") in questions:
@@ -177,8 +189,12 @@ def transcript(events: Iterable[Event]) -> Transcript:
         elif e.type == RUN_COMPLETED:
             out.outcome = d.get("outcome")
             value = d.get("value")
-            if not out.conversation and turn.reply is None and isinstance(value, dict) \
-                    and isinstance(value.get("text"), str):
+            if (
+                not out.conversation
+                and turn.reply is None
+                and isinstance(value, dict)
+                and isinstance(value.get("text"), str)
+            ):
                 turn.reply = Message("assistant", value["text"], turn.number, seq, e.time)
             for q in questions.values():
                 if q.status == "pending":

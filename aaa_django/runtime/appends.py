@@ -51,8 +51,9 @@ class Appends:
         #: output (``answer``; asked for, and the bus says where, ``StepsInline``)
         self.steps_inline: StepsInline | None = bus if answers and isinstance(bus, StepsInline) else None
         #: the run, and the output kept, of a step on a result not yet appended (``answer``)
-        self.capture: contextvars.ContextVar[tuple[str, list[Event]] | None] = \
-            contextvars.ContextVar(f"aaa_capture_{id(engine):x}", default=None)
+        self.capture: contextvars.ContextVar[tuple[str, list[Event]] | None] = contextvars.ContextVar(
+            f"aaa_capture_{id(engine):x}", default=None
+        )
 
     async def append(self, events: Iterable[Event]) -> list[Event]:
         """Claim-check, append (per stream, in order) and publish; return the new events
@@ -95,8 +96,14 @@ class Appends:
         await self.appended(stored)
         return stored
 
-    async def append_stream(self, stream: str, batch: list[Event], *, expected_seq: int | None = None,
-                            folded: tuple[RunMeta, int] | None = None) -> list[Event]:
+    async def append_stream(
+        self,
+        stream: str,
+        batch: list[Event],
+        *,
+        expected_seq: int | None = None,
+        folded: tuple[RunMeta, int] | None = None,
+    ) -> list[Event]:
         """``batch`` (of ``stream``) claim-checked and appended; its due times kept, the
         observers told. A batch that ends the run records first what it cuts off
         (:func:`~.limits.cut_off`; ``folded``: the run's RUNMETA with the batch's first N
@@ -111,8 +118,11 @@ class Appends:
         engine._deliveries.appending(stream)
         alone = caller_alone.set(engine.turns.alone())  # (a hint to the store: see caller_alone)
         try:
-            added = await (engine.store.append(batch) if expected_seq is None
-                           else engine.store.append(batch, expected_seq=expected_seq))
+            added = await (
+                engine.store.append(batch)
+                if expected_seq is None
+                else engine.store.append(batch, expected_seq=expected_seq)
+            )
         finally:
             caller_alone.reset(alone)
             engine._deliveries.appending(stream)  # (a read meanwhile may have kept the log before it)
@@ -145,8 +155,13 @@ class Appends:
         engine = self.engine
         events = list(events)
         inline = self.steps_inline
-        if (inline is None or engine._closed or not events or any(e.stream != events[0].stream for e in events)
-                or not inline.steps_here(events[0])):
+        if (
+            inline is None
+            or engine._closed
+            or not events
+            or any(e.stream != events[0].stream for e in events)
+            or not inline.steps_here(events[0])
+        ):
             return await self.append(events)
         stream = events[0].stream
         async with engine.bus.serial(stream, synced=True):
@@ -175,8 +190,9 @@ class Appends:
             self.capture.reset(token)
             engine._deliveries.appending(stream)
         try:
-            added = await self.append_stream(stream, through_completion([*events, *out]), expected_seq=head,
-                                             folded=(stepped, len(events)))
+            added = await self.append_stream(
+                stream, through_completion([*events, *out]), expected_seq=head, folded=(stepped, len(events))
+            )
         except InfrastructureError:
             raise  # as the result's own append would
         except Exception as exc:  # the log moved on, the run ended, an output the store refuses
@@ -228,7 +244,11 @@ class Appends:
         if raw is None:
             return e  # small (the common case): nothing to write, no hop to the store's thread
         stub, ref = await engine._blob_call(
-            put_claim, e.data, raw, store=engine.blobs, namespace=e.stream,
+            put_claim,
+            e.data,
+            raw,
+            store=engine.blobs,
+            namespace=e.stream,
             hot_fields=(*engine.hot_fields, *FOLDED.get(e.type, ())),
             namespaced=engine._namespaced,
         )

@@ -53,7 +53,9 @@ class Bus(Protocol):
 
     async def publish(self, events: Iterable[Event]) -> None: ...
 
-    def serial(self, key: str, *, contended: bool = False, synced: bool = False) -> AbstractAsyncContextManager[Any]: ...
+    def serial(
+        self, key: str, *, contended: bool = False, synced: bool = False
+    ) -> AbstractAsyncContextManager[Any]: ...
 
     def spawn(self, coro: Any) -> None: ...
 
@@ -117,8 +119,13 @@ class InProcessBus:
     meanwhile (a test passes one that records the delays).
     """
 
-    def __init__(self, *, duplicate: bool = False, redelivery: Redelivery | None = None,
-                 sleep: Callable[[float], Awaitable[Any]] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        duplicate: bool = False,
+        redelivery: Redelivery | None = None,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
+    ) -> None:
         self.copies = 2 if duplicate else 1
         self.redelivery = redelivery or Redelivery()
         self._sleep = sleep or asyncio.sleep
@@ -161,8 +168,16 @@ class InProcessBus:
                     await self._give_up(event, exc, retry)
                     raise
                 self.retried.append((event.id, retry, delay, exc))
-                log.warning("delivering %s %s of run %s failed (%s: %s); retry %d in %.2f s",
-                            event.type, event.id, event.stream, type(exc).__name__, exc, retry, delay)
+                log.warning(
+                    "delivering %s %s of run %s failed (%s: %s); retry %d in %.2f s",
+                    event.type,
+                    event.id,
+                    event.stream,
+                    type(exc).__name__,
+                    exc,
+                    retry,
+                    delay,
+                )
                 await self._sleep(delay)
 
     async def _give_up(self, event: Event, exc: BaseException, attempts: int) -> None:

@@ -34,16 +34,18 @@ class Children:
         self.engine.wake(run_id)
         out: list[Event] = []
         if meta.parent:
-            out.append(event.derive(
-                CHILD_COMPLETED,
-                {
-                    "child": run_id,
-                    "key": meta.child_key,
-                    "outcome": event.data.get("outcome"),
-                    "value": event.data.get("value"),
-                },
-                stream=meta.parent,
-            ))
+            out.append(
+                event.derive(
+                    CHILD_COMPLETED,
+                    {
+                        "child": run_id,
+                        "key": meta.child_key,
+                        "outcome": event.data.get("outcome"),
+                        "value": event.data.get("value"),
+                    },
+                    stream=meta.parent,
+                )
+            )
         out.extend(self.cascade_cancel(event, child) for child in sorted(meta.children))
         if out:
             await self.engine.append(out)
@@ -53,8 +55,7 @@ class Children:
         """The cancellation a run's end (``completion``) asks of its child ``child``."""
         return completion.derive(
             CANCEL_REQUESTED,
-            {"reason": f"parent run ended {completion.data.get('outcome')}",
-             "by": completion.stream},
+            {"reason": f"parent run ended {completion.data.get('outcome')}", "by": completion.stream},
             key=child,
             stream=child,
         )
@@ -74,8 +75,18 @@ class Children:
             "owner": meta.owner,
         }
         child = d["child"]
-        await engine.append([Event(id=started_id(child), stream=child, type=RUN_STARTED,
-                                   data=data, causation=event.id, tenant=event.tenant)])
+        await engine.append(
+            [
+                Event(
+                    id=started_id(child),
+                    stream=child,
+                    type=RUN_STARTED,
+                    data=data,
+                    causation=event.id,
+                    tenant=event.tenant,
+                )
+            ]
+        )
 
     async def completion_event(self, run_id: str) -> Event | None:
         """The run's ``aaa.run.completed`` if it has ended (one this engine appended is

@@ -54,8 +54,7 @@ class Commands:
         )
         return bool(await engine.append([e]))
 
-    async def approve(self, run_id: str, request_id: str, *, by: str | None = None,
-                      reason: str | None = None) -> bool:
+    async def approve(self, run_id: str, request_id: str, *, by: str | None = None, reason: str | None = None) -> bool:
         """Grant a pending approval (``request_id``: the ``aaa.approval.requested`` id).
 
         Returns False if there is no such pending approval or it was decided already;
@@ -63,13 +62,13 @@ class Commands:
         """
         return bool(await self.decide(run_id, request_id, APPROVAL_GRANTED, by=by, reason=reason))
 
-    async def deny(self, run_id: str, request_id: str, *, by: str | None = None,
-                   reason: str | None = None) -> bool:
+    async def deny(self, run_id: str, request_id: str, *, by: str | None = None, reason: str | None = None) -> bool:
         """Deny a pending approval: the tool call fails with reason ``denied``."""
         return bool(await self.decide(run_id, request_id, APPROVAL_DENIED, by=by, reason=reason))
 
-    async def decide(self, run_id: str, request_id: str, type: str, *, meta: RunMeta | None = None,
-                     **extra: Any) -> list[Event]:
+    async def decide(
+        self, run_id: str, request_id: str, type: str, *, meta: RunMeta | None = None, **extra: Any
+    ) -> list[Event]:
         """Record the approval ``request_id``'s one decision (``type``; expired instead
         once past its expiry); the events appended (none: no such pending approval)."""
         meta = meta if meta is not None else await self.engine.meta(run_id)
@@ -86,8 +85,7 @@ class Commands:
             "name": pending.name,
             **extra,
         }
-        e = Event(id=decision_id(request_id), stream=run_id, type=type, data=data,
-                  causation=request_id)
+        e = Event(id=decision_id(request_id), stream=run_id, type=type, data=data, causation=request_id)
         return await self.engine.append([e])
 
     async def erase(self, run_id: str) -> int:

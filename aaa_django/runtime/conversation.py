@@ -120,8 +120,7 @@ def check_algorithm(name: str, config: Mapping[str, Any]) -> None:
         return
     these = ", ".join(conversational()) or "none is registered"
     why = "with this config" if isinstance(algorithm, Converses) else "at all"
-    raise ConversationError("not_conversational",
-                            f"{name} does not hold conversations {why}; these do: {these}")
+    raise ConversationError("not_conversational", f"{name} does not hold conversations {why}; these do: {these}")
 
 
 # -- errors ------------------------------------------------------------------------------
@@ -148,8 +147,7 @@ class Ask(Exception):
     ``schema``, a JSON schema; by default any JSON value) is the call's result. After
     ``expires`` seconds unanswered the call fails with reason ``expired``."""
 
-    def __init__(self, question: str, *, schema: Mapping[str, Any] | None = None,
-                 expires: float | None = None) -> None:
+    def __init__(self, question: str, *, schema: Mapping[str, Any] | None = None, expires: float | None = None) -> None:
         super().__init__(question)
         self.question = question
         self.schema = dict(schema) if schema is not None else {}
@@ -236,8 +234,9 @@ def _talk(s: Talk, e: Event) -> Talk:
         s.turn += 1
         s.replied = d.get("request_id")
     elif t == QUESTION_ASKED:
-        s.questions[e.id] = Question(question=d.get("question") or "", schema=d.get("schema") or {},
-                                     tool_request_id=d.get("tool_request_id"))
+        s.questions[e.id] = Question(
+            question=d.get("question") or "", schema=d.get("schema") or {}, tool_request_id=d.get("tool_request_id")
+        )
     elif t in (QUESTION_ANSWERED, QUESTION_EXPIRED):
         asked = s.questions.pop(d.get("request_id") or "", None)
         if asked is not None and asked.tool_request_id is None:
@@ -246,7 +245,12 @@ def _talk(s: Talk, e: Event) -> Talk:
 
 
 TALK: Projection[Talk] = Projection(
-    Talk, _talk, name="aaa.runtime.conversation.TALK", version=1, state_type=Talk, every=64,
+    Talk,
+    _talk,
+    name="aaa.runtime.conversation.TALK",
+    version=1,
+    state_type=Talk,
+    every=64,
 )
 
 
@@ -259,12 +263,16 @@ def reply_data(meta: RunMeta, content: str, request_id: str | None, waits: int) 
         raise ValueError("reply() is for conversations: this run ends with complete()")
     if not isinstance(content, str):
         raise TypeError(f"a reply is text, not {type(content).__name__}")
-    return {"content": content, "turn": meta.turns + 1, "request_id": request_id,
-            "idle": meta.conversation.get("idle"), "waits": waits + 1}
+    return {
+        "content": content,
+        "turn": meta.turns + 1,
+        "request_id": request_id,
+        "idle": meta.conversation.get("idle"),
+        "waits": waits + 1,
+    }
 
 
-def question_data(question: str, schema: Mapping[str, Any] | None, expires: float | None,
-                  waits: int) -> dict[str, Any]:
+def question_data(question: str, schema: Mapping[str, Any] | None, expires: float | None, waits: int) -> dict[str, Any]:
     """``aaa.question.asked``'s data (``waits``: the run's before it)."""
     if not isinstance(question, str) or not question:
         raise ValueError("a question is a non-empty string")
@@ -272,8 +280,12 @@ def question_data(question: str, schema: Mapping[str, Any] | None, expires: floa
     check_schema(schema)
     if expires is not None and (isinstance(expires, bool) or not isinstance(expires, (int, float)) or expires <= 0):
         raise ValueError("a question's expiry is a number of seconds above 0")
-    return {"question": question, "schema": schema,
-            "expires": float(expires) if expires is not None else None, "waits": waits + 1}
+    return {
+        "question": question,
+        "schema": schema,
+        "expires": float(expires) if expires is not None else None,
+        "waits": waits + 1,
+    }
 
 
 # -- what people do ----------------------------------------------------------------------
@@ -314,8 +326,7 @@ class Said:
     replayed: bool = False
 
 
-async def say(engine: EngineAPI, run_id: str, content: str, *, by: str | None = None,
-              key: str | None = None) -> Said:
+async def say(engine: EngineAPI, run_id: str, content: str, *, by: str | None = None, key: str | None = None) -> Said:
     """Append a person's message to a conversation waiting for it. With ``key`` (an
     Idempotency-Key), the message already sent with that key is returned instead of
     appending another (``replayed``; one with other content: ``idempotency_conflict``).
@@ -341,8 +352,11 @@ async def say(engine: EngineAPI, run_id: str, content: str, *, by: str | None = 
         if meta.conversation is None:
             raise ConversationError("not_conversational", "this run is not a conversation")
         if not meta.awaiting or meta.close is not None:
-            why = "a close was asked" if meta.close is not None else (
-                "it is answering" if not meta.waits else "it waits for an answer to a question")
+            why = (
+                "a close was asked"
+                if meta.close is not None
+                else ("it is answering" if not meta.waits else "it waits for an answer to a question")
+            )
             raise ConversationError("not_waiting", f"the conversation is not waiting for a message: {why}")
         limit = engine.limit_breach(meta)
         if limit is not None:
@@ -359,8 +373,9 @@ async def say(engine: EngineAPI, run_id: str, content: str, *, by: str | None = 
     added = await decided(engine, run_id, decide)
     message = added[0] if added else (mine[0] if mine else None)
     if message is None:  # absorbed: a message for this turn came first
-        raise ConversationError("not_waiting", "the conversation is not waiting for a message: "
-                                "another message came first")
+        raise ConversationError(
+            "not_waiting", "the conversation is not waiting for a message: another message came first"
+        )
     if key is not None and message.data.get("content") != content:
         raise ConversationError("idempotency_conflict", "this key was used with another message")
     return Said(message, replayed=not added)
@@ -373,12 +388,13 @@ def no_room(meta: RunMeta) -> str | None:
         return None
     refused = b.refuses(s, model_calls=1)
     if refused is not None:
-        return (f"the conversation's budget is spent: {refused['dimension']} {refused['spent']} "
-                f"of {refused['limit']}; close it or start another")
+        return (
+            f"the conversation's budget is spent: {refused['dimension']} {refused['spent']} "
+            f"of {refused['limit']}; close it or start another"
+        )
     for dimension, limit, spent in (("tokens", b.tokens, s.tokens), ("cost", b.cost, s.cost)):
         if limit is not None and spent >= limit:
-            return (f"the conversation's budget is spent: {dimension} {spent} of {limit}; "
-                    "close it or start another")
+            return f"the conversation's budget is spent: {dimension} {spent} of {limit}; close it or start another"
     return None
 
 
@@ -394,10 +410,10 @@ async def close(engine: EngineAPI, run_id: str, *, by: str | None = None) -> boo
         if meta.close is not None:
             return []
         if not meta.waits:
-            raise ConversationError("not_waiting", "the conversation is answering: close it when it "
-                                    "waits, or cancel it")
-        return [Event(id=derive_id(run_id, CLOSE_REQUESTED), stream=run_id, type=CLOSE_REQUESTED,
-                      data={"by": by})]
+            raise ConversationError(
+                "not_waiting", "the conversation is answering: close it when it waits, or cancel it"
+            )
+        return [Event(id=derive_id(run_id, CLOSE_REQUESTED), stream=run_id, type=CLOSE_REQUESTED, data={"by": by})]
 
     return bool(await decided(engine, run_id, decide))
 
@@ -413,8 +429,7 @@ async def closing(engine: EngineAPI, meta: RunMeta) -> Outcome:
     return Outcome(SUCCESS, {"text": text, "turns": meta.turns, "closed_by": (meta.close or {}).get("by")})
 
 
-async def answer(engine: EngineAPI, run_id: str, question_id: str, value: Any, *,
-                 by: str | None = None) -> Event:
+async def answer(engine: EngineAPI, run_id: str, question_id: str, value: Any, *, by: str | None = None) -> Event:
     """Record the answer to an open question; return ``aaa.question.answered``. Raises
     :class:`ConversationError`: ``not_open`` (no such question waits), ``invalid_answer``
     (it does not fit the question's schema; nothing is recorded), ``expired`` (it
@@ -437,8 +452,7 @@ async def answer(engine: EngineAPI, run_id: str, question_id: str, value: Any, *
             return _ending(meta, asked, QUESTION_EXPIRED, {})
         errors = answer_errors(asked.data.get("schema") or {}, value)
         if errors:
-            raise ConversationError("invalid_answer", "the answer does not fit the question's schema",
-                                    errors=errors)
+            raise ConversationError("invalid_answer", "the answer does not fit the question's schema", errors=errors)
         return _ending(meta, asked, QUESTION_ANSWERED, {"answer": value, "by": by})
 
     added = await decided(engine, run_id, decide)
@@ -463,15 +477,28 @@ def _ending(meta: RunMeta, asked: Event, type: str, extra: dict[str, Any]) -> li
     tool = d.get("tool_request_id")
     if tool is not None:
         data["tool_request_id"] = tool
-    out = [Event(id=decision_id(asked.id), stream=asked.stream, type=type, data=data,
-                 causation=asked.id, tenant=asked.tenant)]
+    out = [
+        Event(
+            id=decision_id(asked.id), stream=asked.stream, type=type, data=data, causation=asked.id, tenant=asked.tenant
+        )
+    ]
     if tool is not None:
         base = {"call_id": d.get("call_id"), "name": d.get("name")}
-        result = ({**base, "result": extra["answer"]} if type == QUESTION_ANSWERED else
-                  {**base, "reason": "expired", "error": "the question to a person expired unanswered"})
-        out.append(Event(id=result_id(tool), stream=asked.stream,
-                         type=TOOL_COMPLETED if type == QUESTION_ANSWERED else TOOL_FAILED,
-                         data=result, causation=tool, tenant=asked.tenant))
+        result = (
+            {**base, "result": extra["answer"]}
+            if type == QUESTION_ANSWERED
+            else {**base, "reason": "expired", "error": "the question to a person expired unanswered"}
+        )
+        out.append(
+            Event(
+                id=result_id(tool),
+                stream=asked.stream,
+                type=TOOL_COMPLETED if type == QUESTION_ANSWERED else TOOL_FAILED,
+                data=result,
+                causation=tool,
+                tenant=asked.tenant,
+            )
+        )
     return out
 
 
@@ -483,8 +510,12 @@ async def ask_for_tool(engine: EngineAPI, request: Event, ask: Ask) -> None:
         if meta.completed:
             return []
         data = question_data(ask.question, ask.schema, ask.expires, meta.waits)
-        data.update(tool_request_id=request.id, tool_request_seq=request.seq,
-                    call_id=request.data.get("call_id"), name=request.data.get("name"))
+        data.update(
+            tool_request_id=request.id,
+            tool_request_seq=request.seq,
+            call_id=request.data.get("call_id"),
+            name=request.data.get("name"),
+        )
         return [request.derive(QUESTION_ASKED, data)]
 
     await decided(engine, request.stream, decide)
@@ -537,8 +568,9 @@ async def fire_due(engine: EngineAPI, run_id: str, now: float) -> list[Event]:
             started = await engine.started(run_id)
             outcome = Outcome(TIMEOUT, {"reason": "idle", "idle": idle, "turns": meta.turns})
             return [engine.completion(run_id, outcome, cause=started)]
-        due = sorted((q.seq, qid) for qid, q in meta.questions.items()
-                     if q.expires_at is not None and now >= q.expires_at)
+        due = sorted(
+            (q.seq, qid) for qid, q in meta.questions.items() if q.expires_at is not None and now >= q.expires_at
+        )
         out: list[Event] = []
         waits = meta.waits
         for seq, qid in due:

@@ -207,8 +207,9 @@ class Ctx:
         self._waits += 1
         return self.emit(MESSAGE_SENT, data, key=("reply", request_id or self.meta.turns + 1)).id
 
-    def ask(self, question: str, *, schema: Mapping[str, Any] | None = None, key: object,
-            expires: float | None = None) -> str:
+    def ask(
+        self, question: str, *, schema: Mapping[str, Any] | None = None, key: object, expires: float | None = None
+    ) -> str:
         """Ask a person ``question``; the answer must fit ``schema`` (a JSON schema; by
         default any JSON value). The run waits; the answer (or its expiry after
         ``expires`` seconds) is in :data:`~.conversation.TALK`'s ``answers`` under the

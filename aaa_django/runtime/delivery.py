@@ -38,8 +38,9 @@ class Deliveries:
         #: the deliveries of this context (a task's), by run id: concurrent deliveries
         #: to one run (a tool call going on while a cancellation arrives) read
         #: RUNMETA each for itself
-        self.current: contextvars.ContextVar[dict[str, Delivering] | None] = \
-            contextvars.ContextVar(f"aaa_delivery_{id(engine):x}", default=None)
+        self.current: contextvars.ContextVar[dict[str, Delivering] | None] = contextvars.ContextVar(
+            f"aaa_delivery_{id(engine):x}", default=None
+        )
 
     async def meta(self, run_id: str, *, fresh: bool = False) -> RunMeta:
         """The run's ``RUNMETA``: in a delivery to it, the one it read (see

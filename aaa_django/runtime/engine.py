@@ -162,7 +162,8 @@ class Engine:
         #: the store's ``erase_many`` (many streams in one transaction), or None
         base = self.base_store
         self._erase_many: Callable[[Sequence[str]], Awaitable[int]] | None = (
-            base.erase_many if isinstance(base, ErasesMany) else None)
+            base.erase_many if isinstance(base, ErasesMany) else None
+        )
         self.blobs = blobs
         #: the blob store keeps namespaces (a run's blobs are erased in one call)
         self._namespaced = isinstance(blobs, NamespacedBlobStore)
@@ -357,8 +358,7 @@ class Engine:
         """End a run with ``outcome`` unless it ended already; True if this ended it."""
         return bool(await self.append([self.completion(run_id, outcome, cause=cause)]))
 
-    async def fail(self, run_id: str, exc: BaseException, *, event: Event | None = None,
-                   attempts: int = 1) -> bool:
+    async def fail(self, run_id: str, exc: BaseException, *, event: Event | None = None, attempts: int = 1) -> bool:
         """End a run ``failed`` because delivering ``event`` raised ``exc`` for good (a
         persistent infrastructure failure, an outage that outlasted the retries, a
         handler's bug): the outcome's value names the cause
@@ -367,8 +367,12 @@ class Engine:
         meta = await self.meta(run_id)
         if not meta.started or meta.completed:
             return False
-        value = failure(exc, event_id=event.id if event is not None else None,
-                        event_type=event.type if event is not None else None, attempts=attempts)
+        value = failure(
+            exc,
+            event_id=event.id if event is not None else None,
+            event_type=event.type if event is not None else None,
+            attempts=attempts,
+        )
         return await self.complete(run_id, Outcome(FAILED, value), cause=event)
 
     async def cancel(self, run_id: str, *, reason: str | None = None, by: str | None = None) -> bool:
@@ -378,9 +382,7 @@ class Engine:
         """
         return await self._commands.cancel(run_id, reason=reason, by=by)
 
-    async def approve(
-        self, run_id: str, request_id: str, *, by: str | None = None, reason: str | None = None
-    ) -> bool:
+    async def approve(self, run_id: str, request_id: str, *, by: str | None = None, reason: str | None = None) -> bool:
         """Grant a pending approval (``request_id``: the ``aaa.approval.requested`` id).
 
         Returns False if there is no such pending approval or it was decided already;
@@ -388,9 +390,7 @@ class Engine:
         """
         return await self._commands.approve(run_id, request_id, by=by, reason=reason)
 
-    async def deny(
-        self, run_id: str, request_id: str, *, by: str | None = None, reason: str | None = None
-    ) -> bool:
+    async def deny(self, run_id: str, request_id: str, *, by: str | None = None, reason: str | None = None) -> bool:
         """Deny a pending approval: the tool call fails with reason ``denied``."""
         return await self._commands.deny(run_id, request_id, by=by, reason=reason)
 
@@ -546,9 +546,14 @@ class Engine:
 
     # -- the step function (:mod:`aaa_django.runtime.steps`) ----------------------------
 
-    async def handle(self, event: Event | Stored, *, synced: Callable[[], bool] | None = None,
-                     loaded: Callable[[Event | None], None] | None = None,
-                     dispatching: Callable[[Event], bool] | None = None) -> Event | None:
+    async def handle(
+        self,
+        event: Event | Stored,
+        *,
+        synced: Callable[[], bool] | None = None,
+        loaded: Callable[[Event | None], None] | None = None,
+        dispatching: Callable[[Event], bool] | None = None,
+    ) -> Event | None:
         """React to one appended event: the engine, the run's algorithm, the handlers
         (:mod:`~aaa_django.runtime.steps`); returns the event delivered (hydrated), or
         None when the log no longer holds a stored event (erased) or the engine is closed.

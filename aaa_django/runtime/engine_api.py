@@ -85,8 +85,7 @@ class EngineAPI(Protocol):
 
     async def cancel(self, run_id: str, *, reason: str | None = None, by: str | None = None) -> bool: ...
 
-    async def fail(self, run_id: str, exc: BaseException, *, event: Event | None = None,
-                   attempts: int = 1) -> bool: ...
+    async def fail(self, run_id: str, exc: BaseException, *, event: Event | None = None, attempts: int = 1) -> bool: ...
 
     async def meta(self, run_id: str, *, fresh: bool = False) -> RunMeta: ...
 
@@ -114,8 +113,13 @@ class EngineAPI(Protocol):
 
     async def answer(self, events: Iterable[Event]) -> list[Event]: ...
 
-    async def handle(self, event: Event | Stored, *, synced: Callable[[], bool] | None = None,
-                     loaded: Callable[[Event | None], None] | None = None,
-                     dispatching: Callable[[Event], bool] | None = None) -> Event | None: ...
+    async def handle(
+        self,
+        event: Event | Stored,
+        *,
+        synced: Callable[[], bool] | None = None,
+        loaded: Callable[[Event | None], None] | None = None,
+        dispatching: Callable[[Event], bool] | None = None,
+    ) -> Event | None: ...
 
     def wake(self, run_id: str) -> None: ...

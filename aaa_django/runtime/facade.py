@@ -44,8 +44,9 @@ class TimersPart(Protocol):
 class CommandsPart(Protocol):
     """What the other parts ask of the commands (:class:`~.commands.Commands`)."""
 
-    async def decide(self, run_id: str, request_id: str, type: str, *, meta: RunMeta | None = None,
-                     **extra: Any) -> list[Event]: ...
+    async def decide(
+        self, run_id: str, request_id: str, type: str, *, meta: RunMeta | None = None, **extra: Any
+    ) -> list[Event]: ...
 
 
 class ChildrenPart(Protocol):

@@ -108,12 +108,12 @@ async def fork(
         raise ForkError(f"run {run_id} has {len(events)} events; fork at 1..{len(events)}")
     ended = next((e for e in events if e.type == RUN_COMPLETED), None)
     if ended is not None:
-        raise ForkError(f"event {at} is at or after the run's end (event {ended.seq}): "
-                        f"fork from an event before {ended.seq}")
+        raise ForkError(
+            f"event {at} is at or after the run's end (event {ended.seq}): fork from an event before {ended.seq}"
+        )
     # Payloads in full: the fork's own claims put them in its own namespace (the
     # origin's claim refs are dropped, its blobs stay its own).
-    events = [replace(await engine.hydrate(e), blobs=e.blobs[:-1]) if is_claimed(e.data) else e
-              for e in events]
+    events = [replace(await engine.hydrate(e), blobs=e.blobs[:-1]) if is_claimed(e.data) else e for e in events]
     started = events[0]
     d = started.data
     name = d["algorithm"]
@@ -124,18 +124,33 @@ async def fork(
         raise ForkError(f"the configuration does not suit {name}: {exc}", "config") from exc
     new_budget = d.get("budget") if budget is ... else _budget(budget)
     if deadline is ...:
-        new_deadline = (absolute_deadline(d["deadline"] - started.time.timestamp())
-                        if d.get("deadline") is not None else None)
+        new_deadline = (
+            absolute_deadline(d["deadline"] - started.time.timestamp()) if d.get("deadline") is not None else None
+        )
     else:
         new_deadline = absolute_deadline(deadline)
     origin = d.get(FORKED_FROM) or {}
     y = new_run_id or f"run-{new_id()}"
     y_started = Event(
-        id=started_id(y), stream=y, type=RUN_STARTED, tenant=started.tenant,
-        data={**d, "config": new_config, "budget": new_budget, "deadline": new_deadline,
-              "parent": None, "key": None, "owner": owner,
-              FORKED_FROM: {"run": run_id, "seq": at, "event": events[-1].id,
-                            "lineage": [*origin.get("lineage", []), started.id]}},
+        id=started_id(y),
+        stream=y,
+        type=RUN_STARTED,
+        tenant=started.tenant,
+        data={
+            **d,
+            "config": new_config,
+            "budget": new_budget,
+            "deadline": new_deadline,
+            "parent": None,
+            "key": None,
+            "owner": owner,
+            FORKED_FROM: {
+                "run": run_id,
+                "seq": at,
+                "event": events[-1].id,
+                "lineage": [*origin.get("lineage", []), started.id],
+            },
+        },
     )
     copies = _Translation(run_id, started, y, y_started).copy(events[1:])
     await engine.append([y_started, *copies])
@@ -157,20 +172,22 @@ class _Translation:
     def _copy(self, e: Event) -> Event:
         if e.type == CHILD_REQUESTED and isinstance(e.data.get("child"), str):
             child = e.data["child"]
-            bare = child[len(_CHILD_PREFIX):] if child.startswith(_CHILD_PREFIX) else child
+            bare = child[len(_CHILD_PREFIX) :] if child.startswith(_CHILD_PREFIX) else child
             self.runs[child] = _CHILD_PREFIX + derive_id(self.y_started.id, FORK, bare)
         new = self._id(e)
         self.ids[e.id] = new
         causation = self.ids.get(e.causation, e.causation) if e.causation else None
-        return replace(e, id=new, stream=self.y, seq=None, data=self._data(e.data),
-                       causation=causation)
+        return replace(e, id=new, stream=self.y, seq=None, data=self._data(e.data), causation=causation)
 
     def _id(self, e: Event) -> str:
         c = e.causation
         if c is not None and c in self.ids:
             mc = self.ids[c]
-            for derived in (lambda p: result_id(p), lambda p: event_types.decision_id(p),
-                            lambda p: derive_id(p, e.type, "")):
+            for derived in (
+                lambda p: result_id(p),
+                lambda p: event_types.decision_id(p),
+                lambda p: derive_id(p, e.type, ""),
+            ):
                 if e.id == derived(c):
                     return derived(mc)
         for run_level in (completion_id, lambda r: derive_id(r, e.type)):

@@ -41,6 +41,7 @@ class HoldsRuns(Protocol):
 
 # -- which process: a holder's id, and whether the process it names has ended ------------------
 
+
 def _pid_namespace() -> str:
     try:
         return os.readlink("/proc/self/ns/pid").rsplit("[", 1)[-1].rstrip("]")
@@ -63,8 +64,16 @@ def _start_time(pid: int) -> str | None:
 def holder_id(name: str = "") -> str:
     """This process's holder id: ``name|host|pid namespace|pid|start time|random``."""
     pid = os.getpid()
-    return "|".join([name or "aaa", socket.gethostname()[:64], _pid_namespace(), str(pid),
-                     _start_time(pid) or "-", os.urandom(3).hex()])
+    return "|".join(
+        [
+            name or "aaa",
+            socket.gethostname()[:64],
+            _pid_namespace(),
+            str(pid),
+            _start_time(pid) or "-",
+            os.urandom(3).hex(),
+        ]
+    )
 
 
 def process_gone(holder: str) -> bool:

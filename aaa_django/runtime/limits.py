@@ -52,11 +52,17 @@ def breach(meta: RunMeta, max_abandoned: int, now: float | None = None) -> Outco
             return Outcome(BUDGET_EXCEEDED, over)
     for request_id, call in meta.calls.items():
         if call.abandoned >= max_abandoned:
-            return Outcome(FAILED, {
-                "error": f"model call {request_id} had {call.abandoned} attempts abandoned (the process "
-                         "making each died, or lost the run, with it in flight): it is not sent again",
-                "reason": "abandoned_attempts", "request_id": request_id,
-                "abandoned": call.abandoned, "limit": max_abandoned})
+            return Outcome(
+                FAILED,
+                {
+                    "error": f"model call {request_id} had {call.abandoned} attempts abandoned (the process "
+                    "making each died, or lost the run, with it in flight): it is not sent again",
+                    "reason": "abandoned_attempts",
+                    "request_id": request_id,
+                    "abandoned": call.abandoned,
+                    "limit": max_abandoned,
+                },
+            )
     return None
 
 
@@ -71,8 +77,7 @@ def over_budget(meta: RunMeta, out: list[Event]) -> dict | None:
             counts[e.type] += 1
     if counts[RUN_COMPLETED]:
         return None
-    return meta.budget.refuses(meta.spend, model_calls=counts[LLM_REQUESTED],
-                               tool_calls=counts[TOOL_REQUESTED])
+    return meta.budget.refuses(meta.spend, model_calls=counts[LLM_REQUESTED], tool_calls=counts[TOOL_REQUESTED])
 
 
 def cut_off(batch: list[Event], meta: RunMeta, done: int = 0) -> list[Event]:
@@ -104,19 +109,40 @@ def cut_off(batch: list[Event], meta: RunMeta, done: int = 0) -> list[Event]:
 
 def cut_off_result(completion: Event, request_id: str, call: OpenCall, outcome: Any, value: Any) -> Event:
     """The result a run's end (``completion``) records for a call it cut off."""
-    abandoned = (outcome == FAILED and isinstance(value, dict) and value.get("reason") == "abandoned_attempts"
-                 and value.get("request_id") == request_id)
+    abandoned = (
+        outcome == FAILED
+        and isinstance(value, dict)
+        and value.get("reason") == "abandoned_attempts"
+        and value.get("request_id") == request_id
+    )
     reason = "abandoned" if abandoned else CUT_OFF_REASONS.get(outcome, "run_ended")
     data: dict[str, Any]
     if call.kind == "llm":
-        data = {"request_id": request_id, "tag": call.tag, "thread": call.thread or "main", "reason": reason,
-                "error": f"the run ended ({outcome}) before the model call had a result", "cut_off": True}
+        data = {
+            "request_id": request_id,
+            "tag": call.tag,
+            "thread": call.thread or "main",
+            "reason": reason,
+            "error": f"the run ended ({outcome}) before the model call had a result",
+            "cut_off": True,
+        }
         if call.in_flight is not None:  # sent, and never to be recorded: counted at its estimate
             data.update(attempt=call.attempts, estimated=True, **call.in_flight.data())
         kind = LLM_FAILED
     else:
-        data = {"call_id": call.call_id, "name": call.name, "reason": reason,
-                "error": f"the run ended ({outcome}) before the tool call had a result", "cut_off": True}
+        data = {
+            "call_id": call.call_id,
+            "name": call.name,
+            "reason": reason,
+            "error": f"the run ended ({outcome}) before the tool call had a result",
+            "cut_off": True,
+        }
         kind = TOOL_FAILED
-    return Event(id=result_id(request_id), stream=completion.stream, type=kind, data=data,
-                 causation=request_id, tenant=completion.tenant)
+    return Event(
+        id=result_id(request_id),
+        stream=completion.stream,
+        type=kind,
+        data=data,
+        causation=request_id,
+        tenant=completion.tenant,
+    )

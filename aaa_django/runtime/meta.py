@@ -94,14 +94,15 @@ class Estimate(BaseModel):
     def of(cls, d: Any) -> Estimate:
         d = d if isinstance(d, dict) else {}
         usage = d.get("usage") if isinstance(d.get("usage"), dict) else {}
-        return cls(input_tokens=int(usage.get("input_tokens") or 0),
-                   output_tokens=int(usage.get("output_tokens") or 0),
-                   cost=float(d.get("cost") or 0.0))
+        return cls(
+            input_tokens=int(usage.get("input_tokens") or 0),
+            output_tokens=int(usage.get("output_tokens") or 0),
+            cost=float(d.get("cost") or 0.0),
+        )
 
     def data(self) -> dict[str, Any]:
         """As a result's ``usage`` and ``cost`` (what :func:`apply` tallies)."""
-        return {"usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
-                "cost": self.cost}
+        return {"usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}, "cost": self.cost}
 
 
 class OpenCall(BaseModel):
@@ -313,16 +314,19 @@ def apply(s: RunMeta, e: Event) -> RunMeta:
         s.spend.attempts += 1
         call = s.calls.get(d.get("request_id") or "")
         if call is not None:
-            s.calls[d["request_id"]] = call.model_copy(update={
-                "attempts": max(call.attempts, int(d.get("attempt") or 0)),
-                "in_flight": Estimate.of(d.get("estimate")), "maker": d.get("by")})
+            s.calls[d["request_id"]] = call.model_copy(
+                update={
+                    "attempts": max(call.attempts, int(d.get("attempt") or 0)),
+                    "in_flight": Estimate.of(d.get("estimate")),
+                    "maker": d.get("by"),
+                }
+            )
     elif t == LLM_ABANDONED:
         s.spend.abandoned += 1
         _tally(s.spend, d)  # the attempt's estimate: its reply never came
         call = s.calls.get(d.get("request_id") or "")
         if call is not None:
-            s.calls[d["request_id"]] = call.model_copy(update={"abandoned": call.abandoned + 1,
-                                                               "in_flight": None})
+            s.calls[d["request_id"]] = call.model_copy(update={"abandoned": call.abandoned + 1, "in_flight": None})
     elif t in (LLM_COMPLETED, LLM_FAILED):
         s.llm_open = max(0, s.llm_open - 1)
         _tally(s.spend, d)
@@ -377,8 +381,9 @@ def _wait(s: RunMeta, e: Event) -> None:
         s.awaiting = False
         s.idle_until = None
     elif t == QUESTION_ASKED:
-        s.questions[e.id] = PendingQuestion(seq=e.seq or 0, expires_at=after(e, d.get("expires")),
-                                            tool_request_id=d.get("tool_request_id"))
+        s.questions[e.id] = PendingQuestion(
+            seq=e.seq or 0, expires_at=after(e, d.get("expires")), tool_request_id=d.get("tool_request_id")
+        )
     else:
         s.questions.pop(d.get("request_id") or "", None)
     s.waits = max(0, int(d.get("waits") or 0))

@@ -83,10 +83,16 @@ def tool_errors(engine: EngineAPI, algorithm: str, config: Any, *, resolved: boo
     specs = served(engine)
     where = "where the run started" if resolved else "here"
     there = ", ".join(specs) or "none"
-    return [{"loc": ["config", "tools", i], "type": "unknown_tool", "input": name,
-             "msg": f"no tool named {name!r} is served {where} (the tools: {there})"}
-            for i, name in enumerate(chosen)
-            if isinstance(name, str) and (resolved or name not in specs)]
+    return [
+        {
+            "loc": ["config", "tools", i],
+            "type": "unknown_tool",
+            "input": name,
+            "msg": f"no tool named {name!r} is served {where} (the tools: {there})",
+        }
+        for i, name in enumerate(chosen)
+        if isinstance(name, str) and (resolved or name not in specs)
+    ]
 
 
 def names_chosen(algorithm: str, config: Any) -> list[str]:

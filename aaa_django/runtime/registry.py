@@ -39,10 +39,7 @@ def register(cls: A | None = None, *, name: str | None = None) -> Any:
         with _lock:
             old = _registry.get(key)
             if old is not None and _qualname(old) != _qualname(c):
-                raise ValueError(
-                    f"algorithm name {key!r} is taken by {_qualname(old)}; "
-                    f"cannot register {_qualname(c)}"
-                )
+                raise ValueError(f"algorithm name {key!r} is taken by {_qualname(old)}; cannot register {_qualname(c)}")
             _registry[key] = c
         if getattr(c, "name", None) != key:
             setattr(c, "name", key)  # noqa: B010  (``A`` is any class: it may declare no name)

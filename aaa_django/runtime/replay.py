@@ -62,25 +62,27 @@ from .meta import RunMeta
 from .outcome import TIMEOUT, Outcome
 
 #: What the world writes into a run: fed to the replay, never decided by it.
-FED = frozenset({
-    RUN_STARTED,
-    INPUT_VALIDATED,
-    INPUT_REJECTED,
-    LLM_ATTEMPTED,
-    LLM_ABANDONED,
-    LLM_COMPLETED,
-    LLM_FAILED,
-    TOOL_STARTED,
-    TOOL_COMPLETED,
-    TOOL_FAILED,
-    APPROVAL_REQUESTED,
-    *APPROVAL_DECISIONS,
-    CHILD_COMPLETED,
-    CANCEL_REQUESTED,
-    MESSAGE_RECEIVED,
-    CLOSE_REQUESTED,
-    *QUESTION_DECISIONS,
-})
+FED = frozenset(
+    {
+        RUN_STARTED,
+        INPUT_VALIDATED,
+        INPUT_REJECTED,
+        LLM_ATTEMPTED,
+        LLM_ABANDONED,
+        LLM_COMPLETED,
+        LLM_FAILED,
+        TOOL_STARTED,
+        TOOL_COMPLETED,
+        TOOL_FAILED,
+        APPROVAL_REQUESTED,
+        *APPROVAL_DECISIONS,
+        CHILD_COMPLETED,
+        CANCEL_REQUESTED,
+        MESSAGE_RECEIVED,
+        CLOSE_REQUESTED,
+        *QUESTION_DECISIONS,
+    }
+)
 
 
 def is_fed(e: Event) -> bool:
@@ -143,8 +145,7 @@ class ReplayEngine(Engine):
 
 def decision(e: Event) -> dict[str, Any]:
     """What is compared of a decided event: type, id and data (tracebacks dropped)."""
-    return {"type": e.type, "id": e.id,
-            "data": {k: v for k, v in e.data.items() if k != "traceback"}}
+    return {"type": e.type, "id": e.id, "data": {k: v for k, v in e.data.items() if k != "traceback"}}
 
 
 def _key(d: dict[str, Any]) -> str:
@@ -166,15 +167,18 @@ class Difference:
         where = f"event {self.seq}" if self.seq is not None else "an event"
         if self.recorded is None:
             assert self.replayed is not None
-            return (f"after {where} the code now decides {self.replayed['type']} "
-                    f"{self.replayed['id']}, which the recording does not have:\n"
-                    f"  + {_key(self.replayed)[:600]}")
+            return (
+                f"after {where} the code now decides {self.replayed['type']} "
+                f"{self.replayed['id']}, which the recording does not have:\n"
+                f"  + {_key(self.replayed)[:600]}"
+            )
         if self.replayed is None:
-            return (f"at {where} the recording has {self.recorded['type']} "
-                    f"{self.recorded['id']}, which the code no longer decides:\n"
-                    f"  - {_key(self.recorded)[:600]}")
-        lines = [f"at {where} the code decides {self.recorded['type']} {self.recorded['id']} "
-                 "with other data:"]
+            return (
+                f"at {where} the recording has {self.recorded['type']} "
+                f"{self.recorded['id']}, which the code no longer decides:\n"
+                f"  - {_key(self.recorded)[:600]}"
+            )
+        lines = [f"at {where} the code decides {self.recorded['type']} {self.recorded['id']} with other data:"]
         old, new = self.recorded["data"], self.replayed["data"]
         for k in sorted(set(old) | set(new)):
             if old.get(k, ...) != new.get(k, ...):
@@ -248,8 +252,10 @@ async def replay(events: list[Event]) -> Replay:
     mine = [e for e in events if e.stream == run_id]
     claimed = next((e for e in mine if is_claimed(e.data)), None)
     if claimed is not None:
-        raise ValueError(f"event {claimed.seq} ({claimed.type}) is claim-checked: "
-                         "replay the log with its payloads (an export with its blobs)")
+        raise ValueError(
+            f"event {claimed.seq} ({claimed.type}) is claim-checked: "
+            "replay the log with its payloads (an export with its blobs)"
+        )
     inherited = (events[0].data.get(FORKED_FROM) or {}).get("seq") or 0
 
     def fed(e: Event) -> bool:
@@ -274,8 +280,7 @@ async def replay(events: list[Event]) -> Replay:
         recorded=[decision(e) for e in mine if not fed(e)],
         replayed=[decision(e) for e in log if e.id not in fed_ids and not is_fed(e)],
         seqs={e.id: e.seq for e in mine if not fed(e) and e.seq is not None},
-        causes={e.id: _cause_seq(e, by_id, recorded_seqs) for e in log if e.id not in fed_ids
-                and not is_fed(e)},
+        causes={e.id: _cause_seq(e, by_id, recorded_seqs) for e in log if e.id not in fed_ids and not is_fed(e)},
     )
 
 

@@ -72,8 +72,9 @@ class Redelivery:
         return self.backoff.delay(retry, None, rand)
 
 
-def failure(exc: BaseException, *, event_id: str | None = None, event_type: str | None = None,
-            attempts: int = 1) -> dict[str, Any]:
+def failure(
+    exc: BaseException, *, event_id: str | None = None, event_type: str | None = None, attempts: int = 1
+) -> dict[str, Any]:
     """The value of the ``failed`` outcome of a run whose delivery of an event failed
     for good: ``error`` names the cause (the service that failed, the exception),
     ``transient`` whether it was an outage that outlasted the retries, ``attempts``

@@ -68,9 +68,14 @@ class Steps:
     def __init__(self, engine: Facade) -> None:
         self.engine = engine
 
-    async def handle(self, event: Event | Stored, *, synced: Callable[[], bool] | None = None,
-                     loaded: Callable[[Event | None], None] | None = None,
-                     dispatching: Callable[[Event], bool] | None = None) -> Event | None:
+    async def handle(
+        self,
+        event: Event | Stored,
+        *,
+        synced: Callable[[], bool] | None = None,
+        loaded: Callable[[Event | None], None] | None = None,
+        dispatching: Callable[[Event], bool] | None = None,
+    ) -> Event | None:
         """React to one appended event, or to the stored event a message names: the
         engine, the run's algorithm, the handlers (see :meth:`Engine.handle
         <aaa_django.runtime.Engine.handle>`); returns the event delivered, None when the
@@ -99,9 +104,13 @@ class Steps:
         finally:
             engine.delivered(event.stream)
 
-    async def _handle_stored(self, stored: Stored, synced: Callable[[], bool] | None,
-                             loaded: Callable[[Event | None], None] | None,
-                             dispatching: Callable[[Event], bool] | None) -> Event | None:
+    async def _handle_stored(
+        self,
+        stored: Stored,
+        synced: Callable[[], bool] | None,
+        loaded: Callable[[Event | None], None] | None,
+        dispatching: Callable[[Event], bool] | None,
+    ) -> Event | None:
         engine = self.engine
         try:
             async with engine.turns.turn():
@@ -117,8 +126,7 @@ class Steps:
         finally:
             engine.delivered(stored.stream)
 
-    async def _load(self, stored: Stored, synced: bool,
-                    loaded: Callable[[Event | None], None] | None) -> Event | None:
+    async def _load(self, stored: Stored, synced: bool, loaded: Callable[[Event | None], None] | None) -> Event | None:
         """The event ``stored`` names: from the tail when the view is ``synced``, else
         with one read that brings this process's view of the run up to date, which the
         step needs anyway; None when the log no longer holds it. ``loaded`` is told
@@ -133,8 +141,12 @@ class Steps:
                 # The view this delivery was told is current lacks its own event: never
                 # take that for an erased one (its run would wait for a re-drive). Ask.
                 # (A bug of the tail's if it happens: said, so that it is seen.)
-                log.warning("run %s: the view of the run held for the delivery of seq %s (%s) "
-                            "lacked it; reading the run again", stream, seq, stored.id)
+                log.warning(
+                    "run %s: the view of the run held for the delivery of seq %s (%s) lacked it; reading the run again",
+                    stream,
+                    seq,
+                    stored.id,
+                )
                 tail.stale(stream)
                 found = await self.engine.store.read(stream, after=seq - 1, limit=1)
             event = found[0] if found and found[0].id == stored.id else None
@@ -143,8 +155,7 @@ class Steps:
                 loaded(event)
         return event
 
-    async def _step_and_dispatch(self, event: Event, synced: bool,
-                                 dispatching: Callable[[Event], bool] | None) -> None:
+    async def _step_and_dispatch(self, event: Event, synced: bool, dispatching: Callable[[Event], bool] | None) -> None:
         engine = self.engine
         await engine.step(event, synced=synced)
         if dispatching is not None and not dispatching(event):
@@ -187,9 +198,13 @@ class Steps:
             return  # recorded, changes nothing
         if event.type == RUN_STARTED:
             if not registry.known(meta.algorithm or ""):
-                await engine.complete(run_id, Outcome(FAILED, {
-                    "error": f"unknown algorithm {meta.algorithm!r}: "
-                             "import the module that registers it"}), cause=event)
+                await engine.complete(
+                    run_id,
+                    Outcome(
+                        FAILED, {"error": f"unknown algorithm {meta.algorithm!r}: import the module that registers it"}
+                    ),
+                    cause=event,
+                )
                 return
         breach = engine.limit_breach(meta)
         if breach is None and meta.close is not None:  # a conversation closed by a person

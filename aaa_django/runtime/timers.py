@@ -59,8 +59,7 @@ class Timers:
         fired: list[Event] = []
         expired = [rid for rid, p in meta.approvals.items() if p.expires_at is not None and now >= p.expires_at]
         for rid in sorted(expired, key=lambda r: meta.approvals[r].seq):
-            fired += await engine._commands.decide(run_id, rid, APPROVAL_EXPIRED, meta=meta, by=None,
-                                                   reason="expired")
+            fired += await engine._commands.decide(run_id, rid, APPROVAL_EXPIRED, meta=meta, by=None, reason="expired")
         if meta.questions or meta.awaiting:  # questions' expiries, a conversation's idle timeout
             fired += await talk.fire_due(engine, run_id, now)
         return fired

@@ -75,8 +75,7 @@ class Turns:
     """The turns of one engine's deliveries (see the module): ``width`` at once;
     ``clock``: what stamps work (``time.monotonic``; a test's own clock orders it)."""
 
-    def __init__(self, width: int = WIDTH, *, hold: float = HOLD,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, width: int = WIDTH, *, hold: float = HOLD, clock: Callable[[], float] = time.monotonic) -> None:
         if width < 1:
             raise ValueError("width must be at least 1")
         self.width = width
@@ -112,8 +111,14 @@ class Turns:
         one held, none queued, no wait open (a model or a tool whose answer would
         want the loop)? The engine's own count, not a guess from timing."""
         turn = _turn.get()
-        return (turn is not None and turn.turns is self and turn.held and self._free == self.width - 1
-                and self.waits == 0 and not any(not f.done() for *_, f in self._queue))
+        return (
+            turn is not None
+            and turn.turns is self
+            and turn.held
+            and self._free == self.width - 1
+            and self.waits == 0
+            and not any(not f.done() for *_, f in self._queue)
+        )
 
     def turn(self) -> _Turn:
         """``async with``: a delivery's turn (inside one already: nothing more)."""
@@ -160,7 +165,8 @@ class Turns:
         if self._held:
             oldest = min(self._held.values())
             self._check = asyncio.get_running_loop().call_later(
-                max(oldest + self.hold - time.monotonic(), 0.0), self._forfeit_old)
+                max(oldest + self.hold - time.monotonic(), 0.0), self._forfeit_old
+            )
 
     def _give(self) -> None:
         if self._queue:

@@ -33,8 +33,9 @@ class HydratedView:
     nothing else (what ``store`` offers beyond it is asked of ``store`` itself). ``unavailable``: a failed read
     raises :class:`StoreUnavailable` (the engine's view); else the error itself."""
 
-    def __init__(self, store: EventStore, hydrate: Callable[[Event], Awaitable[Event]], *,
-                 unavailable: bool = False) -> None:
+    def __init__(
+        self, store: EventStore, hydrate: Callable[[Event], Awaitable[Event]], *, unavailable: bool = False
+    ) -> None:
         self._store = store
         self._hydrate = hydrate
         self._unavailable = unavailable
@@ -50,11 +51,11 @@ class HydratedView:
         except Exception as exc:  # a store no adapter translated, a missing blob...
             if not self._unavailable:
                 raise
-            raise StoreUnavailable(f"reading {stream} failed: {type(exc).__name__}: {exc}",
-                                   transient=transient(exc)) from exc
+            raise StoreUnavailable(
+                f"reading {stream} failed: {type(exc).__name__}: {exc}", transient=transient(exc)
+            ) from exc
 
-    async def read_from_snapshot(self, stream: str, name: str,
-                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+    async def read_from_snapshot(self, stream: str, name: str, version: int) -> tuple[Snapshot | None, list[Event]]:
         """The snapshot and the log from its seq on, hydrated (``ReadsFromSnapshot``:
         one call of a store that reads them at once, else two). A failure is the
         error itself: a projection then replays, through :meth:`read`."""

@@ -47,14 +47,14 @@ def poll_intervals(first: float) -> Iterator[float]:
         interval = min(interval * 2, first * POLL_BACKOFF)
 
 
-
 class Subscription:
     """One waiter's interest in one run. ``clear()`` before each read, then ``wait()``
     (a thread) or ``await until()`` (a coroutine on ``loop``): they return True as soon
     as the run moved after the ``clear()``, False when ``timeout`` ran out."""
 
-    def __init__(self, hub: Hub | None, stream: str,
-                 loop: asyncio.AbstractEventLoop | None, *, ends_only: bool = False) -> None:
+    def __init__(
+        self, hub: Hub | None, stream: str, loop: asyncio.AbstractEventLoop | None, *, ends_only: bool = False
+    ) -> None:
         self.hub, self.stream, self._loop = hub, stream, loop
         #: woken only by the run's end (or its erasure), not by each append
         self.ends_only = ends_only
@@ -93,8 +93,9 @@ class Subscription:
 class Wakeups(Protocol):
     """What tells a process's waiters that their run moved."""
 
-    def subscribe(self, stream: str, loop: asyncio.AbstractEventLoop | None = None, *,
-                  ends_only: bool = False) -> Subscription:
+    def subscribe(
+        self, stream: str, loop: asyncio.AbstractEventLoop | None = None, *, ends_only: bool = False
+    ) -> Subscription:
         """A subscription to ``stream``; ``ends_only``: one that an append which does
         not end the run need not wake (it may: a waiter reads when woken, and finds
         what it finds)."""
@@ -118,8 +119,9 @@ class Hub:
         self._lock = threading.Lock()
         self._subs: dict[str, set[Subscription]] = {}
 
-    def subscribe(self, stream: str, loop: asyncio.AbstractEventLoop | None = None, *,
-                  ends_only: bool = False) -> Subscription:
+    def subscribe(
+        self, stream: str, loop: asyncio.AbstractEventLoop | None = None, *, ends_only: bool = False
+    ) -> Subscription:
         sub = Subscription(self, stream, loop, ends_only=ends_only)
         with self._lock:
             self._subs.setdefault(stream, set()).add(sub)
@@ -135,8 +137,11 @@ class Hub:
 
     def wake(self, stream: str | None = None) -> None:
         with self._lock:
-            subs = [s for group in self._subs.values() for s in group] if stream is None \
+            subs = (
+                [s for group in self._subs.values() for s in group]
+                if stream is None
                 else list(self._subs.get(stream, ()))
+            )
         for sub in subs:
             sub.wake()
 

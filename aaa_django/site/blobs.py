@@ -104,9 +104,7 @@ class StorageBlobStore:
         return self._storage if self._storage is not None else storages[self.alias]
 
     @_translated
-    def put(
-        self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE, *, namespace: str = ""
-    ) -> BlobRef:
+    def put(self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE, *, namespace: str = "") -> BlobRef:
         """Store ``data`` (once per namespace) and return its ref."""
         data = as_bytes(data)
         ref = BlobRef.for_bytes(data, media_type, namespace=namespace)
@@ -251,9 +249,7 @@ class StorageBlobStore:
         return found
 
     @staticmethod
-    def _save(
-        storage: Storage, key: str, data: bytes, content_type: str = "application/json"
-    ) -> None:
+    def _save(storage: Storage, key: str, data: bytes, content_type: str = "application/json") -> None:
         content = ContentFile(data)
         # S3Storage sends this as the object's Content-Type; other backends ignore it.
         content.content_type = content_type
@@ -296,9 +292,7 @@ def _read_s3(storage: Storage, key: str, limit: int) -> bytes:
 
     name = safe_join(storage.location, key)  # what S3Storage.open() would address
     # The site's per-object parameters that apply to a download (SSE-C keys, ...).
-    params = {
-        k: v for k, v in storage.get_object_parameters(name).items() if k in ALLOWED_DOWNLOAD_ARGS
-    }
+    params = {k: v for k, v in storage.get_object_parameters(name).items() if k in ALLOWED_DOWNLOAD_ARGS}
     try:
         response = storage.bucket.Object(name).get(**params)
     except ClientError as e:
@@ -327,8 +321,11 @@ def _read_s3(storage: Storage, key: str, limit: int) -> bytes:
 def _s3_missing(exc: BaseException) -> bool:
     """Whether ``exc`` is botocore's answer for an object that does not exist."""
     botocore = sys.modules.get("botocore.exceptions")
-    return (botocore is not None and isinstance(exc, botocore.ClientError)
-            and exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404)
+    return (
+        botocore is not None
+        and isinstance(exc, botocore.ClientError)
+        and exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404
+    )
 
 
 def _check_prefix(prefix: str) -> str:

@@ -107,8 +107,9 @@ class RunKeeper:
     ``worker``, ``sweep``); ``fleet``: the processes whose runs it adopts (default:
     :func:`fleet`)."""
 
-    def __init__(self, using: str = "default", *, ttl: float | None = None, name: str = "",
-                 fleet: str | None = None) -> None:
+    def __init__(
+        self, using: str = "default", *, ttl: float | None = None, name: str = "", fleet: str | None = None
+    ) -> None:
         self.using = using
         self.ttl = float(ttl if ttl is not None else aaa_settings()["RUN_LEASE_TTL"])
         self.fleet = site_fleet() if fleet is None else fleet
@@ -172,8 +173,9 @@ class RunKeeper:
             try:
                 await asyncio.wait_for(asyncio.shield(self._busy), limit)
             except TimeoutError:
-                raise StoreUnavailable("the run leases' connection is still waiting for the database",
-                                       service="database") from None
+                raise StoreUnavailable(
+                    "the run leases' connection is still waiting for the database", service="database"
+                ) from None
             except Exception:
                 pass  # (that statement's failure was its caller's)
         future = loop.run_in_executor(self._db, lambda: fn(*args, **kwargs))
@@ -181,8 +183,9 @@ class RunKeeper:
         try:
             return await asyncio.wait_for(asyncio.shield(future), limit)
         except TimeoutError:
-            raise StoreUnavailable(f"the run leases' statement took longer than {limit:g} s",
-                                   service="database") from None
+            raise StoreUnavailable(
+                f"the run leases' statement took longer than {limit:g} s", service="database"
+            ) from None
 
     # -- claims ---------------------------------------------------------------------------------
 
@@ -243,9 +246,15 @@ class RunKeeper:
             self.failures += 1
             if self.standing_down() and not self._down:
                 self._down = True
-                log.warning("%s stands down: its leases were last renewed %s ago (%s: %s); no model or "
-                            "tool call for its %d runs until it renews them", self.id, _ago(previous),
-                            type(exc).__name__, exc, len(before))
+                log.warning(
+                    "%s stands down: its leases were last renewed %s ago (%s: %s); no model or "
+                    "tool call for its %d runs until it renews them",
+                    self.id,
+                    _ago(previous),
+                    type(exc).__name__,
+                    exc,
+                    len(before),
+                )
             return Beat(held=set(self.held), failed=True)
         done = time.monotonic()
         self.beats += 1
@@ -266,8 +275,13 @@ class RunKeeper:
         self._claimed = {r: at for r, at in self._claimed.items() if at >= started}
         self.renewed = started
         if self._down or beat.fenced:
-            log.warning("%s renews its leases again: %d runs held, %d taken by other processes meanwhile "
-                        "(not driven here again)", self.id, len(held), len(beat.fenced))
+            log.warning(
+                "%s renews its leases again: %d runs held, %d taken by other processes meanwhile "
+                "(not driven here again)",
+                self.id,
+                len(held),
+                len(beat.fenced),
+            )
         self._down = False
         return beat
 
@@ -307,8 +321,7 @@ class RunKeeper:
                 if released:
                     log.info("%s released its leases of %d runs", self.id, len(released))
             except Exception:
-                log.warning("%s could not release its leases (they lapse by themselves)", self.id,
-                            exc_info=True)
+                log.warning("%s could not release its leases (they lapse by themselves)", self.id, exc_info=True)
             self.held.clear()
 
     def close(self) -> None:
@@ -356,8 +369,7 @@ class RunKeeper:
         idle = await self._call(self.leases.unheld, since, limit)
         taken: set[str] = await self._call(self.leases.adopt, self.id, None, idle, self.ttl) if idle else set()
         if taken:
-            log.info("%s adopts %d runs that no process held, idle for %g s or more", self.id, len(taken),
-                     stall_after)
+            log.info("%s adopts %d runs that no process held, idle for %g s or more", self.id, len(taken), stall_after)
         self._took(taken, started)
         return taken
 
@@ -393,8 +405,7 @@ class Claims(BaseObserver):
             try:
                 await keeper.claim(run_id)
             except Exception as exc:
-                log.warning("could not claim run %s (%s: %s): it goes on unclaimed", run_id,
-                            type(exc).__name__, exc)
+                log.warning("could not claim run %s (%s: %s): it goes on unclaimed", run_id, type(exc).__name__, exc)
 
 
 def _ago(since: float | None) -> str:

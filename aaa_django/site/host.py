@@ -209,13 +209,15 @@ class EngineHost:
                     taken |= await keeper.adopt_unheld(stall_after)
                 if taken:
                     resumed = await engine.resume(sorted(taken))
-                    log.info("re-driving %d adopted runs: %s", len(resumed),
-                             " ".join(resumed[:20]) + (" ..." if len(resumed) > 20 else ""))
+                    log.info(
+                        "re-driving %d adopted runs: %s",
+                        len(resumed),
+                        " ".join(resumed[:20]) + (" ..." if len(resumed) > 20 else ""),
+                    )
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the database away: the next pass tries again
-                log.warning("adopting runs failed (%s: %s); trying again in %g s", type(exc).__name__, exc,
-                            every)
+                log.warning("adopting runs failed (%s: %s); trying again in %g s", type(exc).__name__, exc, every)
             await asyncio.sleep(every)
 
     def shutdown(self, timeout: float = 5.0) -> None:
@@ -247,8 +249,7 @@ class EngineHost:
 
     # -- work --------------------------------------------------------------------------
 
-    def call(self, fn: Callable[[Engine], Coroutine[Any, Any, R]], *,
-             timeout: float | None = DEFAULT_TIMEOUT) -> R:
+    def call(self, fn: Callable[[Engine], Coroutine[Any, Any, R]], *, timeout: float | None = DEFAULT_TIMEOUT) -> R:
         """Run ``await fn(engine)`` on the host's loop; return its result (or raise
         its exception). Raises :class:`EngineUnavailable` after ``timeout`` seconds
         (the work itself goes on)."""

@@ -128,9 +128,15 @@ def _problems(raw: dict[str, Any], o: dict[str, Any]) -> list[str]:
     return problems
 
 
-def provider_client(provider: str, model: Any, *, base_url: str | None = None,
-                    api_key: str | None = None, max_tokens: int = DEFAULTS["MAX_TOKENS"],
-                    **options: Unpack[ClientOptions]) -> ProviderClient:
+def provider_client(
+    provider: str,
+    model: Any,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    max_tokens: int = DEFAULTS["MAX_TOKENS"],
+    **options: Unpack[ClientOptions],
+) -> ProviderClient:
     """The client of ``provider`` (one of :data:`PROVIDERS`) for ``model``: the one way
     the site builds a model client, from ``AAA["LLM"]`` (:func:`client_from_settings`),
     over an agent's own model (:func:`agent_clients`) and in the system checks.
@@ -150,8 +156,14 @@ def client_from_settings() -> ProviderClient | None:
     o = llm_options()
     if o is None:
         return None
-    return provider_client(o["PROVIDER"], o["MODEL"], base_url=o["BASE_URL"], api_key=o["API_KEY"],
-                           max_tokens=o["MAX_TOKENS"], **client_options())
+    return provider_client(
+        o["PROVIDER"],
+        o["MODEL"],
+        base_url=o["BASE_URL"],
+        api_key=o["API_KEY"],
+        max_tokens=o["MAX_TOKENS"],
+        **client_options(),
+    )
 
 
 def client_options() -> ClientOptions:
@@ -169,8 +181,11 @@ def agent_clients(agents: Iterable[tuple[str, Any]]) -> dict[str, ProviderClient
     own (``Agent(model, ...)``), by path: the agent's runs are answered by it
     (:class:`~aaa_django.llm.routes.AgentModels`). An agent without a model runs on
     the site's client."""
-    return {path: provider_client("pydantic-ai", agent.model, **client_options())
-            for path, agent in agents if agent.model is not None}
+    return {
+        path: provider_client("pydantic-ai", agent.model, **client_options())
+        for path, agent in agents
+        if agent.model is not None
+    }
 
 
 def check_llm_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
@@ -186,6 +201,11 @@ def check_llm_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     try:
         __import__(package)
     except ImportError:
-        return [Error(f"AAA['LLM'] uses PROVIDER {o['PROVIDER']!r}, but the {package!r} package is missing.",
-                      hint=f"pip install 'aaa_django[{o['PROVIDER']}]'", id="aaa.E060")]
+        return [
+            Error(
+                f"AAA['LLM'] uses PROVIDER {o['PROVIDER']!r}, but the {package!r} package is missing.",
+                hint=f"pip install 'aaa_django[{o['PROVIDER']}]'",
+                id="aaa.E060",
+            )
+        ]
     return []

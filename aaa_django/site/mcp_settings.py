@@ -59,8 +59,13 @@ def check_mcp_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         return [Error("AAA['MCP_SERVERS'] must be a dict {name: {keywords of MCPServer}}.", id="aaa.E040")]
     # aaa_django.tools.mcp imports the SDK only when a server connects: ask for it here
     if importlib.util.find_spec("mcp") is None:
-        return [Error("AAA['MCP_SERVERS'] is set, but the 'mcp' package is missing.",
-                      hint="pip install 'aaa_django[mcp]'", id="aaa.E040")]
+        return [
+            Error(
+                "AAA['MCP_SERVERS'] is set, but the 'mcp' package is missing.",
+                hint="pip install 'aaa_django[mcp]'",
+                id="aaa.E040",
+            )
+        ]
     from aaa_django.tools.mcp import MCPServer
 
     known = set(inspect.signature(MCPServer).parameters) - {"name"}
@@ -68,9 +73,18 @@ def check_mcp_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     for name, entry in raw.items():
         unknown = sorted(set(entry) - known)
         if unknown:
-            errors.append(Error(f"AAA['MCP_SERVERS'][{name!r}] has unknown keys {unknown}.",
-                                hint="Known: " + ", ".join(sorted(known)) + ".", id="aaa.E040"))
+            errors.append(
+                Error(
+                    f"AAA['MCP_SERVERS'][{name!r}] has unknown keys {unknown}.",
+                    hint="Known: " + ", ".join(sorted(known)) + ".",
+                    id="aaa.E040",
+                )
+            )
         elif ("command" in entry) == ("url" in entry):
-            errors.append(Error(f"AAA['MCP_SERVERS'][{name!r}] needs either 'command' (stdio) or 'url' "
-                                "(streamable HTTP).", id="aaa.E040"))
+            errors.append(
+                Error(
+                    f"AAA['MCP_SERVERS'][{name!r}] needs either 'command' (stdio) or 'url' (streamable HTTP).",
+                    id="aaa.E040",
+                )
+            )
     return errors

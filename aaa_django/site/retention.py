@@ -104,8 +104,14 @@ class RetentionReport:
     vacuumed: bool = False
 
     def summary(self) -> dict[str, Any]:
-        return {"dry_run": self.dry_run, "runs": len(self.runs), "events": self.events,
-                "held": len(self.held), "orphans": len(self.orphans), "vacuumed": self.vacuumed}
+        return {
+            "dry_run": self.dry_run,
+            "runs": len(self.runs),
+            "events": self.events,
+            "held": len(self.held),
+            "orphans": len(self.orphans),
+            "vacuumed": self.vacuumed,
+        }
 
 
 async def apply_retention(
@@ -165,8 +171,7 @@ def database_of(engine: Any) -> str:
     database (an engine of :func:`~aaa_django.site.engines.build_engine`)."""
     store = engine.base_store
     if not isinstance(store, DjangoEventStore):
-        raise TypeError(f"retention works on the site's database store, not on {store!r}: "
-                        "use build_engine()")
+        raise TypeError(f"retention works on the site's database store, not on {store!r}: use build_engine()")
     return store.using
 
 
@@ -184,8 +189,9 @@ def cutoffs(policy: Policy, now: datetime) -> dict[str, datetime]:
 # -- orphaned blobs -------------------------------------------------------------------
 
 
-async def sweep_orphans(engine: Any, *, now: datetime | None = None, grace: float | None = None,
-                        dry_run: bool = False) -> list[tuple[str, str]]:
+async def sweep_orphans(
+    engine: Any, *, now: datetime | None = None, grace: float | None = None, dry_run: bool = False
+) -> list[tuple[str, str]]:
     """Remove the blobs of ``engine.blobs`` that no event refers to and that are older
     than ``grace`` seconds (default ``AAA["ORPHAN_GRACE"]``); return them as
     ``(namespace, sha256)`` (the segment where the namespace cannot be told)."""
@@ -226,8 +232,7 @@ def _live_streams(using: str, segments: list[str]) -> dict[str, str]:
     if any(name is None for name in names.values()):
         # A long namespace is stored under its hash: compare with every stream's.
         hashed = {namespace_segment(s): s for s in all_streams(using)}
-        live.update({seg: hashed[seg] for seg, name in names.items()
-                     if name is None and seg in hashed})
+        live.update({seg: hashed[seg] for seg, name in names.items() if name is None and seg in hashed})
     return live
 
 
@@ -242,8 +247,6 @@ def retain(using: str = "default", **options: Any) -> RetentionReport:
     """Apply the settings' policy and sweep orphans on database ``using``, from sync
     code (the command, the Celery task); ``options`` go to :func:`apply_retention`.
     Its own engine, on the in-process bus: erasing delivers nothing."""
-
-
 
     async def run() -> RetentionReport:
         async with build_engine(using=using, bus=InProcessBus()) as engine:

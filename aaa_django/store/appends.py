@@ -122,9 +122,15 @@ class StatementAppends:
         self._seen: dict[str, tuple[int, tuple | None]] = {}
         self._seen_lock = threading.Lock()
 
-    def _append_pg_statement(self, conn: BaseDatabaseWrapper, stream: str, batch: list[Event],
-                             texts: list[str], expected_seq: int | None,
-                             seen: tuple[int, tuple | None] | None = None) -> list[Event] | None:
+    def _append_pg_statement(
+        self,
+        conn: BaseDatabaseWrapper,
+        stream: str,
+        batch: list[Event],
+        texts: list[str],
+        expected_seq: int | None,
+        seen: tuple[int, tuple | None] | None = None,
+    ) -> list[Event] | None:
         """The common append on PostgreSQL outside a caller's transaction, in two round
         trips: one query (the head, the ids stored already, the run's index row), then
         one statement that inserts the events and folds them into the row (a
@@ -141,13 +147,23 @@ class StatementAppends:
         if len(batch) > INSERT_CHUNK:
             return None
         with conn.cursor() as cur:
-            return run_steps(cur, self.using,
-                             self._pg_steps(conn, stream, batch, texts, expected_seq, seen,
-                                            prepares=prepares(conn.connection)))
+            return run_steps(
+                cur,
+                self.using,
+                self._pg_steps(conn, stream, batch, texts, expected_seq, seen, prepares=prepares(conn.connection)),
+            )
 
-    def _pg_steps(self, conn: BaseDatabaseWrapper, stream: str, batch: list[Event], texts: list[str],
-                  expected_seq: int | None,
-                  seen: tuple[int, tuple | None] | None, *, prepares: bool) -> Steps:
+    def _pg_steps(
+        self,
+        conn: BaseDatabaseWrapper,
+        stream: str,
+        batch: list[Event],
+        texts: list[str],
+        expected_seq: int | None,
+        seen: tuple[int, tuple | None] | None,
+        *,
+        prepares: bool,
+    ) -> Steps:
         """The statements of :meth:`_append_pg_statement`, as :data:`Steps` (the sync
         store and the async one, :mod:`aaa_django.store.postgres`, run the same ones). ``conn``
         is a Django connection of the store's alias: only its ``ops`` are used;
@@ -157,19 +173,34 @@ class StatementAppends:
             seen = (0, None)  # a new run (most likely): its events and its row at once
         if seen is not None:
             head, row = seen
-            stored = yield from self._write_pg(conn, stream, batch, texts, expected_seq, head, (), row,
-                                               prepares=prepares)
+            stored = yield from self._write_pg(
+                conn, stream, batch, texts, expected_seq, head, (), row, prepares=prepares
+            )
             if stored is not None:
                 return stored
         _, found = yield _HEAD_KNOWN_AND_ROW_PG, [stream, [e.id for e in batch], stream]
         head, known, *row = found
         row = tuple(row) if row[0] is not None else None
-        return (yield from self._write_pg(conn, stream, batch, texts, expected_seq, head, known, row,
-                                          prepares=prepares, optimistic=False))
+        return (
+            yield from self._write_pg(
+                conn, stream, batch, texts, expected_seq, head, known, row, prepares=prepares, optimistic=False
+            )
+        )
 
-    def _write_pg(self, conn: BaseDatabaseWrapper, stream: str, batch: list[Event], texts: list[str],
-                  expected_seq: int | None, head: int, known: Collection[str],
-                  row: tuple | None, *, prepares: bool, optimistic: bool = True) -> Steps:
+    def _write_pg(
+        self,
+        conn: BaseDatabaseWrapper,
+        stream: str,
+        batch: list[Event],
+        texts: list[str],
+        expected_seq: int | None,
+        head: int,
+        known: Collection[str],
+        row: tuple | None,
+        *,
+        prepares: bool,
+        optimistic: bool = True,
+    ) -> Steps:
         """The events after ``head`` and the run's row after ``row`` in one statement
         (one event of a run on a connection that does not prepare its statements
         (``prepares``): the call of migration 0009's function). None: not the common
@@ -217,15 +248,16 @@ class StatementAppends:
                 raise closed from exc
             raise
         if row is None and after is not None:  # the new row's owner: the user, if it exists
-            after = (*after[:_OWNER], first[0], *after[_OWNER + 1:])
+            after = (*after[:_OWNER], first[0], *after[_OWNER + 1 :])
         elif row is not None and rowcount != 1:  # the row moved meanwhile (no event did)
             yield CATCH_UP, stored
             return stored
         self._remember(stream, stored[-1].seq or 0, after)  # (numbered: seq is set)
         return stored
 
-    def _append_sqlite_transaction(self, conn: BaseDatabaseWrapper, stream: str, batch: list[Event],
-                                   texts: list[str], expected_seq: int | None) -> list[Event] | None:
+    def _append_sqlite_transaction(
+        self, conn: BaseDatabaseWrapper, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None
+    ) -> list[Event] | None:
         """The common append on SQLite outside a caller's transaction, in four
         statements (five on a run's stream): ``BEGIN IMMEDIATE`` (the write lock
         first: nothing moves between the read and the write), one query (the head,
@@ -255,19 +287,24 @@ class StatementAppends:
             return None  # someone's BEGIN, by plain SQL: theirs to end
         if conn.queries_logged or conn.execute_wrappers:
             with conn.cursor() as cur:
-                return _sqlite_transaction(self, conn, cur, raw, stream, batch, texts, expected_seq,
-                                           _as_written)
+                return _sqlite_transaction(self, conn, cur, raw, stream, batch, texts, expected_seq, _as_written)
         with conn.wrap_database_errors:
             cur = raw.cursor()
             try:
-                return _sqlite_transaction(self, conn, cur, raw, stream, batch, texts, expected_seq,
-                                           _qmark)
+                return _sqlite_transaction(self, conn, cur, raw, stream, batch, texts, expected_seq, _qmark)
             finally:
                 cur.close()
 
-    def _write_sqlite(self, conn: BaseDatabaseWrapper, cur: CursorWrapper | sqlite3.Cursor,
-                      stream: str, batch: list[Event], texts: list[str], expected_seq: int | None,
-                      sql: Callable[[str], str]) -> list[Event] | None:
+    def _write_sqlite(
+        self,
+        conn: BaseDatabaseWrapper,
+        cur: CursorWrapper | sqlite3.Cursor,
+        stream: str,
+        batch: list[Event],
+        texts: list[str],
+        expected_seq: int | None,
+        sql: Callable[[str], str],
+    ) -> list[Event] | None:
         """The statements of :meth:`_append_sqlite_transaction` inside its transaction
         (``sql``: a statement in the placeholder style of ``cur``). With the head and
         the run's row this store's last append (or read) of the stream left (a hint,
@@ -278,23 +315,43 @@ class StatementAppends:
         already, the run's row), then the INSERT and the UPDATE."""
         seen = self._forget(stream)
         if seen is not None:
-            stored = self._write_sqlite_after(conn, cur, stream, batch, texts, expected_seq, sql,
-                                              seen[0], (), seen[1], hint=True)
+            stored = self._write_sqlite_after(
+                conn, cur, stream, batch, texts, expected_seq, sql, seen[0], (), seen[1], hint=True
+            )
             if stored is not _ASK:
                 return stored
             # perhaps only our view of the head is old (nothing written): ask
         ids = [e.id for e in batch]
         cur.execute(sql(_head_known_and_row_sqlite(len(ids))), [stream, *ids, stream])
         head, known, *row = cur.fetchone()
-        return self._write_sqlite_after(conn, cur, stream, batch, texts, expected_seq, sql, head,
-                                        json.loads(known) if known != "[]" else (),
-                                        tuple(row) if row[0] is not None else None)
+        return self._write_sqlite_after(
+            conn,
+            cur,
+            stream,
+            batch,
+            texts,
+            expected_seq,
+            sql,
+            head,
+            json.loads(known) if known != "[]" else (),
+            tuple(row) if row[0] is not None else None,
+        )
 
-    def _write_sqlite_after(self, conn: BaseDatabaseWrapper, cur: CursorWrapper | sqlite3.Cursor,
-                            stream: str, batch: list[Event], texts: list[str],
-                            expected_seq: int | None, sql: Callable[[str], str], head: int,
-                            known: Collection[str], row: tuple | None, *,
-                            hint: bool = False) -> list[Event] | None:
+    def _write_sqlite_after(
+        self,
+        conn: BaseDatabaseWrapper,
+        cur: CursorWrapper | sqlite3.Cursor,
+        stream: str,
+        batch: list[Event],
+        texts: list[str],
+        expected_seq: int | None,
+        sql: Callable[[str], str],
+        head: int,
+        known: Collection[str],
+        row: tuple | None,
+        *,
+        hint: bool = False,
+    ) -> list[Event] | None:
         """The INSERT of the events after ``head`` and the UPDATE (or, a run's start,
         the INSERT) of the run's row ``row``: the stored events, remembered for the
         next append; None when it is not the common case (the caller rolls back).
@@ -344,7 +401,7 @@ class StatementAppends:
                 (owner,) = cur.fetchone()  # the INSERT's RETURNING: the owner it stored
                 cur.fetchall()  # (the statement completes)
                 made = update[2]
-                after = (*made[:_OWNER], owner, *made[_OWNER + 1:])
+                after = (*made[:_OWNER], owner, *made[_OWNER + 1 :])
             elif cur.rowcount != 1:
                 return None  # the row moved (it cannot, under the write lock): general path
         self._remember(stream, stored[-1].seq or 0, after)  # (numbered: seq is set)
@@ -414,10 +471,19 @@ def _head_known_and_row_sqlite(n: int) -> str:
     return _HEAD_KNOWN_AND_ROW_SQLITE.format(ids=", ".join(["%s"] * n))
 
 
-def _sqlite_transaction(store: StatementAppends, conn: BaseDatabaseWrapper,
-                        cur: CursorWrapper | sqlite3.Cursor, raw: sqlite3.Connection, stream: str,
-                        batch: list[Event], texts: list[str], expected_seq: int | None,
-                        sql: Callable[[str], str], *, begun: bool = False) -> list[Event] | None:
+def _sqlite_transaction(
+    store: StatementAppends,
+    conn: BaseDatabaseWrapper,
+    cur: CursorWrapper | sqlite3.Cursor,
+    raw: sqlite3.Connection,
+    stream: str,
+    batch: list[Event],
+    texts: list[str],
+    expected_seq: int | None,
+    sql: Callable[[str], str],
+    *,
+    begun: bool = False,
+) -> list[Event] | None:
     """``BEGIN IMMEDIATE`` (unless ``begun``: the caller's, just now), the statements
     of ``_write_sqlite`` and ``COMMIT`` on ``cur``; rolled back on any error, or when
     they return None (and the store's hint of the stream, which their statements

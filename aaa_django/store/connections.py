@@ -65,8 +65,13 @@ PREPARED_LOST = ("26000", "42P05")
 #: server that went silent (a partition, a machine lost) is found by keepalives after
 #: 2 + 3 x 1 s, and a statement whose packets go unacknowledged for 5 s fails, instead
 #: of waiting for the kernel's retransmissions (about 15 minutes)
-TCP_OPTIONS = {"keepalives": 1, "keepalives_idle": 2, "keepalives_interval": 1, "keepalives_count": 3,
-               "tcp_user_timeout": 5000}
+TCP_OPTIONS = {
+    "keepalives": 1,
+    "keepalives_idle": 2,
+    "keepalives_interval": 1,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 5000,
+}
 
 
 def application_name() -> str:
@@ -128,7 +133,8 @@ class PgConnections:
         self._idle: list[Any] = []
         self._lock = threading.Lock()
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary())
+            weakref.WeakKeyDictionary()
+        )
         self.opened = 0  # connections opened so far (tests, benchmarks)
         self._pid = os.getpid()
 
@@ -205,8 +211,7 @@ class PgConnections:
                 await cur.execute("SELECT pg_backend_pid()")
                 row = await cur.fetchone()
             backend_pid = int(row[0]) if row else 0
-            conn.prepare_threshold = prepare_threshold(self.django.settings_dict,
-                                                       conn.info.backend_pid, backend_pid)
+            conn.prepare_threshold = prepare_threshold(self.django.settings_dict, conn.info.backend_pid, backend_pid)
         except BaseException:
             await conn.close()
             raise
@@ -272,7 +277,8 @@ class _Lease:
         try:
             conn = self.conn
             reusable = reusable_after(exc) and not (
-                exc is not None and self.pipelined and conn.prepare_threshold is not None)
+                exc is not None and self.pipelined and conn.prepare_threshold is not None
+            )
             self.conns._give(conn, reusable=reusable)
         finally:
             self.slot.release()

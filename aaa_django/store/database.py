@@ -49,9 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DjangoEventStore", "EventList"]
 
-_LOAD_SNAPSHOT = (
-    "SELECT seq, event_id, state FROM aaa_snapshot WHERE stream = %s AND name = %s AND version = %s"
-)
+_LOAD_SNAPSHOT = "SELECT seq, event_id, state FROM aaa_snapshot WHERE stream = %s AND name = %s AND version = %s"
 # A snapshot and its stream's events from its seq on, in one round trip: the state in
 # the first row only (the others have NULL there), one row of NULL events when there
 # are none; no row without a snapshot. The first row is the event at the snapshot's
@@ -68,11 +66,10 @@ _LOG_FROM_SNAPSHOT = "aaa_event AS e ON e.stream = s.stream AND e.seq >= s.seq"
 # PostgreSQL planned that join as a scan of the whole stream filtered on seq (a hash
 # join with statistics, a nested loop without): a subquery it may not flatten (OFFSET
 # 0) is an index scan from the snapshot's seq.
-_LOG_FROM_SNAPSHOT_PG = ("LATERAL (SELECT * FROM aaa_event WHERE stream = s.stream "
-                         "AND seq >= s.seq OFFSET 0) AS e ON true")
-_HEAD_AND_KNOWN_PG = (
-    f"SELECT COALESCE(({HEAD}), 0), ARRAY(SELECT id FROM aaa_event WHERE id = ANY(%s))"
+_LOG_FROM_SNAPSHOT_PG = (
+    "LATERAL (SELECT * FROM aaa_event WHERE stream = s.stream AND seq >= s.seq OFFSET 0) AS e ON true"
 )
+_HEAD_AND_KNOWN_PG = f"SELECT COALESCE(({HEAD}), 0), ARRAY(SELECT id FROM aaa_event WHERE id = ANY(%s))"
 _SNAPSHOT_UPDATE = (
     "UPDATE aaa_snapshot SET seq = %s, event_id = %s, state = %s, saved_at = %s "
     "WHERE stream = %s AND name = %s AND version = %s AND seq < %s"
@@ -182,8 +179,9 @@ class DjangoEventStore(StatementAppends):
     async def append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
         return await self.offload(self.append_sync, events, expected_seq=expected_seq)
 
-    async def read(self, stream: str, *, after: int = 0, limit: int | None = None,
-                   tenant: str | None = None) -> list[Event]:
+    async def read(
+        self, stream: str, *, after: int = 0, limit: int | None = None, tenant: str | None = None
+    ) -> list[Event]:
         return await self.offload(self.read_sync, stream, after=after, limit=limit, tenant=tenant)
 
     async def head(self, stream: str) -> tuple[int, str] | None:
@@ -192,8 +190,7 @@ class DjangoEventStore(StatementAppends):
     async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
         return await self.offload(self.load_snapshot_sync, stream, name, version)
 
-    async def read_from_snapshot(self, stream: str, name: str,
-                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+    async def read_from_snapshot(self, stream: str, name: str, version: int) -> tuple[Snapshot | None, list[Event]]:
         return await self.offload(self.read_from_snapshot_sync, stream, name, version)
 
     async def save_snapshot(self, snapshot: Snapshot) -> bool:
@@ -219,9 +216,7 @@ class DjangoEventStore(StatementAppends):
 
     # -- events -------------------------------------------------------------------
 
-    def append_sync(
-        self, events: Sequence[Event], *, expected_seq: int | None = None
-    ) -> list[Event]:
+    def append_sync(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
         stream, batch, texts = prepare_batch(events)  # raises before any write
         if not batch:
             return []
@@ -263,12 +258,12 @@ class DjangoEventStore(StatementAppends):
         if not conn.in_atomic_block:
             conn.close_if_unusable_or_obsolete()
             reconnects = conn.connection is None
-        fault = translate(exc, StoreUnavailable) or StoreUnavailable(
-            f"{type(exc).__name__}: {exc}", transient=False)
+        fault = translate(exc, StoreUnavailable) or StoreUnavailable(f"{type(exc).__name__}: {exc}", transient=False)
         return fault, reconnects
 
-    def _append_once(self, stream: str, batch: list[Event], texts: list[str],
-                     expected_seq: int | None, contended: bool = False) -> list[Event]:
+    def _append_once(
+        self, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None, contended: bool = False
+    ) -> list[Event]:
         # Plain SQL on Django's connection: building ORM queries cost more than the
         # database work itself (benchmarks/bench_eventlog.py). Optimistic first: the
         # unique (stream, seq) index and the dense-seq trigger refuse a lost race, and
@@ -331,8 +326,7 @@ class DjangoEventStore(StatementAppends):
         with transaction.atomic(using=self.using), conn.cursor() as cur:
             for i in range(0, len(streams), SQLITE_CHUNK):
                 chunk = streams[i : i + SQLITE_CHUNK]
-                where, params = ("= ANY(%s)", [chunk]) if pg else (
-                    f"IN ({', '.join(['%s'] * len(chunk))})", chunk)
+                where, params = ("= ANY(%s)", [chunk]) if pg else (f"IN ({', '.join(['%s'] * len(chunk))})", chunk)
                 cur.execute(f"DELETE FROM aaa_snapshot WHERE stream {where}", params)
                 cur.execute(f"DELETE FROM aaa_event WHERE stream {where}", params)
                 deleted += cur.rowcount
@@ -379,8 +373,7 @@ class DjangoEventStore(StatementAppends):
         return Snapshot(stream, name, version, row[0], row[1], row[2]) if row else None
 
     @_translated(reads=True)
-    def read_from_snapshot_sync(self, stream: str, name: str,
-                                version: int) -> tuple[Snapshot | None, list[Event]]:
+    def read_from_snapshot_sync(self, stream: str, name: str, version: int) -> tuple[Snapshot | None, list[Event]]:
         """The snapshot ``(stream, name, version)`` and the stream's events from its seq
         on, in one query (see ``ReadsFromSnapshot``)."""
         conn = connections[self.using]
@@ -413,8 +406,9 @@ class DjangoEventStore(StatementAppends):
         return False  # a row at the same or a later seq is there
 
 
-def from_snapshot_rows(stream: str, name: str, version: int, found: Sequence[Sequence[Any]], *,
-                       committed: bool) -> tuple[Snapshot | None, list[Event]]:
+def from_snapshot_rows(
+    stream: str, name: str, version: int, found: Sequence[Sequence[Any]], *, committed: bool
+) -> tuple[Snapshot | None, list[Event]]:
     """The snapshot and the events in the rows of ``_READ_FROM_SNAPSHOT``."""
     if not found:
         return None, []
@@ -426,8 +420,7 @@ def from_snapshot_rows(stream: str, name: str, version: int, found: Sequence[Seq
     return Snapshot(stream, name, version, seq, event_id, state), events
 
 
-def _head_and_known(cur: CursorWrapper, pg: bool, stream: str,
-                    ids: list[str]) -> tuple[int, set[str]]:
+def _head_and_known(cur: CursorWrapper, pg: bool, stream: str, ids: list[str]) -> tuple[int, set[str]]:
     """The stream's head seq and which of ``ids`` are stored already (one round trip
     on PostgreSQL; SQLite is in-process, so two statements cost little)."""
     if pg:
@@ -439,9 +432,7 @@ def _head_and_known(cur: CursorWrapper, pg: bool, stream: str,
     known: set[str] = set()
     for i in range(0, len(ids), SQLITE_CHUNK):
         chunk = ids[i : i + SQLITE_CHUNK]
-        cur.execute(
-            f"SELECT id FROM aaa_event WHERE id IN ({', '.join(['%s'] * len(chunk))})", chunk
-        )
+        cur.execute(f"SELECT id FROM aaa_event WHERE id IN ({', '.join(['%s'] * len(chunk))})", chunk)
         known.update(r[0] for r in cur.fetchall())
     return (row[0] if row else 0), known
 

@@ -90,8 +90,15 @@ def export_lines(
     (verified) bytes; with ``mode="beside"``, ``beside(ref, data)`` stores each one."""
     if mode not in MODES:
         raise ValueError(f"blobs must be one of {MODES}, not {mode!r}")
-    yield _line({"aaa_export": FORMAT, "run": run_id, "events": count, "blobs": mode,
-                 "exported_at": datetime.now(UTC).isoformat()})
+    yield _line(
+        {
+            "aaa_export": FORMAT,
+            "run": run_id,
+            "events": count,
+            "blobs": mode,
+            "exported_at": datetime.now(UTC).isoformat(),
+        }
+    )
     written: set[str] = set()
     for e in events:
         yield _line({"event": e.to_dict()})
@@ -123,26 +130,32 @@ def run_events(store: DjangoEventStore, run_id: str) -> Iterator[Event]:
         after = page[-1].seq or after + len(page)  # a stored event has its seq
 
 
-def export_run(run_id: str, *, using: str = "default", blobs: Any = None,
-               mode: str = "inline", beside: Path | None = None) -> Iterator[str]:
+def export_run(
+    run_id: str, *, using: str = "default", blobs: Any = None, mode: str = "inline", beside: Path | None = None
+) -> Iterator[str]:
     """The lines of the export of ``run_id`` from database ``using``, its blobs read
     from ``blobs`` (a BlobStore); ``beside``: the directory for ``mode="beside"``."""
     store = DjangoEventStore(using)
     head = store.head_sync(run_id)
     if head is None:
         raise ExchangeError(f"no run {run_id!r} on this site")
-    if mode != "none" and blobs is None and EventRecord.objects.using(using).filter(
-            stream=run_id).exclude(blobs=[]).exists():
-        raise ExchangeError("the run has blobs and this site has no blob store "
-                            "(AAA['BLOB_STORAGE']): export it with blobs 'none'")
+    if (
+        mode != "none"
+        and blobs is None
+        and EventRecord.objects.using(using).filter(stream=run_id).exclude(blobs=[]).exists()
+    ):
+        raise ExchangeError(
+            "the run has blobs and this site has no blob store (AAA['BLOB_STORAGE']): export it with blobs 'none'"
+        )
     put = None
     if mode == "beside":
         if beside is None:
             raise ValueError("mode 'beside' needs the directory")
         beside.mkdir(parents=True, exist_ok=True)
         put = _Beside(beside)
-    return export_lines(run_id, run_events(store, run_id), head[0],
-                        blob=blobs.get if blobs is not None else None, mode=mode, beside=put)
+    return export_lines(
+        run_id, run_events(store, run_id), head[0], blob=blobs.get if blobs is not None else None, mode=mode, beside=put
+    )
 
 
 class _Beside:
@@ -182,8 +195,9 @@ class RunExport:
         for e in self.events:
             if is_claimed(e.data):
                 if self.mode == "none":
-                    raise ExchangeError(f"event {e.seq} is claim-checked and the export has "
-                                        "no blobs: export it with its blobs")
+                    raise ExchangeError(
+                        f"event {e.seq} is claim-checked and the export has no blobs: export it with its blobs"
+                    )
                 e = replace(e, data=hydrate(e.data, e.blobs[-1], store=store))
             out.append(e)
         return out
@@ -223,8 +237,7 @@ def read_export(lines: Iterable[str | bytes], *, beside: Path | None = None) -> 
         else:
             raise ExchangeError(f"line {n}: neither an event nor a blob")
     if len(events) != count:
-        raise ExchangeError(f"the header announces {count} events, the file has {len(events)} "
-                            "(a truncated file?)")
+        raise ExchangeError(f"the header announces {count} events, the file has {len(events)} (a truncated file?)")
     export = RunExport(run_id, events, blobs, mode)
     _check_log(export)
     if mode == "beside":
@@ -314,21 +327,25 @@ def _own_blob(export: RunExport, ref: BlobRef, data: bytes | None) -> None:
         return
     where = f"{ref.namespace}/{ref.sha256}" if ref.namespace else ref.sha256
     if ref.namespace:
-        raise ExchangeError(f"blob {where} is outside the run's namespace {export.run_id!r}: "
-                            "an import stores only the run's own blobs")
+        raise ExchangeError(
+            f"blob {where} is outside the run's namespace {export.run_id!r}: an import stores only the run's own blobs"
+        )
     try:
         payload = json.loads(data) if data is not None else None
     except ValueError:
         payload = None
-    if not (isinstance(payload, dict) and payload.keys() == {STREAM_KEY, "data"}
-            and payload[STREAM_KEY] == export.run_id):
-        raise ExchangeError(f"blob {where} names no namespace and is not a payload of run "
-                            f"{export.run_id!r}: an import stores only the run's own blobs")
+    if not (
+        isinstance(payload, dict) and payload.keys() == {STREAM_KEY, "data"} and payload[STREAM_KEY] == export.run_id
+    ):
+        raise ExchangeError(
+            f"blob {where} names no namespace and is not a payload of run "
+            f"{export.run_id!r}: an import stores only the run's own blobs"
+        )
 
 
-
-def import_run(export: RunExport, *, using: str = "default", blobs: Any = None,
-               owner: str | None = None) -> list[Event]:
+def import_run(
+    export: RunExport, *, using: str = "default", blobs: Any = None, owner: str | None = None
+) -> list[Event]:
     """Store ``export`` on database ``using`` (its blobs in ``blobs``: a BlobStore,
     namespaced or not), owned by ``owner`` (a user pk as text, or None). All or
     nothing; returns the stored events."""
@@ -342,8 +359,10 @@ def import_run(export: RunExport, *, using: str = "default", blobs: Any = None,
     if not namespaced and any(ref.namespace for ref in refs.values()):
         # A store without namespaces cannot keep the refs the events name; and two runs'
         # identical payloads would be one blob, which erasing either run would take.
-        raise ExchangeError("the run's blobs are in namespaces and this site's blob store "
-                            "keeps none: import it where the blob store keeps namespaces")
+        raise ExchangeError(
+            "the run's blobs are in namespaces and this site's blob store "
+            "keeps none: import it where the blob store keeps namespaces"
+        )
     for key, ref in refs.items():
         _own_blob(export, ref, export.blobs.get(key))
     if store.head_sync(export.run_id) is not None:
@@ -365,8 +384,10 @@ def import_run(export: RunExport, *, using: str = "default", blobs: Any = None,
             except ConcurrencyError:
                 stored_events = []  # an id stored already moved the numbering: said below
             if len(stored_events) != len(events):
-                raise ExchangeConflict(f"run {export.run_id}: some of its event ids exist on this "
-                                    "site already (or the run was written meanwhile)")
+                raise ExchangeConflict(
+                    f"run {export.run_id}: some of its event ids exist on this "
+                    "site already (or the run was written meanwhile)"
+                )
     except BaseException:
         for ref in added:
             blobs.delete(ref)

@@ -36,13 +36,25 @@ _PG_CONTENTION = ("40001", "40P01", "55P03")
 #: SQLite result codes (``sqlite_errorname``'s prefix) of a busy database
 _SQLITE_CONTENTION = ("SQLITE_BUSY", "SQLITE_LOCKED")
 #: S3 error codes worth retrying, whatever their HTTP status
-_S3_TRANSIENT = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
-                           "RequestLimitExceeded", "InternalError", "ServiceUnavailable"})
+_S3_TRANSIENT = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestTimeout",
+        "RequestLimitExceeded",
+        "InternalError",
+        "ServiceUnavailable",
+    }
+)
 
 
-async def translated(call: Callable[[], Awaitable[Any]],
-                     fault_of: Callable[[BaseException], tuple[InfrastructureError | None, bool]],
-                     *, reads: bool) -> Any:
+async def translated(
+    call: Callable[[], Awaitable[Any]],
+    fault_of: Callable[[BaseException], tuple[InfrastructureError | None, bool]],
+    *,
+    reads: bool,
+) -> Any:
     """``await call()`` with a store's driver errors translated at its boundary:
     ``fault_of(exc)`` gives the core's error for ``exc`` (None: not the store's to
     translate, raised as it is) and whether the connection was lost; a read, which
@@ -60,14 +72,16 @@ async def translated(call: Callable[[], Awaitable[Any]],
     raise AssertionError("unreachable")
 
 
-def translate(exc: BaseException, kind: type[F] = InfrastructureError,  # type: ignore[assignment]
-              service: str | None = None) -> F | None:
+def translate(
+    exc: BaseException,
+    kind: type[F] = InfrastructureError,  # type: ignore[assignment]
+    service: str | None = None,
+) -> F | None:
     """The core's error (of class ``kind``) for a driver's ``exc``, or None when
     ``exc`` is not an infrastructure failure (a bug, a constraint the caller handles).
     Raise it ``from exc``, so the driver's error stays its cause."""
     if isinstance(exc, InfrastructureError):
-        return exc if isinstance(exc, kind) else kind(str(exc), transient=exc.transient,
-                                                      service=service or exc.service)
+        return exc if isinstance(exc, kind) else kind(str(exc), transient=exc.transient, service=service or exc.service)
     verdict = _transient(exc)
     if verdict is None:
         return None
@@ -115,8 +129,9 @@ def _transient(exc: BaseException) -> bool | None:
 def _is_db_error(exc: BaseException) -> bool:
     """Django's wrapper of a database driver's error, or psycopg's own (the async
     store's connections are psycopg's, unwrapped)."""
-    return any(m is not None and isinstance(exc, m.Error)
-               for m in (sys.modules.get("django.db"), sys.modules.get("psycopg")))
+    return any(
+        m is not None and isinstance(exc, m.Error) for m in (sys.modules.get("django.db"), sys.modules.get("psycopg"))
+    )
 
 
 def _db_transient(exc: BaseException) -> bool | None:
@@ -161,8 +176,16 @@ def _redis_transient(exc: BaseException) -> bool | None:
         return None
     if isinstance(exc, errors.AuthenticationError):
         return False
-    return isinstance(exc, (errors.ConnectionError, errors.TimeoutError, errors.BusyLoadingError,
-                            errors.TryAgainError, errors.ReadOnlyError))
+    return isinstance(
+        exc,
+        (
+            errors.ConnectionError,
+            errors.TimeoutError,
+            errors.BusyLoadingError,
+            errors.TryAgainError,
+            errors.ReadOnlyError,
+        ),
+    )
 
 
 def _broker_transient(exc: BaseException) -> bool | None:

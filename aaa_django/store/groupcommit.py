@@ -77,11 +77,13 @@ class GroupedStore(Protocol):
     @property
     def conns(self) -> PgConnections: ...
 
-    def _steps(self, stream: str, batch: list[Event], texts: list[str],
-               expected_seq: int | None, *, prepares: bool) -> Steps: ...
+    def _steps(
+        self, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None, *, prepares: bool
+    ) -> Steps: ...
 
-    async def _append_statement(self, stream: str, batch: list[Event], texts: list[str],
-                                expected_seq: int | None) -> list[Event] | None: ...
+    async def _append_statement(
+        self, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None
+    ) -> list[Event] | None: ...
 
     async def _catch_up(self, stored: list[Event]) -> None: ...
 
@@ -93,16 +95,16 @@ class GroupCommit:
         self.store = store
         self.lanes = lanes
         self.max_group = max_group
-        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Loop] = (
-            weakref.WeakKeyDictionary())
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Loop] = weakref.WeakKeyDictionary()
         #: groups committed, the appends they held, and groups rolled back (their
         #: appends made again alone) (benchmarks, tests)
         self.groups = 0
         self.grouped = 0
         self.rolled_back = 0
 
-    async def append(self, stream: str, batch: list[Event], texts: list[str],
-                     expected_seq: int | None) -> list[Event] | None:
+    async def append(
+        self, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None
+    ) -> list[Event] | None:
         """The stored events, or None: not the common case (nothing written; the
         caller takes the general path)."""
         loop = asyncio.get_running_loop()
@@ -164,8 +166,7 @@ class GroupCommit:
 
     async def _alone(self, item: _Append) -> None:
         try:
-            stored = await self.store._append_statement(item.stream, item.batch, item.texts,
-                                                        item.expected_seq)
+            stored = await self.store._append_statement(item.stream, item.batch, item.texts, item.expected_seq)
         except Exception as exc:
             _settle(item, exc=exc)
             return
@@ -242,9 +243,10 @@ class GroupCommit:
             # PgConnections.connection)
             async with store.conns.connection(pipelined=True) as conn:
                 on = prepares(conn)  # (which statements the steps send)
-                steps.update((id(item), store._steps(item.stream, item.batch, item.texts,
-                                                     item.expected_seq, prepares=on))
-                             for item in group)
+                steps.update(
+                    (id(item), store._steps(item.stream, item.batch, item.texts, item.expected_seq, prepares=on))
+                    for item in group
+                )
                 await self._rounds(conn, group, steps)
         except Exception:
             # A statement refused (the transaction is rolled back whole), or the

@@ -46,8 +46,14 @@ _NOW = {
 #: libpq's connection parameters of a lease connection on PostgreSQL (the alias's
 #: ``OPTIONS`` win): a dead peer found by keepalives after 2 + 3 x 1 s of silence, a
 #: statement whose packets go unacknowledged for 3 s fails, a connect gives up after 3 s
-PG_OPTIONS = {"keepalives": 1, "keepalives_idle": 2, "keepalives_interval": 1, "keepalives_count": 3,
-              "tcp_user_timeout": 3000, "connect_timeout": 3}
+PG_OPTIONS = {
+    "keepalives": 1,
+    "keepalives_idle": 2,
+    "keepalives_interval": 1,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 3000,
+    "connect_timeout": 3,
+}
 _OPEN = "status IN ({})".format(", ".join(f"'{s}'" for s in OPEN_STATUSES))
 
 
@@ -124,11 +130,11 @@ class RunLeases:
                 f"WITH mine AS MATERIALIZED (SELECT run_id FROM aaa_run WHERE {where} "
                 f'ORDER BY run_id COLLATE "C" FOR UPDATE) '
                 f"UPDATE aaa_run SET {sets} FROM mine WHERE aaa_run.run_id = mine.run_id RETURNING aaa_run.run_id",
-                [*where_params, *params])
+                [*where_params, *params],
+            )
             return {r[0] for r in rows}
         if self._returning():
-            rows = self._run(f"UPDATE aaa_run SET {sets} WHERE {where} RETURNING run_id",
-                             [*params, *where_params])
+            rows = self._run(f"UPDATE aaa_run SET {sets} WHERE {where} RETURNING run_id", [*params, *where_params])
             return {r[0] for r in rows}
         # (an old SQLite: the rows, then the same condition again, in one transaction of
         # this connection; in WAL mode a write that another one preceded fails instead)
@@ -180,8 +186,9 @@ class RunLeases:
         ids, out = list(run_ids), set()
         for i in range(0, len(ids), CHUNK):
             chunk = ids[i : i + CHUNK]
-            out |= self._update("held_until = 0", where + f" AND run_id IN ({', '.join(['%s'] * len(chunk))})",
-                                [], [*params, *chunk])
+            out |= self._update(
+                "held_until = 0", where + f" AND run_id IN ({', '.join(['%s'] * len(chunk))})", [], [*params, *chunk]
+            )
         return out
 
     # -- adopting ------------------------------------------------------------------------------
@@ -191,27 +198,38 @@ class RunLeases:
         lapsed first, of holders of ``fleet`` (a holder id whose first part is
         ``<kind>@<fleet>``; ``""``: the holders with no fleet)."""
         match, pattern = ("LIKE", f"%@{fleet}|%") if fleet else ("NOT LIKE", "%@%")
-        return [(r, h) for r, h in self._run(
-            f"SELECT run_id, held_by FROM aaa_run WHERE {_OPEN} AND held_by IS NOT NULL "
-            f"AND held_by {match} %s AND held_until < {{now}} ORDER BY held_until LIMIT %s",
-            [pattern, limit])]
+        return [
+            (r, h)
+            for r, h in self._run(
+                f"SELECT run_id, held_by FROM aaa_run WHERE {_OPEN} AND held_by IS NOT NULL "
+                f"AND held_by {match} %s AND held_until < {{now}} ORDER BY held_until LIMIT %s",
+                [pattern, limit],
+            )
+        ]
 
     def holders(self) -> list[str]:
         """The holders of unfinished runs' leases, lapsed or not."""
-        return [h for (h,) in self._run(
-            f"SELECT DISTINCT held_by FROM aaa_run WHERE {_OPEN} AND held_by IS NOT NULL", [])]
+        return [
+            h for (h,) in self._run(f"SELECT DISTINCT held_by FROM aaa_run WHERE {_OPEN} AND held_by IS NOT NULL", [])
+        ]
 
     def unheld(self, idle_since: datetime.datetime, limit: int = 1000) -> list[str]:
         """The unfinished runs no process holds whose newest indexed event is older than
         ``idle_since`` (a run started by an engine without a keeper, or before leases
         were kept), oldest first."""
         conn = self.connection()
-        return [r for (r,) in self._run(
-            f"SELECT run_id FROM aaa_run WHERE {_OPEN} AND held_by IS NULL AND updated_at < %s "
-            "ORDER BY updated_at LIMIT %s", [conn.ops.adapt_datetimefield_value(idle_since), limit])]
+        return [
+            r
+            for (r,) in self._run(
+                f"SELECT run_id FROM aaa_run WHERE {_OPEN} AND held_by IS NULL AND updated_at < %s "
+                "ORDER BY updated_at LIMIT %s",
+                [conn.ops.adapt_datetimefield_value(idle_since), limit],
+            )
+        ]
 
-    def adopt(self, holder: str, previous: str | None, run_ids: Sequence[str] | None, ttl: float, *,
-              lapsed: bool = True) -> set[str]:
+    def adopt(
+        self, holder: str, previous: str | None, run_ids: Sequence[str] | None, ttl: float, *, lapsed: bool = True
+    ) -> set[str]:
         """Take for ``holder`` the unfinished runs ``previous`` holds (None: that nobody
         holds) of ``run_ids`` (None: all of them), only where their lease has lapsed
         unless ``lapsed`` is False (``previous`` is a process known to be dead, or
@@ -229,8 +247,9 @@ class RunLeases:
         ids, out = list(run_ids), set()
         for i in range(0, len(ids), CHUNK):
             chunk = ids[i : i + CHUNK]
-            out |= self._update(sets, where + f" AND run_id IN ({', '.join(['%s'] * len(chunk))})",
-                                [holder, ttl], [*params, *chunk])
+            out |= self._update(
+                sets, where + f" AND run_id IN ({', '.join(['%s'] * len(chunk))})", [holder, ttl], [*params, *chunk]
+            )
         return out
 
     def held(self, run_ids: Iterable[str]) -> dict[str, tuple[str | None, float | None]]:
@@ -238,7 +257,9 @@ class RunLeases:
         ids, out = list(run_ids), {}
         for i in range(0, len(ids), CHUNK):
             chunk = ids[i : i + CHUNK]
-            rows = self._run(f"SELECT run_id, held_by, held_until FROM aaa_run WHERE run_id IN "
-                             f"({', '.join(['%s'] * len(chunk))})", chunk)
+            rows = self._run(
+                f"SELECT run_id, held_by, held_until FROM aaa_run WHERE run_id IN ({', '.join(['%s'] * len(chunk))})",
+                chunk,
+            )
             out.update({r: (h, u) for r, h, u in rows})
         return out

@@ -100,8 +100,7 @@ class PgEventStore(DjangoEventStore):
     Where psycopg 3 does not reach the alias, every call is the Django store's.
     """
 
-    def __init__(self, using: str = "default", *, offload: Offload | None = None,
-                 group_commit: bool = True) -> None:
+    def __init__(self, using: str = "default", *, offload: Offload | None = None, group_commit: bool = True) -> None:
         super().__init__(using, offload=offload)
         self.pg: PgConnections | None = None
         self.group: GroupCommit | None = None
@@ -164,30 +163,35 @@ class PgEventStore(DjangoEventStore):
             return await self._append_elsewhere(events, expected_seq=expected_seq)
         stored = EventList(stored)
         self._recent.add(stored)  # committed: a bus may send them along
-        wakeups.notify_committed(self.using, [stream],  # (the general path notifies too)
-                                 ended=wakeups.ended(stored))
+        wakeups.notify_committed(
+            self.using,
+            [stream],  # (the general path notifies too)
+            ended=wakeups.ended(stored),
+        )
         return stored
 
     async def _append_elsewhere(self, events: Sequence[Event], *, expected_seq: int | None) -> list[Event]:
         """The Django store's transactional append (by :attr:`offload`)."""
         return await self.offload(self.append_sync, events, expected_seq=expected_seq)
 
-    async def _append_statement(self, stream: str, batch: list[Event], texts: list[str],
-                                expected_seq: int | None) -> list[Event] | None:
+    async def _append_statement(
+        self, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None
+    ) -> list[Event] | None:
         """The common append alone: its statements in autocommit. None when it is not
         the common case, or lost a race (nothing written)."""
         try:
             async with self.conns.connection() as conn:
-                return await self._run(conn, self._steps(stream, batch, texts, expected_seq,
-                                                         prepares=prepares(conn)))
+                return await self._run(conn, self._steps(stream, batch, texts, expected_seq, prepares=prepares(conn)))
         except IntegrityError:
             return None
 
-    def _steps(self, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None,
-               *, prepares: bool) -> Steps:
+    def _steps(
+        self, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None, *, prepares: bool
+    ) -> Steps:
         """An append's statements, for a connection that prepares its statements or not."""
-        return self._pg_steps(self.conns.django, stream, batch, texts, expected_seq, self._forget(stream),
-                              prepares=prepares)
+        return self._pg_steps(
+            self.conns.django, stream, batch, texts, expected_seq, self._forget(stream), prepares=prepares
+        )
 
     async def _run(self, conn: Any, steps: Steps, *, in_group: list | None = None) -> list[Event] | None:
         """Run an append's statements (see ``appends.Steps``) on ``conn``. Alone, a
@@ -225,15 +229,17 @@ class PgEventStore(DjangoEventStore):
 
         await self.offload(index_events, self.using, stored)
 
-    async def read(self, stream: str, *, after: int = 0, limit: int | None = None,
-                   tenant: str | None = None) -> list[Event]:
+    async def read(
+        self, stream: str, *, after: int = 0, limit: int | None = None, tenant: str | None = None
+    ) -> list[Event]:
         if self.pg is None:
             return await super().read(stream, after=after, limit=limit, tenant=tenant)
         return await self._read(stream, after=after, limit=limit, tenant=tenant)
 
     @_translated(reads=True)
-    async def _read(self, stream: str, *, after: int = 0, limit: int | None = None,
-                    tenant: str | None = None) -> list[Event]:
+    async def _read(
+        self, stream: str, *, after: int = 0, limit: int | None = None, tenant: str | None = None
+    ) -> list[Event]:
         if limit is None and tenant is None:
             # To the head: with the run's index row, what the next append starts from.
             rows = await self._fetch(_READ_AND_ROW_PG, [stream, stream, after])
@@ -275,18 +281,15 @@ class PgEventStore(DjangoEventStore):
         rows = await self._fetch(_LOAD_SNAPSHOT, [stream, name, version])
         return Snapshot(stream, name, version, *rows[0]) if rows else None
 
-    async def read_from_snapshot(self, stream: str, name: str,
-                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+    async def read_from_snapshot(self, stream: str, name: str, version: int) -> tuple[Snapshot | None, list[Event]]:
         if self.pg is None:
             return await super().read_from_snapshot(stream, name, version)
         return await self._read_from_snapshot(stream, name, version)
 
     @_translated(reads=True)
-    async def _read_from_snapshot(self, stream: str, name: str,
-                                  version: int) -> tuple[Snapshot | None, list[Event]]:
+    async def _read_from_snapshot(self, stream: str, name: str, version: int) -> tuple[Snapshot | None, list[Event]]:
         async with self.conns.connection() as conn, conn.cursor() as cur:
-            await cur.execute(read_from_snapshot_sql("postgresql", prepares=prepares(conn)),
-                              [stream, name, version])
+            await cur.execute(read_from_snapshot_sql("postgresql", prepares=prepares(conn)), [stream, name, version])
             found = await cur.fetchall()
         return from_snapshot_rows(stream, name, version, found, committed=True)
 
@@ -303,7 +306,16 @@ class PgEventStore(DjangoEventStore):
         the sync store's transaction of a conditional UPDATE and an INSERT takes three
         or four; racing savers meet at the unique key, and the seq never goes back)."""
         async with self.conns.connection() as conn, conn.cursor() as cur:
-            await cur.execute(_SNAPSHOT_UPSERT, [
-                snapshot.stream, snapshot.name, snapshot.version, snapshot.seq, snapshot.event_id,
-                snapshot.state, self.conns.django.ops.adapt_datetimefield_value(now())])
+            await cur.execute(
+                _SNAPSHOT_UPSERT,
+                [
+                    snapshot.stream,
+                    snapshot.name,
+                    snapshot.version,
+                    snapshot.seq,
+                    snapshot.event_id,
+                    snapshot.state,
+                    self.conns.django.ops.adapt_datetimefield_value(now()),
+                ],
+            )
             return cur.rowcount == 1

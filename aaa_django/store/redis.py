@@ -162,8 +162,9 @@ class RedisEventStore:
     async def append(self, events: Sequence[Event], *, expected_seq: int | None = None) -> list[Event]:
         return await asyncio.to_thread(self.append_sync, events, expected_seq=expected_seq)
 
-    async def read(self, stream: str, *, after: int = 0, limit: int | None = None,
-                   tenant: str | None = None) -> list[Event]:
+    async def read(
+        self, stream: str, *, after: int = 0, limit: int | None = None, tenant: str | None = None
+    ) -> list[Event]:
         return await asyncio.to_thread(self.read_sync, stream, after=after, limit=limit, tenant=tenant)
 
     async def head(self, stream: str) -> tuple[int, str] | None:
@@ -172,8 +173,7 @@ class RedisEventStore:
     async def load_snapshot(self, stream: str, name: str, version: int) -> Snapshot | None:
         return await asyncio.to_thread(self.load_snapshot_sync, stream, name, version)
 
-    async def read_from_snapshot(self, stream: str, name: str,
-                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+    async def read_from_snapshot(self, stream: str, name: str, version: int) -> tuple[Snapshot | None, list[Event]]:
         return await asyncio.to_thread(self.read_from_snapshot_sync, stream, name, version)
 
     async def save_snapshot(self, snapshot: Snapshot) -> bool:
@@ -211,8 +211,9 @@ class RedisEventStore:
             for n, i in enumerate((int(x) for x in reply[2:]), start=1)
         ]
 
-    def read_sync(self, stream: str, *, after: int = 0, limit: int | None = None,
-                  tenant: str | None = None) -> list[Event]:
+    def read_sync(
+        self, stream: str, *, after: int = 0, limit: int | None = None, tenant: str | None = None
+    ) -> list[Event]:
         after = max(after, 0)
         if limit is not None and limit <= 0:
             return []
@@ -246,8 +247,7 @@ class RedisEventStore:
         return int(n), json.loads(last)[0]
 
     def erase_sync(self, stream: str) -> int:
-        keys = [self._events_key(stream), self._ids_key, self._streams_key, self._snap_key(stream),
-                self._closed_key]
+        keys = [self._events_key(stream), self._ids_key, self._streams_key, self._snap_key(stream), self._closed_key]
         return int(self._erase(keys=keys, args=[stream]))
 
     def streams_sync(self) -> list[str]:
@@ -262,8 +262,7 @@ class RedisEventStore:
         event_id, state = json.loads(value)
         return Snapshot(stream, name, version, int(seq), event_id, state)
 
-    def read_from_snapshot_sync(self, stream: str, name: str,
-                                version: int) -> tuple[Snapshot | None, list[Event]]:
+    def read_from_snapshot_sync(self, stream: str, name: str, version: int) -> tuple[Snapshot | None, list[Event]]:
         """The snapshot and the log from its seq on (one thread hop, two commands)."""
         snap = self.load_snapshot_sync(stream, name, version)
         return snap, ([] if snap is None else self.read_sync(stream, after=snap.seq - 1))

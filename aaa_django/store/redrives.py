@@ -20,8 +20,11 @@ def redriven(using: str, run_ids: list[str]) -> dict[str, float]:
     with connections[using].cursor() as cur:
         for i in range(0, len(run_ids), CHUNK):
             chunk = run_ids[i : i + CHUNK]
-            cur.execute("SELECT run_id, redriven_at FROM aaa_run WHERE redriven_at IS NOT NULL "
-                        f"AND run_id IN ({', '.join(['%s'] * len(chunk))})", chunk)
+            cur.execute(
+                "SELECT run_id, redriven_at FROM aaa_run WHERE redriven_at IS NOT NULL "
+                f"AND run_id IN ({', '.join(['%s'] * len(chunk))})",
+                chunk,
+            )
             out.update(cur.fetchall())
     return out
 

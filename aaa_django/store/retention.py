@@ -18,8 +18,15 @@ from aaa_django.runtime.event_types import completion_id
 
 from . import rows
 
-__all__ = ["all_streams", "count_events", "due_roots", "due_trees", "referenced_blobs", "streams_with_events",
-           "vacuum_tables"]
+__all__ = [
+    "all_streams",
+    "count_events",
+    "due_roots",
+    "due_trees",
+    "referenced_blobs",
+    "streams_with_events",
+    "vacuum_tables",
+]
 
 #: ids per query (SQLite's limit on a statement's parameters is 999 in old builds)
 CHUNK = 500
@@ -28,8 +35,9 @@ CHUNK = 500
 After = tuple[datetime, str]
 
 
-def due_roots(using: str, cutoffs: Mapping[str, datetime], limit: int,
-              after: After | None = None) -> list[tuple[str, datetime]]:
+def due_roots(
+    using: str, cutoffs: Mapping[str, datetime], limit: int, after: After | None = None
+) -> list[tuple[str, datetime]]:
     """Up to ``limit`` ended root runs due, as (id, ended_at), oldest first, after the
     root ``after`` if given: those whose outcome has a cutoff in ``cutoffs`` and that
     ended before it. A child whose parent is gone counts as a root."""
@@ -45,8 +53,12 @@ def due_roots(using: str, cutoffs: Mapping[str, datetime], limit: int,
     return list(due.order_by("ended_at", "run_id").values_list("run_id", "ended_at")[:limit])
 
 
-def due_trees(using: str, cutoffs: Mapping[str, datetime], limit: int, after: After | None = None,
-              ) -> tuple[list[list[str]], list[str], After | None]:
+def due_trees(
+    using: str,
+    cutoffs: Mapping[str, datetime],
+    limit: int,
+    after: After | None = None,
+) -> tuple[list[list[str]], list[str], After | None]:
     """Of the next ``limit`` due roots (:func:`due_roots`, after ``after``): the run
     trees (root first) whose every run has ended, the roots held back because one of
     their runs has not, and the cursor of the last root (None: there were none). A
@@ -108,8 +120,7 @@ def all_streams(using: str) -> list[str]:
 
 def referenced_blobs(using: str, stream: str) -> set[str]:
     """The SHA-256 of every blob the stream's events refer to (its rows with blobs)."""
-    found = (EventRecord.objects.using(using).filter(stream=stream).exclude(blobs=[])
-             .values_list("blobs", flat=True))
+    found = EventRecord.objects.using(using).filter(stream=stream).exclude(blobs=[]).values_list("blobs", flat=True)
     return {ref.sha256 for raw in found for ref in decode_blobs(_json(raw))}
 
 

@@ -40,11 +40,13 @@ def event_columns(vendor: str, table: str = "") -> str:
     timestamptz loader (psycopg's Python parser): each, with its ``replace(tzinfo=)``,
     a fifth of the cost of a row."""
     p = f"{table}." if table else ""
-    time = {"sqlite": f"CAST({p}time AS TEXT)",  # an expression has no declared type
-            "postgresql": f"to_char({p}time AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')",
-            }.get(vendor, f"{p}time")
-    return ", ".join([f"{p}id", f"{p}stream", f"{p}seq", f"{p}type", f"{p}data", f"{p}causation",
-                      time, f"{p}blobs", f"{p}tenant"])
+    time = {
+        "sqlite": f"CAST({p}time AS TEXT)",  # an expression has no declared type
+        "postgresql": f"to_char({p}time AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')",
+    }.get(vendor, f"{p}time")
+    return ", ".join(
+        [f"{p}id", f"{p}stream", f"{p}seq", f"{p}type", f"{p}data", f"{p}causation", time, f"{p}blobs", f"{p}tenant"]
+    )
 
 
 @cache
@@ -72,10 +74,25 @@ def closed_refusal(stream: str, exc: Exception) -> ClosedStreamError | None:
     if CLOSED not in text:
         return None
     return ClosedStreamError(closed_reason(stream, ended=ENDED in text))
+
+
 #: the columns of a run's index row (``aaa_run``) that the fold of its next events
 #: reads (see ``aaa_django.store.runindex.row_update``); appends read them with the head
-ROW_COLUMNS = ("run_id", "algorithm", "status", "outcome", "parent", "owner_id", "tokens_in",
-               "tokens_out", "cost", "model_calls", "tool_calls", "last_seq", "due_at")
+ROW_COLUMNS = (
+    "run_id",
+    "algorithm",
+    "status",
+    "outcome",
+    "parent",
+    "owner_id",
+    "tokens_in",
+    "tokens_out",
+    "cost",
+    "model_calls",
+    "tool_calls",
+    "last_seq",
+    "due_at",
+)
 
 
 def prepares(raw: Any) -> bool:
@@ -148,8 +165,9 @@ def utc_time(text: str) -> datetime:
 _NAIVE_LENGTHS = frozenset({19, 26})
 
 
-def read(conn: BaseDatabaseWrapper, stream: str, *, after: int = 0, limit: int | None = None,
-         tenant: str | None = None) -> EventList:
+def read(
+    conn: BaseDatabaseWrapper, stream: str, *, after: int = 0, limit: int | None = None, tenant: str | None = None
+) -> EventList:
     """The stream's events after seq ``after`` (of one tenant; at most ``limit``), in
     order. Plain SQL: the ORM's query building cost more than the query."""
     sql, params = f"{select(conn.vendor)} WHERE stream = %s AND seq > %s", [stream, after]
@@ -177,8 +195,15 @@ def streams(conn: BaseDatabaseWrapper) -> list[str]:
 #: (table, column) of the log and the run index whose column leads an index (events:
 #: ``(stream, seq)``, ``type``; runs: ``status``, ``(outcome, ended_at)``, ``algorithm``):
 #: :func:`distinct`'s
-_LEADING = frozenset({("aaa_event", "stream"), ("aaa_event", "type"), ("aaa_run", "status"),
-                      ("aaa_run", "outcome"), ("aaa_run", "algorithm")})
+_LEADING = frozenset(
+    {
+        ("aaa_event", "stream"),
+        ("aaa_event", "type"),
+        ("aaa_run", "status"),
+        ("aaa_run", "outcome"),
+        ("aaa_run", "algorithm"),
+    }
+)
 
 
 def distinct(conn: BaseDatabaseWrapper, column: str, table: str = "aaa_event") -> list[str]:
@@ -192,23 +217,30 @@ def distinct(conn: BaseDatabaseWrapper, column: str, table: str = "aaa_event") -
     tables.)"""
     if (table, column) not in _LEADING:
         raise ValueError(f"not a leading column of an index: {table}.{column}")
-    sql = (f"WITH RECURSIVE t(v) AS (SELECT min({column}) FROM {table} UNION ALL "
-           f"SELECT (SELECT min({column}) FROM {table} WHERE {column} > t.v) FROM t "
-           "WHERE t.v IS NOT NULL) SELECT v FROM t WHERE v IS NOT NULL")
+    sql = (
+        f"WITH RECURSIVE t(v) AS (SELECT min({column}) FROM {table} UNION ALL "
+        f"SELECT (SELECT min({column}) FROM {table} WHERE {column} > t.v) FROM t "
+        "WHERE t.v IS NOT NULL) SELECT v FROM t WHERE v IS NOT NULL"
+    )
     with conn.cursor() as cur:
         cur.execute(sql)
         return [row[0] for row in cur.fetchall()]
 
 
-def number(conn: BaseDatabaseWrapper, batch: list[Event], texts: list[str], head: int,
-           known: Collection[str], expected_seq: int | None) -> tuple[list[Event], list[tuple]]:
+def number(
+    conn: BaseDatabaseWrapper,
+    batch: list[Event],
+    texts: list[str],
+    head: int,
+    known: Collection[str],
+    expected_seq: int | None,
+) -> tuple[list[Event], list[tuple]]:
     """The events of ``batch`` not stored yet, numbered after ``head``, and their rows."""
     if expected_seq is not None and expected_seq != head:
         raise ConcurrencyError(f"stream head is {head}, expected {expected_seq}")
     if known:
         known = set(known)
-        batch, texts = [e for e in batch if e.id not in known], [
-            t for e, t in zip(batch, texts) if e.id not in known]
+        batch, texts = [e for e in batch if e.id not in known], [t for e, t in zip(batch, texts) if e.id not in known]
     for seq, e in enumerate(batch, start=head + 1):
         if e.seq is not None and e.seq != seq:
             raise ConcurrencyError(f"event {e.id} claims seq {e.seq} but the next seq is {seq}")
@@ -220,8 +252,9 @@ def number(conn: BaseDatabaseWrapper, batch: list[Event], texts: list[str], head
     stored, rows = [], []
     adapt = time_adapter(conn)
     for seq, (e, text, data) in enumerate(zip(batch, texts, datas), start=head + 1):
-        stored.append(stored_event(e.id, e.stream, seq, e.type, data, e.causation, e.time, e.blobs,
-                                   e.tenant))  # (checked: ``prepare_batch``)
+        stored.append(
+            stored_event(e.id, e.stream, seq, e.type, data, e.causation, e.time, e.blobs, e.tenant)
+        )  # (checked: ``prepare_batch``)
         blobs = json.dumps(encode_blobs(e.blobs)) if e.blobs else "[]"
         rows.append((e.id, e.stream, seq, e.type, text, e.causation, adapt(e.time), blobs, e.tenant))
     return stored, rows

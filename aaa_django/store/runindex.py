@@ -52,8 +52,7 @@ _RETRIES = 5
 
 def index_events(using: str, events: Sequence[Event]) -> None:
     """Fold stored ``events`` (with their seq) into their runs' rows; idempotent."""
-    for stream, group in groupby(sorted(events, key=lambda e: (e.stream, e.seq or 0)),
-                                 key=lambda e: e.stream):
+    for stream, group in groupby(sorted(events, key=lambda e: (e.stream, e.seq or 0)), key=lambda e: e.stream):
         batch = list(group)
         if not _index_next(using, stream, batch):
             _index_stream(using, stream, batch)
@@ -70,8 +69,7 @@ def forget(using: str, run_id: str) -> None:
     RunRecord.objects.using(using).filter(pk=run_id).delete()
 
 
-def reindex(using: str = "default", run_ids: Iterable[str] | None = None, *,
-            progress: Any = None) -> dict[str, int]:
+def reindex(using: str = "default", run_ids: Iterable[str] | None = None, *, progress: Any = None) -> dict[str, int]:
     """Rebuild rows from the log with a whole-log ``RUNMETA`` fold.
 
     All streams by default: rows of streams that no longer exist are deleted. The
@@ -101,9 +99,7 @@ def reindex(using: str = "default", run_ids: Iterable[str] | None = None, *,
         if progress is not None:
             progress.advance()
     if run_ids is None:
-        counts["deleted"] += (
-            RunRecord.objects.using(using).exclude(pk__in=streams).delete()[0]
-        )
+        counts["deleted"] += RunRecord.objects.using(using).exclude(pk__in=streams).delete()[0]
     return counts
 
 
@@ -130,8 +126,11 @@ def unfinished(using: str) -> dict[str, float]:
     the log's. A row is made in the
     transaction that stores the run's start, so every run the stores appended has
     one; a run's events written around the stores have none until ``aaa_reindex``."""
-    return {run_id: last.timestamp() for run_id, last, last_type in unfinished_query(using)
-            if last is not None and last_type != RUN_COMPLETED}
+    return {
+        run_id: last.timestamp()
+        for run_id, last, last_type in unfinished_query(using)
+        if last is not None and last_type != RUN_COMPLETED
+    }
 
 
 #: the statuses of a run someone must be working on: not ended, nor waiting for a
@@ -145,10 +144,12 @@ def unfinished_query(using: str) -> models.QuerySet:
     every row whose status is neither ``completed`` nor ``waiting`` (a run waiting
     for a person may wait for days: it is not stalled)."""
     newest = EventRecord.objects.using(using).filter(stream=OuterRef("run_id")).order_by("-seq")
-    return (RunRecord.objects.using(using).filter(status__in=WORKED_ON)
-            .annotate(last=Subquery(newest.values("time")[:1]),
-                      last_type=Subquery(newest.values("type")[:1]))
-            .values_list("run_id", "last", "last_type"))
+    return (
+        RunRecord.objects.using(using)
+        .filter(status__in=WORKED_ON)
+        .annotate(last=Subquery(newest.values("time")[:1]), last_type=Subquery(newest.values("type")[:1]))
+        .values_list("run_id", "last", "last_type")
+    )
 
 
 def due_runs(using: str, now: float, limit: int) -> list[tuple[str, int]]:
@@ -173,8 +174,20 @@ def settle_due(using: str, run_id: str, last_seq: int, due: float | None) -> boo
 
 _LAST_SEQ = ROW_COLUMNS.index("last_seq")
 _SELECT_ROW = f"SELECT {', '.join(ROW_COLUMNS)} FROM aaa_run WHERE run_id = %s"
-_UPDATED = ("algorithm", "status", "outcome", "parent", "tokens_in", "tokens_out", "cost",
-            "model_calls", "tool_calls", "updated_at", "last_seq", "due_at")
+_UPDATED = (
+    "algorithm",
+    "status",
+    "outcome",
+    "parent",
+    "tokens_in",
+    "tokens_out",
+    "cost",
+    "model_calls",
+    "tool_calls",
+    "updated_at",
+    "last_seq",
+    "due_at",
+)
 #: the columns every fold sets: ``updated_at`` and ``last_seq`` move with each event;
 #: ``due_at`` may differ from the row as its append saw it (the timer duty's
 #: ``settle_due`` moves it without moving ``last_seq``), so it is always written
@@ -252,8 +265,9 @@ APPEND_EVENT = (
 _ENDS = 1 << len(_COMPARED)
 
 
-def append_event_call(conn: Any, event_row: tuple, row: Sequence[Any] | None,
-                      events: list[Event]) -> tuple[str, list, tuple] | None:
+def append_event_call(
+    conn: Any, event_row: tuple, row: Sequence[Any] | None, events: list[Event]
+) -> tuple[str, list, tuple] | None:
     """:func:`row_update`'s fold as the call of the append function (migration 0009)
     that inserts ``event_row``, the row of the one stored event ``events``, and folds
     it into the run's row whose ``ROW_COLUMNS`` are ``row``: the statement, its
@@ -267,9 +281,15 @@ def append_event_call(conn: Any, event_row: tuple, row: Sequence[Any] | None,
     mask = sum(1 << i for i, (c, _) in enumerate(_COMPARED) if c in changed)
     if ended is not None:
         mask |= _ENDS
-    params = [*event_row, r.last_seq, mask, *(fields[c] for c, _ in _COMPARED),
-              adapt(fields["updated_at"]), fields["due_at"],
-              adapt(ended) if ended is not None else None]
+    params = [
+        *event_row,
+        r.last_seq,
+        mask,
+        *(fields[c] for c, _ in _COMPARED),
+        adapt(fields["updated_at"]),
+        fields["due_at"],
+        adapt(ended) if ended is not None else None,
+    ]
     return APPEND_EVENT, params, after
 
 
@@ -297,9 +317,26 @@ def _fold_row(row: Sequence[Any] | None, events: list[Event]) -> tuple[Any, dict
 
 
 #: the columns a new run's row is inserted with (``owner_id`` follows, see ``row_insert``)
-_INSERTED = ("run_id", "algorithm", "status", "outcome", "parent", "tokens_in", "tokens_out", "cost",
-             "model_calls", "tool_calls", "started_at", "ended_at", "updated_at", "last_seq",
-             "request_hash", "forked_from", "forked_at", "due_at")
+_INSERTED = (
+    "run_id",
+    "algorithm",
+    "status",
+    "outcome",
+    "parent",
+    "tokens_in",
+    "tokens_out",
+    "cost",
+    "model_calls",
+    "tool_calls",
+    "started_at",
+    "ended_at",
+    "updated_at",
+    "last_seq",
+    "request_hash",
+    "forked_from",
+    "forked_at",
+    "due_at",
+)
 
 
 #: the run row's datetime columns, as the model declares them (``forked_at`` is a seq,
@@ -317,14 +354,15 @@ def row_insert(conn: Any, events: list[Event]) -> tuple[str, list, tuple] | None
     if fields is None:
         return None
     adapt = conn.ops.adapt_datetimefield_value
-    values = [adapt(fields[c]) if c in _DATETIMES and fields[c] is not None else fields[c]
-              for c in _INSERTED]
+    values = [adapt(fields[c]) if c in _DATETIMES and fields[c] is not None else fields[c] for c in _INSERTED]
     User = get_user_model()
     qn = conn.ops.quote_name
     pk = qn(User._meta.pk.column)
-    sql = (f"INSERT INTO aaa_run ({', '.join(_INSERTED)}, owner_id) "
-           f"VALUES ({', '.join(['%s'] * len(_INSERTED))}, "
-           f"(SELECT {pk} FROM {qn(User._meta.db_table)} WHERE {pk} = %s)) RETURNING owner_id")
+    sql = (
+        f"INSERT INTO aaa_run ({', '.join(_INSERTED)}, owner_id) "
+        f"VALUES ({', '.join(['%s'] * len(_INSERTED))}, "
+        f"(SELECT {pk} FROM {qn(User._meta.db_table)} WHERE {pk} = %s)) RETURNING owner_id"
+    )
     return sql, [*values, fields["owner_id"]], tuple(fields[c] for c in ROW_COLUMNS)
 
 
@@ -346,9 +384,14 @@ def _new_row(events: Sequence[Event]) -> dict[str, Any] | None:
         owner = _owner_value(meta.owner)
     except Exception:
         return None  # the general path logs it
-    return {**fields, **origin(events[0]), "run_id": events[0].stream, "started_at": events[0].time,
-            "request_hash": "",
-            "owner_id": owner}
+    return {
+        **fields,
+        **origin(events[0]),
+        "run_id": events[0].stream,
+        "started_at": events[0].time,
+        "request_hash": "",
+        "owner_id": owner,
+    }
 
 
 def origin(started: Event) -> dict[str, Any]:
@@ -423,8 +466,7 @@ def _index_stream(using: str, stream: str, events: list[Event]) -> None:
     log.warning("run index: gave up updating %s after %s races", stream, _RETRIES)
 
 
-def read_all(using: str, stream: str, *, after: int = 0,
-             upto: int | None = None) -> list[Event]:
+def read_all(using: str, stream: str, *, after: int = 0, upto: int | None = None) -> list[Event]:
     """The stream's events after ``after`` (up to seq ``upto``), read page by page."""
     out: list[Event] = []
     while True:

@@ -173,8 +173,9 @@ class SqliteConnection:
             self._busy(raw, self.busy_ms)
             return fn(raw, *args)
 
-    def append(self, store: SqliteEventStore, stream: str, batch: list[Event], texts: list[str],
-               expected_seq: int | None) -> asyncio.Future[list[Event] | None]:
+    def append(
+        self, store: SqliteEventStore, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None
+    ) -> asyncio.Future[list[Event] | None]:
         """The one-transaction append of ``batch`` on the thread, as a future of the
         calling loop. Appends that arrive while the thread is busy wait together and
         go as one group: one ``BEGIN IMMEDIATE``, each append's statements inside a
@@ -193,8 +194,9 @@ class SqliteConnection:
         self.executor().submit(self._drain)
         return future
 
-    def append_here(self, store: SqliteEventStore, stream: str, batch: list[Event], texts: list[str],
-                    expected_seq: int | None) -> Any:
+    def append_here(
+        self, store: SqliteEventStore, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None
+    ) -> Any:
         """The one-transaction append of ``batch`` made on the calling thread, which
         waits for it (its commit's fsync included), if nothing else wants the
         connection or the database now: the store's thread has no append to make,
@@ -219,8 +221,9 @@ class SqliteConnection:
             with errors:
                 cur = raw.cursor()
                 try:
-                    return _sqlite_transaction(store, self.django, cur, raw, stream, batch, texts,
-                                               expected_seq, _qmark, begun=True)
+                    return _sqlite_transaction(
+                        store, self.django, cur, raw, stream, batch, texts, expected_seq, _qmark, begun=True
+                    )
                 finally:
                     cur.close()
         finally:
@@ -237,8 +240,9 @@ class SqliteConnection:
             if len(group) == 1:
                 item = group[0]
                 try:
-                    item.settle(self.run(_append_now, item.store, item.stream, item.batch, item.texts,
-                                         item.expected_seq))
+                    item.settle(
+                        self.run(_append_now, item.store, item.stream, item.batch, item.texts, item.expected_seq)
+                    )
                 except Exception as exc:
                     item.settle(None, exc)
             else:
@@ -275,8 +279,9 @@ class SqliteConnection:
                     raw.execute("SAVEPOINT aaa_append")
                     try:
                         cur = raw.cursor()
-                        stored = item.store._write_sqlite(self.django, cur, item.stream, item.batch, item.texts,
-                                                          item.expected_seq, _qmark)
+                        stored = item.store._write_sqlite(
+                            self.django, cur, item.stream, item.batch, item.texts, item.expected_seq, _qmark
+                        )
                         cur.close()
                     except BaseException:
                         item.store._forget(item.stream)  # (the hint its statements left)
@@ -305,8 +310,7 @@ class SqliteConnection:
                 item.store._forget(item.stream)
             # Nothing of the group stays: each append not refused alone is made again
             # by the Django store's path (None).
-            results = [(item, None, err if err is not None and _refused(err) else None)
-                       for item, _, err in results]
+            results = [(item, None, err if err is not None and _refused(err) else None) for item, _, err in results]
         done = {id(item) for item, _, _ in results}
         self.groups += 1
         for item, stored, err in results:
@@ -350,8 +354,16 @@ class _Append:
 
     __slots__ = ("loop", "future", "store", "stream", "batch", "texts", "expected_seq", "outcome")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future, store: SqliteEventStore,
-                 stream: str, batch: list[Event], texts: list[str], expected_seq: int | None) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future,
+        store: SqliteEventStore,
+        stream: str,
+        batch: list[Event],
+        texts: list[str],
+        expected_seq: int | None,
+    ) -> None:
         self.loop, self.future, self.store = loop, future, store
         self.stream, self.batch, self.texts, self.expected_seq = stream, batch, texts, expected_seq
         #: what the caller is told (:meth:`deliver`): the first :meth:`settle`'s
@@ -421,8 +433,14 @@ class SqliteEventStore(DjangoEventStore):
     that is not SQLite, every call is the Django store's.
     """
 
-    def __init__(self, using: str = "default", *, offload: Offload | None = None,
-                 own_thread: bool = True, here_when_alone: bool = True) -> None:
+    def __init__(
+        self,
+        using: str = "default",
+        *,
+        offload: Offload | None = None,
+        own_thread: bool = True,
+        here_when_alone: bool = True,
+    ) -> None:
         super().__init__(using, offload=offload)
         self.db: SqliteConnection | None = None
         self.own_thread = own_thread
@@ -475,10 +493,16 @@ class SqliteEventStore(DjangoEventStore):
                     assert self.db is not None
                     # The caller's loop has nothing else to do: made here, without the
                     # hand-off to the thread and back (unless the thread or the lock is busy).
-                    here = (self.db.append_here(self, stream, batch, texts, expected_seq)
-                            if self.here_when_alone and caller_alone.get() else NOT_NOW)
-                    stored = (await self.db.append(self, stream, batch, texts, expected_seq)
-                              if here is NOT_NOW else cast("list[Event] | None", here))
+                    here = (
+                        self.db.append_here(self, stream, batch, texts, expected_seq)
+                        if self.here_when_alone and caller_alone.get()
+                        else NOT_NOW
+                    )
+                    stored = (
+                        await self.db.append(self, stream, batch, texts, expected_seq)
+                        if here is NOT_NOW
+                        else cast("list[Event] | None", here)
+                    )
                 else:
                     stored = await self._on_connection(_append_now, self, stream, batch, texts, expected_seq)
             except DatabaseDriverError as exc:
@@ -505,8 +529,9 @@ class SqliteEventStore(DjangoEventStore):
         """The Django store's transactional append (by :attr:`offload`)."""
         return await self.offload(self.append_sync, events, expected_seq=expected_seq)
 
-    async def read(self, stream: str, *, after: int = 0, limit: int | None = None,
-                   tenant: str | None = None) -> list[Event]:
+    async def read(
+        self, stream: str, *, after: int = 0, limit: int | None = None, tenant: str | None = None
+    ) -> list[Event]:
         if self.db is None or limit is not None or tenant is not None:  # (a page: not the engine's)
             return await super().read(stream, after=after, limit=limit, tenant=tenant)
         return to_events(await self._call(_fetch, _READ, [stream, after], reads=True))
@@ -525,12 +550,10 @@ class SqliteEventStore(DjangoEventStore):
         rows = await self._call(_fetch, _qmark(_LOAD_SNAPSHOT), [stream, name, version], reads=True)
         return Snapshot(stream, name, version, *rows[0]) if rows else None
 
-    async def read_from_snapshot(self, stream: str, name: str,
-                                 version: int) -> tuple[Snapshot | None, list[Event]]:
+    async def read_from_snapshot(self, stream: str, name: str, version: int) -> tuple[Snapshot | None, list[Event]]:
         if self.db is None:
             return await super().read_from_snapshot(stream, name, version)
-        found = await self._call(_fetch, _qmark(read_from_snapshot_sql("sqlite")), [stream, name, version],
-                                 reads=True)
+        found = await self._call(_fetch, _qmark(read_from_snapshot_sql("sqlite")), [stream, name, version], reads=True)
         return from_snapshot_rows(stream, name, version, found, committed=True)
 
     async def save_snapshot(self, snapshot: Snapshot) -> bool:
@@ -552,14 +575,14 @@ def _fetch(raw: Any, sql: str, params: list[Any]) -> list[tuple]:
     return raw.execute(sql, params).fetchall()
 
 
-def _append_now(raw: Any, store: SqliteEventStore, stream: str, batch: list[Event], texts: list[str],
-                expected_seq: int | None) -> list[Event] | None:
+def _append_now(
+    raw: Any, store: SqliteEventStore, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None
+) -> list[Event] | None:
     """The one-transaction append of :mod:`aaa_django.store.appends` on ``raw``."""
     assert store.db is not None
     cur = raw.cursor()
     try:
-        return _sqlite_transaction(store, store.db.django, cur, raw, stream, batch, texts, expected_seq,
-                                   _qmark)
+        return _sqlite_transaction(store, store.db.django, cur, raw, stream, batch, texts, expected_seq, _qmark)
     finally:
         cur.close()
 

@@ -59,8 +59,18 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg.rows import TupleRow
 
-__all__ = ["ANY", "CHANNEL", "ENDED", "Listener", "Notifier", "ended", "for_database", "notify",
-           "notify_committed", "stop_all"]
+__all__ = [
+    "ANY",
+    "CHANNEL",
+    "ENDED",
+    "Listener",
+    "Notifier",
+    "ended",
+    "for_database",
+    "notify",
+    "notify_committed",
+    "stop_all",
+]
 
 log = logging.getLogger("aaa_django.wakeups")
 
@@ -73,8 +83,7 @@ ENDED = "\x1fended "
 #: (a control character: no run id starts with it)
 ANY = "\x1fany"
 #: one statement, its own transaction: the commit does not wait for the disk
-NOTIFY = ("SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, s) "
-          "FROM unnest(%s::text[]) AS s")
+NOTIFY = "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, s) FROM unnest(%s::text[]) AS s"
 #: seconds without a notification after which the listener checks its connection
 PING = 10.0
 #: seconds before the listener connects again after losing its connection
@@ -94,16 +103,16 @@ class Listener(Hub):
         self._thread: threading.Thread | None = None
         self._pid = 0
 
-    def subscribe(self, stream: str, loop: asyncio.AbstractEventLoop | None = None, *,
-                  ends_only: bool = False) -> Subscription:
+    def subscribe(
+        self, stream: str, loop: asyncio.AbstractEventLoop | None = None, *, ends_only: bool = False
+    ) -> Subscription:
         with self._lock:
             if self._pid != os.getpid():  # first use here (or a fork's child): start anew
                 self._pid, self._subs, self._thread = os.getpid(), {}, None
                 self._listening = threading.Event()
             if self._thread is None or not self._thread.is_alive():
                 self._stop.clear()
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name=f"aaa-listen-{self.using}")
+                self._thread = threading.Thread(target=self._run, daemon=True, name=f"aaa-listen-{self.using}")
                 self._thread.start()
         return super().subscribe(stream, loop, ends_only=ends_only)
 
@@ -127,7 +136,7 @@ class Listener(Hub):
         :data:`ENDED` and the id, those that want only the run's end (the others heard
         of it by the plain id)."""
         if payload.startswith(ENDED):
-            self._wake_kind(payload[len(ENDED):], ends_only=True)
+            self._wake_kind(payload[len(ENDED) :], ends_only=True)
         else:
             self._wake_kind(payload, ends_only=False)
             self._wake_kind(ANY, ends_only=False)
@@ -158,8 +167,11 @@ class Listener(Hub):
                             heard = time.monotonic()
                             conn.execute("SELECT 1")  # a dead connection raises here
             except Exception as exc:  # the server went away, or never came: poll meanwhile
-                log.warning("aaa_django: listening for new events on %r failed (%s); "
-                            "event streams poll until it is back", self.using, exc)
+                log.warning(
+                    "aaa_django: listening for new events on %r failed (%s); event streams poll until it is back",
+                    self.using,
+                    exc,
+                )
             finally:
                 was = self._listening.is_set()
                 self._listening.clear()
@@ -233,8 +245,9 @@ class Notifier:
                 self._pending.update(ENDED + s for s in streams)
             if not self._running:
                 self._running = True
-                threading.Thread(target=self._run, args=(self._params,), daemon=True,
-                                 name=f"aaa-notify-{self.using}").start()
+                threading.Thread(
+                    target=self._run, args=(self._params,), daemon=True, name=f"aaa-notify-{self.using}"
+                ).start()
         # (the thread clears it before it takes what is pending: set, it will see ours)
         if not self._work.is_set():
             self._work.set()
@@ -279,8 +292,11 @@ class Notifier:
                     conn.execute(NOTIFY, [CHANNEL, batch])
                     sent = time.monotonic()
                 except Exception as exc:  # the server went away: next time, a new connection
-                    log.warning("aaa_django: could not notify event streams of %s (%s); they see "
-                                "it at their next heartbeat", batch, exc)
+                    log.warning(
+                        "aaa_django: could not notify event streams of %s (%s); they see it at their next heartbeat",
+                        batch,
+                        exc,
+                    )
                     if conn is not None:
                         conn.close()
                     conn = None

@@ -198,8 +198,7 @@ class BlobStoreContract:
         with pytest.raises(BlobNotFoundError):
             store.get(elsewhere)
 
-    def test_list_returns_the_namespaces_refs_sorted_with_media_types(
-            self, store: InventoriedBlobStore) -> None:
+    def test_list_returns_the_namespaces_refs_sorted_with_media_types(self, store: InventoriedBlobStore) -> None:
         refs = [
             store.put(b"one", "text/plain", namespace="run-1"),
             store.put(b"{}", "application/json", namespace="run-1"),
@@ -306,16 +305,14 @@ class BlobStoreContract:
         with pytest.raises(BlobNotFoundError):
             store.get(ref)
 
-    def test_tampered_bytes_of_the_same_size_raise_integrity_error(
-            self, store: InventoriedBlobStore) -> None:
+    def test_tampered_bytes_of_the_same_size_raise_integrity_error(self, store: InventoriedBlobStore) -> None:
         ref = store.put(b"the original", namespace="run-1")
         self.tamper(store, ref, b"the tampered")
 
         with pytest.raises(BlobIntegrityError):
             store.get(ref)
 
-    def test_tampered_bytes_of_another_size_raise_integrity_error(
-            self, store: InventoriedBlobStore) -> None:
+    def test_tampered_bytes_of_another_size_raise_integrity_error(self, store: InventoriedBlobStore) -> None:
         ref = store.put(b"the original", namespace="run-1")
 
         self.tamper(store, ref, b"")
@@ -336,8 +333,9 @@ class BlobStoreContract:
     # One test per property, the hostile values as subtests: a fresh store per value
     # would cost a new S3 session each.
 
-    def test_hostile_namespaces_are_stored_safely_and_erased_alone(self, store: InventoriedBlobStore,
-                                                                   subtests: pytest.Subtests) -> None:
+    def test_hostile_namespaces_are_stored_safely_and_erased_alone(
+        self, store: InventoriedBlobStore, subtests: pytest.Subtests
+    ) -> None:
         neighbour = store.put(b"payload", namespace="")
         for namespace in HOSTILE_NAMESPACES:
             with subtests.test(namespace=namespace):
@@ -354,16 +352,14 @@ class BlobStoreContract:
                 assert self.escaped(store) == []
 
     def test_hostile_namespaces_do_not_collide(self, store: InventoriedBlobStore) -> None:
-        refs = {
-            ns: store.put(ns.encode("utf-8", "surrogatepass"), namespace=ns)
-            for ns in ["", *HOSTILE_NAMESPACES]
-        }
+        refs = {ns: store.put(ns.encode("utf-8", "surrogatepass"), namespace=ns) for ns in ["", *HOSTILE_NAMESPACES]}
 
         for ns, ref in refs.items():
             assert store.list(ns) == [ref], ns
 
-    def test_a_forged_hash_is_rejected_before_any_io(self, store: InventoriedBlobStore,
-                                                     subtests: pytest.Subtests) -> None:
+    def test_a_forged_hash_is_rejected_before_any_io(
+        self, store: InventoriedBlobStore, subtests: pytest.Subtests
+    ) -> None:
         real = store.put(b"x", namespace="run-1")
         for sha in HOSTILE_SHAS:
             with subtests.test(sha=sha):

@@ -66,8 +66,7 @@ def ev(stream: str = "run-1", type: str = "test.happened", data: Any = None, **k
 
 def raw(**fields: Any) -> Event:
     """An event built field by field, bypassing ``Event.new`` (for malformed input)."""
-    base: dict[str, Any] = dict(id=Event.new("x", "a.b").id, stream="run-1", type="aaa.test.happened",
-                                data={})
+    base: dict[str, Any] = dict(id=Event.new("x", "a.b").id, stream="run-1", type="aaa.test.happened", data={})
     base.update(fields)
     return Event(**base)
 
@@ -92,9 +91,7 @@ def apply_tally(state: Tally, e: Event) -> Tally:
 
 def tally(version: int = 1, every: int = 4) -> Projection[Tally]:
     """A fresh projection object (its ``folds`` counter starts at 0)."""
-    return Projection(
-        Tally, apply_tally, name="test.tally", version=version, state_type=Tally, every=every
-    )
+    return Projection(Tally, apply_tally, name="test.tally", version=version, state_type=Tally, every=every)
 
 
 def expected_tally(events: list[Event]) -> Tally:
@@ -279,8 +276,7 @@ class EventStoreContract:
         assert [e.seq for e in stored] == [2, 3]
 
     @pytest.mark.parametrize("claimed", [1, 2, 4, 10])
-    def test_an_event_claiming_a_wrong_seq_raises_and_writes_nothing(self, store: EventStore,
-                                                                     claimed: int) -> None:
+    def test_an_event_claiming_a_wrong_seq_raises_and_writes_nothing(self, store: EventStore, claimed: int) -> None:
         before = self.append(store, ev())
 
         with pytest.raises(ConcurrencyError):
@@ -302,8 +298,7 @@ class EventStoreContract:
         assert [e.seq for e in self.append(store, ev(), ev(), expected_seq=1)] == [2, 3]
 
     @pytest.mark.parametrize("expected", [0, 1, 3])
-    def test_expected_seq_mismatch_raises_and_writes_nothing(self, store: EventStore,
-                                                             expected: int) -> None:
+    def test_expected_seq_mismatch_raises_and_writes_nothing(self, store: EventStore, expected: int) -> None:
         before = self.append(store, ev(), ev())
 
         with pytest.raises(ConcurrencyError):
@@ -422,8 +417,7 @@ class EventStoreContract:
         ],
         ids=lambda f: "-".join(f"{k}={v!r}"[:30] for k, v in f.items()),
     )
-    def test_a_malformed_event_raises_and_writes_nothing(self, store: EventStore, fields: dict[str,
-                                                         object]) -> None:
+    def test_a_malformed_event_raises_and_writes_nothing(self, store: EventStore, fields: dict[str, object]) -> None:
         before = self.append(store, ev())
 
         with pytest.raises(InvalidEventError):
@@ -513,10 +507,17 @@ class EventStoreContract:
     ROUND_TRIP_DATA = {
         "nested": {"a": {"b": [1, 2, {"c": None, "d": [True, False]}]}, "e": []},
         "empty": {},
-        "unicode": {"text": "Grüße, 世界 🌍 — ‘quotes’ \\ \" \n\t", "ключ": "значение"},
+        "unicode": {"text": 'Grüße, 世界 🌍 — ‘quotes’ \\ " \n\t', "ключ": "значение"},
         "big ints": {"big": 2**70, "neg": -(2**63) - 1, "max64": 2**63 - 1, "zero": 0},
-        "floats": {"third": 1 / 3, "tiny": 5e-324, "huge": 1.7976931348623157e308,
-                   "tenth": 0.1, "whole": 2.0, "exp": 1e20, "neg": -2.5e-10},
+        "floats": {
+            "third": 1 / 3,
+            "tiny": 5e-324,
+            "huge": 1.7976931348623157e308,
+            "tenth": 0.1,
+            "whole": 2.0,
+            "exp": 1e20,
+            "neg": -2.5e-10,
+        },
         "key order": {"zeta": 1, "alpha": 2, "mid": {"z": 1, "a": 2, "m": 3}, "b": 4, "aa": 5},
         "NUL in a string": {"text": "before\u0000after"},
         "long text": {"text": "x" * 100_000},
@@ -589,8 +590,16 @@ class EventStoreContract:
 
     # --- snapshots --------------------------------------------------------------------
 
-    def snap(self, seq: int = 1, *, stream: str = "run-1", name: str = "test.tally", version: int = 1,
-             event_id: str = "e", state: str = '{"count":1}') -> Snapshot:
+    def snap(
+        self,
+        seq: int = 1,
+        *,
+        stream: str = "run-1",
+        name: str = "test.tally",
+        version: int = 1,
+        event_id: str = "e",
+        state: str = '{"count":1}',
+    ) -> Snapshot:
         return Snapshot(stream, name, version, seq, event_id, state)
 
     def test_a_snapshot_round_trips_exactly(self, store: EventStore) -> None:
@@ -626,8 +635,7 @@ class EventStoreContract:
         assert run(store.load_snapshot("run-1", "test.tally", 1)) == newer
 
     @pytest.mark.parametrize("seq", [1, 4], ids=["older", "equal"])
-    def test_an_older_or_equal_snapshot_never_replaces_a_newer_one(self, store: EventStore,
-                                                                   seq: int) -> None:
+    def test_an_older_or_equal_snapshot_never_replaces_a_newer_one(self, store: EventStore, seq: int) -> None:
         newer = self.snap(4, event_id="e4", state='{"count":4}')
         run(store.save_snapshot(newer))
 
@@ -657,16 +665,16 @@ class EventStoreContract:
 
         assert run(reads.read_from_snapshot("run-9", "test.tally", 1)) == (saved, [])
 
-    def test_concurrent_savers_keep_the_newest(self, store: EventStore,
-                                               concurrently: Concurrently) -> None:
+    def test_concurrent_savers_keep_the_newest(self, store: EventStore, concurrently: Concurrently) -> None:
         for round_ in range(6):
             stream = f"run-{round_}"
             seqs = [3, 17, 8, 12] if round_ % 2 else [17, 3, 12, 8]
             handles = [self.same_log(store) for _ in seqs]
 
             def saver(h: EventStore, seq: int, stream: str = stream) -> Callable[[], bool]:
-                return lambda: run(h.save_snapshot(
-                    self.snap(seq, stream=stream, event_id=f"e{seq}", state=f'{{"count":{seq}}}')))
+                return lambda: run(
+                    h.save_snapshot(self.snap(seq, stream=stream, event_id=f"e{seq}", state=f'{{"count":{seq}}}'))
+                )
 
             results = concurrently(*(saver(h, s) for h, s in zip(handles, seqs)))
 
@@ -741,8 +749,16 @@ class EventStoreContract:
         assert (info.source, info.seq, info.folded) == ("replay", 0, 0)
         assert info.state == Tally()
 
-    def plant(self, store: EventStore, events: list[Event], *, seq: int | None = None,
-              event_id: str | None = None, state: str | None = None, version: int = 1) -> None:
+    def plant(
+        self,
+        store: EventStore,
+        events: list[Event],
+        *,
+        seq: int | None = None,
+        event_id: str | None = None,
+        state: str | None = None,
+        version: int = 1,
+    ) -> None:
         """Put a snapshot at ``seq`` (default: the log's end) behind the projection."""
         seq = len(events) if seq is None else seq
         if event_id is None:
@@ -766,9 +782,9 @@ class EventStoreContract:
         ['{"count": 3, "total"', "not json at all", "", '{"count": "three"}', "[]", "null"],
         ids=["truncated", "not-json", "empty", "wrong-type", "a-list", "null"],
     )
-    def test_load_with_a_corrupt_snapshot_replays_and_logs(self, store: EventStore,
-                                                           caplog: pytest.LogCaptureFixture,
-                                                           text: str) -> None:
+    def test_load_with_a_corrupt_snapshot_replays_and_logs(
+        self, store: EventStore, caplog: pytest.LogCaptureFixture, text: str
+    ) -> None:
         events = self.log_of(store, 12)
         self.plant(store, events, seq=9, state=text)
         p = tally(every=100)
@@ -797,8 +813,7 @@ class EventStoreContract:
     def test_load_with_a_snapshot_ahead_of_the_log_replays(self, store: EventStore, ahead: int) -> None:
         # A snapshot saved for a longer log (forged, or left over from another writer).
         events = self.log_of(store, 6)
-        self.plant(store, events, seq=6 + ahead, event_id="some-later-event",
-                   state=tally().dump(Tally(count=999)))
+        self.plant(store, events, seq=6 + ahead, event_id="some-later-event", state=tally().dump(Tally(count=999)))
         p = tally(every=100)
 
         info = run(p.load_info(store, "run-1"))
@@ -851,8 +866,9 @@ class EventStoreContract:
 
     # --- concurrency ----------------------------------------------------------------
 
-    def test_concurrent_appenders_get_dense_seqs_and_lose_nothing(self, store: EventStore,
-                                                                  concurrently: Concurrently) -> None:
+    def test_concurrent_appenders_get_dense_seqs_and_lose_nothing(
+        self, store: EventStore, concurrently: Concurrently
+    ) -> None:
         # Append without expected_seq serialises appenders itself: no appender sees a
         # ConcurrencyError to retry (any exception fails this test).
         writers, each = 12, 20
@@ -879,8 +895,9 @@ class EventStoreContract:
         for s in sent:  # each writer's events are in its own order
             assert [i for i in ids if i in set(s)] == s
 
-    def test_concurrent_appends_of_the_same_event_store_it_once(self, store: EventStore,
-                                                                concurrently: Concurrently) -> None:
+    def test_concurrent_appends_of_the_same_event_store_it_once(
+        self, store: EventStore, concurrently: Concurrently
+    ) -> None:
         for round_ in range(5):
             stream = f"run-{round_}"
             (root,) = self.append(store, ev(stream, type="aaa.run.started"))
@@ -892,8 +909,9 @@ class EventStoreContract:
             assert sorted(len(r) for r in results) == [0, 0, 0, 1]
             assert [e.id for e in self.all_events(store, stream)] == [root.id, derived.id]
 
-    def test_concurrent_expected_seq_appends_let_exactly_one_win(self, store: EventStore,
-                                                                 concurrently: Concurrently) -> None:
+    def test_concurrent_expected_seq_appends_let_exactly_one_win(
+        self, store: EventStore, concurrently: Concurrently
+    ) -> None:
         self.append(store, ev())
         handles = [self.same_log(store) for _ in range(4)]
 

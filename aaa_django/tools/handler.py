@@ -156,8 +156,7 @@ class ToolHandler:
                 return  # answered, or waiting for a person's answer
             tool = self.registry.get(request.data.get("name", ""))
             if tool is None:
-                await self._fail(request, "unknown_tool",
-                                 f"no tool named {request.data.get('name')!r}")
+                await self._fail(request, "unknown_tool", f"no tool named {request.data.get('name')!r}")
             elif tool.requires_approval:
                 await self._ask_approval(request, tool)
             else:
@@ -211,8 +210,12 @@ class ToolHandler:
         ids = [result_id(request.id), asked_id(request)]
         tool = self.registry.get(request.data.get("name", ""))
         if tool is not None and tool.guard.side_effects:
-            ids += [request.derive(TOOL_STARTED).id, request.derive(TOOL_STARTED, key=AGAIN_KEY).id,
-                    gate_id(request.id), returned_id(request.id)]
+            ids += [
+                request.derive(TOOL_STARTED).id,
+                request.derive(TOOL_STARTED, key=AGAIN_KEY).id,
+                gate_id(request.id),
+                returned_id(request.id),
+            ]
         return await self._engine().find_after(request, ids)
 
     async def _ask_approval(self, request: Event, tool: Tool) -> None:
@@ -228,8 +231,7 @@ class ToolHandler:
         }
         await self._engine().append([request.derive(APPROVAL_REQUESTED, data)])
 
-    async def _execute(self, request: Event, tool: Tool, done: dict[str, Event], *,
-                       again: Event | None = None) -> None:
+    async def _execute(self, request: Event, tool: Tool, done: dict[str, Event], *, again: Event | None = None) -> None:
         """Run the call (``again``: a person's answer that runs an uncertain call again)."""
         if tool.guard.side_effects and self._leases is not None:
             # Another delivery of this request may be running the call in another
@@ -252,12 +254,14 @@ class ToolHandler:
         """Does this process still hold the request's run (no call otherwise)?"""
         if self._holds is None or self._holds.holds(request.stream):
             return True
-        log.info("run %s: tool call %s not made here: this process no longer holds the run", request.stream,
-                 request.data.get("call_id"))
+        log.info(
+            "run %s: tool call %s not made here: this process no longer holds the run",
+            request.stream,
+            request.data.get("call_id"),
+        )
         return False
 
-    async def _run(self, request: Event, tool: Tool, done: dict[str, Event], *,
-                   again: Event | None = None) -> None:
+    async def _run(self, request: Event, tool: Tool, done: dict[str, Event], *, again: Event | None = None) -> None:
         engine = self._engine()
         if not self._may_call(request):
             return
@@ -265,8 +269,12 @@ class ToolHandler:
         if tool.guard.side_effects:
             intent = request.derive(
                 TOOL_STARTED,
-                {"call_id": request.data.get("call_id"), "name": tool.name, "idempotency_key": key,
-                 **({"again": again.id} if again is not None else {})},
+                {
+                    "call_id": request.data.get("call_id"),
+                    "name": tool.name,
+                    "idempotency_key": key,
+                    **({"again": again.id} if again is not None else {}),
+                },
                 key=AGAIN_KEY if again is not None else "",
             )
             if intent.id in done:
@@ -281,8 +289,7 @@ class ToolHandler:
         try:
             args = tool.validate(request.data.get("args") or {})
         except ValidationError as exc:
-            await self._fail(request, "invalid_arguments", str(exc),
-                             errors=json.loads(exc.json(include_url=False)))
+            await self._fail(request, "invalid_arguments", str(exc), errors=json.loads(exc.json(include_url=False)))
             return
         if await engine.over(request):
             return
@@ -325,8 +332,14 @@ class ToolHandler:
             except Exception as exc:
                 if not transient(exc) or loop.time() + delay > give_up:
                     raise
-                log.warning("run %s: recording the outcome of tool call %s failed (%s: %s); trying again in "
-                            "%.1f s", request.stream, request.data.get("call_id"), type(exc).__name__, exc, delay)
+                log.warning(
+                    "run %s: recording the outcome of tool call %s failed (%s: %s); trying again in %.1f s",
+                    request.stream,
+                    request.data.get("call_id"),
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
@@ -341,8 +354,7 @@ class ToolHandler:
             tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
             await self._fail(request, "error", f"{type(error).__name__}: {error}", traceback=tb)
         else:
-            data = {"call_id": request.data.get("call_id"), "name": tool.name,
-                    "result": task.result()}
+            data = {"call_id": request.data.get("call_id"), "name": tool.name, "result": task.result()}
             await engine.answer([result_event(request, TOOL_COMPLETED, data)])
 
     async def _late(self, request: Event, tool: Tool, task: asyncio.Future, *, again: bool) -> bool:
@@ -357,20 +369,37 @@ class ToolHandler:
             return False
         error = task.exception()
         outcome: dict[str, Any] = (
-            {"result": task.result()} if error is None
-            else {"reason": "timeout" if isinstance(error, _ToolTimeout) else "error",
-                  "error": f"{type(error).__name__}: {error}"})
-        late = Event(id=returned_id(request.id), stream=request.stream, type=TOOL_RETURNED,
-                     data={"call_id": request.data.get("call_id"), "name": tool.name, "request_id": request.id,
-                           **outcome},
-                     causation=request.id, tenant=request.tenant)
+            {"result": task.result()}
+            if error is None
+            else {
+                "reason": "timeout" if isinstance(error, _ToolTimeout) else "error",
+                "error": f"{type(error).__name__}: {error}",
+            }
+        )
+        late = Event(
+            id=returned_id(request.id),
+            stream=request.stream,
+            type=TOOL_RETURNED,
+            data={"call_id": request.data.get("call_id"), "name": tool.name, "request_id": request.id, **outcome},
+            causation=request.id,
+            tenant=request.tenant,
+        )
         if await engine.append([late]):
-            log.warning("run %s: tool call %s returned after it was found uncertain; its outcome is recorded "
-                        "as %s for the person who reconciles it", request.stream, request.data.get("call_id"),
-                        TOOL_RETURNED)
+            log.warning(
+                "run %s: tool call %s returned after it was found uncertain; its outcome is recorded "
+                "as %s for the person who reconciles it",
+                request.stream,
+                request.data.get("call_id"),
+                TOOL_RETURNED,
+            )
         elif returned_id(request.id) not in done:
-            log.warning("run %s: tool call %s returned after its run ended (it was found uncertain): its outcome "
-                        "cannot join the log: %r", request.stream, request.data.get("call_id"), outcome)
+            log.warning(
+                "run %s: tool call %s returned after its run ended (it was found uncertain): its outcome "
+                "cannot join the log: %r",
+                request.stream,
+                request.data.get("call_id"),
+                outcome,
+            )
         return True
 
     async def _uncertain(self, request: Event, tool: Tool, *, again: bool) -> None:
@@ -381,20 +410,43 @@ class ToolHandler:
         engine = self._engine()
         call_id = request.data.get("call_id")
         if self.uncertain == "reconcile" and not again:
-            log.warning("run %s: tool call %s (%s) may have run and is not run again: the run waits for a "
-                        "person to reconcile it", request.stream, call_id, tool.name)
+            log.warning(
+                "run %s: tool call %s (%s) may have run and is not run again: the run waits for a "
+                "person to reconcile it",
+                request.stream,
+                call_id,
+                tool.name,
+            )
             await engine.append([gate(request, tool.name)])
             return
-        why = ("the call may have run (its intent is in the log, its result is not) and the tool is not "
-               "idempotent: not running it again")
-        failed = result_event(request, TOOL_FAILED, {"call_id": call_id, "name": tool.name, "reason": "uncertain",
-                                                      "error": why})
-        ended = engine.completion(request.stream, Outcome(FAILED, {
-            "error": f"tool call {call_id} ({tool.name}) may have run, and its run cannot go on as if it had not",
-            "reason": UNCERTAIN_REASON, "call_id": call_id, "name": tool.name, "tool_request_id": request.id,
-        }), cause=request)
-        log.warning("run %s: tool call %s (%s) may have run: the run ends failed (%s)", request.stream, call_id,
-                    tool.name, UNCERTAIN_REASON)
+        why = (
+            "the call may have run (its intent is in the log, its result is not) and the tool is not "
+            "idempotent: not running it again"
+        )
+        failed = result_event(
+            request, TOOL_FAILED, {"call_id": call_id, "name": tool.name, "reason": "uncertain", "error": why}
+        )
+        ended = engine.completion(
+            request.stream,
+            Outcome(
+                FAILED,
+                {
+                    "error": f"tool call {call_id} ({tool.name}) may have run, and its run cannot go on as if it had not",
+                    "reason": UNCERTAIN_REASON,
+                    "call_id": call_id,
+                    "name": tool.name,
+                    "tool_request_id": request.id,
+                },
+            ),
+            cause=request,
+        )
+        log.warning(
+            "run %s: tool call %s (%s) may have run: the run ends failed (%s)",
+            request.stream,
+            call_id,
+            tool.name,
+            UNCERTAIN_REASON,
+        )
         await engine.append([failed, ended])
 
     async def _reconciled(self, decision: Event, request: Event) -> None:
@@ -415,14 +467,24 @@ class ToolHandler:
                 await self._execute(request, tool, done, again=decision)
         elif verdict == "not_run":
             why = decision.data.get("reason")
-            await self._fail(request, "not_run", "a person reconciled the call: it did not run"
-                             + (f" ({by})" if by else "") + (f": {why}" if why else ""))
+            await self._fail(
+                request,
+                "not_run",
+                "a person reconciled the call: it did not run"
+                + (f" ({by})" if by else "")
+                + (f": {why}" if why else ""),
+            )
         else:
             late = done.get(returned_id(request.id))
-            result = (late.data.get("result") if late is not None and "result" in late.data
-                      else decision.data.get("result"))
-            data = {"call_id": request.data.get("call_id"), "name": name, "result": result,
-                    "reconciled": {"verdict": "ran", "by": by, "evidence": late.id if late is not None else None}}
+            result = (
+                late.data.get("result") if late is not None and "result" in late.data else decision.data.get("result")
+            )
+            data = {
+                "call_id": request.data.get("call_id"),
+                "name": name,
+                "result": result,
+                "reconciled": {"verdict": "ran", "by": by, "evidence": late.id if late is not None else None},
+            }
             await engine.answer([result_event(request, TOOL_COMPLETED, data)])
 
     async def _invoke(self, tool: Tool, args: dict[str, Any], key: str) -> Any:
@@ -449,8 +511,13 @@ class ToolHandler:
         return pool
 
     async def _fail(self, request: Event, reason: str, error: str, **extra: Any) -> None:
-        data = {"call_id": request.data.get("call_id"), "name": request.data.get("name"),
-                "reason": reason, "error": error, **extra}
+        data = {
+            "call_id": request.data.get("call_id"),
+            "name": request.data.get("name"),
+            "reason": reason,
+            "error": error,
+            **extra,
+        }
         await self._engine().answer([result_event(request, TOOL_FAILED, data)])
 
     def _engine(self) -> Engine:

@@ -107,8 +107,9 @@ class _Session:
                 with contextlib.suppress(BaseException):
                     await call
         if call.cancelled() or not call.done():
-            raise MCPConnectionError(f"MCP server {self.server.name!r} went away during the call: "
-                                     f"{_describe(self.error)}")
+            raise MCPConnectionError(
+                f"MCP server {self.server.name!r} went away during the call: {_describe(self.error)}"
+            )
         exc = call.exception()
         if exc is not None:
             if self.dead.is_set() or _is_connection_error(exc):
@@ -251,8 +252,9 @@ class MCPServer:
             pool=self.pool,
             requires_approval=_named(self.requires_approval, remote),
             approval_expires=self.approval_expires,
-            guard=GuardConfig(side_effects=_named(self.side_effects, remote),
-                              idempotent=_named(self.idempotent, remote)),
+            guard=GuardConfig(
+                side_effects=_named(self.side_effects, remote), idempotent=_named(self.idempotent, remote)
+            ),
         )
 
     async def call(self, name: str, args: dict[str, Any]) -> Any:
@@ -305,8 +307,9 @@ def _text(content: Sequence[Any]) -> str:
     """Text contents as they are; other kinds (images, resources) as their JSON."""
     from mcp_types import TextContent
 
-    return "\n".join(c.text if isinstance(c, TextContent) else json.dumps(c.model_dump(mode="json", by_alias=True))
-                     for c in content)
+    return "\n".join(
+        c.text if isinstance(c, TextContent) else json.dumps(c.model_dump(mode="json", by_alias=True)) for c in content
+    )
 
 
 def _is_connection_error(exc: BaseException) -> bool:
@@ -316,8 +319,10 @@ def _is_connection_error(exc: BaseException) -> bool:
 
     if isinstance(exc, MCPError):
         return exc.code == CONNECTION_CLOSED
-    return isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream,
-                            ConnectionError, EOFError, OSError))
+    return isinstance(
+        exc,
+        (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError, EOFError, OSError),
+    )
 
 
 def _describe(exc: BaseException | None) -> str:

@@ -69,21 +69,27 @@ def returned_id(request_id: str) -> str:
 def gate(request: Event, name: str) -> Event:
     """The reconciliation gate of the uncertain call ``request`` (of tool ``name``)."""
     d = request.data
-    return request.derive(APPROVAL_REQUESTED, {
-        "tool_request_id": request.id,
-        "tool_request_seq": request.seq,
-        "call_id": d.get("call_id"),
-        "name": name,
-        "args": d.get("args") or {},
-        "expires_at": None,
-        "reconcile": {
-            "reason": "uncertain",
-            "message": ("the call may have run: its intent is in the log, its result is not, and the "
-                        "process that ran it is gone. Did it run? Grant to run it again, deny to record "
-                        "that it did not run, or answer that it ran."),
-            "choices": list(VERDICTS),
+    return request.derive(
+        APPROVAL_REQUESTED,
+        {
+            "tool_request_id": request.id,
+            "tool_request_seq": request.seq,
+            "call_id": d.get("call_id"),
+            "name": name,
+            "args": d.get("args") or {},
+            "expires_at": None,
+            "reconcile": {
+                "reason": "uncertain",
+                "message": (
+                    "the call may have run: its intent is in the log, its result is not, and the "
+                    "process that ran it is gone. Did it run? Grant to run it again, deny to record "
+                    "that it did not run, or answer that it ran."
+                ),
+                "choices": list(VERDICTS),
+            },
         },
-    }, key=GATE_KEY)
+        key=GATE_KEY,
+    )
 
 
 def verdict_of(decision: Event) -> str:
@@ -95,8 +101,16 @@ def verdict_of(decision: Event) -> str:
     return "run_again" if decision.type == APPROVAL_GRANTED else "not_run"
 
 
-async def reconcile(engine: Engine, run_id: str, request_id: str, verdict: str, *, by: str | None = None,
-                    reason: str | None = None, result: Any = None) -> bool:
+async def reconcile(
+    engine: Engine,
+    run_id: str,
+    request_id: str,
+    verdict: str,
+    *,
+    by: str | None = None,
+    reason: str | None = None,
+    result: Any = None,
+) -> bool:
     """Answer the reconciliation gate ``request_id`` (its ``aaa.approval.requested``
     id) of run ``run_id``: ``"ran"`` (``result``: what it returned, if no late outcome
     says), ``"not_run"`` or ``"run_again"``. Recorded as the gate's decision (granted,
@@ -108,10 +122,17 @@ async def reconcile(engine: Engine, run_id: str, request_id: str, verdict: str, 
     pending = meta.approvals.get(request_id)
     if pending is None or meta.completed:
         return False
-    data = {"request_id": request_id, "tool_request_id": pending.tool_request_id,
-            "tool_request_seq": pending.tool_request_seq, "call_id": pending.call_id,
-            "name": pending.name, "verdict": verdict, "by": by, "reason": reason,
-            "at": time.time()}
+    data = {
+        "request_id": request_id,
+        "tool_request_id": pending.tool_request_id,
+        "tool_request_seq": pending.tool_request_seq,
+        "call_id": pending.call_id,
+        "name": pending.name,
+        "verdict": verdict,
+        "by": by,
+        "reason": reason,
+        "at": time.time(),
+    }
     if verdict == "ran" and result is not None:
         data["result"] = result
     kind = APPROVAL_DENIED if verdict == "not_run" else APPROVAL_GRANTED

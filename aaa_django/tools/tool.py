@@ -84,9 +84,7 @@ class Tool:
             annotation = p.annotation if p.annotation is not p.empty else Any
             default = p.default if p.default is not p.empty else ...
             fields[p.name] = (annotation, Field(default, description=arg_docs.get(p.name)))
-        return create_model(
-            f"{self.name}_args", __config__=ConfigDict(extra="forbid"), **fields
-        )
+        return create_model(f"{self.name}_args", __config__=ConfigDict(extra="forbid"), **fields)
 
     def spec(self) -> dict[str, Any]:
         """The JSON tool spec sent to a model: name, description, parameters schema."""

@@ -23,13 +23,20 @@ from aaa_django.tools import Ask, tool
 #: the model the chat page's runs name: answered by the chat script below
 CHAT_MODEL = "chat-demo"
 #: the chat agent's instructions (its runs' ``config.system``)
-SYSTEM = ("You are the demo assistant of aaa_django's example site. Answer briefly. To say how many "
-          "people live in a city, ask which city with choose_city, then use lookup_population.")
+SYSTEM = (
+    "You are the demo assistant of aaa_django's example site. Answer briefly. To say how many "
+    "people live in a city, ask which city with choose_city, then use lookup_population."
+)
 #: seconds between two words of a streamed reply
 WORD_GAP = 0.04
 
-CITY = {"type": "object", "title": "City", "properties": {"city": {"enum": ["Lyon", "Porto"], "title": "City"}},
-        "required": ["city"], "additionalProperties": False}
+CITY = {
+    "type": "object",
+    "title": "City",
+    "properties": {"city": {"enum": ["Lyon", "Porto"], "title": "City"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
 
 
 @tool(inline=True)
@@ -54,8 +61,10 @@ def chat_script(request: LLMRequest) -> LLMResponse:
     turn = sum(1 for m in request.messages if m.role == "user")
     if re.search(r"\b(inhabitants|population|people live)\b", said, re.I):
         return tool_call("choose_city", why="for its population")
-    return text(f"You said: \u201c{said}\u201d. This is turn {turn} of our conversation "
-                f"({len(request.messages)} messages so far). Ask me how many people live in a city.")
+    return text(
+        f"You said: \u201c{said}\u201d. This is turn {turn} of our conversation "
+        f"({len(request.messages)} messages so far). Ask me how many people live in a city."
+    )
 
 
 class DemoModel:

@@ -35,14 +35,17 @@ def start_body(scripted: bool) -> dict:
 def chat(request: HttpRequest) -> HttpResponse:
     """The page; ``?run=<id>`` opens one of the user's conversations again."""
     scripted = not aaa_settings().get("LLM")
-    recent = (RunRecord.objects.filter(owner=request.user, algorithm="aaa.algos.ToolLoop")
-              .order_by("-started_at")[:8])
-    return render(request, "chat/index.html", {
-        "start": start_body(scripted),
-        "run_id": request.GET.get("run", ""),
-        "recent": recent,
-        "scripted": scripted,
-    })
+    recent = RunRecord.objects.filter(owner=request.user, algorithm="aaa.algos.ToolLoop").order_by("-started_at")[:8]
+    return render(
+        request,
+        "chat/index.html",
+        {
+            "start": start_body(scripted),
+            "run_id": request.GET.get("run", ""),
+            "recent": recent,
+            "scripted": scripted,
+        },
+    )
 
 
 login = LoginView.as_view(template_name="chat/login.html", next_page="/chat/")

@@ -25,15 +25,21 @@ from aaa_django.store import runindex
 
 from . import support
 
-RUN_PERMS = ("view_runrecord", "view_all_runs", "cancel_run", "approve_run", "erase_run",
-             "change_runrecord", "add_runrecord")
+RUN_PERMS = (
+    "view_runrecord",
+    "view_all_runs",
+    "cancel_run",
+    "approve_run",
+    "erase_run",
+    "change_runrecord",
+    "add_runrecord",
+)
 
 
 def make_staff(django_user_model, name: str, *perms: str):
     user = django_user_model.objects.create_user(name, password="pw", is_staff=True)
     for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename,
-                                                         content_type__app_label="aaa"))
+        user.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="aaa"))
     return user
 
 
@@ -69,8 +75,7 @@ def site(transactional_db, settings):
 
 
 def start(host: EngineHost, task: str, owner=None, **config) -> str:
-    run = host.call(lambda e: e.start(support.loop(**config), {"task": task},
-                                      owner=str(owner.pk) if owner else None))
+    run = host.call(lambda e: e.start(support.loop(**config), {"task": task}, owner=str(owner.pk) if owner else None))
     return run.run_id
 
 
@@ -90,7 +95,6 @@ def gated_run(transactional_db, site, admin_user) -> str:
     from aaa_django.runtime.event_types import APPROVAL_REQUESTED
 
     run_id = start(site, "deploy the web service", owner=admin_user)
-    support.wait_until(lambda: EventRecord.objects.filter(
-        stream=run_id, type=APPROVAL_REQUESTED).exists())
+    support.wait_until(lambda: EventRecord.objects.filter(stream=run_id, type=APPROVAL_REQUESTED).exists())
     runindex.refresh("default", run_id)
     return run_id

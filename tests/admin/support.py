@@ -59,8 +59,7 @@ ARTICLE = [
     {"id": "draft", "prompt": "Write it: {outline} {page} {sources}", "after": ["outline", "page", "sources"]},
     {"id": "title", "prompt": "A title for {outline}", "after": ["outline"]},
 ]
-SHIP = {"id": "ship", "kind": "tool", "tool": "deploy", "args": {"service": "{title}"},
-        "after": ["draft", "title"]}
+SHIP = {"id": "ship", "kind": "tool", "tool": "deploy", "args": {"service": "{title}"}, "after": ["draft", "title"]}
 
 #: an FSM whose model's labels are scripted by state entered (``fsm-N``): triage and
 #: investigate go round twice, then the answer is sent

@@ -28,8 +28,10 @@ def outcome_of(run_id: str) -> str:
 
 
 def events(run_id: str, type_: str) -> list[dict]:
-    return [json.loads(d) for d in EventRecord.objects.filter(stream=run_id, type=type_)
-            .order_by("seq").values_list("data", flat=True)]
+    return [
+        json.loads(d)
+        for d in EventRecord.objects.filter(stream=run_id, type=type_).order_by("seq").values_list("data", flat=True)
+    ]
 
 
 def test_approving_a_gate_lets_the_run_finish(client, operator, gated_run):
@@ -79,10 +81,20 @@ def test_redrive_finishes_a_stalled_run(client, operator, site):
     adopted by the web process's engine and driven to the end."""
     run_id = f"run-{new_id()}"
     loop = support.loop()
-    started = Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data={
-        "algorithm": loop.name, "config": loop.config(), "input": {"task": "look up"},
-        "budget": None, "deadline": None, "parent": None, "owner": None,
-    })
+    started = Event(
+        id=started_id(run_id),
+        stream=run_id,
+        type=RUN_STARTED,
+        data={
+            "algorithm": loop.name,
+            "config": loop.config(),
+            "input": {"task": "look up"},
+            "budget": None,
+            "deadline": None,
+            "parent": None,
+            "owner": None,
+        },
+    )
     runindex.index_events("default", DjangoEventStore().append_sync([started]))
     assert RunRecord.objects.get(pk=run_id).status == "pending"
     client.force_login(operator)
@@ -106,11 +118,13 @@ def test_a_run_that_has_not_ended_is_not_erased_as_over_the_api(client, operator
     assert RunRecord.objects.filter(pk=gated_run).exists()
 
 
-def test_erase_asks_for_confirmation_then_erases_through_the_engine(client, operator, finished_run,
-                                                                     media_root):
+def test_erase_asks_for_confirmation_then_erases_through_the_engine(client, operator, finished_run, media_root):
     client.force_login(operator)
-    shas = {b["sha256"] for blobs in EventRecord.objects.filter(stream=finished_run)
-            .values_list("blobs", flat=True) for b in blobs}
+    shas = {
+        b["sha256"]
+        for blobs in EventRecord.objects.filter(stream=finished_run).values_list("blobs", flat=True)
+        for b in blobs
+    }
     assert shas and all(support.blob_files(media_root, s) for s in shas)
     page = text(client.get(run_url(finished_run, "erase")))
     assert "cannot be undone" in page and "Type the run id" in page

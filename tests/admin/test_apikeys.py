@@ -97,13 +97,11 @@ def test_without_the_apikey_permissions_every_page_is_403(client, django_user_mo
         assert client.get(page).status_code == 403, page
     assert client.post(url("add"), {"user": nobody.pk}).status_code == 403
     assert client.post(url("revoke", key.pk)).status_code == 403
-    assert client.post(url("changelist"), {"action": "revoke_keys",
-                                           "_selected_action": [key.pk]}).status_code == 403
+    assert client.post(url("changelist"), {"action": "revoke_keys", "_selected_action": [key.pk]}).status_code == 403
     assert ApiKey.objects.count() == 1 and api_status(secret) == 200
 
 
-def test_view_permission_lists_and_opens_keys_but_cannot_revoke_or_create(client, django_user_model,
-                                                                         alice):
+def test_view_permission_lists_and_opens_keys_but_cannot_revoke_or_create(client, django_user_model, alice):
     key, secret = ApiKey.create_key(alice)
     reader = make_staff(django_user_model, "reader", "view_apikey")
     client.force_login(reader)
@@ -138,8 +136,9 @@ def test_the_hash_is_never_rendered_and_keys_are_not_deleted(client, admin_user,
     client.force_login(admin_user)
     created = client.post(url("add"), {"user": alice.pk, "name": "ci"})
     key = ApiKey.objects.get()
-    pages = [created] + [client.get(p) for p in (
-        url("changelist"), url("change", key.pk), url("revoke", key.pk), url("history", key.pk))]
+    pages = [created] + [
+        client.get(p) for p in (url("changelist"), url("change", key.pk), url("revoke", key.pk), url("history", key.pk))
+    ]
     for page in pages:
         assert page.status_code == 200
         assert key.hashed[:16] not in text(page)
@@ -184,5 +183,4 @@ def test_the_three_states_agree_in_the_model_the_list_and_the_command(client, ad
     listing = StringIO()
     call_command("aaa_apikey", "list", stdout=listing)
     lines = {line.split()[-1]: line.split()[2] for line in listing.getvalue().splitlines()}
-    assert lines == {"k-active": "active", "k-expired": "expired", "k-revoked": "revoked",
-                     "k-both": "revoked"}
+    assert lines == {"k-active": "active", "k-expired": "expired", "k-revoked": "revoked", "k-both": "revoked"}

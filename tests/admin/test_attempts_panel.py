@@ -47,8 +47,9 @@ def test_a_finished_runs_calls_each_answered_at_the_first_attempt(client, admin_
     assert [(a.number, a.outcome) for c in calls.calls for a in c.attempts] == [(1, "answered"), (1, "answered")]
     assert 'id="attempts"' in page and "2 calls · 2 attempts sent" in page
     assert len(rows(page)) == 2 and all("answered" in r for r in rows(page))
-    replies = {e.id: e for e in of_type(
-        [e for e in DjangoEventStore("default").read_sync(finished_run)], LLM_COMPLETED)}
+    replies = {
+        e.id: e for e in of_type([e for e in DjangoEventStore("default").read_sync(finished_run)], LLM_COMPLETED)
+    }
     assert all(f"${r.data['cost']:.6f}" in page for r in replies.values())
 
 
@@ -60,7 +61,8 @@ def test_a_crash_loops_attempts_show_abandoned_at_their_estimates(client, admin_
     (call,) = model_calls(run_id).calls
     estimates = [e.data["estimate"]["cost"] for e in of_type(log, LLM_ATTEMPTED)]
     assert [(a.number, a.outcome, a.abandoned, a.estimated) for a in call.attempts] == [
-        (n, "abandoned", True, True) for n in (1, 2, 3)]
+        (n, "abandoned", True, True) for n in (1, 2, 3)
+    ]
     assert [a.cost for a in call.attempts] == estimates
     assert "1 call · 3 attempts sent · 3 abandoned" in page
     shown = rows(page)
@@ -72,19 +74,43 @@ def test_a_crash_loops_attempts_show_abandoned_at_their_estimates(client, admin_
 def test_a_clients_retries_show_how_each_went():
     started = Event.new("run-panel", "aaa.run.started", {"algorithm": "aaa.algos.ToolLoop", "input": {}})
     request = started.derive(LLM_REQUESTED, {"messages": [], "tag": "turn-1", "thread": "main"})
-    attempts = [Event(id=attempt_id(request.id, n), stream=request.stream, type=LLM_ATTEMPTED, causation=request.id,
-                      data={"request_id": request.id, "attempt": n, "model": "m",
-                            "estimate": {"usage": {"input_tokens": 3, "output_tokens": 9}, "cost": 0.5}})
-                for n in (1, 2)]
-    reply = result_event(request, LLM_COMPLETED, {
-        "request_id": request.id, "tag": "turn-1", "thread": "main", "attempt": 2,
-        "response": {"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"},
-        "usage": {"input_tokens": 3, "output_tokens": 1}, "cost": 0.002,
-        "attempts": [{"attempt": 1, "status": 429, "reason": "rate_limit"},
-                     {"attempt": 2, "status": None, "reason": "ok"}]})
+    attempts = [
+        Event(
+            id=attempt_id(request.id, n),
+            stream=request.stream,
+            type=LLM_ATTEMPTED,
+            causation=request.id,
+            data={
+                "request_id": request.id,
+                "attempt": n,
+                "model": "m",
+                "estimate": {"usage": {"input_tokens": 3, "output_tokens": 9}, "cost": 0.5},
+            },
+        )
+        for n in (1, 2)
+    ]
+    reply = result_event(
+        request,
+        LLM_COMPLETED,
+        {
+            "request_id": request.id,
+            "tag": "turn-1",
+            "thread": "main",
+            "attempt": 2,
+            "response": {"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"},
+            "usage": {"input_tokens": 3, "output_tokens": 1},
+            "cost": 0.002,
+            "attempts": [
+                {"attempt": 1, "status": 429, "reason": "rate_limit"},
+                {"attempt": 2, "status": None, "reason": "ok"},
+            ],
+        },
+    )
     run_id = stored([started, request, *attempts, reply])
     (call,) = model_calls(run_id).calls
     assert call.tag == "turn-1"
     assert [(a.number, a.outcome, a.cost, a.estimated) for a in call.attempts] == [
-        (1, "retried: rate_limit, HTTP 429", 0.0, False), (2, "answered", 0.002, False)]
+        (1, "retried: rate_limit, HTTP 429", 0.0, False),
+        (2, "answered", 0.002, False),
+    ]
     assert call.attempts[1].tokens == "3 in / 1 out"

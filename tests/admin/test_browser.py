@@ -160,8 +160,7 @@ def test_staff_approve_a_live_run_and_watch_it_finish(browser, live_server, admi
     shot(browser, "06-live-run-finished")
 
 
-def test_a_live_page_updates_itself_when_someone_else_acts(browser, live_server, admin_user,
-                                                          gated_run, site):
+def test_a_live_page_updates_itself_when_someone_else_acts(browser, live_server, admin_user, gated_run, site):
     """Approved elsewhere (the API, another admin): the open page follows on its own."""
     from selenium.webdriver.common.by import By
 

@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def test_staff_cancel_every_toolloop_run_of_the_past_hour_in_one_action(
-        browser, live_server, admin_user, site, monkeypatch):
+    browser, live_server, admin_user, site, monkeypatch
+):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 

@@ -37,8 +37,14 @@ def test_the_run_list_charts_many_runs_and_none(browser, live_server, transactio
     for i in range(400):  # 400 runs over 45 days, busier towards the end
         when = first + timedelta(days=int(45 * rng.random() ** 0.6), minutes=rng.randrange(1440))
         tokens_in = rng.randrange(200, 6000)
-        a_run(f"run-{i:03d}", when, tokens_in, tokens_in // rng.randrange(3, 9), tokens_in * 2.5e-6,
-              outcome="failed" if i % 9 == 0 else "success")
+        a_run(
+            f"run-{i:03d}",
+            when,
+            tokens_in,
+            tokens_in // rng.randrange(3, 9),
+            tokens_in * 2.5e-6,
+            outcome="failed" if i % 9 == 0 else "success",
+        )
     log_in(browser, live_server)
 
     browser.get(live_server.url + reverse("admin:aaa_runrecord_changelist"))
@@ -74,7 +80,8 @@ return {
 
 
 def test_the_run_page_draws_the_graph_of_a_workflow_an_fsm_and_a_run_just_started(
-        browser, live_server, admin_user, site):
+    browser, live_server, admin_user, site
+):
     from aaa_django.events import Event
     from aaa_django.runtime.event_types import RUN_STARTED, started_id
     from aaa_django.store import DjangoEventStore, runindex
@@ -85,9 +92,16 @@ def test_the_run_page_draws_the_graph_of_a_workflow_an_fsm_and_a_run_just_starte
     graph = site.call(lambda e: e.start(support.workflow(), {"task": "Lyon"})).run_id
     machine = site.call(lambda e: e.start(support.machine(), {"task": "It crashes"})).run_id
     started = "run-just-started"
-    DjangoEventStore().append_sync([Event(
-        id=started_id(started), stream=started, type=RUN_STARTED,
-        data={"algorithm": "aaa.algos.FSM", "config": support.SUPPORT_FSM, "input": {"task": "?"}})])
+    DjangoEventStore().append_sync(
+        [
+            Event(
+                id=started_id(started),
+                stream=started,
+                type=RUN_STARTED,
+                data={"algorithm": "aaa.algos.FSM", "config": support.SUPPORT_FSM, "input": {"task": "?"}},
+            )
+        ]
+    )
     for run_id in (graph, machine):
         support.wait_until(lambda r=run_id: (row := runindex.refresh("default", r)) and row.outcome)
     runindex.refresh("default", started)
@@ -96,8 +110,13 @@ def test_the_run_page_draws_the_graph_of_a_workflow_an_fsm_and_a_run_just_starte
     browser.get(run_page(live_server, graph))
     page = wait(browser, lambda d: d.execute_script(READ_GRAPH))
     assert {n: v["status"] for n, v in page["nodes"].items()} == {
-        "outline": "done", "page": "failed", "recall": "done", "sources": "done", "draft": "done",
-        "title": "done"}
+        "outline": "done",
+        "page": "failed",
+        "recall": "done",
+        "sources": "done",
+        "draft": "done",
+        "title": "done",
+    }
     assert all(v["width"] > 60 and v["height"] > 20 for v in page["nodes"].values())
     assert "page>recall" in page["taken"] and page["kind"] == "workflow"
     shot(browser, "10-run-page-workflow-graph")
@@ -105,8 +124,7 @@ def test_the_run_page_draws_the_graph_of_a_workflow_an_fsm_and_a_run_just_starte
     browser.get(run_page(live_server, machine))
     page = wait(browser, lambda d: d.execute_script(READ_GRAPH))
     assert page["nodes"]["human"]["status"] == "idle" and page["nodes"]["done"]["status"] == "done"
-    assert sorted(page["taken"]) == ["answer>done", "investigate>answer", "investigate>triage",
-                                     "triage>investigate"]
+    assert sorted(page["taken"]) == ["answer>done", "investigate>answer", "investigate>triage", "triage>investigate"]
     assert "bug ×2" in page["text"] and page["kind"] == "fsm"
     shot(browser, "11-run-page-fsm-states")
 
@@ -149,7 +167,8 @@ BUDGET = {"model_calls": 400, "tool_calls": 10}
 
 
 def test_the_run_pages_pictures_on_a_run_of_1000_events_and_on_an_empty_one(
-        browser, live_server, transactional_db, admin_user):
+    browser, live_server, transactional_db, admin_user
+):
     from dataclasses import replace
 
     from aaa_django.algos import FSM
@@ -164,8 +183,7 @@ def test_the_run_pages_pictures_on_a_run_of_1000_events_and_on_an_empty_one(
     # A support FSM run that goes round ROUNDS times (one model call a state entered),
     # run by an engine on a memory store (in a second, where the site's SQLite log takes
     # a minute on a loaded machine), its log then written to the site's.
-    long = FSM(**{**support.SUPPORT_FSM, "max_transitions": 2 * ROUNDS + 10,
-                  "system": f"Go round {ROUNDS} times."})
+    long = FSM(**{**support.SUPPORT_FSM, "max_transitions": 2 * ROUNDS + 10, "system": f"Go round {ROUNDS} times."})
 
     async def record():
         async with make_engine(support.script) as engine:
@@ -176,12 +194,23 @@ def test_the_run_pages_pictures_on_a_run_of_1000_events_and_on_an_empty_one(
     run_id, events = arun(record(), timeout=60)
     store = DjangoEventStore()
     for i in range(0, len(events), 250):
-        store.append_sync([replace(e, seq=None) for e in events[i:i + 250]])
+        store.append_sync([replace(e, seq=None) for e in events[i : i + 250]])
     empty = "run-just-started-with-a-budget"
-    store.append_sync([Event(
-        id=started_id(empty), stream=empty, type=RUN_STARTED,
-        data={"algorithm": "aaa.algos.FSM", "config": support.SUPPORT_FSM, "input": {"task": "?"},
-              "budget": BUDGET})])
+    store.append_sync(
+        [
+            Event(
+                id=started_id(empty),
+                stream=empty,
+                type=RUN_STARTED,
+                data={
+                    "algorithm": "aaa.algos.FSM",
+                    "config": support.SUPPORT_FSM,
+                    "input": {"task": "?"},
+                    "budget": BUDGET,
+                },
+            )
+        ]
+    )
     row = runindex.refresh("default", run_id)
     runindex.refresh("default", empty)
     calls = 2 * ROUNDS + 5  # the round trips, then bug, unclear, bug, found, sent
@@ -194,10 +223,13 @@ def test_the_run_pages_pictures_on_a_run_of_1000_events_and_on_an_empty_one(
     assert page["status"] == "completed · success"
     assert page["bars"] == calls and f"model calls ({calls})" in page["lanes"]
     assert min(page["bar_widths"]) >= 1 and page["timeline_width"] > 600  # each call drawn, visibly
-    assert page["taken"] == {"triage>investigate": ROUNDS + 2, "investigate>triage": ROUNDS + 1,
-                             "investigate>answer": 1, "answer>done": 1}
-    assert page["nodes"] == {"triage": "done", "investigate": "done", "answer": "done", "done": "done",
-                             "human": "idle"}
+    assert page["taken"] == {
+        "triage>investigate": ROUNDS + 2,
+        "investigate>triage": ROUNDS + 1,
+        "investigate>answer": 1,
+        "answer>done": 1,
+    }
+    assert page["nodes"] == {"triage": "done", "investigate": "done", "answer": "done", "done": "done", "human": "idle"}
     assert f"bug ×{ROUNDS + 2}" in page["graph_text"]
     used = page["budget"]
     assert used["model_calls"]["state"] == "near" and used["model_calls"]["share"] == round(calls / 400, 4)
@@ -212,5 +244,7 @@ def test_the_run_pages_pictures_on_a_run_of_1000_events_and_on_an_empty_one(
     assert set(page["nodes"].values()) == {"idle"} and not page["taken"]
     assert "nothing started yet" in page["graph_text"]
     assert {d: (b["state"], b["share"], b["fill"]) for d, b in page["budget"].items()} == {
-        "model_calls": ("ok", 0, 0), "tool_calls": ("ok", 0, 0)}
+        "model_calls": ("ok", 0, 0),
+        "tool_calls": ("ok", 0, 0),
+    }
     shot(browser, "15-run-page-pictures-empty")

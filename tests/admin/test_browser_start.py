@@ -55,8 +55,10 @@ def test_staff_start_a_toolloop_from_its_form_with_a_site_tool_ticked(browser, l
     assert tool_names(started["config"]["tools"]) == ["lookup"]  # the ticked tool, and only it
     assert started["budget"] == {"model_calls": 5}
     assert run.owner == admin_user
-    called = [json.loads(d)["name"] for d in EventRecord.objects.filter(
-        stream=run.run_id, type=TOOL_REQUESTED).values_list("data", flat=True)]
+    called = [
+        json.loads(d)["name"]
+        for d in EventRecord.objects.filter(stream=run.run_id, type=TOOL_REQUESTED).values_list("data", flat=True)
+    ]
     assert called == ["lookup"]
     assert any('lookup(topic="admin")' in line for line in page["rows"])
     assert console_errors(browser) == []

@@ -39,15 +39,14 @@ return {box: true, state: box.dataset.state, request: box.dataset.request || nul
 """
 
 
-def test_staff_watch_a_models_reply_as_it_is_written(browser, live_server, admin_user, model_server,
-                                                     tokens_host):
+def test_staff_watch_a_models_reply_as_it_is_written(browser, live_server, admin_user, model_server, tokens_host):
     listening, seen = threading.Event(), threading.Event()
     # the first text once the page listens; the last once the test has seen the others
-    model_server.script(Reply(parts=openai_stream(TEXTS), holds={1: listening, len(TEXTS): seen},
-                              hold_seconds=60))
+    model_server.script(Reply(parts=openai_stream(TEXTS), holds={1: listening, len(TEXTS): seen}, hold_seconds=60))
     log_in(browser, live_server)
-    run_id = tokens_host.call(lambda e: e.start(ToolLoop(ToolRegistry([])), {"task": "Deploy the web service"},
-                                                owner=str(admin_user.pk))).run_id
+    run_id = tokens_host.call(
+        lambda e: e.start(ToolLoop(ToolRegistry([])), {"task": "Deploy the web service"}, owner=str(admin_user.pk))
+    ).run_id
 
     browser.get(run_page(live_server, run_id))
     page = wait(browser, lambda d: (p := d.execute_script(READ_LIVE))["box"] and p["state"] == "open" and p)

@@ -55,10 +55,21 @@ def stalled_run(started_at=None) -> str:
     """A run whose start was written and never delivered (its process died)."""
     run_id = f"run-{new_id()}"
     loop = support.loop()
-    event = Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data={
-        "algorithm": loop.name, "config": loop.config(), "input": {"task": "look up"},
-        "budget": None, "deadline": None, "parent": None, "owner": None,
-    }, **({"time": started_at} if started_at else {}))
+    event = Event(
+        id=started_id(run_id),
+        stream=run_id,
+        type=RUN_STARTED,
+        data={
+            "algorithm": loop.name,
+            "config": loop.config(),
+            "input": {"task": "look up"},
+            "budget": None,
+            "deadline": None,
+            "parent": None,
+            "owner": None,
+        },
+        **({"time": started_at} if started_at else {}),
+    )
     runindex.index_events("default", DjangoEventStore().append_sync([event]))
     return run_id
 
@@ -102,8 +113,7 @@ def test_a_bulk_cancel_of_20_running_runs_ends_each_cancelled(client, operator, 
     assert {(a["reason"], a["by"]) for a in asked} == {("wrong release", f"operator (user {operator.pk}, admin)")}
 
 
-def test_cancel_every_run_of_one_algorithm_started_in_the_past_hour_in_one_action(
-        client, operator, site, monkeypatch):
+def test_cancel_every_run_of_one_algorithm_started_in_the_past_hour_in_one_action(client, operator, site, monkeypatch):
     """Filter by algorithm and "Past hour", select all across the list's pages, cancel:
     a run of another algorithm and a run started two hours ago are left alone."""
     monkeypatch.setattr(RunAdmin, "list_per_page", 2)
@@ -153,10 +163,14 @@ def test_staff_without_an_actions_permission_do_not_see_it(client, viewer, djang
 
 
 def test_bulk_erase_erases_the_ended_runs_and_names_the_running_ones_it_refuses(
-        client, operator, finished_run, gated_run, media_root):
+    client, operator, finished_run, gated_run, media_root
+):
     client.force_login(operator)
-    shas = {b["sha256"] for blobs in EventRecord.objects.filter(stream=finished_run)
-            .values_list("blobs", flat=True) for b in blobs}
+    shas = {
+        b["sha256"]
+        for blobs in EventRecord.objects.filter(stream=finished_run).values_list("blobs", flat=True)
+        for b in blobs
+    }
 
     page = act(client, "erase_selected", [finished_run, gated_run])
     assert "Erase 2 runs?" in text(page)

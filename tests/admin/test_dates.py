@@ -24,17 +24,40 @@ LIST = "admin:aaa_runrecord_changelist"
 #: times either side of year, month and day boundaries in UTC and in New York (UTC-5
 #: in winter, UTC-4 in summer): 2025-12-31 23:30 UTC is still the 31st there, 2026-01-01
 #: 03:00 UTC is still 2025 there; runs in 2024, none in 2023 (a gap a probe crosses)
-TIMES = [datetime(*t, tzinfo=timezone.utc) for t in (
-    (2024, 2, 29, 12), (2024, 11, 3, 5, 30), (2025, 12, 31, 23, 30), (2026, 1, 1, 3),
-    (2026, 1, 1, 6), (2026, 3, 8, 6, 59), (2026, 3, 8, 7, 1), (2026, 3, 31, 23, 59),
-    (2026, 4, 1, 4), (2026, 11, 30, 12), (2026, 11, 30, 12, 1), (2026, 12, 1, 0, 0))]
+TIMES = [
+    datetime(*t, tzinfo=timezone.utc)
+    for t in (
+        (2024, 2, 29, 12),
+        (2024, 11, 3, 5, 30),
+        (2025, 12, 31, 23, 30),
+        (2026, 1, 1, 3),
+        (2026, 1, 1, 6),
+        (2026, 3, 8, 6, 59),
+        (2026, 3, 8, 7, 1),
+        (2026, 3, 31, 23, 59),
+        (2026, 4, 1, 4),
+        (2026, 11, 30, 12),
+        (2026, 11, 30, 12, 1),
+        (2026, 12, 1, 0, 0),
+    )
+]
 
 
 def runs_at(alias: str, times: list[datetime], outcome=lambda i: "success") -> None:
-    RunRecord.objects.using(alias).bulk_create([
-        RunRecord(run_id=f"run-dates-{i}", algorithm="tests.dates", status="completed",
-                  outcome=outcome(i), started_at=t, updated_at=t, last_seq=1)
-        for i, t in enumerate(times)])
+    RunRecord.objects.using(alias).bulk_create(
+        [
+            RunRecord(
+                run_id=f"run-dates-{i}",
+                algorithm="tests.dates",
+                status="completed",
+                outcome=outcome(i),
+                started_at=t,
+                updated_at=t,
+                last_seq=1,
+            )
+            for i, t in enumerate(times)
+        ]
+    )
 
 
 def both(alias: str, kind: str, **filters) -> tuple[list, list]:
@@ -52,8 +75,7 @@ def test_the_probed_periods_are_djangos_in_every_time_zone(db_alias, zone):
         for kind in ("year", "month", "day"):
             django, probed = both(db_alias, kind)
             assert probed == django and len(probed) >= 2, (kind, probed)
-            assert all(p.tzinfo is not None and str(dj_timezone.localtime(p).tzinfo) == zone
-                       for p in probed)
+            assert all(p.tzinfo is not None and str(dj_timezone.localtime(p).tzinfo) == zone for p in probed)
             # the list's filters and its drill-down's own lookups are followed
             assert both(db_alias, kind, outcome="failed")[1] == both(db_alias, kind, outcome="failed")[0]
             assert both(db_alias, kind, started_at__year=2026)[1] == both(db_alias, kind, started_at__year=2026)[0]
@@ -101,8 +123,10 @@ def test_the_run_lists_drill_down_is_djangos_without_a_distinct_query(client, ad
     client.force_login(admin_user)
     for params, titles in (
         ({}, ["2024", "2025", "2026"]),
-        ({"started_at__year": 2026}, ["All dates", "January 2026", "March 2026", "April 2026",
-                                      "November 2026", "December 2026"]),
+        (
+            {"started_at__year": 2026},
+            ["All dates", "January 2026", "March 2026", "April 2026", "November 2026", "December 2026"],
+        ),
         ({"started_at__year": 2026, "started_at__month": 3}, ["2026", "March 8", "March 31"]),
     ):
         with CaptureQueriesContext(connections["default"]) as queries:

@@ -107,8 +107,11 @@ def test_the_run_lists_filters_offer_the_indexs_values_without_reading_every_row
     with CaptureQueriesContext(connection) as queries:
         page = text(admin_client.get(reverse(RUNS)))
     assert "?outcome=success" in page and "?algorithm=tests.api.echo" in page
-    distinct = [q["sql"] for q in queries if "DISTINCT" in q["sql"].upper()
-                and ('"outcome"' in q["sql"] or '"algorithm"' in q["sql"])]
+    distinct = [
+        q["sql"]
+        for q in queries
+        if "DISTINCT" in q["sql"].upper() and ('"outcome"' in q["sql"] or '"algorithm"' in q["sql"])
+    ]
     assert not distinct, distinct
     assert "run-c" not in text(admin_client.get(reverse(RUNS) + "?outcome=success"))
     assert "run-c" in text(admin_client.get(reverse(RUNS) + "?status__exact=running"))

@@ -33,8 +33,7 @@ def upload(client, body: bytes, name="run.jsonl"):
     return client.post(reverse(IMPORT_URL), {"file": f})
 
 
-def test_a_run_exported_from_its_page_and_imported_back(client, admin_user, operator,
-                                                        django_user_model, finished_run):
+def test_a_run_exported_from_its_page_and_imported_back(client, admin_user, operator, django_user_model, finished_run):
     client.force_login(operator)
     page = text(client.get(run_url(finished_run)))
     assert run_url(finished_run, "export") in page
@@ -60,8 +59,7 @@ def test_a_run_exported_from_its_page_and_imported_back(client, admin_user, oper
     assert again.status_code == 200 and "exists on this site already" in text(again)
 
 
-def test_a_tampered_export_is_refused_and_nothing_is_stored(client, operator, django_user_model,
-                                                            finished_run):
+def test_a_tampered_export_is_refused_and_nothing_is_stored(client, operator, django_user_model, finished_run):
     client.force_login(operator)
     body = download(client, finished_run)
     client.post(run_url(finished_run, "erase"), {"confirm": finished_run})
@@ -80,10 +78,8 @@ def test_a_tampered_export_is_refused_and_nothing_is_stored(client, operator, dj
     assert not EventRecord.objects.filter(stream=finished_run).exists()
 
 
-def test_a_fork_from_the_admin_goes_on_with_the_edited_config(client, operator, viewer,
-                                                              finished_run):
-    events = list(EventRecord.objects.filter(stream=finished_run).order_by("seq")
-                  .values_list("seq", "type"))
+def test_a_fork_from_the_admin_goes_on_with_the_edited_config(client, operator, viewer, finished_run):
+    events = list(EventRecord.objects.filter(stream=finished_run).order_by("seq").values_list("seq", "type"))
     at = next(seq for seq, t in events if t == TOOL_COMPLETED)  # before the answer
     client.force_login(operator)
     form = client.get(run_url(finished_run, "fork") + f"?at={at}")
@@ -91,18 +87,24 @@ def test_a_fork_from_the_admin_goes_on_with_the_edited_config(client, operator, 
     config = json.loads(form.context["form"]["config"].value())
     assert config["max_turns"] == 4  # the run's own, to edit
 
-    r = client.post(run_url(finished_run, "fork"), {
-        "at": at, "config": json.dumps({**config, "model": "scripted-2"}),
-        "budget": json.dumps({"model_calls": 5}), "deadline": "",
-    })
+    r = client.post(
+        run_url(finished_run, "fork"),
+        {
+            "at": at,
+            "config": json.dumps({**config, "model": "scripted-2"}),
+            "budget": json.dumps({"model_calls": 5}),
+            "deadline": "",
+        },
+    )
 
     assert r.status_code == 302, text(r)
     fork = RunRecord.objects.exclude(pk=finished_run).get()
     assert r["Location"] == run_url(fork.run_id)
     assert outcome_of(fork.run_id) == "success"
     assert (fork.forked_from, fork.forked_at, fork.owner) == (finished_run, at, operator)
-    asked = [reading.data_of(e) for e in DjangoEventStore().read_sync(fork.run_id)
-             if e.type == LLM_REQUESTED]  # hydrated: the second quotes a long document
+    asked = [
+        reading.data_of(e) for e in DjangoEventStore().read_sync(fork.run_id) if e.type == LLM_REQUESTED
+    ]  # hydrated: the second quotes a long document
     assert [a.get("model") for a in asked] == [None, "scripted-2"]  # copied, then new
     page = text(client.get(run_url(fork.run_id)))
     assert "Forked from" in page and run_url(finished_run) in page
@@ -115,8 +117,7 @@ def test_a_fork_from_the_admin_goes_on_with_the_edited_config(client, operator, 
     assert "Fork…" not in text(client.get(run_url(finished_run)))
 
 
-def test_run_again_starts_the_same_run_anew_and_both_pages_link_to_each_other(
-        client, operator, viewer, finished_run):
+def test_run_again_starts_the_same_run_anew_and_both_pages_link_to_each_other(client, operator, viewer, finished_run):
     client.force_login(operator)
     assert f'action="{run_url(finished_run, "again")}"' in text(client.get(run_url(finished_run)))
 
@@ -126,14 +127,16 @@ def test_run_again_starts_the_same_run_anew_and_both_pages_link_to_each_other(
     assert r.redirect_chain == [(run_url(new.run_id), 302)]
     assert f"Run {new.run_id} started: {finished_run} again" in text(r)
     assert new.forked_at == 1 and new.owner == operator
-    original, again = (json.loads(EventRecord.objects.get(stream=run, seq=1).data)
-                       for run in (finished_run, new.run_id))
+    original, again = (
+        json.loads(EventRecord.objects.get(stream=run, seq=1).data) for run in (finished_run, new.run_id)
+    )
     for key in ("algorithm", "input", "config", "budget"):
         assert again[key] == original[key], key
     assert again["forked_from"]["run"] == finished_run
     assert outcome_of(new.run_id) == "success"  # decided anew: a run of its own
-    assert EventRecord.objects.filter(stream=new.run_id).count() == \
-        EventRecord.objects.filter(stream=finished_run).count()
+    assert (
+        EventRecord.objects.filter(stream=new.run_id).count() == EventRecord.objects.filter(stream=finished_run).count()
+    )
     # the new run's page names its origin, the origin's page lists the new run
     page = text(client.get(run_url(new.run_id)))
     assert f'Run again from <a href="{run_url(finished_run)}">{finished_run}</a>' in page

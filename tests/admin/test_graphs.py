@@ -53,16 +53,31 @@ def run(case) -> list[Event]:
 def test_a_workflow_run_shows_each_node_as_it_ended_and_the_fallback_it_took():
     events = load("workflow_graph")  # the facts tool fails; its fallback, recall, answers
     picture = graph_picture(WorkflowGraph, config_of(events), events)
-    assert statuses(picture) == {"outline": "done", "facts": "failed", "recall": "done",
-                                 "draft": "done", "title": "done"}
+    assert statuses(picture) == {
+        "outline": "done",
+        "facts": "failed",
+        "recall": "done",
+        "draft": "done",
+        "title": "done",
+    }
     assert picture.path == ("outline", "facts", "title", "recall", "draft")
     assert [picture.node(n).steps for n in picture.path] == [(1,), (2,), (3,), (4,), (5,)]
-    assert taken(picture) == {("outline", "draft"): 1, ("facts", "draft"): 1, ("outline", "title"): 1,
-                              ("facts", "recall"): 1}
+    assert taken(picture) == {
+        ("outline", "draft"): 1,
+        ("facts", "draft"): 1,
+        ("outline", "title"): 1,
+        ("facts", "recall"): 1,
+    }
     assert (picture.outcome, picture.note) == ("success", "")
     # columns along the edges; a fallback under the node it replaces
     place = {n.id: (n.rank, n.row) for n in picture.nodes}
-    assert place == {"outline": (0, 0), "facts": (0, 1), "recall": (0, 2), "title": (1, 0), "draft": (1, 1)}  # title sits by its one input
+    assert place == {
+        "outline": (0, 0),
+        "facts": (0, 1),
+        "recall": (0, 2),
+        "title": (1, 0),
+        "draft": (1, 1),
+    }  # title sits by its one input
 
 
 def test_a_workflow_run_as_it_goes_and_as_it_failed():
@@ -86,13 +101,21 @@ def test_the_picture_needs_no_payload_of_a_claim_checked_event():
     """A claim-checked event keeps only its stub in the log: the picture is the same."""
     events = load("workflow_graph")
     hot = ("tag", "call_id", "name", "usage", "cost")
-    stubs = [replace(e, data={"$claim": True, **{k: e.data[k] for k in hot if k in e.data}})
-             if e.type not in (RUN_STARTED, RUN_COMPLETED) else e for e in events]
+    stubs = [
+        replace(e, data={"$claim": True, **{k: e.data[k] for k in hot if k in e.data}})
+        if e.type not in (RUN_STARTED, RUN_COMPLETED)
+        else e
+        for e in events
+    ]
     cfg = WorkflowGraph.Config.model_validate(config_of(events))
     assert workflow_picture(cfg, stubs) == workflow_picture(cfg, events)
     fsm = load("fsm")
-    stubs = [replace(e, data={"$claim": True, **{k: e.data[k] for k in hot if k in e.data}})
-             if e.type not in (RUN_STARTED, RUN_COMPLETED, FSM_ENTERED) else e for e in fsm]
+    stubs = [
+        replace(e, data={"$claim": True, **{k: e.data[k] for k in hot if k in e.data}})
+        if e.type not in (RUN_STARTED, RUN_COMPLETED, FSM_ENTERED)
+        else e
+        for e in fsm
+    ]
     fcfg = FSM.Config.model_validate(config_of(fsm))
     assert fsm_picture(fcfg, stubs) == fsm_picture(fcfg, fsm)
 
@@ -148,19 +171,25 @@ def test_only_graph_algorithms_have_a_picture():
 def test_the_svg_draws_every_node_and_edge_and_strengthens_the_path():
     events = load("fsm")
     svg = str(graph(graph_picture(FSM, config_of(events), events)))
-    nodes = {node: status for status, node in
-             re.findall(r'<g class="aaa-node aaa-node-(\w+) aaa-kind-\w+" data-node="(\w+)"', svg)}
+    nodes = {
+        node: status
+        for status, node in re.findall(r'<g class="aaa-node aaa-node-(\w+) aaa-kind-\w+" data-node="(\w+)"', svg)
+    }
     assert nodes == {"triage": "done", "reproduce": "done", "answer": "done", "done": "done"}
-    edges = re.findall(r'<g class="aaa-edge aaa-edge-transition( aaa-edge-taken)?" data-src="(\w+)" '
-                       r'data-dst="(\w+)"', svg)
+    edges = re.findall(
+        r'<g class="aaa-edge aaa-edge-transition( aaa-edge-taken)?" data-src="(\w+)" '
+        r'data-dst="(\w+)"',
+        svg,
+    )
     assert len(edges) == 5 and sum(1 for t, _, _ in edges if t) == 3
     assert "path: triage → reproduce → answer → done" in svg
     assert "<title>triage (model): done, reached at step 1</title>" in svg
 
 
 def test_the_svg_escapes_what_a_config_says():
-    cfg = FSM.Config.model_validate({"states": {"a": {"prompt": "p", "transitions": {"<b>ok</b>": "z"}}},
-                                     "initial": "a", "finals": ["z"]})
+    cfg = FSM.Config.model_validate(
+        {"states": {"a": {"prompt": "p", "transitions": {"<b>ok</b>": "z"}}}, "initial": "a", "finals": ["z"]}
+    )
     started = Event(id="s", stream="r", type=RUN_STARTED, seq=1)
     svg = str(graph(fsm_picture(cfg, [started])))
     assert "<b>" not in svg and "&lt;b&gt;ok&lt;/b&gt;" in svg and "nothing started yet" in svg
@@ -172,12 +201,15 @@ def test_a_long_loop_is_drawn_with_its_counts():
     events, seq = [Event(id="s", stream="r", type=RUN_STARTED, seq=1)], 1
     for n in range(250):
         state = "triage" if n % 2 == 0 else "reproduce"
-        ask = Event(id=f"ask-{n}", stream="r", type=TOOL_REQUESTED, seq=seq + 2,
-                    data={"call_id": f"fsm-{n}"})
-        events += [Event(id=f"in-{n}", stream="r", type=FSM_ENTERED, seq=seq + 1,
-                         data={"state": state, "step": n, "via": None}), ask,
-                   Event(id=result_id(ask.id), stream="r", type=TOOL_COMPLETED, seq=seq + 3),
-                   Event(id=f"x-{n}", stream="r", type="aaa.other", seq=seq + 4)]
+        ask = Event(id=f"ask-{n}", stream="r", type=TOOL_REQUESTED, seq=seq + 2, data={"call_id": f"fsm-{n}"})
+        events += [
+            Event(
+                id=f"in-{n}", stream="r", type=FSM_ENTERED, seq=seq + 1, data={"state": state, "step": n, "via": None}
+            ),
+            ask,
+            Event(id=result_id(ask.id), stream="r", type=TOOL_COMPLETED, seq=seq + 3),
+            Event(id=f"x-{n}", stream="r", type="aaa.other", seq=seq + 4),
+        ]
         seq += 4
     picture = fsm_picture(cfg, events)
     assert len(events) == 1001 and len(picture.path) == 250
@@ -193,8 +225,10 @@ def test_a_long_loop_is_drawn_with_its_counts():
 def drawn(page: str) -> dict[str, str]:
     """node -> status of the run page's graph."""
     svg = re.search(r'<svg class="aaa-graph".*?</svg>', page, re.S).group(0)
-    return {node: status for status, node in
-            re.findall(r'<g class="aaa-node aaa-node-(\w+) aaa-kind-\w+" data-node="(\w+)"', svg)}
+    return {
+        node: status
+        for status, node in re.findall(r'<g class="aaa-node aaa-node-(\w+) aaa-kind-\w+" data-node="(\w+)"', svg)
+    }
 
 
 def ended(run_id: str) -> str:
@@ -206,19 +240,31 @@ def test_the_run_page_draws_a_workflow_run_an_fsm_run_and_a_run_just_started(cli
     machine = site.call(lambda e: e.start(support.machine(), {"task": "It crashes"})).run_id
     assert ended(graph) == "success" and ended(machine) == "success"
     started = "run-just-started"
-    DjangoEventStore().append_sync([Event(
-        id=started_id(started), stream=started, type=RUN_STARTED,
-        data={"algorithm": "aaa.algos.WorkflowGraph", "config": {"nodes": support.ARTICLE}, "input": {}})])
+    DjangoEventStore().append_sync(
+        [
+            Event(
+                id=started_id(started),
+                stream=started,
+                type=RUN_STARTED,
+                data={"algorithm": "aaa.algos.WorkflowGraph", "config": {"nodes": support.ARTICLE}, "input": {}},
+            )
+        ]
+    )
     runindex.refresh("default", started)
     client.force_login(admin_user)
 
     page = text(client.get(run_url(graph)))
-    assert drawn(page) == {"outline": "done", "page": "failed", "recall": "done", "sources": "done",
-                           "draft": "done", "title": "done"}
+    assert drawn(page) == {
+        "outline": "done",
+        "page": "failed",
+        "recall": "done",
+        "sources": "done",
+        "draft": "done",
+        "title": "done",
+    }
     assert "<h2>Workflow" in page
     page = text(client.get(run_url(machine)))
-    assert drawn(page) == {"triage": "done", "investigate": "done", "answer": "done", "done": "done",
-                           "human": "idle"}
+    assert drawn(page) == {"triage": "done", "investigate": "done", "answer": "done", "done": "done", "human": "idle"}
     assert "path: triage → investigate → triage → investigate → answer → done" in page
     assert "bug ×2" in page and "<h2>States" in page
     page = text(client.get(run_url(started)))
@@ -242,10 +288,17 @@ def test_a_workflow_waiting_for_an_approval_shows_the_node_running(client, admin
 
 def test_a_config_that_does_not_describe_a_graph_is_said_so(client, admin_user, site):
     run_id = "run-bad-graph"
-    DjangoEventStore().append_sync([Event(
-        id=started_id(run_id), stream=run_id, type=RUN_STARTED,
-        data={"algorithm": "aaa.algos.FSM", "config": {"states": {}}, "input": {}})])
+    DjangoEventStore().append_sync(
+        [
+            Event(
+                id=started_id(run_id),
+                stream=run_id,
+                type=RUN_STARTED,
+                data={"algorithm": "aaa.algos.FSM", "config": {"states": {}}, "input": {}},
+            )
+        ]
+    )
     runindex.refresh("default", run_id)
     client.force_login(admin_user)
     page = text(client.get(run_url(run_id)))
-    assert "The run&#x27;s config does not describe a graph" in page and "<svg class=\"aaa-graph\"" not in page
+    assert "The run&#x27;s config does not describe a graph" in page and '<svg class="aaa-graph"' not in page

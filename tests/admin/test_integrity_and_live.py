@@ -17,8 +17,7 @@ def tamper(media_root, sha256: str) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_a_tampered_blob_shows_an_integrity_error_not_a_crash(client, admin_user, finished_run,
-                                                             media_root):
+def test_a_tampered_blob_shows_an_integrity_error_not_a_crash(client, admin_user, finished_run, media_root):
     client.force_login(admin_user)
     e = EventRecord.objects.get(stream=finished_run, type=TOOL_COMPLETED)
     sha = e.blobs[0]["sha256"]

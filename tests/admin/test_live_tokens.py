@@ -26,7 +26,8 @@ def token_data(chunks: list[str]) -> list[dict]:
 
 
 def test_a_running_runs_page_listens_for_tokens_only_when_the_site_streams_them(
-        client, admin_user, gated_run, settings):
+    client, admin_user, gated_run, settings
+):
     client.force_login(admin_user)
     page = text(client.get(run_url(gated_run)))
     assert 'id="aaa-live-reply"' not in page and "EventSource" not in page
@@ -48,8 +49,7 @@ def test_an_ended_run_has_no_live_tokens(client, admin_user, finished_run, setti
     assert client.get(run_url(finished_run, "tokens")).status_code == 204
 
 
-def test_the_tokens_of_a_run_are_for_those_who_may_see_its_page(client, django_user_model, viewer,
-                                                                 gated_run, settings):
+def test_the_tokens_of_a_run_are_for_those_who_may_see_its_page(client, django_user_model, viewer, gated_run, settings):
     settings.AAA = {**settings.AAA, **TOKENS_ON}
     url = run_url(gated_run, "tokens")
     assert client.get(url).status_code == 302  # to the admin's login
@@ -112,6 +112,7 @@ def test_a_stream_sends_its_runs_deltas_in_order_and_closes_its_subscription(kin
             if chunk.startswith("event: token"):
                 clock.now = 31  # past the stream's time: it ends once these are sent
     else:
+
         async def read() -> None:
             async for chunk in stream:
                 got.append(chunk)

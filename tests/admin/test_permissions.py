@@ -26,11 +26,13 @@ def test_a_viewer_sees_a_gated_run_without_action_buttons_and_gets_403(client, v
     assert "no permission to act" in page
     request_id = EventRecord.objects.get(stream=gated_run, type=APPROVAL_REQUESTED).id
 
-    for what, data in (("cancel", {"reason": "x"}),
-                       ("approve", {"request_id": request_id}),
-                       ("deny", {"request_id": request_id}),
-                       ("redrive", {}),
-                       ("erase", {"confirm": gated_run})):
+    for what, data in (
+        ("cancel", {"reason": "x"}),
+        ("approve", {"request_id": request_id}),
+        ("deny", {"request_id": request_id}),
+        ("redrive", {}),
+        ("erase", {"confirm": gated_run}),
+    ):
         assert client.post(run_url(gated_run, what), data).status_code == 403, what
     assert client.get(run_url(gated_run, "erase")).status_code == 403
     assert client.get(reverse("admin:aaa_runrecord_add")).status_code == 403
@@ -51,8 +53,7 @@ def test_an_operator_sees_every_button(client, operator, gated_run):
         assert label in page, label
 
 
-def test_without_view_all_runs_staff_see_only_their_own_runs(client, django_user_model,
-                                                             finished_run, site):
+def test_without_view_all_runs_staff_see_only_their_own_runs(client, django_user_model, finished_run, site):
     from aaa_django.store import runindex
 
     from . import support
@@ -75,8 +76,7 @@ def test_without_view_all_runs_staff_see_only_their_own_runs(client, django_user
     assert own in events and finished_run not in events
 
 
-def test_an_action_permission_without_view_all_runs_shows_no_one_elses_run(client, django_user_model,
-                                                                          gated_run):
+def test_an_action_permission_without_view_all_runs_shows_no_one_elses_run(client, django_user_model, gated_run):
     """The API's rule (aaa_django.access): seeing needs view_all_runs; the action's
     permission still acts on a run given by id."""
     erin = make_staff(django_user_model, "erin", "view_runrecord", "cancel_run")
@@ -96,8 +96,7 @@ def test_an_action_permission_without_view_all_runs_shows_no_one_elses_run(clien
     assert "Cancellation requested." in text(after) and gated_run not in text(after)
 
 
-def test_acting_without_seeing_always_returns_to_the_run_list(client, django_user_model,
-                                                               gated_run, monkeypatch):
+def test_acting_without_seeing_always_returns_to_the_run_list(client, django_user_model, gated_run, monkeypatch):
     """An incomplete approval form and an engine that does not answer send the user
     who may act but not see back to the list, with the message (not to a 404)."""
     from aaa_django.admin import engine
@@ -122,8 +121,7 @@ def test_acting_without_seeing_always_returns_to_the_run_list(client, django_use
     assert "The engine did not answer: stopped for the test" in text(after)
 
     # who sees the run still goes back to its page
-    client.force_login(make_staff(django_user_model, "gina", "view_runrecord", "view_all_runs",
-                                  "approve_run"))
+    client.force_login(make_staff(django_user_model, "gina", "view_runrecord", "view_all_runs", "approve_run"))
     r = client.post(run_url(gated_run, "approve"), {})
     assert r.status_code == 302 and r["Location"] == run_url(gated_run)
     assert "Which approval?" in text(client.get(r["Location"]))
@@ -166,15 +164,13 @@ def test_events_and_snapshots_are_read_only_even_for_superusers(client, admin_us
     assert 'name="_save"' not in text(change)
     before = model.objects.count()
     assert client.post(reverse(f"admin:aaa_{name}_change", args=(obj.pk,)), {}).status_code == 403
-    assert client.post(reverse(f"admin:aaa_{name}_delete", args=(obj.pk,)),
-                       {"post": "yes"}).status_code == 403
+    assert client.post(reverse(f"admin:aaa_{name}_delete", args=(obj.pk,)), {"post": "yes"}).status_code == 403
     assert model.objects.count() == before
 
 
 def test_the_run_index_is_not_editable_either(client, admin_user, finished_run):
     client.force_login(admin_user)
-    assert client.post(reverse("admin:aaa_runrecord_delete", args=(finished_run,)),
-                       {"post": "yes"}).status_code == 403
+    assert client.post(reverse("admin:aaa_runrecord_delete", args=(finished_run,)), {"post": "yes"}).status_code == 403
     assert RunRecord.objects.filter(pk=finished_run).exists()
 
 

@@ -15,13 +15,19 @@ from .test_run_pages import run_url, text
 def bars(page: str) -> dict[str, tuple[str, float]]:
     """dimension -> (state, share) of each bar of the page's budget picture."""
     svg = re.search(r'<svg class="aaa-budget".*?</svg>', page, re.S).group(0)
-    return {d: (state, float(share)) for state, d, share in
-            re.findall(r'<g class="aaa-bar aaa-(\w+)" data-dimension="(\w+)" data-share="([\d.]+)">', svg)}
+    return {
+        d: (state, float(share))
+        for state, d, share in re.findall(
+            r'<g class="aaa-bar aaa-(\w+)" data-dimension="(\w+)" data-share="([\d.]+)">', svg
+        )
+    }
 
 
 def test_budget_bars_say_how_much_of_each_limit_is_used():
-    svg = budget_bars(Budget(tokens=1000, cost=0.5, tool_calls=4),
-                      Spend(tokens_in=600, tokens_out=250, cost=0.6, tool_calls=1, model_calls=3))
+    svg = budget_bars(
+        Budget(tokens=1000, cost=0.5, tool_calls=4),
+        Spend(tokens_in=600, tokens_out=250, cost=0.6, tool_calls=1, model_calls=3),
+    )
     found = bars(str(svg))
     assert found == {"tokens": ("near", 0.85), "cost": ("over", 1.2), "tool_calls": ("ok", 0.25)}
     # a bar is as long as its share (a full track at most)
@@ -33,10 +39,10 @@ def test_budget_bars_say_how_much_of_each_limit_is_used():
 
 
 def test_the_run_page_draws_the_budget_of_a_run_that_has_one(client, admin_user, site):
-    within = site.call(lambda e: e.start(support.loop(), {"task": "look up the admin"},
-                                         budget={"model_calls": 2, "tool_calls": 4})).run_id
-    over = site.call(lambda e: e.start(support.loop(), {"task": "look up the admin"},
-                                       budget={"model_calls": 1})).run_id
+    within = site.call(
+        lambda e: e.start(support.loop(), {"task": "look up the admin"}, budget={"model_calls": 2, "tool_calls": 4})
+    ).run_id
+    over = site.call(lambda e: e.start(support.loop(), {"task": "look up the admin"}, budget={"model_calls": 1})).run_id
     unlimited = site.call(lambda e: e.start(support.loop(), {"task": "look up the admin"})).run_id
     for run_id in (within, over, unlimited):
         support.wait_until(lambda: (r := runindex.refresh("default", run_id)) and r.outcome)
@@ -74,7 +80,7 @@ def test_the_timeline_bars_go_from_each_request_to_its_answer():
     assert (start, stop) == (100.0, 104.0)  # the run goes on: up to now
     assert [(b["lane"], b["start"], b["end"], b["open"], b["failed"]) for b in bars] == [
         ("model", 100.0, 101.0, False, False),
-        ("tool", 101.0, 104.0, True, False),   # no result yet: to now, faded
+        ("tool", 101.0, 104.0, True, False),  # no result yet: to now, faded
         ("approval", 101.5, 103.0, False, True),  # denied
     ]
     svg = str(timeline(events, now=104.0))
@@ -98,19 +104,32 @@ def test_the_run_page_draws_a_run_of_a_thousand_events_and_an_empty_one(client, 
     from aaa_django.store import DjangoEventStore
 
     store, run_id = DjangoEventStore(), "run-thousand"
-    events = [Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED,
-                    data={"algorithm": "tests.none", "config": {}, "input": {}})]
+    events = [
+        Event(
+            id=started_id(run_id),
+            stream=run_id,
+            type=RUN_STARTED,
+            data={"algorithm": "tests.none", "config": {}, "input": {}},
+        )
+    ]
     calls = 0
     while len(events) < 1000:  # model calls and tool calls, one after the other
         kind = (LLM_REQUESTED, LLM_COMPLETED) if calls % 2 == 0 else (TOOL_REQUESTED, TOOL_COMPLETED)
         request = Event(id=f"req-{calls}", stream=run_id, type=kind[0], data={"name": "noop"})
-        events += [request, Event(id=result_id(request.id), stream=run_id, type=kind[1], data={},
-                                  causation=request.id)]
+        events += [request, Event(id=result_id(request.id), stream=run_id, type=kind[1], data={}, causation=request.id)]
         calls += 1
     for i in range(0, len(events), 100):
-        store.append_sync(events[i:i + 100])
-    store.append_sync([Event(id=started_id("run-empty"), stream="run-empty", type=RUN_STARTED,
-                             data={"algorithm": "tests.none", "config": {}, "input": {}})])
+        store.append_sync(events[i : i + 100])
+    store.append_sync(
+        [
+            Event(
+                id=started_id("run-empty"),
+                stream="run-empty",
+                type=RUN_STARTED,
+                data={"algorithm": "tests.none", "config": {}, "input": {}},
+            )
+        ]
+    )
     for r in (run_id, "run-empty"):
         runindex.refresh("default", r)
     client.force_login(admin_user)

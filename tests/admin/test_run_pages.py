@@ -38,8 +38,7 @@ def test_run_list_shows_the_index_with_filters_and_search(client, admin_user, fi
     for column in ("started", "ended", "duration"):
         assert column in page.lower()
     # filters: outcome, status, algorithm, date
-    for f in ("?outcome=success", "?status__exact=completed", "?algorithm=aaa.algos.ToolLoop",
-              "started_at__gte"):
+    for f in ("?outcome=success", "?status__exact=completed", "?algorithm=aaa.algos.ToolLoop", "started_at__gte"):
         assert f in page
     assert "Start a run" in page
 
@@ -60,8 +59,7 @@ def test_run_page_shows_summary_timeline_projections_and_blobs(client, admin_use
     assert "look up the admin" in page  # the input
     assert "Done after 1 tool call" in page  # the outcome value
     # timeline: one readable line per event, causation links
-    types = list(EventRecord.objects.filter(stream=finished_run).order_by("seq")
-                 .values_list("type", flat=True))
+    types = list(EventRecord.objects.filter(stream=finished_run).order_by("seq").values_list("type", flat=True))
     for t in set(types):
         assert t in page
     assert "aaa.algos.ToolLoop started" in page
@@ -84,8 +82,7 @@ def test_time_travel_folds_projections_as_of_an_earlier_event(client, admin_user
     r = client.get(run_url(finished_run) + f"?at={first_tool}")
     page = text(r)
     assert "Projections as of event" in page
-    loop = re.search(r'data-name="aaa.algos.loops.LOOP".*?<pre class="aaa-json">(.*?)</pre>',
-                     page, re.S).group(1)
+    loop = re.search(r'data-name="aaa.algos.loops.LOOP".*?<pre class="aaa-json">(.*?)</pre>', page, re.S).group(1)
     state = json.loads(loop.replace("&quot;", '"').replace("&#x27;", "'"))
     assert state["turns"] == 1
     assert [c["name"] for c in state["calls"]] == ["lookup"]
@@ -97,8 +94,7 @@ def test_time_travel_folds_projections_as_of_an_earlier_event(client, admin_user
 def test_event_page_hydrates_a_claim_checked_event_on_demand(client, admin_user, finished_run):
     client.force_login(admin_user)
     e = EventRecord.objects.get(stream=finished_run, type=TOOL_COMPLETED)
-    assert json.loads(e.data) == {"$claim": True, "call_id": json.loads(e.data)["call_id"],
-                                  "name": "lookup"}
+    assert json.loads(e.data) == {"$claim": True, "call_id": json.loads(e.data)["call_id"], "name": "lookup"}
     page = text(client.get(run_url(finished_run, "event", e.seq)))
     assert "claim-checked" in page and "Hydrate" in page and "fact-59" not in page
     page = text(client.get(run_url(finished_run, "event", e.seq) + "?hydrate=1"))
@@ -131,8 +127,7 @@ def test_parent_and_child_runs_link_to_each_other(client, admin_user, site):
     from . import support
 
     child = {"algorithm": "aaa.algos.ToolLoop", "config": support.loop().config()}
-    parent_id = site.call(lambda e: e.start(Parent(child=child), {"task": "look up"},
-                                            owner=str(admin_user.pk))).run_id
+    parent_id = site.call(lambda e: e.start(Parent(child=child), {"task": "look up"}, owner=str(admin_user.pk))).run_id
     support.wait_until(lambda: (r := runindex.refresh("default", parent_id)) and r.outcome)
     child_id = RunRecord.objects.get(parent=parent_id).run_id
     runindex.refresh("default", child_id)
@@ -174,8 +169,9 @@ def test_a_runs_deadline_is_shown_as_a_date_and_time(client, admin_user, site, s
     from . import support
 
     settings.TIME_ZONE = "Europe/Paris"
-    run_id = site.call(lambda e: e.start(support.loop(), {"task": "deploy the web service"},
-                                         owner=str(admin_user.pk), deadline=3600)).run_id
+    run_id = site.call(
+        lambda e: e.start(support.loop(), {"task": "deploy the web service"}, owner=str(admin_user.pk), deadline=3600)
+    ).run_id
     runindex.refresh("default", run_id)
     deadline = json.loads(EventRecord.objects.get(stream=run_id, seq=1).data)["deadline"]
     client.force_login(admin_user)

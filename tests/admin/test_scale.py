@@ -33,37 +33,78 @@ def build_run(n_events: int, owner=None) -> str:
     in batches, then indexed."""
     store = DjangoEventStore()
     run_id = f"run-{new_id()}"
-    started = Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data={
-        "algorithm": "aaa.algos.ToolLoop", "config": {}, "input": {"task": "count"},
-        "budget": None, "deadline": None, "parent": None,
-        "owner": str(owner.pk) if owner else None,
-    })
-    events = [started, Event(id=result_id(started.id), stream=run_id,
-                             type=INPUT_VALIDATED, data={}, causation=started.id)]
+    started = Event(
+        id=started_id(run_id),
+        stream=run_id,
+        type=RUN_STARTED,
+        data={
+            "algorithm": "aaa.algos.ToolLoop",
+            "config": {},
+            "input": {"task": "count"},
+            "budget": None,
+            "deadline": None,
+            "parent": None,
+            "owner": str(owner.pk) if owner else None,
+        },
+    )
+    events = [
+        started,
+        Event(id=result_id(started.id), stream=run_id, type=INPUT_VALIDATED, data={}, causation=started.id),
+    ]
     i = 0
     while len(events) < n_events:
-        message = ({"role": "user", "content": "count"} if i == 0 else
-                   {"role": "tool", "content": str(i - 1), "tool_call_id": f"c{i - 1}", "name": "tick"})
-        llm = Event(id=derive_id(started.id, "llm", i), stream=run_id, type=LLM_REQUESTED,
-                    data={"messages": [message], "thread": "main", "tag": f"turn-{i + 1}"},
-                    causation=events[-1].id)
-        reply = Event(id=result_id(llm.id), stream=run_id, type=LLM_COMPLETED, data={
-            "request_id": llm.id, "tag": f"turn-{i + 1}", "thread": "main",
-            "response": {"message": {"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"c{i}", "name": "tick", "arguments": {"i": i}}]},
-                "finish_reason": "tool_calls"},
-            "usage": {"input_tokens": 5, "output_tokens": 3}, "cost": 0.00001,
-        }, causation=llm.id)
-        req = Event(id=derive_id(started.id, "tool", i), stream=run_id, type=TOOL_REQUESTED,
-                    data={"call_id": f"c{i}", "name": "tick", "args": {"i": i}},
-                    causation=reply.id)
-        done = Event(id=result_id(req.id), stream=run_id, type=TOOL_COMPLETED,
-                     data={"call_id": f"c{i}", "name": "tick", "result": i}, causation=req.id)
+        message = (
+            {"role": "user", "content": "count"}
+            if i == 0
+            else {"role": "tool", "content": str(i - 1), "tool_call_id": f"c{i - 1}", "name": "tick"}
+        )
+        llm = Event(
+            id=derive_id(started.id, "llm", i),
+            stream=run_id,
+            type=LLM_REQUESTED,
+            data={"messages": [message], "thread": "main", "tag": f"turn-{i + 1}"},
+            causation=events[-1].id,
+        )
+        reply = Event(
+            id=result_id(llm.id),
+            stream=run_id,
+            type=LLM_COMPLETED,
+            data={
+                "request_id": llm.id,
+                "tag": f"turn-{i + 1}",
+                "thread": "main",
+                "response": {
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"id": f"c{i}", "name": "tick", "arguments": {"i": i}}],
+                    },
+                    "finish_reason": "tool_calls",
+                },
+                "usage": {"input_tokens": 5, "output_tokens": 3},
+                "cost": 0.00001,
+            },
+            causation=llm.id,
+        )
+        req = Event(
+            id=derive_id(started.id, "tool", i),
+            stream=run_id,
+            type=TOOL_REQUESTED,
+            data={"call_id": f"c{i}", "name": "tick", "args": {"i": i}},
+            causation=reply.id,
+        )
+        done = Event(
+            id=result_id(req.id),
+            stream=run_id,
+            type=TOOL_COMPLETED,
+            data={"call_id": f"c{i}", "name": "tick", "result": i},
+            causation=req.id,
+        )
         events += [llm, reply, req, done]
         i += 1
     events = events[:n_events]
     for k in range(0, len(events), BATCH):
-        store.append_sync(events[k: k + BATCH])
+        store.append_sync(events[k : k + BATCH])
     runindex.refresh("default", run_id)
     return run_id
 
@@ -77,8 +118,7 @@ def page_queries(client, url: str) -> tuple[int, str, float]:
 
 
 @pytest.mark.slow
-def test_a_50000_event_run_opens_with_bounded_queries_and_page(client, admin_user,
-                                                             django_assert_max_num_queries):
+def test_a_50000_event_run_opens_with_bounded_queries_and_page(client, admin_user, django_assert_max_num_queries):
     client.force_login(admin_user)
     t0 = time.perf_counter()
     big = build_run(50_000)
@@ -98,10 +138,15 @@ def test_a_50000_event_run_opens_with_bounded_queries_and_page(client, admin_use
     n_big, page, t_big = page_queries(client, run_url(big))
     assert n_big <= n_small + 2, (n_big, n_small)  # the size of the log does not matter
 
-    for url in (run_url(big) + "?page=last", run_url(big) + "?page=731&per=100000",
-                run_url(big) + "?at=25000", run_url(big, "live") + "?after=49990&until=50000",
-                run_url(big, "event", 49_999), reverse("admin:aaa_runrecord_changelist"),
-                reverse("admin:aaa_eventrecord_changelist") + f"?q={big}"):
+    for url in (
+        run_url(big) + "?page=last",
+        run_url(big) + "?page=731&per=100000",
+        run_url(big) + "?at=25000",
+        run_url(big, "live") + "?after=49990&until=50000",
+        run_url(big, "event", 49_999),
+        reverse("admin:aaa_runrecord_changelist"),
+        reverse("admin:aaa_eventrecord_changelist") + f"?q={big}",
+    ):
         with django_assert_max_num_queries(40):
             r = client.get(url)
         assert r.status_code == 200, url

@@ -59,22 +59,44 @@ def test_each_type_gets_its_field_with_bounds_default_and_help():
     assert f["config__level"].choices == [("1", "1"), ("2", "2"), ("3", "3")]
     assert isinstance(f["config__tags"], LinesField)
     assert isinstance(f["config__extra"], JsonField)
-    assert f["config__task"].help_text == "What to ask (a comment the form shows). At least 2 character(s), " \
-                                          "at most 50 character(s)."
-    assert f["config__temperature"].help_text == "Sampling temperature. At least 0, at most 2. Default: 0.5. " \
-                                                 "Empty: none."
+    assert (
+        f["config__task"].help_text == "What to ask (a comment the form shows). At least 2 character(s), "
+        "at most 50 character(s)."
+    )
+    assert (
+        f["config__temperature"].help_text == "Sampling temperature. At least 0, at most 2. Default: 0.5. Empty: none."
+    )
     assert f["config__turns"].help_text == "At least 1, less than 10. Default: 3."
 
 
 def test_the_fields_give_back_the_models_data():
-    data = cleaned({"config__task": "hello", "config__name": "", "config__turns": "4",
-                    "config__temperature": "", "config__strict": "on", "config__verbose": "true",
-                    "config__colour": "red", "config__level": "3", "config__tags": "a\n\n b \n",
-                    "config__extra": '{"k": [1]}'})
+    data = cleaned(
+        {
+            "config__task": "hello",
+            "config__name": "",
+            "config__turns": "4",
+            "config__temperature": "",
+            "config__strict": "on",
+            "config__verbose": "true",
+            "config__colour": "red",
+            "config__level": "3",
+            "config__tags": "a\n\n b \n",
+            "config__extra": '{"k": [1]}',
+        }
+    )
     # an empty key with a default is left out; one that may be null is null; choices are
     # their values (JSON), as an enum or Literal validates them
-    assert data == {"task": "hello", "turns": 4, "temperature": None, "strict": True, "verbose": True,
-                    "colour": "red", "level": 3, "tags": ["a", "b"], "extra": {"k": [1]}}  # JSON-ready
+    assert data == {
+        "task": "hello",
+        "turns": 4,
+        "temperature": None,
+        "strict": True,
+        "verbose": True,
+        "colour": "red",
+        "level": 3,
+        "tags": ["a", "b"],
+        "extra": {"k": [1]},
+    }  # JSON-ready
     model = Settings.model_validate(data)
     assert model.name == "anon" and model.colour is Colour.RED and model.level == 3
     # unchecked is False; an unset yes/no is null

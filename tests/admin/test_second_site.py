@@ -34,8 +34,7 @@ def test_every_page_links_within_the_site_that_serves_it(client, admin_user, fin
     client.force_login(admin_user)
     name = "second:aaa_runrecord"
     rid = quote(finished_run)
-    seq = EventRecord.objects.filter(stream=finished_run).exclude(blobs=[]).values_list(
-        "seq", flat=True).first()
+    seq = EventRecord.objects.filter(stream=finished_run).exclude(blobs=[]).values_list("seq", flat=True).first()
     key, _ = ApiKey.create_key(admin_user, name="ci")
     pages = [
         reverse(f"{name}_changelist"),

@@ -103,8 +103,7 @@ def test_other_algorithms_get_their_own_fields(client, operator, site):
 
 def test_choosing_another_algorithm_without_the_script_redraws_the_form(client, operator, site):
     client.force_login(operator)
-    r = client.post(reverse(ADD), {"algorithm": "aaa.algos.SelfConsistency", "shown_for": LOOP,
-                                   "input__task": "x"})
+    r = client.post(reverse(ADD), {"algorithm": "aaa.algos.SelfConsistency", "shown_for": LOOP, "input__task": "x"})
     assert r.status_code == 302 and r["Location"] == add_url("aaa.algos.SelfConsistency")
     assert not RunRecord.objects.exists()
     page = text(client.get(r["Location"]))
@@ -113,8 +112,16 @@ def test_choosing_another_algorithm_without_the_script_redraws_the_form(client, 
 
 def test_errors_show_beside_their_field_and_start_nothing(client, operator, site):
     client.force_login(operator)
-    r = post(client, **{"input__task": "", "config__max_turns": "0", "config__output": "no.such:Model",
-                        "budget__tokens": "-1", "deadline": "soon"})
+    r = post(
+        client,
+        **{
+            "input__task": "",
+            "config__max_turns": "0",
+            "config__output": "no.such:Model",
+            "budget__tokens": "-1",
+            "deadline": "soon",
+        },
+    )
     assert r.status_code == 200
     page = text(r)
     assert "required" in errors_of(page, "input__task")
@@ -146,8 +153,9 @@ def test_a_start_check_of_the_engine_shows_beside_its_field(operator, site):
     ``loc`` ["budget", "cost"]) goes beside the budget's cost."""
     from aaa_django.admin.startform import StartRunForm
 
-    form = StartRunForm({"algorithm": LOOP, "shown_for": LOOP, "input__task": "x", "budget__cost": "1"},
-                        algorithm=LOOP, tools=list)
+    form = StartRunForm(
+        {"algorithm": LOOP, "shown_for": LOOP, "input__task": "x", "budget__cost": "1"}, algorithm=LOOP, tools=list
+    )
     assert form.is_valid(), form.errors
     form.add_start_errors([{"loc": ["budget", "cost"], "msg": "model 'm' has no price"}])
     assert form.errors == {"budget__cost": ["model 'm' has no price"]}
@@ -155,8 +163,17 @@ def test_a_start_check_of_the_engine_shows_beside_its_field(operator, site):
 
 def test_the_form_starts_a_toolloop_offering_the_ticked_tools(client, operator, site):
     client.force_login(operator)
-    r = post(client, **{"input__task": "look it up", "config__max_turns": "3", "config__system": "Be brief.",
-                        TOOLS: ["lookup"], "budget__tokens": "100000", "deadline": "120"})
+    r = post(
+        client,
+        **{
+            "input__task": "look it up",
+            "config__max_turns": "3",
+            "config__system": "Be brief.",
+            TOOLS: ["lookup"],
+            "budget__tokens": "100000",
+            "deadline": "120",
+        },
+    )
     assert r.status_code == 302, r.context["form"].errors if r.context else r
     run = RunRecord.objects.get()
     assert r["Location"] == run_url(run.run_id)
@@ -180,11 +197,21 @@ def test_raw_json_replaces_the_fields_of_its_part(client, operator, site):
     """The advanced option: the whole input or config as JSON (a tool the site does not
     serve is given by its spec there)."""
     client.force_login(operator)
-    spec = {"name": "weather", "description": "The weather in a city.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
-    r = post(client, **{"input__task": "", "config__max_turns": "9", TOOLS: ["lookup"],
-                        "input_json": '{"task": "from JSON"}',
-                        "config_json": json.dumps({"max_turns": 2, "tools": [spec]})})
+    spec = {
+        "name": "weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+    r = post(
+        client,
+        **{
+            "input__task": "",
+            "config__max_turns": "9",
+            TOOLS: ["lookup"],
+            "input_json": '{"task": "from JSON"}',
+            "config_json": json.dumps({"max_turns": 2, "tools": [spec]}),
+        },
+    )
     assert r.status_code == 302
     data = started(RunRecord.objects.get().run_id)
     assert data["input"] == {"task": "from JSON"}

@@ -25,8 +25,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def talk_host(transactional_db, settings):
-    settings.AAA = {**settings.AAA, "LLM_CLIENT": "tests.conversations.site.model",
-                    "TOOLS": ["tests.conversations.site.choose_city"], "API_RATE": None}
+    settings.AAA = {
+        **settings.AAA,
+        "LLM_CLIENT": "tests.conversations.site.model",
+        "TOOLS": ["tests.conversations.site.choose_city"],
+        "API_RATE": None,
+    }
     EngineHost.reset()
     yield EngineHost.get()
     talk.GATE.set()
@@ -66,8 +70,10 @@ def test_the_transcript_shows_each_turn_and_staff_with_the_permission_answer(cli
     assert "Which city? (two are known)" in html and 'data-status="pending"' in html
     assert "choose_city" in html
     # spend per turn: the log's model calls, tokens and cost of each turn
-    replies = [EventRecord.objects.get(pk=e.pk) for e in EventRecord.objects.filter(stream=run_id, type=LLM_COMPLETED)
-               .order_by("seq")]
+    replies = [
+        EventRecord.objects.get(pk=e.pk)
+        for e in EventRecord.objects.filter(stream=run_id, type=LLM_COMPLETED).order_by("seq")
+    ]
     spends = re.findall(r'aaa-turn-spend">(\d+) model calls? · (\d+) tokens', html)
     assert spends == [("1", str(_tokens(replies[0]))), ("1", str(_tokens(replies[1])))]
     assert "aaa-answer-form" not in html  # no permission: no form
@@ -77,14 +83,16 @@ def test_the_transcript_shows_each_turn_and_staff_with_the_permission_answer(cli
     client.force_login(answerer)
     html = page(client, run_id)
     (qid,) = re.findall(r'name="question_id" value="([^"]+)"', html)
-    r = client.post(f"/admin/aaa/runrecord/{run_id}/answer/", {"question_id": qid, "answer": '{"city": "Paris"}'},
-                    follow=True)
+    r = client.post(
+        f"/admin/aaa/runrecord/{run_id}/answer/", {"question_id": qid, "answer": '{"city": "Paris"}'}, follow=True
+    )
     text = r.content.decode()
     assert "Not recorded: the answer does not fit the question&#x27;s schema" in text
     assert "city: &#x27;Paris&#x27; is not one of [&#x27;Lyon&#x27;, &#x27;Porto&#x27;]" in text
     assert not EventRecord.objects.filter(stream=run_id, type=QUESTION_ANSWERED).exists()
-    r = client.post(f"/admin/aaa/runrecord/{run_id}/answer/", {"question_id": qid, "answer": '{"city": "Lyon"}'},
-                    follow=True)
+    r = client.post(
+        f"/admin/aaa/runrecord/{run_id}/answer/", {"question_id": qid, "answer": '{"city": "Lyon"}'}, follow=True
+    )
     assert "Answered: the run goes on." in r.content.decode()
     wait_until(lambda: "you chose" in page(client, run_id))
     html = page(client, run_id)

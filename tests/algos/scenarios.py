@@ -65,8 +65,15 @@ class Case:
             return result
 
 
-def scenario(build: Callable[[], Any], input: Any, model: Callable | None, tools: Iterable[Any] = (),
-             *, act: Callable[[Any, dict], Awaitable[None]] | None = None, **start: Any) -> Case:
+def scenario(
+    build: Callable[[], Any],
+    input: Any,
+    model: Callable | None,
+    tools: Iterable[Any] = (),
+    *,
+    act: Callable[[Any, dict], Awaitable[None]] | None = None,
+    **start: Any,
+) -> Case:
     return Case(build, input, model, list(tools), act, start)
 
 
@@ -82,7 +89,6 @@ def last_user(request) -> str:
 
 def down(request):
     raise ConnectionError("the provider is down")
-
 
 
 # == GenerateTestRepair ======================================================================
@@ -180,10 +186,8 @@ async def gc_cancelled(duplicate: bool = False, *, cache: Any = None, store: Any
 # == PlanAndExecute ==========================================================================
 
 PLAN_1 = '["Find the population of Lyon", "Find the population of Porto", "Add the two numbers"]'
-PLAN_2 = ('Here is the new plan:\n```json\n["Estimate Porto from the 2021 census", '
-          '"Add the two numbers"]\n```')
-FACTS = {"Lyon": "Lyon: 522,000", "census": "Porto (2021 census): 232,000",
-         "Add": "754,000 in total"}
+PLAN_2 = 'Here is the new plan:\n```json\n["Estimate Porto from the 2021 census", "Add the two numbers"]\n```'
+FACTS = {"Lyon": "Lyon: 522,000", "census": "Porto (2021 census): 232,000", "Add": "754,000 in total"}
 
 
 def planner(*plans: str, porto_fails: bool = True, always_fail: bool = False):
@@ -211,10 +215,10 @@ TWO_CITIES = {"task": "How many people live in Lyon and Porto together?"}
 
 pe_success = scenario(lambda: PlanAndExecute(), TWO_CITIES, planner(PLAN_1, porto_fails=False))
 pe_replanned = scenario(lambda: PlanAndExecute(max_replans=2), TWO_CITIES, planner(PLAN_1, PLAN_2))
-pe_no_solution = scenario(lambda: PlanAndExecute(max_replans=1), TWO_CITIES,
-                          planner(PLAN_1, PLAN_1, always_fail=True))
-pe_rejected_then_made = scenario(lambda: PlanAndExecute(), TWO_CITIES,
-                                 planner("Let me think about it.", PLAN_1, porto_fails=False))
+pe_no_solution = scenario(lambda: PlanAndExecute(max_replans=1), TWO_CITIES, planner(PLAN_1, PLAN_1, always_fail=True))
+pe_rejected_then_made = scenario(
+    lambda: PlanAndExecute(), TWO_CITIES, planner("Let me think about it.", PLAN_1, porto_fails=False)
+)
 pe_planner_down = scenario(lambda: PlanAndExecute(), TWO_CITIES, down)
 
 
@@ -241,9 +245,9 @@ def child_loops(request):
     return text(f"found {request.messages[-1].content}")
 
 
-pe_children = scenario(lambda: PlanAndExecute(executor=ToolLoop(ToolRegistry([population]))),
-                       TWO_CITIES, child_loops, [population])
-
+pe_children = scenario(
+    lambda: PlanAndExecute(executor=ToolLoop(ToolRegistry([population]))), TWO_CITIES, child_loops, [population]
+)
 
 
 # == ToolLoop and ReAct (the population tool and the task above) =============================
@@ -262,8 +266,7 @@ def loop_model(request):
 
 def react_model(request):
     """A lookup, a reply out of format (the loop asks again), a lookup, the answer."""
-    seen = sum(1 for m in request.messages
-               if m.role == "user" and (m.content or "").startswith("Observation:"))
+    seen = sum(1 for m in request.messages if m.role == "user" and (m.content or "").startswith("Observation:"))
     if seen == 0:
         return text('Thought: Lyon first.\nAction: population\nAction Input: {"city": "Lyon"}')
     if seen == 1:
@@ -273,10 +276,10 @@ def react_model(request):
     return text("Thought: I have both.\nFinal Answer: 754,000")
 
 
-tl_success = scenario(lambda: ToolLoop(ToolRegistry([population]), system="Answer briefly."),
-                      TWO_CITIES, loop_model, [population])
-react_success = scenario(lambda: ReAct(ToolRegistry([population])), TWO_CITIES, react_model,
-                         [population])
+tl_success = scenario(
+    lambda: ToolLoop(ToolRegistry([population]), system="Answer briefly."), TWO_CITIES, loop_model, [population]
+)
+react_success = scenario(lambda: ReAct(ToolRegistry([population])), TWO_CITIES, react_model, [population])
 
 
 async def _slow_steps(request):
@@ -310,11 +313,13 @@ def lookup_down(topic: str) -> dict:
 
 ARTICLE = [
     {"id": "outline", "prompt": "Outline a short article about {task}."},
-    {"id": "facts", "kind": "tool", "tool": "lookup", "args": {"topic": "{task}"},
-     "fallback": "recall"},
+    {"id": "facts", "kind": "tool", "tool": "lookup", "args": {"topic": "{task}"}, "fallback": "recall"},
     {"id": "recall", "prompt": "List what you know about {task} ({error})."},
-    {"id": "draft", "prompt": "Write the article.\nOutline:\n{outline}\nFacts:\n{facts}",
-     "after": ["outline", "facts"]},
+    {
+        "id": "draft",
+        "prompt": "Write the article.\nOutline:\n{outline}\nFacts:\n{facts}",
+        "after": ["outline", "facts"],
+    },
     {"id": "title", "prompt": "Give a title for this outline:\n{outline}", "after": ["outline"]},
 ]
 NO_FALLBACK = [dict(n) for n in ARTICLE if n["id"] != "recall"]
@@ -324,12 +329,14 @@ for _n in NO_FALLBACK:
 
 def writer(request):
     node = (request.tag or "").removeprefix("node-")
-    return text({
-        "outline": "1. Origins\n2. Rivers",
-        "recall": "Roman origins; the Rhone and the Saone.",
-        "draft": "Lyon grew where two rivers meet. " + last_user(request).splitlines()[-1],
-        "title": "Lyon, a city of two rivers",
-    }[node])
+    return text(
+        {
+            "outline": "1. Origins\n2. Rivers",
+            "recall": "Roman origins; the Rhone and the Saone.",
+            "draft": "Lyon grew where two rivers meet. " + last_user(request).splitlines()[-1],
+            "title": "Lyon, a city of two rivers",
+        }[node]
+    )
 
 
 CITY = {"task": "Lyon"}
@@ -348,10 +355,12 @@ wf_failed = scenario(lambda: WorkflowGraph(nodes=NO_FALLBACK), CITY, slow_writer
 
 def _child_node_graph():
     loop = ToolLoop(ToolRegistry([population]))
-    return WorkflowGraph(nodes=[
-        {"id": "count", "kind": "child", "algorithm": loop, "prompt": "Population of {task}?"},
-        {"id": "report", "prompt": "Report: {count}", "after": ["count"]},
-    ])
+    return WorkflowGraph(
+        nodes=[
+            {"id": "count", "kind": "child", "algorithm": loop, "prompt": "Population of {task}?"},
+            {"id": "report", "prompt": "Report: {count}", "after": ["count"]},
+        ]
+    )
 
 
 def child_node_model(request):
@@ -369,13 +378,17 @@ wf_child = scenario(_child_node_graph, {"task": "Porto"}, child_node_model, [pop
 
 SUPPORT = {
     "states": {
-        "triage": {"prompt": "Bug report or question?\n{task}",
-                   "transitions": {"bug": "reproduce", "question": "answer"}},
-        "reproduce": {"kind": "tool", "tool": "reproduce", "args": {"report": "{task}"},
-                      "transitions": {"reproduced": "answer", "not_reproduced": "triage",
-                                      "error": "answer"}},
-        "answer": {"prompt": "Write the reply to the user. What we found: {last}",
-                   "transitions": {"sent": "done"}},
+        "triage": {
+            "prompt": "Bug report or question?\n{task}",
+            "transitions": {"bug": "reproduce", "question": "answer"},
+        },
+        "reproduce": {
+            "kind": "tool",
+            "tool": "reproduce",
+            "args": {"report": "{task}"},
+            "transitions": {"reproduced": "answer", "not_reproduced": "triage", "error": "answer"},
+        },
+        "answer": {"prompt": "Write the reply to the user. What we found: {last}", "transitions": {"sent": "done"}},
     },
     "initial": "triage",
     "finals": ["done"],
@@ -442,15 +455,14 @@ def samples(*replies: str | None):
 
 
 QUESTION = {"task": "What is 6 x 7?"}
-MAJORITY = ("6 x 7 = 42.\nAnswer: 42", "Answer: 41", None, "It is forty-two.\nAnswer: 42.",
-            "answer: 42")
+MAJORITY = ("6 x 7 = 42.\nAnswer: 42", "Answer: 41", None, "It is forty-two.\nAnswer: 42.", "answer: 42")
 
 sc_majority = scenario(lambda: SelfConsistency(n=5), QUESTION, samples(*MAJORITY))
 sc_all_failed = scenario(lambda: SelfConsistency(n=3), QUESTION, samples(None, None, None))
-sc_no_majority = scenario(lambda: SelfConsistency(n=3, min_votes=2), QUESTION,
-                          samples("Answer: 41", "Answer: 42", "Answer: 43"))
-sc_budget = scenario(lambda: SelfConsistency(n=5), QUESTION, samples(*MAJORITY),
-                     budget=Budget(model_calls=2))
+sc_no_majority = scenario(
+    lambda: SelfConsistency(n=3, min_votes=2), QUESTION, samples("Answer: 41", "Answer: 42", "Answer: 43")
+)
+sc_budget = scenario(lambda: SelfConsistency(n=5), QUESTION, samples(*MAJORITY), budget=Budget(model_calls=2))
 
 
 # == what each scenario must produce ===========================================================
@@ -482,76 +494,92 @@ class Expected:
 
 EXPECTED: dict[str, Expected] = {
     # GenerateTestRepair
-    "gtr_repaired": Expected(gtr_repaired, "GenerateTestRepair", "success",
-                             STARTED + LLM + TOOL + LLM + TOOL + DONE),
-    "gtr_broken_then_fixed": Expected(gtr_broken_then_fixed, "GenerateTestRepair", "success",
-                                      STARTED + LLM + TOOL_FAILED + LLM + TOOL + DONE),
-    "gtr_no_solution": Expected(gtr_no_solution, "GenerateTestRepair", "no_solution",
-                                STARTED + (LLM + TOOL) * 3 + DONE),
-    "gtr_model_down": Expected(gtr_model_down, "GenerateTestRepair", "failed",
-                               STARTED + LLM_FAILED + DONE),
-    "gtr_no_test_tool": Expected(gtr_no_test_tool, "GenerateTestRepair", "failed",
-                                 STARTED + LLM + TOOL_FAILED + DONE),
+    "gtr_repaired": Expected(gtr_repaired, "GenerateTestRepair", "success", STARTED + LLM + TOOL + LLM + TOOL + DONE),
+    "gtr_broken_then_fixed": Expected(
+        gtr_broken_then_fixed, "GenerateTestRepair", "success", STARTED + LLM + TOOL_FAILED + LLM + TOOL + DONE
+    ),
+    "gtr_no_solution": Expected(
+        gtr_no_solution, "GenerateTestRepair", "no_solution", STARTED + (LLM + TOOL) * 3 + DONE
+    ),
+    "gtr_model_down": Expected(gtr_model_down, "GenerateTestRepair", "failed", STARTED + LLM_FAILED + DONE),
+    "gtr_no_test_tool": Expected(gtr_no_test_tool, "GenerateTestRepair", "failed", STARTED + LLM + TOOL_FAILED + DONE),
     # GeneratorCritic
     "gc_approved": Expected(gc_approved, "GeneratorCritic", "success", STARTED + LLM * 4 + DONE),
-    "gc_no_solution": Expected(gc_no_solution, "GeneratorCritic", "no_solution",
-                               STARTED + LLM * 4 + DONE),
-    "gc_critic_down": Expected(gc_critic_down, "GeneratorCritic", "failed",
-                               STARTED + LLM + LLM_FAILED + DONE),
-    "gc_cancelled": Expected(gc_cancelled, "GeneratorCritic", "cancelled",
-                             STARTED + ["aaa.llm.requested", "aaa.llm.attempted", "aaa.cancel.requested",
-                                        "aaa.llm.failed"] + DONE),
+    "gc_no_solution": Expected(gc_no_solution, "GeneratorCritic", "no_solution", STARTED + LLM * 4 + DONE),
+    "gc_critic_down": Expected(gc_critic_down, "GeneratorCritic", "failed", STARTED + LLM + LLM_FAILED + DONE),
+    "gc_cancelled": Expected(
+        gc_cancelled,
+        "GeneratorCritic",
+        "cancelled",
+        STARTED + ["aaa.llm.requested", "aaa.llm.attempted", "aaa.cancel.requested", "aaa.llm.failed"] + DONE,
+    ),
     # PlanAndExecute
-    "pe_success": Expected(pe_success, "PlanAndExecute", "success",
-                           STARTED + LLM + MADE + LLM * 3 + DONE),
-    "pe_replanned": Expected(pe_replanned, "PlanAndExecute", "success",
-                             STARTED + LLM + MADE + LLM * 2 + LLM + MADE + LLM * 2 + DONE),
-    "pe_no_solution": Expected(pe_no_solution, "PlanAndExecute", "no_solution",
-                               STARTED + (LLM + MADE + LLM) * 2 + DONE),
-    "pe_rejected_then_made": Expected(pe_rejected_then_made, "PlanAndExecute", "success",
-                                      STARTED + LLM + ["aaa.plan.rejected"] + LLM + MADE
-                                      + LLM * 3 + DONE),
-    "pe_planner_down": Expected(pe_planner_down, "PlanAndExecute", "failed",
-                                STARTED + LLM_FAILED + DONE),
-    "pe_children": Expected(pe_children, "PlanAndExecute", "success",
-                            STARTED + LLM + MADE + CHILD * 2 + DONE),
-    "pe_timeout": Expected(pe_timeout, "PlanAndExecute", "timeout",
-                           STARTED + LLM + MADE + LLM_CUT_OFF + DONE),
+    "pe_success": Expected(pe_success, "PlanAndExecute", "success", STARTED + LLM + MADE + LLM * 3 + DONE),
+    "pe_replanned": Expected(
+        pe_replanned, "PlanAndExecute", "success", STARTED + LLM + MADE + LLM * 2 + LLM + MADE + LLM * 2 + DONE
+    ),
+    "pe_no_solution": Expected(
+        pe_no_solution, "PlanAndExecute", "no_solution", STARTED + (LLM + MADE + LLM) * 2 + DONE
+    ),
+    "pe_rejected_then_made": Expected(
+        pe_rejected_then_made,
+        "PlanAndExecute",
+        "success",
+        STARTED + LLM + ["aaa.plan.rejected"] + LLM + MADE + LLM * 3 + DONE,
+    ),
+    "pe_planner_down": Expected(pe_planner_down, "PlanAndExecute", "failed", STARTED + LLM_FAILED + DONE),
+    "pe_children": Expected(pe_children, "PlanAndExecute", "success", STARTED + LLM + MADE + CHILD * 2 + DONE),
+    "pe_timeout": Expected(pe_timeout, "PlanAndExecute", "timeout", STARTED + LLM + MADE + LLM_CUT_OFF + DONE),
     # WorkflowGraph
-    "wf_success": Expected(wf_success, "WorkflowGraph", "success",
-                           bag=STARTED + LLM * 3 + TOOL + DONE),
-    "wf_fallback": Expected(wf_fallback, "WorkflowGraph", "success",
-                            bag=STARTED + LLM * 4 + TOOL_FAILED + DONE),
-    "wf_failed": Expected(wf_failed, "WorkflowGraph", "failed",
-                          STARTED + ["aaa.llm.requested", "aaa.tool.requested", "aaa.llm.attempted",
-                                     "aaa.tool.failed", "aaa.llm.failed"] + DONE),
+    "wf_success": Expected(wf_success, "WorkflowGraph", "success", bag=STARTED + LLM * 3 + TOOL + DONE),
+    "wf_fallback": Expected(wf_fallback, "WorkflowGraph", "success", bag=STARTED + LLM * 4 + TOOL_FAILED + DONE),
+    "wf_failed": Expected(
+        wf_failed,
+        "WorkflowGraph",
+        "failed",
+        STARTED
+        + ["aaa.llm.requested", "aaa.tool.requested", "aaa.llm.attempted", "aaa.tool.failed", "aaa.llm.failed"]
+        + DONE,
+    ),
     "wf_child": Expected(wf_child, "WorkflowGraph", "success", STARTED + CHILD + LLM + DONE),
     # FSM
-    "fsm_success": Expected(fsm_success, "FSM", "success",
-                            STARTED + ENTERED + LLM + ENTERED + TOOL + ENTERED + LLM + ENTERED
-                            + DONE),
-    "fsm_error_transition": Expected(fsm_error_transition, "FSM", "success",
-                                     STARTED + ENTERED + LLM + ENTERED + TOOL_FAILED + ENTERED
-                                     + LLM + ENTERED + DONE),
-    "fsm_unknown_transition": Expected(fsm_unknown_transition, "FSM", "no_solution",
-                                       STARTED + ENTERED + LLM + DONE),
-    "fsm_max_transitions": Expected(fsm_max_transitions, "FSM", "no_solution",
-                                    STARTED + (ENTERED + LLM + ENTERED + TOOL) * 2 + ENTERED
-                                    + LLM + DONE),
-    "fsm_model_down": Expected(fsm_model_down, "FSM", "failed",
-                               STARTED + ENTERED + LLM_FAILED + DONE),
+    "fsm_success": Expected(
+        fsm_success, "FSM", "success", STARTED + ENTERED + LLM + ENTERED + TOOL + ENTERED + LLM + ENTERED + DONE
+    ),
+    "fsm_error_transition": Expected(
+        fsm_error_transition,
+        "FSM",
+        "success",
+        STARTED + ENTERED + LLM + ENTERED + TOOL_FAILED + ENTERED + LLM + ENTERED + DONE,
+    ),
+    "fsm_unknown_transition": Expected(fsm_unknown_transition, "FSM", "no_solution", STARTED + ENTERED + LLM + DONE),
+    "fsm_max_transitions": Expected(
+        fsm_max_transitions, "FSM", "no_solution", STARTED + (ENTERED + LLM + ENTERED + TOOL) * 2 + ENTERED + LLM + DONE
+    ),
+    "fsm_model_down": Expected(fsm_model_down, "FSM", "failed", STARTED + ENTERED + LLM_FAILED + DONE),
     # SelfConsistency
-    "sc_majority": Expected(sc_majority, "SelfConsistency", "success",
-                            bag=STARTED + ["aaa.llm.requested", "aaa.llm.attempted"] * 5
-                            + ["aaa.llm.completed"] * 4
-                            + ["aaa.llm.failed"] + DONE),
-    "sc_all_failed": Expected(sc_all_failed, "SelfConsistency", "failed",
-                              bag=STARTED + ["aaa.llm.requested", "aaa.llm.attempted"] * 3
-                              + ["aaa.llm.failed"] * 3
-                              + DONE),
-    "sc_no_majority": Expected(sc_no_majority, "SelfConsistency", "no_solution",
-                               bag=STARTED + ["aaa.llm.requested", "aaa.llm.attempted"] * 3
-                               + ["aaa.llm.completed"] * 3 + DONE),
+    "sc_majority": Expected(
+        sc_majority,
+        "SelfConsistency",
+        "success",
+        bag=STARTED
+        + ["aaa.llm.requested", "aaa.llm.attempted"] * 5
+        + ["aaa.llm.completed"] * 4
+        + ["aaa.llm.failed"]
+        + DONE,
+    ),
+    "sc_all_failed": Expected(
+        sc_all_failed,
+        "SelfConsistency",
+        "failed",
+        bag=STARTED + ["aaa.llm.requested", "aaa.llm.attempted"] * 3 + ["aaa.llm.failed"] * 3 + DONE,
+    ),
+    "sc_no_majority": Expected(
+        sc_no_majority,
+        "SelfConsistency",
+        "no_solution",
+        bag=STARTED + ["aaa.llm.requested", "aaa.llm.attempted"] * 3 + ["aaa.llm.completed"] * 3 + DONE,
+    ),
     # five samples asked at once, two allowed: none is made (never a part of a decision)
     "sc_budget": Expected(sc_budget, "SelfConsistency", "budget_exceeded", STARTED + DONE),
 }

@@ -23,8 +23,9 @@ async def crash_then_resume(case, k: int):
     first = case.engine(store=crashing)
     await first.start(case.build(), case.input, run_id=RUN, **case.start)
     done = asyncio.ensure_future(first.run(RUN).result())
-    await asyncio.wait({done, asyncio.ensure_future(crashing.crashed.wait())},
-                       return_when=asyncio.FIRST_COMPLETED, timeout=10)
+    await asyncio.wait(
+        {done, asyncio.ensure_future(crashing.crashed.wait())}, return_when=asyncio.FIRST_COMPLETED, timeout=10
+    )
     await first.close(drain=False)  # the process is gone: nothing in flight survives
     done.cancel()
     # A batch is appended whole or not at all (FSM: a state and its action; a fan-out:

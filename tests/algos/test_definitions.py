@@ -75,8 +75,7 @@ def test_python_objects_are_saved_as_names():
     assert p.config()["executor"]["algorithm"] == "aaa.algos.ToolLoop"
     assert p.config()["executor"]["config"]["max_turns"] == 3
     assert p.cfg.executor.build().cfg.max_turns == 3
-    assert PlanAndExecute(executor=ToolLoop).config()["executor"] == {
-        "algorithm": "aaa.algos.ToolLoop", "config": {}}
+    assert PlanAndExecute(executor=ToolLoop).config()["executor"] == {"algorithm": "aaa.algos.ToolLoop", "config": {}}
 
 
 def test_input_must_fit_the_schema():
@@ -94,14 +93,18 @@ WF_BAD = {
     "llm without prompt": [{"id": "a"}],
     "tool without tool": [{"id": "a", "kind": "tool"}],
     "child without algorithm": [{"id": "a", "kind": "child"}],
-    "fallback with inputs": [{"id": "a", "prompt": "x", "fallback": "b"},
-                             {"id": "b", "prompt": "y", "after": ["a"]}],
-    "depends on a fallback": [{"id": "a", "prompt": "x", "fallback": "b"}, {"id": "b", "prompt": "y"},
-                              {"id": "c", "prompt": "z", "after": ["b"]}],
-    "shared fallback": [{"id": "a", "prompt": "x", "fallback": "c"},
-                        {"id": "b", "prompt": "y", "fallback": "c"}, {"id": "c", "prompt": "z"}],
-    "fallback loop": [{"id": "a", "prompt": "x", "fallback": "b"},
-                      {"id": "b", "prompt": "y", "fallback": "a"}],
+    "fallback with inputs": [{"id": "a", "prompt": "x", "fallback": "b"}, {"id": "b", "prompt": "y", "after": ["a"]}],
+    "depends on a fallback": [
+        {"id": "a", "prompt": "x", "fallback": "b"},
+        {"id": "b", "prompt": "y"},
+        {"id": "c", "prompt": "z", "after": ["b"]},
+    ],
+    "shared fallback": [
+        {"id": "a", "prompt": "x", "fallback": "c"},
+        {"id": "b", "prompt": "y", "fallback": "c"},
+        {"id": "c", "prompt": "z"},
+    ],
+    "fallback loop": [{"id": "a", "prompt": "x", "fallback": "b"}, {"id": "b", "prompt": "y", "fallback": "a"}],
     "bad id": [{"id": "a b", "prompt": "x"}],
     "repeated input": [{"id": "a", "prompt": "x"}, {"id": "b", "prompt": "y", "after": ["a", "a"]}],
     "no nodes": [],
@@ -131,14 +134,12 @@ def fsm_with(**change):
 
 
 FSM_BAD = {
-    "unknown target": fsm_with(states={"a": {"prompt": "x", "transitions": {"go": "nowhere"}}},
-                               initial="a"),
+    "unknown target": fsm_with(states={"a": {"prompt": "x", "transitions": {"go": "nowhere"}}}, initial="a"),
     "unknown initial": fsm_with(initial="nowhere"),
     "final that acts": fsm_with(finals=["triage"]),
     "no transitions": fsm_with(states={"a": {"prompt": "x", "transitions": {}}}, initial="a"),
     "no finals": fsm_with(finals=[]),
-    "tool state without tool": fsm_with(states={"a": {"kind": "tool", "transitions": {"x": "done"}}},
-                                        initial="a"),
+    "tool state without tool": fsm_with(states={"a": {"kind": "tool", "transitions": {"x": "done"}}}, initial="a"),
 }
 
 
@@ -161,8 +162,7 @@ def test_parse_plan_reads_json_fenced_json_objects_and_lists():
     assert parse_plan('["a", "b"]', 5) == (["a", "b"], None)
     assert parse_plan('Sure:\n```json\n["a", "b"]\n```', 5) == (["a", "b"], None)
     assert parse_plan('{"steps": ["a"]}', 5) == (["a"], None)
-    assert parse_plan("1. look up Lyon\n2) look up Porto\n- add", 5) == (
-        ["look up Lyon", "look up Porto", "add"], None)
+    assert parse_plan("1. look up Lyon\n2) look up Porto\n- add", 5) == (["look up Lyon", "look up Porto", "add"], None)
     assert parse_plan("I will think.", 5)[1].startswith("no steps found")
     assert parse_plan('["a", "b", "c"]', 2)[1] == "3 steps is more than the 2 allowed"
 
@@ -172,8 +172,7 @@ def test_gtr_test_verdicts():
     assert verdict_of(Check(ok=True, result={"passed": True}))[0] is True
     assert verdict_of(Check(ok=True, result={"passed": False, "feedback": "1 != 2"})) == (False, "1 != 2")
     assert verdict_of(Check(ok=True, result="all good?")) == (False, "all good?")
-    assert verdict_of(Check(ok=False, reason="error", error="AssertionError: x")) == (
-        False, "error: AssertionError: x")
+    assert verdict_of(Check(ok=False, reason="error", error="AssertionError: x")) == (False, "error: AssertionError: x")
     assert extract_fenced("text\n```py\nx = 1\n```\nmore") == "x = 1\n"
     assert extract_fenced("  no fence ") == "no fence"
 
@@ -196,10 +195,8 @@ def test_fsm_reads_labels():
 def test_child_results_and_openings():
     assert child_result({"outcome": "success", "value": {"text": "hi", "n": 1}}) == (True, "hi")
     assert child_result({"outcome": "success", "value": {"n": 1}}) == (True, '{"n": 1}')
-    assert child_result({"outcome": "timeout", "value": {"text": "hi"}}) == (
-        False, 'timeout: {"text": "hi"}')
-    assert [(m.role, m.content) for m in opening("be brief", "task")] == [
-        ("system", "be brief"), ("user", "task")]
+    assert child_result({"outcome": "timeout", "value": {"text": "hi"}}) == (False, 'timeout: {"text": "hi"}')
+    assert [(m.role, m.content) for m in opening("be brief", "task")] == [("system", "be brief"), ("user", "task")]
     assert [(m.role, m.content) for m in opening(None, "task")] == [("user", "task")]
 
 

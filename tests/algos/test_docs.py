@@ -16,8 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "algorithms.md").read_text(encoding="utf-8")
 
 FENCES = re.findall(r"^```(\w*)\n(.*?)^```\n", DOC, re.S | re.M)  # (language, body) in order
-EXAMPLES = [(code, out) for (lang, code), (next_lang, out) in zip(FENCES, FENCES[1:])
-            if lang == "python" and next_lang == "text" and "asyncio.run(main())" in code]
+EXAMPLES = [
+    (code, out)
+    for (lang, code), (next_lang, out) in zip(FENCES, FENCES[1:])
+    if lang == "python" and next_lang == "text" and "asyncio.run(main())" in code
+]
 
 
 def test_every_built_in_algorithm_is_documented():
@@ -32,11 +35,10 @@ def test_six_examples():
     assert len(EXAMPLES) == 6
 
 
-@pytest.mark.parametrize("code, expected", EXAMPLES,
-                         ids=[re.search(r"from aaa_django.algos import (\w+)", c).group(1)
-                              for c, _ in EXAMPLES])
+@pytest.mark.parametrize(
+    "code, expected", EXAMPLES, ids=[re.search(r"from aaa_django.algos import (\w+)", c).group(1) for c, _ in EXAMPLES]
+)
 def test_example_prints_what_the_page_says(code, expected):
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout == expected

@@ -58,33 +58,44 @@ def long_plan(request):
 
 
 def chain(k: int) -> dict:
-    states = {f"s{i}": {"prompt": f"Stage {i} of {{task}}", "transitions": {"next": f"s{i + 1}"}}
-              for i in range(k)}
+    states = {f"s{i}": {"prompt": f"Stage {i} of {{task}}", "transitions": {"next": f"s{i + 1}"}} for i in range(k)}
     states[f"s{k - 1}"]["transitions"] = {"next": "done"}
     return {"states": states, "initial": "s0", "finals": ["done"]}
 
 
 def wide_graph(k: int) -> list[dict]:
     nodes = [{"id": f"n{i}", "prompt": f"Part {i} of {{task}}"} for i in range(k)]
-    nodes.append({"id": "join", "prompt": "Merge " + " ".join(f"{{n{i}}}" for i in range(k)),
-                  "after": [f"n{i}" for i in range(k)]})
+    nodes.append(
+        {
+            "id": "join",
+            "prompt": "Merge " + " ".join(f"{{n{i}}}" for i in range(k)),
+            "after": [f"n{i}" for i in range(k)],
+        }
+    )
     return nodes
 
 
 LONG = {
-    "GenerateTestRepair": (REFINE, scenario(
-        lambda: GenerateTestRepair(test_tool=run_tests, max_repairs=8), ADD,
-        writes(*[WRONG] * 7, RIGHT), [run_tests])),
-    "GeneratorCritic": (REFINE, scenario(
-        lambda: GeneratorCritic(max_iterations=8), LYON, reviewed(8))),
+    "GenerateTestRepair": (
+        REFINE,
+        scenario(
+            lambda: GenerateTestRepair(test_tool=run_tests, max_repairs=8),
+            ADD,
+            writes(*[WRONG] * 7, RIGHT),
+            [run_tests],
+        ),
+    ),
+    "GeneratorCritic": (REFINE, scenario(lambda: GeneratorCritic(max_iterations=8), LYON, reviewed(8))),
     "PlanAndExecute": (PLAN, scenario(lambda: PlanAndExecute(), TWO_CITIES, long_plan)),
-    "WorkflowGraph": (WF, scenario(
-        lambda: WorkflowGraph(nodes=wide_graph(12)), {"task": "Lyon"},
-        lambda r: text(f"about {r.tag}"))),
-    "FSM": (FSM_STATE, scenario(
-        lambda: FSM(**chain(10)), {"task": "the job"}, lambda r: text("ok\nNEXT: next"))),
-    "SelfConsistency": (SAMPLES, scenario(
-        lambda: SelfConsistency(n=16), QUESTION, lambda r: text(f"Answer: {42 + tagged(r)[1] % 3}"))),
+    "WorkflowGraph": (
+        WF,
+        scenario(lambda: WorkflowGraph(nodes=wide_graph(12)), {"task": "Lyon"}, lambda r: text(f"about {r.tag}")),
+    ),
+    "FSM": (FSM_STATE, scenario(lambda: FSM(**chain(10)), {"task": "the job"}, lambda r: text("ok\nNEXT: next"))),
+    "SelfConsistency": (
+        SAMPLES,
+        scenario(lambda: SelfConsistency(n=16), QUESTION, lambda r: text(f"Answer: {42 + tagged(r)[1] % 3}")),
+    ),
 }
 
 

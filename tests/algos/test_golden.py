@@ -43,7 +43,8 @@ def test_golden_log_replays_with_the_same_decisions(name):
 
 def test_every_built_in_algorithm_has_a_golden_log():
     built_in = {n for n in registry.names() if n.startswith("aaa.algos.")} - {
-        "aaa.algos.PydanticAIAgent"}  # replays an agent of yours: tests/pydantic_ai own it
+        "aaa.algos.PydanticAIAgent"
+    }  # replays an agent of yours: tests/pydantic_ai own it
     assert set(CLASSES.values()) == built_in
     for name, algorithm in CLASSES.items():
         events = load(name)
@@ -102,8 +103,7 @@ def test_a_changed_config_fails_the_replay():
 
 def test_a_different_model_reply_leads_to_different_decisions():
     events = load("generator_critic")
-    i = next(i for i, e in enumerate(events)
-             if e.type == "aaa.llm.completed" and e.data["tag"] == "critique-1")
+    i = next(i for i, e in enumerate(events) if e.type == "aaa.llm.completed" and e.data["tag"] == "critique-1")
     data = json.loads(json.dumps(events[i].data))
     data["response"]["message"]["content"] = "APPROVED"
     events[i] = replace(events[i], data=data)
@@ -129,6 +129,12 @@ def test_the_replay_decides_everything_it_compares():
         r = replay_file(name)
         decided = {d["type"] for d in r.recorded}
         assert not decided & FED
-        assert decided <= {"aaa.llm.requested", "aaa.tool.requested", "aaa.child.requested",
-                           "aaa.plan.made", "aaa.plan.rejected", "aaa.fsm.entered",
-                           "aaa.run.completed"}
+        assert decided <= {
+            "aaa.llm.requested",
+            "aaa.tool.requested",
+            "aaa.child.requested",
+            "aaa.plan.made",
+            "aaa.plan.rejected",
+            "aaa.fsm.entered",
+            "aaa.run.completed",
+        }

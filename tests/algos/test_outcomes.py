@@ -12,8 +12,7 @@ from tests.runtime.helpers import arun, of_type, types
 
 from .scenarios import EXPECTED, REPORT, RUN, SUPPORT, reproduce, scenario, support_model
 
-ALGORITHMS = {"GenerateTestRepair", "GeneratorCritic", "PlanAndExecute", "WorkflowGraph", "FSM",
-              "SelfConsistency"}
+ALGORITHMS = {"GenerateTestRepair", "GeneratorCritic", "PlanAndExecute", "WorkflowGraph", "FSM", "SelfConsistency"}
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
@@ -38,9 +37,14 @@ def test_every_algorithm_reaches_success_and_its_own_failures():
         assert (algorithm, "success") in reached
     assert {o for _, o in reached} <= set(OUTCOMES)
     # the outcomes the brief names for each
-    assert {("GeneratorCritic", "no_solution"), ("GenerateTestRepair", "no_solution"),
-            ("SelfConsistency", "failed"), ("PlanAndExecute", "no_solution"),
-            ("WorkflowGraph", "failed"), ("FSM", "no_solution")} <= reached
+    assert {
+        ("GeneratorCritic", "no_solution"),
+        ("GenerateTestRepair", "no_solution"),
+        ("SelfConsistency", "failed"),
+        ("PlanAndExecute", "no_solution"),
+        ("WorkflowGraph", "failed"),
+        ("FSM", "no_solution"),
+    } <= reached
     # and a limit of each kind, enforced by the engine for free
     assert {"budget_exceeded", "timeout", "cancelled"} <= {o for _, o in reached}
 
@@ -138,7 +142,10 @@ def test_a_failed_step_makes_the_planner_replan_what_is_left():
     v = r.outcome.value
     assert v["replans"] == 1
     assert [s["step"] for s in v["steps"]] == [
-        "Find the population of Lyon", "Estimate Porto from the 2021 census", "Add the two numbers"]
+        "Find the population of Lyon",
+        "Estimate Porto from the 2021 census",
+        "Add the two numbers",
+    ]
 
 
 def test_replanning_is_bounded():
@@ -177,8 +184,9 @@ def test_workflow_branches_run_in_parallel_and_join():
     first = r.log[2:4]
     assert {e.type for e in first} == {"aaa.llm.requested", "aaa.tool.requested"}  # one batch
     draft = [e for e in of_type(r.log, "aaa.llm.requested") if e.data["tag"] == "node-draft"][0]
-    assert r.log.index(draft) > max(r.log.index(e) for e in r.log if e.type in
-                                    ("aaa.tool.completed",))  # the join waited for the tool
+    assert r.log.index(draft) > max(
+        r.log.index(e) for e in r.log if e.type in ("aaa.tool.completed",)
+    )  # the join waited for the tool
     assert "founded 43 BC" in draft.data["messages"][0]["content"]
     assert set(r.outcome.value["results"]) == {"draft", "title"}
 

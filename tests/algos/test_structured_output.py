@@ -65,12 +65,17 @@ def run(model, algorithm, *, duplicate=False):
 
 
 def test_an_answer_that_does_not_fit_goes_back_with_the_errors_then_fits():
-    outcome, log = run(answers({"city": "Lyon", "celsius": 180}, {"city": "Lyon", "celsius": 18}),
-                       ToolLoop(REGISTRY, output=Forecast))
+    outcome, log = run(
+        answers({"city": "Lyon", "celsius": 180}, {"city": "Lyon", "celsius": 18}), ToolLoop(REGISTRY, output=Forecast)
+    )
 
     assert (outcome.outcome, outcome.value) == ("success", {"output": {"city": "Lyon", "celsius": 18}})
     assert [e.type for e in log if e.type.startswith("aaa.output")] == [
-        OUTPUT_PROPOSED, OUTPUT_REJECTED, OUTPUT_PROPOSED, OUTPUT_VALIDATED]
+        OUTPUT_PROPOSED,
+        OUTPUT_REJECTED,
+        OUTPUT_PROPOSED,
+        OUTPUT_VALIDATED,
+    ]
     rejected = next(e for e in log if e.type == OUTPUT_REJECTED)
     assert [(err["loc"], err["type"]) for err in rejected.data["errors"]] == [(["celsius"], "less_than_equal")]
     # the model was told, as the answer to its final_result call

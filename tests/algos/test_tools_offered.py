@@ -76,8 +76,11 @@ def test_names_choose_the_tools_and_their_specs_are_saved():
 
 
 def test_a_spec_of_a_tool_served_elsewhere_stays_as_given_beside_a_name():
-    elsewhere = {"name": "weather", "description": "Served by someone else.",
-                 "parameters": {"type": "object", "properties": {}}}
+    elsewhere = {
+        "name": "weather",
+        "description": "Served by someone else.",
+        "parameters": {"type": "object", "properties": {}},
+    }
     _, log = run(ToolLoop(tools=[elsewhere, "area"]))
     assert started_tools(log) == [elsewhere, SPECS["area"]]
 

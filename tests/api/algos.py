@@ -57,8 +57,7 @@ class Gated(Algorithm):
                     ctx.tool(self.cfg.tool, {"x": i + 1}, call_id=f"c{i + 1}")
         elif not s.waiting_for_tools:
             ok = all(r.ok for r in s.results.values())
-            ctx.complete("success" if ok else "no_solution",
-                         {c: r.content for c, r in sorted(s.results.items())})
+            ctx.complete("success" if ok else "no_solution", {c: r.content for c, r in sorted(s.results.items())})
 
 
 def _double(x: int) -> int:

@@ -89,13 +89,31 @@ def make_run(db):
     """``make_run(owner, types=[...], algorithm=...)``: a run's log, written directly."""
     store = DjangoEventStore("default")
 
-    def make(owner=None, *, types=(INPUT_VALIDATED,), algorithm="tests.api.echo",
-             outcome="success", value=None, data=None, run_id=None) -> str:
+    def make(
+        owner=None,
+        *,
+        types=(INPUT_VALIDATED,),
+        algorithm="tests.api.echo",
+        outcome="success",
+        value=None,
+        data=None,
+        run_id=None,
+    ) -> str:
         run_id = run_id or f"run-{new_id()}"
-        started = Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data={
-            "algorithm": algorithm, "config": {}, "input": {"text": "hi"}, "budget": None,
-            "deadline": None, "parent": None, "owner": str(owner.pk) if owner else None,
-        })
+        started = Event(
+            id=started_id(run_id),
+            stream=run_id,
+            type=RUN_STARTED,
+            data={
+                "algorithm": algorithm,
+                "config": {},
+                "input": {"text": "hi"},
+                "budget": None,
+                "deadline": None,
+                "parent": None,
+                "owner": str(owner.pk) if owner else None,
+            },
+        )
         events = [started]
         for i, t in enumerate(types):
             d = dict((data or {}).get(t, {}))
@@ -120,8 +138,9 @@ def host(transactional_db, settings):
     EngineHost.reset()
 
 
-def wait_for(api: TestClient, run_id: str, headers: dict, *, status: str = "completed",
-             timeout: float = 10.0) -> dict[str, Any]:
+def wait_for(
+    api: TestClient, run_id: str, headers: dict, *, status: str = "completed", timeout: float = 10.0
+) -> dict[str, Any]:
     """Poll ``GET /runs/{id}`` until the run has ``status``; return the run."""
     end = time.monotonic() + timeout
     while True:

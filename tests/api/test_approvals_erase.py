@@ -24,6 +24,7 @@ def pending(api, user, run_id):
     def check():
         gates = api.get(f"/runs/{run_id}/approvals", headers=user.auth).json()
         return [g for g in gates if g["status"] == "pending"]
+
     return wait_until(check)
 
 
@@ -31,8 +32,11 @@ def test_a_granted_approval_runs_the_tool_and_records_who(api, alice, host):
     run_id = start_gated(api, alice)
     (gate,) = pending(api, alice, run_id)
     assert gate["tool"] == "guarded" and gate["args"] == {"x": 1} and gate["call_id"] == "c1"
-    r = api.post(f"/runs/{run_id}/approvals/{gate['request_id']}",
-                 json={"decision": "grant", "reason": "looks fine"}, headers=alice.auth)
+    r = api.post(
+        f"/runs/{run_id}/approvals/{gate['request_id']}",
+        json={"decision": "grant", "reason": "looks fine"},
+        headers=alice.auth,
+    )
     assert r.status_code == 200, r.json()
     assert r.json()["decision"] == "granted"
     assert r.json()["by"].startswith("alice (user ")
@@ -42,8 +46,7 @@ def test_a_granted_approval_runs_the_tool_and_records_who(api, alice, host):
     (decided,) = api.get(f"/runs/{run_id}/approvals", headers=alice.auth).json()
     assert decided["status"] == "granted"
     assert decided["reason"] == "looks fine" and decided["decided_by"] == r.json()["by"]
-    again = api.post(f"/runs/{run_id}/approvals/{gate['request_id']}",
-                     json={"decision": "deny"}, headers=alice.auth)
+    again = api.post(f"/runs/{run_id}/approvals/{gate['request_id']}", json={"decision": "deny"}, headers=alice.auth)
     assert again.status_code == 409
     assert again.json()["detail"][0]["loc"] == ["path", "request_id"]
 
@@ -54,8 +57,11 @@ def test_a_denied_approval_fails_the_tool_call(api, alice, bob, django_user_mode
     bob.user_permissions.add(*Permission.objects.filter(codename__in=["view_all_runs", "approve_run"]))
     run_id = start_gated(api, alice)
     (gate,) = pending(api, alice, run_id)
-    r = api.post(f"/runs/{run_id}/approvals/{gate['request_id']}",
-                 json={"decision": "deny", "reason": "not today"}, headers=bob.auth)
+    r = api.post(
+        f"/runs/{run_id}/approvals/{gate['request_id']}",
+        json={"decision": "deny", "reason": "not today"},
+        headers=bob.auth,
+    )
     assert r.status_code == 200, r.json()
     assert r.json()["decision"] == "denied" and r.json()["by"].startswith("bob (user ")
     done = wait_for(api, run_id, alice.auth)
@@ -114,8 +120,6 @@ def test_a_gate_of_a_run_that_ended_unanswered_is_closed_not_pending(api, alice,
     assert closed["status"] == "closed"
     assert closed["reason"] == "the run ended (cancelled) before an answer"
     assert closed["decided_by"] is None
-    r = api.post(f"/runs/{run_id}/approvals/{gate['request_id']}", json={"decision": "grant"},
-                 headers=alice.auth)
+    r = api.post(f"/runs/{run_id}/approvals/{gate['request_id']}", json={"decision": "grant"}, headers=alice.auth)
     assert r.status_code == 409
-    assert r.json()["detail"][0]["msg"] == ("this approval is closed: the run ended (cancelled) "
-                                            "before an answer")
+    assert r.json()["detail"][0]["msg"] == ("this approval is closed: the run ended (cancelled) before an answer")

@@ -33,12 +33,15 @@ def test_a_key_works_as_bearer_and_as_x_api_key(api, alice):
     assert api.get("/runs", headers={"X-API-Key": alice.key}).status_code == 200
 
 
-@pytest.mark.parametrize("header,value,why", [
-    ("Authorization", "Bearer aaa_not-a-real-key", "unknown API key"),
-    ("Authorization", "Basic YWxpY2U6cHc=", "Bearer"),
-    ("Authorization", "Bearer " + "x" * 500, "not an API key"),
-    ("X-API-Key", "aaa_nope", "unknown API key"),
-])
+@pytest.mark.parametrize(
+    "header,value,why",
+    [
+        ("Authorization", "Bearer aaa_not-a-real-key", "unknown API key"),
+        ("Authorization", "Basic YWxpY2U6cHc=", "Bearer"),
+        ("Authorization", "Bearer " + "x" * 500, "not an API key"),
+        ("X-API-Key", "aaa_nope", "unknown API key"),
+    ],
+)
 def test_a_bad_credential_is_401_naming_the_reason(api, alice, header, value, why):
     r = api.get("/runs", headers={header: value})
     assert r.status_code == 401
@@ -99,17 +102,20 @@ def _approval_events():
     """Data of a tool request and the approval gate in front of it (make_run's ``data``)."""
     return {
         TOOL_REQUESTED: {"call_id": "c1", "name": "guarded", "args": {"x": 1}},
-        APPROVAL_REQUESTED: {"tool_request_id": "will-be-set", "tool_request_seq": 3,
-                               "call_id": "c1", "name": "guarded", "expires_at": None},
+        APPROVAL_REQUESTED: {
+            "tool_request_id": "will-be-set",
+            "tool_request_seq": 3,
+            "call_id": "c1",
+            "name": "guarded",
+            "expires_at": None,
+        },
     }
 
 
 def test_approving_without_the_permission_is_403(api, alice, carol, make_run):
-    run_id = make_run(alice, types=[INPUT_VALIDATED, TOOL_REQUESTED, APPROVAL_REQUESTED],
-                      data=_approval_events())
+    run_id = make_run(alice, types=[INPUT_VALIDATED, TOOL_REQUESTED, APPROVAL_REQUESTED], data=_approval_events())
     (gate,) = api.get(f"/runs/{run_id}/approvals", headers=carol.auth).json()
-    r = api.post(f"/runs/{run_id}/approvals/{gate['request_id']}",
-                 json={"decision": "grant"}, headers=carol.auth)
+    r = api.post(f"/runs/{run_id}/approvals/{gate['request_id']}", json={"decision": "grant"}, headers=carol.auth)
     assert r.status_code == 403
     assert detail(r)["loc"] == ["path", "run_id"]
     assert "aaa.approve_run" in detail(r)["msg"]
@@ -141,8 +147,11 @@ def test_starting_a_run_needs_the_permission_the_admin_asks_too(api, carol, host
     body = {"algorithm": "tests.api.echo", "input": {"text": "hi"}}
     r = api.post("/runs", json=body, headers={**carol.auth, "Idempotency-Key": "k1"})
     assert r.status_code == 403
-    assert detail(r) == {"loc": ["auth"], "type": "permission_denied",
-                         "msg": "you may not start runs (permission aaa.add_runrecord)"}
+    assert detail(r) == {
+        "loc": ["auth"],
+        "type": "permission_denied",
+        "msg": "you may not start runs (permission aaa.add_runrecord)",
+    }
     assert not RunRecord.objects.exists()
 
     carol.user_permissions.add(Permission.objects.get(codename="add_runrecord"))
@@ -184,8 +193,7 @@ def test_a_sessions_csrf_check_is_djangos_own(alice):
     refused = enforcing.post(url, content_type="application/json")
     assert refused.status_code == 403 and detail(refused)["type"] == "csrf_failed"
     assert enforcing.post(url, content_type="application/json", headers={"X-CSRFToken": secret}).status_code == 404
-    assert enforcing.post(url, content_type="application/json",
-                          headers={"X-CSRFToken": "b" * 32}).status_code == 403
+    assert enforcing.post(url, content_type="application/json", headers={"X-CSRFToken": "b" * 32}).status_code == 403
     exempt = Client()  # Django's test client: its requests skip the check
     exempt.force_login(alice)
     assert exempt.post(url, content_type="application/json").status_code == 404

@@ -39,9 +39,16 @@ def watch(api, user, query: str = "", **headers) -> list[Message]:
 
 
 def end(run_id: str, outcome: str = "success") -> None:
-    DjangoEventStore("default").append_sync([Event(
-        id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED,
-        data={"outcome": outcome, "value": {"n": 1}})])
+    DjangoEventStore("default").append_sync(
+        [
+            Event(
+                id=completion_id(run_id),
+                stream=run_id,
+                type=RUN_COMPLETED,
+                data={"outcome": outcome, "value": {"n": 1}},
+            )
+        ]
+    )
 
 
 def test_a_stream_begins_with_each_run_as_listed_in_the_order_of_their_changes(api, alice, bob, make_run):
@@ -99,8 +106,7 @@ def test_resuming_after_an_id_sends_what_changed_after_it_once_each(api, alice, 
     r4 = make_run(alice)
 
     resumed = watch(api, alice, **{"Last-Event-ID": cut})
-    assert [(m.data["id"], m.data["status"]) for m in resumed] == [
-        (r3, "running"), (r1, "completed"), (r4, "running")]
+    assert [(m.data["id"], m.data["status"]) for m in resumed] == [(r3, "running"), (r1, "completed"), (r4, "running")]
     assert all(position(m) > changes.parse(cut) for m in resumed)
     # the same from the query; Last-Event-ID (what EventSource sends) wins over it
     assert watch(api, alice, f"&after={cut}") == resumed
@@ -145,8 +151,7 @@ def test_a_batch_read_gives_each_run_as_get_run_shows_it_and_only_the_callers(ap
     running = make_run(alice)
     his = make_run(bob)
 
-    r = api.post("/runs/batch", json={"ids": [running, his, done, "run-unknown", running]},
-                 headers=alice.auth)
+    r = api.post("/runs/batch", json={"ids": [running, his, done, "run-unknown", running]}, headers=alice.auth)
 
     assert r.status_code == 200, r.json()
     body = r.json()
@@ -158,8 +163,13 @@ def test_a_batch_read_gives_each_run_as_get_run_shows_it_and_only_the_callers(ap
 
 
 def test_a_batch_read_refuses_what_is_not_a_list_of_ids(api, alice):
-    for body, loc in [({"ids": []}, "ids"), ({"ids": ["ok"] * 101}, "ids"), ({"ids": ["../x"]}, "ids"),
-                      ({"ids": "run-a"}, "ids"), ({"runs": ["run-a"]}, "runs")]:
+    for body, loc in [
+        ({"ids": []}, "ids"),
+        ({"ids": ["ok"] * 101}, "ids"),
+        ({"ids": ["../x"]}, "ids"),
+        ({"ids": "run-a"}, "ids"),
+        ({"runs": ["run-a"]}, "runs"),
+    ]:
         r = api.post("/runs/batch", json=body, headers=alice.auth)
         assert r.status_code == 422, (body, r.json())
         assert any(loc in e["loc"] for e in r.json()["detail"]), (body, r.json())
@@ -184,8 +194,7 @@ def let_go(client, user, slots: int = 10) -> None:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
-def test_50_runs_watched_over_one_stream_every_change_once_and_no_429(live_server, alice, host,
-                                                                      settings):
+def test_50_runs_watched_over_one_stream_every_change_once_and_no_429(live_server, alice, host, settings):
     from .test_stream_live import Http
 
     # the defaults a site has: 600 requests a minute, 10 open streams per user

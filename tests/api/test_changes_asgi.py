@@ -17,8 +17,7 @@ from .sse import Live, Message
 from .test_stream_asgi import asgi_server, user  # noqa: F401  (asgi_server: the fixture)
 from .test_stream_live import Http
 
-pytestmark = [pytest.mark.django_db(transaction=True, databases=["default", "postgres"]),
-              pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True, databases=["default", "postgres"]), pytest.mark.slow]
 
 RUNS = 20
 

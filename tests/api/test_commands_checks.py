@@ -41,9 +41,20 @@ def ids(aaa) -> list[str]:
 
 def test_api_settings_checks():
     assert ids({}) == []
-    assert ids({"LLM_CLIENT": "aaa_django.llm.FakeLLMClient", "TOOLS": ["tests.api.algos.guarded"],
-                "PROJECTIONS": ["aaa_django.runtime.meta.RUNMETA"], "API_RATE": "10/5min",
-                "API_MAX_BODY": 10, "API_STREAM_SECONDS": 1, "API_STREAMS_PER_USER": 1}) == []
+    assert (
+        ids(
+            {
+                "LLM_CLIENT": "aaa_django.llm.FakeLLMClient",
+                "TOOLS": ["tests.api.algos.guarded"],
+                "PROJECTIONS": ["aaa_django.runtime.meta.RUNMETA"],
+                "API_RATE": "10/5min",
+                "API_MAX_BODY": 10,
+                "API_STREAM_SECONDS": 1,
+                "API_STREAMS_PER_USER": 1,
+            }
+        )
+        == []
+    )
     assert ids({"API_STREAMS_PER_USER": 0}) == ["aaa.E022"]
     assert ids({"LLM_CLIENT": "no.such.factory"}) == ["aaa.E020"]
     assert ids({"TOOLS": ["tests.api.algos.NOPE"]}) == ["aaa.E020"]
@@ -65,16 +76,18 @@ def test_a_host_without_a_model_client_fails_model_requests_clearly():
         asyncio.run(NoModelClient().complete(None))
 
 
-@pytest.mark.parametrize("debug,backend,aaa,warned", [
-    (False, "django.core.cache.backends.locmem.LocMemCache", {}, True),
-    (False, "django.core.cache.backends.dummy.DummyCache", {"API_RATE": None}, True),
-    (True, "django.core.cache.backends.locmem.LocMemCache", {}, False),
-    (False, "django.core.cache.backends.db.DatabaseCache", {}, False),
-    (False, "django.core.cache.backends.redis.RedisCache", {}, False),
-    # the stream cap counts in the cache too, whatever the rates
-    (False, "django.core.cache.backends.locmem.LocMemCache",
-     {"API_RATE": None, "API_KEY_FAILURES": None}, True),
-])
+@pytest.mark.parametrize(
+    "debug,backend,aaa,warned",
+    [
+        (False, "django.core.cache.backends.locmem.LocMemCache", {}, True),
+        (False, "django.core.cache.backends.dummy.DummyCache", {"API_RATE": None}, True),
+        (True, "django.core.cache.backends.locmem.LocMemCache", {}, False),
+        (False, "django.core.cache.backends.db.DatabaseCache", {}, False),
+        (False, "django.core.cache.backends.redis.RedisCache", {}, False),
+        # the stream cap counts in the cache too, whatever the rates
+        (False, "django.core.cache.backends.locmem.LocMemCache", {"API_RATE": None, "API_KEY_FAILURES": None}, True),
+    ],
+)
 def test_a_per_process_cache_for_the_api_limits_is_warned_about(debug, backend, aaa, warned):
     from aaa_django.checks import check_api_cache
 

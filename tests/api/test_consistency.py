@@ -35,9 +35,16 @@ def test_a_row_read_before_the_run_ended_does_not_answer_running_with_its_value(
     run_id = make_run(alice)  # started, input validated: running
     row = RunRecord.objects.get(pk=run_id)
     assert row.status == "running"
-    DjangoEventStore("default").append_sync([Event(  # it ends (the store indexes it)
-        id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED,
-        data={"outcome": "failed", "value": {"error": "the model is away"}})])
+    DjangoEventStore("default").append_sync(
+        [
+            Event(  # it ends (the store indexes it)
+                id=completion_id(run_id),
+                stream=run_id,
+                type=RUN_COMPLETED,
+                data={"outcome": "failed", "value": {"error": "the model is away"}},
+            )
+        ]
+    )
 
     out = runs.run_detail(RequestFactory().get(f"/api/aaa/runs/{run_id}"), row)
 
@@ -48,8 +55,7 @@ def test_a_row_read_before_the_run_ended_does_not_answer_running_with_its_value(
 def test_every_answer_about_a_run_that_ended_at_once_agrees(api, alice, host):
     """A run that ends as soon as it starts: each answer's status and value agree."""
     for text in ("one", "two", "three"):
-        r = api.post("/runs", json={"algorithm": "tests.api.echo", "input": {"text": text}},
-                     headers=alice.auth)
+        r = api.post("/runs", json={"algorithm": "tests.api.echo", "input": {"text": text}}, headers=alice.auth)
         assert r.status_code == 201
         for run in (r.json(), api.get(f"/runs/{r.json()['id']}", headers=alice.auth).json()):
             assert (run["value"] is not None) == (run["status"] == "completed"), run
@@ -60,9 +66,15 @@ def test_every_answer_about_a_run_that_ended_at_once_agrees(api, alice, host):
 
 
 def start(api, user, config, input=None):
-    return api.post("/runs", json={"algorithm": "aaa.algos.PydanticAIAgent", "config": config,
-                                   "input": input if input is not None else {"task": "x"}},
-                    headers=user.auth)
+    return api.post(
+        "/runs",
+        json={
+            "algorithm": "aaa.algos.PydanticAIAgent",
+            "config": config,
+            "input": input if input is not None else {"task": "x"},
+        },
+        headers=user.auth,
+    )
 
 
 @pytest.fixture
@@ -79,16 +91,21 @@ def lookups(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("agent", ["os.system", "os:system", "tests.pydantic_ai.agents.weather",
-                                   "no.such.module:agent", "agent", 7, None])
+@pytest.mark.parametrize(
+    "agent", ["os.system", "os:system", "tests.pydantic_ai.agents.weather", "no.such.module:agent", "agent", 7, None]
+)
 def test_an_agent_the_site_does_not_serve_is_refused_by_name_and_nothing_is_looked_up(
-        api, alice, served, lookups, agent):
+    api, alice, served, lookups, agent
+):
     r = start(api, alice, {"agent": agent})
 
     assert r.status_code == 422
     [error] = r.json()["detail"]
-    assert error == {"loc": ["body", "config", "agent"], "type": "unknown_agent",
-                     "msg": f"not an agent this site serves; it serves: {AGENT}"}
+    assert error == {
+        "loc": ["body", "config", "agent"],
+        "type": "unknown_agent",
+        "msg": f"not an agent this site serves; it serves: {AGENT}",
+    }
     assert lookups == []
     assert RunRecord.objects.count() == 0
 
@@ -101,10 +118,17 @@ def test_a_site_that_serves_no_agent_says_so(api, alice, lookups):
 
 
 def test_an_agent_named_in_a_workflows_child_node_is_checked_too(api, alice, served, lookups):
-    node = {"id": "a", "kind": "child", "prompt": "{task}",
-            "algorithm": {"algorithm": "aaa.algos.PydanticAIAgent", "config": {"agent": "os.system"}}}
-    r = api.post("/runs", json={"algorithm": "aaa.algos.WorkflowGraph", "input": {"task": "x"},
-                                "config": {"nodes": [node]}}, headers=alice.auth)
+    node = {
+        "id": "a",
+        "kind": "child",
+        "prompt": "{task}",
+        "algorithm": {"algorithm": "aaa.algos.PydanticAIAgent", "config": {"agent": "os.system"}},
+    }
+    r = api.post(
+        "/runs",
+        json={"algorithm": "aaa.algos.WorkflowGraph", "input": {"task": "x"}, "config": {"nodes": [node]}},
+        headers=alice.auth,
+    )
     assert r.status_code == 422
     [error] = r.json()["detail"]
     assert error["loc"] == ["body", "config", "nodes", 0, "algorithm", "config", "agent"]
@@ -128,16 +152,43 @@ def export_with_blob(run_id: str, ref: BlobRef, data: bytes) -> bytes:
     """A two-event export whose input event refers to a blob with ``ref``."""
     lines = [
         {"aaa_export": 1, "run": run_id, "events": 3, "blobs": "inline"},
-        {"event": {"id": f"{run_id}-1", "stream": run_id, "seq": 1, "type": "aaa.run.started",
-                   "data": {"algorithm": "tests.api.echo", "config": {}, "input": {"text": "hi"}},
-                   "causation": None, "time": "2030-01-01T00:00:00+00:00", "blobs": []}},
-        {"event": {"id": f"{run_id}-2", "stream": run_id, "seq": 2, "type": INPUT_VALIDATED,
-                   "data": {"$claim": True}, "causation": None,
-                   "time": "2030-01-01T00:00:01+00:00", "blobs": [ref.to_dict()]}},
+        {
+            "event": {
+                "id": f"{run_id}-1",
+                "stream": run_id,
+                "seq": 1,
+                "type": "aaa.run.started",
+                "data": {"algorithm": "tests.api.echo", "config": {}, "input": {"text": "hi"}},
+                "causation": None,
+                "time": "2030-01-01T00:00:00+00:00",
+                "blobs": [],
+            }
+        },
+        {
+            "event": {
+                "id": f"{run_id}-2",
+                "stream": run_id,
+                "seq": 2,
+                "type": INPUT_VALIDATED,
+                "data": {"$claim": True},
+                "causation": None,
+                "time": "2030-01-01T00:00:01+00:00",
+                "blobs": [ref.to_dict()],
+            }
+        },
         {"blob": ref.to_dict(), "base64": base64.b64encode(data).decode()},
-        {"event": {"id": completion_id(run_id), "stream": run_id, "seq": 3, "type": RUN_COMPLETED,
-                   "data": {"outcome": "success", "value": None}, "causation": None,
-                   "time": "2030-01-01T00:00:02+00:00", "blobs": []}},
+        {
+            "event": {
+                "id": completion_id(run_id),
+                "stream": run_id,
+                "seq": 3,
+                "type": RUN_COMPLETED,
+                "data": {"outcome": "success", "value": None},
+                "causation": None,
+                "time": "2030-01-01T00:00:02+00:00",
+                "blobs": [],
+            }
+        },
     ]
     return "".join(json.dumps(line) + "\n" for line in lines).encode()
 
@@ -145,9 +196,10 @@ def export_with_blob(run_id: str, ref: BlobRef, data: bytes) -> bytes:
 @pytest.fixture
 def blob_store(settings, tmp_path):
     """Blobs in files under the test's directory (a store with namespaces)."""
-    settings.STORAGES = {**settings.STORAGES, "blobs": {
-        "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": str(tmp_path)}}}
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "blobs": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path)}},
+    }
     settings.AAA = {**settings.AAA, "BLOB_STORAGE": "blobs"}
 
 

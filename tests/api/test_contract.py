@@ -28,10 +28,26 @@ FILE = openapi.FILE.relative_to(ROOT).as_posix()
 
 #: the operations of the contract (a generated client's function names)
 OPERATIONS = {
-    "start_run", "list_runs", "get_run", "get_runs", "watch_runs", "cancel_run", "erase_run",
-    "list_events", "stream_events", "get_projection", "list_approvals", "decide_approval",
-    "export_run", "import_run", "fork_run",
-    "send_message", "list_messages", "close_conversation", "list_questions", "answer_question",
+    "start_run",
+    "list_runs",
+    "get_run",
+    "get_runs",
+    "watch_runs",
+    "cancel_run",
+    "erase_run",
+    "list_events",
+    "stream_events",
+    "get_projection",
+    "list_approvals",
+    "decide_approval",
+    "export_run",
+    "import_run",
+    "fork_run",
+    "send_message",
+    "list_messages",
+    "close_conversation",
+    "list_questions",
+    "answer_question",
 }
 
 
@@ -84,16 +100,17 @@ def unversioned(current: dict, history: list[tuple[str, dict]]) -> list[str]:
     for commit, old in history:
         was = old["info"]["version"]
         if was == version and old != current:
-            problems.append(f"the schema changed since {commit[:12]} under the same version {version}: "
-                            "raise aaa_django.api.contract.VERSION")
+            problems.append(
+                f"the schema changed since {commit[:12]} under the same version {version}: "
+                "raise aaa_django.api.contract.VERSION"
+            )
         elif semver(version) < semver(was):
             problems.append(f"version {version} is lower than {was} of {commit[:12]}")
     return problems
 
 
 def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True,
-                          timeout=60).stdout
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60).stdout
 
 
 def file_history() -> list[tuple[str, dict]]:

@@ -30,8 +30,11 @@ TOOLLOOP = "aaa.algos.ToolLoop"
 @pytest.fixture
 def talk_host(transactional_db, settings):
     """The engine host, its model the scripted one of tests/conversations/site.py."""
-    settings.AAA = {**settings.AAA, "LLM_CLIENT": "tests.conversations.site.model",
-                    "TOOLS": ["tests.conversations.site.choose_city"]}
+    settings.AAA = {
+        **settings.AAA,
+        "LLM_CLIENT": "tests.conversations.site.model",
+        "TOOLS": ["tests.conversations.site.choose_city"],
+    }
     site.REQUESTS.clear()
     site.GATE.clear()
     EngineHost.reset()
@@ -41,16 +44,20 @@ def talk_host(transactional_db, settings):
 
 
 def start(api, user, task="one", **extra):
-    body = {"algorithm": TOOLLOOP, "input": {"task": task}, "config": {"system": "Be brief."},
-            "conversation": True, **extra}
+    body = {
+        "algorithm": TOOLLOOP,
+        "input": {"task": task},
+        "config": {"system": "Be brief."},
+        "conversation": True,
+        **extra,
+    }
     r = api.post("/runs", json=body, headers=user.auth)
     assert r.status_code == 201, r.json()
     return r.json()
 
 
 def say(api, user, run_id, content, **headers):
-    return api.post(f"/runs/{run_id}/messages", json={"content": content},
-                    headers={**user.auth, **headers})
+    return api.post(f"/runs/{run_id}/messages", json={"content": content}, headers={**user.auth, **headers})
 
 
 def of_type(run_id, type):
@@ -73,8 +80,13 @@ def test_three_messages_the_third_request_carries_the_whole_conversation_as_delt
     # the model got the whole conversation with the third request
     assert len(site.REQUESTS) == 3
     assert [(m.role, m.content) for m in site.REQUESTS[2].messages] == [
-        ("system", "Be brief."), ("user", "one"), ("assistant", "heard 'one' (2 messages)"),
-        ("user", "two"), ("assistant", "heard 'two' (4 messages)"), ("user", "three")]
+        ("system", "Be brief."),
+        ("user", "one"),
+        ("assistant", "heard 'one' (2 messages)"),
+        ("user", "two"),
+        ("assistant", "heard 'two' (4 messages)"),
+        ("user", "three"),
+    ]
     # the log holds each message once: every request carries only what is new
     deltas = [[(m["role"], m["content"]) for m in e.data["messages"]] for e in of_type(run_id, LLM_REQUESTED)]
     assert deltas == [[("system", "Be brief."), ("user", "one")], [("user", "two")], [("user", "three")]]
@@ -83,9 +95,13 @@ def test_three_messages_the_third_request_carries_the_whole_conversation_as_delt
     transcript = api.get(f"/runs/{run_id}/messages", headers=alice.auth).json()
     assert transcript["conversation"] and transcript["status"] == "waiting"
     assert [(m["role"], m["turn"], m["content"]) for m in transcript["items"]] == [
-        ("user", 1, "one"), ("assistant", 1, "heard 'one' (2 messages)"),
-        ("user", 2, "two"), ("assistant", 2, "heard 'two' (4 messages)"),
-        ("user", 3, "three"), ("assistant", 3, "heard 'three' (6 messages)")]
+        ("user", 1, "one"),
+        ("assistant", 1, "heard 'one' (2 messages)"),
+        ("user", 2, "two"),
+        ("assistant", 2, "heard 'two' (4 messages)"),
+        ("user", 3, "three"),
+        ("assistant", 3, "heard 'three' (6 messages)"),
+    ]
     listed = api.get("/runs?status=waiting", headers=alice.auth).json()
     assert [r["id"] for r in listed["items"]] == [run_id]
 
@@ -172,22 +188,24 @@ def test_a_message_past_the_budget_is_refused_with_the_reason(api, alice, talk_h
 
 
 def test_an_algorithm_that_holds_no_conversation_is_a_422_that_names_those_that_do(api, alice, talk_host):
-    r = api.post("/runs", json={"algorithm": "tests.api.echo", "input": {"text": "hi"}, "conversation": True},
-                 headers=alice.auth)
+    r = api.post(
+        "/runs", json={"algorithm": "tests.api.echo", "input": {"text": "hi"}, "conversation": True}, headers=alice.auth
+    )
     assert r.status_code == 422
     (error,) = r.json()["detail"]
     assert error["loc"] == ["body", "conversation"] and error["type"] == "not_conversational"
     assert "aaa.algos.ToolLoop" in error["msg"] and "aaa.algos.PydanticAIAgent" in error["msg"]
-    bad = api.post("/runs", json={"algorithm": TOOLLOOP, "input": {"task": "x"}, "conversation": {"idle": -1}},
-                   headers=alice.auth)
+    bad = api.post(
+        "/runs", json={"algorithm": TOOLLOOP, "input": {"task": "x"}, "conversation": {"idle": -1}}, headers=alice.auth
+    )
     assert bad.status_code == 422
     assert api.get("/runs", headers=alice.auth).json()["count"] == 0
 
 
 def pending_question(api, user, run_id):
     def check():
-        return [q for q in api.get(f"/runs/{run_id}/questions", headers=user.auth).json()
-                if q["status"] == "pending"]
+        return [q for q in api.get(f"/runs/{run_id}/questions", headers=user.auth).json() if q["status"] == "pending"]
+
     return wait_until(check)
 
 
@@ -203,8 +221,9 @@ def test_a_question_is_answered_and_a_bad_answer_refused_with_the_errors(api, al
 
     bad = api.post(url, json={"answer": {"city": "Paris"}}, headers=alice.auth)
     assert bad.status_code == 422
-    assert bad.json()["detail"] == [{"loc": ["body", "answer", "city"],
-                                     "msg": "'Paris' is not one of ['Lyon', 'Porto']", "type": "enum"}]
+    assert bad.json()["detail"] == [
+        {"loc": ["body", "answer", "city"], "msg": "'Paris' is not one of ['Lyon', 'Porto']", "type": "enum"}
+    ]
     missing = api.post(url, json={}, headers=alice.auth)
     assert missing.status_code == 422
     # who may see every run may not answer for its owner
@@ -233,8 +252,7 @@ def test_whoever_holds_the_permission_answers_another_owners_question(api, alice
     wait_for(api, run_id, alice.auth, status="waiting")
     say(api, alice, run_id, "which city?")
     (question,) = pending_question(api, alice, run_id)
-    r = api.post(f"/runs/{run_id}/questions/{question['id']}", json={"answer": {"city": "Lyon"}},
-                 headers=bob.auth)
+    r = api.post(f"/runs/{run_id}/questions/{question['id']}", json={"answer": {"city": "Lyon"}}, headers=bob.auth)
     assert r.status_code == 200 and r.json()["by"] == alice_label(bob)
     # but only the owner talks to it
     wait_for(api, run_id, alice.auth, status="waiting")
@@ -246,12 +264,12 @@ def test_an_expired_question_is_a_409_and_the_tool_call_fails_expired(api, alice
     wait_for(api, run_id, alice.auth, status="waiting")
     say(api, alice, run_id, "which city, quickly?")
     # its expiry (0.5 s) is a timer of the engine: the question ends expired, the model is told
-    wait_until(lambda: [q for q in api.get(f"/runs/{run_id}/questions", headers=alice.auth).json()
-                        if q["status"] == "expired"])
+    wait_until(
+        lambda: [q for q in api.get(f"/runs/{run_id}/questions", headers=alice.auth).json() if q["status"] == "expired"]
+    )
     (question,) = api.get(f"/runs/{run_id}/questions", headers=alice.auth).json()
     assert question["expires_at"] is not None
-    r = api.post(f"/runs/{run_id}/questions/{question['id']}", json={"answer": {"city": "Lyon"}},
-                 headers=alice.auth)
+    r = api.post(f"/runs/{run_id}/questions/{question['id']}", json={"answer": {"city": "Lyon"}}, headers=alice.auth)
     assert r.status_code == 409 and r.json()["detail"][0]["type"] == "expired"
     wait_for(api, run_id, alice.auth, status="waiting")
     items = api.get(f"/runs/{run_id}/messages", headers=alice.auth).json()["items"]
@@ -259,7 +277,8 @@ def test_an_expired_question_is_a_409_and_the_tool_call_fails_expired(api, alice
 
 
 def test_a_conversation_exported_erased_and_imported_comes_back_with_its_transcript_and_questions(
-        api, alice, django_user_model, talk_host):
+    api, alice, django_user_model, talk_host
+):
     dave = _user(django_user_model, "dave", "import_run")
     run_id = start(api, alice)["id"]
     wait_for(api, run_id, alice.auth, status="waiting")
@@ -291,22 +310,24 @@ def test_a_waiting_conversation_is_not_an_unfinished_run_to_sweep(api, alice, ta
 @pytest.fixture
 def streaming_host(transactional_db, settings):
     """The engine host with live tokens on, its model the same script, streamed a word at a time."""
-    settings.AAA = {**settings.AAA, "LLM_CLIENT": "tests.conversations.site.streaming_model",
-                    "STREAM_TOKENS": True, "TOOLS": ["tests.conversations.site.choose_city"]}
+    settings.AAA = {
+        **settings.AAA,
+        "LLM_CLIENT": "tests.conversations.site.streaming_model",
+        "STREAM_TOKENS": True,
+        "TOOLS": ["tests.conversations.site.choose_city"],
+    }
     site.REQUESTS.clear()
     EngineHost.reset()
     yield EngineHost.get()
     EngineHost.reset()
 
 
-def test_one_event_stream_carries_a_conversation_its_waits_and_its_replies_tokens(live_server, alice,
-                                                                                    streaming_host):
+def test_one_event_stream_carries_a_conversation_its_waits_and_its_replies_tokens(live_server, alice, streaming_host):
     from .sse import Live
     from .test_stream_live import Http
 
     client = Http(live_server.url, alice.auth)
-    status, run = client.json("POST", "/runs", {"algorithm": TOOLLOOP, "input": {"task": "one"},
-                                                "conversation": True})
+    status, run = client.json("POST", "/runs", {"algorithm": TOOLLOOP, "input": {"task": "one"}, "conversation": True})
     assert status == 201, run
     stream = Live(live_server.url, f"/api/aaa/runs/{run['id']}/events/stream", alice.auth)
     assert stream.status == 200

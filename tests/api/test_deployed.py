@@ -49,12 +49,17 @@ def site(tmp_path_factory):
     endpoint = os.environ.get("AAA_TEST_S3_ENDPOINT", "")
     require_service("s3", bool(endpoint))
     with Site(tmp_path_factory.mktemp("site"), endpoint) as s:
-        s.other_key = s.manage("shell", "-c", (
-            "from django.contrib.auth.models import Permission, User\n"
-            "from aaa_django.models import ApiKey\n"
-            "u = User.objects.create_user('other', password='other-pass-1')\n"
-            "u.user_permissions.add(Permission.objects.get(codename='add_runrecord'))\n"
-            "print(ApiKey.create_key(u, name='other')[1])\n")).split()[-1]
+        s.other_key = s.manage(
+            "shell",
+            "-c",
+            (
+                "from django.contrib.auth.models import Permission, User\n"
+                "from aaa_django.models import ApiKey\n"
+                "u = User.objects.create_user('other', password='other-pass-1')\n"
+                "u.user_permissions.add(Permission.objects.get(codename='add_runrecord'))\n"
+                "print(ApiKey.create_key(u, name='other')[1])\n"
+            ),
+        ).split()[-1]
         s.base = f"http://127.0.0.1:{s.web_port}"
         yield s
 
@@ -119,16 +124,37 @@ def generated(tmp_path_factory):
     hook = out / "import_unset.py"
     hook.write_text(IMPORT_UNSET)
     config = out / "config.json"
-    config.write_text(json.dumps({
-        "project_name_override": "aaa_client", "package_name_override": "aaa_client",
-        # JSON Lines is sent as bytes (the generator knows JSON, forms and bytes)
-        "content_type_overrides": {"application/jsonl": "application/octet-stream"},
-        "post_hooks": [f"{sys.executable} {hook}"],
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "project_name_override": "aaa_client",
+                "package_name_override": "aaa_client",
+                # JSON Lines is sent as bytes (the generator knows JSON, forms and bytes)
+                "content_type_overrides": {"application/jsonl": "application/octet-stream"},
+                "post_hooks": [f"{sys.executable} {hook}"],
+            }
+        )
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "openapi_python_client", "generate", "--path", str(openapi.FILE),
-         "--meta", "none", "--output-path", str(out / "aaa_client"), "--config", str(config)],
-        cwd=out, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "openapi_python_client",
+            "generate",
+            "--path",
+            str(openapi.FILE),
+            "--meta",
+            "none",
+            "--output-path",
+            str(out / "aaa_client"),
+            "--config",
+            str(config),
+        ],
+        cwd=out,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Warning" not in done.stdout + done.stderr, done.stdout + done.stderr  # nothing left out
     sys.path.insert(0, str(out))
@@ -165,9 +191,14 @@ def test_a_generated_client_drives_every_operation(site, generated):
     assert openapi.served_part(served, "/api/aaa") == openapi.served_part(openapi.checked_in(), "")
 
     call = Calls(AuthenticatedClient(base_url=f"{site.base}/api/aaa", token=site.key, timeout=60))
-    r = call("runs", "start_run", idempotency_key="client-run-1", body=m.StartIn.from_dict({
-        "algorithm": "aaa.algos.ToolLoop", "input": {"task": TASK}, "budget": {"model_calls": 10},
-        "deadline": 300}))
+    r = call(
+        "runs",
+        "start_run",
+        idempotency_key="client-run-1",
+        body=m.StartIn.from_dict(
+            {"algorithm": "aaa.algos.ToolLoop", "input": {"task": TASK}, "budget": {"model_calls": 10}, "deadline": 300}
+        ),
+    )
     assert r.status_code == 201, r.content
     run_id = r.parsed.id
 
@@ -176,10 +207,14 @@ def test_a_generated_client_drives_every_operation(site, generated):
     read_until(stream, lambda got: got and at_the_gate(got[-1].data), [])
     stream.close()
     pending_gate(site, run_id)
-    [gate] = [a for a in call("approvals", "list_approvals", run_id=run_id).parsed
-              if a.status.value == "pending"]
-    r = call("approvals", "decide_approval", run_id=run_id, request_id=gate.request_id,
-             body=m.DecisionIn.from_dict({"decision": "grant", "reason": "checked"}))
+    [gate] = [a for a in call("approvals", "list_approvals", run_id=run_id).parsed if a.status.value == "pending"]
+    r = call(
+        "approvals",
+        "decide_approval",
+        run_id=run_id,
+        request_id=gate.request_id,
+        body=m.DecisionIn.from_dict({"decision": "grant", "reason": "checked"}),
+    )
     assert r.status_code == 200 and r.parsed.decision.value == "granted"
 
     events = messages(call("events", "stream_events", run_id=run_id).content)  # to its end
@@ -204,20 +239,42 @@ def test_a_generated_client_drives_every_operation(site, generated):
 
     # a conversation with the chat page's agent (project/chat/model.py: scripted): a message,
     # the question its tool asks, the answer, the reply, the close
-    r = call("runs", "start_run", body=m.StartIn.from_dict({
-        "algorithm": "aaa.algos.ToolLoop", "input": {"task": "Hello!"}, "conversation": True,
-        "config": {"model": "chat-demo", "tools": ["choose_city", "lookup_population"]}}))
+    r = call(
+        "runs",
+        "start_run",
+        body=m.StartIn.from_dict(
+            {
+                "algorithm": "aaa.algos.ToolLoop",
+                "input": {"task": "Hello!"},
+                "conversation": True,
+                "config": {"model": "chat-demo", "tools": ["choose_city", "lookup_population"]},
+            }
+        ),
+    )
     assert r.status_code == 201, r.content
     talk = r.parsed.id
     until_status(call, talk, "waiting")
-    r = call("conversations", "send_message", run_id=talk, idempotency_key="client-message-1",
-             body=m.MessageIn.from_dict({"content": "How many people live there?"}))
+    r = call(
+        "conversations",
+        "send_message",
+        run_id=talk,
+        idempotency_key="client-message-1",
+        body=m.MessageIn.from_dict({"content": "How many people live there?"}),
+    )
     assert r.status_code == 201 and r.parsed.message.turn == 2, r.content
-    question = until(lambda: next((q for q in call("conversations", "list_questions", run_id=talk).parsed
-                                   if q.status == "pending"), None))
+    question = until(
+        lambda: next(
+            (q for q in call("conversations", "list_questions", run_id=talk).parsed if q.status == "pending"), None
+        )
+    )
     assert question.question == "Which city do you mean (for its population)?"
-    r = call("conversations", "answer_question", run_id=talk, question_id=question.id,
-             body=m.AnswerIn.from_dict({"answer": {"city": "Porto"}}))
+    r = call(
+        "conversations",
+        "answer_question",
+        run_id=talk,
+        question_id=question.id,
+        body=m.AnswerIn.from_dict({"answer": {"city": "Porto"}}),
+    )
     assert r.status_code == 200, r.content
     until_status(call, talk, "waiting")
     said = call("conversations", "list_messages", run_id=talk).parsed
@@ -232,8 +289,12 @@ def test_a_generated_client_drives_every_operation(site, generated):
     r = call("exchange", "import_run", body=File(payload=io.BytesIO(export)))  # JSON Lines
     assert r.status_code == 201, r.content
     assert call("runs", "erase_run", run_id=run_id).status_code == 204
-    as_json = {"aaa_export": 1, "run": run_id, "events": [x["event"] for x in lines if "event" in x],
-               "blobs": [x for x in lines if "blob" in x]}
+    as_json = {
+        "aaa_export": 1,
+        "run": run_id,
+        "events": [x["event"] for x in lines if "event" in x],
+        "blobs": [x for x in lines if "blob" in x],
+    }
     r = call("exchange", "import_run", body=m.ImportRunJsonExportIn.from_dict(as_json))
     assert r.status_code == 201, r.content
     assert r.parsed.id == run_id and r.parsed.last_seq == len(events)
@@ -265,8 +326,9 @@ def test_50_runs_watched_over_one_stream_every_change_once_and_no_429(site):
     assert stream.status == 200
     runs = []
     for i in range(50):
-        status, run = client.call("POST", "/runs", {"algorithm": "aaa.algos.ToolLoop",
-                                                    "input": {"task": f"{TASK} ({i})"}})
+        status, run = client.call(
+            "POST", "/runs", {"algorithm": "aaa.algos.ToolLoop", "input": {"task": f"{TASK} ({i})"}}
+        )
         assert status == 201, run
         runs.append(run["id"])
     got: list[Message] = []
@@ -306,8 +368,7 @@ def test_a_resumed_change_stream_repeats_nothing_and_misses_nothing(site):
 
     a, b, c = start(), start(), start()
     first = Live(site.base, follow, bearer(site.key))
-    part1 = read_until(first, lambda got: all(r in latest(got) and at_the_gate(latest(got)[r])
-                                              for r in (a, b, c)), [])
+    part1 = read_until(first, lambda got: all(r in latest(got) and at_the_gate(latest(got)[r]) for r in (a, b, c)), [])
     first.close()
     cut = part1[-1].id
 
@@ -318,9 +379,16 @@ def test_a_resumed_change_stream_repeats_nothing_and_misses_nothing(site):
     d = start()
 
     second = Live(site.base, follow, {**bearer(site.key), "Last-Event-ID": cut})
-    part2 = read_until(second, lambda got: latest(got).get(a, {}).get("status") == "completed"
-                       and latest(got).get(b, {}).get("status") == "completed"
-                       and d in latest(got) and at_the_gate(latest(got)[d]), [])
+    part2 = read_until(
+        second,
+        lambda got: (
+            latest(got).get(a, {}).get("status") == "completed"
+            and latest(got).get(b, {}).get("status") == "completed"
+            and d in latest(got)
+            and at_the_gate(latest(got)[d])
+        ),
+        [],
+    )
     second.close()
 
     assert all(position(m) > changes.parse(cut) for m in part2)  # nothing repeated
@@ -371,4 +439,3 @@ def _get(site: Site, path: str, last_event_id: str | None = None, *, key: str | 
     conn.close()
     assert r.status == 200, body
     return body
-

@@ -15,8 +15,7 @@ from aaa_django.api import runs
 pytestmark = pytest.mark.django_db
 
 
-def test_an_unexpected_error_fires_got_request_exception_and_mails_the_admins(
-        alice, monkeypatch, settings):
+def test_an_unexpected_error_fires_got_request_exception_and_mails_the_admins(alice, monkeypatch, settings):
     settings.ADMINS = [("Ops", "ops@example.com")]
 
     def broken(*args, **kwargs):
@@ -39,8 +38,7 @@ def test_an_unexpected_error_fires_got_request_exception_and_mails_the_admins(
 
     assert r.status_code == 500
     assert r["Content-Type"] == "application/json"
-    assert r.json() == {"detail": [{"loc": ["server"], "msg": "internal error (logged)",
-                                    "type": "server_error"}]}
+    assert r.json() == {"detail": [{"loc": ["server"], "msg": "internal error (logged)", "type": "server_error"}]}
     ((path, exc),) = seen
     assert path.endswith("/runs/run-1") and str(exc) == "the index is on fire"
     (message,) = mail.outbox

@@ -28,8 +28,7 @@ def post_export(api, user, body: bytes, ctype=JSONL):
 
 
 def echo(api, user, text="hi"):
-    r = api.post("/runs", json={"algorithm": "tests.api.echo", "input": {"text": text}},
-                 headers=user.auth)
+    r = api.post("/runs", json={"algorithm": "tests.api.echo", "input": {"text": text}}, headers=user.auth)
     assert r.status_code == 201, r.json()
     return wait_for(api, r.json()["id"], user.auth)
 
@@ -52,8 +51,7 @@ def test_a_run_exported_erased_and_imported_comes_back_with_its_ids(api, alice, 
     assert r.json()["id"] == run["id"] and r.json()["owner"] == "dave"
     assert r["Location"].endswith(f"/runs/{run['id']}")
     again = api.get(f"/runs/{run['id']}/events", headers=dave.auth).json()["items"]
-    assert [(e["id"], e["seq"], e["type"]) for e in again] == [
-        (e["id"], e["seq"], e["type"]) for e in events]
+    assert [(e["id"], e["seq"], e["type"]) for e in again] == [(e["id"], e["seq"], e["type"]) for e in events]
     twice = post_export(api, dave, body)
     assert twice.status_code == 409 and "exists" in twice.json()["detail"][0]["msg"]
 
@@ -95,6 +93,7 @@ def test_a_fork_goes_on_with_the_new_config_and_says_where_it_came_from(api, ali
     fork = r.json()
     assert fork["owner"] == "carol" and fork["forked_from"] == {"run": run_id, "seq": validated}
     assert fork["links"]["fork"].endswith(f"/runs/{fork['id']}/fork")
+
     def two_gates():
         gates = pending(api, carol, fork["id"])
         return gates if len(gates) == 2 else None
@@ -104,7 +103,9 @@ def test_a_fork_goes_on_with_the_new_config_and_says_where_it_came_from(api, ali
     assert len(pending(api, alice, run_id)) == 1  # the new config: two calls; the original: one
     listed = api.get("/runs", params={"algorithm": "tests.api.gated"}, headers=carol.auth).json()
     assert {i["id"]: i["forked_from"] for i in listed["items"]} == {
-        run_id: None, fork["id"]: {"run": run_id, "seq": validated}}
+        run_id: None,
+        fork["id"]: {"run": run_id, "seq": validated},
+    }
     assert gate in pending(api, alice, run_id)
 
 

@@ -32,27 +32,27 @@ def big_model():
 def missing_bucket(transactional_db, settings, s3_bucket):
     """The site's blob storage is an S3 bucket that does not exist; a fresh host."""
     options = {**s3_bucket, "bucket_name": s3_bucket["bucket_name"] + "-gone"}
-    settings.STORAGES = {**settings.STORAGES, "blobs": {
-        "BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": options}}
-    settings.AAA = {**settings.AAA, "BLOB_STORAGE": "blobs",
-                    "LLM_CLIENT": "tests.api.test_faults.big_model"}
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "blobs": {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": options},
+    }
+    settings.AAA = {**settings.AAA, "BLOB_STORAGE": "blobs", "LLM_CLIENT": "tests.api.test_faults.big_model"}
     EngineHost.reset()
     yield
     EngineHost.reset()
 
 
-def test_a_missing_bucket_fails_the_run_naming_it_in_the_api_and_the_admin(
-        api, alice, admin_client, missing_bucket):
-    run = api.post("/runs", json={"algorithm": "aaa.algos.ToolLoop", "input": {"task": "hi"},
-                                  "deadline": 300}, headers=alice.auth).json()
+def test_a_missing_bucket_fails_the_run_naming_it_in_the_api_and_the_admin(api, alice, admin_client, missing_bucket):
+    run = api.post(
+        "/runs", json={"algorithm": "aaa.algos.ToolLoop", "input": {"task": "hi"}, "deadline": 300}, headers=alice.auth
+    ).json()
 
     done = wait_for(api, run["id"], alice.auth)
 
     assert done["outcome"] == "failed"  # now, not `timeout` five minutes later
     value = done["value"]
     assert value["error"].startswith("the blob store failed: BlobStoreUnavailable: NoSuchBucket: ")
-    assert (value["service"], value["transient"], value["event_type"]) == (
-        "blob store", False, "aaa.llm.requested")
+    assert (value["service"], value["transient"], value["event_type"]) == ("blob store", False, "aaa.llm.requested")
     page = admin_client.get(reverse("admin:aaa_runrecord_change", args=(quote(run["id"]),)))
     assert page.status_code == 200
     assert "NoSuchBucket" in page.content.decode() and "failed" in page.content.decode()

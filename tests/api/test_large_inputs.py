@@ -27,8 +27,11 @@ def host(transactional_db, settings):
 @pytest.mark.parametrize("size", SIZES)
 def test_the_api_starts_a_run_with_a_large_input_and_its_owner_sees_it(api, alice, host, size):
     text_ = "y" * (size - len(canonical_json({"text": ""})))
-    r = api.post("/runs", json={"algorithm": "tests.api.echo", "input": {"text": text_},
-                                "budget": {"tokens": 100}, "deadline": 600}, headers=alice.auth)
+    r = api.post(
+        "/runs",
+        json={"algorithm": "tests.api.echo", "input": {"text": text_}, "budget": {"tokens": 100}, "deadline": 600},
+        headers=alice.auth,
+    )
     assert r.status_code == 201, r.json()
     run = r.json()
     done = wait_for(api, run["id"], alice.auth)  # the owner sees the run (not a 404)

@@ -19,14 +19,29 @@ pytestmark = pytest.mark.django_db(transaction=True)
 START = {"algorithm": "tests.api.echo", "input": {"text": "hi"}}
 #: (endpoint, a valid body, the path of every field a value can take in it)
 BODIES = [
-    ("/runs", START, [("algorithm",), ("input",), ("input", "text"), ("config",),
-                      ("config", "calls"), ("budget",), ("budget", "tokens"), ("budget", "cost"),
-                      ("deadline",), ("unknown",)]),
-    ("/runs", {"algorithm": "aaa.algos.ToolLoop", "input": {"task": "x"}},
-     [("config", "tools"), ("config", "system"), ("input", "task")]),
+    (
+        "/runs",
+        START,
+        [
+            ("algorithm",),
+            ("input",),
+            ("input", "text"),
+            ("config",),
+            ("config", "calls"),
+            ("budget",),
+            ("budget", "tokens"),
+            ("budget", "cost"),
+            ("deadline",),
+            ("unknown",),
+        ],
+    ),
+    (
+        "/runs",
+        {"algorithm": "aaa.algos.ToolLoop", "input": {"task": "x"}},
+        [("config", "tools"), ("config", "system"), ("input", "task")],
+    ),
     ("/runs/{run}/cancel", {"reason": "r"}, [("reason",), ("unknown",)]),
-    ("/runs/{run}/approvals/{request}", {"decision": "grant"},
-     [("decision",), ("reason",), ("unknown",)]),
+    ("/runs/{run}/approvals/{request}", {"decision": "grant"}, [("decision",), ("reason",), ("unknown",)]),
 ]
 FIELDS = [(url, body, path) for url, body, paths in BODIES for path in paths]
 MARK = "__deep__"
@@ -60,19 +75,30 @@ def world(host, alice, make_run):
     return alice, run_id
 
 
-@settings(max_examples=120, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(field=st.sampled_from(FIELDS), depth=depths, data=st.data(),
-       leaf=st.sampled_from(['1', '"x"', "null", "[]", "{}"]))
-def test_a_value_nested_past_the_limit_is_422_naming_its_field_and_never_500(
-        world, field, depth, data, leaf):
+@settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    field=st.sampled_from(FIELDS), depth=depths, data=st.data(), leaf=st.sampled_from(["1", '"x"', "null", "[]", "{}"])
+)
+def test_a_value_nested_past_the_limit_is_422_naming_its_field_and_never_500(world, field, depth, data, leaf):
     user, run_id = world
     url, body, path = field
-    kinds = data.draw(st.lists(st.sampled_from(["list", "dict"]), min_size=depth, max_size=depth)
-                      if depth <= 300 else st.sampled_from([["list"] * depth, ["dict"] * depth]))
+    kinds = data.draw(
+        st.lists(st.sampled_from(["list", "dict"]), min_size=depth, max_size=depth)
+        if depth <= 300
+        else st.sampled_from([["list"] * depth, ["dict"] * depth])
+    )
     text = body_with(body, path, deep_json(kinds, leaf))
-    r = Client().post("/api/aaa" + url.format(run=run_id, request="req-1"), data=text,
-                      content_type="application/json", headers=user.auth)
+    r = Client().post(
+        "/api/aaa" + url.format(run=run_id, request="req-1"),
+        data=text,
+        content_type="application/json",
+        headers=user.auth,
+    )
     assert r.status_code < 500, r.content[:300]
     # the body is level 1, each key of the path one more; the value's own levels below
     levels = len(path) + depth + (leaf in ("[]", "{}"))
@@ -87,10 +113,12 @@ def test_a_value_nested_past_the_limit_is_422_naming_its_field_and_never_500(
 
 def test_a_toolloop_config_nested_300_levels_is_422_not_500(world):
     user, _ = world
-    text = body_with({"algorithm": "aaa.algos.ToolLoop", "input": {"task": "x"}},
-                     ("config", "tools"), "[" + deep_json(["dict"] * 300, "1") + "]")
-    r = Client().post("/api/aaa/runs", data=text, content_type="application/json",
-                      headers=user.auth)
+    text = body_with(
+        {"algorithm": "aaa.algos.ToolLoop", "input": {"task": "x"}},
+        ("config", "tools"),
+        "[" + deep_json(["dict"] * 300, "1") + "]",
+    )
+    r = Client().post("/api/aaa/runs", data=text, content_type="application/json", headers=user.auth)
     assert r.status_code == 422
     (problem,) = r.json()["detail"]
     assert problem["loc"] == ["body", "config"] and problem["type"] == "too_deep"

@@ -30,8 +30,12 @@ STORE = DjangoEventStore("default")
 
 
 def log_of(run_id: str, owner: str | None) -> list[Event]:
-    started = Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data={
-        "algorithm": "tests.api.echo", "input": {}, "owner": owner, "parent": "run-parent"})
+    started = Event(
+        id=started_id(run_id),
+        stream=run_id,
+        type=RUN_STARTED,
+        data={"algorithm": "tests.api.echo", "input": {}, "owner": owner, "parent": "run-parent"},
+    )
 
     def ev(type, key, **data):
         return Event(id=derive_id(started.id, type, key), stream=run_id, type=type, data=data)
@@ -47,8 +51,9 @@ def log_of(run_id: str, owner: str | None) -> list[Event]:
         ev(LLM_REQUESTED, 3),
         ev(LLM_COMPLETED, 3, usage=usage, cost=0.5),
         ev("acme.note.made", 4, text="an algorithm's own record"),
-        Event(id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED,
-              data={"outcome": "success", "value": 1}),  # last: nothing follows a completion
+        Event(
+            id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED, data={"outcome": "success", "value": 1}
+        ),  # last: nothing follows a completion
     ]
 
 
@@ -64,7 +69,7 @@ def test_incremental_index_equals_the_whole_log_fold(alice, batches):
     events = log_of("run-a", str(alice.pk))
     i = 0
     for n in batches:
-        runindex.index_events("default", STORE.append_sync(events[i:i + n]))
+        runindex.index_events("default", STORE.append_sync(events[i : i + n]))
         i += n
     incremental = row("run-a")
     meta = RUNMETA.fold(STORE.read_sync("run-a"))
@@ -107,8 +112,12 @@ def test_an_unknown_owner_indexes_as_no_owner(db):
 def test_reindex_command_rebuilds_and_drops_erased_runs(alice):
     runindex.index_events("default", STORE.append_sync(log_of("run-e", str(alice.pk))))
     RunRecord.objects.filter(pk="run-e").update(tokens_in=999, request_hash="h")
-    RunRecord.objects.create(run_id="run-gone", status="completed", started_at=row("run-e")["started_at"],
-                             updated_at=row("run-e")["updated_at"])
+    RunRecord.objects.create(
+        run_id="run-gone",
+        status="completed",
+        started_at=row("run-e")["started_at"],
+        updated_at=row("run-e")["updated_at"],
+    )
     out = StringIO()
     call_command("aaa_reindex", stdout=out)
     assert "Indexed 1 runs" in out.getvalue() and "deleted 1" in out.getvalue()
@@ -120,11 +129,16 @@ def test_reindex_command_rebuilds_and_drops_erased_runs(alice):
 def test_reindex_of_named_runs_says_which_are_not_in_the_log(alice):
     runindex.index_events("default", STORE.append_sync(log_of("run-f", str(alice.pk))))
     STORE.append_sync([Event(id="odd-1", stream="odd-f", type="acme.thing.happened")])
-    RunRecord.objects.create(run_id="run-erased", status="completed", started_at=row("run-f")["started_at"],
-                             updated_at=row("run-f")["updated_at"])
+    RunRecord.objects.create(
+        run_id="run-erased",
+        status="completed",
+        started_at=row("run-f")["started_at"],
+        updated_at=row("run-f")["updated_at"],
+    )
     out = StringIO()
-    call_command("aaa_reindex", "--run", "run-f", "--run", "odd-f", "--run", "run-erased",
-                 "--run", "run-never", stdout=out)
+    call_command(
+        "aaa_reindex", "--run", "run-f", "--run", "odd-f", "--run", "run-erased", "--run", "run-never", stdout=out
+    )
     said = out.getvalue()
     assert "Indexed 1 runs; skipped 1 streams that are not runs; deleted 1 rows" in said
     assert "Not in the log: 2 of the runs named" in said

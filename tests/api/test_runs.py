@@ -29,8 +29,7 @@ def locs(r) -> list[list]:
 
 
 def test_start_returns_201_with_the_run_and_its_url(api, alice, host):
-    r = api.post("/runs", json={"algorithm": "tests.api.echo", "input": {"text": "hello"}},
-                 headers=alice.auth)
+    r = api.post("/runs", json={"algorithm": "tests.api.echo", "input": {"text": "hello"}}, headers=alice.auth)
     assert r.status_code == 201, r.json()
     run = r.json()
     assert run["id"].startswith("run-")
@@ -47,8 +46,9 @@ def test_start_returns_201_with_the_run_and_its_url(api, alice, host):
 
 
 def test_the_started_event_records_the_owner_budget_and_deadline(api, alice, host):
-    r = api.post("/runs", json={"algorithm": "tests.api.idle", "budget": {"tokens": 100},
-                                "deadline": 3600}, headers=alice.auth)
+    r = api.post(
+        "/runs", json={"algorithm": "tests.api.idle", "budget": {"tokens": 100}, "deadline": 3600}, headers=alice.auth
+    )
     assert r.status_code == 201, r.json()
     run = r.json()
     (started,) = DjangoEventStore().read_sync(run["id"], limit=1)
@@ -77,15 +77,17 @@ def test_claim_checked_events_are_hydrated_on_request(api, alice, make_run, sett
     from aaa_django.events import Event, derive_id
     from aaa_django.site.blobs import StorageBlobStore
 
-    settings.STORAGES = {**settings.STORAGES, "blobs": {
-        "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": str(tmp_path)}}}
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "blobs": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path)}},
+    }
     settings.AAA = {**settings.AAA, "BLOB_STORAGE": "blobs"}
     run_id = make_run(alice, types=[INPUT_VALIDATED])
     big = {"name": "report", "text": "x" * 50_000}
     stub, ref = claim(big, store=StorageBlobStore(alias="blobs"), namespace=run_id, threshold=100)
-    DjangoEventStore().append_sync([Event(id=derive_id(run_id, "big"), stream=run_id,
-                                          type="tests.api.big", data=stub, blobs=(ref,))])
+    DjangoEventStore().append_sync(
+        [Event(id=derive_id(run_id, "big"), stream=run_id, type="tests.api.big", data=stub, blobs=(ref,))]
+    )
     raw = api.get(f"/runs/{run_id}/events?after=2", headers=alice.auth).json()["items"][0]
     assert raw["data"] == {"$claim": True, "name": "report"}
     full = api.get(f"/runs/{run_id}/events?after=2&hydrate=true", headers=alice.auth)
@@ -117,29 +119,52 @@ def test_list_filters_and_pages(api, alice, make_run):
 # -- bad input: 4xx naming the field and the reason, and no run ------------------------------
 
 
-@pytest.mark.parametrize("body,loc,words", [
-    ({"algorithm": "tests.api.nope", "input": {}}, ["body", "algorithm"], "no algorithm"),
-    ({"algorithm": "tests.api.echo", "input": {"text": ""}}, ["body", "input", "text"], "at least 1"),
-    ({"algorithm": "tests.api.echo", "input": {"txt": "x"}}, ["body", "input", "text"], "required"),
-    ({"algorithm": "tests.api.echo", "input": {"text": "x"}, "budget": {"tokens": -1}},
-     ["body", "payload", "budget", "tokens"], "greater than or equal"),
-    ({"algorithm": "tests.api.echo", "input": {"text": "x"}, "budget": {"token": 5}},
-     ["body", "payload", "budget", "token"], "not permitted"),
-    ({"algorithm": "tests.api.echo", "input": {"text": "x"}, "deadline": -5},
-     ["body", "payload", "deadline"], "greater than 0"),
-    ({"algorithm": "tests.api.echo", "input": {"text": "x"}, "deadline": "2001-01-01T00:00:00Z"},
-     ["body", "payload", "deadline"], "in the past"),
-    ({"algorithm": "tests.api.echo", "input": {"text": "x"}, "deadline": "2031-01-01T00:00:00"},
-     ["body", "payload", "deadline"], "timezone"),
-    ({"algorithm": "tests.api.gated", "config": {"calls": 9}}, ["body", "config", "calls"],
-     "less than or equal"),
-    ({"input": {"text": "x"}}, ["body", "payload", "algorithm"], "required"),
-    # a config names only an agent of AAA["AGENTS"]: never a module to import
-    ({"algorithm": "aaa.algos.PydanticAIAgent", "config": {"agent": "this:agent"}, "input": {"task": "x"}},
-     ["body", "config", "agent"], "not an agent this site serves"),
-    ({"algorithm": "aaa.algos.ToolLoop", "config": {"output": "this:Zen"}, "input": {"task": "x"}},
-     ["body", "config", "output"], "its module is not loaded"),
-])
+@pytest.mark.parametrize(
+    "body,loc,words",
+    [
+        ({"algorithm": "tests.api.nope", "input": {}}, ["body", "algorithm"], "no algorithm"),
+        ({"algorithm": "tests.api.echo", "input": {"text": ""}}, ["body", "input", "text"], "at least 1"),
+        ({"algorithm": "tests.api.echo", "input": {"txt": "x"}}, ["body", "input", "text"], "required"),
+        (
+            {"algorithm": "tests.api.echo", "input": {"text": "x"}, "budget": {"tokens": -1}},
+            ["body", "payload", "budget", "tokens"],
+            "greater than or equal",
+        ),
+        (
+            {"algorithm": "tests.api.echo", "input": {"text": "x"}, "budget": {"token": 5}},
+            ["body", "payload", "budget", "token"],
+            "not permitted",
+        ),
+        (
+            {"algorithm": "tests.api.echo", "input": {"text": "x"}, "deadline": -5},
+            ["body", "payload", "deadline"],
+            "greater than 0",
+        ),
+        (
+            {"algorithm": "tests.api.echo", "input": {"text": "x"}, "deadline": "2001-01-01T00:00:00Z"},
+            ["body", "payload", "deadline"],
+            "in the past",
+        ),
+        (
+            {"algorithm": "tests.api.echo", "input": {"text": "x"}, "deadline": "2031-01-01T00:00:00"},
+            ["body", "payload", "deadline"],
+            "timezone",
+        ),
+        ({"algorithm": "tests.api.gated", "config": {"calls": 9}}, ["body", "config", "calls"], "less than or equal"),
+        ({"input": {"text": "x"}}, ["body", "payload", "algorithm"], "required"),
+        # a config names only an agent of AAA["AGENTS"]: never a module to import
+        (
+            {"algorithm": "aaa.algos.PydanticAIAgent", "config": {"agent": "this:agent"}, "input": {"task": "x"}},
+            ["body", "config", "agent"],
+            "not an agent this site serves",
+        ),
+        (
+            {"algorithm": "aaa.algos.ToolLoop", "config": {"output": "this:Zen"}, "input": {"task": "x"}},
+            ["body", "config", "output"],
+            "its module is not loaded",
+        ),
+    ],
+)
 def test_bad_input_is_422_and_creates_no_run(api, alice, body, loc, words):
     r = api.post("/runs", json=body, headers=alice.auth)
     assert r.status_code == 422, r.json()
@@ -149,21 +174,27 @@ def test_bad_input_is_422_and_creates_no_run(api, alice, body, loc, words):
     assert DjangoEventStore().streams_sync() == []
 
 
-@pytest.mark.parametrize("body,headers,status,loc", [
-    (b'{"algorithm": ', {"Content-Type": "application/json"}, 400, ["body"]),
-    (b'{"algorithm": NaN}', {"Content-Type": "application/json"}, 400, ["body"]),
-    (b'{"deadline": 1e999}', {"Content-Type": "application/json"}, 400, ["body"]),
-    (b'"\\ud800"', {"Content-Type": "application/json"}, 400, ["body"]),
-    (b"\xff\xfe", {"Content-Type": "application/json"}, 400, ["body"]),
-    # too_deep: Python 3.11's and 3.12's json stop at their recursion limit (the body as a
-    # whole); 3.13's parses it, and the iterative check names where (its first element)
-    (b"[" * 5000 + b"]" * 5000, {"Content-Type": "application/json"}, 422,
-     ["body"] if sys.version_info < (3, 13) else ["body", 0]),
-    (b"algorithm=x", {"Content-Type": "application/x-www-form-urlencoded"}, 415,
-     ["header", "Content-Type"]),
-    (b'{"algorithm": "tests.api.echo"}', {}, 415, ["header", "Content-Type"]),
-    (b"[]", {"Content-Type": "application/json"}, 422, ["body", "payload"]),
-])
+@pytest.mark.parametrize(
+    "body,headers,status,loc",
+    [
+        (b'{"algorithm": ', {"Content-Type": "application/json"}, 400, ["body"]),
+        (b'{"algorithm": NaN}', {"Content-Type": "application/json"}, 400, ["body"]),
+        (b'{"deadline": 1e999}', {"Content-Type": "application/json"}, 400, ["body"]),
+        (b'"\\ud800"', {"Content-Type": "application/json"}, 400, ["body"]),
+        (b"\xff\xfe", {"Content-Type": "application/json"}, 400, ["body"]),
+        # too_deep: Python 3.11's and 3.12's json stop at their recursion limit (the body as a
+        # whole); 3.13's parses it, and the iterative check names where (its first element)
+        (
+            b"[" * 5000 + b"]" * 5000,
+            {"Content-Type": "application/json"},
+            422,
+            ["body"] if sys.version_info < (3, 13) else ["body", 0],
+        ),
+        (b"algorithm=x", {"Content-Type": "application/x-www-form-urlencoded"}, 415, ["header", "Content-Type"]),
+        (b'{"algorithm": "tests.api.echo"}', {}, 415, ["header", "Content-Type"]),
+        (b"[]", {"Content-Type": "application/json"}, 422, ["body", "payload"]),
+    ],
+)
 def test_malformed_bodies_are_4xx_naming_the_field(api, alice, body, headers, status, loc):
     r = api.post("/runs", body, headers={**alice.auth, **headers})
     assert r.status_code == status, r.json()
@@ -177,8 +208,9 @@ def test_a_body_over_the_limit_is_413(api, alice, settings):
     r = api.post("/runs", body, headers={**alice.auth, "Content-Type": "application/json"})
     assert r.status_code == 413
     assert r.json()["detail"][0]["loc"] == ["body"]
-    declared = api.post("/runs", "{}", headers={**alice.auth, "Content-Type": "application/json",
-                                                 "Content-Length": "5000"})
+    declared = api.post(
+        "/runs", "{}", headers={**alice.auth, "Content-Type": "application/json", "Content-Length": "5000"}
+    )
     assert declared.status_code == 413
 
 
@@ -242,8 +274,9 @@ def test_cancel_without_a_body_and_with_a_bad_one(api, alice, make_run):
 
 
 def test_without_a_model_client_a_model_run_fails_with_a_clear_reason(api, alice, host):
-    run = api.post("/runs", json={"algorithm": "aaa.algos.ToolLoop", "input": {"task": "hi"}},
-                   headers=alice.auth).json()
+    run = api.post(
+        "/runs", json={"algorithm": "aaa.algos.ToolLoop", "input": {"task": "hi"}}, headers=alice.auth
+    ).json()
     done = wait_for(api, run["id"], alice.auth)
     assert done["outcome"] == "failed"
     assert "AAA['LLM_CLIENT']" in json.dumps(done["value"])
@@ -256,8 +289,9 @@ def test_the_configured_model_client_answers(api, alice, settings):
     settings.AAA = {**settings.AAA, "LLM_CLIENT": "tests.api.algos.fake_model"}
     EngineHost.reset()
     try:
-        run = api.post("/runs", json={"algorithm": "aaa.algos.ToolLoop", "input": {"task": "hi"}},
-                       headers=alice.auth).json()
+        run = api.post(
+            "/runs", json={"algorithm": "aaa.algos.ToolLoop", "input": {"task": "hi"}}, headers=alice.auth
+        ).json()
         done = wait_for(api, run["id"], alice.auth)
     finally:
         EngineHost.reset()
@@ -265,12 +299,16 @@ def test_the_configured_model_client_answers(api, alice, settings):
     assert done["spend"]["model_calls"] == 1 and done["spend"]["tokens"] > 0
 
 
-def test_a_cost_budget_over_an_unpriced_model_is_422_before_any_run(api, alice, settings,
-                                                                   transactional_db):
+def test_a_cost_budget_over_an_unpriced_model_is_422_before_any_run(api, alice, settings, transactional_db):
     from aaa_django.site.host import EngineHost
 
-    llm = {"PROVIDER": "openai", "BASE_URL": "http://127.0.0.1:9/v1", "API_KEY": "sk-none",
-           "MODEL": "my-proxy-alias", "PRICING": {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}}
+    llm = {
+        "PROVIDER": "openai",
+        "BASE_URL": "http://127.0.0.1:9/v1",
+        "API_KEY": "sk-none",
+        "MODEL": "my-proxy-alias",
+        "PRICING": {"gpt-4o-mini": {"input": 0.15, "output": 0.6}},
+    }
     settings.AAA = {**settings.AAA, "LLM": llm}
     EngineHost.reset()
     try:

@@ -26,16 +26,17 @@ from aaa_django.runtime.event_types import INPUT_VALIDATED, RUN_COMPLETED
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-CONFIG = schemathesis.Config.from_dict({
-    "generation": {"max-examples": 30, "deterministic": True},
-    "phases": {"stateful": {"enabled": False}},
-})
+CONFIG = schemathesis.Config.from_dict(
+    {
+        "generation": {"max-examples": 30, "deterministic": True},
+        "phases": {"stateful": {"enabled": False}},
+    }
+)
 
 # POST /imports takes a run's export as JSON Lines: text, sent as it is generated.
 schemathesis.serializer.alias("application/jsonl", "text/plain")
 
-schema = schemathesis.openapi.from_wsgi("/api/aaa/openapi.json", get_wsgi_application(),
-                                        config=CONFIG)
+schema = schemathesis.openapi.from_wsgi("/api/aaa/openapi.json", get_wsgi_application(), config=CONFIG)
 
 #: a run that exists, so its id (from the examples below) reaches the happy paths
 RUN_ID = "run-fuzz-done"

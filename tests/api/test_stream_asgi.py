@@ -33,8 +33,7 @@ from aaa_django.store import DjangoEventStore
 from ..docs.test_readme import free_port, wait_http
 from .test_stream_live import Http
 
-pytestmark = [pytest.mark.django_db(transaction=True, databases=["default", "postgres"]),
-              pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True, databases=["default", "postgres"]), pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAMS = 150  # alice's streams, all open at once (her cap, raised for the test)
@@ -67,13 +66,32 @@ def server_connections(using: str) -> int:
 def asgi_server(pg_alias, tmp_path):
     port = free_port()
     log = open(tmp_path / "uvicorn.log", "w+")
-    env = {**os.environ, "AAA_TEST_ASGI_DB": connections[pg_alias].settings_dict["NAME"],
-           "AAA_TEST_STREAMS_PER_USER": str(STREAMS),
-           "DJANGO_SETTINGS_MODULE": "tests.asgi_settings", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "AAA_TEST_ASGI_DB": connections[pg_alias].settings_dict["NAME"],
+        "AAA_TEST_STREAMS_PER_USER": str(STREAMS),
+        "DJANGO_SETTINGS_MODULE": "tests.asgi_settings",
+        "PYTHONUNBUFFERED": "1",
+    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "tests.asgi_site:application", "--host", "127.0.0.1",
-         "--port", str(port), "--lifespan", "off", "--no-access-log"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "tests.asgi_site:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--lifespan",
+            "off",
+            "--no-access-log",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         # the bound only catches a server that never comes up (a loaded 2-core machine
         # has taken more than 60 s to start one)
@@ -91,8 +109,7 @@ def asgi_server(pg_alias, tmp_path):
         log.close()
 
 
-def test_150_streams_of_one_user_leave_other_users_answered_and_connections_bounded(
-        asgi_server, pg_alias):
+def test_150_streams_of_one_user_leave_other_users_answered_and_connections_bounded(asgi_server, pg_alias):
     url, proc = asgi_server
     alice = Http(url, user(pg_alias, "alice"))
     bob = Http(url, user(pg_alias, "bob"))  # streams nothing: his requests must keep answering
@@ -125,8 +142,7 @@ def test_150_streams_of_one_user_leave_other_users_answered_and_connections_boun
     assert held <= sse.READERS + 4, held
 
     # Another process appends to one run: its 50 streams wake and send it, no other.
-    DjangoEventStore(pg_alias).append_sync(
-        [Event(id=new_id(), stream=runs[1], type="tests.poke", data={"n": 1})])
+    DjangoEventStore(pg_alias).append_sync([Event(id=new_id(), stream=runs[1], type="tests.poke", data={"n": 1})])
     for s in streams[1::3]:
         assert "tests.poke" in types_until(s, "tests.poke")
     # A run is cancelled: its streams send its end and close.

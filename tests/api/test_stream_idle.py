@@ -37,17 +37,20 @@ def test_a_waiting_stream_holds_no_sqlite_connection(alice, make_run):
                 waits.append(timeout)
                 held_while_waiting.append(connections["default"].connection is not None)
                 if len(held_while_waiting) == 3:  # then the run ends, and the stream with it
-                    ended = store.append_sync([Event(
-                        id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED,
-                        data={"outcome": "success"})])
+                    ended = store.append_sync(
+                        [
+                            Event(
+                                id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED, data={"outcome": "success"}
+                            )
+                        ]
+                    )
                     runindex.index_events("default", ended)
                 return False
 
             sub.wait = wait
             return sub
 
-    body = list(stream.events(store, run_id, 0, shape=runs.event_out, max_seconds=60,
-                              ended=False, wakeups=Polled()))
+    body = list(stream.events(store, run_id, 0, shape=runs.event_out, max_seconds=60, ended=False, wakeups=Polled()))
     assert held_while_waiting == [False, False, False]
     assert waits == [stream.POLL] * 3  # not woken: it polls
     assert '"type":"aaa.run.completed"' in body[-1]
@@ -87,12 +90,23 @@ def test_a_lost_wake_up_delays_a_stream_one_heartbeat_at_most(alice, make_run):
     def on_wait() -> None:
         if not sent_at:  # the run ends during the first wait, and no wake-up comes
             sent_at.append(now[0])
-            ended = store.append_sync([Event(id=completion_id(run_id), stream=run_id,
-                                             type=RUN_COMPLETED, data={"outcome": "success"})])
+            ended = store.append_sync(
+                [Event(id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED, data={"outcome": "success"})]
+            )
             runindex.index_events("default", ended)
 
-    body = list(stream.events(store, run_id, 0, shape=runs.event_out, max_seconds=300,
-                              ended=False, wakeups=Silent(now, on_wait), clock=lambda: now[0]))
+    body = list(
+        stream.events(
+            store,
+            run_id,
+            0,
+            shape=runs.event_out,
+            max_seconds=300,
+            ended=False,
+            wakeups=Silent(now, on_wait),
+            clock=lambda: now[0],
+        )
+    )
     assert '"type":"aaa.run.completed"' in body[-1]  # read at the heartbeat, not at 300 s
     assert body[-2] == ": keep-alive\n\n" and now[0] <= stream.HEARTBEAT
 
@@ -124,9 +138,21 @@ def test_a_wsgi_stream_on_postgresql_waits_without_a_connection_and_wakes_on_an_
             def watched(timeout: float) -> bool:
                 held_while_waiting.append(connections[pg_alias].connection is not None)
                 if len(held_while_waiting) == 1:
-                    threading.Thread(target=lambda: (store.append_sync([Event(
-                        id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED,
-                        data={"outcome": "success"})]), connections.close_all())).start()
+                    threading.Thread(
+                        target=lambda: (
+                            store.append_sync(
+                                [
+                                    Event(
+                                        id=completion_id(run_id),
+                                        stream=run_id,
+                                        type=RUN_COMPLETED,
+                                        data={"outcome": "success"},
+                                    )
+                                ]
+                            ),
+                            connections.close_all(),
+                        )
+                    ).start()
                 woken.append(wait(timeout))
                 return woken[-1]
 
@@ -134,8 +160,9 @@ def test_a_wsgi_stream_on_postgresql_waits_without_a_connection_and_wakes_on_an_
             return sub
 
     try:
-        body = list(stream.events(store, run_id, 0, shape=runs.event_out, max_seconds=60,
-                                  ended=False, wakeups=Watched()))
+        body = list(
+            stream.events(store, run_id, 0, shape=runs.event_out, max_seconds=60, ended=False, wakeups=Watched())
+        )
     finally:
         hub.stop()
     # (a late notification of the run's start may wake it once for nothing)

@@ -40,8 +40,7 @@ class Http:
         headers = dict(self.headers)
         if body is not None:
             headers["Content-Type"] = "application/json"
-        conn.request(method, "/api/aaa" + path, body=json.dumps(body) if body is not None else None,
-                     headers=headers)
+        conn.request(method, "/api/aaa" + path, body=json.dumps(body) if body is not None else None, headers=headers)
         r = conn.getresponse()
         raw = r.read()
         conn.close()
@@ -109,18 +108,17 @@ def test_a_resumed_stream_loses_and_repeats_nothing(live_server, alice, host):
     cut = seen[-1][0]
 
     # While nobody listens, the first call is approved and runs.
-    assert client.json("POST", f"/runs/{run_id}/approvals/{first['request_id']}",
-                       {"decision": "grant"})[0] == 200
-    wait_until(lambda: client.json("GET", f"/runs/{run_id}/events?after={cut}")[1]["items"][-1]["type"]
-               == TOOL_COMPLETED)
+    assert client.json("POST", f"/runs/{run_id}/approvals/{first['request_id']}", {"decision": "grant"})[0] == 200
+    wait_until(
+        lambda: client.json("GET", f"/runs/{run_id}/events?after={cut}")[1]["items"][-1]["type"] == TOOL_COMPLETED
+    )
 
     # Part 2: resume from the last id seen; the second call is approved while we listen.
     part2 = client.stream(f"/runs/{run_id}/events/stream", last_event_id=cut)
     assert part2.status == 200
     resumed = [part2.next()]
     assert resumed[0][0] == cut + 1
-    assert client.json("POST", f"/runs/{run_id}/approvals/{second['request_id']}",
-                       {"decision": "grant"})[0] == 200
+    assert client.json("POST", f"/runs/{run_id}/approvals/{second['request_id']}", {"decision": "grant"})[0] == 200
     while (message := part2.next()) is not None:
         resumed.append(message)
     part2.close()
@@ -157,8 +155,7 @@ def test_the_stream_of_another_owners_run_is_404_on_a_real_server(live_server, a
     Http(live_server.url, alice.auth).json("POST", f"/runs/{run['id']}/cancel")
 
 
-def test_a_user_holds_at_most_the_cap_of_open_streams(live_server, alice, bob, host, settings,
-                                                      monkeypatch):
+def test_a_user_holds_at_most_the_cap_of_open_streams(live_server, alice, bob, host, settings, monkeypatch):
     """AAA["API_STREAMS_PER_USER"]: past it, 429 for that user (another user streams
     on); a stream that ends gives its slot back; one that died uncleaned frees it when
     its lease runs out."""

@@ -45,9 +45,15 @@ def test_tokens_reach_an_sse_client_before_the_replys_event(live_server, alice, 
     # the reply starts once the client listens; its second text waits for the first's token
     model_server.script(Reply(parts=openai_stream(TEXTS), holds={0: listening, 2: first_token_read}))
     client = Http(live_server.url, alice.auth)
-    status, run = client.json("POST", "/runs", {"algorithm": "aaa.algos.ToolLoop",
-                                                "config": ToolLoop(ToolRegistry([])).config(),
-                                                "input": {"task": "Weather in Lyon?"}})
+    status, run = client.json(
+        "POST",
+        "/runs",
+        {
+            "algorithm": "aaa.algos.ToolLoop",
+            "config": ToolLoop(ToolRegistry([])).config(),
+            "input": {"task": "Weather in Lyon?"},
+        },
+    )
     assert status == 201, run
     stream = client.stream(f"/runs/{run['id']}/events/stream")
     assert stream.status == 200

@@ -53,38 +53,51 @@ def test_no_broker_is_an_error():
 def test_a_non_redis_broker_needs_a_redis_url():
     with override_settings(AAA={"BUS": "celery"}, DATABASES=POSTGRES, CELERY_BROKER_URL="amqp://h//"):
         assert ids(check_celery_bus()) == ["aaa.E103"]
-    with override_settings(AAA={"BUS": "celery", "REDIS_URL": "redis://h/0"}, DATABASES=POSTGRES,
-                           CELERY_BROKER_URL="amqp://h//"):
+    with override_settings(
+        AAA={"BUS": "celery", "REDIS_URL": "redis://h/0"}, DATABASES=POSTGRES, CELERY_BROKER_URL="amqp://h//"
+    ):
         assert check_celery_bus() == []
 
 
-@pytest.mark.parametrize("aaa, problem", [
-    ({"REDIS_URL": 6379}, "aaa.E104"),
-    ({"CELERY_QUEUES": ["aaa.tools"]}, "aaa.E104"),
-    ({"CELERY_QUEUES": {"gpu": "aaa.gpu"}}, "aaa.E104"),
-    ({"CELERY_QUEUES": {"tools": ""}}, "aaa.E104"),
-    ({"CELERY_FAST_PUBLISH": "yes"}, "aaa.E104"),
-    ({"RUN_LOCK_TTL": 0}, "aaa.E104"),
-    ({"LEASE_TTL": "30"}, "aaa.E104"),
-    ({"STALL_AFTER": True}, "aaa.E104"),
-    ({"WORKER_IN_FLIGHT": 0}, "aaa.E104"),
-    ({"WORKER_IN_FLIGHT": 2.5}, "aaa.E104"),
-    ({"WORKER_DRAIN_SECONDS": -1}, "aaa.E104"),
-    ({"WORKER_DRAIN_SECONDS": "30"}, "aaa.E104"),
-    ({"WORKER_SETUP": 42}, "aaa.E104"),
-    ({"WORKER_SETUP": "no.such.module.setup"}, "aaa.E105"),
-    ({"DUTY_EVERY": -1}, "aaa.E104"),
-    ({"DUTY_DATABASE": "nowhere"}, "aaa.E104"),
-], ids=lambda v: str(v) if isinstance(v, str) else "-".join(map(str, v.items())))
+@pytest.mark.parametrize(
+    "aaa, problem",
+    [
+        ({"REDIS_URL": 6379}, "aaa.E104"),
+        ({"CELERY_QUEUES": ["aaa.tools"]}, "aaa.E104"),
+        ({"CELERY_QUEUES": {"gpu": "aaa.gpu"}}, "aaa.E104"),
+        ({"CELERY_QUEUES": {"tools": ""}}, "aaa.E104"),
+        ({"CELERY_FAST_PUBLISH": "yes"}, "aaa.E104"),
+        ({"RUN_LOCK_TTL": 0}, "aaa.E104"),
+        ({"LEASE_TTL": "30"}, "aaa.E104"),
+        ({"STALL_AFTER": True}, "aaa.E104"),
+        ({"WORKER_IN_FLIGHT": 0}, "aaa.E104"),
+        ({"WORKER_IN_FLIGHT": 2.5}, "aaa.E104"),
+        ({"WORKER_DRAIN_SECONDS": -1}, "aaa.E104"),
+        ({"WORKER_DRAIN_SECONDS": "30"}, "aaa.E104"),
+        ({"WORKER_SETUP": 42}, "aaa.E104"),
+        ({"WORKER_SETUP": "no.such.module.setup"}, "aaa.E105"),
+        ({"DUTY_EVERY": -1}, "aaa.E104"),
+        ({"DUTY_DATABASE": "nowhere"}, "aaa.E104"),
+    ],
+    ids=lambda v: str(v) if isinstance(v, str) else "-".join(map(str, v.items())),
+)
 def test_bad_cluster_settings_are_errors(aaa, problem):
     with override_settings(AAA=aaa):
         assert ids(check_cluster_settings()) == [problem]
 
 
 def test_good_cluster_settings_pass():
-    good = {"REDIS_URL": "redis://h/0", "CELERY_QUEUES": {"tools": "acme.tools"}, "RUN_LOCK_TTL": 5,
-            "LEASE_TTL": 12.5, "STALL_AFTER": 120, "WORKER_SETUP": "tests.celery.site.setup",
-            "WORKER_DRAIN_SECONDS": 0, "DUTY_EVERY": 0, "DUTY_DATABASE": "default"}
+    good = {
+        "REDIS_URL": "redis://h/0",
+        "CELERY_QUEUES": {"tools": "acme.tools"},
+        "RUN_LOCK_TTL": 5,
+        "LEASE_TTL": 12.5,
+        "STALL_AFTER": 120,
+        "WORKER_SETUP": "tests.celery.site.setup",
+        "WORKER_DRAIN_SECONDS": 0,
+        "DUTY_EVERY": 0,
+        "DUTY_DATABASE": "default",
+    }
     with override_settings(AAA=good):
         assert check_cluster_settings() == []
 

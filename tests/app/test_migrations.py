@@ -37,9 +37,11 @@ def test_sqlmigrate_shows_the_trigger_sql_of_the_databases_vendor(db_alias):
 
 
 def triggers(alias: str) -> set[str]:
-    sql = ("SELECT tgname FROM pg_trigger WHERE tgname LIKE 'aaa%%'"
-           if connections[alias].vendor == "postgresql"
-           else "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'aaa%%'")
+    sql = (
+        "SELECT tgname FROM pg_trigger WHERE tgname LIKE 'aaa%%'"
+        if connections[alias].vendor == "postgresql"
+        else "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'aaa%%'"
+    )
     with connections[alias].cursor() as cur:
         cur.execute(sql)
         return {name for (name,) in cur.fetchall()}
@@ -76,10 +78,13 @@ def test_the_test_database_has_every_trigger_the_migrations_make(db_alias):
     assert triggers(db_alias) == expected
 
 
-@pytest.mark.parametrize(("migration", "function", "returns"), [
-    ("0009", "aaa_append_event", "integer"),  # a run's one-event append: the rows it updated
-    ("0011", "aaa_read_from_snapshot", "TABLE(%"),  # a snapshot's read: its rows
-])
+@pytest.mark.parametrize(
+    ("migration", "function", "returns"),
+    [
+        ("0009", "aaa_append_event", "integer"),  # a run's one-event append: the rows it updated
+        ("0011", "aaa_read_from_snapshot", "TABLE(%"),  # a snapshot's read: its rows
+    ],
+)
 def test_postgresql_has_the_functions_and_sqlite_none(db_alias, migration, function, returns):
     """Migrations 0009 and 0011: PostgreSQL's functions of the store's calls, which
     ``sqlmigrate`` shows made and dropped; nothing on SQLite."""
@@ -92,8 +97,9 @@ def test_postgresql_has_the_functions_and_sqlite_none(db_alias, migration, funct
             cur.execute("SELECT count(*) FROM sqlite_master WHERE sql LIKE %s", [f"%{function}%"])
             assert cur.fetchone() == (0,)
             return
-        cur.execute("SELECT pronargs, pg_get_function_result(oid) LIKE %s FROM pg_proc WHERE proname = %s",
-                    [returns, function])
+        cur.execute(
+            "SELECT pronargs, pg_get_function_result(oid) LIKE %s FROM pg_proc WHERE proname = %s", [returns, function]
+        )
         call = APPEND_EVENT if function == "aaa_append_event" else READ_FROM_SNAPSHOT_CALL
         assert cur.fetchall() == [(call.count("%s"), True)]
     forwards, backwards = io.StringIO(), io.StringIO()
@@ -120,8 +126,10 @@ def test_a_fresh_database_migrates_forwards_back_and_forwards_again(tmp_path):
 def like_indexes(alias: str) -> set[str]:
     """Indexes of the log's tables (events, runs) with a ``LIKE`` operator class."""
     with connections[alias].cursor() as cur:
-        cur.execute("SELECT indexname FROM pg_indexes WHERE tablename IN ('aaa_event', 'aaa_run') "
-                    "AND indexdef LIKE '%%pattern_ops%%'")
+        cur.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename IN ('aaa_event', 'aaa_run') "
+            "AND indexdef LIKE '%%pattern_ops%%'"
+        )
         return {name for (name,) in cur.fetchall()}
 
 
@@ -150,14 +158,23 @@ def test_postgresql_migrates_forwards_back_and_forwards_again(pg_alias):
     settings = connections[pg_alias].settings_dict
     name = f"aaa_migrate_{uuid.uuid4().hex[:12]}"
     server = dict(host=settings["HOST"], port=settings["PORT"], user=settings["USER"], autocommit=True)
-    env = {"AAA_DB": "postgres", "AAA_PG_HOST": settings["HOST"], "AAA_PG_PORT": str(settings["PORT"]),
-           "AAA_PG_NAME": name, "AAA_PG_USER": settings["USER"]}
+    env = {
+        "AAA_DB": "postgres",
+        "AAA_PG_HOST": settings["HOST"],
+        "AAA_PG_PORT": str(settings["PORT"]),
+        "AAA_PG_NAME": name,
+        "AAA_PG_USER": settings["USER"],
+    }
 
     def likes() -> set[str]:
         with psycopg.connect(**server, dbname=name) as conn:
-            return {n for (n,) in conn.execute(
-                "SELECT indexname FROM pg_indexes WHERE tablename IN ('aaa_event', 'aaa_run') "
-                "AND indexdef LIKE '%pattern_ops%'")}
+            return {
+                n
+                for (n,) in conn.execute(
+                    "SELECT indexname FROM pg_indexes WHERE tablename IN ('aaa_event', 'aaa_run') "
+                    "AND indexdef LIKE '%pattern_ops%'"
+                )
+            }
 
     def functions() -> set[str]:
         with psycopg.connect(**server, dbname=name) as conn:
@@ -166,11 +183,12 @@ def test_postgresql_migrates_forwards_back_and_forwards_again(pg_alias):
     with psycopg.connect(**server, dbname="postgres") as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        for args, expected in ((["migrate"], set()),
-                               (["migrate", "aaa", "0009"], {"aaa_event_id_f659985e_like",
-                                                            "aaa_run_run_id_d08c1ef7_like"}),
-                               (["migrate", "aaa", "zero"], None),
-                               (["migrate"], set())):
+        for args, expected in (
+            (["migrate"], set()),
+            (["migrate", "aaa", "0009"], {"aaa_event_id_f659985e_like", "aaa_run_run_id_d08c1ef7_like"}),
+            (["migrate", "aaa", "zero"], None),
+            (["migrate"], set()),
+        ):
             result = manage(*args, "--verbosity", "0", **env)
             assert result.returncode == 0, (args, result.stderr)
             if expected is not None:

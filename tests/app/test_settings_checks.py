@@ -75,8 +75,7 @@ def test_a_blob_storage_whose_backend_does_not_import_is_an_error(settings):
         (error,) = check_aaa_settings()
     assert error.id == "aaa.E007"
     assert "'nowhere.storage.Storage' cannot be imported" in error.msg
-    assert error.hint == ("Install the package that provides the backend, or correct its "
-                          "dotted path.")
+    assert error.hint == ("Install the package that provides the backend, or correct its dotted path.")
 
 
 # From Django 6.1, `manage.py check` gives the model checks every database (a JSONField
@@ -114,8 +113,7 @@ def retention_ids(aaa) -> list[str]:
 @pytest.mark.parametrize(
     "aaa, expected",
     [
-        ({"RETENTION": {"success": 30, "failed": 90.5, "*": None}, "RETENTION_BATCH": 10,
-          "ORPHAN_GRACE": 0}, []),
+        ({"RETENTION": {"success": 30, "failed": 90.5, "*": None}, "RETENTION_BATCH": 10, "ORPHAN_GRACE": 0}, []),
         ({"RETENTION": [("success", 30)]}, ["aaa.E030"]),
         ({"RETENTION": {"success": 0}}, ["aaa.E030"]),
         ({"RETENTION": {"success": "30d"}}, ["aaa.E030"]),

@@ -24,9 +24,11 @@ def _open_gates() -> list[tuple[str, str, str]]:
     loop's executor)."""
     try:
         with connections["postgres"].cursor() as cur:
-            cur.execute("SELECT g.stream, g.id, g.causation FROM aaa_event g WHERE g.type = %s "
-                        "AND g.data LIKE %s AND NOT EXISTS (SELECT 1 FROM aaa_event d WHERE d.causation = g.id)",
-                        [APPROVAL_REQUESTED, '%"reconcile"%'])
+            cur.execute(
+                "SELECT g.stream, g.id, g.causation FROM aaa_event g WHERE g.type = %s "
+                "AND g.data LIKE %s AND NOT EXISTS (SELECT 1 FROM aaa_event d WHERE d.causation = g.id)",
+                [APPROVAL_REQUESTED, '%"reconcile"%'],
+            )
             return list(cur.fetchall())
     finally:
         connections["postgres"].close()
@@ -51,8 +53,9 @@ async def reconciling(engine, stop: asyncio.Event, answered: dict[str, str], eve
             ran = await asyncio.to_thread(_ran, list(keys.values()))
             for run_id, gate, request in gates:
                 verdict = "ran" if keys[request] in ran else "not_run"
-                if await reconcile(engine, run_id, gate, verdict, by="the test's person on duty",
-                                   result="recorded (reconciled)"):
+                if await reconcile(
+                    engine, run_id, gate, verdict, by="the test's person on duty", result="recorded (reconciled)"
+                ):
                     answered[gate] = verdict
         try:
             await asyncio.wait_for(stop.wait(), every)

@@ -42,14 +42,21 @@ def _redis():
 # -- the scripted model -------------------------------------------------------------------
 
 
-def script(turns: int, tool: str = "noop", args: dict | None = None, parallel: int = 1,
-           latency: float = 0.0, hold: str | None = None) -> str:
+def script(
+    turns: int,
+    tool: str = "noop",
+    args: dict | None = None,
+    parallel: int = 1,
+    latency: float = 0.0,
+    hold: str | None = None,
+) -> str:
     """A task text the model below follows: ``turns`` model calls, the first
     ``turns - 1`` asking for ``parallel`` calls of ``tool`` each, the last answering;
     each call answers after ``latency`` seconds, and not before the Redis key ``hold``
     is gone (a test holds calls in flight for as long as it needs them there)."""
-    return json.dumps({"turns": turns, "tool": tool, "args": args or {}, "parallel": parallel,
-                       "latency": latency, "hold": hold})
+    return json.dumps(
+        {"turns": turns, "tool": tool, "args": args or {}, "parallel": parallel, "latency": latency, "hold": hold}
+    )
 
 
 async def scripted_model(request):
@@ -73,8 +80,9 @@ def local_model():
     (``AAA_TEST_MODEL_URL``, see worker_settings): the OpenAI-compatible client."""
     from aaa_django.llm.openai_client import OpenAICompatibleClient
 
-    return OpenAICompatibleClient(os.environ["AAA_TEST_MODEL_URL"] + "/v1", "sk-test", "gpt-4o-mini",
-                                  timeout=15, max_retries=0)
+    return OpenAICompatibleClient(
+        os.environ["AAA_TEST_MODEL_URL"] + "/v1", "sk-test", "gpt-4o-mini", timeout=15, max_retries=0
+    )
 
 
 # -- tools ----------------------------------------------------------------------------------
@@ -96,9 +104,12 @@ def where(n: int = 0, tag: str = "where") -> int:
     from aaa_django.celery.worker import runtimes
 
     fast = [p.sent for rt in runtimes() for e in rt.engines.values() for p in e.bus._publishers]
-    _redis().rpush(f"aaa-test:{tag}", json.dumps({"thread": threading.current_thread().name,
-                                                  "fast": sum(fast),
-                                                  "taken": sum(rt.taken for rt in runtimes())}))
+    _redis().rpush(
+        f"aaa-test:{tag}",
+        json.dumps(
+            {"thread": threading.current_thread().name, "fast": sum(fast), "taken": sum(rt.taken for rt in runtimes())}
+        ),
+    )
     return n
 
 
@@ -117,14 +128,12 @@ def record(n: int = 0, idempotency_key: str = "") -> str:
     from django.db import connections
 
     with connections["postgres"].cursor() as cur:
-        cur.execute(f"INSERT INTO {EXEC_TABLE} (key, n, pid) VALUES (%s, %s, %s)",
-                    [idempotency_key, n, os.getpid()])
+        cur.execute(f"INSERT INTO {EXEC_TABLE} (key, n, pid) VALUES (%s, %s, %s)", [idempotency_key, n, os.getpid()])
     return f"recorded {n}"
 
 
 @tool(side_effects=True)
-def slow_record(n: int = 0, tag: str = "slow-record", seconds: float = 3.0,
-                idempotency_key: str = "") -> str:
+def slow_record(n: int = 0, tag: str = "slow-record", seconds: float = 3.0, idempotency_key: str = "") -> str:
     """``record``, slowly: one row per execution, a word in Redis once it is written,
     then ``seconds`` of work before it returns."""
     record.fn(n=n, idempotency_key=idempotency_key)
@@ -140,8 +149,13 @@ def pooled(n: int = 0, ms: int = 100, tag: str = "pool") -> int:
     r = _redis()
     now = r.incr(f"aaa-test:{tag}:active")
     try:
-        r.eval("if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then "
-               "redis.call('SET', KEYS[1], ARGV[1]) end", 1, f"aaa-test:{tag}:max", now)
+        r.eval(
+            "if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then "
+            "redis.call('SET', KEYS[1], ARGV[1]) end",
+            1,
+            f"aaa-test:{tag}:max",
+            now,
+        )
         time.sleep(ms / 1000)
     finally:
         r.decr(f"aaa-test:{tag}:active")
@@ -248,8 +262,9 @@ class SerialProbe(Algorithm):
                 for i in range(self.cfg.n):
                     ctx.tool("noop", {"n": i}, call_id=f"c{i}")
             elif s.decisions < s.results:
-                ctx.emit("test.step.decided", {"k": s.decisions, "results_seen": s.results},
-                         key=(s.decisions, ctx.event.id))
+                ctx.emit(
+                    "test.step.decided", {"k": s.decisions, "results_seen": s.results}, key=(s.decisions, ctx.event.id)
+                )
             elif s.decisions >= self.cfg.n:
                 ctx.complete("success", {"decisions": s.decisions})
         finally:
@@ -312,8 +327,7 @@ def setup(engine) -> None:
     engine.bus.serialize = engine.guard_steps = os.environ.get("AAA_TEST_SERIALIZE", "1") == "1"
     if not aaa_settings().get("LLM_CLIENT"):  # else the site's model is attached already
         LLMHandler(FakeLLMClient(any_model)).attach(engine)
-    ToolHandler(ToolRegistry([*TOOLS, *scenarios.TOOLS]),
-                pools={"shared": POOL_SIZE, **scenarios.POOLS}).attach(engine)
+    ToolHandler(ToolRegistry([*TOOLS, *scenarios.TOOLS]), pools={"shared": POOL_SIZE, **scenarios.POOLS}).attach(engine)
     connect_signals()
 
 

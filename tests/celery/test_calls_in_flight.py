@@ -67,8 +67,10 @@ def _calls() -> tuple[int, int]:
     accessed by other users")."""
     try:
         with connections["postgres"].cursor() as cur:
-            cur.execute("SELECT count(*) FILTER (WHERE type = %s), count(*) FILTER (WHERE type = %s) "
-                        "FROM aaa_event", [LLM_REQUESTED, LLM_COMPLETED])
+            cur.execute(
+                "SELECT count(*) FILTER (WHERE type = %s), count(*) FILTER (WHERE type = %s) FROM aaa_event",
+                [LLM_REQUESTED, LLM_COMPLETED],
+            )
             return cur.fetchone()
     finally:
         connections["postgres"].close()
@@ -127,8 +129,10 @@ def test_a_worker_killed_holding_200_calls_loses_and_duplicates_nothing(new_clus
             while not await asyncio.to_thread(_adopted, ids) and time.monotonic() < end:
                 await asyncio.sleep(0.2)
             stop = asyncio.Event()
-            helpers = [asyncio.ensure_future(sweeper(engine, stop)),
-                       asyncio.ensure_future(reconciling(engine, stop, reconciled))]
+            helpers = [
+                asyncio.ensure_future(sweeper(engine, stop)),
+                asyncio.ensure_future(reconciling(engine, stop, reconciled)),
+            ]
             try:
                 outcomes = await asyncio.gather(*(r.result() for r in runs))
             finally:
@@ -139,8 +143,10 @@ def test_a_worker_killed_holding_200_calls_loses_and_duplicates_nothing(new_clus
     reconciled: dict[str, str] = {}
     held, outcomes, logs, adopted = arun(main(), timeout=HUNG)
     most = max(map(len, redrives.values()), default=0)
-    print(f"\n{held} runs held by the killed worker, {adopted} adopted, {len(redriven)} sweeper re-drives of "
-          f"{len(redrives)} runs (at most {most} of one run), {len(reconciled)} uncertain calls reconciled")
+    print(
+        f"\n{held} runs held by the killed worker, {adopted} adopted, {len(redriven)} sweeper re-drives of "
+        f"{len(redrives)} runs (at most {most} of one run), {len(reconciled)} uncertain calls reconciled"
+    )
 
     assert held >= 1  # the killed worker held calls (their leases had not expired yet)
     assert {o.outcome for o in outcomes} == {"success"}, Counter(o.outcome for o in outcomes)
@@ -159,14 +165,12 @@ def test_a_worker_killed_holding_200_calls_loses_and_duplicates_nothing(new_clus
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
         assert len({e.id for e in events}) == len(events)
         _each_request_has_one_result(events)
-        assert [e.data["tag"] for e in events if e.type == LLM_REQUESTED] == \
-            [f"turn-{t}" for t in range(1, TURNS + 1)]
+        assert [e.data["tag"] for e in events if e.type == LLM_REQUESTED] == [f"turn-{t}" for t in range(1, TURNS + 1)]
         for request in (e for e in events if e.type == TOOL_REQUESTED):
             from aaa_django.events import derive_id
 
             key = derive_id(request.id, "aaa.idempotency")
-            (result,) = [e for e in events if e.causation == request.id
-                         and e.type in REQUEST_TYPES[TOOL_REQUESTED]]
+            (result,) = [e for e in events if e.causation == request.id and e.type in REQUEST_TYPES[TOOL_REQUESTED]]
             ran = executions.get(key, 0)
             assert ran <= 1, f"the guarded tool ran {ran} times for one call"
             _as_it_happened(result, ran)

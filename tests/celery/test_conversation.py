@@ -58,13 +58,21 @@ def test_a_conversation_goes_on_after_its_worker_is_killed_between_two_messages(
     assert sent.data["turn"] == 2
     assert second.status == "waiting" and second.turns == 2 and third.turns == 3 and fourth.turns == 4
     assert [e.data["content"] for e in log if e.type == MESSAGE_SENT] == [
-        "heard 'one' (1 messages)", "heard 'two' (3 messages)", "heard 'three' (5 messages)",
-        'you chose {"city": "Lyon"}']
+        "heard 'one' (1 messages)",
+        "heard 'two' (3 messages)",
+        "heard 'three' (5 messages)",
+        'you chose {"city": "Lyon"}',
+    ]
     assert [e.data["content"] for e in log if e.type == MESSAGE_RECEIVED] == ["two", "three", "which city?"]
     # each turn once: one request and one reply per message, each request only its delta
     requests = [e for e in log if e.type == LLM_REQUESTED]
     assert [[m["content"] for m in e.data["messages"]] for e in requests] == [
-        ["one"], ["two"], ["three"], ["which city?"], ['{"city": "Lyon"}']]
+        ["one"],
+        ["two"],
+        ["three"],
+        ["which city?"],
+        ['{"city": "Lyon"}'],
+    ]
     assert len([e for e in log if e.type == LLM_COMPLETED]) == 5
     assert [e.type for e in log if e.type.startswith("aaa.question.")] == [QUESTION_ASKED, QUESTION_ANSWERED]
     assert len({e.id for e in log}) == len(log)

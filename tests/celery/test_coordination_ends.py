@@ -28,6 +28,7 @@ def test_more_waits_than_the_pool_has_connections_share_one_subscription_and_eac
             async def ended() -> bool:  # what the log says: not ended, until it is
                 checks[run_id] = checks.get(run_id, 0) + 1
                 return run_id in ended_elsewhere
+
             return ended
 
         # poll: an hour, so a wait ends by its notice alone

@@ -37,8 +37,10 @@ pytestmark = [CELERY_DB]
 RUNS, TURNS, LATENCY = 30, 2, 2.0
 #: model calls in flight when the worker is stopped, at least
 HELD = 5
-DRAIN = re.compile(r"worker shutdown: (\d+) deliveries in flight, (\d+) finished, (\d+) left, "
-                   r"(\d+) busy leases released")
+DRAIN = re.compile(
+    r"worker shutdown: (\d+) deliveries in flight, (\d+) finished, (\d+) left, "
+    r"(\d+) busy leases released"
+)
 
 
 def _drains(worker) -> list[tuple[int, ...]]:
@@ -58,8 +60,12 @@ def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
     from aaa_django.celery.bus import coordinator
 
     sweeper = other == "restarted"
-    cluster = new_cluster(1 if sweeper else 2, suffix=f"-drain{drain_seconds}", concurrency=2,
-                          env={"AAA_TEST_DRAIN_SECONDS": drain_seconds})
+    cluster = new_cluster(
+        1 if sweeper else 2,
+        suffix=f"-drain{drain_seconds}",
+        concurrency=2,
+        env={"AAA_TEST_DRAIN_SECONDS": drain_seconds},
+    )
     worker = cluster.workers[0]
     # The model calls are held until the worker's drain has begun (within the bound:
     # they end during the drain) or the worker is gone (past it): either way the drain
@@ -90,6 +96,7 @@ def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
             leased = lambda: sum(map(coordinator().is_busy, ids))  # noqa: E731
             while await asyncio.to_thread(leased) < 1:
                 await asyncio.sleep(0.1)
+
             # Warm shutdown; far longer than the drain's bound (a worker that had to be
             # killed logs no record, and the test fails on that)
             def release_once_draining() -> None:
@@ -123,8 +130,10 @@ def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
     reconciled: dict[str, str] = {}
     busy, outcomes, logs, adopted = arun(main(), timeout=150)
     drains = _drains(worker)
-    print(f"\ndrains (in flight, finished, left, released): {drains}; {busy} runs busy after the stop; "
-          f"{len(redriven)} re-drives, {adopted} runs adopted, {len(reconciled)} uncertain calls reconciled")
+    print(
+        f"\ndrains (in flight, finished, left, released): {drains}; {busy} runs busy after the stop; "
+        f"{len(redriven)} re-drives, {adopted} runs adopted, {len(reconciled)} uncertain calls reconciled"
+    )
     assert drains, f"the stopped worker logged no drain:\n{worker.tail()}"
     return drains, busy, len(redriven) + adopted, outcomes, logs
 
@@ -137,13 +146,11 @@ def _nothing_lost_or_duplicated(outcomes, logs) -> None:
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
         assert len({e.id for e in events}) == len(events)
         _each_request_has_one_result(events)
-        assert [e.data["tag"] for e in events if e.type == LLM_REQUESTED] == \
-            [f"turn-{t}" for t in range(1, TURNS + 1)]
+        assert [e.data["tag"] for e in events if e.type == LLM_REQUESTED] == [f"turn-{t}" for t in range(1, TURNS + 1)]
         for request in (e for e in events if e.type == TOOL_REQUESTED):
             from aaa_django.events import derive_id
 
-            (result,) = [e for e in events if e.causation == request.id
-                         and e.type in REQUEST_TYPES[TOOL_REQUESTED]]
+            (result,) = [e for e in events if e.causation == request.id and e.type in REQUEST_TYPES[TOOL_REQUESTED]]
             ran = executions.get(derive_id(request.id, "aaa.idempotency"), 0)
             assert ran <= 1, f"the guarded tool ran {ran} times for one call"
             _as_it_happened(result, ran)
@@ -159,8 +166,9 @@ def test_sigterm_waits_for_the_calls_in_flight(new_cluster, arun):
 
 
 def test_sigterm_past_the_bound_releases_the_runs_at_once(new_cluster, arun):
-    drains, busy, redriven, outcomes, logs = _stop_holding_calls(new_cluster, arun, drain_seconds="0",
-                                                                 other="restarted")
+    drains, busy, redriven, outcomes, logs = _stop_holding_calls(
+        new_cluster, arun, drain_seconds="0", other="restarted"
+    )
     in_flight, finished, left, released = map(sum, zip(*drains))
     assert left >= 1 and released >= 1  # it gave up calls that held their runs' leases...
     assert busy == 0  # ...and released them as it exited (not LEASE_TTL later)

@@ -33,19 +33,30 @@ pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
 
 
 def approval(run_id: str, key: str, expires_at: float) -> Event:
-    return Event(id=f"{run_id}-approval-{key}", stream=run_id, type=APPROVAL_REQUESTED,
-                 data={"tool_request_id": f"tool-{key}", "tool_request_seq": 1, "expires_at": expires_at})
+    return Event(
+        id=f"{run_id}-approval-{key}",
+        stream=run_id,
+        type=APPROVAL_REQUESTED,
+        data={"tool_request_id": f"tool-{key}", "tool_request_seq": 1, "expires_at": expires_at},
+    )
 
 
 def decision(run_id: str, key: str) -> Event:
     request = f"{run_id}-approval-{key}"
-    return Event(id=decision_id(request), stream=run_id, type=APPROVAL_GRANTED,
-                 data={"request_id": request, "tool_request_id": f"tool-{key}", "tool_request_seq": 1})
+    return Event(
+        id=decision_id(request),
+        stream=run_id,
+        type=APPROVAL_GRANTED,
+        data={"request_id": request, "tool_request_id": f"tool-{key}", "tool_request_seq": 1},
+    )
 
 
-@pytest.mark.parametrize("db_alias, store", [("default", DjangoEventStore), ("postgres", DjangoEventStore),
-                                             ("postgres", PgEventStore)],
-                         ids=["sqlite", "postgres", "postgres-async"], indirect=["db_alias"])
+@pytest.mark.parametrize(
+    "db_alias, store",
+    [("default", DjangoEventStore), ("postgres", DjangoEventStore), ("postgres", PgEventStore)],
+    ids=["sqlite", "postgres", "postgres-async"],
+    indirect=["db_alias"],
+)
 def test_the_index_holds_each_runs_next_due_time_and_the_duty_fires_it(db_alias, store):
     @sync_to_async
     def due() -> float | None:
@@ -95,8 +106,12 @@ def test_the_index_holds_each_runs_next_due_time_and_the_duty_fires_it(db_alias,
 def test_a_rebuilt_index_is_exact(db_alias):
     now = time.time()
     store = DjangoEventStore(db_alias)
-    started = Event(id=started_id("run-x"), stream="run-x", type=RUN_STARTED,
-                    data={"algorithm": "tests.reader", "input": {}, "deadline": now + 600})
+    started = Event(
+        id=started_id("run-x"),
+        stream="run-x",
+        type=RUN_STARTED,
+        data={"algorithm": "tests.reader", "input": {}, "deadline": now + 600},
+    )
     store.append_sync([started, approval("run-x", "a", now + 60), decision("run-x", "a")])
     runindex.reindex(db_alias, ["run-x"])
     assert RunRecord.objects.using(db_alias).get(pk="run-x").due_at == now + 600
@@ -132,8 +147,10 @@ def test_a_timer_firing_on_a_run_that_ended_elsewhere_is_dropped(db_alias):
     now = time.time()
 
     async def scenario():
-        async with Engine(store=DjangoEventStore(db_alias), cache=FoldCache()) as here, \
-                Engine(store=DjangoEventStore(db_alias), cache=FoldCache()) as there:
+        async with (
+            Engine(store=DjangoEventStore(db_alias), cache=FoldCache()) as here,
+            Engine(store=DjangoEventStore(db_alias), cache=FoldCache()) as there,
+        ):
             await here.start("tests.reader", {}, run_id="run-c")
             await here.append([approval("run-c", "a", now + 60)])
             await here.drain(5)

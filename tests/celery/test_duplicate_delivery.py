@@ -40,8 +40,7 @@ def test_a_duplicate_delivery_of_a_running_guarded_call_does_not_make_it_uncerta
     outcome, events = arun(main())
 
     (request,) = [e for e in events if e.type == TOOL_REQUESTED]
-    (result,) = [e for e in events if e.causation == request.id
-                 and e.type in (TOOL_COMPLETED, TOOL_FAILED)]
+    (result,) = [e for e in events if e.causation == request.id and e.type in (TOOL_COMPLETED, TOOL_FAILED)]
     assert (result.type, result.data.get("reason")) == (TOOL_COMPLETED, None), result.data
     assert result.data["result"] == "recorded 0 slowly"
     assert _executions()[derive_id(request.id, "aaa.idempotency")] == 1  # it ran once

@@ -38,7 +38,13 @@ def test_a_tool_loop_runs_to_success_in_the_workers(cluster, arun):
 
     assert outcome.outcome == "success" and outcome.value == {"text": "done after 4 tool turns"}
     assert [e.type for e in events] == [
-        RUN_STARTED, INPUT_VALIDATED, *TURN * 4, LLM_REQUESTED, LLM_ATTEMPTED, LLM_COMPLETED, RUN_COMPLETED,
+        RUN_STARTED,
+        INPUT_VALIDATED,
+        *TURN * 4,
+        LLM_REQUESTED,
+        LLM_ATTEMPTED,
+        LLM_COMPLETED,
+        RUN_COMPLETED,
     ]
     assert sent == 1  # the test process enqueued the start; the workers did the rest
 

@@ -52,13 +52,13 @@ RUNS, TURNS = 20, 5
 MIN_KILLS = 3
 #: seconds after which a run that has not ended counts as hung
 HANG = 300
-REQUEST_TYPES = {LLM_REQUESTED: (LLM_COMPLETED, LLM_FAILED),
-                 TOOL_REQUESTED: (TOOL_COMPLETED, TOOL_FAILED)}
+REQUEST_TYPES = {LLM_REQUESTED: (LLM_COMPLETED, LLM_FAILED), TOOL_REQUESTED: (TOOL_COMPLETED, TOOL_FAILED)}
 
 
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_cluster, arun, redis):
-    cluster = new_cluster(2, suffix=broker.suffix("fault"), concurrency=2,
-                          env={**broker.env, "AAA_TEST_STALL_AFTER": "3"})
+    cluster = new_cluster(
+        2, suffix=broker.suffix("fault"), concurrency=2, env={**broker.env, "AAA_TEST_STALL_AFTER": "3"}
+    )
     rng = random.Random(int(os.environ.get("AAA_FAULT_SEED", time.time_ns() % 10_000)))
     kills: list[str] = []
     restarts: list[asyncio.Future] = []
@@ -108,11 +108,11 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_clus
 
     async def main():
         async with make_engine(cluster.queues, app=broker.app) as engine:
-            runs = [await engine.start(loop(), {"task": script(turns=TURNS, tool="record", hold=hold)})
-                    for _ in range(RUNS)]
+            runs = [
+                await engine.start(loop(), {"task": script(turns=TURNS, tool="record", hold=hold)}) for _ in range(RUNS)
+            ]
             stop = asyncio.Event()
-            helpers = [asyncio.ensure_future(killer(stop)),
-                       asyncio.ensure_future(reconciling(engine, stop, answered))]
+            helpers = [asyncio.ensure_future(killer(stop)), asyncio.ensure_future(reconciling(engine, stop, answered))]
             try:
                 # The bound only catches a run that never ends. What the runs wait on is
                 # a live worker: the killer can take every worker whole within its first
@@ -136,8 +136,10 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_clus
 
     t0 = time.monotonic()
     outcomes, logs = arun(main(), HANG + 60)
-    print(f"\nfault test on {broker.name}: {Counter(kills)} kills, {len(answered)} uncertain tool calls "
-          f"reconciled ({Counter(answered.values())}), {time.monotonic() - t0:.1f} s")
+    print(
+        f"\nfault test on {broker.name}: {Counter(kills)} kills, {len(answered)} uncertain tool calls "
+        f"reconciled ({Counter(answered.values())}), {time.monotonic() - t0:.1f} s"
+    )
 
     assert len(kills) >= MIN_KILLS, kills  # the workers really were killed mid-flight
     assert {o.outcome for o in outcomes} == {"success"}, outcomes
@@ -149,8 +151,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_clus
         assert len({e.id for e in events}) == len(events)
         _each_request_has_one_result(events)
         # each turn asked once: no lost turn, no duplicated one
-        assert [e.data["tag"] for e in events if e.type == LLM_REQUESTED] == \
-            [f"turn-{t}" for t in range(1, TURNS + 1)]
+        assert [e.data["tag"] for e in events if e.type == LLM_REQUESTED] == [f"turn-{t}" for t in range(1, TURNS + 1)]
         for request in (e for e in events if e.type == TOOL_REQUESTED):
             key = derive_id(request.id, "aaa.idempotency")
             (result,) = [e for e in events if e.causation == request.id and e.type in REQUEST_TYPES[TOOL_REQUESTED]]

@@ -22,6 +22,7 @@ pytestmark = [CELERY_DB]
 def test_signals_are_sent_by_the_process_that_appended(cluster, arun, redis):
     connect_signals()  # this process records what it sends too
     try:
+
         async def main():
             async with make_engine() as engine:
                 run = await engine.start(loop(), {"task": script(turns=2, tool="gated")})
@@ -41,7 +42,8 @@ def test_signals_are_sent_by_the_process_that_appended(cluster, arun, redis):
     sent = [json.loads(x) for x in redis.lrange(f"aaa-test:signals:{run_id}", 0, -1)]
     appended = [s for s in sent if s["signal"] == "event_appended"]
     assert sorted(s["event"] for s in appended) == sorted(e.id for e in events), (  # each once
-        [e.type for e in events if e.id not in {s["event"] for s in appended}])
+        [e.type for e in events if e.id not in {s["event"] for s in appended}]
+    )
     by = {s["event"]: s["pid"] for s in appended}
     # this process appended the start and the approval; the workers all the rest
     ours = {e.id for e in events if e.type in (RUN_STARTED, APPROVAL_GRANTED)}
@@ -62,8 +64,7 @@ async def _blpop(redis, key: str, timeout: int = 60):
 
     # a client of its own without redis-py's default 5 s socket timeout (redis 8), which
     # would cut a longer BLPOP short (a loaded machine takes longer than 5 s to get there)
-    waiting = redis_py.Redis.from_url(os.environ["AAA_TEST_CELERY_BROKER"], decode_responses=True,
-                                      socket_timeout=None)
+    waiting = redis_py.Redis.from_url(os.environ["AAA_TEST_CELERY_BROKER"], decode_responses=True, socket_timeout=None)
     try:
         found = await asyncio.to_thread(waiting.blpop, [key], timeout)
     finally:
@@ -138,8 +139,10 @@ def test_one_run_delivered_by_two_workers_is_one_trace(new_cluster, arun, tmp_pa
     others = [s for s in spans if s is not run_span]
     assert {s["parent_id"] for s in others} == {run_span["context"]["span_id"]}
     # by two workers: the steps in one, the model and tool calls in the other
-    pids = {kind: {s["attributes"]["test.pid"] for s in spans if s["name"].startswith(kind)}
-            for kind in ("aaa.step", "chat", "execute_tool")}
+    pids = {
+        kind: {s["attributes"]["test.pid"] for s in spans if s["name"].startswith(kind)}
+        for kind in ("aaa.step", "chat", "execute_tool")
+    }
     assert len(pids["aaa.step"]) == 1 and pids["chat"] == pids["execute_tool"]
     assert pids["aaa.step"].isdisjoint(pids["chat"])
     assert len([s for s in spans if s["name"].startswith("chat")]) == 3

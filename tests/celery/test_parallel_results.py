@@ -48,15 +48,18 @@ def store_connections() -> dict[int, int]:
     """pid -> the store connections the server has open for that process (named by
     ``aaa_django.store.connections.application_name``)."""
     with connections["postgres"].cursor() as cur:
-        cur.execute("SELECT application_name, count(*) FROM pg_stat_activity "
-                    "WHERE application_name LIKE 'aaa_django store %' GROUP BY 1")
+        cur.execute(
+            "SELECT application_name, count(*) FROM pg_stat_activity "
+            "WHERE application_name LIKE 'aaa_django store %' GROUP BY 1"
+        )
         return {int(name.rsplit(" ", 1)[1]): n for name, n in cur.fetchall()}
 
 
 def test_two_results_at_once_in_200_runs_never_lose_the_step_after_them(new_cluster, arun):
     cluster = new_cluster(1, suffix="-parallel", concurrency=2, env={"AAA_TEST_STALL_AFTER": "3600"})
-    task = script(turns=TURNS, tool="slow", args={"tag": "parallel", "seconds": TOOL_SECONDS},
-                  parallel=PARALLEL, latency=LATENCY)
+    task = script(
+        turns=TURNS, tool="slow", args={"tag": "parallel", "seconds": TOOL_SECONDS}, parallel=PARALLEL, latency=LATENCY
+    )
 
     async def main():
         async with make_engine(cluster.queues, poll_interval=POLL) as engine:
@@ -70,8 +73,9 @@ def test_two_results_at_once_in_200_runs_never_lose_the_step_after_them(new_clus
     held, pool = store_connections(), cluster.workers[0].children()
     assert pool and sum(held.get(pid, 0) for pid in pool) >= 1, (held, pool)
     assert all(held.get(pid, 0) <= SIZE for pid in pool), (held, pool)
-    unsuccessful = [(o, [(e.type, e.data) for e in events][-3:])
-                    for o, events in zip(outcomes, logs) if o.outcome != "success"]
+    unsuccessful = [
+        (o, [(e.type, e.data) for e in events][-3:]) for o, events in zip(outcomes, logs) if o.outcome != "success"
+    ]
     assert not unsuccessful, (Counter(o.outcome for o in outcomes), unsuccessful[:2])
     for events in logs:
         assert Counter(e.type for e in events)[RUN_COMPLETED] == 1

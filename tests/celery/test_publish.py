@@ -15,12 +15,16 @@ import aaa_django.tasks  # noqa: F401  (defines aaa.deliver, as a worker's autod
 from aaa_django.celery.bus import DELIVER, DistributedBus
 from aaa_django.celery.publish import FastPublisher
 
-ARGS = [["django", "postgres", "aaa_django.store.DjangoEventStore"], "run-1", 3, "ev-3",
-        json.dumps(["ev-2", {"id": "ev-3", "data": {"text": "héllo"}}])]
+ARGS = [
+    ["django", "postgres", "aaa_django.store.DjangoEventStore"],
+    "run-1",
+    3,
+    "ev-3",
+    json.dumps(["ev-2", {"id": "ev-3", "data": {"text": "héllo"}}]),
+]
 REPR = repr(ARGS[1:4])
 #: what differs between any two messages: their ids
-IDS = {("headers", "id"), ("headers", "root_id"), ("properties", "correlation_id"),
-       ("properties", "delivery_tag")}
+IDS = {("headers", "id"), ("headers", "root_id"), ("properties", "correlation_id"), ("properties", "delivery_tag")}
 
 
 @pytest.fixture
@@ -85,13 +89,17 @@ def test_a_publish_receiver_sees_every_message(app, queue):
     assert (fast.sent, fast.declined) == (1, 1)
 
 
-@pytest.mark.parametrize("conf", [
-    {"task_routes": {DELIVER: {"priority": 5}}},  # a route that sets more than the queue
-    {"task_compression": "gzip"},
-    {"task_protocol": 1},
-    {"task_default_priority": 3},
-    {"task_send_sent_event": True},
-], ids=lambda c: next(iter(c)))
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"task_routes": {DELIVER: {"priority": 5}}},  # a route that sets more than the queue
+        {"task_compression": "gzip"},
+        {"task_protocol": 1},
+        {"task_default_priority": 3},
+        {"task_send_sent_event": True},
+    ],
+    ids=lambda c: next(iter(c)),
+)
 def test_a_configuration_it_cannot_reproduce_is_left_to_send_task(app, queue, conf):
     app.conf.update(conf)
     fast = FastPublisher(app)

@@ -49,8 +49,11 @@ def test_a_run_that_does_not_move_is_re_driven_on_the_backoff(kind, request):
     before the ledger)."""
     if kind == "postgres":  # skipped without PostgreSQL (bin/test starts it), failed under it
         request.getfixturevalue("pg_alias")
-    store = {"memory": InMemoryEventStore, "sqlite": lambda: DjangoEventStore("default"),
-             "postgres": lambda: DjangoEventStore("postgres")}[kind]()
+    store = {
+        "memory": InMemoryEventStore,
+        "sqlite": lambda: DjangoEventStore("default"),
+        "postgres": lambda: DjangoEventStore("postgres"),
+    }[kind]()
 
     async def scenario():
         async with Engine(store=store, bus=InProcessBus(), cache=FoldCache()) as engine:

@@ -59,7 +59,10 @@ def test_without_the_guard_overlapping_steps_fork(new_cluster, arun, redis):
     runs, outcomes, logs = run_probes(arun, runs=3, hold=0.05, queues=unguarded.queues)
 
     assert overlaps(redis, runs) > 0
-    forks = [k for events in logs
-             for k, n in Counter(e.data["k"] for e in events if e.type == "test.step.decided").items()
-             if n > 1]
+    forks = [
+        k
+        for events in logs
+        for k, n in Counter(e.data["k"] for e in events if e.type == "test.step.decided").items()
+        if n > 1
+    ]
     assert forks  # two steps decided "decision k" from the same log

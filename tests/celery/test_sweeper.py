@@ -167,13 +167,13 @@ def test_a_re_drive_that_was_lost_is_followed_by_another(cluster, arun):
 def test_two_sweeps_at_once_re_drive_a_run_once(arun):
     """The re-drive is claimed on the run's index row: of two sweeps that read the same
     ledger, one re-drives."""
+
     async def main():
         run_id = await stalled_run()
         async with make_engine() as one, make_engine() as two:
             one.bus.closed = two.bus.closed = True
             now = time.time() + 60
-            reports = await asyncio.gather(sweep(one, stall_after=1, now=now),
-                                           sweep(two, stall_after=1, now=now))
+            reports = await asyncio.gather(sweep(one, stall_after=1, now=now), sweep(two, stall_after=1, now=now))
             return run_id, now, reports
 
     run_id, now, reports = arun(main())

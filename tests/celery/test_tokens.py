@@ -26,17 +26,24 @@ pytestmark = [CELERY_DB]
 TEXTS = {"lyon": ["Lyon", " is", " sunny."], "nice": ["Nice", " is", " windy", " tonight."]}
 
 
-def test_a_workers_streamed_reply_reaches_the_web_process_before_its_event(new_cluster, arun, settings,
-                                                                          celery_env):
+def test_a_workers_streamed_reply_reaches_the_web_process_before_its_event(new_cluster, arun, settings, celery_env):
     read_all = {name: threading.Event() for name in TEXTS}
     with RecordedServer() as server:
         # the finish of each reply (part 0 is the role, then one part per text) waits
         # until this process has read all of the reply's text
-        server.script(*(Reply(parts=openai_stream(texts), holds={len(texts) + 1: read_all[name]})
-                        for name, texts in TEXTS.items()))
+        server.script(
+            *(
+                Reply(parts=openai_stream(texts), holds={len(texts) + 1: read_all[name]})
+                for name, texts in TEXTS.items()
+            )
+        )
         workers = new_cluster(1, suffix="-tokens", env={"AAA_TEST_MODEL_URL": server.url})
-        settings.AAA = {**settings.AAA, "BUS": "celery", "STREAM_TOKENS": True,
-                        "REDIS_URL": celery_env["AAA_TEST_CELERY_BROKER"]}
+        settings.AAA = {
+            **settings.AAA,
+            "BUS": "celery",
+            "STREAM_TOKENS": True,
+            "REDIS_URL": celery_env["AAA_TEST_CELERY_BROKER"],
+        }
         run_ids = ["run-tokens-1", "run-tokens-2"]
         # the web process subscribes before the runs start, as an event stream does
         # before its first read of the log

@@ -41,8 +41,11 @@ from aaa_django.store import DjangoEventStore
 from aaa_django.store.offload import OnThreads
 from tests.scenarios import site
 
-pytestmark = [pytest.mark.django_db(databases=["default", "postgres"], transaction=True),
-              pytest.mark.postgres, pytest.mark.redis]
+pytestmark = [
+    pytest.mark.django_db(databases=["default", "postgres"], transaction=True),
+    pytest.mark.postgres,
+    pytest.mark.redis,
+]
 
 
 class StoreThread:
@@ -80,16 +83,18 @@ def worker(pg_alias, redis_url, db_thread):
     rt = WorkerRuntime()
     coord = Coordinator(redis_url, prefix=f"test-{id(rt)}")
     store = TailCachedStore(db_thread.store(pg_alias))
-    engine = build_engine(using=pg_alias, store=store, cache=FoldCache(),
-                          bus=DistributedBus(in_worker=True, coordinator=coord))
+    engine = build_engine(
+        using=pg_alias, store=store, cache=FoldCache(), bus=DistributedBus(in_worker=True, coordinator=coord)
+    )
     site.PROBE = site.MemoryProbe()
     site.attach(engine)
     sent: list[dict] = []
 
     def send(messages, ended, *, swallow=True):
         held = [m[1][1] for m in messages if coord.client.exists(coord.key("lock", m[1][1]))]
-        sent.append({"messages": [m[1] for m in messages], "ended": list(ended), "held": held,
-                     "thread": threading.get_ident()})
+        sent.append(
+            {"messages": [m[1] for m in messages], "ended": list(ended), "held": held, "thread": threading.get_ident()}
+        )
 
     engine.bus._send = send
     try:
@@ -127,9 +132,10 @@ def one_statement_each(statements: dict[int, list[str]], events: list[Event]) ->
     model request's delivery appends twice: the call's attempt before it is sent, and
     its result."""
     asks = {e.seq for e in events if e.type == LLM_REQUESTED}
-    return (all(kinds in ((["CALL"] * 2,) if seq in asks else (["CALL"], ["WITH"]))
-                for seq, kinds in statements.items())
-            and ["CALL"] in statements.values())
+    return (
+        all(kinds in ((["CALL"] * 2,) if seq in asks else (["CALL"], ["WITH"])) for seq, kinds in statements.items())
+        and ["CALL"] in statements.values()
+    )
 
 
 def test_a_run_delivered_on_the_loop_its_store_calls_on_the_db_thread(worker, pg_alias, db_thread):
@@ -224,9 +230,7 @@ def test_a_delivery_makes_one_statement_and_no_query(worker, pg_alias, db_thread
     assert rt.run(deliver_event(engine, run_id, 3, "not-that-event")) == "missing"
 
 
-
-def test_a_delivery_whose_current_view_lacks_its_own_event_asks_before_calling_it_missing(worker, pg_alias,
-                                                                                          caplog):
+def test_a_delivery_whose_current_view_lacks_its_own_event_asks_before_calling_it_missing(worker, pg_alias, caplog):
     """A delivery taken on the loop is told its view is current (the tail holds the
     event). Should that view lack the event anyway, the delivery reads the log again
     before it calls the event missing: "missing" drops the delivery, and its run would
@@ -253,16 +257,19 @@ def test_a_delivery_whose_current_view_lacks_its_own_event_asks_before_calling_i
         del engine.store.read
     assert blinks == [1]
     # said in the log: a view that lacks its own event is a bug of the tail's
-    assert any("lacked it; reading the run again" in r.getMessage() and r.levelname == "WARNING"
-               for r in caplog.records)
+    assert any(
+        "lacked it; reading the run again" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records
+    )
+
 
 def test_a_run_started_elsewhere_is_delivered_without_a_query(worker, pg_alias, db_thread):
     """The web process's start travels with its message (its store just appended it):
     a worker that never saw the run takes the start as the run's log, and knows the
     run's row from it, so its first append is one statement too."""
     rt, engine, sent = worker
-    web = build_engine(using=pg_alias, store=DjangoEventStore(pg_alias),
-                       bus=DistributedBus(coordinator=engine.bus.coordinator))
+    web = build_engine(
+        using=pg_alias, store=DjangoEventStore(pg_alias), bus=DistributedBus(coordinator=engine.bus.coordinator)
+    )
     web.bus._send = engine.bus._send  # (recorded with the worker's own sends)
     statements: dict[int, list[str]] = {}
     current: list[int] = []
@@ -291,8 +298,12 @@ def test_two_workers_taking_turns_never_read(worker, pg_alias, redis_url, db_thr
     first event too (a young run's messages carry the events before them), so no
     delivery reads the log and each appends in one statement."""
     rt, engine, sent = worker
-    other = build_engine(using=pg_alias, store=TailCachedStore(db_thread.store(pg_alias)),
-                         cache=FoldCache(), bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator))
+    other = build_engine(
+        using=pg_alias,
+        store=TailCachedStore(db_thread.store(pg_alias)),
+        cache=FoldCache(),
+        bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
+    )
     site.attach(other)
     other.bus._send = engine.bus._send
     statements: dict[int, list[str]] = {}
@@ -373,8 +384,12 @@ def test_a_toolloop_turn_in_a_worker_is_its_appends_and_no_read_of_them(worker, 
     rt, engine, sent = worker
     store = db_thread.store(pg_alias)
     counted = count_calls(store)
-    mine = build_engine(using=pg_alias, store=TailCachedStore(store), cache=FoldCache(check_every=0),
-                        bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator))
+    mine = build_engine(
+        using=pg_alias,
+        store=TailCachedStore(store),
+        cache=FoldCache(check_every=0),
+        bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
+    )
     mine.bus._send = engine.bus._send
     registry = ToolRegistry([noop])
     LLMHandler(FakeLLMClient(model)).attach(mine)
@@ -409,9 +424,13 @@ def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(
     def one_run(answers: bool) -> tuple[list[str], list[tuple[str, str]], int]:
         store = db_thread.store(pg_alias)
         counted = count_calls(store)
-        mine = build_engine(using=pg_alias, store=TailCachedStore(store), cache=FoldCache(check_every=0),
-                            bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
-                            answers=answers)
+        mine = build_engine(
+            using=pg_alias,
+            store=TailCachedStore(store),
+            cache=FoldCache(check_every=0),
+            bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
+            answers=answers,
+        )
         mine.bus._send = engine.bus._send
         rt.local_queues = frozenset(mine.bus.queues.values())
         mine.bus.local = rt.take
@@ -432,8 +451,9 @@ def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(
 
         async def go():
             ended = mine.observe(Ended())
-            run = await mine.start(ToolLoop(registry, max_turns=TURNS + 1), {"task": "count"},
-                                   run_id=f"run-local-{answers}")
+            run = await mine.start(
+                ToolLoop(registry, max_turns=TURNS + 1), {"task": "count"}, run_id=f"run-local-{answers}"
+            )
             await asyncio.wait_for(ended.ended.wait(), 30)
             calls = list(counted)
             assert (await mine.outcome(run.run_id)).outcome == "success"
@@ -493,7 +513,8 @@ def test_a_worker_awaits_its_postgresql_store_on_the_loop(pg_alias, redis_url, s
             engine = build_worker_engine(["django", pg_alias, store_class], db=rt.db)
             sent: list[dict] = []
             engine.bus._send = lambda messages, ended, *, swallow=True: sent.append(
-                {"messages": [m[1] for m in messages]})
+                {"messages": [m[1] for m in messages]}
+            )
             run_id = rt.run(_start(engine))
             drive(rt, engine, sent)
             assert rt.run(engine.outcome(run_id)).outcome == "success"
@@ -511,7 +532,8 @@ def test_a_worker_awaits_its_postgresql_store_on_the_loop(pg_alias, redis_url, s
 
 
 def test_what_a_worker_s_postgresql_store_leaves_to_the_django_store_runs_on_its_db_threads(
-        pg_alias, redis_url, settings):
+    pg_alias, redis_url, settings
+):
     """An append that is not the common case (more events than one statement takes) is
     the Django store's transactional one: in a worker it runs on the db threads (each
     with its connection, closed when found broken), not on the loop nor in asgiref's
@@ -661,8 +683,12 @@ def test_a_model_call_is_handed_off_its_task_returns_while_it_waits(worker, pg_a
         await gate[-1].wait()
         return text("done")
 
-    mine = build_engine(using=pg_alias, store=TailCachedStore(db_thread.store(pg_alias)),
-                        cache=FoldCache(), bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator))
+    mine = build_engine(
+        using=pg_alias,
+        store=TailCachedStore(db_thread.store(pg_alias)),
+        cache=FoldCache(),
+        bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
+    )
     mine.bus._send = engine.bus._send
     LLMHandler(FakeLLMClient(model)).attach(mine)
 
@@ -717,8 +743,12 @@ def test_a_handed_off_call_that_fails_is_retried_or_given_up_on_the_loop(worker,
     from aaa_django.tools import ToolRegistry
 
     rt, engine, sent = worker
-    mine = build_engine(using=pg_alias, store=TailCachedStore(db_thread.store(pg_alias)),
-                        cache=FoldCache(), bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator))
+    mine = build_engine(
+        using=pg_alias,
+        store=TailCachedStore(db_thread.store(pg_alias)),
+        cache=FoldCache(),
+        bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
+    )
     mine.bus._send = engine.bus._send
     client = FakeLLMClient(lambda request: text("done"))
     LLMHandler(client, redelivery=Redelivery(retries=0)).attach(mine)

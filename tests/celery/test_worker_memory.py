@@ -40,8 +40,11 @@ from aaa_django.store import DjangoEventStore
 from aaa_django.store.offload import OnThreads
 from aaa_django.store.postgres import site_store
 
-pytestmark = [pytest.mark.django_db(databases=["default", "postgres"], transaction=True),
-              pytest.mark.postgres, pytest.mark.redis]
+pytestmark = [
+    pytest.mark.django_db(databases=["default", "postgres"], transaction=True),
+    pytest.mark.postgres,
+    pytest.mark.redis,
+]
 
 RUNS, WARM = 5_000, 500
 
@@ -63,9 +66,10 @@ QUEUES = {kind: f"aaa.{kind}-memory" for kind in ("algorithms", "llm", "tools")}
 
 
 def worker_settings(redis_url: str) -> override_settings:
-    return override_settings(DEBUG=True, AAA={
-        "BUS": "celery", "REDIS_URL": redis_url, "CELERY_QUEUES": QUEUES,
-        "WORKER_SETUP": f"{__name__}.setup"})
+    return override_settings(
+        DEBUG=True,
+        AAA={"BUS": "celery", "REDIS_URL": redis_url, "CELERY_QUEUES": QUEUES, "WORKER_SETUP": f"{__name__}.setup"},
+    )
 
 
 @pytest.mark.campaign
@@ -91,8 +95,11 @@ def test_a_workers_memory_is_flat_across_5000_runs(pg_alias, redis_url):
             warm = rss()
             rt.run(serve(RUNS - WARM))
             grown = rss() - warm
-            held = {run_id: [e.type for e in rt.run(engine.store.read(run_id))]
-                    for run_id in runs if engine.tail.cached(run_id, 1) is not None}
+            held = {
+                run_id: [e.type for e in rt.run(engine.store.read(run_id))]
+                for run_id in runs
+                if engine.tail.cached(run_id, 1) is not None
+            }
             outcome = rt.run(engine.outcome(runs[-1]))
         finally:
             rt.close()

@@ -26,17 +26,21 @@ AAA = {
     # every test's runs) run it: a cluster with a setup of its own (tests/pydantic_ai)
     # would take another test's run onto workers without its tools and models.
     "DUTY_DATABASE": "postgres",
-    "DUTY_EVERY": float(os.environ.get("AAA_TEST_DUTY_EVERY",
-                                       "0" if os.environ.get("AAA_TEST_WORKER_SETUP") else "0.5")),
+    "DUTY_EVERY": float(
+        os.environ.get("AAA_TEST_DUTY_EVERY", "0" if os.environ.get("AAA_TEST_WORKER_SETUP") else "0.5")
+    ),
 }
 # tests/celery/test_drain.py: how long a warm shutdown waits for the calls in flight
 if os.environ.get("AAA_TEST_DRAIN_SECONDS"):
     AAA["WORKER_DRAIN_SECONDS"] = float(os.environ["AAA_TEST_DRAIN_SECONDS"])
 # Claim-checked payloads in a directory the tests' engines share (celery_env).
-STORAGES = {**STORAGES, "aaa-test-blobs": {
-    "BACKEND": "django.core.files.storage.FileSystemStorage",
-    "OPTIONS": {"location": os.environ["AAA_TEST_BLOB_DIR"]},
-}}
+STORAGES = {
+    **STORAGES,
+    "aaa-test-blobs": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": os.environ["AAA_TEST_BLOB_DIR"]},
+    },
+}
 AAA["BLOB_STORAGE"] = "aaa-test-blobs"
 if os.environ.get("AAA_TEST_STALL_AFTER"):
     AAA["STALL_AFTER"] = float(os.environ["AAA_TEST_STALL_AFTER"])
@@ -44,8 +48,9 @@ if os.environ.get("AAA_TEST_STALL_AFTER"):
 # uses queues of its own (AAA_TEST_QUEUE_SUFFIX), so the shared workers never take its
 # messages. AAA_TEST_DEFAULT_QUEUE=1: none named (the app's default queue).
 if not os.environ.get("AAA_TEST_DEFAULT_QUEUE"):
-    AAA["CELERY_QUEUES"] = {k: f"aaa.{k}{os.environ.get('AAA_TEST_QUEUE_SUFFIX', '')}"
-                            for k in ("algorithms", "llm", "tools")}
+    AAA["CELERY_QUEUES"] = {
+        k: f"aaa.{k}{os.environ.get('AAA_TEST_QUEUE_SUFFIX', '')}" for k in ("algorithms", "llm", "tools")
+    }
 # Workers of tests/celery/test_tokens.py: the model is the OpenAI-compatible client on
 # the test's local streaming server, and its replies stream to the site's live tokens.
 if os.environ.get("AAA_TEST_MODEL_URL"):
@@ -62,8 +67,14 @@ if os.environ.get("AAA_TEST_LOG_FILE"):
         "disable_existing_loggers": False,
         "filters": {"aaa": {"()": "aaa_django.runtime.logcontext.DeliveryContext"}},
         "formatters": {"json": {"()": "aaa_django.runtime.logcontext.JsonFormatter"}},
-        "handlers": {"file": {"class": "logging.FileHandler", "filename": os.environ["AAA_TEST_LOG_FILE"],
-                              "filters": ["aaa"], "formatter": "json"}},
+        "handlers": {
+            "file": {
+                "class": "logging.FileHandler",
+                "filename": os.environ["AAA_TEST_LOG_FILE"],
+                "filters": ["aaa"],
+                "formatter": "json",
+            }
+        },
         "root": {"handlers": ["file"], "level": "WARNING"},
         "loggers": {"celery.app.trace": {"level": "INFO"}},  # Celery's "Task ... succeeded"
     }
@@ -81,11 +92,18 @@ if os.environ.get("AAA_TEST_OTEL_FILE"):
 
     _provider = TracerProvider()
     _provider.add_span_processor(_Pid())
-    _provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(
-        out=open(os.environ["AAA_TEST_OTEL_FILE"], "a"), formatter=lambda s: s.to_json(indent=None) + "\n")))
+    _provider.add_span_processor(
+        SimpleSpanProcessor(
+            ConsoleSpanExporter(
+                out=open(os.environ["AAA_TEST_OTEL_FILE"], "a"), formatter=lambda s: s.to_json(indent=None) + "\n"
+            )
+        )
+    )
     trace.set_tracer_provider(_provider)
 # Workers whose blobs are in S3 (AAA_TEST_WORKER_S3: the S3Storage OPTIONS, as JSON).
 if os.environ.get("AAA_TEST_WORKER_S3"):
-    STORAGES = {**STORAGES, "blobs": {"BACKEND": "storages.backends.s3.S3Storage",
-                                      "OPTIONS": json.loads(os.environ["AAA_TEST_WORKER_S3"])}}
+    STORAGES = {
+        **STORAGES,
+        "blobs": {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": json.loads(os.environ["AAA_TEST_WORKER_S3"])},
+    }
     AAA["BLOB_STORAGE"] = "blobs"

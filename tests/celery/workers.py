@@ -58,18 +58,46 @@ class Worker:
     """One worker process (and its prefork children); ``queues=None``: no ``-Q`` (the
     app's default queue, as ``celery -A proj worker`` takes)."""
 
-    def __init__(self, name: str, env: dict[str, str], tmp: Path, *, concurrency: int = 1,
-                 queues: str | None = QUEUES, pool: str = "prefork") -> None:
+    def __init__(
+        self,
+        name: str,
+        env: dict[str, str],
+        tmp: Path,
+        *,
+        concurrency: int = 1,
+        queues: str | None = QUEUES,
+        pool: str = "prefork",
+    ) -> None:
         self.name = name
         self.ready_file = tmp / f"{name}.ready"
         self.log_file = tmp / f"{name}.log"
         self.ready_file.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
-               "-n", f"{name}@%h", *(["-Q", queues] if queues else []), "-c", str(concurrency),
-               "-P", pool, "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.celery_app",
+            "worker",
+            "-n",
+            f"{name}@%h",
+            *(["-Q", queues] if queues else []),
+            "-c",
+            str(concurrency),
+            "-P",
+            pool,
+            "-l",
+            "warning",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
         self.log = open(self.log_file, "ab")
         self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+            cmd,
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
             env={**env, "AAA_TEST_WORKER_READY": str(self.ready_file)},
         )
 
@@ -193,8 +221,11 @@ class Cluster:
                 text = w.log_file.read_text(errors="replace")
             except OSError:
                 continue
-            out += [f"{w.name}: {line}" for line in text.splitlines()
-                    if "ERROR" in line or "Traceback" in line or "CRITICAL" in line]
+            out += [
+                f"{w.name}: {line}"
+                for line in text.splitlines()
+                if "ERROR" in line or "Traceback" in line or "CRITICAL" in line
+            ]
         return out
 
     def logs(self) -> str:

@@ -21,8 +21,9 @@ SEATS = {"type": "integer", "minimum": 1, "maximum": 4}
 
 
 def talk(messages: list, info: AgentInfo) -> ModelResponse:
-    prompts = [p.content for m in messages if isinstance(m, ModelRequest) for p in m.parts
-               if isinstance(p, UserPromptPart)]
+    prompts = [
+        p.content for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)
+    ]
     last = messages[-1].parts[-1]
     if isinstance(last, ToolReturnPart):
         return ModelResponse(parts=[TextPart(f"booked {last.content} seats")])

@@ -20,8 +20,12 @@ REQUESTS: list = []
 #: set by a test: the model answers a message that starts with "wait"
 GATE = threading.Event()
 
-CITY = {"type": "object", "properties": {"city": {"enum": ["Lyon", "Porto"]}}, "required": ["city"],
-        "additionalProperties": False}
+CITY = {
+    "type": "object",
+    "properties": {"city": {"enum": ["Lyon", "Porto"]}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
 
 
 @tool(inline=True)

@@ -47,15 +47,21 @@ class ExampleSite:
     def __init__(self, tmp: Path) -> None:
         self.db = tmp / "site.sqlite3"
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AAA_"))}
-        self.env = {**clean, "AAA_SQLITE_PATH": str(self.db), "AAA_STREAM_TOKENS": "1", "AAA_DEBUG": "1",
-                    "PYTHONUNBUFFERED": "1"}
+        self.env = {
+            **clean,
+            "AAA_SQLITE_PATH": str(self.db),
+            "AAA_STREAM_TOKENS": "1",
+            "AAA_DEBUG": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
         self.port = free_port()
         self.log = tmp / "runserver.log"
         self.proc: subprocess.Popen | None = None
 
     def manage(self, *args: str) -> None:
-        done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=180)
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=180
+        )
         assert done.returncode == 0, done.stdout + done.stderr
 
     def __enter__(self) -> "ExampleSite":
@@ -64,7 +70,12 @@ class ExampleSite:
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "manage.py", "runserver", f"127.0.0.1:{self.port}", "--noreload"],
-                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         wait_port(self.port, proc=self.proc)
         return self
 
@@ -99,9 +110,11 @@ def say(driver, text: str) -> None:
 
 def replies(n: int):
     """The page once it shows ``n`` replies and the run waits for the next message."""
+
     def check(driver):
         page = driver.execute_script(READ)
         return page if len(page["replies"]) == n and page["status"] == "waiting" and page["sendable"] else None
+
     return check
 
 
@@ -155,11 +168,17 @@ def test_a_conversation_on_the_chat_page_streams_its_replies_and_answers_a_quest
         assert third["questions"] == [] and third["live"] == []
         # each message, then its reply, in the log's order
         assert third["order"] == [
-            "user: Hello!", "reply: " + third["replies"][0]["text"],
-            "user: Tell me about this site.", "reply: " + third["replies"][1]["text"],
-            "user: How many people live there?", "reply: " + third["replies"][2]["text"]]
-        assert ("Which city do you mean (for its population)? \u2014 you answered {\"city\":\"Porto\"}"
-                in browser.find_element(By.ID, "chat-log").text)
+            "user: Hello!",
+            "reply: " + third["replies"][0]["text"],
+            "user: Tell me about this site.",
+            "reply: " + third["replies"][1]["text"],
+            "user: How many people live there?",
+            "reply: " + third["replies"][2]["text"],
+        ]
+        assert (
+            'Which city do you mean (for its population)? \u2014 you answered {"city":"Porto"}'
+            in browser.find_element(By.ID, "chat-log").text
+        )
         shot(browser, tmp_path, "chat-03-answered")
         assert console_errors(browser) == []
 
@@ -167,7 +186,9 @@ def test_a_conversation_on_the_chat_page_streams_its_replies_and_answers_a_quest
         sent = [d["content"] for t, d in log if t == "aaa.message.sent"]
         assert sent == [r["text"] for r in third["replies"]]
         assert [d["content"] for t, d in log if t == "aaa.message.received"] == [
-            "Tell me about this site.", "How many people live there?"]
+            "Tell me about this site.",
+            "How many people live there?",
+        ]
         (answered,) = [d for t, d in log if t == "aaa.question.answered"]
         assert answered["answer"] == {"city": "Porto"} and answered["by"].startswith("demo (user ")
         assert log[-1][0] == "aaa.message.sent"

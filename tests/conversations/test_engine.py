@@ -44,8 +44,7 @@ def test_three_messages_each_request_carries_only_its_delta_and_the_model_gets_t
 
     async def main():
         async with make_engine(echo(requests)) as engine:
-            run = await engine.start(ToolLoop(ToolRegistry([]), system="Be brief."), {"task": "one"},
-                                     conversation=True)
+            run = await engine.start(ToolLoop(ToolRegistry([]), system="Be brief."), {"task": "one"}, conversation=True)
             assert (await run.waiting(timeout=5)).status == "waiting"
             await run.say("two", by="alice")
             assert (await run.waiting(timeout=5)).turns == 2
@@ -57,15 +56,25 @@ def test_three_messages_each_request_carries_only_its_delta_and_the_model_gets_t
     assert meta.status == "waiting" and meta.turns == 3 and meta.awaiting
     third = requests[2].messages
     assert [(m.role, m.content) for m in third] == [
-        ("system", "Be brief."), ("user", "one"), ("assistant", "heard 'one' (2 messages)"),
-        ("user", "two"), ("assistant", "heard 'two' (4 messages)"), ("user", "three")]
+        ("system", "Be brief."),
+        ("user", "one"),
+        ("assistant", "heard 'one' (2 messages)"),
+        ("user", "two"),
+        ("assistant", "heard 'two' (4 messages)"),
+        ("user", "three"),
+    ]
     # the log: each request carries only what is new since the previous one
     deltas = [[(m["role"], m["content"]) for m in e.data["messages"]] for e in of_type(log, LLM_REQUESTED)]
     assert deltas == [[("system", "Be brief."), ("user", "one")], [("user", "two")], [("user", "three")]]
     assert [e.data["content"] for e in of_type(log, MESSAGE_SENT)] == [
-        "heard 'one' (2 messages)", "heard 'two' (4 messages)", "heard 'three' (6 messages)"]
+        "heard 'one' (2 messages)",
+        "heard 'two' (4 messages)",
+        "heard 'three' (6 messages)",
+    ]
     assert [(e.data["content"], e.data["turn"], e.data["by"]) for e in of_type(log, MESSAGE_RECEIVED)] == [
-        ("two", 2, "alice"), ("three", 3, "alice")]
+        ("two", 2, "alice"),
+        ("three", 3, "alice"),
+    ]
 
 
 def test_a_message_to_a_run_that_is_not_waiting_is_refused_and_not_appended():
@@ -116,8 +125,7 @@ def test_close_ends_a_waiting_conversation_success_with_its_last_reply():
 def test_an_idle_conversation_ends_timeout_when_its_idle_time_is_due():
     async def main():
         async with make_engine(echo([])) as engine:
-            run = await engine.start(ToolLoop(ToolRegistry([])), {"task": "one"},
-                                     conversation={"idle": 600})
+            run = await engine.start(ToolLoop(ToolRegistry([])), {"task": "one"}, conversation={"idle": 600})
             meta = await run.waiting(timeout=5)
             early = await engine.fire_due(run.run_id, now=meta.idle_until - 1)
             late = await engine.fire_due(run.run_id, now=meta.idle_until)
@@ -133,8 +141,9 @@ def test_an_idle_conversation_ends_timeout_when_its_idle_time_is_due():
 def test_a_message_the_budget_leaves_no_call_for_is_refused_with_the_reason():
     async def main():
         async with make_engine(echo([])) as engine:
-            run = await engine.start(ToolLoop(ToolRegistry([])), {"task": "one"}, conversation=True,
-                                     budget=Budget(model_calls=2))
+            run = await engine.start(
+                ToolLoop(ToolRegistry([])), {"task": "one"}, conversation=True, budget=Budget(model_calls=2)
+            )
             await run.waiting(timeout=5)
             await run.say("two")
             await run.waiting(timeout=5)
@@ -144,8 +153,7 @@ def test_a_message_the_budget_leaves_no_call_for_is_refused_with_the_reason():
 
     refused, meta, log = arun(main())
     assert refused.code == "over_budget"
-    assert str(refused) == ("the conversation's budget is spent: model_calls 2 of 2; "
-                            "close it or start another")
+    assert str(refused) == ("the conversation's budget is spent: model_calls 2 of 2; close it or start another")
     assert meta.status == "waiting" and len(of_type(log, MESSAGE_RECEIVED)) == 1
 
 
@@ -165,8 +173,12 @@ def test_an_algorithm_that_holds_no_conversation_is_refused_at_the_start():
     assert streams == []
 
 
-CITY = {"type": "object", "properties": {"city": {"enum": ["Lyon", "Porto"]}}, "required": ["city"],
-        "additionalProperties": False}
+CITY = {
+    "type": "object",
+    "properties": {"city": {"enum": ["Lyon", "Porto"]}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
 
 
 @tool(inline=True)
@@ -217,7 +229,7 @@ def test_an_unanswered_question_expires_and_the_tool_call_fails_expired():
         async with make_engine(asks_then_answers, registry) as engine:
             run = await engine.start(ToolLoop(registry), {"task": "population?"})
             meta = await run.waiting(timeout=5)
-            (qid, pending), = meta.questions.items()
+            ((qid, pending),) = meta.questions.items()
             fired = await engine.fire_due(run.run_id, now=pending.expires_at)
             with pytest.raises(ConversationError) as late:
                 await run.answer(qid, {"city": "Lyon"})
@@ -260,8 +272,7 @@ class Survey(Algorithm):
     async def step(self, ctx, event):
         talk = await ctx.project(TALK)
         if event.type == INPUT_VALIDATED:
-            ctx.ask("How many seats?", schema={"type": "integer", "minimum": 1, "maximum": 9},
-                    key="seats", expires=60)
+            ctx.ask("How many seats?", schema={"type": "integer", "minimum": 1, "maximum": 9}, key="seats", expires=60)
         for answer in talk.answers.values():
             if answer.ok:
                 ctx.complete("success", {"seats": answer.value})
@@ -346,7 +357,10 @@ def test_a_conversation_replays_as_recorded_and_forks_from_a_reply():
     assert meta.turns == 2 and meta.status == "waiting"
     # the fork's second request has the first exchange, copied, and its own message
     assert [(m.role, m.content) for m in requests[-1].messages] == [
-        ("user", "one"), ("assistant", "heard 'one' (1 messages)"), ("user", "and now?")]
+        ("user", "one"),
+        ("assistant", "heard 'one' (1 messages)"),
+        ("user", "and now?"),
+    ]
     assert [e.data["content"] for e in of_type(forked_log, MESSAGE_RECEIVED)] == ["and now?"]
 
 

@@ -68,8 +68,9 @@ def the_log() -> list:
     return LOG
 
 
-@pytest.mark.parametrize("projection", [RUNMETA, LOOP, TALK, CONVERSATION],
-                         ids=["RUNMETA", "LOOP", "TALK", "CONVERSATION"])
+@pytest.mark.parametrize(
+    "projection", [RUNMETA, LOOP, TALK, CONVERSATION], ids=["RUNMETA", "LOOP", "TALK", "CONVERSATION"]
+)
 def test_any_split_of_a_conversation_folds_to_the_whole_log_fold(projection):
     log = the_log()
     whole = projection.fold(log)
@@ -101,5 +102,15 @@ def test_the_log_goes_through_waiting_for_each_reply_and_both_questions():
     changes = [s for i, s in enumerate(statuses) if i == 0 or s != statuses[i - 1]]
     # hi -> reply (waiting) -> which? -> two questions (waiting until both answered)
     # -> reply (waiting) -> bye -> reply (waiting) -> closed
-    assert changes == ["pending", "running", "waiting", "running", "waiting", "running", "waiting",
-                       "running", "waiting", "completed"]
+    assert changes == [
+        "pending",
+        "running",
+        "waiting",
+        "running",
+        "waiting",
+        "running",
+        "waiting",
+        "running",
+        "waiting",
+        "completed",
+    ]

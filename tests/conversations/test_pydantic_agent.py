@@ -28,8 +28,9 @@ def test_an_agent_converses_and_asks_a_person_through_a_deferred_tool():
         LLMHandler(PydanticAIClient(agents.chat.model)).attach(engine)
         ToolHandler(ToolRegistry(agent_tools(agents.chat))).attach(engine)
         async with engine:
-            run = await engine.start(PydanticAIAgent("tests.conversations.agents:chat"), {"task": "hello"},
-                                     conversation=True)
+            run = await engine.start(
+                PydanticAIAgent("tests.conversations.agents:chat"), {"task": "hello"}, conversation=True
+            )
             await run.waiting(timeout=30)
             await run.say("how are you")
             await run.waiting(timeout=30)
@@ -45,7 +46,10 @@ def test_an_agent_converses_and_asks_a_person_through_a_deferred_tool():
 
     bad, meta, log = arun(main())
     assert [e.data["content"] for e in of_type(log, MESSAGE_SENT)] == [
-        "heard 'hello' (1 messages)", "heard 'how are you' (3 messages)", "booked 2 seats"]
+        "heard 'hello' (1 messages)",
+        "heard 'how are you' (3 messages)",
+        "booked 2 seats",
+    ]
     assert meta.status == "waiting" and meta.turns == 3
     # each request after the first carries only what is new
     deltas = [[m["role"] for m in e.data["messages"]] for e in of_type(log, LLM_REQUESTED)]

@@ -214,9 +214,7 @@ def test_a_ref_round_trips_through_json():
 
 
 def test_a_ref_from_a_dict_defaults_and_ignores_unknown_keys():
-    assert BlobRef.from_dict({"sha256": SHA, "size": 5, "future": 1}) == BlobRef(
-        SHA, 5, "application/octet-stream", ""
-    )
+    assert BlobRef.from_dict({"sha256": SHA, "size": 5, "future": 1}) == BlobRef(SHA, 5, "application/octet-stream", "")
     with pytest.raises(ValueError):
         BlobRef.from_dict({"size": 5})
     with pytest.raises(TypeError):

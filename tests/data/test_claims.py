@@ -91,9 +91,7 @@ def test_every_hot_field_present_is_kept_and_nothing_else():
 def test_hot_fields_can_be_chosen():
     data = {"name": "n", "step": 3, "text": "x" * 100}
 
-    stub, _ = claim(
-        data, store=InMemoryBlobStore(), namespace="run-1", threshold=10, hot_fields=("step",)
-    )
+    stub, _ = claim(data, store=InMemoryBlobStore(), namespace="run-1", threshold=10, hot_fields=("step",))
 
     assert stub == {"$claim": True, "step": 3}
 
@@ -188,11 +186,7 @@ def test_is_claimed(data, claimed):
 
 
 JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
     max_leaves=20,
 )

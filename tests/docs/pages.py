@@ -38,7 +38,7 @@ def section(path: str, title: str) -> str:
     marks = headings(text)
     for n, (i, level, name) in enumerate(marks):
         if name == title:
-            end = next((j for j, lv, _ in marks[n + 1:] if lv <= level), len(lines))
+            end = next((j for j, lv, _ in marks[n + 1 :] if lv <= level), len(lines))
             return "\n".join(lines[i:end]) + "\n"
     raise AssertionError(f"{path} has no heading {title!r}")
 

@@ -17,9 +17,21 @@ from .pages import ROOT
 
 def build(root: Path, site: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict",
-         "--config-file", str(root / "mkdocs.yml"), "--site-dir", str(site)],
-        cwd=root, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(root / "mkdocs.yml"),
+            "--site-dir",
+            str(site),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -28,10 +40,8 @@ def test_the_docs_build_strict_without_a_warning(tmp_path):
     done = build(ROOT, tmp_path / "site")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "WARNING" not in done.stdout + done.stderr
-    pages = {p.relative_to(ROOT / "docs").with_suffix("").as_posix()
-             for p in (ROOT / "docs").rglob("*.md")}
-    built = {p.parent.relative_to(tmp_path / "site").as_posix()
-             for p in (tmp_path / "site").rglob("index.html")}
+    pages = {p.relative_to(ROOT / "docs").with_suffix("").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    built = {p.parent.relative_to(tmp_path / "site").as_posix() for p in (tmp_path / "site").rglob("index.html")}
     assert {p for p in pages if p != "index"} <= built
 
 

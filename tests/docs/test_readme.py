@@ -32,9 +32,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_variable_the_example_site_reads_is_in_the_settings_table():
-    read = {name for p in (ROOT / "project").rglob("*.py")
-            for name in re.findall(r"""\b(?:env|env_flag|getenv|environ\.get)\(\s*["'](AAA_[A-Z0-9_]+)""",
-                                   p.read_text())}
+    read = {
+        name
+        for p in (ROOT / "project").rglob("*.py")
+        for name in re.findall(r"""\b(?:env|env_flag|getenv|environ\.get)\(\s*["'](AAA_[A-Z0-9_]+)""", p.read_text())
+    }
     assert {"AAA_DEBUG", "AAA_LLM_BASE_URL", "AAA_S3_BUCKET"} <= read  # the scan sees them
     table = section("docs/settings.md", "The example site's environment variables")
     rows = [line for line in table.splitlines() if line.startswith("| `AAA_")]
@@ -78,15 +80,31 @@ def test_the_rest_walkthrough_runs_as_written(tmp_path):
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AAA_"))}
     server = subprocess.Popen(
         [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
-        cwd=ROOT, env={**clean, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=ROOT,
+        env={**clean, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_http(f"http://127.0.0.1:{port}/api/aaa/openapi.json", server)
-        script = ("set -euo pipefail\n" + walkthrough() + '\necho; echo "RUNS $RUN $RUN2"\n'
-                  + first_run_over_rest() + '\necho; echo "FIRST RUN DONE"\n')
+        script = (
+            "set -euo pipefail\n"
+            + walkthrough()
+            + '\necho; echo "RUNS $RUN $RUN2"\n'
+            + first_run_over_rest()
+            + '\necho; echo "FIRST RUN DONE"\n'
+        )
         # the venv the README names is this one (bin/test and bin/serve make .venv)
         assert Path(ROOT / ".venv/bin/python").exists()
-        result = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True,
-                                env={**clean, **env, "PORT": str(port)}, timeout=180)
+        result = subprocess.run(
+            ["bash", "-c", script],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**clean, **env, "PORT": str(port)},
+            timeout=180,
+        )
     finally:
         server.terminate()
         server.wait(10)
@@ -97,7 +115,7 @@ def test_the_rest_walkthrough_runs_as_written(tmp_path):
     assert '"type":"aaa.run.completed"' in out  # the stream ran to the run's end
     assert f'"id": "{run}"' in out and '"outcome": "success"' in out
     assert '"cancel_requested": true' in out
-    first = out[out.index(f"RUNS {run} {run2}"):]  # the README's run, started over the API
+    first = out[out.index(f"RUNS {run} {run2}") :]  # the README's run, started over the API
     assert '"algorithm": "aaa.algos.ToolLoop"' in first and "FIRST RUN DONE" in first
     con = sqlite3.connect(db)
     try:

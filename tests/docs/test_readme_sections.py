@@ -23,15 +23,25 @@ def first_python_block(page: str, heading: str) -> str:
 FIRST_RUN_PRINTS = "success {'text': 'Lyon has 522250 inhabitants.'}\n"
 
 
-@pytest.mark.parametrize("page, heading, prints", [
-    ("docs/mcp.md", "Add an MCP server", "{'text': '2 + 40 = {\"result\": 42}'}"),
-    ("docs/agents.md", "A complete example", "{'output': {'city': 'Lyon', 'celsius': 18}}\n"
-     "['aaa.llm.requested', 'aaa.llm.attempted', 'aaa.llm.completed', 'aaa.tool.requested', "
-     "'aaa.tool.completed', 'aaa.llm.requested', 'aaa.llm.attempted', 'aaa.llm.completed']\n"),
-    ("docs/observe.md", "Logs with context",
-     '"logger": "mysite.tools", "message": "greeting Ada", "run_id": "run-'),
-    ("README.md", "A first run", FIRST_RUN_PRINTS + "1 aaa.run.started\n"),
-])
+@pytest.mark.parametrize(
+    "page, heading, prints",
+    [
+        ("docs/mcp.md", "Add an MCP server", "{'text': '2 + 40 = {\"result\": 42}'}"),
+        (
+            "docs/agents.md",
+            "A complete example",
+            "{'output': {'city': 'Lyon', 'celsius': 18}}\n"
+            "['aaa.llm.requested', 'aaa.llm.attempted', 'aaa.llm.completed', 'aaa.tool.requested', "
+            "'aaa.tool.completed', 'aaa.llm.requested', 'aaa.llm.attempted', 'aaa.llm.completed']\n",
+        ),
+        (
+            "docs/observe.md",
+            "Logs with context",
+            '"logger": "mysite.tools", "message": "greeting Ada", "run_id": "run-',
+        ),
+        ("README.md", "A first run", FIRST_RUN_PRINTS + "1 aaa.run.started\n"),
+    ],
+)
 def test_the_section_runs_as_written(page, heading, prints, tmp_path):
     script = tmp_path / "section.py"
     script.write_text(first_python_block(page, heading))

@@ -25,11 +25,17 @@ import pytest
 
 from .pages import ROOT, anchors, headings
 
-CODE = [p for d in ("aaa_django", "project") for p in (ROOT / d).rglob("*")
-        if p.suffix in (".py", ".html", ".js", ".txt")]
+CODE = [
+    p for d in ("aaa_django", "project") for p in (ROOT / d).rglob("*") if p.suffix in (".py", ".html", ".js", ".txt")
+]
 # where else a docs page is cited: the project's config, its commands, its tests
-CITING = [*CODE, ROOT / "pyproject.toml", ROOT / "mkdocs.yml", *(ROOT / "bin").iterdir(),
-          *(ROOT / "tests").rglob("*.py")]
+CITING = [
+    *CODE,
+    ROOT / "pyproject.toml",
+    ROOT / "mkdocs.yml",
+    *(ROOT / "bin").iterdir(),
+    *(ROOT / "tests").rglob("*.py"),
+]
 DOCS = sorted((ROOT / "docs").glob("**/*.md"))
 PROSE = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *DOCS]
 
@@ -39,12 +45,18 @@ def rel(p: Path) -> str:
 
 
 def test_every_docs_page_the_code_names_exists_with_its_anchor():
-    pointed = {(rel(p), m.group(1), m.group(2)) for p in CITING if p.is_file()
-               for m in re.finditer(r"\bdocs/([\w./-]+?\.md)(?:#([\w-]+))?", p.read_text(encoding="utf-8"))}
+    pointed = {
+        (rel(p), m.group(1), m.group(2))
+        for p in CITING
+        if p.is_file()
+        for m in re.finditer(r"\bdocs/([\w./-]+?\.md)(?:#([\w-]+))?", p.read_text(encoding="utf-8"))
+    }
     assert pointed, "the code names no docs page: this test checks nothing"
-    missing = [(src, page, anchor) for src, page, anchor in pointed
-               if not (ROOT / "docs" / page).is_file()
-               or (anchor and anchor not in anchors(Path("docs") / page))]
+    missing = [
+        (src, page, anchor)
+        for src, page, anchor in pointed
+        if not (ROOT / "docs" / page).is_file() or (anchor and anchor not in anchors(Path("docs") / page))
+    ]
     assert missing == []
 
 
@@ -53,7 +65,9 @@ def test_every_readme_the_code_names_exists_and_so_does_its_section():
     readme_titles = {title for _, _, title in headings((ROOT / "README.md").read_text(encoding="utf-8"))}
     for p in CODE:
         text = p.read_text(encoding="utf-8")
-        for m in re.finditer(r"(?:([\w./-]*)/)?README(?:\.md)?(?:'s)?(?:,? (?:section )?[\"'“]([^\"'”]+)[\"'”])?", text):
+        for m in re.finditer(
+            r"(?:([\w./-]*)/)?README(?:\.md)?(?:'s)?(?:,? (?:section )?[\"'“]([^\"'”]+)[\"'”])?", text
+        ):
             folder, title = m.group(1), m.group(2)
             if folder:  # a path: benchmarks/README.md
                 if not (ROOT / folder / "README.md").is_file():
@@ -106,8 +120,12 @@ def _defined(module: Path) -> frozenset[str]:
             names |= {(a.asname or a.name).split(".")[0] for a in node.names}
         elif isinstance(node, (ast.If, ast.Try)):
             names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-            names |= {a.asname or a.name for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))
-                      for a in n.names}
+            names |= {
+                a.asname or a.name
+                for n in ast.walk(node)
+                if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names
+            }
     return frozenset(names)
 
 

@@ -97,10 +97,12 @@ def test_a_young_runs_events_before_the_carried_one_start_an_empty_cache():
 
     assert run(delivery(TailCachedStore(inner), third, second.id, [first, second])) == (True, 0, [1, 2, 3])
     # anything but the whole log before it, ending with its predecessor: read instead
-    for prev, earlier in [(second.id, [second]),  # not from the start
-                          (first.id, [first, second]),  # another predecessor
-                          (second.id, [first, replace(second, seq=3)]),  # a gap
-                          (second.id, [replace(first, stream="run-2"), second])]:  # another stream
+    for prev, earlier in [
+        (second.id, [second]),  # not from the start
+        (first.id, [first, second]),  # another predecessor
+        (second.id, [first, replace(second, seq=3)]),  # a gap
+        (second.id, [replace(first, stream="run-2"), second]),
+    ]:  # another stream
         assert run(delivery(TailCachedStore(inner), third, prev, earlier))[:2] == (False, 1)
     # a cache that holds the run already goes by its own tail
     store = TailCachedStore(inner)
@@ -153,7 +155,7 @@ def test_in_a_delivery_a_short_synced_log_needs_no_snapshot():
     assert Asked.asked == 1
 
 
-@pytest.mark.parametrize("wire", ["not json", "[1]", '[null, [1, 2]]', '[null, {"id": "x"}]', '"a"'])
+@pytest.mark.parametrize("wire", ["not json", "[1]", "[null, [1, 2]]", '[null, {"id": "x"}]', '"a"'])
 def test_an_unreadable_event_in_a_message_is_read_instead(wire):
     from aaa_django.celery.worker import _accept
 

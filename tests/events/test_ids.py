@@ -15,10 +15,17 @@ def test_derive_id_is_uuid5_of_the_joined_parts():
     alphabet = "abcXYZ019-_.:\x1f é λ 😀 \u2028"
     for _ in range(5000):
         parent = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(1, 40)))
-        parts = [rnd.choice([
-            "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 30))),
-            rnd.randint(-10**12, 10**12), None, ("tool", rnd.randint(0, 9)),
-        ]) for _ in range(rnd.randint(0, 4))]
+        parts = [
+            rnd.choice(
+                [
+                    "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 30))),
+                    rnd.randint(-(10**12), 10**12),
+                    None,
+                    ("tool", rnd.randint(0, 9)),
+                ]
+            )
+            for _ in range(rnd.randint(0, 4))
+        ]
         key = "\x1f".join([parent, *(str(p) for p in parts)])
         assert derive_id(parent, *parts) == str(uuid.uuid5(_NAMESPACE, key))
 

@@ -104,7 +104,12 @@ def plain_projection() -> Projection:
 
 def pairs_projection(every: int = 5) -> Projection:
     return Projection(
-        Pairs, apply_pairs, name="prop.pairs", version=1, state_type=Pairs, every=every,
+        Pairs,
+        apply_pairs,
+        name="prop.pairs",
+        version=1,
+        state_type=Pairs,
+        every=every,
         finalize=finalize_pairs,
     )
 

@@ -125,19 +125,22 @@ def openai_turn(body: dict[str, Any]) -> Turn:
     task = next(_text(m["content"]) for m in messages if m["role"] == "user")
     last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
     called = [c["function"]["name"] for c in (messages[last].get("tool_calls") or [])] if last >= 0 else []
-    results = [_text(m["content"]) for m in messages[last + 1:] if m["role"] == "tool"] if called else []
+    results = [_text(m["content"]) for m in messages[last + 1 :] if m["role"] == "tool"] if called else []
     return Turn(task, [t["function"]["name"] for t in body.get("tools") or ()], called, results)
 
 
 def openai_reply(body: dict[str, Any], d: Decision, n: int) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": d.text}
     if d.calls:
-        message["tool_calls"] = [{"id": f"call_{n}_{i}", "type": "function",
-                                  "function": {"name": name, "arguments": json.dumps(args)}}
-                                 for i, (name, args) in enumerate(d.calls)]
+        message["tool_calls"] = [
+            {"id": f"call_{n}_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            for i, (name, args) in enumerate(d.calls)
+        ]
     prompt = _tokens(body["messages"])
     return {
-        "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": int(time.time()),
         "model": body.get("model") or "field-model",
         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if d.calls else "stop"}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": 20, "total_tokens": prompt + 20},
@@ -146,8 +149,9 @@ def openai_reply(body: dict[str, Any], d: Decision, n: int) -> dict[str, Any]:
 
 def openai_parts(body: dict[str, Any], d: Decision, n: int) -> list[bytes]:
     calls = [(f"call_{n}_{i}", name, json.dumps(args)) for i, (name, args) in enumerate(d.calls)]
-    return openai_stream(_pieces(d.text), calls=calls, model=body.get("model") or "field-model",
-                         usage=(_tokens(body["messages"]), 20))
+    return openai_stream(
+        _pieces(d.text), calls=calls, model=body.get("model") or "field-model", usage=(_tokens(body["messages"]), 20)
+    )
 
 
 # -- Anthropic's Messages ------------------------------------------------------------------------
@@ -158,26 +162,37 @@ def anthropic_turn(body: dict[str, Any]) -> Turn:
     task = next(b["text"] for m in messages if m["role"] == "user" for b in m["blocks"] if b["type"] == "text")
     last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
     called = [b["name"] for b in messages[last]["blocks"] if b["type"] == "tool_use"] if last >= 0 else []
-    results = [_text(b.get("content")) for m in messages[last + 1:] for b in m["blocks"]
-               if b["type"] == "tool_result"] if called else []
+    results = (
+        [_text(b.get("content")) for m in messages[last + 1 :] for b in m["blocks"] if b["type"] == "tool_result"]
+        if called
+        else []
+    )
     return Turn(task, [t["name"] for t in body.get("tools") or ()], called, results)
 
 
 def anthropic_reply(body: dict[str, Any], d: Decision, n: int) -> dict[str, Any]:
     content: list[dict[str, Any]] = [{"type": "text", "text": d.text}] if d.text else []
-    content += [{"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": args}
-                for i, (name, args) in enumerate(d.calls)]
+    content += [
+        {"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": args}
+        for i, (name, args) in enumerate(d.calls)
+    ]
     return {
-        "id": f"msg_{n}", "type": "message", "role": "assistant", "model": body.get("model") or "field-model",
-        "content": content, "stop_reason": "tool_use" if d.calls else "end_turn", "stop_sequence": None,
+        "id": f"msg_{n}",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model") or "field-model",
+        "content": content,
+        "stop_reason": "tool_use" if d.calls else "end_turn",
+        "stop_sequence": None,
         "usage": {"input_tokens": _tokens(body["messages"]), "output_tokens": 20},
     }
 
 
 def anthropic_parts(body: dict[str, Any], d: Decision, n: int) -> list[bytes]:
     calls = [(f"toolu_{n}_{i}", name, json.dumps(args)) for i, (name, args) in enumerate(d.calls)]
-    return anthropic_stream(_pieces(d.text), calls=calls, model=body.get("model") or "field-model",
-                            usage=(_tokens(body["messages"]), 20))
+    return anthropic_stream(
+        _pieces(d.text), calls=calls, model=body.get("model") or "field-model", usage=(_tokens(body["messages"]), 20)
+    )
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
@@ -198,7 +213,7 @@ def _pieces(text: str | None) -> list[str]:
     if not text:
         return []
     k = max(1, len(text) // 3)
-    return [p for p in (text[:k], text[k:2 * k], text[2 * k:]) if p]
+    return [p for p in (text[:k], text[k : 2 * k], text[2 * k :]) if p]
 
 
 def _tokens(messages: list[dict[str, Any]]) -> int:
@@ -208,8 +223,13 @@ def _tokens(messages: list[dict[str, Any]]) -> int:
 def seen(path: str, body: dict[str, Any], turn: Turn) -> dict[str, Any]:
     """What the server records of a request: its path, model, whether it streamed, the
     tools offered, and the task it is about."""
-    return {"path": path, "model": body.get("model"), "stream": bool(body.get("stream")),
-            "tools": turn.offered, "task": turn.task}
+    return {
+        "path": path,
+        "model": body.get("model"),
+        "stream": bool(body.get("stream")),
+        "tools": turn.offered,
+        "task": turn.task,
+    }
 
 
 # -- the server ------------------------------------------------------------------------------------
@@ -220,8 +240,16 @@ class ModelServer:
     or in the foreground (:meth:`serve_forever`). ``requests``: what it was asked
     (:func:`seen`), in order."""
 
-    def __init__(self, port: int = 0, *, latency: tuple[float, float] = (0.0, 0.0), seed: int = 12,
-                 hold: Path | None = None, log: Path | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        port: int = 0,
+        *,
+        latency: tuple[float, float] = (0.0, 0.0),
+        seed: int = 12,
+        hold: Path | None = None,
+        log: Path | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
         self.rng = random.Random(seed)
         self.latency = latency
         self.hold = hold
@@ -237,8 +265,9 @@ class ModelServer:
         host, port = self.httpd.server_address[:2]
         return f"http://{host}:{port}"
 
-    def record(self, path: str, body: dict[str, Any], turn: Turn,
-               caller: tuple[str, int] | None = None) -> tuple[int, float]:
+    def record(
+        self, path: str, body: dict[str, Any], turn: Turn, caller: tuple[str, int] | None = None
+    ) -> tuple[int, float]:
         """Note the request (``caller``: its address and port); return its number and
         how long to think."""
         entry = {**seen(path, body, turn), "at": time.time(), "turn": 1 + bool(turn.results)}
@@ -363,8 +392,9 @@ def main() -> None:
     parser.add_argument("--log", type=Path, default=None)
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every one)")
     args = parser.parse_args()
-    server = ModelServer(args.port, latency=tuple(args.latency), seed=args.seed, hold=args.hold, log=args.log,
-                         host=args.host)
+    server = ModelServer(
+        args.port, latency=tuple(args.latency), seed=args.seed, hold=args.hold, log=args.log, host=args.host
+    )
     print("ready", flush=True)
     server.serve_forever()
 

@@ -26,7 +26,7 @@ class Namespace:
     (the namespace's), a /30 of 10.x.y.0 of its own."""
 
     def __init__(self) -> None:
-        tag = f"{os.getpid() % 10000:04d}{random.randrange(16 ** 4):04x}"
+        tag = f"{os.getpid() % 10000:04d}{random.randrange(16**4):04x}"
         self.name = f"aaa-test-{tag}"
         self.veth_host, self.veth_peer = f"vh{tag}", f"vp{tag}"
         # a /30 no other interface of this machine uses
@@ -47,8 +47,11 @@ class Namespace:
             _ip("link", "set", self.veth_peer, "netns", self.name)
             _ip("addr", "add", f"{self.host}/30", "dev", self.veth_host)
             _ip("link", "set", self.veth_host, "up")
-            for args in (("addr", "add", f"{self.peer}/30", "dev", self.veth_peer),
-                         ("link", "set", "lo", "up"), ("link", "set", self.veth_peer, "up")):
+            for args in (
+                ("addr", "add", f"{self.peer}/30", "dev", self.veth_peer),
+                ("link", "set", "lo", "up"),
+                ("link", "set", self.veth_peer, "up"),
+            ):
                 _ip("netns", "exec", self.name, "ip", *args)
         except BaseException:
             self.close()
@@ -79,5 +82,4 @@ class Namespace:
     @staticmethod
     def leftovers() -> list[str]:
         """The test namespaces that exist now (none once every test has cleaned up)."""
-        return [line.split()[0] for line in _ip("netns", "list").stdout.splitlines()
-                if line.startswith("aaa-test-")]
+        return [line.split()[0] for line in _ip("netns", "list").stdout.splitlines() if line.startswith("aaa-test-")]

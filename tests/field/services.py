@@ -73,12 +73,12 @@ class Postgres:
         self.as_pg: list[str] = []
         if os.geteuid() == 0:  # initdb refuses root
             if subprocess.run(["id", "-u", "postgres"], capture_output=True).returncode != 0:
-                subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
-                                "/usr/sbin/nologin", "postgres"], check=True)
+                subprocess.run(
+                    ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "postgres"], check=True
+                )
             subprocess.run(["chown", "postgres", str(self.dir)], check=True)
             self.as_pg = ["runuser", "-u", "postgres", "--"]
-        self._run("initdb", "-D", self.data, "--auth=trust", "-U", "postgres", "-E", "UTF8",
-                  "--no-locale", "--no-sync")
+        self._run("initdb", "-D", self.data, "--auth=trust", "-U", "postgres", "-E", "UTF8", "--no-locale", "--no-sync")
         if listen is not None:
             with open(self.data / "pg_hba.conf", "a") as hba:
                 hba.write(f"host all all {listen}/24 trust\n")
@@ -86,17 +86,18 @@ class Postgres:
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "aaa")
 
     def _run(self, tool: str, *args: Any) -> None:
-        subprocess.run([*self.as_pg, PG_BIN / tool, *map(str, args)], check=True,
-                       capture_output=True)
+        subprocess.run([*self.as_pg, PG_BIN / tool, *map(str, args)], check=True, capture_output=True)
 
     def _ctl(self, action: str, *extra: str) -> None:
-        self._run("pg_ctl", "-D", self.data, "-l", self.dir / "postgres.log", "-w", "-t", "60",
-                  *extra, action)
+        self._run("pg_ctl", "-D", self.data, "-l", self.dir / "postgres.log", "-w", "-t", "60", *extra, action)
 
     def start(self) -> None:
         addresses = "127.0.0.1" + (f",{self.listen}" if self.listen else "")
-        self._ctl("start", "-o", f"-c listen_addresses={addresses} -p {self.port} -k {self.dir} "
-                  "-c fsync=off -c max_connections=200")
+        self._ctl(
+            "start",
+            "-o",
+            f"-c listen_addresses={addresses} -p {self.port} -k {self.dir} -c fsync=off -c max_connections=200",
+        )
 
     def stop(self) -> None:
         self._ctl("stop", "-m", "fast")
@@ -131,10 +132,25 @@ class Redis:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", *([self.listen] if self.listen else []),
-             "--protected-mode", "no", "--save", "",
-             "--appendonly", "no", "--dir", str(self.dir)],
-            stdout=open(self.dir / "redis.log", "ab"), stderr=subprocess.STDOUT)
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                *([self.listen] if self.listen else []),
+                "--protected-mode",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+            ],
+            stdout=open(self.dir / "redis.log", "ab"),
+            stderr=subprocess.STDOUT,
+        )
         wait_port(self.port, proc=self.proc)
 
     def stop(self) -> None:
@@ -156,8 +172,9 @@ class Process:
         self.name = name
         self.log_path = log
         self._log = open(log, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     @property
     def pid(self) -> int:

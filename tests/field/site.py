@@ -31,11 +31,23 @@ ROOT = Path(__file__).resolve().parents[2]
 class Site:
     """``with Site(tmp, s3_endpoint, bus="celery", workers=2, model=True) as site:``"""
 
-    def __init__(self, tmp: Path, s3_endpoint: str, *, bus: str = "inprocess", workers: int = 0,
-                 model: bool = False, web_workers: int = 1, stall_after: float | None = None,
-                 model_latency: tuple[float, float] | None = None, provider: str = "openai",
-                 stream_tokens: bool = False, db: str = "postgres", env: dict[str, str] | None = None,
-                 listen: str | None = None) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        s3_endpoint: str,
+        *,
+        bus: str = "inprocess",
+        workers: int = 0,
+        model: bool = False,
+        web_workers: int = 1,
+        stall_after: float | None = None,
+        model_latency: tuple[float, float] | None = None,
+        provider: str = "openai",
+        stream_tokens: bool = False,
+        db: str = "postgres",
+        env: dict[str, str] | None = None,
+        listen: str | None = None,
+    ) -> None:
         self.tmp = tmp
         #: AAA["LLM"]["PROVIDER"] when ``model``: the model server speaks each one's format
         self.provider = provider
@@ -84,20 +96,38 @@ class Site:
             self.pg = Postgres(listen=self.listen)
             self._stops.append(self.pg.close)
         bucket = f"aaa-field-{time.time_ns()}"
-        boto3.client("s3", endpoint_url=self.s3_endpoint, aws_access_key_id="testing",
-                     aws_secret_access_key="testing", region_name="us-east-1").create_bucket(Bucket=bucket)
+        boto3.client(
+            "s3",
+            endpoint_url=self.s3_endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        ).create_bucket(Bucket=bucket)
         self.web_port = free_port()
         self.env = {
-            "PATH": "/usr/bin:/bin", "HOME": str(self.tmp), "PYTHONUNBUFFERED": "1",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(self.tmp),
+            "PYTHONUNBUFFERED": "1",
             "DJANGO_SETTINGS_MODULE": "project.settings",
-            "AAA_DEBUG": "0", "AAA_SECRET_KEY": "field-test-secret-key-not-for-production",
+            "AAA_DEBUG": "0",
+            "AAA_SECRET_KEY": "field-test-secret-key-not-for-production",
             "AAA_ALLOWED_HOSTS": "127.0.0.1,localhost",
-            **({"AAA_DB": "postgres", "AAA_PG_HOST": "127.0.0.1", "AAA_PG_PORT": str(self.pg.port),
-                "AAA_PG_NAME": "aaa", "AAA_PG_USER": "postgres"} if self.db == "postgres"
-               else {"AAA_DB": "sqlite", "AAA_SQLITE_PATH": str(self.tmp / "db.sqlite3")}),
+            **(
+                {
+                    "AAA_DB": "postgres",
+                    "AAA_PG_HOST": "127.0.0.1",
+                    "AAA_PG_PORT": str(self.pg.port),
+                    "AAA_PG_NAME": "aaa",
+                    "AAA_PG_USER": "postgres",
+                }
+                if self.db == "postgres"
+                else {"AAA_DB": "sqlite", "AAA_SQLITE_PATH": str(self.tmp / "db.sqlite3")}
+            ),
             "AAA_BUS": self.bus,
-            "AAA_S3_BUCKET": bucket, "AAA_S3_ENDPOINT": self.s3_endpoint,
-            "AAA_S3_ACCESS_KEY": "testing", "AAA_S3_SECRET_KEY": "testing",
+            "AAA_S3_BUCKET": bucket,
+            "AAA_S3_ENDPOINT": self.s3_endpoint,
+            "AAA_S3_ACCESS_KEY": "testing",
+            "AAA_S3_SECRET_KEY": "testing",
             "AAA_S3_REGION": "us-east-1",
         }
         if self.stall_after is not None:
@@ -112,14 +142,30 @@ class Site:
             url = f"http://127.0.0.1:{port}" + ("" if self.provider == "anthropic" else "/v1")
             # (a call the test holds in flight must not time out meanwhile: a loaded
             # machine has taken more than the default 60 s to get every run there)
-            self.env.update({"AAA_LLM_PROVIDER": self.provider, "AAA_LLM_BASE_URL": url,
-                             "AAA_LLM_API_KEY": "field-test-key", "AAA_LLM_MODEL": "field-model",
-                             "AAA_LLM_TIMEOUT": "600"})
+            self.env.update(
+                {
+                    "AAA_LLM_PROVIDER": self.provider,
+                    "AAA_LLM_BASE_URL": url,
+                    "AAA_LLM_API_KEY": "field-test-key",
+                    "AAA_LLM_MODEL": "field-model",
+                    "AAA_LLM_TIMEOUT": "600",
+                }
+            )
             latency = [] if self.model_latency is None else ["--latency", *map(str, self.model_latency)]
             host = ["--host", "0.0.0.0"] if self.listen else []
-            model = self._process("model", sys.executable, "-m", "tests.field.model_server", str(port),
-                                  "--hold", str(self.model_hold), "--log", str(self.model_log), *latency,
-                                  *host)
+            model = self._process(
+                "model",
+                sys.executable,
+                "-m",
+                "tests.field.model_server",
+                str(port),
+                "--hold",
+                str(self.model_hold),
+                "--log",
+                str(self.model_log),
+                *latency,
+                *host,
+            )
         if self.stream_tokens:
             self.env["AAA_STREAM_TOKENS"] = "1"
         self.manage("migrate", "--noinput")
@@ -140,10 +186,25 @@ class Site:
         Its log accumulates in ``web.log`` across restarts."""
         self._webs = getattr(self, "_webs", 0) + 1
         name = "web" if self._webs == 1 else f"web{self._webs}"
-        web = self._process(name, sys.executable, "-m", "gunicorn", "project.wsgi:application",
-                            "-b", f"127.0.0.1:{self.web_port}", "-w", str(self.web_workers),
-                            "-k", "gthread", "--threads", "16", "--timeout", "120",
-                            "--graceful-timeout", "5")
+        web = self._process(
+            name,
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "project.wsgi:application",
+            "-b",
+            f"127.0.0.1:{self.web_port}",
+            "-w",
+            str(self.web_workers),
+            "-k",
+            "gthread",
+            "--threads",
+            "16",
+            "--timeout",
+            "120",
+            "--graceful-timeout",
+            "5",
+        )
         self.web = web
         if wait:
             wait_port(self.web_port, proc=web.proc)
@@ -159,10 +220,18 @@ class Site:
     def start_runs(self, tasks: list[str], config: dict[str, Any], key: str) -> list[str]:
         """Start a ToolLoop run of each task over the REST API (8 at a time, as clients
         do; each with an ``Idempotency-Key`` of ``key`` and its index); their ids."""
+
         def start(i: int) -> str:
-            status, body = self.client.call("POST", "/runs", {
-                "algorithm": "aaa.algos.ToolLoop", "input": {"task": tasks[i]}, "config": config,
-            }, headers={"Idempotency-Key": f"{key}-{i}"})
+            status, body = self.client.call(
+                "POST",
+                "/runs",
+                {
+                    "algorithm": "aaa.algos.ToolLoop",
+                    "input": {"task": tasks[i]},
+                    "config": config,
+                },
+                headers={"Idempotency-Key": f"{key}-{i}"},
+            )
             assert status in (200, 201), (status, body)
             return body["id"]
 
@@ -196,8 +265,7 @@ class Site:
             conn.close()
 
     def _process(self, name: str, *cmd: str) -> Process:
-        p = self.procs[name] = Process(name, list(cmd), env=self.env, cwd=ROOT,
-                                       log=self.tmp / f"{name}.log")
+        p = self.procs[name] = Process(name, list(cmd), env=self.env, cwd=ROOT, log=self.tmp / f"{name}.log")
         return p
 
     def model_requests(self) -> list[dict[str, Any]]:
@@ -223,9 +291,27 @@ class Site:
         if netns is not None:
             assert self.listen, "a worker in a network namespace reaches the services at Site(listen=...)"
             env = {k: v.replace("127.0.0.1", self.listen) if k in _ADDRESSES else v for k, v in env.items()}
-        w = Process(f"worker{self._n}", [*(netns or []), sys.executable, "-m", "celery", "-A", "project",
-                                         "worker", "-n", f"field{self._n}@%h", "-c", "2", "-l", "info"],
-                    env=env, cwd=ROOT, log=self.tmp / f"worker{self._n}.log")
+        w = Process(
+            f"worker{self._n}",
+            [
+                *(netns or []),
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "project",
+                "worker",
+                "-n",
+                f"field{self._n}@%h",
+                "-c",
+                "2",
+                "-l",
+                "info",
+            ],
+            env=env,
+            cwd=ROOT,
+            log=self.tmp / f"worker{self._n}.log",
+        )
         self.procs[w.name] = w
         self.workers.append(w)
         return w
@@ -241,8 +327,9 @@ class Site:
             time.sleep(0.1)
 
     def manage(self, *args: str) -> str:
-        out = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120
+        )
         assert out.returncode == 0, out.stderr
         return out.stdout
 
@@ -256,8 +343,7 @@ class Site:
                 pass
 
     def logs(self, lines: int = 30) -> str:
-        return "\n".join(f"--- {name}\n" + "\n".join(p.text().splitlines()[-lines:])
-                         for name, p in self.procs.items())
+        return "\n".join(f"--- {name}\n" + "\n".join(p.text().splitlines()[-lines:]) for name, p in self.procs.items())
 
 
 #: the environment variables that name where the site's services are
@@ -276,8 +362,16 @@ class Client:
         self.answers: list[tuple[int, str | None, str]] = []
         self._lock = threading.Lock()
 
-    def call(self, method: str, path: str, body: Any = None, headers: dict | None = None, *,
-             retry: bool = True, give_up: float = 90) -> tuple[int, Any]:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict | None = None,
+        *,
+        retry: bool = True,
+        give_up: float = 90,
+    ) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
         hdrs = {"Authorization": f"Bearer {self.key}", **(headers or {})}
         if data is not None:

@@ -33,11 +33,11 @@ DEADLINE = 180
 
 
 @pytest.mark.parametrize("web_workers", [1, 2], ids=["one-process", "two-processes"])
-def test_a_web_server_killed_with_runs_in_flight_finishes_them_when_started_again(tmp_path, s3_endpoint,
-                                                                                  web_workers):
+def test_a_web_server_killed_with_runs_in_flight_finishes_them_when_started_again(tmp_path, s3_endpoint, web_workers):
     tasks = [task_text(i, 200 + i) for i in range(RUNS)]
-    with Site(tmp_path, s3_endpoint, db="sqlite", model=True, web_workers=web_workers,
-              model_latency=(0.2, 0.6)) as site:
+    with Site(
+        tmp_path, s3_endpoint, db="sqlite", model=True, web_workers=web_workers, model_latency=(0.2, 0.6)
+    ) as site:
         client = site.client
         site.hold_model()  # every run's first call stays in flight
         ids = site.start_runs(tasks, {"tools": TOOLS, "max_turns": 4}, "adopt")
@@ -55,10 +55,15 @@ def test_a_web_server_killed_with_runs_in_flight_finishes_them_when_started_agai
     with sqlite3.connect(tmp_path / "db.sqlite3") as db:
         leases = {r: (h, n) for r, h, n in db.execute("SELECT run_id, held_by, adoptions FROM aaa_run")}
 
-    print(f"\n{web_workers} web process(es): {RUNS} runs killed in flight; every run ended {took:.1f} s after "
-          f"the web server was back (two model calls of 0.2-0.6 s each)")
-    wrong = {run_id: (r["outcome"], str(r["value"])[:200]) for run_id, r in ended.items()
-             if (r["outcome"], r["value"]) != ("success", {"text": answer(tasks[ids.index(run_id)], POPULATIONS)})}
+    print(
+        f"\n{web_workers} web process(es): {RUNS} runs killed in flight; every run ended {took:.1f} s after "
+        f"the web server was back (two model calls of 0.2-0.6 s each)"
+    )
+    wrong = {
+        run_id: (r["outcome"], str(r["value"])[:200])
+        for run_id, r in ended.items()
+        if (r["outcome"], r["value"]) != ("success", {"text": answer(tasks[ids.index(run_id)], POPULATIONS)})
+    }
     assert wrong == {}, "runs that ended otherwise than with their right answer"
     for run_id, log in logs.items():
         check_log(run_id, log)
@@ -66,12 +71,17 @@ def test_a_web_server_killed_with_runs_in_flight_finishes_them_when_started_agai
     assert {r: n for r, (_, n) in leases.items()} == dict.fromkeys(ids, 1)
     holders = {int(h.split("|")[3]) for h, _ in leases.values()}
     assert holders <= workers and not holders & set(dead), (holders, workers, dead)
-    assert sum(int(line.split(" adopts ")[1].split()[0]) for line in web_log.splitlines()
-               if " adopts " in line and "which has ended" in line) == RUNS
+    assert (
+        sum(
+            int(line.split(" adopts ")[1].split()[0])
+            for line in web_log.splitlines()
+            if " adopts " in line and "which has ended" in line
+        )
+        == RUNS
+    )
     # A provider paid for each run's first request twice (the call the kill cut off,
     # the adopter's), its second once: never a third time.
     paid = {(c["task"], c["turn"]): 0 for c in calls}
     for c in calls:
         paid[(c["task"], c["turn"])] += 1
-    assert {k: v for k, v in paid.items()} == {
-        **{(t, 1): 2 for t in tasks}, **{(t, 2): 1 for t in tasks}}
+    assert {k: v for k, v in paid.items()} == {**{(t, 1): 2 for t in tasks}, **{(t, 2): 1 for t in tasks}}

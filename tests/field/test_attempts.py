@@ -67,8 +67,7 @@ def kill_and_replace(site: Site) -> None:
     site.wait_ready(site.start_worker())
 
 
-def test_a_killed_workers_calls_are_abandoned_asked_again_and_each_attempt_is_a_call_received(
-        tmp_path, s3_endpoint):
+def test_a_killed_workers_calls_are_abandoned_asked_again_and_each_attempt_is_a_call_received(tmp_path, s3_endpoint):
     struck = list(range(6))
     later = list(range(6, 9))
     with Site(tmp_path, s3_endpoint, bus="celery", workers=1, model=True, model_latency=(0.05, 0.1)) as site:
@@ -84,20 +83,26 @@ def test_a_killed_workers_calls_are_abandoned_asked_again_and_each_attempt_is_a_
         outcomes.update(site.until_ended([runs[i] for i in later], PATIENCE))
         logs = {i: events(site.client, run_id) for i, run_id in runs.items()}
         calls = received(site)
-    print(f"\n{len(runs)} runs: {sum(calls.values())} calls received, "
-          f"{sum(e['type'] == 'aaa.llm.attempted' for log in logs.values() for e in log)} attempts on the logs, "
-          f"{sum(e['type'] == 'aaa.llm.abandoned' for log in logs.values() for e in log)} abandoned")
+    print(
+        f"\n{len(runs)} runs: {sum(calls.values())} calls received, "
+        f"{sum(e['type'] == 'aaa.llm.attempted' for log in logs.values() for e in log)} attempts on the logs, "
+        f"{sum(e['type'] == 'aaa.llm.abandoned' for log in logs.values() for e in log)} abandoned"
+    )
 
-    wrong = {runs[i]: (outcomes[runs[i]]["outcome"], outcomes[runs[i]]["value"]) for i in runs
-             if (outcomes[runs[i]]["outcome"], outcomes[runs[i]]["value"])
-             != ("success", {"text": answer(task(i), POPULATIONS)})}
+    wrong = {
+        runs[i]: (outcomes[runs[i]]["outcome"], outcomes[runs[i]]["value"])
+        for i in runs
+        if (outcomes[runs[i]]["outcome"], outcomes[runs[i]]["value"])
+        != ("success", {"text": answer(task(i), POPULATIONS)})
+    }
     assert wrong == {}
     for i, log in logs.items():
         check_log(runs[i], log)
         attempts = attempts_by_turn(log)
         # the calls the model server received, for this run, turn by turn, are its attempts
         assert {turn: len(numbers) for turn, numbers in attempts.items()} == {
-            turn: calls[task(i), turn] for turn in attempts}, (runs[i], attempts)
+            turn: calls[task(i), turn] for turn in attempts
+        }, (runs[i], attempts)
         abandoned = [e["data"]["attempt"] for e in log if e["type"] == "aaa.llm.abandoned"]
         if i in struck:  # its first call died with the worker: abandoned once, asked again
             assert attempts == {1: [1, 2], 2: [1]} and abandoned == [1], (runs[i], attempts, abandoned)
@@ -105,7 +110,8 @@ def test_a_killed_workers_calls_are_abandoned_asked_again_and_each_attempt_is_a_
             estimate = next(e["data"]["estimate"] for e in log if e["type"] == "aaa.llm.attempted")
             replies = [e["data"] for e in log if e["type"] == "aaa.llm.completed"]
             assert spend["tokens_out"] == estimate["usage"]["output_tokens"] + sum(
-                r["usage"]["output_tokens"] for r in replies)
+                r["usage"]["output_tokens"] for r in replies
+            )
         else:  # untouched: one attempt a call
             assert attempts == {1: [1], 2: [1]} and abandoned == [], (runs[i], attempts, abandoned)
 
@@ -121,12 +127,15 @@ def test_a_worker_killed_on_every_attempt_of_a_call_ends_the_run_failed_after_th
         log = events(site.client, run_id)
         calls = received(site)
         site.hold_model(False)
-    print(f"\ncrash loop: {sum(calls.values())} calls received, "
-          f"{sum(e['type'] == 'aaa.llm.attempted' for e in log)} attempts on the log, "
-          f"{sum(e['type'] == 'aaa.llm.abandoned' for e in log)} abandoned; outcome {run['outcome']}")
+    print(
+        f"\ncrash loop: {sum(calls.values())} calls received, "
+        f"{sum(e['type'] == 'aaa.llm.attempted' for e in log)} attempts on the log, "
+        f"{sum(e['type'] == 'aaa.llm.abandoned' for e in log)} abandoned; outcome {run['outcome']}"
+    )
 
-    assert (run["outcome"], run["value"]["reason"], run["value"]["abandoned"]) == (
-        "failed", "abandoned_attempts", 3), run["value"]
+    assert (run["outcome"], run["value"]["reason"], run["value"]["abandoned"]) == ("failed", "abandoned_attempts", 3), (
+        run["value"]
+    )
     check_log(run_id, log)
     assert attempts_by_turn(log) == {1: [1, 2, 3]}
     assert calls == {(task(0), 1): 3}

@@ -56,9 +56,13 @@ RUNS = 30
 SIZES = [round(1000 * 1000 ** (i / (RUNS - 1))) for i in range(RUNS)]
 #: what project/api_demo.py's lookup_population says of Lyon and Porto
 POPULATIONS = [522_250, 231_800]
-TOOLS = [{"name": "lookup_population", "description": "The population of a city.",
-          "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                         "required": ["city"]}}]
+TOOLS = [
+    {
+        "name": "lookup_population",
+        "description": "The population of a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+]
 #: the site's AAA["STALL_AFTER"]: a run whose messages the Redis restart or the SIGKILL
 #: lost is re-driven by the workers' sweep (every STALL_AFTER / 2 s) once it has had no
 #: new event for this long. The default, 60 s, would re-drive it 60 to 90 s after its
@@ -79,21 +83,28 @@ def task_text(i: int, size: int) -> str:
 def test_the_site_under_load_survives_its_infrastructure_failing(tmp_path, s3_endpoint):
     tasks = [task_text(i, size) for i, size in enumerate(SIZES)]
     started: dict[int, str] = {}
-    with Site(tmp_path, s3_endpoint, bus="celery", workers=2, model=True, web_workers=2,
-              stall_after=STALL_AFTER) as site:
+    with Site(
+        tmp_path, s3_endpoint, bus="celery", workers=2, model=True, web_workers=2, stall_after=STALL_AFTER
+    ) as site:
         client = site.client
 
         def start(i: int) -> None:
-            status, body = client.call("POST", "/runs", {
-                "algorithm": "aaa.algos.ToolLoop", "input": {"task": tasks[i]},
-                "config": {"tools": TOOLS, "max_turns": 4}, "deadline": 600,
-            }, headers={"Idempotency-Key": f"field-run-{i}"})
+            status, body = client.call(
+                "POST",
+                "/runs",
+                {
+                    "algorithm": "aaa.algos.ToolLoop",
+                    "input": {"task": tasks[i]},
+                    "config": {"tools": TOOLS, "max_turns": 4},
+                    "deadline": 600,
+                },
+                headers={"Idempotency-Key": f"field-run-{i}"},
+            )
             assert status in (200, 201), (status, body)
             started[i] = body["id"]
 
         def unfinished() -> int:
-            return sum(client.call("GET", f"/runs?status={s}&limit=1")[1]["count"]
-                       for s in ("pending", "running"))
+            return sum(client.call("GET", f"/runs?status={s}&limit=1")[1]["count"] for s in ("pending", "running"))
 
         t0 = time.monotonic()
         hit: dict[str, int] = {}  # runs in flight when each fault struck
@@ -126,15 +137,17 @@ def test_the_site_under_load_survives_its_infrastructure_failing(tmp_path, s3_en
                         ended[i] = run
             if len(ended) < RUNS:
                 stuck = sorted(started[i] for i in started if i not in ended)
-                assert time.monotonic() - struck < DEADLINE, (
-                    f"{len(stuck)} runs never ended: {stuck}\n{site.logs()}")
+                assert time.monotonic() - struck < DEADLINE, f"{len(stuck)} runs never ended: {stuck}\n{site.logs()}"
                 time.sleep(0.5)
         print(f"every run ended {time.monotonic() - struck:.1f} s after the last fault")
         logs = {i: events(client, run_id) for i, run_id in started.items()}
 
     assert all(hit.values()), f"a fault struck no run in flight: {hit}"
-    wrong = {started[i]: (r["outcome"], str(r["value"])[:300]) for i, r in ended.items()
-             if (r["outcome"], r["value"]) != ("success", {"text": answer(tasks[i], POPULATIONS)})}
+    wrong = {
+        started[i]: (r["outcome"], str(r["value"])[:300])
+        for i, r in ended.items()
+        if (r["outcome"], r["value"]) != ("success", {"text": answer(tasks[i], POPULATIONS)})
+    }
     assert wrong == {}, "runs that ended otherwise than with their right answer"
     for i, log in logs.items():
         check_log(started[i], log)
@@ -166,6 +179,5 @@ def check_log(run_id: str, log: list[dict]) -> None:
     assert len({e["id"] for e in log}) == len(log), (run_id, types)
     assert types.count(RUN_COMPLETED) == 1 and types[-1] == RUN_COMPLETED, (run_id, types)
     requests = [e["id"] for e in log if e["type"] in (LLM_REQUESTED, TOOL_REQUESTED)]
-    results = [e["id"] for e in log if e["type"] in (LLM_COMPLETED, LLM_FAILED,
-                                                      TOOL_COMPLETED, TOOL_FAILED)]
+    results = [e["id"] for e in log if e["type"] in (LLM_COMPLETED, LLM_FAILED, TOOL_COMPLETED, TOOL_FAILED)]
     assert sorted(results) == sorted(result_id(r) for r in requests), (run_id, types)

@@ -61,22 +61,38 @@ RUN_LEASE_TTL = DEFAULTS["RUN_LEASE_TTL"]
 #: what "a few seconds" after the lease is, for the takeover: the duty's pass (every
 #: second) and its statements on a loaded machine; far below the stall sweep's 60 s
 TAKEOVER_SLACK = 8
-TOOLS = [{"name": "slow_charge", "description": "Charges a city.",
-          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+TOOLS = [
+    {
+        "name": "slow_charge",
+        "description": "Charges a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+]
 
 
 def test_a_worker_cut_off_stands_down_and_its_runs_are_taken_over_honestly(tmp_path, s3_endpoint):
     charges, charge_hold = tmp_path / "charges.jsonl", tmp_path / "charge-hold"
-    env = {"AAA_S3_BUCKET": "", "AAA_EXTRA_TOOLS": "tests.field.tools.slow_charge",
-           "AAA_TEST_CHARGES": str(charges), "AAA_TEST_CHARGE_HOLD": str(charge_hold),
-           "AAA_TEST_CHARGE_SECONDS": "0.2", "AAA_LEASE_TTL": str(LEASE_TTL)}
+    env = {
+        "AAA_S3_BUCKET": "",
+        "AAA_EXTRA_TOOLS": "tests.field.tools.slow_charge",
+        "AAA_TEST_CHARGES": str(charges),
+        "AAA_TEST_CHARGE_HOLD": str(charge_hold),
+        "AAA_TEST_CHARGE_SECONDS": "0.2",
+        "AAA_LEASE_TTL": str(LEASE_TTL),
+    }
     # what the model server's model does: call the tool the task names (the run's number
     # makes each task, and so its calls at the model server, its own)
-    tasks = [json.dumps({"call": "slow_charge", "args": {"city": ("Lyon", "Porto")[i % 2]}, "run": i})
-             for i in range(TOOL_RUNS + MODEL_RUNS)]
+    tasks = [
+        json.dumps({"call": "slow_charge", "args": {"city": ("Lyon", "Porto")[i % 2]}, "run": i})
+        for i in range(TOOL_RUNS + MODEL_RUNS)
+    ]
     assert Namespace.leftovers() == []
-    with Namespace() as ns, Site(tmp_path, s3_endpoint, bus="celery", model=True, model_latency=(0.3, 0.3),
-                                 listen=ns.host, env=env) as site:
+    with (
+        Namespace() as ns,
+        Site(
+            tmp_path, s3_endpoint, bus="celery", model=True, model_latency=(0.3, 0.3), listen=ns.host, env=env
+        ) as site,
+    ):
         client = site.client
         cut_off = site.start_worker(netns=ns.prefix())
         site.wait_ready(cut_off)
@@ -91,8 +107,7 @@ def test_a_worker_cut_off_stands_down_and_its_runs_are_taken_over_honestly(tmp_p
         site.hold_model()  # the model calls stay in flight
         model_runs = site.start_runs(tasks[TOOL_RUNS:], config, "model")
         b_tasks = set(tasks[TOOL_RUNS:])
-        until(lambda: len({c["task"] for c in site.model_calls() if c["task"] in b_tasks}) == MODEL_RUNS,
-              timeout=180)
+        until(lambda: len({c["task"] for c in site.model_calls() if c["task"] in b_tasks}) == MODEL_RUNS, timeout=180)
         other = site.start_worker()
         site.wait_ready(other)
         held = leases(site, tool_runs + model_runs)
@@ -127,16 +142,19 @@ def test_a_worker_cut_off_stands_down_and_its_runs_are_taken_over_honestly(tmp_p
     assert Namespace.leftovers() == []
 
     takeover = {r: round(at - cut_at, 1) for r, (_, _, at) in adopted.items()}
-    print(f"\ncut off holding {len(held)} runs: taken over {min(takeover.values())}-{max(takeover.values())} s "
-          f"after the cut (RUN_LEASE_TTL {RUN_LEASE_TTL} s); healed {heal_at - cut_at:.1f} s after it")
+    print(
+        f"\ncut off holding {len(held)} runs: taken over {min(takeover.values())}-{max(takeover.values())} s "
+        f"after the cut (RUN_LEASE_TTL {RUN_LEASE_TTL} s); healed {heal_at - cut_at:.1f} s after it"
+    )
     # Taken over when the lease lapsed, each run once, by the other worker.
     assert all(t <= RUN_LEASE_TTL + TAKEOVER_SLACK for t in takeover.values()), takeover
     assert {int(h.split("|")[3]) for h, _, _ in adopted.values()} <= other_pids
     assert "stands down" in cut_off_log
     # No run ended while its guarded call was uncertain, none on an uncertain result.
     assert ended_early == []
-    assert not any(e["type"] == TOOL_FAILED and e["data"].get("reason") == "uncertain"
-                   for log in logs.values() for e in log)
+    assert not any(
+        e["type"] == TOOL_FAILED and e["data"].get("reason") == "uncertain" for log in logs.values() for e in log
+    )
     # Each cut-off call ran once, in the cut-off worker; its outcome is the evidence,
     # and the result the run went on with.
     runs_of = {e["data"]["idempotency_key"]: r for r in tool_runs for e in of_log(logs[r], TOOL_STARTED)}
@@ -210,6 +228,7 @@ def gates(client, run_id: str) -> list[dict]:
 def leases(site: Site, ids: list[str]) -> dict[str, tuple[str | None, int, float | None]]:
     """Run id -> (its holder, its adoptions, when it was last adopted), from the run index."""
     with psycopg.connect(host="127.0.0.1", port=site.pg.port, dbname="aaa", user="postgres") as conn:
-        rows = conn.execute("SELECT run_id, held_by, adoptions, adopted_at FROM aaa_run WHERE run_id = ANY(%s)",
-                            [ids]).fetchall()
+        rows = conn.execute(
+            "SELECT run_id, held_by, adoptions, adopted_at FROM aaa_run WHERE run_id = ANY(%s)", [ids]
+        ).fetchall()
     return {r: (h, n, at) for r, h, n, at in rows}

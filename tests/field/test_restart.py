@@ -56,8 +56,9 @@ def test_approve_and_start_work_after_a_postgres_restart(tmp_path, s3_endpoint):
 
         site.pg.restart()  # every connection of the web process is cut
 
-        status, decided = client.call("POST", f"/runs/{first['id']}/approvals/{gate}",
-                                      {"decision": "grant", "reason": "after the restart"})
+        status, decided = client.call(
+            "POST", f"/runs/{first['id']}/approvals/{gate}", {"decision": "grant", "reason": "after the restart"}
+        )
         assert status == 200, decided
         status, second = client.call("POST", "/runs", START, headers={"Idempotency-Key": "second"})
         assert status == 201, second
@@ -67,8 +68,10 @@ def test_approve_and_start_work_after_a_postgres_restart(tmp_path, s3_endpoint):
         assert status == 200
 
         site.pg.stop()  # the second run's next steps fail while it is down, and are retried
-        down = [client.call("POST", "/runs", START, retry=False),
-                client.call("GET", f"/runs/{first['id']}", retry=False)]
+        down = [
+            client.call("POST", "/runs", START, retry=False),
+            client.call("GET", f"/runs/{first['id']}", retry=False),
+        ]
         site.pg.start()
         status, third = client.call("POST", "/runs", START, headers={"Idempotency-Key": "third"})
         second_outcome = result(site, second["id"])["outcome"]

@@ -61,17 +61,24 @@ def test_a_tool_loop_started_over_the_api_runs_the_sites_tool(tmp_path, s3_endpo
         default = start(site)
         named = start(site, tools=["publish_answer"])
         none = start(site, tools=[])
-        status, refused = site.client.call("POST", "/runs", {
-            "algorithm": "aaa.algos.ToolLoop", "input": {"task": TASK},
-            "config": {"tools": ["lookup_population", "lookup_weather"]}})
-        runs = {name: ended(site, run_id) for name, run_id in
-                (("default", default), ("named", named), ("none", none))}
+        status, refused = site.client.call(
+            "POST",
+            "/runs",
+            {
+                "algorithm": "aaa.algos.ToolLoop",
+                "input": {"task": TASK},
+                "config": {"tools": ["lookup_population", "lookup_weather"]},
+            },
+        )
+        runs = {name: ended(site, run_id) for name, run_id in (("default", default), ("named", named), ("none", none))}
         log = events(site, default)
         asked = site.model_requests()
 
     # no config.tools: the site's tools, their specs in the started event; the model used one
     assert (runs["default"]["outcome"], runs["default"]["value"]) == (
-        "success", {"text": answer(TASK, [522_250, 231_800])})
+        "success",
+        {"text": answer(TASK, [522_250, 231_800])},
+    )
     [started] = [e for e in log if e["type"] == RUN_STARTED]
     assert started["data"]["config"]["tools"] == json.loads(json.dumps(SITE_TOOLS))
     assert sorted(e["data"]["name"] for e in log if e["type"] == TOOL_COMPLETED) == ["lookup_population"] * 2

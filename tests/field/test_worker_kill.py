@@ -40,8 +40,7 @@ BOUND = 50
 
 def test_a_worker_sigkilled_with_50_runs_in_flight_costs_seconds(tmp_path, s3_endpoint):
     tasks = [task_text(i, 300 + i) for i in range(RUNS)]
-    with Site(tmp_path, s3_endpoint, bus="celery", workers=2, model=True,
-              model_latency=(LATENCY, LATENCY)) as site:
+    with Site(tmp_path, s3_endpoint, bus="celery", workers=2, model=True, model_latency=(LATENCY, LATENCY)) as site:
         client = site.client
         site.hold_model()
         ids = site.start_runs(tasks, {"tools": TOOLS, "max_turns": 4}, "kill")
@@ -63,11 +62,16 @@ def test_a_worker_sigkilled_with_50_runs_in_flight_costs_seconds(tmp_path, s3_en
         live = {p for w in site.workers if w.proc.poll() is None for p in w.descendants()}
         worker_logs = "\n".join(w.text() for w in site.workers)
 
-    print(f"\nkilled a worker holding {len(held)} of {RUNS} runs (model calls of {LATENCY} s in flight): every "
-          f"run ended {took:.1f} s after the kill (each run's two model calls: {2 * LATENCY:.0f} s)")
+    print(
+        f"\nkilled a worker holding {len(held)} of {RUNS} runs (model calls of {LATENCY} s in flight): every "
+        f"run ended {took:.1f} s after the kill (each run's two model calls: {2 * LATENCY:.0f} s)"
+    )
     assert held, "the killed worker held no run"
-    wrong = {run_id: (r["outcome"], str(r["value"])[:200]) for run_id, r in ended.items()
-             if (r["outcome"], r["value"]) != ("success", {"text": answer(tasks[ids.index(run_id)], POPULATIONS)})}
+    wrong = {
+        run_id: (r["outcome"], str(r["value"])[:200])
+        for run_id, r in ended.items()
+        if (r["outcome"], r["value"]) != ("success", {"text": answer(tasks[ids.index(run_id)], POPULATIONS)})
+    }
     assert wrong == {}, "runs that ended otherwise than with their right answer"
     for run_id, log in logs.items():
         check_log(run_id, log)
@@ -80,12 +84,26 @@ def test_a_worker_sigkilled_with_50_runs_in_flight_costs_seconds(tmp_path, s3_en
     paid: dict[tuple[str, int], int] = {}
     for c in calls:
         paid[(c["task"], c["turn"])] = paid.get((c["task"], c["turn"]), 0) + 1
-    expected = {**{(t, 1): 1 + (r in held) for t, r in zip(tasks, ids)},
-                **{(t, 2): 1 for t in tasks}}
+    expected = {**{(t, 1): 1 + (r in held) for t, r in zip(tasks, ids)}, **{(t, 2): 1 for t in tasks}}
     odd = {ids[[t for t in tasks].index(k[0])]: (k[1], v) for k, v in paid.items() if expected[k] != v}
-    assert paid == expected, str({r: (turn, n, final[r], [(round(c["at"] - killed_at, 2), c["turn"], c["pid"]) for c in calls
-                                                       if c["task"] == tasks[ids.index(r)]])
-                              for r, (turn, n) in odd.items()}) + f"victim {sorted(dead)}"
+    assert paid == expected, (
+        str(
+            {
+                r: (
+                    turn,
+                    n,
+                    final[r],
+                    [
+                        (round(c["at"] - killed_at, 2), c["turn"], c["pid"])
+                        for c in calls
+                        if c["task"] == tasks[ids.index(r)]
+                    ],
+                )
+                for r, (turn, n) in odd.items()
+            }
+        )
+        + f"victim {sorted(dead)}"
+    )
     assert took < BOUND
     # The duty logs at DEBUG unless it did something: Celery's lines about aaa.tick
     # are not in a -l info log, the adoption is.
@@ -97,6 +115,7 @@ def leases(site: Site, ids: list[str], *, adoptions: bool = False) -> dict:
     """Run id -> its holder (and, ``adoptions``: (holder, adoptions, when last adopted)),
     from the run index."""
     with psycopg.connect(host="127.0.0.1", port=site.pg.port, dbname="aaa", user="postgres") as conn:
-        rows = conn.execute("SELECT run_id, held_by, adoptions, adopted_at FROM aaa_run WHERE run_id = ANY(%s)",
-                            [ids]).fetchall()
+        rows = conn.execute(
+            "SELECT run_id, held_by, adoptions, adopted_at FROM aaa_run WHERE run_id = ANY(%s)", [ids]
+        ).fetchall()
     return {r: (h, n, at) if adoptions else h for r, h, n, at in rows}

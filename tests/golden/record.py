@@ -31,8 +31,7 @@ async def record(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help=f"which logs (default: all of {sorted(GOLDEN)})")
     parser.add_argument("--check", action="store_true", help="replay the committed logs, write nothing")
     args = parser.parse_args(argv)
@@ -53,8 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         path = path_of(name)
         old = path.read_text(encoding="utf-8") if path.exists() else None
         path.write_text(text, encoding="utf-8")
-        print(f"{name}: {'unchanged' if old == text else 'written'} ({text.count(chr(10))} events) -> "
-              f"{path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
+        print(
+            f"{name}: {'unchanged' if old == text else 'written'} ({text.count(chr(10))} events) -> "
+            f"{path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}"
+        )
     return status
 
 

@@ -19,8 +19,7 @@ from aaa_django.events import Event
 from aaa_django.runtime.event_types import LLM_ATTEMPTED
 from aaa_django.runtime.replay import FED, Replay, ReplayBus, decision, replay
 
-__all__ = ["FED", "Replay", "ReplayBus", "decision", "dump", "load", "normalise", "path_of",
-           "replay", "replay_file"]
+__all__ = ["FED", "Replay", "ReplayBus", "decision", "dump", "load", "normalise", "path_of", "replay", "replay_file"]
 
 HERE = Path(__file__).resolve().parent
 

@@ -19,7 +19,9 @@ def checkout_files(root: Path = ROOT) -> list[str]:
     """The paths (relative to ``root``) a clean copy holds."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=root, capture_output=True, check=True,
+        cwd=root,
+        capture_output=True,
+        check=True,
     ).stdout.decode()
     return sorted({name for name in listed.split("\0") if name and (root / name).is_file()})
 

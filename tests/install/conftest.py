@@ -40,8 +40,7 @@ def constraints(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path,
-         constraints: Path) -> Callable[[str], Path]:
+def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path, constraints: Path) -> Callable[[str], Path]:
     """``venv(profile)``: the Python of a fresh virtualenv holding the wheel with the
     profile's extras (``"base"``: none; ``"all"``: every one), made once per process."""
     made: dict[str, Path] = {}
@@ -54,8 +53,9 @@ def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path,
             extras = {"base": "", "all": f"[{','.join(EXTRAS)}]"}.get(profile, f"[{profile}]")
             where = root / profile
             run_uv("venv", "--python", sys.executable, where)
-            run_uv("pip", "install", "--python", where / "bin" / "python", "--constraint",
-                   constraints, f"{wheel}{extras}")
+            run_uv(
+                "pip", "install", "--python", where / "bin" / "python", "--constraint", constraints, f"{wheel}{extras}"
+            )
             made[profile] = where / "bin" / "python"
         return made[profile]
 
@@ -74,7 +74,13 @@ def pg_database():
     server = {"host": host, "port": port, "user": "postgres", "dbname": "aaa", "autocommit": True}
     with psycopg.connect(**server) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
-    yield {"ENGINE": "django.db.backends.postgresql", "HOST": host, "PORT": port,
-           "USER": "postgres", "PASSWORD": "", "NAME": name}
+    yield {
+        "ENGINE": "django.db.backends.postgresql",
+        "HOST": host,
+        "PORT": port,
+        "USER": "postgres",
+        "PASSWORD": "",
+        "NAME": name,
+    }
     with psycopg.connect(**server) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

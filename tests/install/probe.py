@@ -57,8 +57,10 @@ def provider_clients() -> dict[str, Any]:
     from aaa_django.llm.anthropic_client import AnthropicClient
     from aaa_django.llm.openai_client import OpenAICompatibleClient
 
-    made = [OpenAICompatibleClient(None, "install-profile", "gpt-4o-mini"),
-            AnthropicClient(None, "install-profile", "claude-haiku-4-5")]
+    made = [
+        OpenAICompatibleClient(None, "install-profile", "gpt-4o-mini"),
+        AnthropicClient(None, "install-profile", "claude-haiku-4-5"),
+    ]
     return {"clients": [type(client).__name__ for client in made]}
 
 
@@ -71,8 +73,7 @@ def celery_bus() -> dict[str, Any]:
     from aaa_django.site.buses import site_bus
 
     bus = site_bus(aaa_settings()["BUS"])
-    return {"bus": type(bus).__name__,
-            "tasks": sorted(t for t in current_app.tasks if t.startswith("aaa."))}
+    return {"bus": type(bus).__name__, "tasks": sorted(t for t in current_app.tasks if t.startswith("aaa."))}
 
 
 def blobs() -> dict[str, Any]:
@@ -122,14 +123,18 @@ def mcp_tools() -> dict[str, Any]:
 
 def contract_suite() -> dict[str, Any]:
     """pytest runs the site's own test of a store against the package's contract suite."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "test_contract.py"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_contract.py"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return {"returncode": done.returncode, "output": done.stdout[-3000:] + done.stderr[-3000:]}
 
 
 USES: dict[str, Callable[[], dict[str, Any]]] = {
-    f.__name__: f for f in (demo, migrate, llm_client, provider_clients, celery_bus, blobs,
-                            agent_run, mcp_tools, contract_suite)
+    f.__name__: f
+    for f in (demo, migrate, llm_client, provider_clients, celery_bus, blobs, agent_run, mcp_tools, contract_suite)
 }
 
 

@@ -13,34 +13,61 @@ EXTRAS = ("postgres", "celery", "s3", "openai", "anthropic", "pydantic-ai", "mcp
 
 #: the optional packages (top-level modules) the extras install; the embedded default
 #: imports none of them
-OPTIONAL = ("celery", "kombu", "redis", "psycopg", "boto3", "botocore", "storages", "openai",
-            "anthropic", "mcp", "opentelemetry", "pydantic_ai", "pytest")
+OPTIONAL = (
+    "celery",
+    "kombu",
+    "redis",
+    "psycopg",
+    "boto3",
+    "botocore",
+    "storages",
+    "openai",
+    "anthropic",
+    "mcp",
+    "opentelemetry",
+    "pydantic_ai",
+    "pytest",
+)
 
 #: the package's modules that import an extra's packages as they are imported; every
 #: other module imports with the package alone
 NEEDS: dict[str, tuple[str, ...]] = {
-    "celery": ("aaa_django.celery.bus", "aaa_django.celery.duty", "aaa_django.celery.publish",
-               "aaa_django.celery.tasks", "aaa_django.celery.wiring", "aaa_django.celery.worker",
-               "aaa_django.tasks"),
+    "celery": (
+        "aaa_django.celery.bus",
+        "aaa_django.celery.duty",
+        "aaa_django.celery.publish",
+        "aaa_django.celery.tasks",
+        "aaa_django.celery.wiring",
+        "aaa_django.celery.worker",
+        "aaa_django.tasks",
+    ),
     "pydantic-ai": ("aaa_django.algos._pydantic_replay", "aaa_django.llm.pydantic_ai_messages"),
     "otel": ("aaa_django.observe.otel",),
-    "testing": ("aaa_django.testing", "aaa_django.testing.blobstore",
-                "aaa_django.testing.eventstore"),
+    "testing": ("aaa_django.testing", "aaa_django.testing.blobstore", "aaa_django.testing.eventstore"),
 }
 
 #: the modules each extra enables: those above, and those that import its packages
 #: only when they are used (a store's connection, a client, a server)
 ENABLES: dict[str, tuple[str, ...]] = {
-    "postgres": ("aaa_django.store.postgres", "aaa_django.store.connections",
-                 "aaa_django.store.wakeups", "aaa_django.store.groupcommit"),
-    "celery": (*NEEDS["celery"], "aaa_django.celery", "aaa_django.celery.coordination",
-               "aaa_django.celery.redrives", "aaa_django.celery.sweeper",
-               "aaa_django.store.redis", "aaa_django.store.tokens"),
+    "postgres": (
+        "aaa_django.store.postgres",
+        "aaa_django.store.connections",
+        "aaa_django.store.wakeups",
+        "aaa_django.store.groupcommit",
+    ),
+    "celery": (
+        *NEEDS["celery"],
+        "aaa_django.celery",
+        "aaa_django.celery.coordination",
+        "aaa_django.celery.redrives",
+        "aaa_django.celery.sweeper",
+        "aaa_django.store.redis",
+        "aaa_django.store.tokens",
+    ),
     "s3": ("aaa_django.site.blobs",),
     "openai": ("aaa_django.llm.openai_client",),
     "anthropic": ("aaa_django.llm.anthropic_client",),
-    "pydantic-ai": (*NEEDS["pydantic-ai"], "aaa_django.llm.pydantic_ai_client",
-                    "aaa_django.algos.pydantic_agent"),
+    "pydantic-ai": (*NEEDS["pydantic-ai"], "aaa_django.llm.pydantic_ai_client", "aaa_django.algos.pydantic_agent"),
     "mcp": ("aaa_django.tools.mcp", "aaa_django.site.mcp_settings"),
     "otel": ("aaa_django.observe", *NEEDS["otel"]),
     "testing": NEEDS["testing"],
@@ -59,11 +86,19 @@ USES: dict[str, tuple[str, ...]] = {
     "otel": ("demo",),
     "testing": ("contract_suite",),
     # every extra at once: a model provider is configured, so no demo (it would call it)
-    "all": ("migrate", "celery_bus", "blobs", "llm_client", "provider_clients", "agent_run",
-            "mcp_tools", "contract_suite"),
+    "all": (
+        "migrate",
+        "celery_bus",
+        "blobs",
+        "llm_client",
+        "provider_clients",
+        "agent_run",
+        "mcp_tools",
+        "contract_suite",
+    ),
 }
 
-_SETTINGS = '''\
+_SETTINGS = """\
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -110,7 +145,7 @@ STORAGES = {
 USE_TZ = True
 STATIC_URL = "static/"
 AAA = {}
-'''
+"""
 
 _AGENT = '''\
 from pydantic_ai import Agent
@@ -140,7 +175,7 @@ if __name__ == "__main__":
     server.run("stdio")
 '''
 
-_CONTRACT = '''\
+_CONTRACT = """\
 from aaa_django.events import InMemoryEventStore
 from aaa_django.testing.eventstore import EventStoreContract
 
@@ -151,7 +186,7 @@ class TestTheSitesStore(EventStoreContract):
 
     def same_log(self, store):
         return store
-'''
+"""
 
 
 def settings_for(extras: tuple[str, ...], *, python: Path, services: dict[str, Any]) -> str:

@@ -25,14 +25,12 @@ def test_the_sdist_has_the_docs_the_package_points_to(tmp_path):
     (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    pointed = {m for p in (ROOT / "aaa_django").rglob("*.py")
-               for m in re.findall(r"docs/[\w.-]+\.md", p.read_text())}
+    pointed = {m for p in (ROOT / "aaa_django").rglob("*.py") for m in re.findall(r"docs/[\w.-]+\.md", p.read_text())}
     assert pointed, "the package names no docs page: this test checks nothing"
     docs = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
     assert pointed <= docs
     assert docs <= names, sorted(docs - names)
-    assert {"README.md", "aaa_django/templates/aaa/admin/run.html",
-            "aaa_django/static/aaa/live.js"} <= names
+    assert {"README.md", "aaa_django/templates/aaa/admin/run.html", "aaa_django/static/aaa/live.js"} <= names
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/install.md"])
@@ -63,8 +61,9 @@ def test_the_classifiers_and_the_django_range_are_the_legs_of_the_matrix():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     classifiers = project["classifiers"]
     djangos = {c.rsplit(" :: ", 1)[1] for c in classifiers if c.startswith("Framework :: Django :: ")}
-    pythons = {c.rsplit(" :: ", 1)[1] for c in classifiers
-               if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)}
+    pythons = {
+        c.rsplit(" :: ", 1)[1] for c in classifiers if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    }
     assert djangos == {django for _, django in LEGS.values()}
     assert pythons == {python for python, _ in LEGS.values()}
     (django,) = [r for r in map(Requirement, project["dependencies"]) if r.name.lower() == "django"]
@@ -82,13 +81,20 @@ def test_the_docs_say_what_each_leg_is():
 
     from ..docs.pages import section
 
-    rows = [line.split(" | ") for line in section("docs/development.md", "The matrix").splitlines()
-            if line.startswith("| `django")]
+    rows = [
+        line.split(" | ")
+        for line in section("docs/development.md", "The matrix").splitlines()
+        if line.startswith("| `django")
+    ]
     assert {row[0].strip("| `"): (row[2], row[1]) for row in rows} == LEGS
     table = section("docs/install.md", "Supported versions").splitlines()
     header = next(line for line in table if line.startswith("| Django |"))
     pythons = [cell.removeprefix("Python ") for cell in header.strip("| ").split(" | ")[1:]]
-    tested = {(python, line.split(" | ")[0].strip("| ").split()[0])
-              for line in table if line.startswith("| ") and not line.startswith(("| Django", "| ---"))
-              for python, cell in zip(pythons, line.strip("| ").split(" | ")[1:]) if cell == "tested"}
+    tested = {
+        (python, line.split(" | ")[0].strip("| ").split()[0])
+        for line in table
+        if line.startswith("| ") and not line.startswith(("| Django", "| ---"))
+        for python, cell in zip(pythons, line.strip("| ").split(" | ")[1:])
+        if cell == "tested"
+    }
     assert tested == set(LEGS.values())

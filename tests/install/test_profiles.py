@@ -30,9 +30,15 @@ PROBE = Path(__file__).with_name("probe.py")
 
 #: the package each extra installs that its profile's uses must have imported
 USED: dict[str, str] = {
-    "postgres": "psycopg", "celery": "celery", "s3": "boto3", "openai": "openai",
-    "anthropic": "anthropic", "pydantic-ai": "pydantic_ai", "mcp": "mcp",
-    "otel": "opentelemetry", "testing": "pytest",
+    "postgres": "psycopg",
+    "celery": "celery",
+    "s3": "boto3",
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "pydantic-ai": "pydantic_ai",
+    "mcp": "mcp",
+    "otel": "opentelemetry",
+    "testing": "pytest",
 }
 
 
@@ -54,8 +60,7 @@ def base_modules() -> list[str]:
 def site_env(site: Path) -> dict[str, str]:
     """The site's environment: this one without the test suite's Django settings and
     Python paths."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DJANGO_", "PYTHON")) and k != "VIRTUAL_ENV"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTHON")) and k != "VIRTUAL_ENV"}
     return {**env, "DJANGO_SETTINGS_MODULE": "site_settings", "PYTHONPATH": str(site)}
 
 
@@ -64,8 +69,14 @@ def probe(python: Path, site: Path, modules: list[str], uses: tuple[str, ...]) -
     shutil.copy(PROBE, site / "probe.py")
     config = {"modules": modules, "uses": list(uses), "optional": list(OPTIONAL)}
     (site / "probe.json").write_text(json.dumps(config))
-    done = subprocess.run([str(python), "probe.py", "probe.json", "result.json"], cwd=site,
-                          env=site_env(site), capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(python), "probe.py", "probe.json", "result.json"],
+        cwd=site,
+        env=site_env(site),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((site / "result.json").read_text())
     # the installed wheel answered, not the checkout
@@ -91,8 +102,12 @@ def expect_use(use: str, found: dict[str, Any], profile: str) -> None:
         assert found == {"vendor": "postgresql", "events": 0}
     elif use == "llm_client":
         provider = "pydantic-ai" if profile == "all" else profile
-        assert found["client"] == {"openai": "OpenAICompatibleClient", "anthropic": "AnthropicClient",
-                                   "pydantic-ai": "PydanticAIClient"}[provider]
+        assert (
+            found["client"]
+            == {"openai": "OpenAICompatibleClient", "anthropic": "AnthropicClient", "pydantic-ai": "PydanticAIClient"}[
+                provider
+            ]
+        )
     elif use == "provider_clients":
         assert found["clients"] == ["OpenAICompatibleClient", "AnthropicClient"]
     elif use == "celery_bus":
@@ -113,12 +128,11 @@ def expect_use(use: str, found: dict[str, Any], profile: str) -> None:
 
 @pytest.mark.parametrize("profile", ["base", *EXTRAS, "all"])
 def test_a_site_on_each_install_profile_checks_imports_and_uses_its_extras(
-        profile: str, venv: Callable[[str], Path], tmp_path: Path,
-        request: pytest.FixtureRequest) -> None:
+    profile: str, venv: Callable[[str], Path], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     python = venv(profile)
     extras = EXTRAS if profile == "all" else () if profile == "base" else (profile,)
-    site = write_site(tmp_path / "site", settings_for(
-        extras, python=python, services=services_for(profile, request)))
+    site = write_site(tmp_path / "site", settings_for(extras, python=python, services=services_for(profile, request)))
     if profile == "base":
         modules = base_modules()
     elif profile == "all":
@@ -141,7 +155,8 @@ def test_a_site_on_each_install_profile_checks_imports_and_uses_its_extras(
 
 
 def test_the_embedded_default_imports_no_extra_even_with_every_extra_installed(
-        venv: Callable[[str], Path], tmp_path: Path) -> None:
+    venv: Callable[[str], Path], tmp_path: Path
+) -> None:
     """The base site on the install with every extra: setting up, checking, importing
     the base modules and a run import no optional package but Celery's (the Celery
     adapter registers its bus where Celery is installed: ``AaaConfig.ready``)."""
@@ -170,28 +185,40 @@ MISSING = [
     ("s3", [("aaa.E007", "pip install 'aaa_django[s3]'")]),
     ("openai", [("aaa.E060", "pip install 'aaa_django[openai]'")]),
     ("anthropic", [("aaa.E060", "pip install 'aaa_django[anthropic]'")]),
-    ("pydantic-ai", [("aaa.E060", "pip install 'aaa_django[pydantic-ai]'"),
-                     ("aaa.E020", "pip install 'aaa_django[pydantic-ai]'")]),
+    (
+        "pydantic-ai",
+        [("aaa.E060", "pip install 'aaa_django[pydantic-ai]'"), ("aaa.E020", "pip install 'aaa_django[pydantic-ai]'")],
+    ),
     ("mcp", [("aaa.E040", "pip install 'aaa_django[mcp]'")]),
     ("otel", [("aaa.E050", "pip install 'aaa_django[otel]'")]),
 ]
 
-_S3_OPTIONS = {"bucket_name": "blobs", "endpoint_url": "http://127.0.0.1:9", "access_key": "k",
-               "secret_key": "s", "region_name": "us-east-1"}
+_S3_OPTIONS = {
+    "bucket_name": "blobs",
+    "endpoint_url": "http://127.0.0.1:9",
+    "access_key": "k",
+    "secret_key": "s",
+    "region_name": "us-east-1",
+}
 
 
 def manage_check(python: Path, site: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(python), "-m", "django", "check"], cwd=site, env=site_env(site),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(python), "-m", "django", "check"],
+        cwd=site,
+        env=site_env(site),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("extra, errors", MISSING, ids=[m[0] for m in MISSING])
 def test_a_setting_that_needs_a_missing_extra_is_a_check_error_naming_the_install(
-        extra: str, errors: list[tuple[str, str]], venv: Callable[[str], Path],
-        tmp_path: Path) -> None:
+    extra: str, errors: list[tuple[str, str]], venv: Callable[[str], Path], tmp_path: Path
+) -> None:
     python = venv("base")
-    site = write_site(tmp_path / "site", settings_for(
-        (extra,), python=python, services={"s3": _S3_OPTIONS}))
+    site = write_site(tmp_path / "site", settings_for((extra,), python=python, services={"s3": _S3_OPTIONS}))
 
     done = manage_check(python, site)
 
@@ -204,17 +231,18 @@ def test_a_setting_that_needs_a_missing_extra_is_a_check_error_naming_the_instal
 
 
 def test_a_postgresql_database_without_psycopg_stops_at_djangos_own_error(
-        venv: Callable[[str], Path], tmp_path: Path) -> None:
+    venv: Callable[[str], Path], tmp_path: Path
+) -> None:
     """Django loads the database backend while it sets up (``django.contrib.auth``'s
     models), before any system check runs: what the site sees is Django's own
     ``ImproperlyConfigured``, which names psycopg (docs/install.md says so)."""
     python = venv("base")
     database = {"ENGINE": "django.db.backends.postgresql", "NAME": "aaa", "HOST": "127.0.0.1"}
-    site = write_site(tmp_path / "site", settings_for(
-        ("postgres",), python=python, services={"postgres": database}))
+    site = write_site(tmp_path / "site", settings_for(("postgres",), python=python, services={"postgres": database}))
 
     done = manage_check(python, site)
 
     assert done.returncode == 1
     assert done.stderr.rstrip().splitlines()[-1] == (
-        "django.core.exceptions.ImproperlyConfigured: Error loading psycopg2 or psycopg module")
+        "django.core.exceptions.ImproperlyConfigured: Error loading psycopg2 or psycopg module"
+    )

@@ -34,8 +34,9 @@ def python3_is_this_python() -> bool:
     found = shutil.which("python3")
     if not found:
         return False
-    version = subprocess.run([found, "-c", "import sys; print(sys.version_info[:2])"],
-                             capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(
+        [found, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True
+    ).stdout.strip()
     return version == str(sys.version_info[:2])
 
 
@@ -86,17 +87,24 @@ def test_bin_serve_on_a_clean_copy_serves_the_admin_with_the_demo_run(tmp_path: 
     checkout = copy_checkout(tmp_path / "checkout")
     assert not (checkout / ".venv").exists() and not (checkout / "var").exists()
     port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DJANGO_", "AAA_", "PYTHON")) and k != "VIRTUAL_ENV"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AAA_", "PYTHON")) and k != "VIRTUAL_ENV"
+    }
     env["PORT"] = str(port)
     if not python3_is_this_python():  # a leg of the matrix: its Python makes the venv
         env["PYTHON"] = sys.executable
     log = tmp_path / "serve.log"
     base = f"http://127.0.0.1:{port}"
     with log.open("w") as out:
-        server = subprocess.Popen(["bin/serve"], cwd=checkout, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  start_new_session=True)
+        server = subprocess.Popen(
+            ["bin/serve"],
+            cwd=checkout,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
         wait_until_served(f"{base}/admin/login/", server, log, timeout=900)
         jar = http.cookiejar.CookieJar()
@@ -105,10 +113,12 @@ def test_bin_serve_on_a_clean_copy_serves_the_admin_with_the_demo_run(tmp_path: 
             assert page.status == 200
             form = page.read().decode()
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
-        login = urllib.parse.urlencode({"csrfmiddlewaretoken": token, "username": "demo",
-                                        "password": "demo", "next": "/admin/"}).encode()
-        request = urllib.request.Request(f"{base}/admin/login/", data=login,
-                                         headers={"Referer": f"{base}/admin/login/"})
+        login = urllib.parse.urlencode(
+            {"csrfmiddlewaretoken": token, "username": "demo", "password": "demo", "next": "/admin/"}
+        ).encode()
+        request = urllib.request.Request(
+            f"{base}/admin/login/", data=login, headers={"Referer": f"{base}/admin/login/"}
+        )
         with browser.open(request, timeout=30) as page:
             assert page.url == f"{base}/admin/", "the login did not take"
         with browser.open(f"{base}/admin/aaa/runrecord/", timeout=30) as page:

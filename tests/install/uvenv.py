@@ -48,7 +48,9 @@ def pip_options(listing: str) -> dict[str, str]:
 def _pip_config() -> dict[str, str]:
     listing = subprocess.run(
         [sys.executable, "-m", "pip", "config", "list"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout
     return pip_options(listing)
 
@@ -81,8 +83,7 @@ def run_uv(*args: str | Path, timeout: float = 600) -> subprocess.CompletedProce
     """``uv ARGS`` with pip's indexes; raises with uv's output when it fails."""
     env = {**os.environ, **uv_environment()}
     env.pop("VIRTUAL_ENV", None)  # uv would take the test's own venv for the target
-    done = subprocess.run([uv(), *map(str, args)], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run([uv(), *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"uv {' '.join(map(str, args))} failed:\n{done.stdout}\n{done.stderr}")
     return done

@@ -52,13 +52,11 @@ def pydantic_ai_client(server: RecordedServer, **kwargs: Any) -> Any:
 
 
 OPENAI = Provider("openai", openai_client, "openai/text", "openai/rate_limited", "openai/server_error")
-ANTHROPIC = Provider("anthropic", anthropic_client, "anthropic/text", "anthropic/rate_limited",
-                     "anthropic/overloaded")
+ANTHROPIC = Provider("anthropic", anthropic_client, "anthropic/text", "anthropic/rate_limited", "anthropic/overloaded")
 
 
 #: the OpenAI wire format again, through Pydantic AI's Model interface
-PYDANTIC_AI = Provider("pydantic-ai", pydantic_ai_client, "openai/text", "openai/rate_limited",
-                       "openai/server_error")
+PYDANTIC_AI = Provider("pydantic-ai", pydantic_ai_client, "openai/text", "openai/rate_limited", "openai/server_error")
 
 
 @pytest.fixture(params=[OPENAI, ANTHROPIC, PYDANTIC_AI], ids=lambda p: p.name)

@@ -24,12 +24,24 @@ PRICES = {MODEL: {"input": 1.0, "output": 2.0}}
 AGENT = "tests.llm.matrix:helper"
 #: the three places a run's tools come from: what each run asks, and what it ends with
 SOURCES = {
-    "settings": ("aaa.algos.ToolLoop", {}, {"call": "lookup", "args": {"city": "Lyon"}},
-                 {"text": "the tool said: 522250"}),
-    "mcp": ("aaa.algos.ToolLoop", {}, {"call": "mcp_add", "args": {"a": 2, "b": 40}},
-            {"text": 'the tool said: {"result": 42}'}),
-    "agent": ("aaa.algos.PydanticAIAgent", {"agent": AGENT}, {"call": "shout", "args": {"text": "hi"}},
-              {"output": "the tool said: HI!"}),
+    "settings": (
+        "aaa.algos.ToolLoop",
+        {},
+        {"call": "lookup", "args": {"city": "Lyon"}},
+        {"text": "the tool said: 522250"},
+    ),
+    "mcp": (
+        "aaa.algos.ToolLoop",
+        {},
+        {"call": "mcp_add", "args": {"a": 2, "b": 40}},
+        {"text": 'the tool said: {"result": 42}'},
+    ),
+    "agent": (
+        "aaa.algos.PydanticAIAgent",
+        {"agent": AGENT},
+        {"call": "shout", "args": {"text": "hi"}},
+        {"output": "the tool said: HI!"},
+    ),
 }
 #: what a ToolLoop is offered: every tool of the site; the agent's run, its own
 SITE_TOOLS = ["lookup", "mcp_add", "shout"]
@@ -53,8 +65,15 @@ def shout(text: str) -> str:
 def site_aaa(provider: str, stream: bool, url: str, mcp_url: str, **extra: Any) -> dict[str, Any]:
     """The ``AAA`` settings of the site of one (provider, streaming) pair; ``url`` is the
     model server's root, ``mcp_url`` the MCP server's (streamable HTTP)."""
-    llm: dict[str, Any] = {"PROVIDER": provider, "API_KEY": "sk-matrix", "MODEL": MODEL, "PRICING": PRICES,
-                           "MAX_RETRIES": 0, "TIMEOUT": 30, "BASE_URL": url + "/v1"}
+    llm: dict[str, Any] = {
+        "PROVIDER": provider,
+        "API_KEY": "sk-matrix",
+        "MODEL": MODEL,
+        "PRICING": PRICES,
+        "MAX_RETRIES": 0,
+        "TIMEOUT": 30,
+        "BASE_URL": url + "/v1",
+    }
     if provider == "anthropic":
         llm["BASE_URL"] = url  # the SDK adds /v1/messages
     elif provider == "pydantic-ai":

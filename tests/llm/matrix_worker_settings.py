@@ -11,5 +11,11 @@ from tests.llm.matrix import site_aaa
 
 AAA.pop("WORKER_SETUP", None)
 AAA["DUTY_EVERY"] = 0
-AAA.update(site_aaa(os.environ["AAA_TEST_MATRIX_PROVIDER"], os.environ["AAA_TEST_MATRIX_STREAM"] == "1",
-                    os.environ["AAA_TEST_MATRIX_URL"], os.environ["AAA_TEST_MATRIX_MCP_URL"]))
+AAA.update(
+    site_aaa(
+        os.environ["AAA_TEST_MATRIX_PROVIDER"],
+        os.environ["AAA_TEST_MATRIX_STREAM"] == "1",
+        os.environ["AAA_TEST_MATRIX_URL"],
+        os.environ["AAA_TEST_MATRIX_MCP_URL"],
+    )
+)

@@ -86,8 +86,9 @@ class RecordedServer:
         self.lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,),
-                                       name="recorded-server", daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, args=(0.02,), name="recorded-server", daemon=True
+        )
 
     @property
     def url(self) -> str:

@@ -20,8 +20,11 @@ from tests.runtime.helpers import arun, of_type
 
 from .server import Reply
 
-PRICES = {"gpt-4o-mini": {"input": 0.15, "output": 0.60}, "claude-haiku-4-5": {"input": 1.0, "output": 5.0},
-          "openai-chat:gpt-4o-mini": {"input": 0.15, "output": 0.60}}
+PRICES = {
+    "gpt-4o-mini": {"input": 0.15, "output": 0.60},
+    "claude-haiku-4-5": {"input": 1.0, "output": 5.0},
+    "openai-chat:gpt-4o-mini": {"input": 0.15, "output": 0.60},
+}
 
 
 # -- the hook, in the retry loop ------------------------------------------------------------------
@@ -47,9 +50,17 @@ def test_the_hook_runs_before_each_retry_after_its_wait_and_can_stop_the_call():
     async def go():
         token = BEFORE_RETRY.set(before)
         try:
-            await call_with_retries(attempt, lambda e: Failure("connection", str(e)), max_retries=5,
-                                    backoff=Backoff(initial=0.01), timeout=None, redact=str,
-                                    provider="test", model="m", sleep=sleep)
+            await call_with_retries(
+                attempt,
+                lambda e: Failure("connection", str(e)),
+                max_retries=5,
+                backoff=Backoff(initial=0.01),
+                timeout=None,
+                redact=str,
+                provider="test",
+                model="m",
+                sleep=sleep,
+            )
         finally:
             BEFORE_RETRY.reset(token)
 
@@ -66,9 +77,19 @@ def test_without_a_hook_the_retries_are_the_clients_alone():
         pass
 
     with pytest.raises(LLMCallError) as info:
-        asyncio.run(call_with_retries(attempt, lambda e: Failure("connection", str(e)), max_retries=2,
-                                      backoff=Backoff(initial=0.01), timeout=None, redact=str,
-                                      provider="test", model="m", sleep=sleep))
+        asyncio.run(
+            call_with_retries(
+                attempt,
+                lambda e: Failure("connection", str(e)),
+                max_retries=2,
+                backoff=Backoff(initial=0.01),
+                timeout=None,
+                redact=str,
+                provider="test",
+                model="m",
+                sleep=sleep,
+            )
+        )
     assert len(info.value.attempts) == 3
 
 
@@ -84,8 +105,9 @@ class Ask(Algorithm):
         if event.type == "aaa.input.validated":
             ctx.llm([user("Say hello.")], tag="hello")
         elif event.type in ("aaa.llm.completed", "aaa.llm.failed"):
-            ctx.complete("success" if event.type == "aaa.llm.completed" else "failed",
-                         {"reason": event.data.get("reason")})
+            ctx.complete(
+                "success" if event.type == "aaa.llm.completed" else "failed", {"reason": event.data.get("reason")}
+            )
 
 
 def ask(client, bus=None):
@@ -105,19 +127,28 @@ def ask(client, bus=None):
 
 
 def test_every_http_attempt_is_an_attempt_on_the_log(provider, server):
-    server.script(Reply.recorded(provider.rate_limited, headers={"retry-after": "0"}),
-                  Reply.recorded(provider.server_error), Reply.recorded(provider.text))
+    server.script(
+        Reply.recorded(provider.rate_limited, headers={"retry-after": "0"}),
+        Reply.recorded(provider.server_error),
+        Reply.recorded(provider.text),
+    )
     client = provider.client(server, pricing=PRICES)
     outcome, log = ask(client)
     assert outcome.ok
     attempts = of_type(log, "aaa.llm.attempted")
-    assert [a.data["attempt"] for a in attempts] == [1, 2, 3] == [r["attempt"] for r in
-                                                                  of_type(log, "aaa.llm.completed")[0].data["attempts"]]
+    assert (
+        [a.data["attempt"] for a in attempts]
+        == [1, 2, 3]
+        == [r["attempt"] for r in of_type(log, "aaa.llm.completed")[0].data["attempts"]]
+    )
     assert len(server.requests) == len(attempts)  # what the provider received, all on the log
     (reply,) = of_type(log, "aaa.llm.completed")
     assert reply.data["attempt"] == 3
     assert [(r["attempt"], r["reason"]) for r in reply.data["attempts"]] == [
-        (1, "rate_limit"), (2, "server_error"), (3, "ok")]
+        (1, "rate_limit"),
+        (2, "server_error"),
+        (3, "ok"),
+    ]
     # each attempt before the reply, in order; estimated from the client's price table and
     # reply limit (Anthropic's client sends max_tokens=1024; the others none: 4096 assumed)
     seqs = [a.seq for a in attempts]
@@ -128,7 +159,8 @@ def test_every_http_attempt_is_an_attempt_on_the_log(provider, server):
         usage = a.data["estimate"]["usage"]
         assert usage["output_tokens"] == limit and usage["input_tokens"] > 0
         assert a.data["estimate"]["cost"] == pytest.approx(
-            (usage["input_tokens"] * price["input"] + limit * price["output"]) / 1e6)
+            (usage["input_tokens"] * price["input"] + limit * price["output"]) / 1e6
+        )
     meta = RUNMETA.fold(log)
     assert (meta.spend.attempts, meta.spend.abandoned) == (3, 0)
     assert meta.spend.cost == reply.data["cost"]  # answered attempts cost what the reply says

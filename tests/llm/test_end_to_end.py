@@ -38,8 +38,10 @@ def pydantic_ai_client(server: RecordedServer, **options):
 
 
 #: the client, and how it names itself in an error
-CLIENTS = [pytest.param((openai_client, "openai-compatible call to 'gpt-4o-mini'"), id="openai"),
-           pytest.param((pydantic_ai_client, "pydantic-ai call to 'openai-chat:gpt-4o-mini'"), id="pydantic-ai")]
+CLIENTS = [
+    pytest.param((openai_client, "openai-compatible call to 'gpt-4o-mini'"), id="openai"),
+    pytest.param((pydantic_ai_client, "pydantic-ai call to 'openai-chat:gpt-4o-mini'"), id="pydantic-ai"),
+]
 
 
 @pytest.fixture(params=CLIENTS)
@@ -53,8 +55,9 @@ def run_tool_loop(server: RecordedServer, client, **client_options):
 
     async def go():
         async with make_engine(registry=registry, client=client) as engine:
-            run = await engine.start(ToolLoop(registry, system="Use the tools to answer."),
-                                     {"task": "What is the weather in Lyon?"})
+            run = await engine.start(
+                ToolLoop(registry, system="Use the tools to answer."), {"task": "What is the weather in Lyon?"}
+            )
             outcome = await run.result(timeout=15)
             await engine.drain(5)
             log = await engine.store.read(run.run_id)
@@ -86,9 +89,12 @@ def test_a_tool_loop_runs_to_success_on_a_real_wire_format(client):
     assert (outcome.outcome, outcome.value) == ("success", {"text": "It is 18 C and sunny in Lyon."})
     completed = of_type(log, "aaa.llm.completed")
     assert [c.data["usage"] for c in completed] == [
-        {"input_tokens": 68, "output_tokens": 15}, {"input_tokens": 104, "output_tokens": 11}]
+        {"input_tokens": 68, "output_tokens": 15},
+        {"input_tokens": 104, "output_tokens": 11},
+    ]
     assert [c.data["cost"] for c in completed] == pytest.approx(
-        [(68 * 0.15 + 15 * 0.60) / 1e6, (104 * 0.15 + 11 * 0.60) / 1e6])
+        [(68 * 0.15 + 15 * 0.60) / 1e6, (104 * 0.15 + 11 * 0.60) / 1e6]
+    )
     assert completed[0].data["model"] == "gpt-4o-mini-2024-07-18"
     call = completed[0].data["response"]["message"]["tool_calls"][0]
     assert call == {"id": "call_Qx7mN2pL9vR4sT1wY8zK3bC6", "name": "get_weather", "arguments": {"city": "Lyon"}}
@@ -99,8 +105,9 @@ def test_a_tool_loop_runs_to_success_on_a_real_wire_format(client):
 def _essential(message: dict) -> dict:
     keep = {"role": message["role"], "content": message.get("content") or None}
     if message.get("tool_calls"):
-        keep["tool_calls"] = [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
-                              for c in message["tool_calls"]]
+        keep["tool_calls"] = [
+            (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]
+        ]
     if message.get("tool_call_id"):
         keep["tool_call_id"] = message["tool_call_id"]
     return keep
@@ -117,7 +124,10 @@ def test_a_model_that_keeps_failing_ends_the_run_failed_with_its_attempts_on_the
     # the client's reason, status and attempts are facts on the log the algorithm can read
     assert (failed.data["reason"], failed.data["status"]) == ("server_error", 500)
     assert [(a["attempt"], a["status"], a.get("retry_in")) for a in failed.data["attempts"]] == [
-        (1, 500, 0.01), (2, 500, 0.02), (3, 500, None)]
+        (1, 500, 0.01),
+        (2, 500, 0.02),
+        (3, 500, None),
+    ]
     error = failed.data["error"]
     assert error.startswith(f"LLMCallError: {client[1]} failed (server_error, HTTP 500) after 3 attempts")
     assert "#1 HTTP 500" in error and "#3 HTTP 500" in error
@@ -128,8 +138,12 @@ def test_a_model_that_keeps_failing_ends_the_run_failed_with_its_attempts_on_the
 def test_an_auth_failure_never_writes_the_key_into_the_log(client):
     echo = f"Incorrect API key provided: {KEY}."
     with RecordedServer() as server:
-        server.script(Reply(status=401, body={"error": {"message": echo, "type": "invalid_request_error",
-                                                        "code": "invalid_api_key"}}))
+        server.script(
+            Reply(
+                status=401,
+                body={"error": {"message": echo, "type": "invalid_request_error", "code": "invalid_api_key"}},
+            )
+        )
         outcome, log = run_tool_loop(server, client)
     assert outcome.outcome == "failed"
     [failed] = of_type(log, "aaa.llm.failed")

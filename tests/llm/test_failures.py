@@ -35,14 +35,15 @@ def fails(client, request=ASK) -> LLMCallError:
 
 
 def test_a_429_is_retried_after_its_retry_after(provider, server):
-    server.script(Reply.recorded(provider.rate_limited, headers={"retry-after": "0.3"}),
-                  Reply.recorded(provider.text))
+    server.script(Reply.recorded(provider.rate_limited, headers={"retry-after": "0.3"}), Reply.recorded(provider.text))
     waited, sleep = recorder()
     reply = complete(provider.client(server, sleep=sleep), ASK)
     assert waited == [0.3]  # the server's wait, not our 0.01 s backoff
     assert reply.message.content == "Bonjour Lyon, city of lights!"
     assert [(a["attempt"], a["status"], a["reason"]) for a in reply.attempts] == [
-        (1, 429, "rate_limit"), (2, None, "ok")]
+        (1, 429, "rate_limit"),
+        (2, None, "ok"),
+    ]
     assert reply.attempts[0]["retry_in"] == 0.3
     assert "rate limit" in reply.attempts[0]["error"].lower()
     assert len(server.requests) == 2
@@ -82,18 +83,26 @@ def test_a_persistent_500_fails_with_every_attempt(provider, server):
 
 
 def test_a_bad_request_is_not_retried(provider, server):
-    server.script(Reply(status=400, body={"type": "error", "error": {
-        "type": "invalid_request_error", "message": "messages: field required"}}))
+    server.script(
+        Reply(
+            status=400,
+            body={"type": "error", "error": {"type": "invalid_request_error", "message": "messages: field required"}},
+        )
+    )
     error = fails(provider.client(server))
     assert (error.reason, error.status, len(error.attempts)) == ("client_error", 400, 1)
     assert "messages: field required" in str(error)
 
 
-@pytest.mark.parametrize("body, headers", [
-    (b'{"id": "chatcmpl-1", "choices": [', {}),                      # cut short
-    (b"<html><body>502 Bad Gateway</body></html>", {"content-type": "text/html"}),
-    ({"unexpected": "shape"}, {}),                                  # JSON, not the API's
-], ids=["truncated-json", "html", "wrong-shape"])
+@pytest.mark.parametrize(
+    "body, headers",
+    [
+        (b'{"id": "chatcmpl-1", "choices": [', {}),  # cut short
+        (b"<html><body>502 Bad Gateway</body></html>", {"content-type": "text/html"}),
+        ({"unexpected": "shape"}, {}),  # JSON, not the API's
+    ],
+    ids=["truncated-json", "html", "wrong-shape"],
+)
 def test_a_malformed_body_is_a_clear_error(provider, server, body, headers):
     server.script(Reply(status=200, body=body, headers=headers))
     error = fails(provider.client(server))
@@ -147,8 +156,14 @@ def test_the_key_never_shows_in_errors_or_reprs(provider, server):
     error = fails(client)
     assert error.reason == "auth" and len(error.attempts) == 1
     assert "Incorrect API key provided: ***" in str(error)
-    for text in (str(error), repr(error), repr(error.attempts), repr(client), str(vars(client)),
-                 repr(pickle.loads(pickle.dumps(error)).__dict__)):
+    for text in (
+        str(error),
+        repr(error),
+        repr(error.attempts),
+        repr(client),
+        str(vars(client)),
+        repr(pickle.loads(pickle.dumps(error)).__dict__),
+    ):
         assert KEY not in text
     assert error.__cause__ is None and error.__suppress_context__  # no SDK exception chained
     # ...while the key did go where it belongs: the request's headers
@@ -160,7 +175,14 @@ def test_a_key_the_anthropic_sdk_finds_itself_is_masked_too(server, monkeypatch)
     from aaa_django.llm.anthropic_client import AnthropicClient
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-from-env-9Qz")
-    server.script(Reply(status=401, body={"type": "error", "error": {
-        "type": "authentication_error", "message": "invalid x-api-key sk-ant-from-env-9Qz"}}))
+    server.script(
+        Reply(
+            status=401,
+            body={
+                "type": "error",
+                "error": {"type": "authentication_error", "message": "invalid x-api-key sk-ant-from-env-9Qz"},
+            },
+        )
+    )
     error = fails(AnthropicClient(server.url, None, "claude-haiku-4-5"))
     assert "sk-ant-from-env-9Qz" not in str(error) and "invalid x-api-key ***" in str(error)

@@ -33,10 +33,13 @@ PRICES = {
 
 
 def text_request(**kw) -> LLMRequest:
-    return LLMRequest(messages=[
-        Message(role="system", content="You are a concise assistant."),
-        Message(role="user", content="Say hello to Lyon in five words."),
-    ], **kw)
+    return LLMRequest(
+        messages=[
+            Message(role="system", content="You are a concise assistant."),
+            Message(role="user", content="Say hello to Lyon in five words."),
+        ],
+        **kw,
+    )
 
 
 def asking() -> list[Message]:
@@ -46,10 +49,14 @@ def asking() -> list[Message]:
     ]
 
 
-@pytest.mark.parametrize("p, usage, cost", [
-    (OPENAI, (27, 8), (27 * 0.15 + 8 * 0.60) / 1e6),
-    (ANTHROPIC, (25, 11), (25 * 1.0 + 11 * 5.0) / 1e6),
-], ids=["openai", "anthropic"])
+@pytest.mark.parametrize(
+    "p, usage, cost",
+    [
+        (OPENAI, (27, 8), (27 * 0.15 + 8 * 0.60) / 1e6),
+        (ANTHROPIC, (25, 11), (25 * 1.0 + 11 * 5.0) / 1e6),
+    ],
+    ids=["openai", "anthropic"],
+)
 def test_text_round_trip(server, p, usage, cost):
     server.script(Reply.recorded(p.text))
     reply = complete(p.client(server, pricing=PRICES), text_request())
@@ -70,8 +77,9 @@ def test_openai_tool_call_round_trip(server):
         first = await client.complete(LLMRequest(messages=asking(), tools=[WEATHER]))
         conversation = asking() + [
             first.message,
-            Message(role="tool", content="18 C, sunny", tool_call_id=first.message.tool_calls[0].id,
-                    name="get_weather"),
+            Message(
+                role="tool", content="18 C, sunny", tool_call_id=first.message.tool_calls[0].id, name="get_weather"
+            ),
         ]
         second = await client.complete(LLMRequest(messages=conversation, tools=[WEATHER]))
         await client.aclose()
@@ -79,7 +87,8 @@ def test_openai_tool_call_round_trip(server):
 
     first, second = asyncio.run(go())
     assert first.message.tool_calls == (
-        ToolCall(id="call_Qx7mN2pL9vR4sT1wY8zK3bC6", name="get_weather", arguments={"city": "Lyon"}),)
+        ToolCall(id="call_Qx7mN2pL9vR4sT1wY8zK3bC6", name="get_weather", arguments={"city": "Lyon"}),
+    )
     assert first.message.content is None and first.finish_reason == "tool_calls"
     assert first.usage.input_tokens == 68
     # the assistant's tool call went back as `tool_calls` with JSON-string arguments,
@@ -97,8 +106,9 @@ def test_anthropic_tool_use_round_trip(server):
         first = await client.complete(LLMRequest(messages=asking(), tools=[WEATHER]))
         conversation = asking() + [
             first.message,
-            Message(role="tool", content="18 C, sunny", tool_call_id=first.message.tool_calls[0].id,
-                    name="get_weather"),
+            Message(
+                role="tool", content="18 C, sunny", tool_call_id=first.message.tool_calls[0].id, name="get_weather"
+            ),
         ]
         second = await client.complete(LLMRequest(messages=conversation, tools=[WEATHER]))
         await client.aclose()
@@ -106,8 +116,10 @@ def test_anthropic_tool_use_round_trip(server):
 
     first, second = asyncio.run(go())
     assert first.message == Message(
-        role="assistant", content="I'll look up the weather in Lyon.",
-        tool_calls=(ToolCall(id="toolu_01A09q90qw90lq917835lq9", name="get_weather", arguments={"city": "Lyon"}),))
+        role="assistant",
+        content="I'll look up the weather in Lyon.",
+        tool_calls=(ToolCall(id="toolu_01A09q90qw90lq917835lq9", name="get_weather", arguments={"city": "Lyon"}),),
+    )
     assert first.finish_reason == "tool_calls"  # stop_reason "tool_use", in OpenAI's words
     # system prompt apart; tool_use block back in the assistant turn; tool_result in a user turn
     assert server.requests[0].json == recording("anthropic/tool_use")["request"]
@@ -120,14 +132,17 @@ def test_anthropic_merges_parallel_tool_results_into_one_user_turn():
     from aaa_django.llm.anthropic_client import to_anthropic_messages
 
     calls = (ToolCall(id="toolu_a", name="f", arguments={"x": 1}), ToolCall(id="toolu_b", name="f", arguments={}))
-    system, messages = to_anthropic_messages([
-        Message(role="system", content="one"), Message(role="user", content="go"),
-        Message(role="assistant", tool_calls=calls),
-        Message(role="tool", content="1", tool_call_id="toolu_a"),
-        Message(role="tool", content="2", tool_call_id="toolu_b"),
-        Message(role="system", content="two"),
-        Message(role="user", content="and?"),
-    ])
+    system, messages = to_anthropic_messages(
+        [
+            Message(role="system", content="one"),
+            Message(role="user", content="go"),
+            Message(role="assistant", tool_calls=calls),
+            Message(role="tool", content="1", tool_call_id="toolu_a"),
+            Message(role="tool", content="2", tool_call_id="toolu_b"),
+            Message(role="system", content="two"),
+            Message(role="user", content="and?"),
+        ]
+    )
     assert system == "one\n\ntwo"
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
     assert [b["type"] for b in messages[2]["content"]] == ["tool_result", "tool_result", "text"]

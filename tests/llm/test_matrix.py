@@ -85,8 +85,7 @@ class Site:
         ids = {s: f"run-matrix-{uuid.uuid4().hex[:12]}-{s}" for s in SOURCES}
         subs = {s: self.feed.subscribe(ids[s]) for s in SOURCES} if self.feed is not None else {}
         async with self.engine:
-            runs = {s: await self.engine.start(algorithm(s), {"task": self.task(s)}, run_id=ids[s])
-                    for s in SOURCES}
+            runs = {s: await self.engine.start(algorithm(s), {"task": self.task(s)}, run_id=ids[s]) for s in SOURCES}
             outcomes = {s: await r.result(timeout=DEADLINE) for s, r in runs.items()}
             logs = {s: await r.events() for s, r in runs.items()}
         tokens = {s: await collect(subs[s], reply_text(outcomes[s].value)) for s in subs}
@@ -167,8 +166,7 @@ def test_every_provider_with_every_switch_in_process(provider, stream, model_ser
 @pytest.mark.celery
 @pytest.mark.redis
 @pytest.mark.postgres
-def test_every_provider_with_every_switch_on_celery(celery_env, model_server, mcp_server, settings,
-                                                   tmp_path_factory):
+def test_every_provider_with_every_switch_on_celery(celery_env, model_server, mcp_server, settings, tmp_path_factory):
     """Each site on a Celery worker of its own (one process, ``-P solo``), the six started
     together and their runs run at once; the pytest process's engines only start the
     runs, as a web process's do."""
@@ -180,12 +178,18 @@ def test_every_provider_with_every_switch_on_celery(celery_env, model_server, mc
 
     clusters = {}
     for provider, stream in SITES:
-        env = {**celery_env, "DJANGO_SETTINGS_MODULE": "tests.llm.matrix_worker_settings",
-               "AAA_TEST_QUEUE_SUFFIX": f"-matrix-{site_id(provider, stream)}",
-               "AAA_TEST_MATRIX_PROVIDER": provider, "AAA_TEST_MATRIX_STREAM": str(int(stream)),
-               "AAA_TEST_MATRIX_URL": model_server.url, "AAA_TEST_MATRIX_MCP_URL": mcp_server.url}
+        env = {
+            **celery_env,
+            "DJANGO_SETTINGS_MODULE": "tests.llm.matrix_worker_settings",
+            "AAA_TEST_QUEUE_SUFFIX": f"-matrix-{site_id(provider, stream)}",
+            "AAA_TEST_MATRIX_PROVIDER": provider,
+            "AAA_TEST_MATRIX_STREAM": str(int(stream)),
+            "AAA_TEST_MATRIX_URL": model_server.url,
+            "AAA_TEST_MATRIX_MCP_URL": mcp_server.url,
+        }
         clusters[provider, stream] = Cluster(env, tmp_path_factory.mktemp("matrix"))
     try:
+
         def up(cluster: Cluster) -> None:
             cluster.start(1, pool="solo")
             cluster.warm(store_spec(make_engine(cluster.queues).store))  # its engine wired: MCP listed
@@ -194,8 +198,14 @@ def test_every_provider_with_every_switch_on_celery(celery_env, model_server, mc
             list(pool.map(up, clusters.values()))
         sites = []
         for (provider, stream), cluster in clusters.items():
-            settings.AAA = site_aaa(provider, stream, model_server.url, mcp_server.url, BUS="celery",
-                                    REDIS_URL=os.environ["AAA_TEST_CELERY_BROKER"])
+            settings.AAA = site_aaa(
+                provider,
+                stream,
+                model_server.url,
+                mcp_server.url,
+                BUS="celery",
+                REDIS_URL=os.environ["AAA_TEST_CELERY_BROKER"],
+            )
             sites.append(Site(provider, stream, attach_site_handlers(make_engine(cluster.queues))))
         before = len(model_server.requests)
 

@@ -35,14 +35,17 @@ def test_an_unknown_model_costs_zero_and_is_flagged():
     assert Pricing(None).cost(Usage(input_tokens=10), "anything").priced is False
 
 
-@pytest.mark.parametrize("table, message", [
-    ({"m": {"input": 1}}, "'output'"),
-    ({"m": {"input": -1, "output": 1}}, ">= 0"),
-    ({"m": {"input": "1", "output": 1}}, ">= 0"),
-    ({"m": {"input": True, "output": 1}}, ">= 0"),
-    ({"m": {"input": 1, "output": 1, "cached": 0.5}}, "unknown keys"),
-    ({"m": 3}, "must map"),
-])
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ({"m": {"input": 1}}, "'output'"),
+        ({"m": {"input": -1, "output": 1}}, ">= 0"),
+        ({"m": {"input": "1", "output": 1}}, ">= 0"),
+        ({"m": {"input": True, "output": 1}}, ">= 0"),
+        ({"m": {"input": 1, "output": 1, "cached": 0.5}}, "unknown keys"),
+        ({"m": 3}, "must map"),
+    ],
+)
 def test_a_malformed_table_is_refused(table, message):
     with pytest.raises(ValueError, match=message):
         Pricing(table)
@@ -71,24 +74,38 @@ def test_retry_after_in_seconds_milliseconds_or_a_date():
     assert retry_after({}) is None
 
 
-@pytest.mark.parametrize("status, reason", [
-    (429, "rate_limit"), (500, "server_error"), (503, "server_error"), (529, "server_error"),
-    (408, "server_error"), (409, "server_error"), (401, "auth"), (403, "auth"),
-    (400, "client_error"), (404, "client_error"), (422, "client_error"),
-])
+@pytest.mark.parametrize(
+    "status, reason",
+    [
+        (429, "rate_limit"),
+        (500, "server_error"),
+        (503, "server_error"),
+        (529, "server_error"),
+        (408, "server_error"),
+        (409, "server_error"),
+        (401, "auth"),
+        (403, "auth"),
+        (400, "client_error"),
+        (404, "client_error"),
+        (422, "client_error"),
+    ],
+)
 def test_status_reasons(status, reason):
     assert reason_for_status(status) == reason
 
 
 def test_an_error_pickles_and_says_what_happened():
-    attempts = [{"attempt": 1, "status": 500, "reason": "server_error", "error": "boom", "elapsed": 0.1,
-                 "retry_in": 0.5},
-                {"attempt": 2, "status": 500, "reason": "server_error", "error": "boom", "elapsed": 0.2}]
-    error = LLMCallError("boom", reason="server_error", status=500, attempts=attempts,
-                         provider="openai-compatible", model="gpt-4o-mini")
+    attempts = [
+        {"attempt": 1, "status": 500, "reason": "server_error", "error": "boom", "elapsed": 0.1, "retry_in": 0.5},
+        {"attempt": 2, "status": 500, "reason": "server_error", "error": "boom", "elapsed": 0.2},
+    ]
+    error = LLMCallError(
+        "boom", reason="server_error", status=500, attempts=attempts, provider="openai-compatible", model="gpt-4o-mini"
+    )
     text = str(error)
-    assert text.startswith("openai-compatible call to 'gpt-4o-mini' failed (server_error, HTTP 500) "
-                           "after 2 attempts: boom")
+    assert text.startswith(
+        "openai-compatible call to 'gpt-4o-mini' failed (server_error, HTTP 500) after 2 attempts: boom"
+    )
     assert "#1 HTTP 500 after 0.100s, retried in 0.500s; #2 HTTP 500 after 0.200s" in text
     again = pickle.loads(pickle.dumps(error))
     assert (str(again), again.attempts, again.retryable) == (text, attempts, True)

@@ -30,7 +30,6 @@ TEXTS = ["The weather", " in Lyon", " is sunny."]
 OPTIONS = {**FAST, "timeout": 15.0}
 
 
-
 def pydantic_ai_anthropic_client(server: RecordedServer, **kwargs):
     from aaa_django.llm.pydantic_ai_client import PydanticAIClient
 
@@ -39,10 +38,12 @@ def pydantic_ai_anthropic_client(server: RecordedServer, **kwargs):
 
 #: (client, wire format, the part holding the text after the first piece): the two
 #: hand-written clients, and Pydantic AI's models over each wire format
-WIRES = [pytest.param((openai_client, openai_stream, 2), id="openai"),
-         pytest.param((anthropic_client, anthropic_stream, 4), id="anthropic"),
-         pytest.param((pydantic_ai_client, openai_stream, 2), id="pydantic-ai-openai"),
-         pytest.param((pydantic_ai_anthropic_client, anthropic_stream, 4), id="pydantic-ai-anthropic")]
+WIRES = [
+    pytest.param((openai_client, openai_stream, 2), id="openai"),
+    pytest.param((anthropic_client, anthropic_stream, 4), id="anthropic"),
+    pytest.param((pydantic_ai_client, openai_stream, 2), id="pydantic-ai-openai"),
+    pytest.param((pydantic_ai_anthropic_client, anthropic_stream, 4), id="pydantic-ai-anthropic"),
+]
 
 
 @pytest.fixture(params=WIRES)
@@ -87,9 +88,13 @@ def test_a_streamed_tool_call_is_gathered_from_its_pieces(wire):
         server.script(Reply(parts=fmt(["Let me look."], tool=("get_weather", '{"city": "Lyon"}'))))
         client = build(server, pricing=PRICES, **OPTIONS)
         pieces: list[tuple[int, str]] = []
-        response = stream(client, LLMRequest(messages=[Message(role="user", content="Weather?")],
-                                             tools=[{"name": "get_weather", "parameters": {}}]),
-                          lambda i, t: pieces.append((i, t)))
+        response = stream(
+            client,
+            LLMRequest(
+                messages=[Message(role="user", content="Weather?")], tools=[{"name": "get_weather", "parameters": {}}]
+            ),
+            lambda i, t: pieces.append((i, t)),
+        )
     assert pieces == [(0, "Let me look.")]
     [call] = response.message.tool_calls
     assert (call.name, call.arguments) == ("get_weather", {"city": "Lyon"}) and call.id
@@ -100,8 +105,11 @@ def test_a_retried_stream_starts_its_pieces_over():
     with RecordedServer() as server:
         server.script(Reply(status=503, body={"error": {"message": "busy"}}), Reply(parts=openai_stream(TEXTS)))
         pieces: list[tuple[int, str]] = []
-        response = stream(openai_client(server, **OPTIONS), LLMRequest(messages=[Message(role="user", content="?")]),
-                          lambda i, t: pieces.append((i, t)))
+        response = stream(
+            openai_client(server, **OPTIONS),
+            LLMRequest(messages=[Message(role="user", content="?")]),
+            lambda i, t: pieces.append((i, t)),
+        )
     assert pieces == list(enumerate(TEXTS)) and response.message.content == "".join(TEXTS)
 
 

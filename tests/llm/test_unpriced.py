@@ -29,8 +29,7 @@ def run(server: RecordedServer, model: str, *, budget=None, config_model=None):
 
     async def go():
         async with make_engine(registry=registry, client=c) as engine:
-            r = await engine.start(ToolLoop(registry, model=config_model), {"task": "hi"},
-                                   budget=budget)
+            r = await engine.start(ToolLoop(registry, model=config_model), {"task": "hi"}, budget=budget)
             outcome = await r.result(timeout=15)
             await engine.drain(5)
             log = await engine.store.read(r.run_id)
@@ -62,8 +61,12 @@ def test_a_priced_reply_carries_no_flag():
 @pytest.mark.parametrize("config_model", [None, "my-proxy-alias"])
 def test_a_cost_budget_over_an_unpriced_model_is_refused_at_start(config_model):
     with RecordedServer() as server:
-        outcome, log = run(server, "my-proxy-alias" if config_model is None else "gpt-4o-mini",
-                           budget={"cost": 1.0}, config_model=config_model)
+        outcome, log = run(
+            server,
+            "my-proxy-alias" if config_model is None else "gpt-4o-mini",
+            budget={"cost": 1.0},
+            config_model=config_model,
+        )
         assert server.requests == []  # no model was called
     assert outcome.outcome == "invalid_input"
     (rejected,) = of_type(log, INPUT_REJECTED)

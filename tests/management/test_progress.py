@@ -65,8 +65,16 @@ def test_the_sweep_counts_the_runs_it_re_drove_ending():
 
     # a stalled run (nothing delivered its start) whose algorithm this process lacks:
     # re-driven, the engine ends it failed
-    DjangoEventStore().append_sync([Event(id=started_id("run-stalled"), stream="run-stalled",
-                                          type=RUN_STARTED, data={"algorithm": "tests.nowhere", "input": {}})])
+    DjangoEventStore().append_sync(
+        [
+            Event(
+                id=started_id("run-stalled"),
+                stream="run-stalled",
+                type=RUN_STARTED,
+                data={"algorithm": "tests.nowhere", "input": {}},
+            )
+        ]
+    )
     tty = Terminal()
     call_command("aaa_sweep", "--stall-after", "0", stdout=io.StringIO(), stderr=tty)
     assert last_line(tty.getvalue()).startswith("re-driven runs ended [")

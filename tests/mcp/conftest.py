@@ -28,9 +28,13 @@ class HttpServer:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.proc = subprocess.Popen([sys.executable, str(SERVER), "http", str(self.port)], cwd=ROOT,
-                                     env={**os.environ, "AAA_TEST_MCP_MARK": str(mark)},
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVER), "http", str(self.port)],
+            cwd=ROOT,
+            env={**os.environ, "AAA_TEST_MCP_MARK": str(mark)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
     def wait_ready(self, timeout: float = 60) -> None:

@@ -10,8 +10,9 @@ from .conftest import stdio_config
 
 
 def test_the_servers_in_settings_give_their_tools(settings):
-    settings.AAA = {"MCP_SERVERS": {"calc": {**stdio_config(), "prefix": "calc_", "only": ["add", "shout"],
-                                             "pool": "calc"}}}
+    settings.AAA = {
+        "MCP_SERVERS": {"calc": {**stdio_config(), "prefix": "calc_", "only": ["add", "shout"], "pool": "calc"}}
+    }
     assert check_mcp_settings() == []
     tools = {t.name: t for t in mcp_tools()}
     assert set(tools) == {"calc_add", "calc_shout"}
@@ -29,11 +30,14 @@ def test_the_site_engine_gets_them_in_its_tool_handler(settings):
     assert handler.registry.names() == ["add"]
 
 
-@pytest.mark.parametrize("servers, says", [
-    ([], "must be a dict"),
-    ({"calc": {"command": "x", "url": "http://y"}}, "needs either 'command'"),
-    ({"calc": {"comand": "x"}}, "unknown keys ['comand']"),
-])
+@pytest.mark.parametrize(
+    "servers, says",
+    [
+        ([], "must be a dict"),
+        ({"calc": {"command": "x", "url": "http://y"}}, "needs either 'command'"),
+        ({"calc": {"comand": "x"}}, "unknown keys ['comand']"),
+    ],
+)
 def test_a_bad_entry_is_a_clear_error_at_start_up(settings, servers, says):
     settings.AAA = {"MCP_SERVERS": servers}
     [error] = check_mcp_settings()

@@ -48,8 +48,10 @@ def test_tools_keep_their_names_descriptions_and_schemas(transport):
     tools = arun(_listed(MCPServer("t", prefix="srv_", **config)), timeout=60)
     add = tools["srv_add"].spec()
     assert add["description"] == "Adds two numbers."
-    assert add["parameters"]["properties"] == {"a": {"title": "A", "type": "integer"},
-                                               "b": {"title": "B", "type": "integer"}}
+    assert add["parameters"]["properties"] == {
+        "a": {"title": "A", "type": "integer"},
+        "b": {"title": "B", "type": "integer"},
+    }
     assert add["parameters"]["required"] == ["a", "b"]
     assert set(tools) == {"srv_add", "srv_shout", "srv_fail", "srv_hang"}
 
@@ -86,8 +88,9 @@ def test_a_server_killed_mid_call_is_a_failure_not_a_hung_run(transport, mark):
             await asyncio.sleep(0.02)
         kill()
 
-    _, outcome, log = arun(run_loop(MCPServer("t", **config), call_then_report("hang", seconds=120),
-                                    act=kill_when_started), timeout=90)
+    _, outcome, log = arun(
+        run_loop(MCPServer("t", **config), call_then_report("hang", seconds=120), act=kill_when_started), timeout=90
+    )
     [failed] = of_type(log, TOOL_FAILED)
     assert failed.data["reason"] == "error" and "MCPConnectionError" in failed.data["error"], failed.data
     # the model was told, and the run ended on its answer: nothing waited for the dead server
@@ -141,9 +144,14 @@ def test_an_approval_gate_applies_to_an_mcp_tool(transport):
 def test_a_large_mcp_result_is_claim_checked(transport):
     config, _ = transport
     loud = "x" * 3000
-    _, outcome, log = arun(run_loop(MCPServer("t", **config), call_then_report("shout", text=loud),
-                                    engine_kw={"blobs": InMemoryBlobStore(), "claim_threshold": 1024}),
-                           timeout=90)
+    _, outcome, log = arun(
+        run_loop(
+            MCPServer("t", **config),
+            call_then_report("shout", text=loud),
+            engine_kw={"blobs": InMemoryBlobStore(), "claim_threshold": 1024},
+        ),
+        timeout=90,
+    )
     [done] = of_type(log, TOOL_COMPLETED)
     assert is_claimed(done.data)  # 3 KB of result went to the blob store
     assert outcome.outcome == "success" and json.dumps({"result": loud.upper() + "!"}) in outcome.value["text"]

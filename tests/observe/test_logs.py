@@ -50,6 +50,7 @@ def test_log_records_carry_the_event_being_delivered():
     handler = Collect()
     log.addHandler(handler)
     try:
+
         async def main():
             async with make_engine(model, REGISTRY) as engine:
                 run = await engine.start(ToolLoop(REGISTRY), {"task": "go"})
@@ -71,8 +72,12 @@ def test_log_records_carry_the_event_being_delivered():
     }
     lines = {json.loads(r.json)["message"]: json.loads(r.json) for r in handler.records}
     assert {k: lines["chatty ran with n=7"][k] for k in ("run_id", "seq", "event_type", "logger", "level")} == {
-        "run_id": run_id, "seq": tool_request.seq, "event_type": TOOL_REQUESTED,
-        "logger": "tests.observe", "level": "WARNING"}
+        "run_id": run_id,
+        "seq": tool_request.seq,
+        "event_type": TOOL_REQUESTED,
+        "logger": "tests.observe",
+        "level": "WARNING",
+    }
     assert "run_id" not in lines["after the run"]
 
 

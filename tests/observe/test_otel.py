@@ -107,7 +107,9 @@ def test_a_run_is_one_trace_of_steps_model_calls_and_tool_calls(otel):
     [run_span] = by_name["aaa.run aaa.algos.ToolLoop"]
     assert run_span.parent is None  # started in no span: a trace of its own, derived from the run id
     assert (run_span.context.trace_id, run_span.context.span_id) == (
-        RunTrace.derived(run_id).trace_id, RunTrace.derived(run_id).span_id)
+        RunTrace.derived(run_id).trace_id,
+        RunTrace.derived(run_id).span_id,
+    )
     # every other span is the run span's child, in its trace
     others = [s for s in spans if s is not run_span]
     assert {s.context.trace_id for s in others} == {run_span.context.trace_id}
@@ -115,20 +117,32 @@ def test_a_run_is_one_trace_of_steps_model_calls_and_tool_calls(otel):
     # a step per event the algorithm saw; two model calls, one tool call, validation
     steps = by_name["aaa.step aaa.algos.ToolLoop"]
     assert sorted(s.attributes["aaa.event.seq"] for s in steps) == sorted(
-        e.seq for e in events if e.type not in (RUN_COMPLETED,) and s_for(e, steps))
+        e.seq for e in events if e.type not in (RUN_COMPLETED,) and s_for(e, steps)
+    )
     chats = by_name["chat m-1"]
     completed = [e for e in events if e.type == LLM_COMPLETED]
-    assert [(c.attributes["gen_ai.operation.name"], c.attributes["gen_ai.provider.name"],
-             c.attributes["gen_ai.request.model"], c.attributes["gen_ai.response.model"],
-             c.attributes["gen_ai.usage.input_tokens"], c.attributes["gen_ai.usage.output_tokens"])
-            for c in sorted(chats, key=lambda c: c.attributes["aaa.event.seq"])] == [
+    assert [
+        (
+            c.attributes["gen_ai.operation.name"],
+            c.attributes["gen_ai.provider.name"],
+            c.attributes["gen_ai.request.model"],
+            c.attributes["gen_ai.response.model"],
+            c.attributes["gen_ai.usage.input_tokens"],
+            c.attributes["gen_ai.usage.output_tokens"],
+        )
+        for c in sorted(chats, key=lambda c: c.attributes["aaa.event.seq"])
+    ] == [
         ("chat", "fake", "m-1", e.data["model"], e.data["usage"]["input_tokens"], e.data["usage"]["output_tokens"])
-        for e in completed]
+        for e in completed
+    ]
     assert {c.kind for c in chats} == {trace.SpanKind.CLIENT}
     [tool_span] = by_name["execute_tool lookup"]
     request = next(e for e in events if e.type == TOOL_REQUESTED)
-    assert (tool_span.attributes["gen_ai.tool.name"], tool_span.attributes["gen_ai.tool.call.id"],
-            tool_span.attributes["aaa.event.seq"]) == ("lookup", request.data["call_id"], request.seq)
+    assert (
+        tool_span.attributes["gen_ai.tool.name"],
+        tool_span.attributes["gen_ai.tool.call.id"],
+        tool_span.attributes["aaa.event.seq"],
+    ) == ("lookup", request.data["call_id"], request.seq)
     assert tool_span.status.status_code == StatusCode.UNSET
     # the run span covers the run and totals it
     spend = [e for e in events if e.type == LLM_COMPLETED]
@@ -152,8 +166,10 @@ def test_the_metrics_of_a_run(otel):
     assert (ended.value, dict(ended.attributes)) == (1, {"aaa.outcome": "success"})
     completed = [e for e in events if e.type == LLM_COMPLETED]
     tokens = {p.attributes["gen_ai.token.type"]: p.sum for p in points["gen_ai.client.token.usage"]}
-    assert tokens == {"input": sum(e.data["usage"]["input_tokens"] for e in completed),
-                      "output": sum(e.data["usage"]["output_tokens"] for e in completed)}
+    assert tokens == {
+        "input": sum(e.data["usage"]["input_tokens"] for e in completed),
+        "output": sum(e.data["usage"]["output_tokens"] for e in completed),
+    }
     [cost] = points["aaa.cost"]
     assert cost.value == pytest.approx(sum(e.data["cost"] for e in completed))
     handled = {p.attributes["aaa.event.type"]: p.count for p in points["aaa.handler.duration"]}
@@ -229,8 +245,9 @@ def test_without_otel_nothing_breaks_and_nothing_is_imported(extra, checks, tmp_
     script = tmp_path / "no_otel.py"
     script.write_text(WITHOUT_OTEL)
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, str(script), extra], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env=env)
+    done = subprocess.run(
+        [sys.executable, str(script), extra], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["success", "[]", checks]
 
@@ -264,8 +281,8 @@ def test_the_model_span_names_the_model_the_settings_or_an_agent_give(otel):
             await site.aclose()
 
         arun(main())
-    chats = sorted((s for s in spans.get_finished_spans() if s.name.startswith("chat")),
-                   key=lambda s: s.start_time)
-    assert [(s.name, s.attributes["gen_ai.request.model"], s.attributes["gen_ai.provider.name"])
-            for s in chats] == [("chat gpt-from-settings", "gpt-from-settings", "openai-compatible"),
-                                ("chat own-model", "own-model", "pydantic-ai")]
+    chats = sorted((s for s in spans.get_finished_spans() if s.name.startswith("chat")), key=lambda s: s.start_time)
+    assert [(s.name, s.attributes["gen_ai.request.model"], s.attributes["gen_ai.provider.name"]) for s in chats] == [
+        ("chat gpt-from-settings", "gpt-from-settings", "openai-compatible"),
+        ("chat own-model", "own-model", "pydantic-ai"),
+    ]

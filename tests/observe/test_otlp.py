@@ -35,8 +35,10 @@ from tests.runtime.helpers import arun, make_engine
 from .test_otel import REGISTRY, model
 
 #: path -> (request message, response message) of OTLP/HTTP
-ROUTES = {"/v1/traces": (ExportTraceServiceRequest, ExportTraceServiceResponse),
-          "/v1/metrics": (ExportMetricsServiceRequest, ExportMetricsServiceResponse)}
+ROUTES = {
+    "/v1/traces": (ExportTraceServiceRequest, ExportTraceServiceResponse),
+    "/v1/metrics": (ExportMetricsServiceRequest, ExportMetricsServiceResponse),
+}
 
 
 class Receiver(BaseHTTPRequestHandler):
@@ -91,10 +93,12 @@ def test_a_runs_spans_and_metrics_reach_an_otlp_receiver(receiver):
     session.trust_env = False  # straight to the receiver, whatever proxy the machine names
     resource = Resource.create({"service.name": "aaa-test"})
     tracer_provider = TracerProvider(resource=resource)
-    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{url}/v1/traces",
-                                                                           session=session)))
-    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{url}/v1/metrics", session=session),
-                                           export_interval_millis=3_600_000)  # exported at the flush
+    tracer_provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{url}/v1/traces", session=session))
+    )
+    reader = PeriodicExportingMetricReader(
+        OTLPMetricExporter(endpoint=f"{url}/v1/metrics", session=session), export_interval_millis=3_600_000
+    )  # exported at the flush
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
 
     async def main():
@@ -113,9 +117,14 @@ def test_a_runs_spans_and_metrics_reach_an_otlp_receiver(receiver):
         meter_provider.shutdown()
     assert outcome.outcome == "success"
 
-    spans = [(attributes(rs.resource.attributes), span) for request in received["/v1/traces"]
-             for rs in request.resource_spans for ss in rs.scope_spans if ss.scope.name == "aaa_django"
-             for span in ss.spans]
+    spans = [
+        (attributes(rs.resource.attributes), span)
+        for request in received["/v1/traces"]
+        for rs in request.resource_spans
+        for ss in rs.scope_spans
+        if ss.scope.name == "aaa_django"
+        for span in ss.spans
+    ]
     assert {r["service.name"] for r, _ in spans} == {"aaa-test"}
     by_name: dict[str, list] = {}
     for _, span in spans:
@@ -130,19 +139,35 @@ def test_a_runs_spans_and_metrics_reach_an_otlp_receiver(receiver):
     completed = [e for e in events if e.type == LLM_COMPLETED]
     chats = sorted(by_name["chat m-1"], key=lambda s: attributes(s.attributes)["aaa.event.seq"])
     assert [{k: v for k, v in attributes(s.attributes).items() if k.startswith("gen_ai.")} for s in chats] == [
-        {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "fake", "gen_ai.system": "fake",
-         "gen_ai.request.model": "m-1", "gen_ai.response.model": e.data["model"],
-         "gen_ai.usage.input_tokens": e.data["usage"]["input_tokens"],
-         "gen_ai.usage.output_tokens": e.data["usage"]["output_tokens"]} for e in completed]
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "fake",
+            "gen_ai.system": "fake",
+            "gen_ai.request.model": "m-1",
+            "gen_ai.response.model": e.data["model"],
+            "gen_ai.usage.input_tokens": e.data["usage"]["input_tokens"],
+            "gen_ai.usage.output_tokens": e.data["usage"]["output_tokens"],
+        }
+        for e in completed
+    ]
     assert {s.parent_span_id for s in chats} == {run_span.span_id}
     [tool_span] = by_name["execute_tool lookup"]
     assert attributes(tool_span.attributes)["gen_ai.tool.name"] == "lookup"
 
-    metrics = {m.name: m for request in received["/v1/metrics"] for rm in request.resource_metrics
-               for sm in rm.scope_metrics for m in sm.metrics}
+    metrics = {
+        m.name: m
+        for request in received["/v1/metrics"]
+        for rm in request.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
     [ended] = metrics["aaa.runs.ended"].sum.data_points
     assert (ended.as_int, attributes(ended.attributes)) == (1, {"aaa.outcome": "success"})
-    tokens = {attributes(p.attributes)["gen_ai.token.type"]: p.sum
-              for p in metrics["gen_ai.client.token.usage"].histogram.data_points}
-    assert tokens == {"input": sum(e.data["usage"]["input_tokens"] for e in completed),
-                      "output": sum(e.data["usage"]["output_tokens"] for e in completed)}
+    tokens = {
+        attributes(p.attributes)["gen_ai.token.type"]: p.sum
+        for p in metrics["gen_ai.client.token.usage"].histogram.data_points
+    }
+    assert tokens == {
+        "input": sum(e.data["usage"]["input_tokens"] for e in completed),
+        "output": sum(e.data["usage"]["output_tokens"] for e in completed),
+    }

@@ -103,7 +103,11 @@ def test_signals_follow_a_run_with_an_approval(db_alias, received):
     # every event once, in the log's order, each after its commit
     assert [kw["event"].id for kw in received.named("event_appended")] == [e.id for e in events]
     [started] = received.named("run_started")
-    assert (started["run_id"], started["algorithm"], started["event"].type) == (run_id, "aaa.algos.ToolLoop", RUN_STARTED)
+    assert (started["run_id"], started["algorithm"], started["event"].type) == (
+        run_id,
+        "aaa.algos.ToolLoop",
+        RUN_STARTED,
+    )
     [asked] = received.named("approval_requested")
     request = next(e for e in events if e.type == APPROVAL_REQUESTED)
     assert (asked["request_id"], asked["tool"]) == (request.id, "gated")
@@ -137,4 +141,3 @@ def test_an_append_rolled_back_sends_nothing_and_a_committed_one_sends_after_com
         assert received.calls == []
     assert [(n, kw["event"].data) for n, kw in received.calls] == [("event_appended", {"n": 1})]
     async_to_sync(engine.close)()
-

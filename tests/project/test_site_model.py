@@ -18,8 +18,7 @@ def _site_llm(extra_env: dict[str, str]) -> str:
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("AAA_LLM_")}
     env.update(DJANGO_SETTINGS_MODULE="project.settings", **extra_env)
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 
@@ -28,6 +27,7 @@ def test_the_example_site_uses_the_scripted_model_when_no_provider_is_configured
 
 
 def test_the_example_site_uses_the_provider_the_environment_names():
-    name = _site_llm({"AAA_LLM_BASE_URL": "http://127.0.0.1:9/v1", "AAA_LLM_API_KEY": "sk-test",
-                      "AAA_LLM_MODEL": "some-model"})
+    name = _site_llm(
+        {"AAA_LLM_BASE_URL": "http://127.0.0.1:9/v1", "AAA_LLM_API_KEY": "sk-test", "AAA_LLM_MODEL": "some-model"}
+    )
     assert name == "OpenAICompatibleClient"

@@ -61,8 +61,12 @@ def get_sky(city: str) -> str:
 def plan(messages: list, info: AgentInfo) -> ModelResponse:
     returns = [p for m in messages for p in getattr(m, "parts", ()) if isinstance(p, ToolReturnPart)]
     if not returns:
-        return ModelResponse(parts=[ToolCallPart("temperature", {"city": "Lyon"}, tool_call_id="t1"),
-                                    ToolCallPart("book", {"city": "Lyon"}, tool_call_id="t2")])
+        return ModelResponse(
+            parts=[
+                ToolCallPart("temperature", {"city": "Lyon"}, tool_call_id="t1"),
+                ToolCallPart("book", {"city": "Lyon"}, tool_call_id="t2"),
+            ]
+        )
     if len(returns) == 2 and "first" not in str(returns[0].content) and info.output_tools:
         answer = {"city": "Lyon", "temperature": returns[0].content}
         return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, answer, tool_call_id="o1")])
@@ -118,14 +122,18 @@ async def plan_trip(messages: list, info: AgentInfo) -> ModelResponse:
     """Two tools at once, then a booking with what they said, then the trip."""
     answered = sum(1 for m in messages if isinstance(m, ModelResponse))
     await _hold_once(answered + 1)
-    said = {p.tool_name: p.content for m in messages for p in getattr(m, "parts", ())
-            if isinstance(p, ToolReturnPart)}
+    said = {p.tool_name: p.content for m in messages for p in getattr(m, "parts", ()) if isinstance(p, ToolReturnPart)}
     if answered == 0:
-        return ModelResponse(parts=[ToolCallPart("find_hotel", {"city": "Lyon"}, tool_call_id="p1"),
-                                    ToolCallPart("look_at_sky", {"city": "Lyon"}, tool_call_id="p2")])
+        return ModelResponse(
+            parts=[
+                ToolCallPart("find_hotel", {"city": "Lyon"}, tool_call_id="p1"),
+                ToolCallPart("look_at_sky", {"city": "Lyon"}, tool_call_id="p2"),
+            ]
+        )
     if answered == 1:
-        return ModelResponse(parts=[ToolCallPart("reserve", {"hotel": said["find_hotel"], "nights": 2},
-                                                 tool_call_id="p3")])
+        return ModelResponse(
+            parts=[ToolCallPart("reserve", {"hotel": said["find_hotel"], "nights": 2}, tool_call_id="p3")]
+        )
     trip = {"city": "Lyon", "hotel": said["find_hotel"], "sky": said["look_at_sky"], "booking": said["reserve"]}
     return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, trip, tool_call_id="p4")])
 

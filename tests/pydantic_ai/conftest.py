@@ -36,8 +36,12 @@ def pai_cluster(celery_env, openai_server, tmp_path_factory):
     from tests.celery.conftest import make_engine
     from tests.celery.workers import Cluster
 
-    env = {**celery_env, "AAA_TEST_QUEUE_SUFFIX": "-pydantic-ai", "AAA_TEST_OPENAI_URL": openai_server.url,
-           "AAA_TEST_WORKER_SETUP": "tests.pydantic_ai.site.setup"}
+    env = {
+        **celery_env,
+        "AAA_TEST_QUEUE_SUFFIX": "-pydantic-ai",
+        "AAA_TEST_OPENAI_URL": openai_server.url,
+        "AAA_TEST_WORKER_SETUP": "tests.pydantic_ai.site.setup",
+    }
     cluster = Cluster(env, tmp_path_factory.mktemp("pydantic-ai"))
     try:
         cluster.start(2)
@@ -77,8 +81,7 @@ class Bus:
 
 BUSES = [
     pytest.param("inprocess", id="inprocess"),
-    pytest.param("celery", id="celery",
-                 marks=[CELERY_DB, pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres]),
+    pytest.param("celery", id="celery", marks=[CELERY_DB, pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres]),
 ]
 
 

@@ -26,16 +26,24 @@ def answer(body: dict[str, Any]) -> dict[str, Any]:
         finish = "stop"
     elif body.get("tools"):
         name = body["tools"][0]["function"]["name"]
-        message["tool_calls"] = [{"id": f"call_{next(_ids)}", "type": "function",
-                                  "function": {"name": name, "arguments": json.dumps({"city": "Lyon"})}}]
+        message["tool_calls"] = [
+            {
+                "id": f"call_{next(_ids)}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps({"city": "Lyon"})},
+            }
+        ]
         finish = "tool_calls"
     else:
         message["content"] = "Hello."
         finish = "stop"
     chars = sum(len(json.dumps(m)) for m in body["messages"])
     return {
-        "id": f"chatcmpl-{next(_ids)}", "object": "chat.completion", "created": 1764000000,
-        "model": "local-echo-1", "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "id": f"chatcmpl-{next(_ids)}",
+        "object": "chat.completion",
+        "created": 1764000000,
+        "model": "local-echo-1",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {"prompt_tokens": chars // 4, "completion_tokens": 7, "total_tokens": chars // 4 + 7},
     }
 

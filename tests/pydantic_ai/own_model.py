@@ -19,8 +19,10 @@ from tests.field.model_server import ModelServer
 SERVER = None if os.environ.get("AAA_TEST_AGENT_MODEL_URL") else ModelServer().__enter__()
 URL = os.environ.get("AAA_TEST_AGENT_MODEL_URL") or (SERVER.url if SERVER is not None else "")
 
-agent = Agent(AnthropicModel("own-model", provider=AnthropicProvider(base_url=URL, api_key="sk-agent-own")),
-              instructions="Use the tools.")
+agent = Agent(
+    AnthropicModel("own-model", provider=AnthropicProvider(base_url=URL, api_key="sk-agent-own")),
+    instructions="Use the tools.",
+)
 
 
 @agent.tool_plain

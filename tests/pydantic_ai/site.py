@@ -48,8 +48,15 @@ def reply(messages: list, info: AgentInfo) -> ModelResponse:
     returns = [p for p in parts if isinstance(p, ToolReturnPart)]
     task = next(p.content for p in parts if isinstance(p, UserPromptPart))
     if returns:
-        return ModelResponse(parts=[TextPart(f"In Porto: {returns[-1].content}" if not task.startswith("{")
-                                             else f"tool said: {returns[-1].content}")])
+        return ModelResponse(
+            parts=[
+                TextPart(
+                    f"In Porto: {returns[-1].content}"
+                    if not task.startswith("{")
+                    else f"tool said: {returns[-1].content}"
+                )
+            ]
+        )
     if task.startswith("{"):
         plan = json.loads(task)
         return ModelResponse(parts=[ToolCallPart(plan["call"], plan["args"], tool_call_id="fn-1")])
@@ -58,8 +65,14 @@ def reply(messages: list, info: AgentInfo) -> ModelResponse:
 
 def client() -> PydanticAIClient:
     url = os.environ.get("AAA_TEST_OPENAI_URL", "http://127.0.0.1:9")
-    return PydanticAIClient(lambda: FunctionModel(reply), base_url=url + "/v1", api_key="sk-local-test",
-                            pricing=PRICES, timeout=10, max_retries=0)
+    return PydanticAIClient(
+        lambda: FunctionModel(reply),
+        base_url=url + "/v1",
+        api_key="sk-local-test",
+        pricing=PRICES,
+        timeout=10,
+        max_retries=0,
+    )
 
 
 def loop(model: str | None = None) -> ToolLoop:

@@ -34,8 +34,13 @@ def workers(celery_env, tmp_path):
 
     with connections["postgres"].cursor() as cur:
         cur.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (tool text, arg text, pid int)")
-    env = {**celery_env, "AAA_TEST_QUEUE_SUFFIX": "-agent", "AAA_TEST_AGENTS": AGENT,
-           "AAA_TEST_WORKER_SETUP": "tests.pydantic_ai.agents.setup", "AAA_TEST_AGENT_TABLE": TABLE}
+    env = {
+        **celery_env,
+        "AAA_TEST_QUEUE_SUFFIX": "-agent",
+        "AAA_TEST_AGENTS": AGENT,
+        "AAA_TEST_WORKER_SETUP": "tests.pydantic_ai.agents.setup",
+        "AAA_TEST_AGENT_TABLE": TABLE,
+    }
     cluster = Cluster(env, tmp_path)
     try:
         cluster.start(2)
@@ -98,8 +103,10 @@ def test_an_agent_killed_mid_run_resumes_to_the_same_result_running_no_tool_twic
 
     assert len(killed) == 1 and len(workers.live()) == 1  # a worker died holding the run's model call
     assert (clean.outcome, clean.value) == ("success", {"output": TRIP})
-    assert (crashed.outcome, crashed.value) == (clean.outcome, clean.value), \
-        (crashed.value, [(e.type, e.data) for e in crashed_log][-6:])
+    assert (crashed.outcome, crashed.value) == (clean.outcome, clean.value), (
+        crashed.value,
+        [(e.type, e.data) for e in crashed_log][-6:],
+    )
     expected = Counter({("find_hotel", "Lyon"): 1, ("look_at_sky", "Lyon"): 1, ("reserve", "Hotel Lumière"): 1})
     assert ran_clean == ran_crashed == expected  # every tool ran once, crash or not
     # the same work on the log: three model requests, three tool calls, one result each;

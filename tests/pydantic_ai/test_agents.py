@@ -69,9 +69,21 @@ def test_a_test_model_agent_runs_as_handler_events():
     outcome, log = arun(main())
     assert outcome.outcome == "success"
     # TestModel called both tools in one reply: both were asked for in one step, and each ran once
-    assert types(log) == [RUN_STARTED, INPUT_VALIDATED, LLM_REQUESTED, LLM_ATTEMPTED, LLM_COMPLETED,
-                          TOOL_REQUESTED, TOOL_REQUESTED, TOOL_COMPLETED, TOOL_COMPLETED,
-                          LLM_REQUESTED, LLM_ATTEMPTED, LLM_COMPLETED, RUN_COMPLETED]
+    assert types(log) == [
+        RUN_STARTED,
+        INPUT_VALIDATED,
+        LLM_REQUESTED,
+        LLM_ATTEMPTED,
+        LLM_COMPLETED,
+        TOOL_REQUESTED,
+        TOOL_REQUESTED,
+        TOOL_COMPLETED,
+        TOOL_COMPLETED,
+        LLM_REQUESTED,
+        LLM_ATTEMPTED,
+        LLM_COMPLETED,
+        RUN_COMPLETED,
+    ]
     assert sorted(agents.EXECUTIONS) == [("get_sky", "a"), ("get_temperature", "a")]
     # the second request carried only what was new: the tools' results
     second = [e for e in log if e.type == LLM_REQUESTED][1]
@@ -86,8 +98,9 @@ def test_structured_output_approvals_and_a_crash_resume_without_re_running_anyth
 
     async def first_process():
         async with engine_for(agents.forecaster, store) as engine:
-            run = await engine.start(PydanticAIAgent("tests.pydantic_ai.agents:forecaster"),
-                                     {"task": "Weather in Lyon?"})
+            run = await engine.start(
+                PydanticAIAgent("tests.pydantic_ai.agents:forecaster"), {"task": "Weather in Lyon?"}
+            )
             # the crash: this process stops while the booking waits for its approval
             while not (await engine.meta(run.run_id)).approvals:
                 await asyncio.sleep(0.01)
@@ -132,14 +145,18 @@ def test_a_denied_tool_is_a_failure_the_agent_sees():
 
 
 def test_usage_limits_map_to_the_budget():
-    budget = budget_for(UsageLimits(request_limit=1, tool_calls_limit=5, total_tokens_limit=1000),
-                        Budget(tokens=500, cost=1.0))
+    budget = budget_for(
+        UsageLimits(request_limit=1, tool_calls_limit=5, total_tokens_limit=1000), Budget(tokens=500, cost=1.0)
+    )
     assert budget == Budget(model_calls=1, tool_calls=5, tokens=500, cost=1.0)
 
     async def main():
         async with engine_for(agents.weather) as engine:
-            run = await engine.start(PydanticAIAgent("tests.pydantic_ai.agents:weather"), {"task": "Lyon?"},
-                                     budget=budget_for(UsageLimits(request_limit=1)))
+            run = await engine.start(
+                PydanticAIAgent("tests.pydantic_ai.agents:weather"),
+                {"task": "Lyon?"},
+                budget=budget_for(UsageLimits(request_limit=1)),
+            )
             return await run.result(timeout=30)
 
     outcome = arun(main())

@@ -29,9 +29,10 @@ TASK = json.dumps({"call": "shout", "args": {"text": "hello"}})
 @pytest.fixture
 def site_model(settings):
     with ModelServer() as server:
-        settings.AAA = {"LLM": {"PROVIDER": "openai", "BASE_URL": server.url + "/v1", "API_KEY": "sk-site",
-                                "MODEL": "site-model"},
-                        "AGENTS": ["tests.pydantic_ai.own_model.agent"]}
+        settings.AAA = {
+            "LLM": {"PROVIDER": "openai", "BASE_URL": server.url + "/v1", "API_KEY": "sk-site", "MODEL": "site-model"},
+            "AGENTS": ["tests.pydantic_ai.own_model.agent"],
+        }
         yield server
 
 

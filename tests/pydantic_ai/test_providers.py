@@ -45,7 +45,9 @@ def test_pydantic_ais_test_model(bus):
     assert failed.data["name"] == "get_weather" and "KeyError" in failed.data["error"]
     assert [c.data["model"] for c in completed(log)] == ["test", "test"]
     first = completed(log)[0].data
-    assert first["cost"] == pytest.approx((first["usage"]["input_tokens"] + first["usage"]["output_tokens"]) * 0.5 / 1e6)
+    assert first["cost"] == pytest.approx(
+        (first["usage"]["input_tokens"] + first["usage"]["output_tokens"]) * 0.5 / 1e6
+    )
     assert bus.errors() == []
 
 
@@ -67,6 +69,7 @@ def test_a_model_named_with_its_provider_is_priced_by_its_bare_name_before_any_c
     # price the call itself will find ("openai:gpt-4o-mini" priced as "gpt-4o-mini")
     from aaa_django.llm.pydantic_ai_client import PydanticAIClient
 
-    c = PydanticAIClient("openai:gpt-4o-mini", api_key="sk-unused",
-                         pricing={"gpt-4o-mini": {"input": 0.15, "output": 0.6}})
+    c = PydanticAIClient(
+        "openai:gpt-4o-mini", api_key="sk-unused", pricing={"gpt-4o-mini": {"input": 0.15, "output": 0.6}}
+    )
     assert c.prices(None) and c.prices("openai:gpt-4o-mini") and not c.prices("openai:gpt-5")

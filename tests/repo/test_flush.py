@@ -80,8 +80,13 @@ def reader(alias: str) -> tuple[psycopg.Connection, str, str]:
 def awaited(session: psycopg.Connection, table: str) -> bool:
     """Does a session wait for the table's exclusive lock? (pg_locks is read afresh in
     a transaction; pg_stat_activity would be its snapshot.)"""
-    return session.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND mode = "
-                           f"'AccessExclusiveLock' AND relation = '{table}'::regclass").fetchone()[0] > 0
+    return (
+        session.execute(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND mode = "
+            f"'AccessExclusiveLock' AND relation = '{table}'::regclass"
+        ).fetchone()[0]
+        > 0
+    )
 
 
 def test_the_flush_waits_for_a_reader_of_two_tables_holding_nothing(pg_alias):

@@ -26,9 +26,7 @@ FORBIDDEN = ("django", "celery", "ninja", "boto3", "botocore", "redis", "storage
 
 def test_import_linter_contract_is_kept():
     lint_imports = Path(sys.executable).parent / "lint-imports"
-    result = subprocess.run(
-        [str(lint_imports), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    result = subprocess.run([str(lint_imports), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -155,9 +153,11 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def is_protocol(node: ast.ClassDef) -> bool:
-    return any((isinstance(b, ast.Name) and b.id == "Protocol")
-               or (isinstance(b, ast.Subscript) and isinstance(b.value, ast.Name)
-                   and b.value.id == "Protocol") for b in node.bases)
+    return any(
+        (isinstance(b, ast.Name) and b.id == "Protocol")
+        or (isinstance(b, ast.Subscript) and isinstance(b.value, ast.Name) and b.value.id == "Protocol")
+        for b in node.bases
+    )
 
 
 def protocol_methods(files: list[Path]) -> dict[str, str]:
@@ -167,8 +167,7 @@ def protocol_methods(files: list[Path]) -> dict[str, str]:
         for node in ast.walk(ast.parse(f.read_text(), filename=str(f))):
             if isinstance(node, ast.ClassDef) and is_protocol(node):
                 for item in node.body:
-                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                            and not item.name.startswith("__"):
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and not item.name.startswith("__"):
                         out.setdefault(item.name, node.name)
     return out
 
@@ -178,12 +177,18 @@ def probes(files: list[Path], methods: dict[str, str], root: Path = ROOT) -> lis
     found = []
     for f in files:
         for node in ast.walk(ast.parse(f.read_text(), filename=str(f))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
-                    and isinstance(node.args[1], ast.Constant) and node.args[1].value in methods):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in methods
+            ):
                 name = node.args[1].value
-                found.append(f"{f.relative_to(root)}:{node.lineno} {node.func.id}(..., {name!r}): "
-                             f"declared by {methods[name]}")
+                found.append(
+                    f"{f.relative_to(root)}:{node.lineno} {node.func.id}(..., {name!r}): declared by {methods[name]}"
+                )
     return found
 
 
@@ -208,4 +213,5 @@ def test_the_probe_finder_finds_a_probe(tmp_path):
         "    return getattr(store, 'fresh', None)\n"
     )
     assert probes([module], protocol_methods([module]), root=tmp_path) == [
-        "m.py:5 getattr(..., 'fresh'): declared by Fresh"]
+        "m.py:5 getattr(..., 'fresh'): declared by Fresh"
+    ]

@@ -33,11 +33,14 @@ def test_s3_round_trip_through_django_storages(s3_bucket):
     assert storage.exists(name)
 
 
-@pytest.mark.parametrize("env, outcome", [
-    ({"CI": "true"}, pytest.fail.Exception),
-    ({"AAA_REQUIRE_SERVICES": "1"}, pytest.fail.Exception),
-    ({}, pytest.skip.Exception),
-])
+@pytest.mark.parametrize(
+    "env, outcome",
+    [
+        ({"CI": "true"}, pytest.fail.Exception),
+        ({"AAA_REQUIRE_SERVICES": "1"}, pytest.fail.Exception),
+        ({}, pytest.skip.Exception),
+    ],
+)
 def test_a_missing_service_fails_in_ci_and_skips_only_on_a_plain_developer_run(monkeypatch, env, outcome):
     from tests.conftest import require_service
 
@@ -62,12 +65,15 @@ def test_plain_pytest_without_services_skips_what_needs_them_and_ci_fails(env, e
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("AAA_", "DJANGO_", "PYTEST_")) and k != "CI"}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AAA_", "DJANGO_", "PYTEST_")) and k != "CI"}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "tests/store/test_runindex_statement.py"],
-        cwd=root, env={**clean, **env, "AAA_TEST_TMPDIR": str(tmp_path)},
-        capture_output=True, text=True, timeout=120)
+        cwd=root,
+        env={**clean, **env, "AAA_TEST_TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     summary = result.stdout.strip().splitlines()[-1]
     if ends == "skipped":
         assert result.returncode == 0, result.stdout[-3000:]

@@ -51,8 +51,7 @@ def _children(s: ChildResults, e) -> ChildResults:
     return s
 
 
-CHILDREN = Projection(ChildResults, _children, name="tests.CHILDREN", version=1,
-                      state_type=ChildResults)
+CHILDREN = Projection(ChildResults, _children, name="tests.CHILDREN", version=1, state_type=ChildResults)
 
 
 class ParentConfig(BaseModel):

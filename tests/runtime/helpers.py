@@ -93,7 +93,8 @@ def check_resumed(log: list[Event], cut: list[Event], reference: list[Event], *,
     assert len(abandoned) == in_flight(cut)
     retried = [e for e in log if e.type == "aaa.llm.attempted" and e.data["attempt"] > 1]
     assert sorted((e.data["request_id"], e.data["attempt"]) for e in retried) == sorted(
-        (e.data["request_id"], 2) for e in abandoned)
+        (e.data["request_id"], 2) for e in abandoned
+    )
     first_tries = [e for e in log if e not in abandoned and e not in retried]
     assert sorted(trace(first_tries)) == sorted(trace(reference))  # the very same events, id for id
     if ordered:

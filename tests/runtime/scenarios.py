@@ -283,8 +283,7 @@ async def child_run(duplicate: bool) -> Result:
         outcome = await engine.run(RUN).result(timeout=10)
         await engine.drain(10)
         meta = await engine.meta(RUN)
-        (child,) = {e.data["child"] for e in await engine.store.read(RUN)
-                    if e.type == "aaa.child.requested"}
+        (child,) = {e.data["child"] for e in await engine.store.read(RUN) if e.type == "aaa.child.requested"}
         log = await engine.store.read(RUN) + await engine.store.read(child)
         return Result(outcome, log, {"child": child, "open": dict(meta.children)}, engine)
 
@@ -298,8 +297,7 @@ async def cascade_cancel(duplicate: bool) -> Result:
         await asyncio.wait_for(seen["started"].wait(), 5)
         await run.cancel("stop everything")
         outcome = await run.result(timeout=10)
-        (child_id,) = {e.data["child"] for e in await engine.store.read(RUN)
-                       if e.type == "aaa.child.requested"}
+        (child_id,) = {e.data["child"] for e in await engine.store.read(RUN) if e.type == "aaa.child.requested"}
         await engine.run(child_id).result(timeout=10)
         await engine.drain(10)
         log = await engine.store.read(RUN) + await engine.store.read(child_id)
@@ -325,38 +323,68 @@ EXPECTED: dict[str, tuple[Scenario, str, list[str]]] = {
     "budget_cost": (budget_cost, "budget_exceeded", STARTED + LLM + DONE),
     # the request over a call budget is refused: never recorded
     "budget_model_calls": (budget_model_calls, "budget_exceeded", STARTED + LLM + TOOL_OK + DONE),
-    "budget_tool_calls": (budget_tool_calls, "budget_exceeded",
-                          STARTED + LLM + TOOL_OK + LLM + DONE),
-    "invalid_input": (invalid_input, "invalid_input",
-                      ["aaa.run.started", "aaa.input.rejected"] + DONE),
-    "cancelled": (cancelled, "cancelled",
-                  STARTED + LLM + ["aaa.tool.requested", "aaa.cancel.requested", "aaa.tool.failed"] + DONE),
+    "budget_tool_calls": (budget_tool_calls, "budget_exceeded", STARTED + LLM + TOOL_OK + LLM + DONE),
+    "invalid_input": (invalid_input, "invalid_input", ["aaa.run.started", "aaa.input.rejected"] + DONE),
+    "cancelled": (
+        cancelled,
+        "cancelled",
+        STARTED + LLM + ["aaa.tool.requested", "aaa.cancel.requested", "aaa.tool.failed"] + DONE,
+    ),
     "failed": (failed, "failed", STARTED + DONE),
-    "failed_model": (failed_model, "failed",
-                     STARTED + ["aaa.llm.requested", "aaa.llm.attempted", "aaa.llm.failed"] + DONE),
-    "approval_granted": (approval_granted, "success",
-                         STARTED + LLM + ["aaa.tool.requested", "aaa.approval.requested",
-                                          "aaa.approval.granted", "aaa.tool.completed"] + LLM + DONE),
-    "approval_denied": (approval_denied, "success",
-                        STARTED + LLM + ["aaa.tool.requested", "aaa.approval.requested",
-                                         "aaa.approval.denied", "aaa.tool.failed"] + LLM + DONE),
-    "approval_expired": (approval_expired, "success",
-                         STARTED + LLM + ["aaa.tool.requested", "aaa.approval.requested",
-                                          "aaa.approval.expired", "aaa.tool.failed"] + LLM + DONE),
-    "tool_timeout": (tool_timeout, "success",
-                     STARTED + LLM + ["aaa.tool.requested", "aaa.tool.failed"] + LLM + DONE),
-    "tool_crash": (tool_crash, "success",
-                   STARTED + LLM + ["aaa.tool.requested", "aaa.tool.failed"] + LLM + DONE),
-    "pool": (pool, "success",
-             STARTED + ["aaa.tool.requested"] * 10 + ["aaa.tool.completed"] * 10 + DONE),
-    "late_model_result": (late_model_result, "cancelled",
-                          STARTED + ["aaa.llm.requested", "aaa.llm.attempted", "aaa.cancel.requested",
-                                     "aaa.llm.failed"] + DONE),
-    "child_run": (child_run, "success",
-                  STARTED + ["aaa.child.requested", "aaa.child.completed"] + DONE
-                  + STARTED + LLM + TOOL_OK + LLM + DONE),
-    "cascade_cancel": (cascade_cancel, "cancelled",
-                       STARTED + ["aaa.child.requested", "aaa.cancel.requested"] + DONE
-                       + STARTED + LLM + ["aaa.tool.requested", "aaa.cancel.requested", "aaa.tool.failed"]
-                       + DONE),
+    "failed_model": (
+        failed_model,
+        "failed",
+        STARTED + ["aaa.llm.requested", "aaa.llm.attempted", "aaa.llm.failed"] + DONE,
+    ),
+    "approval_granted": (
+        approval_granted,
+        "success",
+        STARTED
+        + LLM
+        + ["aaa.tool.requested", "aaa.approval.requested", "aaa.approval.granted", "aaa.tool.completed"]
+        + LLM
+        + DONE,
+    ),
+    "approval_denied": (
+        approval_denied,
+        "success",
+        STARTED
+        + LLM
+        + ["aaa.tool.requested", "aaa.approval.requested", "aaa.approval.denied", "aaa.tool.failed"]
+        + LLM
+        + DONE,
+    ),
+    "approval_expired": (
+        approval_expired,
+        "success",
+        STARTED
+        + LLM
+        + ["aaa.tool.requested", "aaa.approval.requested", "aaa.approval.expired", "aaa.tool.failed"]
+        + LLM
+        + DONE,
+    ),
+    "tool_timeout": (tool_timeout, "success", STARTED + LLM + ["aaa.tool.requested", "aaa.tool.failed"] + LLM + DONE),
+    "tool_crash": (tool_crash, "success", STARTED + LLM + ["aaa.tool.requested", "aaa.tool.failed"] + LLM + DONE),
+    "pool": (pool, "success", STARTED + ["aaa.tool.requested"] * 10 + ["aaa.tool.completed"] * 10 + DONE),
+    "late_model_result": (
+        late_model_result,
+        "cancelled",
+        STARTED + ["aaa.llm.requested", "aaa.llm.attempted", "aaa.cancel.requested", "aaa.llm.failed"] + DONE,
+    ),
+    "child_run": (
+        child_run,
+        "success",
+        STARTED + ["aaa.child.requested", "aaa.child.completed"] + DONE + STARTED + LLM + TOOL_OK + LLM + DONE,
+    ),
+    "cascade_cancel": (
+        cascade_cancel,
+        "cancelled",
+        STARTED
+        + ["aaa.child.requested", "aaa.cancel.requested"]
+        + DONE
+        + STARTED
+        + LLM
+        + ["aaa.tool.requested", "aaa.cancel.requested", "aaa.tool.failed"]
+        + DONE,
+    ),
 }

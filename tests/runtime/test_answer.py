@@ -82,8 +82,13 @@ class Foreign:
     async def __call__(self, request):
         self.calls += 1
         if self.calls == 1:
-            await self.store.append([Event(id=f"note-{self.calls}", stream=request.run_id, type="test.note",
-                                           data={"by": "another process"})])
+            await self.store.append(
+                [
+                    Event(
+                        id=f"note-{self.calls}", stream=request.run_id, type="test.note", data={"by": "another process"}
+                    )
+                ]
+            )
         return add_then_answer(request)
 
 
@@ -99,13 +104,27 @@ def test_a_result_whose_run_moved_on_is_appended_alone_and_stepped_on_when_deliv
 
     outcome, log, batches, engine = arun(main())
     assert outcome.outcome == "success"
-    assert types(log) == ["aaa.run.started", "aaa.input.validated", "aaa.llm.requested", "aaa.llm.attempted",
-                          "test.note", "aaa.llm.completed", "aaa.tool.requested", "aaa.tool.completed",
-                          "aaa.llm.requested", "aaa.llm.attempted", "aaa.llm.completed", "aaa.run.completed"]
+    assert types(log) == [
+        "aaa.run.started",
+        "aaa.input.validated",
+        "aaa.llm.requested",
+        "aaa.llm.attempted",
+        "test.note",
+        "aaa.llm.completed",
+        "aaa.tool.requested",
+        "aaa.tool.completed",
+        "aaa.llm.requested",
+        "aaa.llm.attempted",
+        "aaa.llm.completed",
+        "aaa.run.completed",
+    ]
     # the reply found the log moved on (the note): it went alone, its step after it
     assert batches[4:6] == [["aaa.llm.completed"], ["aaa.tool.requested"]]
-    assert batches[6:] == [["aaa.tool.completed", "aaa.llm.requested"], ["aaa.llm.attempted"],
-                           ["aaa.llm.completed", "aaa.run.completed"]]
+    assert batches[6:] == [
+        ["aaa.tool.completed", "aaa.llm.requested"],
+        ["aaa.llm.attempted"],
+        ["aaa.llm.completed", "aaa.run.completed"],
+    ]
     assert len({e.id for e in log}) == len(log) and engine.errors == []
 
 

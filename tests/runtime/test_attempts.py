@@ -52,8 +52,9 @@ def reads_whole(log: list[Event]) -> None:
     attempt has one outcome (a result naming it, an abandonment, or a later attempt
     of the same call)."""
     requests = [e.id for e in log if e.type in ("aaa.llm.requested", "aaa.tool.requested")]
-    results = [e for e in log if e.type in ("aaa.llm.completed", "aaa.llm.failed",
-                                             "aaa.tool.completed", "aaa.tool.failed")]
+    results = [
+        e for e in log if e.type in ("aaa.llm.completed", "aaa.llm.failed", "aaa.tool.completed", "aaa.tool.failed")
+    ]
     assert sorted(e.id for e in results) == sorted(result_id(r) for r in requests)
     end = [e.seq for e in log if e.type == "aaa.run.completed"]
     assert len(end) == 1 and end[0] == log[-1].seq and all(e.seq < end[0] for e in results)
@@ -72,8 +73,9 @@ def test_each_attempt_is_on_the_log_before_it_is_sent_and_the_result_names_it():
 
     async def model(request):
         log = await store.read(request.run_id)
-        seen.append([e.data["attempt"] for e in of_type(log, LLM_ATTEMPTED)
-                     if e.data["request_id"] == request.request_id])
+        seen.append(
+            [e.data["attempt"] for e in of_type(log, LLM_ATTEMPTED) if e.data["request_id"] == request.request_id]
+        )
         return add_then_answer(request)
 
     client = FakeLLMClient(model)
@@ -121,8 +123,10 @@ def test_an_attempts_estimate_is_the_prompt_and_the_replys_limit_priced():
             return await store.read(RUN)
 
     (attempt,) = of_type(arun(main()), LLM_ATTEMPTED)
-    assert attempt.data["estimate"] == {"usage": {"input_tokens": 10, "output_tokens": 100},
-                                        "cost": 10 * 0.5 + 100 * 2.0}
+    assert attempt.data["estimate"] == {
+        "usage": {"input_tokens": 10, "output_tokens": 100},
+        "cost": 10 * 0.5 + 100 * 2.0,
+    }
 
 
 # -- a process that dies with a call in flight -----------------------------------------------
@@ -184,7 +188,8 @@ def test_an_attempt_its_process_died_with_is_abandoned_counted_at_its_estimate_a
     assert (meta.spend.attempts, meta.spend.abandoned) == (3, 1)
     assert meta.spend.cost == pytest.approx(estimate["cost"] + sum(r.data["cost"] for r in replies))
     assert meta.spend.tokens_out == estimate["usage"]["output_tokens"] + sum(
-        r.data["usage"]["output_tokens"] for r in replies)
+        r.data["usage"]["output_tokens"] for r in replies
+    )
     reads_whole(log)
 
 
@@ -265,18 +270,40 @@ async def _stale_view(answered_elsewhere: bool, attempt_held: bool):
     await a.start(ToolLoop(ADD), {"task": "add 1 and 2"}, run_id=RUN)
     await a.drain(5)
     (request,) = of_type(await store.read(RUN), "aaa.llm.requested")
-    attempt = Event(id=attempt_id(request.id, 1), stream=RUN, type=LLM_ATTEMPTED, causation=request.id,
-                    data={"request_id": request.id, "attempt": 1, "model": "fake",
-                          "estimate": {"usage": {"input_tokens": 5, "output_tokens": 50}, "cost": 0.5}})
+    attempt = Event(
+        id=attempt_id(request.id, 1),
+        stream=RUN,
+        type=LLM_ATTEMPTED,
+        causation=request.id,
+        data={
+            "request_id": request.id,
+            "attempt": 1,
+            "model": "fake",
+            "estimate": {"usage": {"input_tokens": 5, "output_tokens": 50}, "cost": 0.5},
+        },
+    )
     if attempt_held:
         await a.append([attempt])  # A's view has the attempt...
     else:
         await store.append([attempt])
     if answered_elsewhere:  # ... the store has its result too
-        await store.append([result_event(request, LLM_COMPLETED, {
-            "request_id": request.id, "tag": request.data["tag"], "thread": "main", "attempt": 1,
-            "response": {"message": {"role": "assistant", "content": "3"}, "finish_reason": "stop"},
-            "usage": {"input_tokens": 5, "output_tokens": 1}, "cost": 0.01})])
+        await store.append(
+            [
+                result_event(
+                    request,
+                    LLM_COMPLETED,
+                    {
+                        "request_id": request.id,
+                        "tag": request.data["tag"],
+                        "thread": "main",
+                        "attempt": 1,
+                        "response": {"message": {"role": "assistant", "content": "3"}, "finish_reason": "stop"},
+                        "usage": {"input_tokens": 5, "output_tokens": 1},
+                        "cost": 0.01,
+                    },
+                )
+            ]
+        )
     client = FakeLLMClient(add_then_answer)
     LLMHandler(client).attach(a)
     assert a.tail.holds(request)  # (so its delivery takes A's view as current)
@@ -413,8 +440,9 @@ def test_a_run_ended_with_a_model_and_a_tool_call_in_flight_records_both_before_
     async def main():
         store = InMemoryEventStore()
         async with engine_on(store, FakeLLMClient(model), registry=ToolRegistry([slow_lookup])) as engine:
-            run = await engine.start(AskAndLookUp(), {}, run_id=RUN,
-                                     deadline=FAR_DEADLINE if how == "deadline" else None)
+            run = await engine.start(
+                AskAndLookUp(), {}, run_id=RUN, deadline=FAR_DEADLINE if how == "deadline" else None
+            )
             await asyncio.wait_for(thinking.wait(), 5)
             if how == "cancel":
                 await run.cancel("enough", by="tester")
@@ -431,12 +459,22 @@ def test_a_run_ended_with_a_model_and_a_tool_call_in_flight_records_both_before_
     assert types(log)[-3:] == ["aaa.llm.failed", "aaa.tool.failed", "aaa.run.completed"]
     (llm,), (tool_result,) = llm, tool_result
     (attempt,) = of_type(log, LLM_ATTEMPTED)
-    assert llm.data == {"request_id": attempt.data["request_id"], "tag": "think", "thread": "main",
-                        "reason": reason, "cut_off": True, "attempt": 1, "estimated": True,
-                        **attempt.data["estimate"],
-                        "error": f"the run ended ({reason}) before the model call had a result"}
+    assert llm.data == {
+        "request_id": attempt.data["request_id"],
+        "tag": "think",
+        "thread": "main",
+        "reason": reason,
+        "cut_off": True,
+        "attempt": 1,
+        "estimated": True,
+        **attempt.data["estimate"],
+        "error": f"the run ended ({reason}) before the model call had a result",
+    }
     assert (tool_result.data["reason"], tool_result.data["call_id"], tool_result.data["cut_off"]) == (
-        reason, "c1", True)
+        reason,
+        "c1",
+        True,
+    )
     # the call in flight counts at its estimate: it was sent, its reply is not on the log
     assert RUNMETA.fold(log).spend.cost == attempt.data["estimate"]["cost"]
     reads_whole(log)
@@ -507,6 +545,7 @@ def test_on_postgresql_a_full_disk_under_a_reply_costs_no_second_call(pg_alias, 
     with connections[pg_alias].cursor() as cur:
         cur.execute(REFUSE_REPLIES.format(n=times))
     try:
+
         async def main():
             store = site_store(pg_alias)
             engine = Engine(store=store, bus=InProcessBus(redelivery=fast), cache=FoldCache())
@@ -648,9 +687,23 @@ def test_an_attempt_whose_makers_process_has_ended_is_not_waited_for():
         dead = ended_process()
         lease = held.setdefault(attempt_id(request.id, 1), asyncio.Lock())
         await lease.acquire()  # the dead maker's lease: never let go (it lapses only after its TTL)
-        await store.append([Event(id=attempt_id(request.id, 1), stream=RUN, type=LLM_ATTEMPTED, causation=request.id,
-                                  data={"request_id": request.id, "attempt": 1, "model": "fake", "by": dead,
-                                        "estimate": {"usage": {"input_tokens": 5, "output_tokens": 50}, "cost": 0.5}})])
+        await store.append(
+            [
+                Event(
+                    id=attempt_id(request.id, 1),
+                    stream=RUN,
+                    type=LLM_ATTEMPTED,
+                    causation=request.id,
+                    data={
+                        "request_id": request.id,
+                        "attempt": 1,
+                        "model": "fake",
+                        "by": dead,
+                        "estimate": {"usage": {"input_tokens": 5, "output_tokens": 50}, "cost": 0.5},
+                    },
+                )
+            ]
+        )
         LLMHandler(client).attach(engine)
         await engine.resume([RUN])
         outcome = await engine.run(RUN).result(timeout=10)

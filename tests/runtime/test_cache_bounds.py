@@ -71,8 +71,16 @@ def test_an_engine_keeps_the_started_events_and_algorithms_of_its_newest_runs(mo
 
     async def main() -> None:
         for stream in STREAMS:
-            await inner.append([Event(id=started_id(stream), stream=stream, type=RUN_STARTED,
-                                      data={"algorithm": "aaa.algos.ToolLoop", "config": {}})])
+            await inner.append(
+                [
+                    Event(
+                        id=started_id(stream),
+                        stream=stream,
+                        type=RUN_STARTED,
+                        data={"algorithm": "aaa.algos.ToolLoop", "config": {}},
+                    )
+                ]
+            )
             engine.algorithm(await engine.started(stream))
         engine.forget("run-4")  # its run ended
 
@@ -87,8 +95,9 @@ def test_an_engine_remembers_the_newest_runs_whose_end_it_delivered(monkeypatch)
 
     async def main() -> None:
         for stream in STREAMS[:3]:
-            await engine.dispatch(Event(id=completion_id(stream), stream=stream, type=RUN_COMPLETED,
-                                        data={"outcome": "success"}))
+            await engine.dispatch(
+                Event(id=completion_id(stream), stream=stream, type=RUN_COMPLETED, data={"outcome": "success"})
+            )
 
     run(main())
     assert list(engine._ended) == ["run-1", "run-2"]

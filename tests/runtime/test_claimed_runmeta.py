@@ -24,9 +24,20 @@ from .helpers import make_engine
 
 #: the scenarios whose every event but the completion is claim-checked below: each
 #: limit, outcome and gate that RUNMETA decides
-CLAIMED = ["success", "budget_tokens", "budget_cost", "budget_model_calls", "budget_tool_calls",
-           "invalid_input", "cancelled", "approval_granted", "approval_denied", "approval_expired",
-           "child_run", "cascade_cancel"]
+CLAIMED = [
+    "success",
+    "budget_tokens",
+    "budget_cost",
+    "budget_model_calls",
+    "budget_tool_calls",
+    "invalid_input",
+    "cancelled",
+    "approval_granted",
+    "approval_denied",
+    "approval_expired",
+    "child_run",
+    "cascade_cancel",
+]
 
 
 @pytest.mark.parametrize("name", CLAIMED)
@@ -109,8 +120,9 @@ def test_an_approval_request_with_claim_checked_arguments_is_still_a_gate(make_s
     registry = ToolRegistry([publish])
 
     async def main():
-        async with make_engine(publish_then_answer, registry, store=store, blobs=InMemoryBlobStore(),
-                               claim_threshold=1024) as engine:
+        async with make_engine(
+            publish_then_answer, registry, store=store, blobs=InMemoryBlobStore(), claim_threshold=1024
+        ) as engine:
             run = await engine.start(ToolLoop(registry), {"task": "publish the report"})
             while not (meta := await run.meta()).approvals:
                 assert not meta.completed and not engine.errors, engine.errors
@@ -139,5 +151,7 @@ def test_a_big_invalid_input_is_rejected_with_its_errors_quoting_it_briefly():
     assert is_claimed(started.data) and not is_claimed(rejected.data)  # the errors stay in the event
     assert outcome.outcome == "invalid_input"
     assert [(e["loc"], e["type"]) for e in outcome.value["errors"]] == [
-        (["task"], "string_too_short"), (["notes"], "extra_forbidden")]
+        (["task"], "string_too_short"),
+        (["notes"], "extra_forbidden"),
+    ]
     assert outcome.value["errors"][1]["input"] == '"' + "x" * 199 + "..."

@@ -49,8 +49,9 @@ async def crash_then_resume(k: int, *, answers: bool):
     first = make_engine(ten_turns, REGISTRY, store=crashing, answers=answers)
     await first.start(ToolLoop(REGISTRY, max_turns=TURNS), {"task": "ten turns"}, run_id=RUN)
     done = asyncio.ensure_future(first.run(RUN).result())
-    await asyncio.wait({done, asyncio.ensure_future(crashing.crashed.wait())},
-                       return_when=asyncio.FIRST_COMPLETED, timeout=10)
+    await asyncio.wait(
+        {done, asyncio.ensure_future(crashing.crashed.wait())}, return_when=asyncio.FIRST_COMPLETED, timeout=10
+    )
     await first.close(drain=False)  # the process is gone: nothing in flight survives
     done.cancel()
     cut = await store.read(RUN)

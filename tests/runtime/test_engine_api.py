@@ -43,8 +43,7 @@ def test_claims_hot_fields_and_completion_never_claimed(blob_kind, tmp_path):
     blobs = InMemoryBlobStore() if blob_kind == "memory" else FileBlobStore(tmp_path)
 
     async def scenario():
-        async with make_engine(big_then_echo, ToolRegistry([big]), blobs=blobs,
-                               claim_threshold=1000) as engine:
+        async with make_engine(big_then_echo, ToolRegistry([big]), blobs=blobs, claim_threshold=1000) as engine:
             outcome = await run_big(engine, "run-a")
             raw = await engine.store.read("run-a")
             full = [await engine.hydrate(e) for e in raw]
@@ -69,8 +68,7 @@ def test_small_payloads_make_no_call_to_the_blob_store(tmp_path):
     calls: list[str] = []
 
     async def scenario():
-        async with make_engine(big_then_echo, ToolRegistry([big]), blobs=blobs,
-                               claim_threshold=1000) as engine:
+        async with make_engine(big_then_echo, ToolRegistry([big]), blobs=blobs, claim_threshold=1000) as engine:
             blob_call = engine._blob_call
 
             async def counted(fn, *args, **kwargs):
@@ -90,17 +88,21 @@ def test_blobs_are_per_run_and_erase_removes_only_that_runs():
     blobs = InMemoryBlobStore()
 
     async def scenario():
-        async with make_engine(big_then_echo, ToolRegistry([big]), blobs=blobs,
-                               claim_threshold=1000) as engine:
+        async with make_engine(big_then_echo, ToolRegistry([big]), blobs=blobs, claim_threshold=1000) as engine:
             await run_big(engine, "run-a")
             await run_big(engine, "run-b")
             a_blobs, b_blobs = len(blobs.list("run-a")), len(blobs.list("run-b"))
             await RUNMETA.load(engine.store, "run-a", cache=engine.cache)
             erased = await engine.erase("run-a")
-            return (a_blobs, b_blobs, erased, await engine.store.read("run-a"),
-                    await engine.store.load_snapshot("run-a", RUNMETA.name, RUNMETA.version),
-                    [k for k in engine.cache._entries if k[1] == "run-a"],
-                    await engine.outcome("run-b"))
+            return (
+                a_blobs,
+                b_blobs,
+                erased,
+                await engine.store.read("run-a"),
+                await engine.store.load_snapshot("run-a", RUNMETA.name, RUNMETA.version),
+                [k for k in engine.cache._entries if k[1] == "run-a"],
+                await engine.outcome("run-b"),
+            )
 
     a_blobs, b_blobs, erased, left, snap, holder, b_outcome = arun(scenario())
     assert a_blobs == b_blobs > 0  # identical payloads, two runs: two sets of blobs
@@ -195,9 +197,12 @@ def test_a_due_time_is_held_from_the_moment_it_is_stored_until_the_run_ends():
             run = await engine.start("tests.reader", {}, deadline=600, run_id="run-due")
             seen["started"] = engine.timers()  # nothing delivered yet: no await since the append
             deadline = (await run.meta()).deadline
-            approval = Event(id="appr-1", stream="run-due", type="aaa.approval.requested",
-                             data={"tool_request_id": "t-1", "tool_request_seq": 1,
-                                   "expires_at": deadline - 300})
+            approval = Event(
+                id="appr-1",
+                stream="run-due",
+                type="aaa.approval.requested",
+                data={"tool_request_id": "t-1", "tool_request_seq": 1, "expires_at": deadline - 300},
+            )
             await engine.append([approval])
             seen["approval"] = engine.timers()
             await engine.cancel("run-due", reason="enough")
@@ -207,8 +212,7 @@ def test_a_due_time_is_held_from_the_moment_it_is_stored_until_the_run_ends():
             return deadline, seen
 
     deadline, seen = arun(scenario())
-    assert seen == {"started": {"run-due": deadline}, "approval": {"run-due": deadline - 300},
-                    "ended": {}}
+    assert seen == {"started": {"run-due": deadline}, "approval": {"run-due": deadline - 300}, "ended": {}}
 
 
 def test_algorithms_are_rebuilt_from_the_started_event():
@@ -233,8 +237,16 @@ def test_starting_an_unknown_algorithm_raises():
 def test_a_run_of_an_algorithm_this_process_does_not_know_fails():
     async def scenario():
         async with make_engine() as engine:
-            await engine.append([Event(id="s1", stream="run-u", type="aaa.run.started",
-                                       data={"algorithm": "elsewhere.only", "input": {}})])
+            await engine.append(
+                [
+                    Event(
+                        id="s1",
+                        stream="run-u",
+                        type="aaa.run.started",
+                        data={"algorithm": "elsewhere.only", "input": {}},
+                    )
+                ]
+            )
             return await engine.run("run-u").result(timeout=5)
 
     outcome = arun(scenario())
@@ -288,9 +300,19 @@ def test_react_runs_tools_from_text():
 
     outcome, log = arun(scenario())
     assert outcome.value == {"text": "5"}
-    assert types(log) == ["aaa.run.started", "aaa.input.validated", "aaa.llm.requested", "aaa.llm.attempted",
-                          "aaa.llm.completed", "aaa.tool.requested", "aaa.tool.completed",
-                          "aaa.llm.requested", "aaa.llm.attempted", "aaa.llm.completed", "aaa.run.completed"]
+    assert types(log) == [
+        "aaa.run.started",
+        "aaa.input.validated",
+        "aaa.llm.requested",
+        "aaa.llm.attempted",
+        "aaa.llm.completed",
+        "aaa.tool.requested",
+        "aaa.tool.completed",
+        "aaa.llm.requested",
+        "aaa.llm.attempted",
+        "aaa.llm.completed",
+        "aaa.run.completed",
+    ]
     assert "Action Input" in of_type(log, "aaa.llm.requested")[0].data["messages"][0]["content"]
 
 
@@ -319,8 +341,7 @@ def test_child_key_defaults_to_a_hash_of_what_is_started():
 
     async def scenario():
         async with make_engine(add_then_answer, ToolRegistry([add])) as engine:
-            run = await engine.start(algos.Parent(child=CHILD, key=None), {"task": "add"},
-                                     run_id="run-p")
+            run = await engine.start(algos.Parent(child=CHILD, key=None), {"task": "add"}, run_id="run-p")
             outcome = await run.result(timeout=10)
             await engine.drain(5)
             return outcome, await engine.store.read("run-p")
@@ -405,16 +426,15 @@ def test_a_projection_read_from_its_snapshot_through_the_engine_folds_full_paylo
     come back hydrated (their claim-checked payloads restored), as from ``read``."""
     from aaa_django.events import Projection, Snapshot
 
-    payloads = Projection(list, lambda s, e: [*s, e.data["payload"]], name="test.payloads",
-                          state_type=list[str], every=1_000)
+    payloads = Projection(
+        list, lambda s, e: [*s, e.data["payload"]], name="test.payloads", state_type=list[str], every=1_000
+    )
     engine = Engine(InMemoryEventStore(), blobs=InMemoryBlobStore(), claim_threshold=0)
 
     async def main():
-        stored = await engine.append([Event.new("notes", "acme.note.made", {"payload": f"p{i}"})
-                                      for i in range(5)])
+        stored = await engine.append([Event.new("notes", "acme.note.made", {"payload": f"p{i}"}) for i in range(5)])
         assert "payload" not in stored[0].data  # claim-checked: a stub in the log
-        await engine.store.save_snapshot(Snapshot("notes", "test.payloads", 1, 2, stored[1].id,
-                                                  '["p0","p1"]'))
+        await engine.store.save_snapshot(Snapshot("notes", "test.payloads", 1, 2, stored[1].id, '["p0","p1"]'))
         return await payloads.load_info(engine.view, "notes")
 
     info = arun(main())
@@ -447,8 +467,12 @@ def test_an_algorithm_is_not_stepped_for_the_events_it_ignores(monkeypatch):
     assert outcome.outcome == "success" and outcome.value == {"text": "1 + 2 = 3"}
     assert {"aaa.llm.requested", "aaa.tool.requested"} <= ToolLoop.ignores
     # (nor for a model call's attempt records: the engine's bookkeeping, never an algorithm's)
-    assert stepped == [e.type for e in events if e.type not in ToolLoop.ignores
-                       and e.type not in ("aaa.run.started", "aaa.run.completed", "aaa.llm.attempted")]
+    assert stepped == [
+        e.type
+        for e in events
+        if e.type not in ToolLoop.ignores
+        and e.type not in ("aaa.run.started", "aaa.run.completed", "aaa.llm.attempted")
+    ]
     assert "aaa.llm.requested" not in stepped and "aaa.llm.completed" in stepped
 
 

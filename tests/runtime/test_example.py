@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_large_payloads_example_prints_the_three_lines():
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "large_payloads.py")],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

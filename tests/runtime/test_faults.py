@@ -89,8 +89,7 @@ def test_an_outage_that_outlasts_the_retries_ends_the_run_failed_naming_it():
     assert outcome.outcome == "failed"
     assert waited == [0.1, 0.2, 0.4]  # three retries, then it gives up
     v = outcome.value
-    assert v["error"] == ("the event store failed: StoreUnavailable: "
-                          "OperationalError: the connection is lost")
+    assert v["error"] == ("the event store failed: StoreUnavailable: OperationalError: the connection is lost")
     assert (v["service"], v["transient"], v["attempts"]) == ("event store", True, 4)
     assert (v["event"], v["event_type"]) == ("go", "tests.go.given")
     assert len(bus.errors) == 1 and isinstance(bus.errors[0], StoreUnavailable)
@@ -119,16 +118,18 @@ class RefusingBlobs(InMemoryBlobStore):
         self.puts += 1
         raise BlobStoreUnavailable(
             "ClientError: An error occurred (NoSuchBucket) when calling the PutObject "
-            "operation: The specified bucket does not exist", transient=self.transient)
+            "operation: The specified bucket does not exist",
+            transient=self.transient,
+        )
 
 
 def big_tool_run(blobs):
     async def scenario():
         bus, waited = recording_bus()
-        async with make_engine(big_then_answer, ToolRegistry([big]), blobs=blobs, bus=bus,
-                               claim_threshold=16_384) as engine:
-            run = await engine.start(ToolLoop(ToolRegistry([big])), {"task": "big"}, run_id="run-b",
-                                     deadline=60)
+        async with make_engine(
+            big_then_answer, ToolRegistry([big]), blobs=blobs, bus=bus, claim_threshold=16_384
+        ) as engine:
+            run = await engine.start(ToolLoop(ToolRegistry([big])), {"task": "big"}, run_id="run-b", deadline=60)
             outcome = await run.result(timeout=5)
             await engine.drain(5)
             return outcome, waited, bus, await engine.store.read("run-b")

@@ -70,8 +70,7 @@ def test_a_fork_keeps_what_was_decided_and_decides_anew_after():
             x = await run_to_end(engine, ToolLoop(TOOLS), {"task": "Lyon?"}, "run-x")
             at = seq_of(x, TOOL_COMPLETED)  # before the second model request
             before = (CALLS["fetch"], len(CALLS["model"]))
-            y = await fork(engine, "run-x", at, config={**x[0].data["config"], "model": "better"},
-                           owner="7")
+            y = await fork(engine, "run-x", at, config={**x[0].data["config"], "model": "better"}, owner="7")
             outcome = await y.result(timeout=10)
             await engine.drain(5)
             return x, at, before, outcome, await engine.store.read(y.run_id)
@@ -83,7 +82,8 @@ def test_a_fork_keeps_what_was_decided_and_decides_anew_after():
     # The copy: the same events in the same order, under the fork's ids.
     assert types(y[:at]) == types(x[:at])
     assert [e.data for e in y[1:at] if e.type == TOOL_COMPLETED] == [
-        e.data for e in x[1:at] if e.type == TOOL_COMPLETED]
+        e.data for e in x[1:at] if e.type == TOOL_COMPLETED
+    ]
     assert not {e.id for e in y} & {e.id for e in x}
     origin = y[0].data[FORKED_FROM]
     assert (origin["run"], origin["seq"], origin["event"]) == ("run-x", at, x[at - 1].id)
@@ -123,8 +123,13 @@ def test_a_fork_of_a_fork_and_a_fork_replay_as_recorded():
             y = await fork(engine, "run-x", seq_of(x, TOOL_COMPLETED), new_run_id="run-y")
             await y.result(timeout=10)
             y_log = await engine.store.read("run-y")
-            z = await fork(engine, "run-y", seq_of(y_log, LLM_COMPLETED), new_run_id="run-z",
-                           config=merge_patch(x[0].data["config"], {"model": "z"}))
+            z = await fork(
+                engine,
+                "run-y",
+                seq_of(y_log, LLM_COMPLETED),
+                new_run_id="run-z",
+                config=merge_patch(x[0].data["config"], {"model": "z"}),
+            )
             await z.result(timeout=10)
             await engine.drain(5)
             return y_log, await engine.store.read("run-z"), z
@@ -138,8 +143,9 @@ def test_a_fork_of_a_fork_and_a_fork_replay_as_recorded():
 
 
 def test_a_child_that_had_ended_stays_ended_and_an_open_one_starts_afresh():
-    parent = registry.build("tests.parent", {"child": {"algorithm": "aaa.algos.ToolLoop",
-                                                       "config": {"tools": TOOLS.specs()}}})
+    parent = registry.build(
+        "tests.parent", {"child": {"algorithm": "aaa.algos.ToolLoop", "config": {"tools": TOOLS.specs()}}}
+    )
 
     async def scenario():
         async with make_engine(model, TOOLS) as engine:
@@ -149,8 +155,7 @@ def test_a_child_that_had_ended_stays_ended_and_an_open_one_starts_afresh():
             open_ = await fork(engine, "run-p", seq_of(x, CHILD_REQUESTED))
             done = [await ended.result(timeout=10), await open_.result(timeout=10)]
             await engine.drain(5)
-            return (x_child, done, await engine.store.read(ended.run_id),
-                    await engine.store.read(open_.run_id), engine)
+            return (x_child, done, await engine.store.read(ended.run_id), await engine.store.read(open_.run_id), engine)
 
     x_child, done, ended, open_, engine = arun(scenario())
     assert [o.outcome for o in done] == ["success", "success"]
@@ -164,12 +169,15 @@ def test_a_child_that_had_ended_stays_ended_and_an_open_one_starts_afresh():
     assert of_type(open_, CHILD_COMPLETED)[0].data["child"] == fresh
 
 
-@pytest.mark.parametrize("at, config, why", [
-    (0, None, "1 or more"),
-    (99, None, "has"),
-    ("last", None, "at or after the run's end"),
-    (2, {"max_turns": 0}, "does not suit"),
-])
+@pytest.mark.parametrize(
+    "at, config, why",
+    [
+        (0, None, "1 or more"),
+        (99, None, "has"),
+        ("last", None, "at or after the run's end"),
+        (2, {"max_turns": 0}, "does not suit"),
+    ],
+)
 def test_a_fork_that_cannot_be_made_is_refused_and_writes_nothing(at, config, why):
     async def scenario():
         async with make_engine(model, TOOLS) as engine:
@@ -187,7 +195,10 @@ def test_a_fork_that_cannot_be_made_is_refused_and_writes_nothing(at, config, wh
 
 def test_merge_patch_follows_rfc_7386():
     assert merge_patch({"a": 1, "b": {"c": 2, "d": 3}}, {"b": {"c": None, "e": 4}, "f": [1]}) == {
-        "a": 1, "b": {"d": 3, "e": 4}, "f": [1]}
+        "a": 1,
+        "b": {"d": 3, "e": 4},
+        "f": [1],
+    }
     assert merge_patch({"a": 1}, {"a": None}) == {}
     assert merge_patch({"a": 1}, [1]) == [1]
 
@@ -202,10 +213,8 @@ def site_store(request, settings, tmp_path):
     alias, kind = request.param
     if alias == "postgres":
         alias = request.getfixturevalue("pg_alias")
-    options = ({"location": str(tmp_path / "blobs")} if kind == "files"
-               else request.getfixturevalue("s3_bucket"))
-    backend = ("django.core.files.storage.FileSystemStorage" if kind == "files"
-               else "storages.backends.s3.S3Storage")
+    options = {"location": str(tmp_path / "blobs")} if kind == "files" else request.getfixturevalue("s3_bucket")
+    backend = "django.core.files.storage.FileSystemStorage" if kind == "files" else "storages.backends.s3.S3Storage"
     settings.STORAGES = {**settings.STORAGES, "fork_blobs": {"BACKEND": backend, "OPTIONS": options}}
     return alias, StorageBlobStore(alias="fork_blobs")
 
@@ -238,13 +247,13 @@ def test_a_fork_on_the_site_has_its_own_blobs_and_outlives_its_origin(site_store
     tools = ToolRegistry([document])
 
     async def scenario():
-        async with build_engine(using=alias, bus=InProcessBus(), blobs=blobs,
-                                claim_threshold=1000) as engine:
+        async with build_engine(using=alias, bus=InProcessBus(), blobs=blobs, claim_threshold=1000) as engine:
             LLMHandler(FakeLLMClient(reader)).attach(engine)
             ToolHandler(tools).attach(engine)
             x = await run_to_end(engine, ToolLoop(tools), {"task": "Read it."}, "run-site-x")
-            y = await fork(engine, "run-site-x", seq_of(x, TOOL_COMPLETED),
-                           config={**x[0].data["config"], "model": "m2"})
+            y = await fork(
+                engine, "run-site-x", seq_of(x, TOOL_COMPLETED), config={**x[0].data["config"], "model": "m2"}
+            )
             assert (await y.result(timeout=120)).value == {"text": "m2 read 3000 chars"}
             await engine.drain(30)
             await engine.erase("run-site-x")

@@ -219,8 +219,7 @@ def test_side_effect_runs_once_under_double_delivery(duplicate):
 
     async def scenario():
         registry = ToolRegistry([charge_tool(False, calls)])
-        async with make_engine(call_once_then_report("charge", amount=5), registry,
-                               duplicate=duplicate) as engine:
+        async with make_engine(call_once_then_report("charge", amount=5), registry, duplicate=duplicate) as engine:
             run = await engine.start(ToolLoop(registry), {"task": "pay"}, run_id=RUN)
             return await run.result(timeout=10)
 

@@ -130,9 +130,11 @@ def test_work_coming_back_stops_the_checks_and_the_rest_wait():
 
     async def body():
         for name in ("a", "b", "c"):
+
             async def check(name=name):
                 ran.append(name)
                 cache.get(("k", name, "p", 1))  # a reader arrives while the first check runs
+
             cache.schedule_check(("k", name, "p", 1), check)
         clock.now += 16
         for _ in range(100):

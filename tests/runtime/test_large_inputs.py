@@ -70,12 +70,17 @@ async def run_with(store, task: str, **start):
 @pytest.mark.parametrize("size", SIZES)
 def test_a_run_with_a_large_input_succeeds_and_keeps_its_routing_in_its_start(store, size):
     task = task_of(size)
-    outcome, log, meta, started = asyncio.run(run_with(
-        store, task, budget={"model_calls": 2}, deadline=120))
+    outcome, log, meta, started = asyncio.run(run_with(store, task, budget={"model_calls": 2}, deadline=120))
 
     assert outcome.outcome == "success" and outcome.value == {"text": f"{len(task)} chars"}
-    assert [e.type for e in log] == [RUN_STARTED, INPUT_VALIDATED, LLM_REQUESTED, LLM_ATTEMPTED,
-                                     LLM_COMPLETED, RUN_COMPLETED]
+    assert [e.type for e in log] == [
+        RUN_STARTED,
+        INPUT_VALIDATED,
+        LLM_REQUESTED,
+        LLM_ATTEMPTED,
+        LLM_COMPLETED,
+        RUN_COMPLETED,
+    ]
     stub = log[0].data
     assert is_claimed(stub) and "input" not in stub  # only the input moved to the blob
     assert {k: stub[k] for k in ROUTING} == {k: started.data[k] for k in ROUTING}
@@ -89,8 +94,15 @@ def test_the_start_is_claim_checked_only_over_the_threshold(over):
     """The started event's own JSON at 16,384 bytes stays whole; at 16,385 it is
     claim-checked, and routes the run the same."""
     name, config = Engine().describe(LOOP)
-    data = lambda task: {"algorithm": name, "config": config, "input": {"task": task},  # noqa: E731
-                         "budget": None, "deadline": None, "parent": None, "owner": "7"}
+    data = lambda task: {
+        "algorithm": name,
+        "config": config,
+        "input": {"task": task},  # noqa: E731
+        "budget": None,
+        "deadline": None,
+        "parent": None,
+        "owner": "7",
+    }
     task = "x" * (16_384 + over - len(canonical_json(data(""))))
     assert len(canonical_json(data(task))) == 16_384 + over
 
@@ -98,4 +110,3 @@ def test_the_start_is_claim_checked_only_over_the_threshold(over):
 
     assert is_claimed(log[0].data) == bool(over)
     assert outcome.value == {"text": f"{len(task)} chars"} and meta.owner == "7"
-

@@ -33,8 +33,7 @@ def n_turns(n: int, seen: list):
 async def loop(n: int, seen: list, store=None):
     registry = ToolRegistry([echo])
     async with make_engine(n_turns(n, seen), registry, store=store) as engine:
-        run = await engine.start(ToolLoop(registry, max_turns=n, system="be brief"),
-                                 {"task": "count"}, run_id=RUN)
+        run = await engine.start(ToolLoop(registry, max_turns=n, system="be brief"), {"task": "count"}, run_id=RUN)
         outcome = await run.result(timeout=10)
         await engine.drain(5)
         return outcome, await engine.store.read(RUN)

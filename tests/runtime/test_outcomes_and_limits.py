@@ -25,7 +25,13 @@ def test_scenario_outcome_and_log(name):
 
 def test_seven_outcomes_are_covered():
     assert {o for _, o, _ in EXPECTED.values()} == {
-        "success", "no_solution", "timeout", "budget_exceeded", "invalid_input", "cancelled", "failed",
+        "success",
+        "no_solution",
+        "timeout",
+        "budget_exceeded",
+        "invalid_input",
+        "cancelled",
+        "failed",
     }
 
 
@@ -47,8 +53,13 @@ def test_timeout_cancels_the_slow_tool_and_nothing_follows_the_end():
     (request,) = of_type(r.log, "aaa.tool.requested")
     (cut,) = of_type(r.log, "aaa.tool.failed")  # the run's end records the call it cut off
     assert cut.id == result_id(request.id) and cut.causation == request.id
-    assert cut.data == {"call_id": request.data["call_id"], "name": "slow", "reason": "timeout", "cut_off": True,
-                        "error": "the run ended (timeout) before the tool call had a result"}
+    assert cut.data == {
+        "call_id": request.data["call_id"],
+        "name": "slow",
+        "reason": "timeout",
+        "cut_off": True,
+        "error": "the run ended (timeout) before the tool call had a result",
+    }
     assert of_type(r.log, "aaa.tool.completed") == []  # the cancelled call's own result is not recorded
     assert r.seen["started"].is_set()  # (it was running)
     assert "deadline" in r.outcome.value
@@ -56,8 +67,12 @@ def test_timeout_cancels_the_slow_tool_and_nothing_follows_the_end():
 
 @pytest.mark.parametrize(
     "name, dimension",
-    [("budget_tokens", "tokens"), ("budget_cost", "cost"),
-     ("budget_model_calls", "model_calls"), ("budget_tool_calls", "tool_calls")],
+    [
+        ("budget_tokens", "tokens"),
+        ("budget_cost", "cost"),
+        ("budget_model_calls", "model_calls"),
+        ("budget_tool_calls", "tool_calls"),
+    ],
 )
 def test_each_budget_dimension(name, dimension):
     r = arun(EXPECTED[name][0](False))

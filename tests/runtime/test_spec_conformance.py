@@ -39,8 +39,7 @@ def test_a_four_method_blob_store_claim_checks_hydrates_and_erases():
 
     async def scenario():
         async with make_engine(model, registry, blobs=blobs, claim_threshold=2_000) as engine:
-            runs = [await engine.start(ToolLoop(registry), {"task": "fetch it"}, run_id=f"run-{i}")
-                    for i in (1, 2)]
+            runs = [await engine.start(ToolLoop(registry), {"task": "fetch it"}, run_id=f"run-{i}") for i in (1, 2)]
             outcomes = [await run.result(timeout=5) for run in runs]
             stubs = [of_type(await engine.store.read(r.run_id), "aaa.tool.completed")[0] for r in runs]
             full = await engine.hydrate(stubs[0])
@@ -72,8 +71,9 @@ def test_importing_the_in_process_bus_from_events_loads_no_django_nor_celery():
         "from aaa_django.events import InProcessBus, Event\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'celery', 'kombu'})))\n"
     )
-    out = subprocess.run([sys.executable, "-c", "import json\n" + code], capture_output=True,
-                         text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", "import json\n" + code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     assert json.loads(out) == []
 
 
@@ -95,7 +95,11 @@ def test_projection_load_works_with_a_reader_that_only_reads():
         store = InMemoryEventStore()
         await store.append([Event.new("s", "test.happened", {"i": i}) for i in range(5)])
         reader = ReadOnly(store)
-        return (await COUNT.load(reader, "s"), await COUNT.load(reader, "s", cache=FoldCache()),
-                await COUNT.load(reader, "s", at=3), await store.load_snapshot("s", "test.count", 1))
+        return (
+            await COUNT.load(reader, "s"),
+            await COUNT.load(reader, "s", cache=FoldCache()),
+            await COUNT.load(reader, "s", at=3),
+            await store.load_snapshot("s", "test.count", 1),
+        )
 
     assert arun(scenario()) == (5, 5, 3, None)  # no snapshot written through a reader

@@ -32,11 +32,16 @@ def _same(a, b) -> None:
 
 
 def test_a_runmeta_copy_is_model_copy_and_shares_nothing_mutable():
-    s = RunMeta(run_id="run-1", algorithm="a", status="running", budget=Budget(model_calls=3),
-                children={"run-c": "k"},
-                approvals={"r": PendingApproval(seq=3, tool_request_id="t", tool_request_seq=2)},
-                calls={"q": OpenCall(kind="llm", seq=4, tag="turn-1")},
-                questions={"q": PendingQuestion(seq=4, expires_at=5.0)})
+    s = RunMeta(
+        run_id="run-1",
+        algorithm="a",
+        status="running",
+        budget=Budget(model_calls=3),
+        children={"run-c": "k"},
+        approvals={"r": PendingApproval(seq=3, tool_request_id="t", tool_request_seq=2)},
+        calls={"q": OpenCall(kind="llm", seq=4, tag="turn-1")},
+        questions={"q": PendingQuestion(seq=4, expires_at=5.0)},
+    )
     s.spend.model_calls = 2
     for state in (s, RunMeta()):
         new = copy.deepcopy(state)
@@ -58,8 +63,12 @@ def test_a_runmeta_copy_is_model_copy_and_shares_nothing_mutable():
 
 
 def test_a_loop_state_copy_is_model_copy_and_shares_nothing_mutable():
-    s = LoopState(turns=2, request_id="q", calls=[LoopCall(call_id="c", name="n")],
-                  results={"c": LoopResult(ok=True, content="1")})
+    s = LoopState(
+        turns=2,
+        request_id="q",
+        calls=[LoopCall(call_id="c", name="n")],
+        results={"c": LoopResult(ok=True, content="1")},
+    )
     for state in (s, LoopState()):
         new = copy.deepcopy(state)
         ref = state.model_copy()

@@ -1,12 +1,12 @@
 """The ``bus`` fixture: every test here runs once per bus.
 
-  inprocess  memory store, asyncio bus, this process.
-  celery     PostgreSQL store, Redis broker, real Celery workers: two worker
-             processes of two prefork children each (so tool calls of one run do
-             run at once, and a pool must hold across processes), on queues of their
-             own (their WORKER_SETUP, ``tests.celery.site.setup``, serves these runs
-             too, as every test worker's does). Started
-             once per session (per pytest-xdist worker).
+inprocess  memory store, asyncio bus, this process.
+celery     PostgreSQL store, Redis broker, real Celery workers: two worker
+           processes of two prefork children each (so tool calls of one run do
+           run at once, and a pool must hold across processes), on queues of their
+           own (their WORKER_SETUP, ``tests.celery.site.setup``, serves these runs
+           too, as every test worker's does). Started
+           once per session (per pytest-xdist worker).
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from .harness import Celery, InProcess
 
 BUSES = [
     pytest.param("inprocess", id="inprocess"),
-    pytest.param("celery", id="celery",
-                 marks=[CELERY_DB, pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres]),
+    pytest.param("celery", id="celery", marks=[CELERY_DB, pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres]),
 ]
 
 

@@ -100,8 +100,7 @@ class InProcess(Harness):
 
     @contextlib.asynccontextmanager
     async def engine(self) -> AsyncIterator[Engine]:
-        engine = Engine(store=InMemoryEventStore(), bus=InProcessBus(), cache=FoldCache(),
-                        blobs=InMemoryBlobStore())
+        engine = Engine(store=InMemoryEventStore(), bus=InProcessBus(), cache=FoldCache(), blobs=InMemoryBlobStore())
         site.attach(engine)
         async with engine:
             yield engine
@@ -135,6 +134,7 @@ class Celery(Harness):
         # Deliveries run elsewhere: other runs' events may follow the first run's end,
         # and late results (a tool cancelled at the end) are tried, and refused, then.
         if self.expected_events is not None:
+
             async def enough() -> bool:
                 return len(await read_logs(engine, run_ids)) >= self.expected_events
 
@@ -142,4 +142,4 @@ class Celery(Harness):
         await asyncio.sleep(self.grace)
 
     def errors(self, engine: Engine) -> list[Any]:
-        return super().errors(engine) + self.cluster.errors()[self._errors_before:]
+        return super().errors(engine) + self.cluster.errors()[self._errors_before :]

@@ -128,9 +128,9 @@ def _approval(decide: str):
         tool = "deploy_soon" if decide == "expire" else "deploy"
         seen: dict[str, Any] = {}
         async with h.engine() as engine:
-            run = await engine.start(site.loop(f'once:{tool}:{{"env": "prod"}}'), {"task": "ship it"},
-                                     run_id=run_id)
+            run = await engine.start(site.loop(f'once:{tool}:{{"env": "prod"}}'), {"task": "ship it"}, run_id=run_id)
             if decide != "expire":
+
                 async def pending() -> bool:
                     return bool((await run.meta()).approvals)
 
@@ -231,11 +231,18 @@ def _large_input(size: int):
         run_id = h.run_id()
         task = "x" * (size - len('{"task":""}'))
         async with h.engine() as engine:
-            await engine.start(site.loop("echo_size"), {"task": task}, run_id=run_id, owner="42",
-                               budget={"model_calls": 3}, deadline=h.patience * 3)
+            await engine.start(
+                site.loop("echo_size"),
+                {"task": task},
+                run_id=run_id,
+                owner="42",
+                budget={"model_calls": 3},
+                deadline=h.patience * 3,
+            )
             result = await h.finish(engine, [run_id])
-            result.seen.update(size=len(task), meta=await engine.meta(run_id),
-                               hydrated=await engine.hydrate(result.log[0]))
+            result.seen.update(
+                size=len(task), meta=await engine.meta(run_id), hydrated=await engine.hydrate(result.log[0])
+            )
         return result
 
     return scenario
@@ -412,44 +419,87 @@ SCENARIOS: dict[str, tuple[Scenario, str, list[str], Callable[[Result], None]]] 
     "no_solution": (no_solution, "no_solution", STARTED + LLM + TOOL_OK + LLM + DONE, check_no_solution),
     # a run's end records the calls it cut off; nothing follows it (late results are refused)
     "timeout": (timeout, "timeout", STARTED + LLM + [TOOL_REQUESTED, TOOL_FAILED] + DONE, check_timeout),
-    "budget_tokens": (budget_tokens, "budget_exceeded", STARTED + LLM + TOOL_OK + LLM + DONE,
-                      _check_budget("tokens")),
+    "budget_tokens": (budget_tokens, "budget_exceeded", STARTED + LLM + TOOL_OK + LLM + DONE, _check_budget("tokens")),
     "budget_cost": (budget_cost, "budget_exceeded", STARTED + LLM + DONE, _check_budget("cost")),
-    "budget_model_calls": (budget_model_calls, "budget_exceeded",
-                           STARTED + (LLM + TOOL_OK) * 3 + DONE, _check_budget("model_calls")),
-    "budget_tool_calls": (budget_tool_calls, "budget_exceeded",
-                          STARTED + (LLM + TOOL_OK) * 3 + LLM + DONE, _check_budget("tool_calls")),
-    "invalid_input": (invalid_input, "invalid_input", [RUN_STARTED, INPUT_REJECTED] + DONE,
-                      check_invalid_input),
-    "cancelled": (cancelled, "cancelled",
-                  STARTED + LLM + [TOOL_REQUESTED, CANCEL_REQUESTED, TOOL_FAILED] + DONE, check_cancelled),
+    "budget_model_calls": (
+        budget_model_calls,
+        "budget_exceeded",
+        STARTED + (LLM + TOOL_OK) * 3 + DONE,
+        _check_budget("model_calls"),
+    ),
+    "budget_tool_calls": (
+        budget_tool_calls,
+        "budget_exceeded",
+        STARTED + (LLM + TOOL_OK) * 3 + LLM + DONE,
+        _check_budget("tool_calls"),
+    ),
+    "invalid_input": (invalid_input, "invalid_input", [RUN_STARTED, INPUT_REJECTED] + DONE, check_invalid_input),
+    "cancelled": (
+        cancelled,
+        "cancelled",
+        STARTED + LLM + [TOOL_REQUESTED, CANCEL_REQUESTED, TOOL_FAILED] + DONE,
+        check_cancelled,
+    ),
     "failed": (failed, "failed", STARTED + DONE, check_failed),
-    "failed_model": (failed_model, "failed", STARTED + [LLM_REQUESTED, LLM_ATTEMPTED, LLM_FAILED] + DONE,
-                     check_failed_model),
-    "approval_granted": (approval_granted, "success",
-                         STARTED + LLM + [TOOL_REQUESTED, APPROVAL_REQUESTED, APPROVAL_GRANTED,
-                                          TOOL_COMPLETED] + LLM + DONE, check_granted),
-    "approval_denied": (approval_denied, "success",
-                        STARTED + LLM + [TOOL_REQUESTED, APPROVAL_REQUESTED, APPROVAL_DENIED,
-                                         TOOL_FAILED] + LLM + DONE, check_denied),
-    "approval_expired": (approval_expired, "success",
-                         STARTED + LLM + [TOOL_REQUESTED, APPROVAL_REQUESTED, APPROVAL_EXPIRED,
-                                          TOOL_FAILED] + LLM + DONE, check_expired),
-    "tool_timeout": (tool_timeout, "success",
-                     STARTED + LLM + [TOOL_REQUESTED, TOOL_FAILED] + LLM + DONE, check_tool_timeout),
-    "tool_crash": (tool_crash, "success",
-                   STARTED + LLM + [TOOL_REQUESTED, TOOL_FAILED] + LLM + DONE, check_tool_crash),
+    "failed_model": (
+        failed_model,
+        "failed",
+        STARTED + [LLM_REQUESTED, LLM_ATTEMPTED, LLM_FAILED] + DONE,
+        check_failed_model,
+    ),
+    "approval_granted": (
+        approval_granted,
+        "success",
+        STARTED + LLM + [TOOL_REQUESTED, APPROVAL_REQUESTED, APPROVAL_GRANTED, TOOL_COMPLETED] + LLM + DONE,
+        check_granted,
+    ),
+    "approval_denied": (
+        approval_denied,
+        "success",
+        STARTED + LLM + [TOOL_REQUESTED, APPROVAL_REQUESTED, APPROVAL_DENIED, TOOL_FAILED] + LLM + DONE,
+        check_denied,
+    ),
+    "approval_expired": (
+        approval_expired,
+        "success",
+        STARTED + LLM + [TOOL_REQUESTED, APPROVAL_REQUESTED, APPROVAL_EXPIRED, TOOL_FAILED] + LLM + DONE,
+        check_expired,
+    ),
+    "tool_timeout": (
+        tool_timeout,
+        "success",
+        STARTED + LLM + [TOOL_REQUESTED, TOOL_FAILED] + LLM + DONE,
+        check_tool_timeout,
+    ),
+    "tool_crash": (tool_crash, "success", STARTED + LLM + [TOOL_REQUESTED, TOOL_FAILED] + LLM + DONE, check_tool_crash),
     "pool": (pool, "success", STARTED + [TOOL_REQUESTED] * 10 + [TOOL_COMPLETED] * 10 + DONE, check_pool),
-    "late_model_result": (late_model_result, "cancelled",
-                          STARTED + [LLM_REQUESTED, LLM_ATTEMPTED, CANCEL_REQUESTED, LLM_FAILED] + DONE,
-                          _no_check),
-    "child_run": (child_run, "success",
-                  STARTED + [CHILD_REQUESTED, CHILD_COMPLETED] + DONE
-                  + STARTED + LLM + TOOL_OK + LLM + DONE, check_child),
+    "late_model_result": (
+        late_model_result,
+        "cancelled",
+        STARTED + [LLM_REQUESTED, LLM_ATTEMPTED, CANCEL_REQUESTED, LLM_FAILED] + DONE,
+        _no_check,
+    ),
+    "child_run": (
+        child_run,
+        "success",
+        STARTED + [CHILD_REQUESTED, CHILD_COMPLETED] + DONE + STARTED + LLM + TOOL_OK + LLM + DONE,
+        check_child,
+    ),
     # inputs of any size (the claim threshold is 16 KiB): what routes a run stays in its start
-    **{f"input_{size}": (_large_input(size), "success", STARTED + LLM + DONE, check_large_input)
-       for size in (16_383, 16_385, 1_000_000)},
-    "cascade_cancel": (cascade_cancel, "cancelled",
-                       STARTED + [CHILD_REQUESTED, CANCEL_REQUESTED] + DONE
-                       + STARTED + LLM + [TOOL_REQUESTED, CANCEL_REQUESTED, TOOL_FAILED] + DONE, check_cascade),
+    **{
+        f"input_{size}": (_large_input(size), "success", STARTED + LLM + DONE, check_large_input)
+        for size in (16_383, 16_385, 1_000_000)
+    },
+    "cascade_cancel": (
+        cascade_cancel,
+        "cancelled",
+        STARTED
+        + [CHILD_REQUESTED, CANCEL_REQUESTED]
+        + DONE
+        + STARTED
+        + LLM
+        + [TOOL_REQUESTED, CANCEL_REQUESTED, TOOL_FAILED]
+        + DONE,
+        check_cascade,
+    ),
 }

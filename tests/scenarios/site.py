@@ -64,8 +64,10 @@ class MemoryProbe:
 class RedisProbe:
     """Observations shared by every process of a cluster."""
 
-    _HIGH = ("if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then "
-             "redis.call('SET', KEYS[1], ARGV[1]) end")
+    _HIGH = (
+        "if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then "
+        "redis.call('SET', KEYS[1], ARGV[1]) end"
+    )
 
     def __init__(self, url: str) -> None:
         import redis

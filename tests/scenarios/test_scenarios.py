@@ -44,7 +44,13 @@ def test_scenario(bus, name):
 
 def test_the_seven_outcomes_are_covered():
     assert {o for _, o, _, _ in SCENARIOS.values()} == {
-        "success", "no_solution", "timeout", "budget_exceeded", "invalid_input", "cancelled", "failed",
+        "success",
+        "no_solution",
+        "timeout",
+        "budget_exceeded",
+        "invalid_input",
+        "cancelled",
+        "failed",
     }
 
 
@@ -64,8 +70,11 @@ def test_resume_after_a_crash(bus, cut):
     abandoned = [e for e in resumed.log if e.type == LLM_ABANDONED]
     again = [e for e in resumed.log if e.type == LLM_ATTEMPTED and e.data["attempt"] > 1]
     assert [(e.data["attempt"]) for e in abandoned] == [1] * cut_off == [e.data["attempt"] - 1 for e in again]
-    same = lambda log: [(e.type, e.id if e.type != RUN_COMPLETED else None)  # noqa: E731
-                        for e in log if e not in abandoned and e not in again]
+    same = lambda log: [
+        (e.type, e.id if e.type != RUN_COMPLETED else None)  # noqa: E731
+        for e in log
+        if e not in abandoned and e not in again
+    ]
     assert same(resumed.log) == same(reference.log)
     assert Counter(e.type for e in resumed.log)[RUN_COMPLETED] == 1
     assert resumed.errors == []

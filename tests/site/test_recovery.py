@@ -48,8 +48,12 @@ def model() -> FakeLLMClient:
     return FakeLLMClient(scripted)
 
 
-SITE = {"LLM_CLIENT": "tests.site.test_recovery.model", "TOOLS": ["tests.site.test_recovery.weigh"], "API_RATE": None,
-        "ADOPT": True}
+SITE = {
+    "LLM_CLIENT": "tests.site.test_recovery.model",
+    "TOOLS": ["tests.site.test_recovery.weigh"],
+    "API_RATE": None,
+    "ADOPT": True,
+}
 
 
 def stranded(alias: str, holder: str | None = None) -> str:

@@ -57,11 +57,12 @@ def model(request):
 def use_blobs(request, settings, tmp_path, kind):
     """``AAA["BLOB_STORAGE"]`` on a file storage or an S3 bucket; the store over it."""
     if kind == "files":
-        storage = {"BACKEND": "django.core.files.storage.FileSystemStorage",
-                   "OPTIONS": {"location": str(tmp_path / "blobs")}}
+        storage = {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(tmp_path / "blobs")},
+        }
     else:
-        storage = {"BACKEND": "storages.backends.s3.S3Storage",
-                   "OPTIONS": request.getfixturevalue("s3_bucket")}
+        storage = {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": request.getfixturevalue("s3_bucket")}
     settings.STORAGES = {**settings.STORAGES, ALIAS: storage}
     settings.AAA = {**settings.AAA, "BLOB_STORAGE": ALIAS, "CLAIM_THRESHOLD": 500}
     return StorageBlobStore(alias=ALIAS)
@@ -69,8 +70,7 @@ def use_blobs(request, settings, tmp_path, kind):
 
 # Each backend and each blob storage at least once, without the whole cross product
 # (an S3 round trip to moto costs what a hundred file operations do).
-@pytest.fixture(params=[("default", "files"), ("postgres", "s3")],
-                ids=["sqlite-files", "postgres-s3"])
+@pytest.fixture(params=[("default", "files"), ("postgres", "s3")], ids=["sqlite-files", "postgres-s3"])
 def site(request, settings, tmp_path):
     """(database alias, blob store) of the test's site."""
     alias, kind = request.param
@@ -121,8 +121,7 @@ def sweep(alias, **kw):
 
 
 def present(alias, run_ids):
-    return set(EventRecord.objects.using(alias).filter(stream__in=run_ids)
-               .values_list("stream", flat=True))
+    return set(EventRecord.objects.using(alias).filter(stream__in=run_ids).values_list("stream", flat=True))
 
 
 POLICY = Policy({"success": 30, "failed": 90})
@@ -134,8 +133,7 @@ def test_runs_are_erased_by_outcome_and_age_with_their_blobs(site):
     (running,) = start_runs(db_alias, "never answered", llm=False)
     assert RunRecord.objects.using(db_alias).get(pk=bad).outcome == "failed"
     assert blobs.list(ok) and blobs.list(bad)  # the document, the requests that show it
-    SnapshotRecord.objects.using(db_alias).create(stream=ok, name="x", version=1, seq=1,
-                                                  event_id="e", state="{}")
+    SnapshotRecord.objects.using(db_alias).create(stream=ok, name="x", version=1, seq=1, event_id="e", state="{}")
 
     young = sweep(db_alias, policy=POLICY, now=later(29))
     month = sweep(db_alias, policy=POLICY, now=later(31))
@@ -157,27 +155,45 @@ def test_a_run_tree_goes_with_its_root_and_a_running_run_never(site):
     db_alias, blobs = site
     from aaa_django.runtime import registry
 
-    tree = registry.build("tests.parent", {"child": {"algorithm": "aaa.algos.ToolLoop",
-                                                     "config": {"tools": TOOLS.specs()}}})
+    tree = registry.build(
+        "tests.parent", {"child": {"algorithm": "aaa.algos.ToolLoop", "config": {"tools": TOOLS.specs()}}}
+    )
     (root,) = start_runs(db_alias, "say hi", algorithm=tree)
     (child,) = RunRecord.objects.using(db_alias).filter(parent=root).values_list("pk", flat=True)
     # A finished root whose child never ended (written by hand: the engine would cancel it).
     store = DjangoEventStore(db_alias)
-    store.append_sync([Event(id=started_id("run-held"), stream="run-held", type=RUN_STARTED,
-                             data={"algorithm": "aaa.algos.ToolLoop", "input": {"task": "t"}}),
-                       Event(id=completion_id("run-held"), stream="run-held",
-                             type=RUN_COMPLETED, data={"outcome": "success", "value": None})])
-    store.append_sync([Event(id=started_id("run-held-child"), stream="run-held-child",
-                             type=RUN_STARTED, data={"algorithm": "aaa.algos.ToolLoop",
-                                                       "input": {"task": "t"},
-                                                       "parent": "run-held"})])
+    store.append_sync(
+        [
+            Event(
+                id=started_id("run-held"),
+                stream="run-held",
+                type=RUN_STARTED,
+                data={"algorithm": "aaa.algos.ToolLoop", "input": {"task": "t"}},
+            ),
+            Event(
+                id=completion_id("run-held"),
+                stream="run-held",
+                type=RUN_COMPLETED,
+                data={"outcome": "success", "value": None},
+            ),
+        ]
+    )
+    store.append_sync(
+        [
+            Event(
+                id=started_id("run-held-child"),
+                stream="run-held-child",
+                type=RUN_STARTED,
+                data={"algorithm": "aaa.algos.ToolLoop", "input": {"task": "t"}, "parent": "run-held"},
+            )
+        ]
+    )
 
     report = sweep(db_alias, policy=Policy({"*": 1}), now=later(2))
 
     assert report.runs == [root, child]
     assert report.held == ["run-held"]
-    assert present(db_alias, [root, child, "run-held", "run-held-child"]) == {
-        "run-held", "run-held-child"}
+    assert present(db_alias, [root, child, "run-held", "run-held-child"]) == {"run-held", "run-held-child"}
     assert blobs.list(child) == []
 
 
@@ -213,8 +229,9 @@ def test_the_orphan_sweep_removes_blobs_no_event_refers_to(site):
     assert async_to_sync(orphans)() == []  # all younger than ORPHAN_GRACE (a day)
     found = async_to_sync(orphans)(now=later(2))
 
-    assert sorted(found) == sorted([(kept, stray.sha256), (namespace_segment(long_name), lost.sha256),
-                                    *[(crashed, r.sha256) for r in left_behind]])
+    assert sorted(found) == sorted(
+        [(kept, stray.sha256), (namespace_segment(long_name), lost.sha256), *[(crashed, r.sha256) for r in left_behind]]
+    )
     assert blobs.list(kept) == referenced
     assert blobs.list(crashed) == [] and blobs.list(long_name) == []
     assert async_to_sync(orphans)(now=later(2)) == []
@@ -274,6 +291,5 @@ def test_postgresql_is_vacuumed_after_a_sweep(pg_alias, settings):
     from django.db import connections
 
     with connections[pg_alias].cursor() as cur:
-        cur.execute("SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables "
-                    "WHERE relname = 'aaa_event'")
+        cur.execute("SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'aaa_event'")
         assert cur.fetchone() == (True,)

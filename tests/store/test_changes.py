@@ -29,8 +29,7 @@ from aaa_django.store import DjangoEventStore, changes, runindex
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
 
 #: what a watcher of runs sees of a row
-WATCHED = ("status", "outcome", "tokens_in", "tokens_out", "cost", "model_calls", "tool_calls",
-           "ended_at")
+WATCHED = ("status", "outcome", "tokens_in", "tokens_out", "cost", "model_calls", "tool_calls", "ended_at")
 
 
 def settled(rows, position, limit) -> changes.Changed:
@@ -45,12 +44,17 @@ def settled(rows, position, limit) -> changes.Changed:
 
 
 def started(run_id: str) -> Event:
-    return Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED,
-                 data={"algorithm": "tests.api.echo", "input": {}, "owner": None})
+    return Event(
+        id=started_id(run_id),
+        stream=run_id,
+        type=RUN_STARTED,
+        data={"algorithm": "tests.api.echo", "input": {}, "owner": None},
+    )
 
 
 def later(run_id: str) -> list[Event]:
     """The rest of a run's log: some events change what a watcher sees, some do not."""
+
     def ev(type, key, **data):
         return Event(id=derive_id(started_id(run_id), type, key), stream=run_id, type=type, data=data)
 
@@ -62,8 +66,7 @@ def later(run_id: str) -> list[Event]:
         ev("acme.note.made", 3, text="another"),
         ev(TOOL_REQUESTED, 4, call_id="c", name="t", args={}),
         ev(TOOL_COMPLETED, 4, content="ok"),
-        Event(id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED,
-              data={"outcome": "success", "value": 1}),
+        Event(id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED, data={"outcome": "success", "value": 1}),
     ]
 
 

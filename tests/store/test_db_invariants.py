@@ -157,8 +157,9 @@ TYPED = (
 
 
 def test_nothing_follows_a_run_completion_even_in_raw_sql(db_alias):
-    DjangoEventStore(db_alias).append_sync([
-        Event.new("r", "aaa.run.started", {}, id="r1"), Event.new("r", "aaa.run.completed", {}, id="r2")])
+    DjangoEventStore(db_alias).append_sync(
+        [Event.new("r", "aaa.run.started", {}, id="r1"), Event.new("r", "aaa.run.completed", {}, id="r2")]
+    )
     _refused(db_alias, TYPED, ["r3", "r", 3, "aaa.tool.completed"])
     _refused(db_alias, TYPED, ["r3", "r", 3, "acme.late.note"])
     assert _count(db_alias, "WHERE stream = %s", ["r"]) == 2

@@ -30,8 +30,9 @@ def test_times_read_back_as_appended_on_every_read(db_alias, when):
     to the appended one, with or without microseconds."""
     store = DjangoEventStore(db_alias)
     awaited = site_store(db_alias)  # PostgreSQL's read to the head (with the run's row)
-    appended = [Event(**{**vars_of(Event.new("timed", "acme.note.made", {"i": i})),
-                         "time": WHEN[when]}) for i in range(3)]
+    appended = [
+        Event(**{**vars_of(Event.new("timed", "acme.note.made", {"i": i})), "time": WHEN[when]}) for i in range(3)
+    ]
     stored = store.append_sync(appended)
     store.save_snapshot_sync(Snapshot("timed", "test.t", 1, 2, stored[1].id, "{}"))
 
@@ -74,15 +75,19 @@ def test_a_text_that_is_not_one_value_fails_the_read_rather_than_shift_the_rows(
 DEEP = "[" * 300 + "]" * 300  # past pydantic-core's depth limit, within json's
 
 
-@pytest.mark.parametrize("text", [
-    '{"big": 18446744073709551616, "negative": -9223372036854775809}',  # past 64 bits
-    '{"f": 0.1, "tiny": 5e-324, "max": 1.7976931348623157e308, "z": -0.0, "e": 1E5}',
-    '{"inf": 1e400}',
-    '{"b": 1, "a": 2, "b": 3}',  # key order, and the last of a repeated key
-    '{"s": "\\u00e9\\n\\u0000", "raw": "é"}',
-    '{"lone": "\\ud800"}',  # an escaped lone surrogate: json's, pydantic-core refuses it
-    DEEP,
-], ids=["big ints", "floats", "inf", "keys", "strings", "lone surrogate", "deep"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"big": 18446744073709551616, "negative": -9223372036854775809}',  # past 64 bits
+        '{"f": 0.1, "tiny": 5e-324, "max": 1.7976931348623157e308, "z": -0.0, "e": 1E5}',
+        '{"inf": 1e400}',
+        '{"b": 1, "a": 2, "b": 3}',  # key order, and the last of a repeated key
+        '{"s": "\\u00e9\\n\\u0000", "raw": "é"}',
+        '{"lone": "\\ud800"}',  # an escaped lone surrogate: json's, pydantic-core refuses it
+        DEEP,
+    ],
+    ids=["big ints", "floats", "inf", "keys", "strings", "lone surrogate", "deep"],
+)
 def test_data_decodes_as_json_loads_does(text):
     assert repr(loads(text)) == repr(json.loads(text))
 

@@ -90,9 +90,12 @@ class TestPgEventStore(OnPostgreSQL):
         seqs = [7, 3, 12, 5, 12, 9, 1, 11, 4, 10, 2, 8, 6]
 
         async def saves():
-            return await asyncio.gather(*(
-                (store if i % 2 else other).save_snapshot(self.snap(seq, event_id=f"e{seq}"))
-                for i, seq in enumerate(seqs)))
+            return await asyncio.gather(
+                *(
+                    (store if i % 2 else other).save_snapshot(self.snap(seq, event_id=f"e{seq}"))
+                    for i, seq in enumerate(seqs)
+                )
+            )
 
         saved = run(saves())
         assert all(type(ok) is bool for ok in saved), saved

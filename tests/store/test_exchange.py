@@ -56,8 +56,10 @@ def sites(request, settings, tmp_path):
     s3 = request.getfixturevalue("s3_bucket")
     settings.STORAGES = {
         **settings.STORAGES,
-        "files": {"BACKEND": "django.core.files.storage.FileSystemStorage",
-                  "OPTIONS": {"location": str(tmp_path / "blobs")}},
+        "files": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(tmp_path / "blobs")},
+        },
         "s3": {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": s3},
     }
     return {"sqlite": ("default", "files"), "postgres": (pg, "s3")}
@@ -72,8 +74,9 @@ def critic_run(alias, blobs):
     """A GeneratorCritic run (draft, critique, revision, approval), claim-checked."""
 
     async def go():
-        async with build_engine(using=alias, bus=InProcessBus(), blobs=blobs,
-                                claim_threshold=CLAIM_THRESHOLD) as engine:
+        async with build_engine(
+            using=alias, bus=InProcessBus(), blobs=blobs, claim_threshold=CLAIM_THRESHOLD
+        ) as engine:
             LLMHandler(FakeLLMClient(critic_model)).attach(engine)
             run = await engine.start(GeneratorCritic(max_iterations=3), LYON)
             assert (await run.result(timeout=120)).ok  # a hang guard
@@ -84,8 +87,7 @@ def critic_run(alias, blobs):
 
 
 def export_file(run_id, path, *options, database="default"):
-    call_command("aaa_export", run_id, "-o", str(path), "--database", database, *options,
-                 stderr=StringIO())
+    call_command("aaa_export", run_id, "-o", str(path), "--database", database, *options, stderr=StringIO())
     return path
 
 
@@ -94,8 +96,9 @@ def log_of(alias, run_id):
 
 
 @pytest.mark.parametrize("source, target", [("sqlite", "postgres"), ("postgres", "sqlite")])
-def test_a_run_moves_to_another_site_with_its_ids_and_blobs(sites, settings, tmp_path,
-                                                             source, target, django_user_model):
+def test_a_run_moves_to_another_site_with_its_ids_and_blobs(
+    sites, settings, tmp_path, source, target, django_user_model
+):
     (src, src_storage), (dst, dst_storage) = sites[source], sites[target]
     run_id = critic_run(src, use(settings, src_storage))
     sent = log_of(src, run_id)
@@ -123,8 +126,7 @@ def test_blobs_beside_the_file_travel_with_it(sites, settings, tmp_path):
     lines = path.read_text().splitlines()
     assert json.loads(lines[0])["blobs"] == "beside" and not any('"blob"' in line for line in lines)
     beside = tmp_path / "run.jsonl.blobs"
-    assert sorted(p.name for p in beside.iterdir()) == sorted(
-        {r.sha256 for e in log_of(src, run_id) for r in e.blobs})
+    assert sorted(p.name for p in beside.iterdir()) == sorted({r.sha256 for e in log_of(src, run_id) for r in e.blobs})
 
     use(settings, s3)
     call_command("aaa_import", str(path), "--database", dst, stdout=StringIO())
@@ -153,12 +155,21 @@ def test_an_import_checks_everything_before_it_writes_anything(sites, settings, 
     truncated = tmp_path / "truncated.jsonl"
     truncated.write_text("\n".join(lines[:-3]) + "\n")
     no_start = tmp_path / "no_start.jsonl"
-    no_start.write_text("\n".join([lines[0].replace(f'"events":{len(log_of(src, run_id))}',
-                                                    f'"events":{len(log_of(src, run_id)) - 1}'),
-                                   *lines[2:]]) + "\n")
+    no_start.write_text(
+        "\n".join(
+            [
+                lines[0].replace(f'"events":{len(log_of(src, run_id))}', f'"events":{len(log_of(src, run_id)) - 1}'),
+                *lines[2:],
+            ]
+        )
+        + "\n"
+    )
 
-    for bad, why in [(tampered(good, tmp_path / "tampered.jsonl"), "does not match its hash"),
-                     (truncated, "truncated"), (no_start, "starts with aaa.run.started")]:
+    for bad, why in [
+        (tampered(good, tmp_path / "tampered.jsonl"), "does not match its hash"),
+        (truncated, "truncated"),
+        (no_start, "starts with aaa.run.started"),
+    ]:
         with pytest.raises(CommandError, match=why):
             call_command("aaa_import", str(bad), "--database", dst, stdout=StringIO())
         assert not EventRecord.objects.using(dst).filter(stream=run_id).exists()
@@ -176,24 +187,26 @@ def test_an_event_id_taken_on_the_target_site_is_a_conflict(sites, settings, tmp
     export = exchange.read_export(export_file(run_id, tmp_path / "r.jsonl").open())
     # The same events under another run id, their blobs still the first run's: refused,
     # naming a blob (an import never shares another run's blob).
-    renamed = exchange.RunExport("run-other", [replace(e, stream="run-other") for e in export.events],
-                                 export.blobs, export.mode)
+    renamed = exchange.RunExport(
+        "run-other", [replace(e, stream="run-other") for e in export.events], export.blobs, export.mode
+    )
     assert export.refs()
     with pytest.raises(exchange.ExchangeError, match=f"blob {run_id}/[0-9a-f]{{64}} is outside"):
         exchange.import_run(renamed, using=src, blobs=StorageBlobStore(alias=files))
     # ... and with its blobs in its own namespace: the run is new, its event ids are not.
     moved = {k: replace(ref, namespace="run-other") for k, ref in export.refs().items()}
     renamed = exchange.RunExport(
-        "run-other", [replace(e, stream="run-other", blobs=tuple(moved[r.key] for r in e.blobs))
-                      for e in export.events],
-        {moved[k].key: data for k, data in export.blobs.items()}, export.mode)
+        "run-other",
+        [replace(e, stream="run-other", blobs=tuple(moved[r.key] for r in e.blobs)) for e in export.events],
+        {moved[k].key: data for k, data in export.blobs.items()},
+        export.mode,
+    )
     with pytest.raises(exchange.ExchangeConflict, match="event ids exist"):
         exchange.import_run(renamed, using=src, blobs=StorageBlobStore(alias=files))
     assert not EventRecord.objects.using(src).filter(stream="run-other").exists()
 
 
-def test_an_exported_production_run_replays_as_a_golden_test(sites, settings, tmp_path,
-                                                               monkeypatch):
+def test_an_exported_production_run_replays_as_a_golden_test(sites, settings, tmp_path, monkeypatch):
     (alias, storage) = sites["postgres"]
     run_id = critic_run(alias, use(settings, storage))
     path = export_file(run_id, tmp_path / "prod.jsonl", database=alias)
@@ -209,8 +222,9 @@ def test_an_exported_production_run_replays_as_a_golden_test(sites, settings, tm
     with pytest.raises(CommandError, match="first difference at event") as caught:
         call_command("aaa_replay", str(path), stdout=out)
     # The tag is a hot field: a claim-checked request keeps it in the event.
-    revision = next(e for e in log_of(alias, run_id)
-                    if e.type == "aaa.llm.requested" and e.data.get("tag") == "generate-2")
+    revision = next(
+        e for e in log_of(alias, run_id) if e.type == "aaa.llm.requested" and e.data.get("tag") == "generate-2"
+    )
     assert f"event {revision.seq}" in str(caught.value)
     assert "Please improve it" in out.getvalue() and "messages" in out.getvalue()
 
@@ -221,8 +235,10 @@ REPORT = {"call_id": "c1", "name": "fetch_report", "result": "lorem ipsum " * 10
 def exported(run_id, blobs):
     """The export of a run with one claim-checked tool result, its blobs in ``blobs``."""
     stub, ref = claim(REPORT, store=blobs, namespace=run_id, threshold=0)
-    events = [replace(Event.new(run_id, RUN_STARTED, {"algorithm": "tests.Algo", "input": {}}), seq=1),
-              replace(Event.new(run_id, TOOL_COMPLETED, stub, blobs=[ref]), seq=2)]
+    events = [
+        replace(Event.new(run_id, RUN_STARTED, {"algorithm": "tests.Algo", "input": {}}), seq=1),
+        replace(Event.new(run_id, TOOL_COMPLETED, stub, blobs=[ref]), seq=2),
+    ]
     return exchange.read_export(exchange.export_lines(run_id, events, len(events), blob=blobs.get))
 
 

@@ -78,8 +78,12 @@ def test_an_append_whose_caller_is_alone_holds_no_turn_of_the_loop(store):
 
     run(append("run-alone", alone=True))
     run(append("run-not-alone", alone=False))
-    assert order == ["run-alone", "the loop's next turn (run-alone)",
-                     "the loop's next turn (run-not-alone)", "run-not-alone"]
+    assert order == [
+        "run-alone",
+        "the loop's next turn (run-alone)",
+        "the loop's next turn (run-not-alone)",
+        "run-not-alone",
+    ]
 
     async def alone_behind_another():
         first = asyncio.ensure_future(append("run-first", alone=True))
@@ -223,7 +227,6 @@ def test_groups_refused_in_the_pipeline_leave_the_connections_prepared_statement
         seqs = [e.seq for e in run(store.read(stream))]
         assert seqs == list(range(1, len(seqs) + 1))
     run(store.pg.close())
-
 
 
 def test_a_connection_whose_group_was_refused_in_its_pipeline_is_not_used_again(pg_alias):

@@ -27,13 +27,13 @@ def runs(alias: str, n: int, *, status: str = "running", prefix: str = "run") ->
     now = timezone.now()
     ids = [f"{prefix}-{i}" for i in range(n)]
     RunRecord.objects.using(alias).bulk_create(
-        [RunRecord(run_id=r, status=status, started_at=now, updated_at=now) for r in ids])
+        [RunRecord(run_id=r, status=status, started_at=now, updated_at=now) for r in ids]
+    )
     return ids
 
 
 def rows(alias: str) -> dict[str, tuple]:
-    return {r.run_id: (r.held_by, r.held_until, r.adoptions)
-            for r in RunRecord.objects.using(alias).all()}
+    return {r.run_id: (r.held_by, r.held_until, r.adoptions) for r in RunRecord.objects.using(alias).all()}
 
 
 @pytest.fixture
@@ -242,8 +242,15 @@ def test_a_keeper_that_cannot_renew_stands_down_at_half_the_lease_and_is_fenced_
             adopted = await other.adopt()
             cut.down = False
             back = await keeper.beat()
-            return held_before, failed, down, adopted, back, {r: keeper.holds(r) for r in ids}, \
-                await keeper.claim(ids[3])
+            return (
+                held_before,
+                failed,
+                down,
+                adopted,
+                back,
+                {r: keeper.holds(r) for r in ids},
+                await keeper.claim(ids[3]),
+            )
         finally:
             await asyncio.to_thread(keeper.close)
             await asyncio.to_thread(other.close)

@@ -19,14 +19,18 @@ from aaa_django.testing.eventstore import ev, run
 ALIAS = {"ENGINE": "django.db.backends.postgresql", "NAME": "db", "OPTIONS": {}}
 
 
-@pytest.mark.parametrize(("settings_dict", "key_pid", "expected"), [
-    (ALIAS, 41, PREPARE_THRESHOLD),  # the backend's own key: nothing in between
-    (ALIAS, 7, None),  # a pooler's key
-    ({**ALIAS, "DISABLE_SERVER_SIDE_CURSORS": True}, 41, None),  # the site says it is pooled
-    ({**ALIAS, "OPTIONS": {"prepare_threshold": None}}, 41, None),  # the site's word wins
-    ({**ALIAS, "OPTIONS": {"prepare_threshold": 0}}, 7, 0),
-    ({**ALIAS, "OPTIONS": {"prepare_threshold": 3}, "DISABLE_SERVER_SIDE_CURSORS": True}, 41, 3),
-], ids=["direct", "pooler", "pooled-alias", "options-none", "options-zero", "options-over-alias"])
+@pytest.mark.parametrize(
+    ("settings_dict", "key_pid", "expected"),
+    [
+        (ALIAS, 41, PREPARE_THRESHOLD),  # the backend's own key: nothing in between
+        (ALIAS, 7, None),  # a pooler's key
+        ({**ALIAS, "DISABLE_SERVER_SIDE_CURSORS": True}, 41, None),  # the site says it is pooled
+        ({**ALIAS, "OPTIONS": {"prepare_threshold": None}}, 41, None),  # the site's word wins
+        ({**ALIAS, "OPTIONS": {"prepare_threshold": 0}}, 7, 0),
+        ({**ALIAS, "OPTIONS": {"prepare_threshold": 3}, "DISABLE_SERVER_SIDE_CURSORS": True}, 41, 3),
+    ],
+    ids=["direct", "pooler", "pooled-alias", "options-none", "options-zero", "options-over-alias"],
+)
 def test_the_threshold_a_connection_takes(settings_dict, key_pid, expected):
     assert prepare_threshold(settings_dict, key_pid, 41) == expected
 
@@ -108,9 +112,11 @@ def test_a_direct_connection_prepares_the_statements_it_repeats(pg_alias):
 
 
 @on_postgres
-@pytest.mark.parametrize("changes", [{"OPTIONS": {"prepare_threshold": None}},
-                                     {"DISABLE_SERVER_SIDE_CURSORS": True}],
-                         ids=["options-none", "pooled-alias"])
+@pytest.mark.parametrize(
+    "changes",
+    [{"OPTIONS": {"prepare_threshold": None}}, {"DISABLE_SERVER_SIDE_CURSORS": True}],
+    ids=["options-none", "pooled-alias"],
+)
 def test_an_alias_that_says_no_or_says_it_is_pooled_prepares_nothing(pg_alias, changes):
     """... and its appends of one event to a run are calls of the append function
     (migration 0009: its plans are the session's, nothing is named on the client)."""
@@ -223,8 +229,9 @@ def test_a_connection_whose_call_was_cancelled_midway_is_dropped(pg_alias):
         await started.wait()
         async with conns.connection() as watcher:  # a second connection sees the first's statement running
             for _ in range(500):
-                cur = await watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)' "
-                                            "AND state = 'active'")
+                cur = await watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)' AND state = 'active'"
+                )
                 if (await cur.fetchone())[0]:
                     break
                 await asyncio.sleep(0.01)

@@ -32,31 +32,42 @@ def test_the_call_is_for_postgresql_connections_that_prepare_nothing():
     assert read_from_snapshot_sql("sqlite", prepares=False) == read_from_snapshot_sql("sqlite")
 
 
-def log_with_snapshot(store: DjangoEventStore, stream: str, events: int, at: int | None,
-                      *, blobs: bool = False) -> None:
+def log_with_snapshot(
+    store: DjangoEventStore, stream: str, events: int, at: int | None, *, blobs: bool = False
+) -> None:
     """``events`` events on ``stream`` (one of them with a blob ref and a tenant when
     ``blobs``), and a snapshot of ``test.tally`` v1 at seq ``at`` (None: none; past
     the log: a snapshot ahead of it, its event id made up)."""
     from aaa_django.data import BlobRef
 
-    extra = {"blobs": (BlobRef(sha256="ab" * 32, size=3, media_type="text/plain"),),
-             "tenant": "t1"} if blobs else {}
-    stored = store.append_sync([ev(stream, data={"i": i}, causation="c0" if i else None,
-                                   **(extra if i == 1 else {}))
-                                for i in range(events)]) if events else []
+    extra = {"blobs": (BlobRef(sha256="ab" * 32, size=3, media_type="text/plain"),), "tenant": "t1"} if blobs else {}
+    stored = (
+        store.append_sync(
+            [
+                ev(stream, data={"i": i}, causation="c0" if i else None, **(extra if i == 1 else {}))
+                for i in range(events)
+            ]
+        )
+        if events
+        else []
+    )
     if at is not None:
         event_id = stored[at - 1].id if at <= len(stored) else "not-in-the-log"
         store.save_snapshot_sync(Snapshot(stream, "test.tally", 1, at, event_id, f'{{"n":{at}}}'))
 
 
-@pytest.mark.parametrize(("events", "at", "asked"), [
-    (12, 7, ("test.tally", 1)),  # the snapshot, its event and the five after it
-    (12, 12, ("test.tally", 1)),  # at the head: its event alone
-    (5, 9, ("test.tally", 1)),  # ahead of the log: the snapshot, a row of NULL events
-    (0, 3, ("test.tally", 1)),  # a log erased since: the snapshot alone
-    (12, 7, ("test.tally", 2)),  # another version: no row
-    (12, None, ("test.tally", 1)),  # no snapshot: no row
-], ids=["mid-log", "at-head", "ahead", "no-log", "other-version", "none"])
+@pytest.mark.parametrize(
+    ("events", "at", "asked"),
+    [
+        (12, 7, ("test.tally", 1)),  # the snapshot, its event and the five after it
+        (12, 12, ("test.tally", 1)),  # at the head: its event alone
+        (5, 9, ("test.tally", 1)),  # ahead of the log: the snapshot, a row of NULL events
+        (0, 3, ("test.tally", 1)),  # a log erased since: the snapshot alone
+        (12, 7, ("test.tally", 2)),  # another version: no row
+        (12, None, ("test.tally", 1)),  # no snapshot: no row
+    ],
+    ids=["mid-log", "at-head", "ahead", "no-log", "other-version", "none"],
+)
 def test_the_call_returns_the_statements_rows(pg_alias, events, at, asked):
     store = DjangoEventStore(pg_alias)
     stream = f"run-snapcall-{events}-{at}-{asked[1]}"
@@ -89,13 +100,18 @@ def test_the_django_store_reads_by_the_call_and_gets_the_snapshot_and_its_tail(p
     assert events == store.read_sync("run-snapcall-django", after=3)
 
 
-@pytest.mark.parametrize(("changes", "expected"), [
-    ({}, STATEMENT),
-    ({"OPTIONS": {"prepare_threshold": None}}, READ_FROM_SNAPSHOT_CALL),
-    ({"DISABLE_SERVER_SIDE_CURSORS": True}, READ_FROM_SNAPSHOT_CALL),
-], ids=["prepares", "options-none", "pooled-alias"])
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({}, STATEMENT),
+        ({"OPTIONS": {"prepare_threshold": None}}, READ_FROM_SNAPSHOT_CALL),
+        ({"DISABLE_SERVER_SIDE_CURSORS": True}, READ_FROM_SNAPSHOT_CALL),
+    ],
+    ids=["prepares", "options-none", "pooled-alias"],
+)
 def test_the_async_store_sends_the_statement_only_where_its_connection_prepares(
-        pg_alias, monkeypatch, changes, expected):
+    pg_alias, monkeypatch, changes, expected
+):
     log_with_snapshot(DjangoEventStore(pg_alias), "run-snapcall-async", 10, 6)
     chosen: list[str] = []
 
@@ -117,4 +133,5 @@ def test_the_async_store_sends_the_statement_only_where_its_connection_prepares(
     assert chosen == [expected]
     assert (snapshot.seq, [e.seq for e in events]) == (6, list(range(6, 11)))
     assert (snapshot, events) == database.DjangoEventStore(pg_alias).read_from_snapshot_sync(
-        "run-snapcall-async", "test.tally", 1)
+        "run-snapcall-async", "test.tally", 1
+    )

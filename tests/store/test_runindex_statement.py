@@ -73,9 +73,9 @@ def test_appends_outside_a_transaction_keep_the_index(pg_alias, batches, prepare
     with conn.execute_wrapper(record):
         for n in batches:
             calls.append([])
-            assert len(store.append_sync(events[i:i + n])) == n
+            assert len(store.append_sync(events[i : i + n])) == n
             calls.append([])
-            assert store.append_sync(events[i:i + n]) == []  # again: absorbed, the row unchanged
+            assert store.append_sync(events[i : i + n]) == []  # again: absorbed, the row unchanged
             i += n
     assert calls[0] == ["WITH"]  # a new run: its events and its row in one statement
     new, again = calls[2::2], calls[3::2]  # after the batch that made the row
@@ -182,12 +182,21 @@ def test_the_functions_mask_is_the_folds_columns_in_order():
 
     sql = import_module("aaa_django.migrations.0009_append_event_function").PG_APPEND_EVENT
     columns = [c for c, _ in runindex._COMPARED]
-    assert columns == ["algorithm", "status", "outcome", "parent", "tokens_in", "tokens_out",
-                       "cost", "model_calls", "tool_calls"]
+    assert columns == [
+        "algorithm",
+        "status",
+        "outcome",
+        "parent",
+        "tokens_in",
+        "tokens_out",
+        "cost",
+        "model_calls",
+        "tool_calls",
+    ]
     for i, column in enumerate([*columns, "ended_at"]):
         assert f"{column} = CASE WHEN p_set & {1 << i} <> 0 THEN p_{column} ELSE {column} END" in sql
     assert runindex._ENDS == 1 << len(columns)
-    params = sql[sql.index("(") + 1: sql.index(") RETURNS")]
+    params = sql[sql.index("(") + 1 : sql.index(") RETURNS")]
     names = [p.split()[0] for p in params.replace("\n", " ").split(",")]
     assert names[11:20] == [f"p_{c}" for c in columns]
     assert names[20:] == ["p_updated_at", "p_due_at", "p_ended_at"]
@@ -206,16 +215,20 @@ def test_racing_appenders_of_one_run_keep_its_row_the_log_folded(pg_alias):
 
     assert not appends.prepares(connections[pg_alias].connection)  # the call's path
     run_id, writers, each = "run-race", 6, 15
-    DjangoEventStore(pg_alias).append_sync([Event.new(run_id, RUN_STARTED, {
-        "algorithm": "tests.api.echo", "input": {}, "owner": None, "parent": None})])
+    DjangoEventStore(pg_alias).append_sync(
+        [Event.new(run_id, RUN_STARTED, {"algorithm": "tests.api.echo", "input": {}, "owner": None, "parent": None})]
+    )
 
     def writer(w: int):
         def body() -> None:
             mine = DjangoEventStore(pg_alias)
             try:
                 for i in range(each):
-                    data = ({"usage": {"input_tokens": 1, "output_tokens": 2}, "cost": 0.5}
-                            if i % 3 == 0 else {"w": w, "i": i})
+                    data = (
+                        {"usage": {"input_tokens": 1, "output_tokens": 2}, "cost": 0.5}
+                        if i % 3 == 0
+                        else {"w": w, "i": i}
+                    )
                     event = Event.new(run_id, LLM_COMPLETED if i % 3 == 0 else "tests.step", data)
                     assert [e.id for e in mine.append_sync([event])] == [event.id]
             finally:

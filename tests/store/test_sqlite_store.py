@@ -41,8 +41,7 @@ def appends_while_the_thread_is_busy(store: SqliteEventStore, batches: list[tupl
 
     async def main():
         release = held(store)
-        tasks = [asyncio.ensure_future(store.append(events, expected_seq=expected))
-                 for events, expected in batches]
+        tasks = [asyncio.ensure_future(store.append(events, expected_seq=expected)) for events, expected in batches]
         await asyncio.sleep(0.05)  # every task has queued its append
         release.set()
         return await asyncio.gather(*tasks, return_exceptions=True)
@@ -56,8 +55,7 @@ def test_appends_waiting_for_the_thread_commit_as_one_group():
         run(store.append([ev(f"s-{i}")]))
     groups = store.db.groups
 
-    results = appends_while_the_thread_is_busy(
-        store, [([ev(f"s-{i % 5}", data={"n": i})], None) for i in range(10)])
+    results = appends_while_the_thread_is_busy(store, [([ev(f"s-{i % 5}", data={"n": i})], None) for i in range(10)])
 
     assert store.db.groups == groups + 1  # the ten in one transaction
     assert not any(isinstance(r, BaseException) for r in results), results
@@ -75,12 +73,15 @@ def test_an_append_refused_in_a_group_fails_alone():
     run(store.append([ev("run-x", type=RUN_STARTED, data={"algorithm": "a", "input": {}})]))
     run(store.append([ev("run-x", type=RUN_COMPLETED, data={"outcome": "success"})]))
 
-    results = appends_while_the_thread_is_busy(store, [
-        ([ev("s-a", data={"n": 1})], None),
-        ([ev("s-b", data={"n": 2})], 5),  # not the head: refused
-        ([ev("run-x", data={"late": True})], None),  # after the run's end: refused
-        ([ev("s-b", data={"n": 3})], 1),
-    ])
+    results = appends_while_the_thread_is_busy(
+        store,
+        [
+            ([ev("s-a", data={"n": 1})], None),
+            ([ev("s-b", data={"n": 2})], 5),  # not the head: refused
+            ([ev("run-x", data={"late": True})], None),  # after the run's end: refused
+            ([ev("s-b", data={"n": 3})], 1),
+        ],
+    )
 
     assert isinstance(results[1], ConcurrencyError)
     assert isinstance(results[2], ClosedStreamError)
@@ -133,7 +134,7 @@ def test_a_new_runs_row_is_made_by_the_stores_own_statements(batches, owner):
     store._append_elsewhere = counted
     at = 0
     for n in batches:
-        assert len(run(store.append(events[at:at + n]))) == n
+        assert len(run(store.append(events[at : at + n]))) == n
         at += n
     assert elsewhere == []  # every append on the store's own connection, the start's too
     made = row("run-o", "default")
@@ -170,7 +171,7 @@ def test_the_django_stores_sync_appends_make_a_new_runs_row_by_the_same_statemen
     store._append_sqlite_transaction = counted
     at = 0
     for n in batches:
-        assert len(store.append_sync(events[at:at + n])) == n
+        assert len(store.append_sync(events[at : at + n])) == n
         at += n
     assert statements == [True] * len(batches)  # the start's append too
     made = row("run-s", "default")
@@ -327,14 +328,14 @@ def test_an_alone_append_never_waits_for_another_writers_lock_on_its_loop():
 
     store = SqliteEventStore("default")
     run(store.append([ev("s-b")]))
-    other = sqlite3.connect(connections["default"].settings_dict["NAME"], isolation_level=None,
-                            check_same_thread=False)
+    other = sqlite3.connect(connections["default"].settings_dict["NAME"], isolation_level=None, check_same_thread=False)
     other.execute("BEGIN IMMEDIATE")
     here = store.db.here
     caller: list[str] = []  # what the caller's thread ran on the connection
     thread: list[str] = []  # ... and the store's
     store.db.raw.set_trace_callback(
-        lambda sql: (thread if threading.current_thread().name.startswith("aaa-sqlite") else caller).append(sql))
+        lambda sql: (thread if threading.current_thread().name.startswith("aaa-sqlite") else caller).append(sql)
+    )
 
     async def main():
         token = caller_alone.set(True)
@@ -372,7 +373,8 @@ def test_a_lone_runs_appends_set_the_busy_timeout_once_and_any_other_call_sets_i
     run(store.append([ev("s-p")]))  # opened, on the thread
     sent: list[tuple[bool, str]] = []  # (on the store's thread?, statement)
     store.db.raw.set_trace_callback(
-        lambda sql: sent.append((threading.current_thread().name.startswith("aaa-sqlite"), sql)))
+        lambda sql: sent.append((threading.current_thread().name.startswith("aaa-sqlite"), sql))
+    )
 
     async def alone(n: int):
         token = caller_alone.set(True)

@@ -46,8 +46,9 @@ def test_a_projection_read_from_its_snapshot_is_one_query(db_alias):
 
     # (the store's sync calls in Django's thread-sensitive executor: this thread, under async_to_sync)
     store = DjangoEventStore(db_alias)
-    counter = Projection(lambda: {"n": 0}, lambda s, e: {"n": s["n"] + 1}, name="test.count",
-                         state_type=dict, every=1_000)
+    counter = Projection(
+        lambda: {"n": 0}, lambda s, e: {"n": s["n"] + 1}, name="test.count", state_type=dict, every=1_000
+    )
     events = store.append_sync([Event.new("counted", "acme.note.made", {"i": i}) for i in range(80)])
     base = events[29]
     store.save_snapshot_sync(Snapshot("counted", "test.count", 1, base.seq, base.id, '{"n":30}'))
@@ -77,8 +78,11 @@ def test_a_snapshot_read_reads_only_the_events_from_its_seq(db_alias):
                 if analyze:
                     cur.execute("ANALYZE aaa_event")
                 cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", args)
-                scanned = [node["Actual Rows"] for node in _plan_nodes(cur.fetchone()[0][0]["Plan"])
-                           if node.get("Relation Name") == "aaa_event"]
+                scanned = [
+                    node["Actual Rows"]
+                    for node in _plan_nodes(cur.fetchone()[0][0]["Plan"])
+                    if node.get("Relation Name") == "aaa_event"
+                ]
                 assert scanned == [50], scanned  # the events from seq 251 on, nothing before
         else:
             cur.execute(f"EXPLAIN QUERY PLAN {sql}", args)

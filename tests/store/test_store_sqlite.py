@@ -63,8 +63,7 @@ def test_an_append_outside_a_transaction_is_one_transaction_of_its_own():
     store.append_sync([Event.new("plain", "test.happened", {"i": 0})])
 
     with statements() as sql:
-        stored = store.append_sync([Event.new("plain", "test.happened", {"i": i})
-                                    for i in (1, 2, 3)])
+        stored = store.append_sync([Event.new("plain", "test.happened", {"i": i}) for i in (1, 2, 3)])
 
     assert sql == ["BEGIN IMMEDIATE", "INSERT", "COMMIT"]  # its last append's head: no query
     assert [e.seq for e in stored] == [2, 3, 4] and no_transaction_open()
@@ -118,13 +117,13 @@ def test_a_runs_row_is_updated_in_the_same_transaction_as_its_events(batches):
     store, events, i = DjangoEventStore(ALIAS), log_of("run-a"), 0
     for n in batches:
         with statements() as sql:
-            assert len(store.append_sync(events[i:i + n])) == n
+            assert len(store.append_sync(events[i : i + n])) == n
         if i == 0:
             # The run's first events make its row, in the same transaction.
             assert sql == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "INSERT", "COMMIT"]
         else:
             assert sql == ["BEGIN IMMEDIATE", "INSERT", "UPDATE aaa_run", "COMMIT"]
-        store.append_sync(events[i:i + n])  # again: absorbed, the row unchanged
+        store.append_sync(events[i : i + n])  # again: absorbed, the row unchanged
         i += n
 
     assert_row_is_the_log_folded(store, "run-a", ALIAS)
@@ -196,12 +195,10 @@ def test_a_lost_race_is_retried_from_scratch():
         return next(failures, None) if kind == "COMMIT" else None
 
     with statements(fail) as sql:
-        stored = store.append_sync([Event.new("plain", "test.happened", {"n": n})
-                                    for n in range(2)])
+        stored = store.append_sync([Event.new("plain", "test.happened", {"n": n}) for n in range(2)])
 
     # (the hint the rolled-back attempt left is forgotten: the retry asks)
-    assert sql == ["BEGIN IMMEDIATE", "INSERT", "ROLLBACK",
-                   "BEGIN IMMEDIATE", "SELECT", "INSERT", "COMMIT"]
+    assert sql == ["BEGIN IMMEDIATE", "INSERT", "ROLLBACK", "BEGIN IMMEDIATE", "SELECT", "INSERT", "COMMIT"]
     assert [e.seq for e in stored] == [2, 3]
     assert [e.seq for e in store.read_sync("plain")] == [1, 2, 3]
 
@@ -231,12 +228,15 @@ def test_inside_a_callers_transaction_an_append_joins_it(outcome):
         assert len(store.read_sync("run-d")) == 3 and row("run-d") == before
 
 
-@pytest.mark.parametrize("when", [
-    datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=timezone.utc),
-    datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc),  # no microseconds: none written
-    datetime(9, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc),
-    datetime(2026, 3, 4, 5, 6, 7, 890, tzinfo=timezone(timedelta(hours=2))),
-])
+@pytest.mark.parametrize(
+    "when",
+    [
+        datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=timezone.utc),
+        datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc),  # no microseconds: none written
+        datetime(9, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc),
+        datetime(2026, 3, 4, 5, 6, 7, 890, tzinfo=timezone(timedelta(hours=2))),
+    ],
+)
 def test_event_times_are_stored_as_django_stores_them(when):
     conn = connections[ALIAS]
     assert time_adapter(conn)(when) == conn.ops.adapt_datetimefield_value(when)
@@ -247,6 +247,7 @@ def test_event_times_are_stored_as_django_stores_them(when):
 # wrapper, so they see Django's cursor), the one-transaction append runs its statements
 # on the sqlite3 driver's cursor, inside Django's error translation. The driver's trace
 # callback shows them; its authorizer makes one fail.
+
 
 @contextlib.contextmanager
 def driver_statements():

@@ -14,8 +14,10 @@ pytestmark = [pytest.mark.django_db(databases=["postgres"], transaction=True), p
 
 
 def _run(stream: str) -> list[Event]:
-    return [Event.new(stream, RUN_STARTED, {"algorithm": "x", "input": {}}),
-            *(Event.new(stream, "aaa.llm.requested", {"i": i}) for i in range(3))]
+    return [
+        Event.new(stream, RUN_STARTED, {"algorithm": "x", "input": {}}),
+        *(Event.new(stream, "aaa.llm.requested", {"i": i}) for i in range(3)),
+    ]
 
 
 def test_execute_wrappers_and_the_query_log_see_the_stores_statements(pg_alias):

@@ -55,7 +55,8 @@ def test_a_row_behind_its_log_does_not_hide_a_completion_nor_move_the_time(db_al
     store.append_sync(going[:8])
     # Both rows as they were after the third event (status running, older time).
     RunRecord.objects.using(db_alias).filter(pk__in=["run-ended", "run-on"]).update(
-        status="running", outcome=None, ended_at=None, last_seq=3)
+        status="running", outcome=None, ended_at=None, last_seq=3
+    )
     found = store.unfinished_sync()
     assert set(found) == {"run-on"}
     assert found == the_logs_answer(store)

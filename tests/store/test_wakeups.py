@@ -77,14 +77,16 @@ def test_appends_and_erasures_notify_their_streams_after_the_commit(pg_alias):
         assert heard() == []
         ended = [wakeups.ENDED + "run-batch", wakeups.ENDED + "run-kept"]
         store.erase_many_sync(["run-batch", "run-kept"])  # they end: their waits are woken too
-        assert sorted(heard(frozenset({"run-batch", "run-kept", *ended}))) == sorted(
-            ["run-batch", "run-kept", *ended])
+        assert sorted(heard(frozenset({"run-batch", "run-kept", *ended}))) == sorted(["run-batch", "run-kept", *ended])
         # an append whose events end the run: the plain id (event streams, and a listener
         # of the previous version) and the marked one (Engine.wait)
-        store.append_sync([*events("run-ends"), Event(id=new_id(), stream="run-ends",
-                                                       type="aaa.run.completed", data={})])
+        store.append_sync(
+            [*events("run-ends"), Event(id=new_id(), stream="run-ends", type="aaa.run.completed", data={})]
+        )
         assert sorted(heard(frozenset({"run-ends", wakeups.ENDED + "run-ends"}))) == [
-            wakeups.ENDED + "run-ends", "run-ends"]
+            wakeups.ENDED + "run-ends",
+            "run-ends",
+        ]
     # then the notifier's thread ends, and its connection with it
     assert wakeups._notifier(pg_alias).idle(10)
 
@@ -130,8 +132,10 @@ def test_the_site_engines_wait_wakes_on_another_processs_end_of_the_run(pg_alias
 
     async def main():
         # elsewhere: an engine that tells no one here (a hub of its own), as another process
-        async with build_engine(using=pg_alias, bus=InProcessBus(), poll_interval=3600) as waiter, \
-                Engine(store=PgEventStore(pg_alias), bus=InProcessBus(), wakeups=Hub()) as elsewhere:
+        async with (
+            build_engine(using=pg_alias, bus=InProcessBus(), poll_interval=3600) as waiter,
+            Engine(store=PgEventStore(pg_alias), bus=InProcessBus(), wakeups=Hub()) as elsewhere,
+        ):
             assert waiter.wakeups is wakeups.for_database(pg_alias)
             waiter.wakeups.subscribe("warm-up").close()
             assert await asyncio.to_thread(waiter.wakeups.listening, 10)
@@ -182,8 +186,7 @@ def test_a_waits_reads_do_not_grow_with_its_runs_appends(pg_alias, appends):
 
             waiter.outcome = watched
             waiting = asyncio.ensure_future(waiter.wait(run_id, timeout=60))
-            await elsewhere.append([Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED,
-                                          data={})])
+            await elsewhere.append([Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data={})])
             for batch in [events(run_id) for _ in range(appends)]:
                 stream.clear()
                 await elsewhere.append(batch)
@@ -192,8 +195,9 @@ def test_a_waits_reads_do_not_grow_with_its_runs_appends(pg_alias, appends):
                 streamed.append(await asyncio.to_thread(stream.wait, 10))
                 await asyncio.sleep(0)
             stream.clear()
-            await elsewhere.append([Event(id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED,
-                                          data={"outcome": "success"})])
+            await elsewhere.append(
+                [Event(id=completion_id(run_id), stream=run_id, type=RUN_COMPLETED, data={"outcome": "success"})]
+            )
             found = await waiting
             streamed.append(await asyncio.to_thread(stream.wait, 10))
             stream.close()
@@ -235,9 +239,10 @@ def test_a_lost_listening_connection_wakes_everyone_and_comes_back(listener, pg_
     assert listener.listening(10)
     sub.clear()
     with connections[pg_alias].cursor() as cur:
-        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE query = %s AND datname = current_database()",
-                    [f"LISTEN {wakeups.CHANNEL}"])
+        cur.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s AND datname = current_database()",
+            [f"LISTEN {wakeups.CHANNEL}"],
+        )
         assert cur.fetchone() == (True,)
     assert sub.wait(10)  # woken: read now (and poll until the listener is back)
     wait_until(listener.reliable, 20)

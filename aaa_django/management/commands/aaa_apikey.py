@@ -27,8 +27,9 @@ class Command(BaseCommand):
         create = sub.add_parser("create", help="create a key and print it (once)")
         create.add_argument("--user", required=True, help="the username the key acts as")
         create.add_argument("--name", default="", help="what the key is for")
-        create.add_argument("--expires-days", type=int, default=None,
-                            help="expire after this many days (default: never)")
+        create.add_argument(
+            "--expires-days", type=int, default=None, help="expire after this many days (default: never)"
+        )
         listing = sub.add_parser("list", help="list keys (prefixes, never secrets)")
         listing.add_argument("--user", default=None)
         revoke = sub.add_parser("revoke", help="revoke a key by its prefix")
@@ -60,9 +61,7 @@ class Command(BaseCommand):
             keys = keys.filter(user__username=user)
         for k in keys:
             used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
-            self.stdout.write(
-                f"{k.prefix}  {k.user.get_username():<20} {k.state:<8} used {used:<16} {k.name}"
-            )
+            self.stdout.write(f"{k.prefix}  {k.user.get_username():<20} {k.state:<8} used {used:<16} {k.name}")
 
     def _revoke(self, *, prefix: str, **_: Any) -> None:
         keys = list(ApiKey.objects.filter(prefix__startswith=prefix, revoked_at__isnull=True))

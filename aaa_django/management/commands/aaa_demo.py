@@ -60,9 +60,7 @@ class Command(BaseCommand):
     help = "Run a ToolLoop with a scripted model (no provider is called) and print its outcome."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--task", default="How many people live in Lyon and Porto together?"
-        )
+        parser.add_argument("--task", default="How many people live in Lyon and Porto together?")
         parser.add_argument("--quiet", action="store_true", help="print the outcome only")
 
     def handle(self, *args: Any, task: str, quiet: bool, **options: Any) -> None:
@@ -83,8 +81,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {e.seq:>3}  {e.type}")
         self.stdout.write(f"Outcome: {outcome.outcome}  value: {outcome.value}")
 
-    async def _run(self, task: str, client: LLMClient | None,
-                   bar: Progress) -> tuple[Outcome, str, list[Event]]:
+    async def _run(self, task: str, client: LLMClient | None, bar: Progress) -> tuple[Outcome, str, list[Event]]:
         registry = ToolRegistry([tool(_lookup_population, name="lookup_population")])
         # The in-process bus whatever AAA["BUS"] says: this command's own handlers
         # (the scripted model, the demo tool) must be the ones that answer.

@@ -23,18 +23,26 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("run_id")
         parser.add_argument("-o", "--output", help="the file (default: standard output)")
-        parser.add_argument("--blobs", choices=("inline", "beside", "none"), default="inline",
-                            help="inline (default), beside the file (FILE.blobs/), or none")
+        parser.add_argument(
+            "--blobs",
+            choices=("inline", "beside", "none"),
+            default="inline",
+            help="inline (default), beside the file (FILE.blobs/), or none",
+        )
         parser.add_argument("--database", default="default", help="the database alias of the log")
 
-    def handle(self, *args: Any, run_id: str, output: str | None, blobs: str, database: str,
-               **options: Any) -> None:
+    def handle(self, *args: Any, run_id: str, output: str | None, blobs: str, database: str, **options: Any) -> None:
         if blobs == "beside" and not output:
             raise CommandError("--blobs beside needs --output FILE (the blobs go to FILE.blobs/)")
         path = Path(output) if output else None
         try:
-            lines = export_run(run_id, using=database, blobs=site_blobs(), mode=blobs,
-                               beside=blob_dir(path) if path and blobs == "beside" else None)
+            lines = export_run(
+                run_id,
+                using=database,
+                blobs=site_blobs(),
+                mode=blobs,
+                beside=blob_dir(path) if path and blobs == "beside" else None,
+            )
             if path is None:
                 for line in lines:
                     self.stdout.write(line, ending="")

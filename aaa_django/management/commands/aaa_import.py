@@ -24,19 +24,18 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file")
         parser.add_argument("--owner", help="the username that owns the run here (default: nobody)")
-        parser.add_argument("--blobs", help="the blob directory of a 'beside' export "
-                                            "(default: FILE.blobs/)")
+        parser.add_argument("--blobs", help="the blob directory of a 'beside' export (default: FILE.blobs/)")
         parser.add_argument("--database", default="default", help="the database alias of the log")
 
-    def handle(self, *args: Any, file: str, owner: str | None, blobs: str | None, database: str,
-               **options: Any) -> None:
+    def handle(
+        self, *args: Any, file: str, owner: str | None, blobs: str | None, database: str, **options: Any
+    ) -> None:
         path = Path(file)
         owner_pk = None
         if owner:
             User = get_user_model()
             try:
-                owner_pk = str(User._default_manager.db_manager(database)
-                               .get_by_natural_key(owner).pk)
+                owner_pk = str(User._default_manager.db_manager(database).get_by_natural_key(owner).pk)
             except User.DoesNotExist:
                 raise CommandError(f"no user {owner!r}") from None
         try:
@@ -47,5 +46,4 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read {path}: {exc.strerror}") from None
         except ExchangeError as exc:
             raise CommandError(f"nothing imported: {exc}") from None
-        self.stdout.write(f"imported run {export.run_id}: {len(events)} events, "
-                          f"{len(export.refs())} blobs")
+        self.stdout.write(f"imported run {export.run_id}: {len(events)} events, {len(export.refs())} blobs")

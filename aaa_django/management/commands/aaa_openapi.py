@@ -23,8 +23,9 @@ class Command(BaseCommand):
     help = "Write the REST API's OpenAPI schema (aaa_django/api/openapi.json)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--check", action="store_true",
-                            help="write nothing; exit 1 when the file is not the router's schema")
+        parser.add_argument(
+            "--check", action="store_true", help="write nothing; exit 1 when the file is not the router's schema"
+        )
         parser.add_argument("--output", type=Path, default=openapi.FILE, help="the file")
 
     def handle(self, *args: Any, check: bool, output: Path, **options: Any) -> None:
@@ -36,8 +37,7 @@ class Command(BaseCommand):
             except (OSError, ValueError) as exc:
                 raise CommandError(f"{output}: {exc}") from None
             if current != doc:
-                raise CommandError(f"{output} is not the router's schema: "
-                                   "run manage.py aaa_openapi")
+                raise CommandError(f"{output} is not the router's schema: run manage.py aaa_openapi")
             self.stdout.write(f"{output} is current (version {version}).")
             return
         output.write_text(openapi.render(doc), encoding="utf-8")

@@ -21,8 +21,7 @@ class Command(BaseCommand):
     help = "Rebuild the run index from the event log."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--run", action="append", dest="runs", default=None,
-                            help="only this run (repeatable)")
+        parser.add_argument("--run", action="append", dest="runs", default=None, help="only this run (repeatable)")
         parser.add_argument("--database", default="default", help="the database alias")
 
     def handle(self, *args: Any, runs: list[str] | None, database: str, **options: Any) -> None:
@@ -33,5 +32,6 @@ class Command(BaseCommand):
             f"are not runs; deleted {counts['deleted']} rows of erased runs."
         )
         if counts["missing"]:  # (named with --run: streams of the log are never empty)
-            self.stdout.write(f"Not in the log: {counts['missing']} of the runs named "
-                              f"(no events: erased, or never started).")
+            self.stdout.write(
+                f"Not in the log: {counts['missing']} of the runs named (no events: erased, or never started)."
+            )

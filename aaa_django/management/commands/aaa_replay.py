@@ -27,13 +27,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file")
-        parser.add_argument("--blobs", help="the blob directory of a 'beside' export "
-                                            "(default: FILE.blobs/)")
-        parser.add_argument("--import", dest="modules", action="append", default=[],
-                            help="a module that registers algorithms (repeatable)")
+        parser.add_argument("--blobs", help="the blob directory of a 'beside' export (default: FILE.blobs/)")
+        parser.add_argument(
+            "--import",
+            dest="modules",
+            action="append",
+            default=[],
+            help="a module that registers algorithms (repeatable)",
+        )
 
-    def handle(self, *args: Any, file: str, blobs: str | None, modules: list[str],
-               **options: Any) -> None:
+    def handle(self, *args: Any, file: str, blobs: str | None, modules: list[str], **options: Any) -> None:
         setup = aaa_settings().get("WORKER_SETUP")
         for module in [*([setup.rpartition(".")[0]] if setup else []), *modules]:
             try:
@@ -51,10 +54,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         first = result.first_difference()
         if first is None:
-            self.stdout.write(f"run {export.run_id}: {len(result.recorded)} decisions, all the "
-                              "same as recorded")
+            self.stdout.write(f"run {export.run_id}: {len(result.recorded)} decisions, all the same as recorded")
             return
-        self.stdout.write(f"run {export.run_id}: the decisions differ from the recording\n"
-                          f"first difference: {first.describe()}")
-        raise CommandError(f"run {export.run_id} does not replay: first difference at "
-                           f"event {first.seq}", returncode=1)
+        self.stdout.write(
+            f"run {export.run_id}: the decisions differ from the recording\nfirst difference: {first.describe()}"
+        )
+        raise CommandError(f"run {export.run_id} does not replay: first difference at event {first.seq}", returncode=1)

@@ -20,19 +20,31 @@ class Command(BaseCommand):
     help = "Erase ended runs past their retention, and blobs no event refers to."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--dry-run", action="store_true",
-                            help="print what would be erased; erase nothing")
+        parser.add_argument("--dry-run", action="store_true", help="print what would be erased; erase nothing")
         parser.add_argument("--database", default="default", help="the database alias of the log")
-        parser.add_argument("--limit", type=int, default=None,
-                            help="erase at most this many run trees in this pass")
+        parser.add_argument("--limit", type=int, default=None, help="erase at most this many run trees in this pass")
         parser.add_argument("--no-orphans", action="store_true", help="skip the orphan-blob sweep")
-        parser.add_argument("--grace", type=float, default=None,
-                            help="seconds an orphaned blob must be old (default: AAA['ORPHAN_GRACE'])")
-        parser.add_argument("--no-vacuum", action="store_true",
-                            help="PostgreSQL: do not VACUUM (ANALYZE) the tables afterwards")
+        parser.add_argument(
+            "--grace",
+            type=float,
+            default=None,
+            help="seconds an orphaned blob must be old (default: AAA['ORPHAN_GRACE'])",
+        )
+        parser.add_argument(
+            "--no-vacuum", action="store_true", help="PostgreSQL: do not VACUUM (ANALYZE) the tables afterwards"
+        )
 
-    def handle(self, *args: Any, dry_run: bool, database: str, limit: int | None,
-               no_orphans: bool, grace: float | None, no_vacuum: bool, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        dry_run: bool,
+        database: str,
+        limit: int | None,
+        no_orphans: bool,
+        grace: float | None,
+        no_vacuum: bool,
+        **options: Any,
+    ) -> None:
         if limit is not None and limit < 1:
             raise CommandError("--limit must be at least 1")
         if grace is not None and grace < 0:
@@ -42,8 +54,15 @@ class Command(BaseCommand):
             self.stdout.write("AAA['RETENTION'] keeps every run: no run is due.")
         label = "runs due" if dry_run else "runs erased"
         with Progress(label, stream=self.stderr) as bar:  # a count, on a terminal only
-            report = retain(database, dry_run=dry_run, limit=limit, orphans=not no_orphans,
-                            grace=grace, vacuum=not no_vacuum, progress=bar)
+            report = retain(
+                database,
+                dry_run=dry_run,
+                limit=limit,
+                orphans=not no_orphans,
+                grace=grace,
+                vacuum=not no_vacuum,
+                progress=bar,
+            )
         verb = "would erase" if dry_run else "erased"
         self.stdout.write(f"{verb} {len(report.runs)} runs ({report.events} events)")
         for run_id in report.runs:

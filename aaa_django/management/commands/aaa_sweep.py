@@ -35,16 +35,26 @@ class Command(BaseCommand):
     help = "Find runs nothing is working on any more and deliver their events again."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--stall-after", type=float, default=None,
-                            help="seconds without a new event (default: AAA['STALL_AFTER'])")
+        parser.add_argument(
+            "--stall-after", type=float, default=None, help="seconds without a new event (default: AAA['STALL_AFTER'])"
+        )
         parser.add_argument("--database", default="default", help="the database alias of the log")
         parser.add_argument("--dry-run", action="store_true", help="list the runs, re-drive nothing")
         parser.add_argument("--limit", type=int, default=1000, help="re-drive at most this many runs")
-        parser.add_argument("--wait", type=float, default=60.0,
-                            help="in-process bus: seconds to wait for the re-driven runs")
+        parser.add_argument(
+            "--wait", type=float, default=60.0, help="in-process bus: seconds to wait for the re-driven runs"
+        )
 
-    def handle(self, *args: Any, stall_after: float | None, database: str, dry_run: bool,
-               limit: int, wait: float, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        stall_after: float | None,
+        database: str,
+        dry_run: bool,
+        limit: int,
+        wait: float,
+        **options: Any,
+    ) -> None:
         report = async_to_sync(self._sweep)(stall_after, database, dry_run, limit, wait)
         verb = "would re-drive" if dry_run else "re-drove"
         self.stdout.write(
@@ -62,8 +72,9 @@ class Command(BaseCommand):
             await ended
             bar.advance()
 
-    async def _sweep(self, stall_after: float | None, database: str, dry_run: bool, limit: int,
-                     wait: float) -> SweepReport:
+    async def _sweep(
+        self, stall_after: float | None, database: str, dry_run: bool, limit: int, wait: float
+    ) -> SweepReport:
         keeper = RunKeeper(database, name="sweep")
         try:
             if aaa_settings()["BUS"] == "celery":
@@ -71,8 +82,7 @@ class Command(BaseCommand):
 
                 async with attach_site_handlers(build_engine(using=database, bus=DistributedBus())) as engine:
                     # (the workers claim what they are sent: the command lets its leases go)
-                    report = await sweep(engine, stall_after=stall_after, dry_run=dry_run, limit=limit,
-                                         keeper=keeper)
+                    report = await sweep(engine, stall_after=stall_after, dry_run=dry_run, limit=limit, keeper=keeper)
                     await keeper.stop(release=True)
                     return report
             engine = build_engine(using=database, bus=HostBus(keeper))
@@ -80,8 +90,7 @@ class Command(BaseCommand):
             async with attach_site_handlers(engine):
                 keeper.start(on_regained=lambda runs: engine.resume(sorted(runs)))
                 try:
-                    report = await sweep(engine, stall_after=stall_after, dry_run=dry_run, limit=limit,
-                                         keeper=keeper)
+                    report = await sweep(engine, stall_after=stall_after, dry_run=dry_run, limit=limit, keeper=keeper)
                     going = [] if dry_run else [*report.adopted, *report.redriven]
                     if going:
                         with Progress("re-driven runs ended", total=len(going), stream=self.stderr) as bar:
