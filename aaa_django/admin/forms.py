@@ -107,9 +107,9 @@ class ForkForm(JsonConfigForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["config"].help_text = "The algorithm's config for the new run (edit it)."
-        self.fields["budget"].help_text = (
-            "The new run's budget; empty: none. What the kept events spent counts against it."
-        )
+        self.fields[
+            "budget"
+        ].help_text = "The new run's budget; empty: none. What the kept events spent counts against it."
         self.fields["deadline"].help_text = "Seconds from now; empty: as long as the run had."
         self.order_fields(["at", "config", "budget", "deadline"])
 

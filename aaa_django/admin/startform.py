@@ -185,9 +185,9 @@ class StartRunForm(forms.Form):
             if self.config is not None and str(data.get("config_json") or "").strip():
                 self.config.loosen()
         if self.input is None:
-            self.fields["input_json"].help_text = (
-                "This algorithm declares no input schema: its input is this JSON (empty: null)."
-            )
+            self.fields[
+                "input_json"
+            ].help_text = "This algorithm declares no input schema: its input is this JSON (empty: null)."
 
     def _config_first(self, fields: dict[str, forms.Field]) -> list[str]:
         """The fields in order, the tools where the config declares them."""
