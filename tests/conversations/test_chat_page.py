@@ -25,9 +25,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: the chat page's state, read in one script
+#: the chat page's state, read in one script; null while the page is not (yet) there
+#: (a navigation begun: the URL is the new page's before its document is)
 READ = """
 const root = document.getElementById("chat");
+if (root === null || document.readyState === "loading") return null;
 const order = Array.from(document.querySelectorAll("#chat-log li.chat-user, #chat-log li.chat-assistant"),
                          li => (li.classList.contains("chat-user") ? "user: " : "reply: ") + li.textContent);
 const bubbles = Array.from(document.querySelectorAll("#chat-log li.chat-assistant"), li => ({
@@ -101,7 +103,7 @@ class ExampleSite:
 def say(driver, text: str) -> None:
     from selenium.webdriver.common.by import By
 
-    wait(driver, lambda d: d.execute_script(READ)["sendable"])
+    wait(driver, lambda d: (page := d.execute_script(READ)) is not None and page["sendable"])
     box = driver.find_element(By.ID, "chat-input")
     box.clear()
     box.send_keys(text)
@@ -113,7 +115,11 @@ def replies(n: int):
 
     def check(driver):
         page = driver.execute_script(READ)
-        return page if len(page["replies"]) == n and page["status"] == "waiting" and page["sendable"] else None
+        return (
+            page
+            if page is not None and len(page["replies"]) == n and page["status"] == "waiting" and page["sendable"]
+            else None
+        )
 
     return check
 
@@ -154,8 +160,8 @@ def test_a_conversation_on_the_chat_page_streams_its_replies_and_answers_a_quest
         shot(browser, tmp_path, "chat-01-two-replies")
 
         say(browser, "How many people live there?")
-        (question,) = wait(browser, lambda d: (p := d.execute_script(READ))["questions"] or None)
-        assert wait(browser, lambda d: d.execute_script(READ)["status"] == "waiting")
+        (question,) = wait(browser, lambda d: (p := d.execute_script(READ)) is not None and p["questions"] or None)
+        assert wait(browser, lambda d: (p := d.execute_script(READ)) is not None and p["status"] == "waiting")
         form = browser.find_element(By.CSS_SELECTOR, f'form.chat-question[data-question="{question}"]')
         assert "Which city do you mean" in form.text
         Select(form.find_element(By.NAME, "city")).select_by_visible_text("Porto")
