@@ -64,10 +64,21 @@ def test_two_results_at_once_in_200_runs_never_lose_the_step_after_them(new_clus
     async def main():
         async with make_engine(cluster.queues, poll_interval=POLL) as engine:
             runs = await asyncio.gather(*(engine.start(loop(), {"task": task}) for _ in range(RUNS)))
-            outcomes = await asyncio.gather(*(r.result() for r in runs))
+            try:
+                outcomes = await asyncio.wait_for(asyncio.gather(*(r.result() for r in runs)), HUNG)
+            except asyncio.TimeoutError:
+                # Which runs stopped where, and what the worker said: the next hang
+                # names its race.
+                stuck = []
+                for r in runs:
+                    events = await r.events()
+                    if not any(e.type == RUN_COMPLETED for e in events):
+                        stuck.append((r.run_id, [(e.seq, e.type, e.data.get("call_id") or "") for e in events[-5:]]))
+                print(f"\nstuck: {len(stuck)} runs: {stuck[:5]}\nerrors: {cluster.errors()[:20]}\n{cluster.logs()}")
+                raise
             return outcomes, [await r.events() for r in runs]
 
-    outcomes, logs = arun(main(), timeout=HUNG)
+    outcomes, logs = arun(main(), timeout=HUNG + 60)
     # The worker's processes (one loop each) hold at most SIZE store connections: none
     # is leaked, by a call dropped midway or a connection not used again.
     held, pool = store_connections(), cluster.workers[0].children()

@@ -44,6 +44,8 @@ STORAGES = {
 AAA["BLOB_STORAGE"] = "aaa-test-blobs"
 if os.environ.get("AAA_TEST_STALL_AFTER"):
     AAA["STALL_AFTER"] = float(os.environ["AAA_TEST_STALL_AFTER"])
+if os.environ.get("AAA_TEST_MAX_ABANDONED"):
+    AAA["MAX_ABANDONED_ATTEMPTS"] = int(os.environ["AAA_TEST_MAX_ABANDONED"])
 # Queues per kind of work (workers take them with -Q); a test with workers of its own
 # uses queues of its own (AAA_TEST_QUEUE_SUFFIX), so the shared workers never take its
 # messages. AAA_TEST_DEFAULT_QUEUE=1: none named (the app's default queue).
