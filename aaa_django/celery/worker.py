@@ -462,6 +462,8 @@ class WorkerRuntime:
             keeper = self.keepers[using] = RunKeeper(using, name="worker")
 
             async def regained(runs: set[str]) -> None:
+                # (a fenced run's deliveries go to the broker, to whoever takes them:
+                # ``take`` sends rather than delivers them here)
                 await engine.resume(sorted(runs))
 
             self.loop.call_soon_threadsafe(keeper.start, regained)
@@ -617,9 +619,16 @@ async def deliver_event(
     leases = leases if leases is not None else Leases()
     keeper = cluster_bus(engine).holder
     if keeper is not None and not await _hold(keeper, stream, local=event is not None):
+        # Not this process's to deliver, nor to drop: whoever drives the run now gets
+        # it through the broker (``take`` sends, not delivers, a fenced run's events).
         log.info(
-            "run %s: seq %s not delivered here: another process adopted the run while this one stood down", stream, seq
+            "run %s: seq %s sent to the broker, not delivered here: another process took the run while this one "
+            "stood down",
+            stream,
+            seq,
         )
+        assert event is not None  # (only a local delivery is refused: one by message claims the run)
+        await engine.bus.publish([event])
         return "not held"
 
     def synced() -> bool:
@@ -712,7 +721,10 @@ async def _deliver(
         if not bus.holds(stream):
             # stood down (or the run was taken) since the delivery began: no call
             log.info(
-                "run %s: the handlers of seq %s not run here: this process no longer holds the run", stream, stored.seq
+                "run %s: the handlers of seq %s not run here: this process does not hold the run now (it is driven "
+                "again after the next renewal of its leases)",
+                stream,
+                stored.seq,
             )
             return False
         if event.type in HANDED_OFF:

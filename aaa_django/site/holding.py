@@ -24,6 +24,13 @@ time its lease lapses (``held_until``, ``AAA["RUN_LEASE_TTL"]`` seconds on).
   nor deliver their events on its own (a late result it appends goes to whoever
   drives the run now); the runs it still holds are driven again (``on_regained``):
   a call it skipped while it stood down is made.
+- **Nothing declined is dropped.** Every run :meth:`RunKeeper.holds` said no for is
+  driven again after the next renewal too (``on_regained``), held or not: a run can
+  leave a process for reasons other than adoption (a Celery worker's prefork children
+  each claim the runs whose messages they take, so a run moves between them with
+  every delivery), and its holder now was handed other work than the call this process
+  skipped. A worker's re-drive of a fenced run goes to the broker, to whoever takes
+  it; a process without a broker re-drives only the runs not fenced.
 - **Adopt.** :meth:`RunKeeper.adopt` takes the unfinished runs whose lease has lapsed,
   and those of holders on this machine that are known to be dead (their pid is gone,
   or is another process now: a restarted web server or worker adopts its
@@ -77,6 +84,8 @@ class Beat:
     fenced: set[str] = field(default_factory=set)
     #: runs held across a stand-down, still this process's: to drive again
     regained: set[str] = field(default_factory=set)
+    #: runs ``holds`` said no for since the renewal before: a call skipped, to drive again
+    declined: set[str] = field(default_factory=set)
     #: the renewal failed (or timed out)
     failed: bool = False
 
@@ -121,6 +130,9 @@ class RunKeeper:
         self.held: set[str] = set()
         #: runs taken from this process while it stood down: not called out for again
         self.fenced: OrderedDict[str, None] = OrderedDict()
+        #: runs :meth:`holds` said no for since the last renewal (their callers skipped
+        #: work): driven again after the next one
+        self._declined: OrderedDict[str, None] = OrderedDict()
         #: (monotonic) start of the last renewal that succeeded; None: none yet
         self.renewed: float | None = None
         #: run -> (monotonic) start of its claim, since the last renewal
@@ -151,11 +163,16 @@ class RunKeeper:
     def holds(self, run_id: str) -> bool:
         """May this process call out for ``run_id`` now (see the module)? Not for a
         fenced run, nor for any once its leases were last renewed (or this run's
-        claimed) half a lease ago or more."""
-        if run_id in self.fenced:
-            return False
-        since = self._claimed.get(run_id, self.renewed)
-        return since is not None and time.monotonic() - since < self.ttl / 2
+        claimed) half a lease ago or more. A run it says no for is driven again after
+        the next renewal (see the module: nothing declined is dropped)."""
+        if run_id not in self.fenced:
+            since = self._claimed.get(run_id, self.renewed)
+            if since is not None and time.monotonic() - since < self.ttl / 2:
+                return True
+        self._declined[run_id] = None
+        while len(self._declined) > FENCED_KEPT:
+            self._declined.popitem(last=False)
+        return False
 
     def standing_down(self) -> bool:
         """Has this process stood down (no renewal for half a lease)?"""
@@ -271,6 +288,8 @@ class RunKeeper:
                 self.fenced.popitem(last=False)
         if was_down:
             beat.regained = before & held
+        beat.declined = set(self._declined)
+        self._declined.clear()
         self.held = held | claimed_since
         self._claimed = {r: at for r, at in self._claimed.items() if at >= started}
         self.renewed = started
@@ -287,7 +306,9 @@ class RunKeeper:
 
     def start(self, on_regained: Callable[[set[str]], Awaitable[Any]] | None = None) -> asyncio.Task:
         """Start the heartbeat on the running loop (every :attr:`every` seconds; the
-        first now). ``on_regained(runs)``: drive again the runs held across a stand-down."""
+        first now). ``on_regained(runs)``: drive again the runs held across a stand-down
+        and those :meth:`holds` said no for since the renewal before (``Beat.regained``
+        and ``Beat.declined``)."""
         self._stopping = False
         self._task = asyncio.ensure_future(self._heartbeat(on_regained))
         return self._task
@@ -297,9 +318,10 @@ class RunKeeper:
         while not self._stopping:
             began = clock()
             beat = await self.beat()
-            if beat.regained and on_regained is not None:
+            again = beat.regained | beat.declined
+            if again and on_regained is not None:
                 try:
-                    await on_regained(beat.regained)
+                    await on_regained(again)
                 except Exception:
                     log.exception("driving again the runs %s held across a stand-down failed", self.id)
             await asyncio.sleep(max(0.0, self.every - (clock() - began)))

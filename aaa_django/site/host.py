@@ -193,7 +193,9 @@ class EngineHost:
         across a stand-down driven again), and, with ``AAA["ADOPT"]``, every
         ``DUTY_EVERY`` seconds the runs whose holder is gone adopted and re-driven
         (every ``STALL_AFTER / 2`` those no process holds, idle for ``STALL_AFTER``)."""
-        keeper.start(on_regained=lambda runs: engine.resume(sorted(runs)))
+        # (a fenced run is another process's now: with no broker to hand it to, it is
+        # not driven here)
+        keeper.start(on_regained=lambda runs: engine.resume(sorted(runs - keeper.fenced.keys())))
         conf = aaa_settings()
         if not conf["ADOPT"]:
             return

@@ -301,3 +301,43 @@ def test_a_keeper_that_regains_its_leases_after_standing_down_drives_them_again(
     stood_down, beat = asyncio.run(main())
     assert stood_down
     assert beat.regained == set(ids) and beat.fenced == set()
+
+
+def test_a_run_declined_while_standing_down_is_driven_again_even_when_a_sibling_took_it(db_alias):
+    """A Celery worker's prefork children each claim the runs whose messages they take:
+    a run moves between them with every delivery. A child that stood down (its loop
+    stalled past half a lease) declined a tool call; meanwhile its sibling took the run
+    for another event. Its next renewal finds the run gone and fences it: yet the call
+    it skipped is nobody's work unless it is driven again (in CI, two runs of 200 then
+    waited for ever for their tool results, tests/celery/test_parallel_results.py)."""
+    ids = runs(db_alias, 3)
+    TTL = 2.0
+
+    async def main():
+        keeper = RunKeeper(db_alias, ttl=TTL, name="child-1")
+        sibling = RunKeeper(db_alias, ttl=TTL, name="child-2")
+        keeper.leases = cut = Unreachable(db_alias)
+        try:
+            for r in ids:
+                await keeper.claim(r)
+            first = await keeper.beat()
+            cut.down = True
+            await asyncio.sleep(TTL + 0.05)  # stalled: stood down, and its leases lapsed
+            declined = [r for r in ids if not keeper.holds(r)]  # a call skipped for each
+            await sibling.claim(ids[0])  # a message of ids[0] went to the sibling
+            cut.down = False
+            back = await keeper.beat()
+            after = await keeper.beat()  # (nothing declined since)
+            return first, declined, back, after
+        finally:
+            await asyncio.to_thread(keeper.close)
+            await asyncio.to_thread(sibling.close)
+
+    first, declined, back, after = asyncio.run(main())
+    assert first.declined == set()
+    assert declined == ids
+    assert back.fenced == {ids[0]}  # (taken while it stood down: not called out for here)
+    # every run whose call was skipped is driven again: those it holds here, and the
+    # one the sibling took (a worker sends that one's deliveries to the broker)
+    assert back.declined == set(ids)
+    assert after.declined == set()

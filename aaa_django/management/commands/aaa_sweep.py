@@ -88,7 +88,7 @@ class Command(BaseCommand):
             engine = build_engine(using=database, bus=HostBus(keeper))
             engine.observe(Claims(keeper))
             async with attach_site_handlers(engine):
-                keeper.start(on_regained=lambda runs: engine.resume(sorted(runs)))
+                keeper.start(on_regained=lambda runs: engine.resume(sorted(runs - keeper.fenced.keys())))
                 try:
                     report = await sweep(engine, stall_after=stall_after, dry_run=dry_run, limit=limit, keeper=keeper)
                     going = [] if dry_run else [*report.adopted, *report.redriven]
