@@ -13,8 +13,10 @@ T x L at the least, and that is the ideal wall time of N such runs started toget
 (they wait at the same time). Printed per row: the wall time from the first start to
 the last result, the ideal T x L, their ratio, each run's own wall time (its start to
 its result) over the ideal, median and 90th percentile (what one user of the load
-feels), and the memory per in-flight run (the peak resident memory of the processes
-doing the work during the load, less what they held before it, over N); for the
+feels), the memory per in-flight run (the peak resident memory of the processes
+doing the work during the load, less what they held before it, over N), and the
+machine's CPU a turn (every process's, from /proc/stat, during the load, over N x T;
+split into this process's, the workers', PostgreSQL's, Redis's and the rest); for the
 in-process rows, the garbage collector's time during the load (``--gc off`` or
 ``freeze`` to see what it costs) and ``--width`` for the engine's turns
 (``aaa_django.runtime.turns``).
@@ -68,9 +70,11 @@ import switches  # noqa: E402
 from common import (  # noqa: E402
     PG_DB,
     ROOT,
+    CPUWindow,
     cpu_seconds,
     descendants,
     postgres,
+    postgres_pids,
     rss,
     setup_django,
     table,
@@ -199,7 +203,7 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
             run = await engine.start(algo, {"task": f"run {i}"})
             return await run.result(), time.perf_counter() - t, run.run_id
 
-        with PeakRSS(lambda: [os.getpid()]) as mem:
+        with PeakRSS(lambda: [os.getpid()]) as mem, CPUWindow(**cpu_groups(row)) as machine:
             t0, c0 = time.perf_counter(), time.process_time()
             done = await asyncio.gather(*(one(i) for i in range(runs)))
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -208,6 +212,8 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
     out = {
         "wall": wall,
         "cpu": cpu,
+        "machine": machine.machine,
+        "parts": machine.parts(),
         "memory": mem.peak - mem.base,
         "processes": 1,
         "store": repr(store),
@@ -215,6 +221,7 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
         "gc": gcstats,
     }
     out["turns"] = {"queued": engine.turns.queued, "forfeited": engine.turns.forfeited}
+    out["reliable wake-ups"] = engine.wakeups.reliable()  # (else every wait polls its run)
     if os.environ.get("AAA_BENCH_LAGS"):
         out["lags"] = await lags(engine.store, [r for _, _, r in done])
     group = getattr(store, "group", None)
@@ -222,6 +229,16 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
         out["groups"], out["grouped"], out["rolled_back"] = group.groups, group.grouped, group.rolled_back
         out["connections"] = store.pg.opened
     return out
+
+
+def cpu_groups(row: str, **more) -> dict:
+    """The processes whose CPU a row counts apart (:class:`~common.CPUWindow`): this one
+    (the engine, or the driver that starts the runs) and PostgreSQL's, and ``more``."""
+    groups = {"this process": lambda: [os.getpid()], **more}
+    if row != "inprocess-sqlite" and row != "inprocess-memory":
+        pg = json.loads(os.environ["AAA_BENCH_PG"])
+        groups["postgres"] = lambda: postgres_pids(pg)
+    return groups
 
 
 async def lags(store, run_ids: list[str]) -> dict:
@@ -282,12 +299,20 @@ async def langgraph(pg: dict, runs: int, turns: int, latency: float, pool_size: 
         for i in range(3):
             await one(warm, i)
         gc.collect()
-        with PeakRSS(lambda: [os.getpid()]) as mem:
+        with PeakRSS(lambda: [os.getpid()]) as mem, CPUWindow(**cpu_groups("langgraph")) as machine:
             t0, c0 = time.perf_counter(), time.process_time()
             done = await asyncio.gather(*(one(app, i) for i in range(runs)))
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         assert {a for a, _ in done} == {"done"}, done
-    return {"wall": wall, "cpu": cpu, "memory": mem.peak - mem.base, "processes": 1, "runs": [t for _, t in done]}
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "machine": machine.machine,
+        "parts": machine.parts(),
+        "memory": mem.peak - mem.base,
+        "processes": 1,
+        "runs": [t for _, t in done],
+    }
 
 
 def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int, tmp: Path) -> dict:
@@ -317,6 +342,7 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
             }
         )
         import django
+        import redis
         from django.core.management import call_command
 
         django.setup()
@@ -352,7 +378,9 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
                         return await run.result(timeout=3600), time.perf_counter() - t, run.run_id
 
                     started_at: list[float] = []
-                    with PeakRSS(pids, every=0.1) as mem:
+                    redis_pid = redis.Redis.from_url(broker).info("server")["process_id"]
+                    groups = cpu_groups("celery", workers=pids, redis=lambda: [redis_pid])
+                    with PeakRSS(pids, every=0.1) as mem, CPUWindow(**groups) as machine:
                         t0 = time.perf_counter()
                         done = await asyncio.gather(*(one() for _ in range(runs)))
                         wall = time.perf_counter() - t0
@@ -362,6 +390,8 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
                     out = {
                         "wall": wall,
                         "cpu": cpu,
+                        "machine": machine.machine,
+                        "parts": machine.parts(),
                         "memory": mem.peak - mem.base,
                         "processes": len(pids()),
                         "runs": [t for _, t, _ in done],
@@ -556,6 +586,7 @@ def main() -> None:
         row, _, without = name.partition(" without ")
         return labels[row] + (f", without {without} (benchmarks/switches.py)" if without else "")
 
+    turns_done = args.runs * args.turns  # model calls: a turn each
     for row, rs in results.items():
         out.append(
             [
@@ -567,6 +598,7 @@ def main() -> None:
                 f"{med([r['memory'] for r in rs]) / args.runs / 1024:.0f} KB",
                 str(rs[0]["processes"]),
                 f"{med([r['cpu'] for r in rs]):.1f} s" if "cpu" in rs[0] else "",
+                f"{med([r['machine'] for r in rs]) / turns_done * 1000:.2f} ms",
             ]
         )
     print(
@@ -580,12 +612,18 @@ def main() -> None:
                 "memory per in-flight run",
                 "processes",
                 "process CPU",
+                "machine CPU a turn",
             ],
             out,
         )
     )
     for row, rs in results.items():
         r = sorted(rs, key=lambda r: r["wall"])[len(rs) // 2]  # the repetition of the median wall
+        parts = {k: med([x["parts"][k] / turns_done * 1000 for x in rs]) for k in r["parts"]}
+        print(
+            f"# {label(row)}: the machine's CPU a turn by process (ms, medians): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in parts.items())
+        )
         if "gc" in r:
             gcs = [{int(k): v for k, v in x["gc"].items()} for x in rs]  # generation -> [passes, s, collected]
             print(

@@ -244,6 +244,67 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy() -> float:
+    """Seconds of CPU the whole machine has been busy so far: every process, every CPU,
+    the kernel's work for them included (Linux: the first line of /proc/stat, all but
+    idle and iowait)."""
+    with open("/proc/stat") as f:
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def process_seconds(pids: list[int]) -> dict[int, float]:
+    """pid -> CPU seconds (user + system) it has used so far, for those of ``pids`` alive."""
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        out[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def postgres_pids(pg: dict) -> list[int]:
+    """The PostgreSQL server's processes (the postmaster and everything under it: the
+    backends, the WAL writer, the checkpointer), found through its data directory."""
+    import psycopg
+
+    with psycopg.connect(**pg, dbname="postgres", autocommit=True) as conn:
+        data = conn.execute("SHOW data_directory").fetchone()[0]
+    pid = int(Path(data, "postmaster.pid").read_text().split()[0])
+    return descendants(pid)
+
+
+class CPUWindow:
+    """The CPU spent during a window (``with``): the whole machine's (:func:`machine_busy`),
+    and that of each named group of processes (``groups``: name -> a function listing
+    their pids now; a process started within counts from 0, one that ended within is
+    not counted). ``machine`` and ``groups`` (name -> seconds) after the window;
+    ``parts()`` adds ``other`` (the machine's less the groups': whatever else ran)."""
+
+    def __init__(self, **groups: Callable[[], list[int]]) -> None:
+        self.listing = groups
+        self.machine = 0.0
+        self.groups: dict[str, float] = {}
+
+    def __enter__(self) -> CPUWindow:
+        self._start = {name: process_seconds(f()) for name, f in self.listing.items()}
+        self._machine = machine_busy()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.machine = machine_busy() - self._machine
+        for name, f in self.listing.items():
+            before = self._start[name]
+            now = process_seconds(f())
+            self.groups[name] = sum(t - before.get(pid, 0.0) for pid, t in now.items())
+
+    def parts(self) -> dict[str, float]:
+        return {**self.groups, "other": max(self.machine - sum(self.groups.values()), 0.0)}
+
+
 def descendants(pid: int) -> list[int]:
     """``pid`` and every process under it (Linux: /proc), e.g. a prefork worker's pool."""
     out, todo = [], [pid]

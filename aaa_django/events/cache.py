@@ -70,6 +70,11 @@ def folded(cursor: int, event_id: str, state: Any, unsaved: int, event_time: Any
     return entry
 
 
+#: states a holder keeps by default: a few projections of each run in flight, for as
+#: many runs as an engine keeps the logs of (``aaa_django.events.tail.MAX_STREAMS``)
+MAX_ENTRIES = 65_536
+
+
 class FoldCache:
     """One shared holder per process: the latest :class:`Folded` per key.
 
@@ -89,7 +94,7 @@ class FoldCache:
     def __init__(
         self,
         *,
-        max_entries: int = 10_000,
+        max_entries: int = MAX_ENTRIES,
         check_every: int = 100,
         background: bool = True,
         idle_after: float = IDLE_AFTER,

@@ -167,8 +167,13 @@ class Tail(EventStore, Protocol):
     def staging(self, stream: str, events: Sequence[Event]) -> contextlib.AbstractContextManager[Staged]: ...
 
 
-#: streams whose logs an engine keeps by default (see the module docstring)
-MAX_STREAMS = 2048
+#: streams whose logs an engine keeps by default (see the module docstring): the runs
+#: in flight one process carries (``aaa_django.runtime.bounded.RUNS_KEPT``). Below the
+#: runs in flight, a least-recently-used bound drops exactly the logs needed next: the
+#: runs that have waited longest on their models are the next to have their replies
+#: (at 3,000 runs in flight under a bound of 2,048, the turns of the runs whose logs
+#: were dropped each read their whole log again: bench_concurrency.py, profiled)
+MAX_STREAMS = 16_384
 
 
 class TailCachedStore:

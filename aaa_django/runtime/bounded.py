@@ -15,11 +15,16 @@ from typing import Any, TypeVar
 #: a bounded map's key
 K = TypeVar("K")
 
+#: runs in flight one engine keeps what it needs of (each map below that is per run is
+#: as large, as are the logs its tail keeps, ``aaa_django.events.tail.MAX_STREAMS``):
+#: past it, the runs in flight push each other's state out and each turn reads it back
+#: (benchmarks/bench_concurrency.py at 3,000 and 10,000 runs)
+RUNS_KEPT = 16_384
 #: runs whose hydrated ``aaa.run.started`` is kept
-STARTED_KEPT = 4096
+STARTED_KEPT = RUNS_KEPT
 #: runs whose rebuilt algorithm is kept (a pure function of the started event), and
 #: distinct (algorithm, config) instances
-ALGORITHMS_KEPT = 1024
+ALGORITHMS_KEPT = RUNS_KEPT
 #: claim-checked events kept hydrated (their payloads read back from the blob store)
 HYDRATED_KEPT = 256
 #: runs whose end this engine delivered, remembered (their ids) so that a delivery of
@@ -27,10 +32,10 @@ HYDRATED_KEPT = 256
 ENDED_KEPT = 1024
 #: runs whose ``aaa.run.completed`` this engine appended, kept: a wait for one of them
 #: (woken by that append) has its outcome without reading the run back
-COMPLETIONS_KEPT = 4096
+COMPLETIONS_KEPT = RUNS_KEPT
 #: results stepped on before their append (``Engine.answer``) whose delivery has not
 #: come yet: it skips the step
-STEPPED_KEPT = 4096
+STEPPED_KEPT = RUNS_KEPT
 
 
 def keep(kept: OrderedDict[K, Any], key: K, value: Any, most: int) -> None:

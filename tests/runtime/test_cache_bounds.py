@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from aaa_django.data import InMemoryBlobStore
 from aaa_django.events import Event, FoldCache, InMemoryEventStore
-from aaa_django.events.cache import Folded
+from aaa_django.events.cache import MAX_ENTRIES, Folded
 from aaa_django.events.store import RecentIds
 from aaa_django.events.tail import MAX_STREAMS, TailCachedStore
 from aaa_django.llm import fake
@@ -37,7 +37,7 @@ def key(stream: str) -> tuple:
 
 
 def test_the_fold_holder_keeps_max_entries_states():
-    assert FoldCache().max_entries == 10_000
+    assert FoldCache().max_entries == MAX_ENTRIES
     cache = FoldCache(max_entries=3)
     for stream in STREAMS:
         cache.publish(key(stream), Folded(1, "e1", {}))
