@@ -2,6 +2,8 @@
 
 A shape we own is a ``TypedDict`` or a dataclass; these aliases are for what is only
 known to be JSON (an event's data, a tool's arguments, a parsed request body).
+Not for pydantic fields: pydantic cannot resolve these string aliases (a field keeps
+``dict[str, Any]``).
 """
 
 from __future__ import annotations
