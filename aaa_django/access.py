@@ -19,7 +19,7 @@ the API and the admin map :class:`Verdict` to 404 and 403 each in its own way.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Protocol
 
 from django.db.models import QuerySet
 
@@ -38,36 +38,45 @@ ACTIONS = {
 }
 
 
+class User(Protocol):
+    """What these rules read of a user: its ``pk`` and ``has_perm`` (a Django user)."""
+
+    @property
+    def pk(self) -> object: ...
+
+    def has_perm(self, perm: str, obj: object = None) -> bool: ...
+
+
 class Verdict(enum.Enum):
     ALLOWED = "allowed"
     NOT_FOUND = "not_found"  # may not see the run: answer as for an unknown id
     FORBIDDEN = "forbidden"  # may see the run, may not do this to it
 
 
-def may_start(user: Any) -> bool:
+def may_start(user: User) -> bool:
     """Whether the user may start runs."""
     return bool(user.has_perm(START))
 
 
-def owns(user: Any, owner_id: Any) -> bool:
+def owns(user: User, owner_id: object) -> bool:
     return owner_id is not None and owner_id == user.pk
 
 
-def sees_all(user: Any) -> bool:
+def sees_all(user: User) -> bool:
     """Whether the user sees every run, not only their own."""
     return bool(user.has_perm(VIEW_ALL))
 
 
-def may_see(user: Any, owner_id: Any) -> bool:
+def may_see(user: User, owner_id: object) -> bool:
     return owns(user, owner_id) or sees_all(user)
 
 
-def may_act(user: Any, owner_id: Any, action: str) -> bool:
+def may_act(user: User, owner_id: object, action: str) -> bool:
     """Whether the user may ``action`` (a key of :data:`ACTIONS`) a run of ``owner_id``."""
     return owns(user, owner_id) or bool(user.has_perm(ACTIONS[action]))
 
 
-def check(user: Any, owner_id: Any, action: str | None = None) -> Verdict:
+def check(user: User, owner_id: object, action: str | None = None) -> Verdict:
     """The verdict on reading (``action`` None) or acting on a run of ``owner_id``."""
     if action is not None and may_act(user, owner_id, action):
         return Verdict.ALLOWED
@@ -76,11 +85,11 @@ def check(user: Any, owner_id: Any, action: str | None = None) -> Verdict:
     return Verdict.ALLOWED if action is None else Verdict.FORBIDDEN
 
 
-def visible(user: Any, runs: QuerySet) -> QuerySet:
+def visible(user: User, runs: QuerySet) -> QuerySet:
     """The runs of ``runs`` (a ``RunRecord`` queryset) the user may see."""
     return runs if sees_all(user) else runs.filter(owner_id=user.pk)
 
 
-def allowed_actions(user: Any, owner_id: Any) -> dict[str, bool]:
+def allowed_actions(user: User, owner_id: object) -> dict[str, bool]:
     """``{"cancel": bool, ...}``: what the user may do to a run of ``owner_id``."""
     return {name: may_act(user, owner_id, name) for name in ACTIONS}

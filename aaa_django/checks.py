@@ -41,8 +41,9 @@ aaa.W020   The API's limits (``API_RATE``, ``API_KEY_FAILURES``,
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from collections.abc import Callable, Sequence
 
+from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
@@ -93,7 +94,7 @@ def _install_hint(missing: str | None) -> str | None:
     return f"pip install 'aaa_django[{extra}]'"
 
 
-def check_aaa_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+def check_aaa_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: object) -> list[Error]:
     site = site_aaa()
     if not isinstance(site, dict):
         return [
@@ -186,7 +187,7 @@ def _storage_backend(alias: str) -> list[Error]:
     ]
 
 
-def check_otel_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+def check_otel_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: object) -> list[Error]:
     """``aaa.E050``: ``AAA["OTEL"]`` is a bool, and True only with OpenTelemetry installed."""
     site = site_aaa()
     value = site.get("OTEL", False) if isinstance(site, dict) else False
@@ -211,7 +212,7 @@ def check_otel_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 
 @register()
-def check_models(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+def check_models(app_configs: Sequence[AppConfig] | None = None, **kwargs: object) -> list[Error]:
     """``aaa.E061`` and ``aaa.E062``: a combination of model settings that cannot work
     is an error at start-up, not a failed run."""
     site = site_aaa()
@@ -287,7 +288,7 @@ def _unbuildable(model: str, base_url: str | None, api_key: str | None) -> str |
 _RATE_PERIODS = ("s", "sec", "m", "min", "h", "hour", "d", "day")
 
 
-def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+def check_api_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: object) -> list[Error]:
     """Checks of the keys read by ``aaa_django.site.host`` and ``aaa_django.api``."""
     site = site_aaa()
     if not isinstance(site, dict):
@@ -361,7 +362,7 @@ def check_api_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 _LOCAL_CACHES = ("django.core.cache.backends.locmem.LocMemCache", "django.core.cache.backends.dummy.DummyCache")
 
 
-def check_api_cache(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+def check_api_cache(app_configs: Sequence[AppConfig] | None = None, **kwargs: object) -> list[Warning]:
     """``aaa.W020``: the API's limits count in the default cache; a per-process one
     lets every process (and every worker of a server) count alone."""
     from django.conf import settings as s
@@ -383,7 +384,7 @@ def check_api_cache(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     ]
 
 
-def _dotted(key: str, path: str, accepts: Any, readable: str) -> list[Error]:
+def _dotted(key: str, path: str, accepts: Callable[[object], bool], readable: str) -> list[Error]:
     try:
         obj = import_string(path)
     except ImportError as exc:
@@ -399,15 +400,15 @@ def _dotted(key: str, path: str, accepts: Any, readable: str) -> list[Error]:
     return []
 
 
-def _is_tool(obj: Any) -> bool:
+def _is_tool(obj: object) -> bool:
     return isinstance(obj, Tool) or callable(obj)
 
 
-def _is_named_projection(obj: Any) -> bool:
+def _is_named_projection(obj: object) -> bool:
     return isinstance(obj, Projection) and bool(obj.name)
 
 
-def _is_agent(obj: Any) -> bool:
+def _is_agent(obj: object) -> bool:
     try:
         from pydantic_ai import Agent
     except ImportError:  # pragma: no cover - depends on the installation
@@ -446,7 +447,7 @@ _UNCERTAIN = ("reconcile", "fail")
 
 
 @register()
-def check_cluster_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+def check_cluster_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: object) -> list[Error]:
     """Types and values of the cluster keys (whatever the bus)."""
     site = site_aaa()
     if not isinstance(site, dict):
@@ -524,7 +525,7 @@ def check_cluster_settings(app_configs: Any = None, **kwargs: Any) -> list[Error
     return errors
 
 
-def _check_queues(value: Any) -> list[Error]:
+def _check_queues(value: object) -> list[Error]:
     kinds = ("algorithms", "llm", "tools")
     if not isinstance(value, dict):
         return [
@@ -550,7 +551,7 @@ def _check_queues(value: Any) -> list[Error]:
 
 
 @register()
-def check_celery_bus(app_configs: Any = None, **kwargs: Any) -> list[Error | Warning]:
+def check_celery_bus(app_configs: Sequence[AppConfig] | None = None, **kwargs: object) -> list[Error | Warning]:
     """With ``BUS = "celery"``: Celery installed, a broker, Redis, not SQLite."""
     site = site_aaa()
     if not isinstance(site, dict) or site.get("BUS") != "celery":
@@ -599,7 +600,9 @@ def check_celery_bus(app_configs: Any = None, **kwargs: Any) -> list[Error | War
 
 
 @register("database")
-def check_sqlite_transaction_mode(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Warning]:
+def check_sqlite_transaction_mode(
+    app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None, **kwargs: object
+) -> list[Warning]:
     """SQLite appenders need ``transaction_mode: IMMEDIATE``.
 
     In SQLite's default deferred mode a transaction that has read cannot take the write
@@ -635,7 +638,7 @@ def check_sqlite_transaction_mode(app_configs: Any = None, databases: Any = None
 
 
 @register()
-def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+def check_retention_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: object) -> list[Error]:
     """``RETENTION``, ``RETENTION_BATCH`` and ``ORPHAN_GRACE``."""
     site = site_aaa()
     if not isinstance(site, dict):

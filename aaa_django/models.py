@@ -16,13 +16,16 @@ import datetime
 import hashlib
 import secrets
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 from aaa_django.runtime import meta
+
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
 
 
 class EventRecord(models.Model):
@@ -250,7 +253,7 @@ class ApiKey(models.Model):
 
     @classmethod
     def create_key(
-        cls, user: Any, *, name: str = "", expires_in: timedelta | None = None, using: str | None = None
+        cls, user: AbstractBaseUser, *, name: str = "", expires_in: timedelta | None = None, using: str | None = None
     ) -> tuple[ApiKey, str]:
         """Store a new key for ``user``; return it and its secret (shown only now)."""
         raw = cls.generate()

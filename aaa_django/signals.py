@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
@@ -57,7 +56,7 @@ class SignalSender(BaseObserver):
     """The engine observer that sends the signals above for ``engine``'s appends to
     the database alias ``using`` (None: a store without transactions, e.g. Redis)."""
 
-    def __init__(self, engine: Any, using: str | None = "default") -> None:
+    def __init__(self, engine: object, using: str | None = "default") -> None:
         self.engine = engine
         self.using = using
 
@@ -77,7 +76,7 @@ class SignalSender(BaseObserver):
     def send(self, events: Sequence[Event]) -> None:
         """Send the signals of ``events`` (committed) now."""
         for e in events:
-            kw: dict[str, Any] = {"run_id": e.stream, "event": e}
+            kw: dict[str, object] = {"run_id": e.stream, "event": e}
             if e.type == RUN_STARTED:
                 self._send(run_started, **kw, algorithm=e.data.get("algorithm"))
             elif e.type == RUN_COMPLETED:
@@ -86,7 +85,7 @@ class SignalSender(BaseObserver):
                 self._send(approval_requested, **kw, request_id=e.id, tool=e.data.get("name"))
             self._send(event_appended, **kw)
 
-    def _send(self, signal: Signal, **kw: Any) -> None:
+    def _send(self, signal: Signal, **kw: object) -> None:
         for receiver, result in signal.send_robust(self.engine, **kw):
             if isinstance(result, Exception):
                 log.error(

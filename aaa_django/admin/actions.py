@@ -7,7 +7,7 @@ Each is a POST (erase and start also have a page) that checks the user's permiss
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.contrib import messages
 from django.contrib.admin import AdminSite
@@ -38,17 +38,17 @@ class RunAdminViews:
 
         def get_run(self, request: HttpRequest, object_id: str, action: str | None = None) -> RunRecord: ...
 
-        def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool: ...
+        def has_view_permission(self, request: HttpRequest, obj: RunRecord | None = None) -> bool: ...
 
         def has_add_permission(self, request: HttpRequest) -> bool: ...
 
         def has_module_permission(self, request: HttpRequest) -> bool: ...
 
-        def _url(self, what: str, run_id: str, *args: Any) -> str: ...
+        def _url(self, what: str, run_id: str, *args: object) -> str: ...
 
         def _using(self) -> str: ...
 
-        def _context(self, request: HttpRequest, run: RunRecord, **extra: Any) -> dict[str, Any]: ...
+        def _context(self, request: HttpRequest, run: RunRecord, **extra: object) -> dict[str, object]: ...
 
 
 class RunActions(RunAdminViews):
@@ -160,7 +160,9 @@ class RunActions(RunAdminViews):
 
     # -- starting a run ------------------------------------------------------------------
 
-    def add_view(self, request: HttpRequest, form_url: str = "", extra_context: Any = None) -> HttpResponse:
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: dict[str, object] | None = None
+    ) -> HttpResponse:
         """Start a run: the form of the chosen algorithm (``?algorithm=``; see
         :mod:`.startform`)."""
         if not self.has_add_permission(request):

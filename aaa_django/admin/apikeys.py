@@ -17,7 +17,7 @@ lets one set that user's password anyway. Without it, staff create keys for them
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -32,8 +32,11 @@ from django.utils.html import format_html
 
 from aaa_django.models import ApiKey
 
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
 
-def may_key_others(user: Any) -> bool:
+
+def may_key_others(user: AbstractBaseUser) -> bool:
     """Whether ``user`` may create keys acting as other users (see the module's doc)."""
     opts = get_user_model()._meta
     return bool(user.has_perm(f"{opts.app_label}.{get_permission_codename('change', opts)}"))
@@ -57,7 +60,7 @@ class ApiKeyCreateForm(forms.Form):
         help_text="Empty: the key never expires (revoke it when it is no longer needed).",
     )
 
-    def __init__(self, *args: Any, creator: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, creator: AbstractBaseUser, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         users = get_user_model()._default_manager.filter(is_active=True)
         if not may_key_others(creator):
@@ -80,7 +83,7 @@ class StateFilter(admin.SimpleListFilter):
     title = "state"
     parameter_name = "state"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
         return [("active", "active"), ("expired", "expired"), ("revoked", "revoked")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
@@ -115,7 +118,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         css = {"active": "success", "expired": "cancelled", "revoked": "failed"}[state]
         return format_html('<span class="aaa-badge aaa-{}">{}</span>', css, state)
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: ApiKey | None = None) -> bool:
         return False  # revoke instead: the key stays as the record of who had access
 
     # -- revoking ----------------------------------------------------------------------
@@ -165,7 +168,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     # -- creating ----------------------------------------------------------------------
 
-    def add_view(self, request: HttpRequest, form_url: str = "", extra_context: Any = None) -> HttpResponse:
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: dict[str, object] | None = None
+    ) -> HttpResponse:
         if not self.has_add_permission(request):
             raise PermissionDenied
         form = ApiKeyCreateForm(request.POST or None, creator=request.user)

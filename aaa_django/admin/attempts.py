@@ -12,6 +12,7 @@ claim-checked request shows what its stub keeps.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -116,7 +117,7 @@ def model_calls(run_id: str, using: str = "default", *, shown: int = CALLS_SHOWN
     return Calls(list(calls.values()), max(0, total - len(calls)))
 
 
-def _result(call: ModelCall, attempt: Attempt | None, kind: str, seq: int, d: dict[str, Any]) -> None:
+def _result(call: ModelCall, attempt: Attempt | None, kind: str, seq: int, d: Mapping[str, object]) -> None:
     """How the attempt a result names went, and the client's attempts before it."""
     if attempt is None:
         return
@@ -139,7 +140,7 @@ def _result(call: ModelCall, attempt: Attempt | None, kind: str, seq: int, d: di
             earlier.cost = 0.0
 
 
-def _told(attempt: Attempt, outcome: str, seq: int, d: dict[str, Any], *, estimated: bool = False) -> None:
+def _told(attempt: Attempt, outcome: str, seq: int, d: Mapping[str, object], *, estimated: bool = False) -> None:
     attempt.outcome = outcome
     attempt.outcome_seq = seq
     attempt.estimated = estimated
@@ -150,7 +151,7 @@ def _told(attempt: Attempt, outcome: str, seq: int, d: dict[str, Any], *, estima
         attempt.tokens = f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"
 
 
-def _data(raw: Any) -> dict[str, Any]:
+def _data(raw: object) -> dict[str, Any]:
     try:
         d = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
@@ -169,7 +170,7 @@ def attempted_summary(d: dict[str, Any]) -> str:
     )
 
 
-def abandoned_summary(d: dict[str, Any]) -> str:
+def abandoned_summary(d: Mapping[str, Any]) -> str:
     """The timeline's line for an ``aaa.llm.abandoned``."""
     return (
         f"attempt {d.get('attempt')} abandoned (its process died with it in flight) · counted at its "

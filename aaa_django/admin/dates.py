@@ -21,6 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import admin
 from django.db import models
+from django.http import HttpRequest
 from django.utils import timezone
 
 __all__ = ["ProbedDates", "StartedFilter", "period_start"]
@@ -78,7 +79,15 @@ class StartedFilter(admin.DateFieldListFilter):
     start of the minute an hour ago) and the **past 24 hours** first, for acting on
     what was just started (select all, then an action)."""
 
-    def __init__(self, field: Any, request: Any, params: Any, model: Any, model_admin: Any, field_path: str) -> None:
+    def __init__(
+        self,
+        field: models.Field,
+        request: HttpRequest,
+        params: dict[str, list[str]],
+        model: type[models.Model],
+        model_admin: admin.ModelAdmin,
+        field_path: str,
+    ) -> None:
         super().__init__(field, request, params, model, model_admin, field_path)
         now = timezone.localtime(timezone.now()).replace(second=0, microsecond=0)
         until = {self.lookup_kwarg_until: now + timedelta(days=1)}

@@ -8,14 +8,19 @@ process's :class:`~aaa_django.site.host.EngineHost`, whose loop thread keeps the
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from typing import Any, TypeVar
+from datetime import datetime
+from types import EllipsisType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aaa_django.runtime import Engine, RunNotEndedError, validation
 from aaa_django.runtime.fork import fork as fork_run
-from aaa_django.site.host import EngineHost, EngineUnavailable
+from aaa_django.site.host import EngineHost, EngineUnavailable, EngineWork
 from aaa_django.store import runindex
 
 R = TypeVar("R")
+
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
 
 __all__ = [
     "EngineUnavailable",
@@ -37,25 +42,25 @@ __all__ = [
 CHUNK = 100
 
 
-def call(fn: Callable[[Engine], Coroutine[Any, Any, R]], timeout: float | None = 30.0) -> R:
+def call(fn: EngineWork[R], timeout: float | None = 30.0) -> R:
     """``await fn(engine)`` on the process's engine host."""
     return EngineHost.get().call(fn, timeout=timeout)
 
 
-def who(user: Any) -> str:
+def who(user: AbstractBaseUser) -> str:
     """How the admin records the person who acted (``by`` in the event)."""
     return f"{user.get_username()} (user {user.pk}, admin)"
 
 
-def cancel(run_id: str, *, user: Any, reason: str | None) -> bool:
+def cancel(run_id: str, *, user: AbstractBaseUser, reason: str | None) -> bool:
     return bool(call(lambda e: e.cancel(run_id, reason=reason or None, by=who(user))))
 
 
-def approve(run_id: str, request_id: str, *, user: Any, reason: str | None) -> bool:
+def approve(run_id: str, request_id: str, *, user: AbstractBaseUser, reason: str | None) -> bool:
     return bool(call(lambda e: e.approve(run_id, request_id, by=who(user), reason=reason or None)))
 
 
-def deny(run_id: str, request_id: str, *, user: Any, reason: str | None) -> bool:
+def deny(run_id: str, request_id: str, *, user: AbstractBaseUser, reason: str | None) -> bool:
     return bool(call(lambda e: e.deny(run_id, request_id, by=who(user), reason=reason or None)))
 
 
@@ -71,7 +76,7 @@ def erase(run_id: str, *, using: str = "default") -> int:
     return int(count)
 
 
-def cancel_many(run_ids: Iterable[str], *, user: Any, reason: str | None) -> list[str]:
+def cancel_many(run_ids: Iterable[str], *, user: AbstractBaseUser, reason: str | None) -> list[str]:
     """Ask each run to cancel; the ids of those asked (not those that had ended)."""
 
     async def each(e: Engine, ids: list[str]) -> list[str]:
@@ -119,21 +124,24 @@ def _chunked(fn: Callable[[Engine, list[str]], Coroutine[Any, Any, list[str]]], 
     return out
 
 
-def _on(
-    fn: Callable[[Engine, list[str]], Coroutine[Any, Any, R]], ids: list[str]
-) -> Callable[[Engine], Coroutine[Any, Any, R]]:
+def _on(fn: Callable[[Engine, list[str]], Coroutine[Any, Any, R]], ids: list[str]) -> EngineWork[R]:
     return lambda e: fn(e, ids)
 
 
 def start(
-    algorithm: Any, input: Any, *, user: Any, budget: Mapping[str, Any] | None = None, deadline: float | None = None
+    algorithm: object,
+    input: object,
+    *,
+    user: AbstractBaseUser,
+    budget: Mapping[str, object] | None = None,
+    deadline: float | None = None,
 ) -> str:
     """Start a run owned by ``user``; return its id."""
     run = call(lambda e: e.start(algorithm, input, budget=budget, deadline=deadline, owner=str(user.pk)))
     return run.run_id
 
 
-def run_again(run_id: str, *, user: Any) -> str:
+def run_again(run_id: str, *, user: AbstractBaseUser) -> str:
     """A new run of ``run_id``'s algorithm, input, config, budget and deadline (as long
     as the run had), for ``user``: a fork at its first event, so the new run records
     where it came from; return its id."""
@@ -141,7 +149,7 @@ def run_again(run_id: str, *, user: Any) -> str:
     return run.run_id
 
 
-def start_errors(config: Any, budget: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def start_errors(config: object, budget: Mapping[str, object] | None) -> list[dict[str, Any]]:
     """Why the engine's start checks would refuse a run with ``config`` and ``budget``
     (a cost budget over an unpriced model), as the REST API asks before starting one."""
 
@@ -155,10 +163,10 @@ def fork(
     run_id: str,
     at: int,
     *,
-    user: Any,
-    config: Mapping[str, Any] | None,
-    budget: Mapping[str, Any] | None,
-    deadline: Any = ...,
+    user: AbstractBaseUser,
+    config: Mapping[str, object] | None,
+    budget: Mapping[str, object] | None,
+    deadline: float | datetime | EllipsisType | None = ...,
 ) -> str:
     """Fork ``run_id`` at event ``at`` for ``user`` (see
     :func:`aaa_django.runtime.fork.fork`); return the new run's id."""

@@ -15,8 +15,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
@@ -126,6 +124,6 @@ class RunExchange(RunAdminViews):
         return HttpResponseRedirect(self._url("change", new_id))
 
 
-def forks_of(using: str, run_id: str, limit: int) -> list[Any]:
+def forks_of(using: str, run_id: str, limit: int) -> list[RunRecord]:
     """The runs forked from ``run_id`` (newest first)."""
     return list(RunRecord.objects.using(using).filter(forked_from=run_id).order_by("-started_at")[:limit])

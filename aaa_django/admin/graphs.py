@@ -119,7 +119,7 @@ def is_fsm(algorithm: type) -> bool:
     return issubclass(algorithm, FSM)
 
 
-def graph_picture(algorithm: type, config: Any, events: Sequence[Event]) -> GraphPicture | None:
+def graph_picture(algorithm: type, config: object, events: Sequence[Event]) -> GraphPicture | None:
     """The picture of a run of ``algorithm`` (a WorkflowGraph or FSM class, or a
     subclass) with ``config`` (the run's, as started), or None for another algorithm.
     Raises ``pydantic.ValidationError`` for a config the algorithm refuses."""
@@ -130,12 +130,12 @@ def graph_picture(algorithm: type, config: Any, events: Sequence[Event]) -> Grap
     return None
 
 
-def _ending(events: Iterable[Event]) -> tuple[str | None, Any]:
+def _ending(events: Iterable[Event]) -> tuple[str | None, object]:
     end = next((e for e in events if e.type == RUN_COMPLETED), None)
     return (end.data.get("outcome"), end.data.get("value")) if end is not None else (None, None)
 
 
-def _short(text: Any, limit: int = 120) -> str:
+def _short(text: object, limit: int = 120) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -335,7 +335,7 @@ def _levels(
     return {name: rank.get(name, last) for name in names}, met
 
 
-def _fsm_note(outcome: str | None, value: Any) -> str:
+def _fsm_note(outcome: str | None, value: object) -> str:
     if outcome is None or not isinstance(value, dict):
         return ""
     if value.get("reason") == "unknown_transition":

@@ -13,10 +13,13 @@ so a screen reader and a hover say what a bar is.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
+
+if TYPE_CHECKING:
+    from .graphs import GraphNode, GraphPicture
 
 from aaa_django.runtime.event_types import (
     APPROVAL_DENIED,
@@ -258,12 +261,12 @@ STATUSES = (
 )
 
 
-def _box(node: Any, top: float) -> tuple[float, float]:
+def _box(node: GraphNode, top: float) -> tuple[float, float]:
     """The top left corner of a node's box (``top``: the room above the first row)."""
     return G_PAD + node.rank * (G_W + G_GAP_X), top + node.row * (G_H + G_GAP_Y)
 
 
-def _edge_path(a: Any, b: Any, back: int, top: float) -> tuple[str, float, float]:
+def _edge_path(a: GraphNode, b: GraphNode, back: int, top: float) -> tuple[str, float, float]:
     """The SVG path of an edge from node ``a`` to node ``b`` and where its label goes:
     forward (a later column) from side to side; a loop above a node to itself; within
     a column from bottom to top (or top to bottom); backward over both boxes."""
@@ -307,7 +310,7 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def graph(picture: Any) -> SafeString:
+def graph(picture: GraphPicture) -> SafeString:
     """A :class:`~aaa_django.admin.graphs.GraphPicture` as an SVG: a box per node (its
     status as its colour, the order the run reached it as ``#n``), an arrow per edge,
     the ones the run went along drawn strong (``×n`` when more than once), the path and

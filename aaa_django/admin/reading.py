@@ -15,9 +15,9 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from aaa_django.data import BlobRef, is_claimed
+from aaa_django.data import BlobReader, BlobRef, is_claimed
 from aaa_django.data.errors import BlobError, BlobIntegrityError, BlobNotFoundError
-from aaa_django.events import Event, Projection, default_cache
+from aaa_django.events import Event, EventReader, Projection, default_cache
 from aaa_django.llm.conversation import CONVERSATION
 from aaa_django.reading import projections as registry
 from aaa_django.reading.hydrated import hydrated, hydrating
@@ -67,7 +67,7 @@ class Folded:
 
     name: str
     short: str
-    state: Any = None  # JSON-ready
+    state: object = None  # JSON-ready
     seq: int = 0
     source: str = ""
     base_seq: int = 0
@@ -157,7 +157,7 @@ def runmeta(run_id: str, *, using: str = "default") -> Folded:
     return fold_one(RUNMETA.key, RUNMETA, reader, run_id)
 
 
-def fold_one(name: str, projection: Projection, reader: Any, run_id: str, *, at: int | None = None) -> Folded:
+def fold_one(name: str, projection: Projection, reader: EventReader, run_id: str, *, at: int | None = None) -> Folded:
     out = Folded(name=name, short=name.rsplit(".", 1)[-1])
     try:
         loaded = async_to_sync(projection.load_info)(reader, run_id, cache=default_cache if at is None else None, at=at)
@@ -176,7 +176,7 @@ def fold_one(name: str, projection: Projection, reader: Any, run_id: str, *, at:
     return out
 
 
-def state_json(state: Any) -> Any:
+def state_json(state: object) -> object:
     """A folded state as JSON-ready data, whatever its type."""
     try:
         return registry.state_json(state)
@@ -226,7 +226,7 @@ class BlobView:
         return self.data is not None and len(self.data) > PREVIEW_BYTES
 
 
-def check(view: BlobView, blobs: Any, *, keep: bool = False) -> BlobView:
+def check(view: BlobView, blobs: BlobReader | None, *, keep: bool = False) -> BlobView:
     """Read and verify the blob; record the result (and the bytes when ``keep``)."""
     if blobs is None:
         view.ok, view.status = False, "no blob store is configured (AAA['BLOB_STORAGE'])"

@@ -8,20 +8,19 @@ to the run page, where the timeline reads them in order.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.core.paginator import Paginator
 from django.db import connections
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from aaa_django import access
-from aaa_django.models import RunRecord
+from aaa_django.models import EventRecord, RunRecord, SnapshotRecord
 from aaa_django.store import rows
 
 from . import timeline
@@ -33,13 +32,13 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     actions = None
     show_full_result_count = False  # a COUNT(*) of the whole log on every page: no
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
@@ -99,7 +98,7 @@ def indexed_values(field: str, table: str) -> type[admin.SimpleListFilter]:
         title = field
         parameter_name = field
 
-        def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
             queryset = model_admin.get_queryset(request)
             if access.sees_all(request.user):
                 values = rows.distinct(connections[queryset.db], field, table)
@@ -134,12 +133,12 @@ class EventAdmin(ReadOnlyAdmin):
     list_per_page = 50
 
     @admin.display(description="run", ordering="stream")
-    def run(self, e: Any) -> str:
+    def run(self, e: EventRecord) -> str:
         page = timeline.page_of(e.seq, timeline.PAGE_SIZE)
         return _run_link(self.admin_site, e.stream, f"?page={page}#e{e.seq}")
 
     @admin.display(description="summary")
-    def summary_col(self, e: Any) -> str:
+    def summary_col(self, e: EventRecord) -> str:
         try:
             data = json.loads(e.data)
         except ValueError:
@@ -158,5 +157,5 @@ class SnapshotAdmin(ReadOnlyAdmin):
     fields = readonly_fields
 
     @admin.display(description="run", ordering="stream")
-    def stream_link(self, s: Any) -> str:
+    def stream_link(self, s: SnapshotRecord) -> str:
         return _run_link(self.admin_site, s.stream)

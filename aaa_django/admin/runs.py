@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote, unquote
@@ -57,6 +57,12 @@ from .exchange import RunExchange, forks_of
 from .records import EstimatingPaginator, indexed_values
 from .transcript import RunTranscript
 
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.utils.safestring import SafeString
+
+    from aaa_django.runtime.meta import RunMeta
+
 #: blobs listed (and verified) per page of the run page
 BLOBS_PER_PAGE = 10
 #: children listed on the run page
@@ -88,7 +94,7 @@ def format_duration(d: timedelta | None) -> str:
 VIEW = "aaa.view_runrecord"
 
 
-def may_use_runs(user: Any) -> bool:
+def may_use_runs(user: AbstractBaseUser) -> bool:
     """Whether the admin offers the Runs pages to this user at all (which runs they
     see there and what they may do to them is :mod:`aaa_django.access`)."""
     if not (user.is_active and user.is_staff):
@@ -134,12 +140,12 @@ def _graph_events(run_id: str, using: str) -> list[Event]:
 class RunGraph:
     """The run page's graph: its SVG, or why there is none; ``kind``: "workflow" or "fsm"."""
 
-    svg: Any = None
+    svg: SafeString | None = None
     reason: str = ""
     kind: str = "workflow"
 
 
-def run_graph(run: RunRecord, config: Any, using: str) -> RunGraph | None:
+def run_graph(run: RunRecord, config: object, using: str) -> RunGraph | None:
     """The graph of a WorkflowGraph or FSM run (None for other algorithms)."""
     algorithm = algorithms.get(run.algorithm) if algorithms.known(run.algorithm) else None
     if algorithm is None or not graphs.draws(algorithm):
@@ -156,6 +162,7 @@ def run_graph(run: RunRecord, config: Any, using: str) -> RunGraph | None:
         )
     except BlobError as exc:
         return RunGraph(reason=f"A child run's end cannot be read: {exc}", kind=kind)
+    assert picture is not None  # graphs.draws(algorithm): a WorkflowGraph or an FSM, drawn
     return RunGraph(svg=pictures.graph(picture), kind=kind)
 
 
@@ -226,7 +233,7 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
     def duration_col(self, run: RunRecord) -> str:
         return format_duration(duration(run))
 
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, object] | None = None) -> HttpResponse:
         may_import = request.user.has_perm("aaa.import_run")
         response = super().changelist_view(
             request, {"title": "Runs", "may_import": may_import, **(extra_context or {})}
@@ -250,15 +257,15 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
     def has_module_permission(self, request: HttpRequest) -> bool:
         return may_use_runs(request.user)
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_view_permission(self, request: HttpRequest, obj: RunRecord | None = None) -> bool:
         if obj is None:
             return may_use_runs(request.user)
         return may_use_runs(request.user) and access.may_see(request.user, obj.owner_id)
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: RunRecord | None = None) -> bool:
         return False  # a run changes only through the engine (the actions below)
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: RunRecord | None = None) -> bool:
         return False  # erasing is an engine action with its own confirmation page
 
     # -- urls --------------------------------------------------------------------------
@@ -291,7 +298,7 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
         ]
         return mine + super().get_urls()
 
-    def _url(self, what: str, run_id: str, *args: Any) -> str:
+    def _url(self, what: str, run_id: str, *args: object) -> str:
         name = f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{what}"
         return reverse(name, args=(quote(run_id), *args))
 
@@ -313,7 +320,7 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
     def _using(self) -> str:
         return "default"
 
-    def _context(self, request: HttpRequest, run: RunRecord, **extra: Any) -> dict[str, Any]:
+    def _context(self, request: HttpRequest, run: RunRecord, **extra: object) -> dict[str, object]:
         ctx = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -329,7 +336,7 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
         return ctx
 
     def change_view(
-        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, object] | None = None
     ) -> HttpResponse:
         run = self.get_run(request, object_id)
         using = self._using()
@@ -392,7 +399,7 @@ class RunAdmin(RunActions, RunExchange, RunBulkActions, RunTranscript, admin.Mod
         )
         return TemplateResponse(request, "aaa/admin/run.html", ctx)
 
-    def _approvals(self, run_id: str, meta: Any, using: str) -> list[dict[str, Any]]:
+    def _approvals(self, run_id: str, meta: RunMeta | None, using: str) -> list[dict[str, object]]:
         """Pending approval gates, with the arguments of the call they hold."""
         if meta is None or not meta.approvals or meta.completed:
             return []
@@ -599,12 +606,12 @@ def _int(raw: Any) -> int | None:
         return None
 
 
-def _schema_text(config: Any) -> str | None:
+def _schema_text(config: object) -> str | None:
     """The JSON schema of the run's structured result, if its config has one
     (``output_schema``: ToolLoop, ReAct, PydanticAIAgent)."""
     schema = config.get("output_schema") if isinstance(config, dict) else None
     return _pretty(schema) if schema else None
 
 
-def _pretty(value: Any) -> str:
+def _pretty(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)

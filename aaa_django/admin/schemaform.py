@@ -32,6 +32,7 @@ import inspect
 import json
 import re
 import types
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, Union, get_args, get_origin
@@ -83,7 +84,7 @@ class Section:
         for field in self.fields.values():
             field.required = False
 
-    def collect(self, cleaned: dict[str, Any]) -> dict[str, Any]:
+    def collect(self, cleaned: Mapping[str, object]) -> dict[str, Any]:
         """The model's data from the cleaned fields: an empty field is left out (the
         key's default) or null (where the key may be null)."""
         data: dict[str, Any] = {}
@@ -100,7 +101,7 @@ class Section:
                 data[key.name] = value
         return data
 
-    def field_for(self, loc: tuple[Any, ...] | list[Any]) -> str | None:
+    def field_for(self, loc: Sequence[object]) -> str | None:
         """The form field an error at ``loc`` (pydantic's, within this model) belongs to."""
         if not loc:
             return None
@@ -174,7 +175,7 @@ def _field(
 class JsonField(forms.JSONField):
     """One key's JSON; empty when there is no value (not ``null``)."""
 
-    def prepare_value(self, value: Any) -> Any:
+    def prepare_value(self, value: object) -> object:
         return "" if value is None else super().prepare_value(value)
 
 
@@ -183,12 +184,12 @@ class LinesField(forms.CharField):
 
     widget = forms.Textarea(attrs={"rows": 3, "cols": 60, "class": "vLargeTextField"})
 
-    def prepare_value(self, value: Any) -> Any:
+    def prepare_value(self, value: object) -> object:
         if isinstance(value, (list, tuple)):
             return "\n".join(str(v) for v in value)
         return value
 
-    def to_python(self, value: Any) -> list[str]:
+    def to_python(self, value: object) -> list[str]:
         text = super().to_python(value)
         return [line.strip() for line in text.splitlines() if line.strip()]
 
@@ -218,12 +219,12 @@ def _choices(annotation: Any) -> list[tuple[Any, str]] | None:
     return None
 
 
-def _match(raw: Any, values: dict[Any, str]) -> Any:
+def _match(raw: object, values: Mapping[object, str]) -> object:
     """The choice whose text is ``raw`` (a posted value is always text)."""
     return next((v for v in values if str(v) == raw), raw)
 
 
-def _default(info: FieldInfo) -> Any:
+def _default(info: FieldInfo) -> object:
     if info.default is not PydanticUndefined:
         return info.default
     if info.default_factory is not None:
@@ -269,7 +270,7 @@ def _bounds_text(bounds: dict[str, Any], kind: str) -> str:
     return (", ".join(said).capitalize() + ".") if said else ""
 
 
-def _initial(kind: str, default: Any) -> Any:
+def _initial(kind: str, default: object) -> object:
     if isinstance(default, enum.Enum):
         return str(default.value)
     if kind == CHOICE:
@@ -277,7 +278,7 @@ def _initial(kind: str, default: Any) -> Any:
     return default
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     if isinstance(value, enum.Enum):
         value = value.value
     if isinstance(value, str):
@@ -300,7 +301,7 @@ def sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
-def _empty(value: Any) -> bool:
+def _empty(value: object) -> bool:
     return value is None or value == "" or value == [] or value == {}
 
 

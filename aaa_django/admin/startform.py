@@ -24,6 +24,7 @@ from django import forms
 from django.forms.boundfield import BoundField
 from pydantic import BaseModel, ValidationError
 
+from aaa_django.data.jsonvalue import JSONObject, JSONValue
 from aaa_django.runtime import Budget, registry
 from aaa_django.validate import validate
 
@@ -49,7 +50,7 @@ def default_algorithm() -> str | None:
     return names[0] if names else None
 
 
-def chosen_algorithm(raw: Any) -> str | None:
+def chosen_algorithm(raw: object) -> str | None:
     """The algorithm a request names (``?algorithm=``), if registered, else the default."""
     return raw if isinstance(raw, str) and registry.known(raw) else default_algorithm()
 
@@ -58,7 +59,7 @@ def chosen_algorithm(raw: Any) -> str | None:
 class SiteTool:
     name: str
     description: str
-    spec: dict[str, Any]
+    spec: JSONObject
 
 
 def site_tools() -> list[SiteTool]:
@@ -230,10 +231,10 @@ class StartRunForm(forms.Form):
 
     # -- checking ---------------------------------------------------------------------------
 
-    def clean_input_json(self) -> Any:
+    def clean_input_json(self) -> JSONValue:
         return _parse(self.cleaned_data.get("input_json"), "the input")
 
-    def clean_config_json(self) -> Any:
+    def clean_config_json(self) -> JSONValue:
         value = _parse(self.cleaned_data.get("config_json"), "the config")
         if value is not None and not isinstance(value, dict):
             raise forms.ValidationError("The config is a JSON object.")
@@ -289,7 +290,7 @@ class StartRunForm(forms.Form):
             section = {"budget": self.budget, "config": self.config}.get(str(part))
             self._place({**e, "loc": loc[1:]}, str(part), section)
 
-    def _place(self, error: Mapping[str, Any] | Any, part: str, where: Section | str | None) -> None:
+    def _place(self, error: Mapping[str, Any], part: str, where: Section | str | None) -> None:
         loc = tuple(error.get("loc") or ())
         msg = str(error.get("msg") or "invalid")
         if isinstance(where, Section):
@@ -308,11 +309,11 @@ class StartRunForm(forms.Form):
         self.add_error(where, f"{part}{'.' + path if path else ''}: {msg}")
 
 
-def _is_model(model: Any) -> bool:
+def _is_model(model: object) -> bool:
     return isinstance(model, type) and issubclass(model, BaseModel)
 
 
-def _parse(raw: Any, what: str) -> Any:
+def _parse(raw: object, what: str) -> JSONValue:
     text = str(raw or "").strip()
     if not text:
         return None
@@ -322,7 +323,7 @@ def _parse(raw: Any, what: str) -> Any:
         raise forms.ValidationError(f"{what} is not JSON: {exc}") from None
 
 
-def _summary(cls: Any) -> str:
+def _summary(cls: object) -> str:
     """The first paragraph of the algorithm's docstring."""
     doc = (getattr(cls, "__doc__", None) or "").strip()
     return sentence(doc.split("\n\n")[0]) if doc else ""

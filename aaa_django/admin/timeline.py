@@ -209,7 +209,7 @@ def _clip(text: str, n: int = SUMMARY_CHARS) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
@@ -229,7 +229,7 @@ def _usage(usage: Any, cost: Any) -> str:
     return line
 
 
-def _args(args: Any) -> str:
+def _args(args: object) -> str:
     if isinstance(args, dict):
         return ", ".join(f"{k}={_json(v)}" for k, v in args.items())
     return _json(args)

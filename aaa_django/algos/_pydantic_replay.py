@@ -12,15 +12,26 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic_ai import messages as pm
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities.abstract import ValidatedToolArgs, WrapModelRequestHandler, WrapToolExecuteHandler
 from pydantic_ai.exceptions import CallDeferred, ToolFailed, UsageLimitExceeded
+from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.models.test import TestModel
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.tools import (
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    ToolApproved,
+    ToolDefinition,
+    ToolDenied,
+)
 from pydantic_core import to_jsonable_python
 
+from aaa_django.data.jsonvalue import JSONObject
 from aaa_django.llm.conversation import CONVERSATION
 from aaa_django.llm.messages import Message, Usage
 from aaa_django.llm.pydantic_ai_messages import from_model_messages, to_model_response, tool_specs
@@ -35,26 +46,30 @@ if TYPE_CHECKING:  # pragma: no cover
 #: the conversation thread of the agent's model requests
 THREAD = "agent"
 
+E = TypeVar("E", bound=BaseException)
+
 
 class Suspend(Exception):
     """The agent asked for a model response the log does not have yet."""
 
 
 @dataclass
-class Replay(AbstractCapability[Any]):
+class Replay(AbstractCapability[object]):
     """Answers the agent's durable units from the journal; see the module docstring."""
 
     journal: Journal
     count: int = 0
     #: ``(index, ModelRequestContext)`` of the first unanswered model request
-    pending: Any = None
+    pending: tuple[int, ModelRequestContext] | None = None
     asked: set[str] = field(default_factory=set)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
         return None
 
-    async def wrap_model_request(self, ctx: Any, *, request_context: Any, handler: Any) -> Any:
+    async def wrap_model_request(
+        self, ctx: RunContext[object], *, request_context: ModelRequestContext, handler: WrapModelRequestHandler
+    ) -> pm.ModelResponse:
         k = self.count
         self.count += 1
         if k < len(self.journal.models):
@@ -68,7 +83,15 @@ class Replay(AbstractCapability[Any]):
         self.pending = (k, request_context)
         raise Suspend()
 
-    async def wrap_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any) -> Any:
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[object],
+        *,
+        call: pm.ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> object:
         answer = self.journal.tools.get(call.tool_call_id)
         if answer is None:
             raise CallDeferred()  # the ToolHandler runs it: asked for when the run pauses
@@ -76,7 +99,9 @@ class Replay(AbstractCapability[Any]):
             return answer.result
         raise ToolFailed(answer.error or "the tool failed")
 
-    async def handle_deferred_tool_calls(self, ctx: Any, *, requests: DeferredToolRequests) -> Any:
+    async def handle_deferred_tool_calls(
+        self, ctx: RunContext[object], *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
         # A call that needs approval got it at our gate (its result is in the log):
         # approve it here, and wrap_tool_execute hands over that result.
         approved: dict[str, bool | ToolApproved | ToolDenied] = {
@@ -85,7 +110,9 @@ class Replay(AbstractCapability[Any]):
         return DeferredToolResults(approvals=approved) if approved else None
 
 
-async def replay(ctx: Ctx, agent: Any, journal: Journal, *, model: str | None, path: str) -> tuple[str, Any] | None:
+async def replay(
+    ctx: Ctx, agent: Any, journal: Journal, *, model: str | None, path: str
+) -> tuple[str, JSONObject] | None:
     """Replay the agent once: the run's outcome when it ended, else None (this step
     asked for a model response or tool calls, replied in a conversation, or waits for
     the next message). In a conversation, one ``agent.run`` per message, each with the
@@ -132,12 +159,13 @@ async def replay(ctx: Ctx, agent: Any, journal: Journal, *, model: str | None, p
     return None
 
 
-def _as_text(output: Any) -> str:
+def _as_text(output: object) -> str:
     """An agent's output as a reply: text as it is, anything else as JSON."""
     return output if isinstance(output, str) else json.dumps(to_jsonable_python(output), ensure_ascii=False)
 
 
 async def _ask_model(ctx: Ctx, capability: Replay, model: str | None, path: str) -> None:
+    assert capability.pending is not None  # set by the request that suspended the replay
     k, request = capability.pending
     messages = _once(from_model_messages(_with_instructions(request)))
     specs, output = tool_specs(request.model_request_parameters)
@@ -147,7 +175,7 @@ async def _ask_model(ctx: Ctx, capability: Replay, model: str | None, path: str)
         delta = messages[len(seen) :]
     else:  # the agent's history is not the conversation so far (it rewrote it): start afresh
         thread, delta = f"{THREAD}-{k + 1}", messages
-    data: dict[str, Any] = {
+    data: dict[str, object] = {
         "messages": [m.model_dump(mode="json", exclude_none=True) for m in delta],
         "thread": thread,
         "tag": f"agent-{k + 1}",
@@ -165,7 +193,7 @@ async def _ask_model(ctx: Ctx, capability: Replay, model: str | None, path: str)
     ctx.emit(LLM_REQUESTED, data, key=("llm", ("agent", k + 1)))
 
 
-def _with_instructions(request: Any) -> list[pm.ModelMessage]:
+def _with_instructions(request: ModelRequestContext) -> list[pm.ModelMessage]:
     """The request's messages, its instructions on its last ``ModelRequest`` (where the
     agent renders them from ``instruction_parts`` when it sends them)."""
     messages = list(request.messages)
@@ -190,7 +218,7 @@ def _once(messages: list[Message]) -> list[Message]:
     return out
 
 
-def _params(settings: Any) -> dict[str, Any]:
+def _params(settings: ModelSettings | None) -> dict[str, Any]:
     """The JSON-ready model settings (what a handler's client can pass on)."""
     out = {}
     for k, v in dict(settings or {}).items():
@@ -202,7 +230,7 @@ def _params(settings: Any) -> dict[str, Any]:
     return out
 
 
-def _find(exc: BaseException, kind: type) -> Any:
+def _find(exc: BaseException, kind: type[E]) -> E | None:
     if isinstance(exc, kind):
         return exc
     if isinstance(exc, BaseExceptionGroup):

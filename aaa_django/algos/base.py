@@ -8,10 +8,12 @@ for next. It keeps no state between steps: any process can rebuild it from the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from aaa_django.data.jsonvalue import JSONObject
 from aaa_django.events import Event
 from aaa_django.runtime import Ctx
 from aaa_django.runtime.registry import register
@@ -43,23 +45,23 @@ class Algorithm:
     #: the handlers still see them.
     ignores: ClassVar[frozenset[str]] = frozenset()
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__:
             register(cls)
 
-    def __init__(self, **config: Any) -> None:
+    def __init__(self, **config: object) -> None:
         self.cfg = self.Config(**config)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config()!r})"
 
-    def config(self) -> dict[str, Any]:
+    def config(self) -> JSONObject:
         """The JSON config saved in ``aaa.run.started``."""
         return self.cfg.model_dump(mode="json")
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> Algorithm:
+    def from_config(cls, config: Mapping[str, object]) -> Algorithm:
         """Rebuild an instance from its JSON config (what another process does)."""
         obj = cls.__new__(cls)
         obj.cfg = cls.Config.model_validate(config)

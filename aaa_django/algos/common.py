@@ -37,6 +37,8 @@ from aaa_django.runtime.event_types import (
     TOOL_STARTED,
 )
 
+from .base import Algorithm
+
 #: Events that never change what an algorithm decides: the requests it made itself
 #: (their results will; a proposed structured result too), the tool guard's intent, approval gates (the tool's result
 #: follows the decision), its replies and a tool's questions (the tool's result comes
@@ -67,19 +69,19 @@ def reply_text(data: Mapping[str, Any]) -> str:
     return message.get("content") or ""
 
 
-def as_text(value: Any) -> str:
+def as_text(value: object) -> str:
     """A tool result or run value as text: strings as they are, the rest as JSON."""
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def failure_text(data: Mapping[str, Any]) -> str:
+def failure_text(data: Mapping[str, object]) -> str:
     """``"reason: error"`` of a failed model or tool call."""
     return f"{data.get('reason') or 'error'}: {data.get('error') or ''}".rstrip(": ")
 
 
-def child_result(data: Mapping[str, Any]) -> tuple[bool, str]:
+def child_result(data: Mapping[str, object]) -> tuple[bool, str]:
     """``(ok, text)`` of an ``aaa.child.completed``: on ``success`` the value's
     ``"text"`` (ToolLoop and most algorithms answer ``{"text": ...}``) or the value as
     text; otherwise ``"<outcome>: <value as text>"``."""
@@ -106,10 +108,10 @@ def fill(template: str, values: Mapping[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
 
 
-def fill_args(args: Mapping[str, Any], values: Mapping[str, str]) -> dict[str, Any]:
+def fill_args(args: Mapping[str, object], values: Mapping[str, str]) -> dict[str, object]:
     """Tool arguments with placeholders filled in their string values (nested too)."""
 
-    def walk(v: Any) -> Any:
+    def walk(v: object) -> object:
         if isinstance(v, str):
             return fill(v, values)
         if isinstance(v, Mapping):
@@ -118,10 +120,10 @@ def fill_args(args: Mapping[str, Any], values: Mapping[str, str]) -> dict[str, A
             return [walk(x) for x in v]
         return v
 
-    return walk(dict(args))
+    return {k: walk(x) for k, x in args.items()}
 
 
-def tag_index(tag: Any, prefix: str) -> int | None:
+def tag_index(tag: object, prefix: str) -> int | None:
     """``N`` of ``"<prefix>-N"`` (None for any other tag)."""
     if not isinstance(tag, str) or not tag.startswith(prefix + "-"):
         return None
@@ -153,6 +155,6 @@ class AlgorithmRef(BaseModel):
             return {"algorithm": name, "config": value.config()}
         return value
 
-    def build(self) -> Any:
+    def build(self) -> Algorithm:
         """A fresh instance (through the registry, as any process rebuilds it)."""
         return registry.build(self.algorithm, self.config)

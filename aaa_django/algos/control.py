@@ -66,7 +66,7 @@ class WorkflowState(BaseModel):
         return new
 
 
-def node_of(value: Any) -> str | None:
+def node_of(value: object) -> str | None:
     """The workflow node a request belongs to: ``X`` of the ``"node-X"`` it is tagged with."""
     return value[5:] if isinstance(value, str) and value.startswith("node-") else None
 
@@ -336,7 +336,7 @@ def read_llm_choice(text: str) -> tuple[str, str]:
     return text.strip(), text.strip()
 
 
-def read_tool_choice(result: Any) -> tuple[str, str]:
+def read_tool_choice(result: object) -> tuple[str, str]:
     """``(output, label)`` of a tool result: ``{"next": label, ...}``, or a string that
     is the label itself."""
     if isinstance(result, dict) and "next" in result:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -167,7 +166,7 @@ class SelfConsistency(Algorithm):
             )
         else:
             answer, votes, tally = vote(s.samples, cfg.answer_pattern)
-            value: dict[str, Any] = {
+            value: dict[str, object] = {
                 "answer": answer,
                 "votes": votes,
                 "samples": len(s.samples),

@@ -128,7 +128,7 @@ def apply(s: LoopState, e: Event) -> LoopState:
     return s
 
 
-def _result(t: str, d: dict[str, Any]) -> LoopResult:
+def _result(t: str, d: Mapping[str, object]) -> LoopResult:
     if t == TOOL_COMPLETED:
         r = d.get("result")
         return LoopResult(ok=True, content=r if isinstance(r, str) else json.dumps(r, ensure_ascii=False))
@@ -244,12 +244,12 @@ class ToolLoop(Algorithm):
         return self.cfg.output is None
 
     @classmethod
-    def chosen_tools(cls, config: Mapping[str, Any]) -> Any:
+    def chosen_tools(cls, config: Mapping[str, object]) -> object:
         """The tools ``config`` chooses (:class:`~aaa_django.runtime.offered.ChoosesTools`)."""
         return config.get("tools")
 
     @classmethod
-    def with_tools(cls, config: Mapping[str, Any], tools: list[Any]) -> dict[str, Any]:
+    def with_tools(cls, config: Mapping[str, object], tools: list[object]) -> dict[str, object]:
         return {**config, "tools": tools}
 
     @property
@@ -336,7 +336,7 @@ class ToolLoop(Algorithm):
         else:
             ctx.complete("success", {"text": text})
 
-    def propose(self, ctx: Ctx, s: LoopState, value: Any) -> None:
+    def propose(self, ctx: Ctx, s: LoopState, value: object) -> None:
         """Ask the ValidationHandler whether ``value`` fits ``output`` (the verdict
         steps the run on)."""
         ctx.emit(OUTPUT_PROPOSED, {"value": value, "schema": self.cfg.output}, key=("output", s.turns))

@@ -41,14 +41,17 @@ import asyncio
 import json
 import sys
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
+from aaa_django.data.jsonvalue import JSONObject
 from aaa_django.events import Event
 from aaa_django.runtime import Budget, dotted
 from aaa_django.tools import Ask, GuardConfig, SchemaTool
+from aaa_django.tools.tool import SchemaCall
 
 from .agent_journal import JOURNAL
 from .base import Algorithm
@@ -56,6 +59,10 @@ from .common import QUIET
 from .loops import TaskInput
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pydantic_ai import Agent, RunContext
+    from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+    from pydantic_ai.usage import UsageLimits
+
     from aaa_django.runtime import Ctx
 
 #: the tag of the agent's model request number k
@@ -129,13 +136,13 @@ class PydanticAIAgent(Algorithm):
             ctx.complete(*outcome)
 
 
-def load_agent(path: str) -> Any:
+def load_agent(path: str) -> Agent:
     """The ``pydantic_ai.Agent`` at a dotted path (its module imported if need be)."""
     dotted.load(path)
     return loaded_agent(path)
 
 
-def loaded_agent(path: str) -> Any:
+def loaded_agent(path: str) -> Agent:
     """The ``pydantic_ai.Agent`` at a dotted path whose module this process has
     imported already; ``ValueError`` otherwise (a run's config names only those)."""
     if dotted.split(path)[0] not in sys.modules:
@@ -148,9 +155,10 @@ def loaded_agent(path: str) -> Any:
     return agent
 
 
-def output_schema(agent: Any) -> dict[str, Any] | None:
+def output_schema(agent: Agent) -> JSONObject | None:
     """The JSON schema of the agent's output type (None for plain text)."""
-    output_type = agent.output_type
+    # an output spec of any form (a type, ToolOutput, ...): one TypeAdapter cannot read has none
+    output_type: Any = agent.output_type
     if output_type is str:
         return None
     try:
@@ -159,7 +167,7 @@ def output_schema(agent: Any) -> dict[str, Any] | None:
         return None
 
 
-def budget_for(usage_limits: Any, budget: Budget | None = None) -> Budget:
+def budget_for(usage_limits: UsageLimits, budget: Budget | None = None) -> Budget:
     """Pydantic AI ``UsageLimits`` as our :class:`~aaa_django.runtime.Budget` (the
     tighter of the two where ``budget`` gives a limit too): ``request_limit`` ->
     ``model_calls``, ``tool_calls_limit`` -> ``tool_calls``, ``total_tokens_limit`` ->
@@ -182,15 +190,15 @@ def budget_for(usage_limits: Any, budget: Budget | None = None) -> Budget:
 
 
 async def list_agent_tools(
-    agent: Any,
+    agent: Agent,
     *,
-    deps: Any = None,
+    deps: object = None,
     timeout: float | None = None,
     pool: str | None = None,
-    side_effects: Any = (),
-    idempotent: Any = (),
+    side_effects: Iterable[str] = (),
+    idempotent: Iterable[str] = (),
     approval_expires: float | None = None,
-) -> list[Any]:
+) -> list[SchemaTool]:
     """The agent's function tools as our tools (:class:`~aaa_django.tools.SchemaTool`),
     for the ToolHandler of every process that serves the agent's runs.
 
@@ -235,10 +243,12 @@ async def list_agent_tools(
     return out
 
 
-def _caller(toolset: Any, tool: Any, base: Any, name: str) -> Any:
+def _caller(
+    toolset: AbstractToolset[object], tool: ToolsetTool[object], base: RunContext[object], name: str
+) -> SchemaCall:
     from pydantic_ai.exceptions import CallDeferred
 
-    async def call(args: dict[str, Any], key: str | None) -> Any:
+    async def call(args: dict[str, Any], key: str | None) -> object:
         validated = tool.args_validator.validate_python(args)
         if tool.tool_def.kind == "external":  # its result comes from outside: a person's
             raise _ask(name, args, tool, {})
@@ -250,7 +260,7 @@ def _caller(toolset: Any, tool: Any, base: Any, name: str) -> Any:
     return call
 
 
-def _ask(name: str, args: dict[str, Any], tool: Any, metadata: dict[str, Any]) -> Ask:
+def _ask(name: str, args: Mapping[str, object], tool: ToolsetTool[object], metadata: Mapping[str, object]) -> Ask:
     """A deferred call as a question to a person (see the module docstring)."""
     meta = {**dict(tool.tool_def.metadata or {}), **metadata}
     question = meta.get("question")
@@ -265,19 +275,20 @@ def _ask(name: str, args: dict[str, Any], tool: Any, metadata: dict[str, Any]) -
     )
 
 
-def agent_tools(agent: Any, **options: Any) -> list[Any]:
+def agent_tools(agent: Agent, **options: Any) -> list[SchemaTool]:
     """:func:`list_agent_tools` from sync code (wiring an engine)."""
-    result: list[Any] = []
+    result: list[SchemaTool] = []
+    failed: list[BaseException] = []
 
     def main() -> None:
         try:
             result.extend(asyncio.run(list_agent_tools(agent, **options)))
         except BaseException as exc:
-            result.append(exc)
+            failed.append(exc)
 
     thread = threading.Thread(target=main, name="agent-tools", daemon=True)
     thread.start()
     thread.join()
-    if result and isinstance(result[-1], BaseException):
-        raise result[-1]
+    if failed:
+        raise failed[0]
     return result

@@ -161,7 +161,7 @@ class GenerateTestRepairConfig(BaseModel):
 
     @field_validator("test_tool", mode="before")
     @classmethod
-    def _tool_name(cls, value: Any) -> Any:
+    def _tool_name(cls, value: object) -> object:
         name = getattr(value, "name", None)  # a Tool: keep its name
         return name if isinstance(name, str) and not isinstance(value, str) else value
 

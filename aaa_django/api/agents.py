@@ -29,7 +29,7 @@ def served() -> list[str]:
     return [p for p in paths if isinstance(p, str)] if isinstance(paths, (list, tuple)) else []
 
 
-def check(algorithm: Any, config: Any, loc: Loc) -> None:
+def check(algorithm: object, config: object, loc: Loc) -> None:
     """Raise a 422 :class:`ApiError` naming the served agents when ``config`` (of a run
     of ``algorithm``, at ``loc`` in the request) names an agent the site does not serve."""
     allowed = served()
@@ -50,7 +50,7 @@ def _key(path: str) -> tuple[str, str] | None:
         return None
 
 
-def _is_agent(algorithm: Any) -> bool:
+def _is_agent(algorithm: object) -> bool:
     if not isinstance(algorithm, str):
         return False
     try:
@@ -60,7 +60,9 @@ def _is_agent(algorithm: Any) -> bool:
     return isinstance(cls, type) and issubclass(cls, PydanticAIAgent)
 
 
-def _agents(algorithm: Any, config: Any, loc: list[str | int], depth: int) -> Iterator[tuple[list[str | int], Any]]:
+def _agents(
+    algorithm: object, config: object, loc: list[str | int], depth: int
+) -> Iterator[tuple[list[str | int], object]]:
     """``(loc, agent)`` of every agent the config names: its own, if ``algorithm`` runs
     an agent, and those of the algorithm references nested in it."""
     if not isinstance(config, dict) or depth > MAX_NESTING:
@@ -70,7 +72,7 @@ def _agents(algorithm: Any, config: Any, loc: list[str | int], depth: int) -> It
     yield from _nested(config, loc, depth)
 
 
-def _nested(value: Any, loc: list[str | int], depth: int) -> Iterator[tuple[list[str | int], Any]]:
+def _nested(value: object, loc: list[str | int], depth: int) -> Iterator[tuple[list[str | int], object]]:
     if depth > MAX_NESTING:
         return
     items: Any = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()

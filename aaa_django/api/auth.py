@@ -25,7 +25,7 @@ import hashlib
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.cache import cache
@@ -40,6 +40,9 @@ from aaa_django.models import ApiKey
 
 from .errors import ApiError
 
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+
 #: longest key accepted (ours are 47 characters); anything longer is not a key
 MAX_KEY_LENGTH = 200
 #: last_used_at is written at most this often per key
@@ -50,7 +53,7 @@ TOUCH_EVERY = timedelta(minutes=1)
 class Principal:
     """An authenticated caller: a user, and the API key used (None for a session)."""
 
-    user: Any
+    user: AbstractBaseUser
     key: ApiKey | None = None
 
     def __str__(self) -> str:  # ninja's throttles key on str(request.auth)
@@ -152,7 +155,7 @@ def principal(request: HttpRequest) -> Principal | None:
 class BearerKey(HttpBearer):
     """``Authorization: Bearer <API key>``."""
 
-    def authenticate(self, request: HttpRequest, token: str) -> Any:
+    def authenticate(self, request: HttpRequest, token: str) -> Principal | None:
         return principal(request)
 
 
@@ -161,7 +164,7 @@ class HeaderKey(APIKeyHeader):
 
     param_name = "X-API-Key"
 
-    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+    def authenticate(self, request: HttpRequest, key: str | None) -> Principal | None:
         return principal(request)
 
 
@@ -173,7 +176,7 @@ class Session(APIKeyCookie):
     def __init__(self) -> None:
         super().__init__(csrf=False)
 
-    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+    def authenticate(self, request: HttpRequest, key: str | None) -> Principal | None:
         return principal(request)
 
 

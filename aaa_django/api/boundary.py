@@ -15,10 +15,10 @@ import functools
 import json
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest
+from django.http import HttpRequest, JsonResponse
 
 from aaa_django.conf import aaa_settings
 
@@ -31,12 +31,15 @@ JSON_LINES = frozenset({"application/jsonl", "application/x-ndjson", "applicatio
 #: levels of arrays and objects a request body may nest, the body itself included
 MAX_DEPTH = 64
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def boundary(run: Callable[..., Any]) -> Callable[..., Any]:
+
+def boundary(run: Callable[Concatenate[HttpRequest, P], R]) -> Callable[Concatenate[HttpRequest, P], R | JsonResponse]:
     """View decorator (``Router.add_decorator(boundary, mode="view")``)."""
 
     @functools.wraps(run)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(request: HttpRequest, *args: P.args, **kwargs: P.kwargs) -> R | JsonResponse:
         try:
             check(request)
             return run(request, *args, **kwargs)
@@ -105,13 +108,13 @@ def too_big(size: int | None, limit: int) -> ApiError:
     return ApiError(413, ["body"], f"the body is {said}; at most {limit} bytes are accepted", "too_large")
 
 
-def too_deep(value: Any, limit: int) -> list[str | int] | None:
+def too_deep(value: object, limit: int) -> list[str | int] | None:
     """The path to the first array or object of ``value`` below ``limit`` levels of
     them (``value`` itself is level 1), or None. Iterative: any depth is safe."""
-    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(value, 1, ())]
+    stack: list[tuple[object, int, tuple[str | int, ...]]] = [(value, 1, ())]
     while stack:
         node, level, path = stack.pop()
-        items: Iterable[tuple[str | int, Any]]
+        items: Iterable[tuple[str | int, object]]
         if isinstance(node, dict):
             items = node.items()
         elif isinstance(node, list):
@@ -128,7 +131,7 @@ def _path(path: list[str | int]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".") or "the body"
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 

@@ -22,11 +22,10 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Header, Query
 
 from aaa_django.conf import aaa_settings
@@ -101,7 +100,7 @@ def watch_runs(
         max_length=220,
         description="resume after this change (sent by EventSource on reconnect)",
     ),
-) -> Any:
+) -> StreamingHttpResponse:
     """The caller's runs as they start and change (status, outcome, spend, end), in the
     order of their changes; resumable."""
     rows = runs.visible(request.auth)

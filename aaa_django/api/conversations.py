@@ -28,6 +28,7 @@ from ninja.responses import Status
 from pydantic import ConfigDict, Field, StrictStr
 
 from aaa_django import access
+from aaa_django.events import Event
 from aaa_django.reading import transcript
 from aaa_django.runtime import conversation
 from aaa_django.runtime.conversation import MAX_MESSAGE, ConversationError
@@ -126,7 +127,7 @@ def _message(m: transcript.Message) -> dict[str, Any]:
     return m.to_dict()
 
 
-def _message_event(e: Any) -> dict[str, Any]:
+def _message_event(e: Event) -> dict[str, object]:
     d = e.data
     return {
         "role": "user",

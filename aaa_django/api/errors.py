@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, ParamSpec, TypedDict, TypeVar
 
 from django.core.exceptions import PermissionDenied
 from django.core.signals import got_request_exception
@@ -29,6 +29,18 @@ log = logging.getLogger("aaa_django.api")
 
 Loc = Sequence[str | int]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ErrorItem(TypedDict):
+    """One error of a response's ``detail`` (pydantic's shape)."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
 #: seconds a client is asked to wait (``Retry-After``) when a service is away
 RETRY_AFTER = 2
 
@@ -43,7 +55,7 @@ class ApiError(Exception):
         msg: str = "",
         type: str = "invalid",
         *,
-        errors: Iterable[dict[str, Any]] | None = None,
+        errors: Iterable[ErrorItem] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         self.status = status
@@ -52,7 +64,7 @@ class ApiError(Exception):
         super().__init__(status, self.errors)
 
 
-def item(loc: Loc, msg: str, type: str) -> dict[str, Any]:
+def item(loc: Loc, msg: str, type: str) -> ErrorItem:
     return {"loc": list(loc), "msg": msg, "type": type}
 
 
@@ -60,7 +72,7 @@ def not_found(loc: Loc, what: str) -> ApiError:
     return ApiError(404, loc, f"no such {what}", "not_found")
 
 
-def pydantic_errors(exc: Any, prefix: Loc) -> list[dict[str, Any]]:
+def pydantic_errors(exc: Any, prefix: Loc) -> list[ErrorItem]:
     """A pydantic ValidationError's errors (or a list of them) under ``prefix``."""
     raw = exc.errors(include_url=False) if hasattr(exc, "errors") else list(exc)
     out = []
@@ -69,7 +81,7 @@ def pydantic_errors(exc: Any, prefix: Loc) -> list[dict[str, Any]]:
     return out
 
 
-def error_response(status: int, errors: list[dict[str, Any]], headers: dict[str, str] | None = None) -> JsonResponse:
+def error_response(status: int, errors: list[ErrorItem], headers: dict[str, str] | None = None) -> JsonResponse:
     response = JsonResponse({"detail": errors}, status=status)
     for k, v in (headers or {}).items():
         response[k] = v
@@ -124,11 +136,11 @@ def unavailable(exc: BaseException) -> JsonResponse | None:
     )
 
 
-def translate(view: Callable[..., Any]) -> Callable[..., Any]:
+def translate(view: Callable[P, R]) -> Callable[P, R | JsonResponse]:
     """Operation decorator: turn exceptions raised by a view into their responses."""
 
     @functools.wraps(view)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | JsonResponse:
         try:
             return view(*args, **kwargs)
         except Exception as exc:

@@ -33,6 +33,7 @@ from ninja.responses import Status
 import aaa_django.algos  # noqa: F401  (registers the built-in algorithms by name)
 from aaa_django import access
 from aaa_django.conf import aaa_settings
+from aaa_django.data.jsonvalue import JSONObject
 from aaa_django.events import Event, default_cache, derive_id
 from aaa_django.models import EventRecord, RunRecord
 from aaa_django.reading import projections
@@ -235,7 +236,7 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, obj
 @router.post(
     "/runs/batch", response={200: RunBatch, **_WRITE}, summary="Get several runs", operation_id="get_runs", tags=[RUNS]
 )
-def get_runs(request: HttpRequest, payload: BatchIn) -> dict[str, Any]:
+def get_runs(request: HttpRequest, payload: BatchIn) -> dict[str, object]:
     """Several runs by id, each as ``GET /runs/{run_id}`` shows it, in the order asked;
     ``missing``: the ids that name no run the caller may see (unknown or not theirs,
     alike)."""
@@ -337,7 +338,7 @@ def stream_events(
     slot = stream.open_slot(request, ["path", "run_id"])
     blobs = runs.site_blobs() if hydrate else None
 
-    def shape(e: Event) -> dict[str, Any]:
+    def shape(e: Event) -> JSONObject:
         return runs.event_out(runs.hydrated(e, blobs) if hydrate else e)
 
     hub = wakeups.for_database(runs.USING)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
 
 from django.db import DatabaseError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from aaa_django import access
+from aaa_django.data.jsonvalue import JSONObject
 from aaa_django.events import Event
 from aaa_django.models import EventRecord, RunRecord
 from aaa_django.reading.hydrated import hydrated
@@ -84,7 +84,7 @@ def run_url(request: HttpRequest, run_id: str) -> str:
     return request.build_absolute_uri(f"{base}/{run_id}")
 
 
-def run_out(request: HttpRequest, row: RunRecord) -> dict[str, Any]:
+def run_out(request: HttpRequest, row: RunRecord) -> dict[str, object]:
     return {
         "id": row.run_id,
         "url": run_url(request, row.run_id),
@@ -109,7 +109,7 @@ def run_out(request: HttpRequest, row: RunRecord) -> dict[str, Any]:
     }
 
 
-def run_detail(request: HttpRequest, row: RunRecord) -> dict[str, Any]:
+def run_detail(request: HttpRequest, row: RunRecord) -> dict[str, object]:
     """``run_out`` with the value, budget, deadline and links. The status and the value
     agree: the completion is read first, and a row read before it (the run ended
     meanwhile) is caught up with the log, so a value never comes with a run still
@@ -147,7 +147,7 @@ def run_detail(request: HttpRequest, row: RunRecord) -> dict[str, Any]:
     return out
 
 
-def _from_timestamp(value: Any) -> datetime | None:
+def _from_timestamp(value: object) -> datetime | None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
     try:
@@ -177,11 +177,11 @@ def completion_seq(run_id: str) -> int | None:
 # -- approvals -----------------------------------------------------------------------
 
 
-def approvals(run_id: str) -> list[dict[str, Any]]:
+def approvals(run_id: str) -> list[dict[str, object]]:
     """Every approval gate of the run, in order, with its decision if it has one. A
     gate still open when the run ended can no longer be answered: it is ``closed``."""
     events = runindex.read_all(USING, run_id)
-    by_id: dict[str, dict[str, Any]] = {}
+    by_id: dict[str, dict[str, object]] = {}
     requests: dict[str, Event] = {}
     for e in events:
         if e.type == TOOL_REQUESTED:
@@ -223,14 +223,14 @@ def approvals(run_id: str) -> list[dict[str, Any]]:
     return list(by_id.values())
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def event_out(e: Event) -> dict[str, Any]:
+def event_out(e: Event) -> JSONObject:
     return e.to_dict()
 
 
-def events_out(events: Iterable[Event], hydrate_them: bool) -> list[dict[str, Any]]:
+def events_out(events: Iterable[Event], hydrate_them: bool) -> list[JSONObject]:
     blobs = site_blobs() if hydrate_them else None
     return [event_out(hydrated(e, blobs) if hydrate_them else e) for e in events]

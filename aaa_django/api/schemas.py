@@ -40,7 +40,7 @@ MAX_BATCH = 100
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
-def _rfc3339(value: Any) -> Any:
+def _rfc3339(value: object) -> object:
     # pydantic alone would also take 1700000000 or "2030-01-01" for a datetime; the
     # schema says an RFC 3339 date-time, so only that is accepted.
     if isinstance(value, datetime) or (isinstance(value, str) and _RFC3339.match(value)):
@@ -138,7 +138,7 @@ class StartIn(Schema):
 
     @field_validator("deadline")
     @classmethod
-    def _deadline(cls, v: Any) -> float | datetime | None:
+    def _deadline(cls, v: object) -> float | datetime | None:
         return valid_deadline(v)
 
 
@@ -160,11 +160,11 @@ class ForkIn(Schema):
 
     @field_validator("deadline")
     @classmethod
-    def _deadline(cls, v: Any) -> float | datetime | None:
+    def _deadline(cls, v: object) -> float | datetime | None:
         return valid_deadline(v)
 
 
-def valid_deadline(v: Any) -> float | datetime | None:
+def valid_deadline(v: object) -> float | datetime | None:
     """A deadline as given: seconds from now (> 0) or an aware date-time in the future,
     at most ten years away."""
     if v is None:

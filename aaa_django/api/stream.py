@@ -55,10 +55,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
@@ -108,6 +108,9 @@ ON_TOKENS, ON_WAKEUP = "on-tokens", "on-wake-up"
 
 #: a plan: requests ``(op, argument)`` in, each answered by the driver's reply
 Steps = Generator[tuple[str, Any], Any, None]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -241,11 +244,23 @@ def message(event: dict) -> str:
     return f"id: {event['seq']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
 
 
+class ReadsSync(Protocol):
+    """An event store's blocking reads, on a thread that may use the database (the
+    database store's)."""
+
+    @property
+    def using(self) -> str: ...
+
+    def read_sync(self, stream: str, *, after: int = 0, limit: int | None = None) -> Sequence[Event]: ...
+
+    def head_sync(self, stream: str) -> tuple[int, str] | None: ...
+
+
 @dataclass
 class RunEvents:
     """A run's log as a :class:`Feed`: messages of ``shape(event)``, the cursor a seq."""
 
-    store: Any
+    store: ReadsSync
     run_id: str
     shape: Callable[[Event], dict]
 
@@ -270,7 +285,7 @@ class RunEvents:
 
 
 def events(
-    store: Any,
+    store: ReadsSync,
     run_id: str,
     after: int,
     *,
@@ -376,7 +391,7 @@ def drive(
 _readers: ThreadPoolExecutor | None = None
 
 
-def _on_reader(fn: Callable[..., Any]) -> Callable[..., Any]:
+def _on_reader(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     """``fn`` as a coroutine function run on one of the :data:`READERS` threads."""
     global _readers
     if _readers is None:

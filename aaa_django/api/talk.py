@@ -4,8 +4,7 @@ as the API answers it (the one map of its codes to HTTP)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from aaa_django.conf import aaa_settings
 from aaa_django.runtime.conversation import ConversationError, check_algorithm
@@ -25,7 +24,9 @@ def refusal(exc: ConversationError, loc: Sequence[str | int]) -> ApiError:
     return ApiError(status, loc, str(exc), exc.code)
 
 
-def start_settings(algorithm: str, config: dict[str, Any] | None, conversation: Any) -> dict[str, Any] | None:
+def start_settings(
+    algorithm: str, config: Mapping[str, object] | None, conversation: object
+) -> dict[str, object] | None:
     """A start's ``conversation`` (true, or ``{"idle": seconds}``) as the engine takes
     it, the idle timeout defaulting to ``AAA["CONVERSATION_IDLE"]``; None when the run
     is not one. 422 when the algorithm holds no conversation."""

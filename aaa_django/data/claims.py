@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import cast
 
 from .errors import BlobError
+from .jsonvalue import JSONObject
 from .protocol import BlobReader, BlobStore, NamespacedBlobStore
 from .refs import BlobRef
 
@@ -28,7 +29,7 @@ CLAIM_MEDIA_TYPE = "application/json"
 STREAM_KEY = "$stream"
 
 
-def canonical_json(data: Any) -> bytes:
+def canonical_json(data: object) -> bytes:
     """``data`` as canonical JSON in UTF-8: sorted keys, no spaces, no NaN/Infinity.
 
     The claim threshold is measured on exactly these bytes, and they are what the blob
@@ -37,19 +38,19 @@ def canonical_json(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
-def is_claimed(data: Any) -> bool:
+def is_claimed(data: object) -> bool:
     """True if ``data`` is a claim stub (``"$claim": true``) whose payload is in a blob."""
     return isinstance(data, dict) and data.get(CLAIM_MARKER) is True
 
 
 def claim(
-    data: dict[str, Any],
+    data: JSONObject,
     *,
     store: BlobStore,
     namespace: str,
     threshold: int,
     hot_fields: Iterable[str] = DEFAULT_HOT_FIELDS,
-) -> tuple[dict[str, Any], BlobRef | None]:
+) -> tuple[JSONObject, BlobRef | None]:
     """Claim-check ``data`` if its canonical JSON is longer than ``threshold`` bytes.
 
     Returns ``(data, None)`` when it is small enough (``data`` itself, untouched), else
@@ -74,7 +75,7 @@ def claim(
     )
 
 
-def claim_payload(data: dict[str, Any], threshold: int) -> bytes | None:
+def claim_payload(data: JSONObject, threshold: int) -> bytes | None:
     """The canonical JSON :func:`claim` would put in a blob store, or None when ``data``
     stays in the event. Pure (no store): a caller whose store call costs a thread hop
     can decide first, and make the call only for a payload to write."""
@@ -89,14 +90,14 @@ def claim_payload(data: dict[str, Any], threshold: int) -> bytes | None:
 
 
 def put_claim(
-    data: dict[str, Any],
+    data: JSONObject,
     raw: bytes,
     *,
     store: BlobStore,
     namespace: str,
     hot_fields: Iterable[str] = DEFAULT_HOT_FIELDS,
     namespaced: bool = True,
-) -> tuple[dict[str, Any], BlobRef]:
+) -> tuple[JSONObject, BlobRef]:
     """Put ``raw`` (``claim_payload(data, ...)``) in ``store``; the stub and its ref.
 
     ``namespaced``: the store is a :class:`NamespacedBlobStore` (the caller detects it
@@ -112,7 +113,7 @@ def put_claim(
     return stub, ref
 
 
-def hydrate(data: dict[str, Any], ref: BlobRef | None, *, store: BlobReader) -> dict[str, Any]:
+def hydrate(data: JSONObject, ref: BlobRef | None, *, store: BlobReader) -> JSONObject:
     """The full payload behind a stub (fetched and verified), or ``data`` unchanged.
 
     Raises ``BlobNotFoundError`` / ``BlobIntegrityError`` from the store, ``ValueError``

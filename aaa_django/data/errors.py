@@ -5,7 +5,7 @@ in the core's lowest layer, for the blob stores and the event stores alike:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 
 class InfrastructureError(Exception):
@@ -33,7 +33,8 @@ class InfrastructureError(Exception):
         if service is not None:
             self.service = service
 
-    def __reduce__(self) -> tuple[Any, ...]:  # picklable with its flags (Celery keeps a task's error)
+    # picklable with its flags (Celery keeps a task's error)
+    def __reduce__(self) -> tuple[Callable[..., InfrastructureError], tuple[type, str, bool, str]]:
         return (_rebuild, (type(self), str(self), self.transient, self.service))
 
 

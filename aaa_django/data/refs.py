@@ -6,7 +6,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from .errors import BlobIntegrityError
 
@@ -45,6 +45,15 @@ def check_media_type(value: object) -> str:
     if not _MEDIA_TYPE_RE.fullmatch(value):
         raise ValueError(f"media_type must be printable ASCII of 1-255 chars, got {value[:80]!r}")
     return value
+
+
+class BlobRefDict(TypedDict):
+    """A :class:`BlobRef` as JSON (:meth:`BlobRef.to_dict`)."""
+
+    sha256: str
+    size: int
+    media_type: str
+    namespace: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +100,7 @@ class BlobRef:
             )
         return data
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> BlobRefDict:
         """The JSON form stored in an event's ``blobs``."""
         return {
             "sha256": self.sha256,

@@ -23,7 +23,10 @@ params go into the request body as given.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Unpack
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+
+from aaa_django.data.jsonvalue import JSONObject, JSONValue
 
 from .messages import LLMRequest, Message, ToolCall, Usage
 from .provider import (
@@ -36,11 +39,15 @@ from .provider import (
 )
 from .retry import Failure
 
+if TYPE_CHECKING:  # an optional dependency: imported where it is used
+    from anthropic import AsyncAnthropic
+    from anthropic.types import Message as AnthropicReply
+
 #: ``stop_reason`` -> the finish reasons the OpenAI-compatible client reports
 FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
 
 
-def _import_anthropic() -> Any:
+def _import_anthropic() -> ModuleType:
     try:
         import anthropic
     except ImportError:
@@ -50,7 +57,7 @@ def _import_anthropic() -> Any:
     return anthropic
 
 
-class AnthropicClient(ProviderClient):
+class AnthropicClient(ProviderClient["AsyncAnthropic"]):
     """An :class:`~aaa_django.llm.client.LLMClient` for Anthropic's Messages API.
 
     ``base_url`` None: Anthropic's; ``api_key`` None: the SDK's own lookup
@@ -76,7 +83,7 @@ class AnthropicClient(ProviderClient):
             raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
         self.max_tokens = max_tokens
 
-    def make_sdk(self) -> Any:
+    def make_sdk(self) -> AsyncAnthropic:
         sdk = self._anthropic.AsyncAnthropic(**self.sdk_options())
         # without an api_key the SDK finds one itself (ANTHROPIC_API_KEY...): mask it too
         self.add_secret(getattr(sdk, "api_key", None))
@@ -99,17 +106,19 @@ class AnthropicClient(ProviderClient):
             kwargs["extra_body"] = params
         return kwargs
 
-    async def send(self, sdk: Any, payload: dict[str, Any]) -> Any:
+    async def send(self, sdk: AsyncAnthropic, payload: dict[str, Any]) -> AnthropicReply:
         return await sdk.messages.create(**payload)
 
-    async def send_streaming(self, sdk: Any, payload: dict[str, Any], on_text: Callable[[str], None]) -> Any:
+    async def send_streaming(
+        self, sdk: AsyncAnthropic, payload: dict[str, Any], on_text: Callable[[str], None]
+    ) -> AnthropicReply:
         # the SDK's stream helper gathers the events into the Message create() returns
         async with sdk.messages.stream(**payload) as stream:
             async for text in stream.text_stream:
                 on_text(text)
             return await stream.get_final_message()
 
-    def parse(self, raw: Any) -> tuple[Message, Usage, str | None, str | None]:
+    def parse(self, raw: object) -> tuple[Message, Usage, str | None, str | None]:
         if not hasattr(raw, "model_dump"):
             raise malformed(f"the reply is not a message but {type(raw).__name__}: {str(raw)[:200]!r}")
         return from_anthropic_message(raw.model_dump())
@@ -121,12 +130,19 @@ class AnthropicClient(ProviderClient):
 # -- the mapping, both ways (pure) ------------------------------------------------------
 
 
-def to_anthropic_messages(messages: Iterable[Message]) -> tuple[str, list[dict[str, Any]]]:
+class AnthropicMessage(TypedDict):
+    """A Messages API message: its role and content blocks."""
+
+    role: str
+    content: list[JSONObject]
+
+
+def to_anthropic_messages(messages: Iterable[Message]) -> tuple[str, list[AnthropicMessage]]:
     """Our messages as (system prompt, Messages API messages)."""
     system: list[str] = []
-    out: list[dict[str, Any]] = []
+    out: list[AnthropicMessage] = []
 
-    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+    def add(role: str, blocks: list[JSONObject]) -> None:
         if out and out[-1]["role"] == role:  # the API wants roles to alternate
             out[-1]["content"].extend(blocks)
         else:
@@ -139,7 +155,7 @@ def to_anthropic_messages(messages: Iterable[Message]) -> tuple[str, list[dict[s
         elif m.role == "tool":
             add("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content or ""}])
         elif m.role == "assistant":
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+            blocks: list[JSONObject] = [{"type": "text", "text": m.content}] if m.content else []
             blocks += [
                 {"type": "tool_use", "id": c.id or "", "name": c.name, "input": dict(c.arguments)} for c in m.tool_calls
             ]
@@ -149,11 +165,11 @@ def to_anthropic_messages(messages: Iterable[Message]) -> tuple[str, list[dict[s
     return "\n\n".join(system), out
 
 
-def to_anthropic_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def to_anthropic_tools(tools: Iterable[Mapping[str, JSONValue]]) -> list[JSONObject]:
     """Our tool specs as Messages API tools."""
     out = []
     for t in tools:
-        tool: dict[str, Any] = {
+        tool: JSONObject = {
             "name": t["name"],
             "input_schema": t.get("parameters") or {"type": "object", "properties": {}},
         }

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+from aaa_django.data.jsonvalue import JSONObject
 
 from .messages import LLMRequest, Usage
 from .pricing import Pricing
@@ -72,7 +74,7 @@ class LimitsReplies(Protocol):
 class Estimator:
     """The estimate of an attempt of ``client`` (see the module docstring)."""
 
-    def __init__(self, client: Any, *, assumed_max_tokens: int = ASSUMED_MAX_TOKENS) -> None:
+    def __init__(self, client: object, *, assumed_max_tokens: int = ASSUMED_MAX_TOKENS) -> None:
         self.assumed_max_tokens = assumed_max_tokens
         self.table: TablePriced | None = client if isinstance(client, TablePriced) else None
         self.per_token: PricedPerToken | None = client if isinstance(client, PricedPerToken) else None
@@ -96,13 +98,13 @@ class Estimator:
             return self.limits.max_tokens
         return self.assumed_max_tokens
 
-    def estimate(self, request: LLMRequest) -> dict[str, Any]:
+    def estimate(self, request: LLMRequest) -> JSONObject:
         """``{"usage": {"input_tokens", "output_tokens"}, "cost"}`` of an attempt at most
         (``"priced": false`` too when the client has no price for its model)."""
         usage = Usage(
             input_tokens=math.ceil(prompt_chars(request) / CHARS_PER_TOKEN), output_tokens=self.reply_limit(request)
         )
-        out: dict[str, Any] = {"usage": usage.model_dump()}
+        out: JSONObject = {"usage": usage.model_dump()}
         if self.table is not None:
             model = self.model(request)
             cost = self.table.pricing.cost(usage, *self.table.price_names(None, model)) if model else None

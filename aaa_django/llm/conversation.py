@@ -14,9 +14,9 @@ holder keeps it warm, and a cold process folds it once.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
 
 from aaa_django.events import Event, Projection
+from aaa_django.runtime import Engine
 from aaa_django.runtime.event_types import LLM_COMPLETED, LLM_REQUESTED
 
 from .messages import Message
@@ -93,7 +93,7 @@ def apply(state: Conversation, e: Event) -> Conversation:
 CONVERSATION: Projection[Conversation] = Projection(Conversation, apply, name="aaa.llm.CONVERSATION", version=1)
 
 
-async def conversation_of(engine: Any, request: Event) -> list[Message]:
+async def conversation_of(engine: Engine, request: Event) -> list[Message]:
     """The whole conversation of an ``aaa.llm.requested`` event."""
     state = await engine.project(CONVERSATION, request.stream)
     messages = state.request(request.id)

@@ -17,12 +17,21 @@ from __future__ import annotations
 
 import collections
 import threading
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 #: deltas a subscriber keeps while it is not reading; older ones are dropped (the
 #: reply's event carries the whole text anyway)
 BACKLOG = 10_000
+
+
+class TokenDeltaDict(TypedDict):
+    """A :class:`TokenDelta` as JSON (what a token feed carries)."""
+
+    run_id: str
+    request_id: str
+    index: int
+    text: str
 
 
 @dataclass(frozen=True)
@@ -36,8 +45,8 @@ class TokenDelta:
     index: int
     text: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> TokenDeltaDict:
+        return {"run_id": self.run_id, "request_id": self.request_id, "index": self.index, "text": self.text}
 
     @classmethod
     def from_dict(cls, data: Any) -> TokenDelta:
@@ -111,7 +120,7 @@ class LocalSubscription:
     def __enter__(self) -> LocalSubscription:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -9,7 +9,10 @@ operator needs (reason, HTTP status, each attempt) and never contains the API ke
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from aaa_django.data.jsonvalue import JSONObject
 
 #: the reasons a call can fail, and whether the client retries them
 REASONS: dict[str, bool] = {
@@ -39,7 +42,7 @@ class LLMCallError(Exception):
         *,
         reason: str,
         status: int | None = None,
-        attempts: list[dict[str, Any]] | None = None,
+        attempts: list[JSONObject] | None = None,
         provider: str | None = None,
         model: str | None = None,
     ) -> None:
@@ -70,7 +73,8 @@ class LLMCallError(Exception):
     def __repr__(self) -> str:
         return f"LLMCallError(reason={self.reason!r}, status={self.status!r}, attempts={len(self.attempts)})"
 
-    def __reduce__(self) -> Any:  # keyword-only arguments: pickle by rebuilding
+    # keyword-only arguments: pickle by rebuilding
+    def __reduce__(self) -> tuple[Callable[..., LLMCallError], tuple[str, dict[str, Any]]]:
         return (_rebuild, (self.message, self.__dict__))
 
 
@@ -80,7 +84,7 @@ def _rebuild(message: str, state: dict[str, Any]) -> LLMCallError:
     return error
 
 
-def _describe(a: dict[str, Any]) -> str:
+def _describe(a: JSONObject) -> str:
     what = f"HTTP {a['status']}" if a.get("status") is not None else a.get("reason", "?")
     text = f"#{a.get('attempt')} {what} after {a.get('elapsed', 0):.3f}s"
     if a.get("retry_in") is not None:

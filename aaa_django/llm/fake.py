@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
 
 from .messages import LLMRequest, LLMResponse, Message, ToolCall, Usage
 
@@ -27,12 +26,12 @@ def text(content: str) -> LLMResponse:
     return LLMResponse(message=Message(role="assistant", content=content), finish_reason="stop")
 
 
-def tool_call(name: str, /, **arguments: Any) -> LLMResponse:
+def tool_call(name: str, /, **arguments: object) -> LLMResponse:
     """A reply asking for one tool call (its id is assigned by the handler)."""
     return tool_calls((name, arguments))
 
 
-def tool_calls(*calls: tuple[str, dict[str, Any]], content: str | None = None) -> LLMResponse:
+def tool_calls(*calls: tuple[str, Mapping[str, object]], content: str | None = None) -> LLMResponse:
     """A reply asking for several tool calls at once: ``tool_calls(("a", {...}), ...)``."""
     message = Message(
         role="assistant",

@@ -58,8 +58,8 @@ import traceback
 from collections import OrderedDict
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
 
+from aaa_django.data.jsonvalue import JSONObject, JSONValue
 from aaa_django.events import Event, InvalidEventError, derive_id, encode_json
 from aaa_django.runtime import Engine
 from aaa_django.runtime.bus import ExclusiveLeases
@@ -80,10 +80,10 @@ from aaa_django.runtime.meta import OpenCall
 from aaa_django.runtime.retry import Redelivery, transient
 
 from .attempts import ASSUMED_MAX_TOKENS, Estimator
-from .client import LLMClient, PricedClient, StreamingLLMClient
+from .client import LLMClient, PricedClient, StreamingLLMClient, TextSink
 from .conversation import conversation_of
 from .deltas import DeltaSink, TokenDelta
-from .messages import LLMRequest
+from .messages import LLMRequest, Message
 from .retry import BEFORE_RETRY, StopAttempts
 
 log = logging.getLogger("aaa_django.llm")
@@ -455,7 +455,7 @@ class LLMHandler:
             if result.id in found:
                 await engine.bus.publish([found[result.id]])
 
-    def _publisher(self, event: Event) -> Any:
+    def _publisher(self, event: Event) -> TextSink:
         sink, run_id, request_id = self.deltas, event.stream, event.id
         assert sink is not None
 
@@ -479,7 +479,7 @@ class LLMHandler:
             return None
         return model or self.pricer.model or "the client's default model"
 
-    def start_errors(self, config: Any, budget: Any) -> list[dict[str, Any]]:
+    def start_errors(self, config: object, budget: object) -> list[JSONObject]:
         """A run's start checked (``runtime.engine_api.ChecksStart``): a cost budget
         over a model (the run's ``config.model``, else the client's default) without a
         price could never trip (every call would cost 0)."""
@@ -498,7 +498,7 @@ class LLMHandler:
             }
         ]
 
-    def failure(self, exc: BaseException) -> dict[str, Any]:
+    def failure(self, exc: BaseException) -> JSONObject:
         """The data of ``aaa.llm.failed`` for ``exc``: ``reason`` (a client error's own
         ``reason``, e.g. ``rate_limit``; else ``timeout`` or ``error``), ``error``, and
         the client's ``status`` / ``attempts`` when it gives them."""
@@ -506,7 +506,7 @@ class LLMHandler:
             why = f"model call timed out after {self.timeout}s" if self.timeout else f"TimeoutError: {exc}"
             return {"reason": "timeout", "error": why}
         reason = getattr(exc, "reason", None)
-        data: dict[str, Any] = {
+        data: JSONObject = {
             "reason": reason if isinstance(reason, str) and reason else "error",
             "error": f"{type(exc).__name__}: {exc}",
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
@@ -520,7 +520,7 @@ class LLMHandler:
         return data
 
 
-def _records(attempts: Any) -> list[Any] | None:
+def _records(attempts: object) -> list[JSONValue] | None:
     """A client's attempt records as JSON (each as a string if it is not)."""
     if not isinstance(attempts, list):
         return None
@@ -531,7 +531,7 @@ def _records(attempts: Any) -> list[Any] | None:
         return [str(a) for a in attempts]
 
 
-def _with_call_ids(message: Any, request_id: str) -> Any:
+def _with_call_ids(message: Message, request_id: str) -> Message:
     """Give every tool call an id; missing ones are derived from the request id."""
     if not message.tool_calls or all(c.id for c in message.tool_calls):
         return message

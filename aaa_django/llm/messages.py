@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aaa_django.data.jsonvalue import JSONObject
+
 
 class ToolCall(BaseModel):
     """A tool call asked for by the model. ``id`` is assigned by the handler when the
@@ -34,7 +36,7 @@ class Message(BaseModel):
     tool_call_id: str | None = None
     name: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The JSON form stored in events (empty fields left out)."""
         return self.model_dump(mode="json", exclude_none=True, exclude_defaults=True) | {"role": self.role}
 
@@ -71,13 +73,13 @@ class LLMRequest:
     """
 
     messages: list[Message]
-    tools: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[JSONObject] = field(default_factory=list)
     model: str | None = None
     tag: str | None = None
-    params: dict[str, Any] = field(default_factory=dict)
+    params: JSONObject = field(default_factory=dict)
     #: structured output: ``{"allow_text": bool}`` when some ``tools`` are output tools
     #: (``"kind": "output"``; a client without the notion offers them as plain tools)
-    output: dict[str, Any] | None = None
+    output: JSONObject | None = None
     #: the ``aaa.llm.requested`` event id and its run
     request_id: str | None = None
     run_id: str | None = None

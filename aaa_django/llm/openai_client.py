@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Unpack
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Unpack
+
+from aaa_django.data.jsonvalue import JSONObject, JSONValue
 
 from .messages import LLMRequest, Message, ToolCall, Usage
 from .provider import (
@@ -38,12 +41,16 @@ from .provider import (
 )
 from .retry import Failure
 
+if TYPE_CHECKING:  # an optional dependency: imported where it is used
+    from openai import AsyncOpenAI
+    from openai.types.chat import ChatCompletion
+
 #: sent as the key to servers that need none (Ollama, llama.cpp), so the SDK does
 #: not go looking for OPENAI_API_KEY
 NO_KEY = "no-key"
 
 
-def _import_openai() -> Any:
+def _import_openai() -> ModuleType:
     try:
         import openai
     except ImportError:  # pragma: no cover - depends on the installation
@@ -53,7 +60,7 @@ def _import_openai() -> Any:
     return openai
 
 
-class OpenAICompatibleClient(ProviderClient):
+class OpenAICompatibleClient(ProviderClient["AsyncOpenAI"]):
     """An :class:`~aaa_django.llm.client.LLMClient` for OpenAI-compatible servers.
 
     ``base_url`` ends in ``/v1`` (None: OpenAI's); ``api_key`` None sends a
@@ -78,7 +85,7 @@ class OpenAICompatibleClient(ProviderClient):
         self._openai = _import_openai()  # fail at start-up, not at the first call
         super().__init__(base_url=base_url, api_key=api_key, model=model, default_headers=default_headers, **options)
 
-    def make_sdk(self) -> Any:
+    def make_sdk(self) -> AsyncOpenAI:
         options = self.sdk_options()
         return self._openai.AsyncOpenAI(**{**options, "api_key": options["api_key"] or NO_KEY})
 
@@ -90,10 +97,12 @@ class OpenAICompatibleClient(ProviderClient):
             kwargs["extra_body"] = dict(request.params)
         return kwargs
 
-    async def send(self, sdk: Any, payload: dict[str, Any]) -> Any:
+    async def send(self, sdk: AsyncOpenAI, payload: dict[str, Any]) -> ChatCompletion:
         return await sdk.chat.completions.create(**payload)
 
-    async def send_streaming(self, sdk: Any, payload: dict[str, Any], on_text: Callable[[str], None]) -> Any:
+    async def send_streaming(
+        self, sdk: AsyncOpenAI, payload: dict[str, Any], on_text: Callable[[str], None]
+    ) -> dict[str, Any]:
         # include_usage: the last chunk carries the usage, so a streamed call is priced
         chunks = await sdk.chat.completions.create(**payload, stream=True, stream_options={"include_usage": True})
         reply = ChunkedCompletion()
@@ -102,7 +111,7 @@ class OpenAICompatibleClient(ProviderClient):
                 on_text(reply.add(chunk.model_dump()))
         return reply.data
 
-    def parse(self, raw: Any) -> tuple[Message, Usage, str | None, str | None]:
+    def parse(self, raw: object) -> tuple[Message, Usage, str | None, str | None]:
         if isinstance(raw, Mapping):  # a streamed reply, gathered
             return from_openai_completion(raw)
         if not hasattr(raw, "model_dump"):
@@ -116,14 +125,14 @@ class OpenAICompatibleClient(ProviderClient):
 # -- the mapping, both ways (pure) ------------------------------------------------------
 
 
-def to_openai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
+def to_openai_messages(messages: Iterable[Message]) -> list[JSONObject]:
     """Our messages as chat-completions messages."""
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     for m in messages:
         if m.role == "tool":
             out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content or ""})
         elif m.role == "assistant":
-            msg: dict[str, Any] = {"role": "assistant", "content": m.content}
+            msg: JSONObject = {"role": "assistant", "content": m.content}
             if m.tool_calls:
                 msg["tool_calls"] = [
                     {
@@ -142,11 +151,11 @@ def to_openai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def to_openai_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def to_openai_tools(tools: Iterable[Mapping[str, JSONValue]]) -> list[JSONObject]:
     """Our tool specs (``{"name", "description", "parameters"}``) as function tools."""
-    out = []
+    out: list[JSONObject] = []
     for t in tools:
-        function: dict[str, Any] = {
+        function: JSONObject = {
             "name": t["name"],
             "parameters": t.get("parameters") or {"type": "object", "properties": {}},
         }

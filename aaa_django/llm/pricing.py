@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .messages import Usage
 
@@ -48,7 +47,7 @@ class Cost:
 class Pricing:
     """A pricing table; raises ``ValueError`` for a malformed one (at start-up)."""
 
-    def __init__(self, table: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    def __init__(self, table: Mapping[str, Mapping[str, object]] | None = None) -> None:
         self.prices: dict[str, Price] = {}
         for model, entry in (table or {}).items():
             if not isinstance(model, str) or not isinstance(entry, Mapping):
@@ -87,6 +86,6 @@ class Pricing:
         return Cost(round(usd, 12), True, name)
 
 
-def as_pricing(pricing: Pricing | Mapping[str, Mapping[str, Any]] | None) -> Pricing:
+def as_pricing(pricing: Pricing | Mapping[str, Mapping[str, object]] | None) -> Pricing:
     """A :class:`Pricing` from a table, a ``Pricing`` or None (an empty table)."""
     return pricing if isinstance(pricing, Pricing) else Pricing(pricing)

@@ -21,10 +21,13 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, ClassVar, TypedDict
+from types import ModuleType
+from typing import Any, ClassVar, Generic, NoReturn, Protocol, TypedDict, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field
+
+from aaa_django.data.jsonvalue import JSONObject
 
 from .client import TextSink
 from .messages import LLMRequest, LLMResponse, Message, Usage
@@ -53,10 +56,10 @@ class ClientOptions(TypedDict, total=False):
     #: transient failures retried
     max_retries: int
     #: ``{model: {"input": $/1M tokens, "output": $/1M tokens}}``
-    pricing: Pricing | Mapping[str, Mapping[str, Any]] | None
+    pricing: Pricing | Mapping[str, Mapping[str, object]] | None
     backoff: Backoff | None
     #: how the client waits between attempts (a test records the delays instead)
-    sleep: Callable[[float], Awaitable[Any]] | None
+    sleep: Callable[[float], Awaitable[object]] | None
 
 
 class ProviderResponse(LLMResponse):
@@ -85,7 +88,7 @@ class Secret:
 
     __str__ = __repr__
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> NoReturn:
         raise TypeError("a Secret is not pickled")
 
 
@@ -102,8 +105,18 @@ def safe_url(url: str | None) -> str | None:
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
-class ProviderClient:
-    """Base of the provider clients: see the module docstring."""
+class SDKClient(Protocol):
+    """A vendor SDK's client, as a provider client keeps one per event loop."""
+
+    def close(self) -> Awaitable[object]: ...
+
+
+SDK = TypeVar("SDK", bound=SDKClient)
+
+
+class ProviderClient(Generic[SDK]):
+    """Base of the provider clients: see the module docstring. ``SDK``: the type of
+    the vendor SDK's client it makes (:meth:`make_sdk`), one per event loop."""
 
     #: the provider's name in errors and logs
     provider: ClassVar[str] = "provider"
@@ -116,9 +129,9 @@ class ProviderClient:
         model: str | None,
         timeout: float | None = 60.0,
         max_retries: int = 2,
-        pricing: Pricing | Mapping[str, Mapping[str, Any]] | None = None,
+        pricing: Pricing | Mapping[str, Mapping[str, object]] | None = None,
         backoff: Backoff | None = None,
-        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        sleep: Callable[[float], Awaitable[object]] | None = None,
         default_headers: Mapping[str, str] | None = None,
     ) -> None:
         if timeout is not None and timeout <= 0:
@@ -138,7 +151,7 @@ class ProviderClient:
         self._api_key = Secret(api_key)
         # kept wrapped, so vars(client) or a debugger's dump shows no key either
         self._secrets = [Secret(s) for s in (api_key, _url_password(base_url)) if s and len(s) >= 4]
-        self._sdks: dict[asyncio.AbstractEventLoop, Any] = {}
+        self._sdks: dict[asyncio.AbstractEventLoop, SDK] = {}
         self._unpriced_warned: set[str] = set()
 
     def prices(self, model: str | None) -> bool:
@@ -167,7 +180,7 @@ class ProviderClient:
             "default_headers": self.default_headers or None,
         }
 
-    def make_sdk(self) -> Any:  # pragma: no cover - abstract
+    def make_sdk(self) -> SDK:  # pragma: no cover - abstract
         """A new SDK client (its own retries off: ``max_retries=0``)."""
         raise NotImplementedError
 
@@ -175,17 +188,17 @@ class ProviderClient:
         """The SDK call's keyword arguments for ``request`` (pure)."""
         raise NotImplementedError
 
-    async def send(self, sdk: Any, payload: dict[str, Any]) -> Any:  # pragma: no cover
+    async def send(self, sdk: SDK, payload: dict[str, Any]) -> object:  # pragma: no cover
         raise NotImplementedError
 
     async def send_streaming(
-        self, sdk: Any, payload: dict[str, Any], on_text: Callable[[str], None]
-    ) -> Any:  # pragma: no cover
+        self, sdk: SDK, payload: dict[str, Any], on_text: Callable[[str], None]
+    ) -> object:  # pragma: no cover
         """Send ``payload`` asking for a stream, call ``on_text`` with each piece of
         text, and return the whole reply as :meth:`parse` reads it."""
         raise NotImplementedError
 
-    def parse(self, raw: Any) -> tuple[Message, Usage, str | None, str | None]:  # pragma: no cover
+    def parse(self, raw: object) -> tuple[Message, Usage, str | None, str | None]:  # pragma: no cover
         """(message, usage, model answered, finish reason); raises :class:`AttemptFailed`."""
         raise NotImplementedError
 
@@ -257,7 +270,7 @@ class ProviderClient:
 
     # -- secrets -----------------------------------------------------------------------------
 
-    def add_secret(self, value: Any) -> None:
+    def add_secret(self, value: object) -> None:
         """Mask ``value`` too (a credential the SDK found by itself)."""
         if isinstance(value, str) and len(value) >= 4 and all(s.reveal() != value for s in self._secrets):
             self._secrets.append(Secret(value))
@@ -270,7 +283,7 @@ class ProviderClient:
 
     # -- one SDK client per event loop -------------------------------------------------
 
-    async def _sdk(self) -> Any:
+    async def _sdk(self) -> SDK:
         loop = asyncio.get_running_loop()
         sdk = self._sdks.get(loop)
         if sdk is None:
@@ -284,16 +297,16 @@ class ProviderClient:
         loop = asyncio.get_running_loop()
         await self._close(lambda other: other is loop or other.is_closed())
 
-    async def _close(self, which: Any) -> None:
+    async def _close(self, which: Callable[[asyncio.AbstractEventLoop], bool]) -> None:
         for key in [other for other in self._sdks if which(other)]:
             sdk = self._sdks.pop(key, None)
             if sdk is not None:
                 await _close_quietly(sdk)
 
-    async def __aenter__(self) -> ProviderClient:
+    async def __aenter__(self) -> ProviderClient[SDK]:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
 
@@ -311,7 +324,7 @@ def _counted(on_text: TextSink) -> Callable[[str], None]:
     return sink
 
 
-async def _close_quietly(sdk: Any) -> None:
+async def _close_quietly(sdk: SDKClient) -> None:
     try:  # a client of a closed loop cannot close its sockets cleanly: it is marked closed
         await asyncio.wait_for(sdk.close(), 2)
     except Exception:
@@ -327,7 +340,9 @@ def _url_password(url: str | None) -> str | None:
         return None
 
 
-def classify_sdk_error(sdk: Any, base: type, exc: BaseException, timeout: Any) -> Failure | None:
+def classify_sdk_error(
+    sdk: ModuleType, base: type[BaseException], exc: BaseException, timeout: float | None
+) -> Failure | None:
     """One failure classification for the providers' SDKs: OpenAI's and Anthropic's are
     generated alike (``APITimeoutError``, ``APIConnectionError``, ``APIStatusError``...),
     so ``sdk`` is the SDK module and ``base`` its root error class."""
@@ -357,7 +372,7 @@ def classify_sdk_error(sdk: Any, base: type, exc: BaseException, timeout: Any) -
     return None
 
 
-def error_text(body: Any, default: str) -> str:
+def error_text(body: object, default: str) -> str:
     """The human message in a provider's error body (``{"error": {"message": ...}}``
     and the like), else the body itself, else ``default``."""
     if isinstance(body, Mapping):
@@ -382,7 +397,7 @@ def malformed(why: str) -> AttemptFailed:
     return AttemptFailed(Failure("malformed_response", why))
 
 
-def tool_arguments(raw: Any, name: str) -> dict[str, Any]:
+def tool_arguments(raw: object, name: str) -> JSONObject:
     """A tool call's arguments as a dict: from a JSON string (OpenAI), a dict
     (Anthropic, some local servers) or nothing; else ``bad_tool_arguments``."""
     if raw is None or raw == "":
@@ -402,6 +417,6 @@ def tool_arguments(raw: Any, name: str) -> dict[str, Any]:
     return value
 
 
-def token_count(value: Any) -> int:
+def token_count(value: object) -> int:
     """A token count from a usage block (0 when missing or not a count)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -32,15 +32,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, Unpack
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Unpack
 
 from .client import TextSink
 from .messages import LLMRequest, Message, Usage
-from .provider import ClientOptions, ProviderClient, classify_sdk_error, error_text, malformed
+from .provider import ClientOptions, ProviderClient, ProviderResponse, classify_sdk_error, error_text, malformed
 from .retry import AttemptFailed, Failure, reason_for_status, retry_after
 
+if TYPE_CHECKING:  # an optional dependency: imported where it is used
+    import httpx2
+    from pydantic_ai.messages import ModelResponse
+    from pydantic_ai.models import Model
+    from pydantic_ai.providers import Provider
 
-def _import() -> Any:
+
+def _import() -> ModuleType:
     try:
         import pydantic_ai
     except ImportError:  # pragma: no cover - depends on the installation
@@ -55,10 +62,10 @@ class _LoopModels:
 
     def __init__(self, client: PydanticAIClient) -> None:
         self.client = client
-        self.models: dict[str | None, Any] = {}
-        self.http: Any = None
+        self.models: dict[str | None, Model] = {}
+        self.http: httpx2.AsyncClient | None = None
 
-    def get(self, name: str | None) -> Any:
+    def get(self, name: str | None) -> Model:
         model = self.models.get(name)
         if model is None:
             model = self.models[name] = self.client.build(name, self)
@@ -69,7 +76,7 @@ class _LoopModels:
             await self.http.aclose()
 
 
-class PydanticAIClient(ProviderClient):
+class PydanticAIClient(ProviderClient[_LoopModels]):
     """An :class:`~aaa_django.llm.client.LLMClient` over a Pydantic AI ``Model``; see the
     module docstring. ``timeout`` bounds each attempt (seconds); ``max_retries``
     transient failures are retried; ``pricing`` is ``{model: {"input", "output"}}`` in
@@ -80,7 +87,7 @@ class PydanticAIClient(ProviderClient):
 
     def __init__(
         self,
-        model: Any,
+        model: Model | str | Callable[[], Model],
         *,
         base_url: str | None = None,
         api_key: str | None = None,
@@ -90,7 +97,7 @@ class PydanticAIClient(ProviderClient):
         from pydantic_ai.models import Model
 
         self._instance = model if isinstance(model, Model) else None
-        self._factory: Callable[[], Any] | None = model if callable(model) and self._instance is None else None
+        self._factory: Callable[[], Model] | None = model if callable(model) and self._instance is None else None
         name = model if isinstance(model, str) else _model_name(self._instance)
         super().__init__(base_url=base_url, api_key=api_key, model=name, **options)
         if self._instance is None and self._factory is None and not isinstance(model, str):
@@ -101,7 +108,7 @@ class PydanticAIClient(ProviderClient):
     def make_sdk(self) -> _LoopModels:
         return _LoopModels(self)
 
-    def build(self, name: str | None, loop_models: _LoopModels) -> Any:
+    def build(self, name: str | None, loop_models: _LoopModels) -> Model:
         """A ``Model`` for ``name`` (None: the client's own) on the running loop."""
         from pydantic_ai.models import infer_model
 
@@ -113,7 +120,7 @@ class PydanticAIClient(ProviderClient):
             name = self.model
         assert name is not None
 
-        def provider(provider_name: str) -> Any:
+        def provider(provider_name: str) -> Provider[Any]:
             from pydantic_ai.providers import infer_provider, infer_provider_class
 
             if self.base_url is None and not self._api_key:
@@ -151,11 +158,11 @@ class PydanticAIClient(ProviderClient):
             "parameters": to_request_parameters(request.tools, request.output),
         }
 
-    async def complete(self, request: LLMRequest) -> Any:
+    async def complete(self, request: LLMRequest) -> ProviderResponse:
         await self._built(request)
         return await super().complete(request)
 
-    async def stream(self, request: LLMRequest, on_text: TextSink) -> Any:
+    async def stream(self, request: LLMRequest, on_text: TextSink) -> ProviderResponse:
         await self._built(request)
         return await super().stream(request, on_text)
 
@@ -167,7 +174,7 @@ class PydanticAIClient(ProviderClient):
             self.model = _model_name(models.get(None))
         models.get(None if request.model in (None, self.model) else request.model)
 
-    async def send(self, sdk: _LoopModels, payload: dict[str, Any]) -> Any:
+    async def send(self, sdk: _LoopModels, payload: dict[str, Any]) -> ModelResponse:
         from pydantic_ai.direct import model_request
 
         return await model_request(
@@ -177,7 +184,9 @@ class PydanticAIClient(ProviderClient):
             model_request_parameters=payload["parameters"],
         )
 
-    async def send_streaming(self, sdk: _LoopModels, payload: dict[str, Any], on_text: Callable[[str], None]) -> Any:
+    async def send_streaming(
+        self, sdk: _LoopModels, payload: dict[str, Any], on_text: Callable[[str], None]
+    ) -> ModelResponse:
         from pydantic_ai.direct import model_request_stream
         from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
 
@@ -197,7 +206,7 @@ class PydanticAIClient(ProviderClient):
                     on_text(event.delta.content_delta)
             return stream.get()
 
-    def parse(self, raw: Any) -> tuple[Message, Usage, str | None, str | None]:
+    def parse(self, raw: object) -> tuple[Message, Usage, str | None, str | None]:
         from pydantic_ai.messages import ModelResponse
 
         from .pydantic_ai_messages import BadToolArguments, from_model_response
@@ -242,7 +251,7 @@ class PydanticAIClient(ProviderClient):
         return answered, bare, model
 
 
-def streams(model: Any) -> bool:
+def streams(model: Model) -> bool:
     """Whether ``model`` can stream a reply: every Pydantic AI model but a
     ``FunctionModel`` given no ``stream_function``."""
     from pydantic_ai.models.function import FunctionModel
@@ -250,7 +259,7 @@ def streams(model: Any) -> bool:
     return not isinstance(model, FunctionModel) or model.stream_function is not None
 
 
-def _model_name(model: Any) -> str | None:
+def _model_name(model: Model | None) -> str | None:
     if model is None:
         return None
     name = model.model_name
@@ -263,7 +272,7 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def _sdk_failure(exc: BaseException, timeout: Any) -> Failure | None:
+def _sdk_failure(exc: BaseException, timeout: float | None) -> Failure | None:
     """An SDK error Pydantic AI let through unwrapped (its adapters wrap most)."""
     try:
         import openai

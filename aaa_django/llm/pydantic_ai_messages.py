@@ -34,6 +34,8 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.usage import RequestUsage
 
+from aaa_django.data.jsonvalue import JSONObject
+
 from .messages import Message, ToolCall, Usage
 
 #: Pydantic AI's finish reasons in our words (the OpenAI client's)
@@ -46,7 +48,7 @@ FINISH = {"tool_call": "tool_calls", "stop": "stop", "length": "length", "conten
 def to_model_messages(messages: Iterable[Message]) -> list[pm.ModelMessage]:
     """Our conversation as Pydantic AI's ``ModelRequest``/``ModelResponse`` list."""
     out: list[pm.ModelMessage] = []
-    parts: list[Any] = []
+    parts: list[pm.ModelRequestPart] = []
     for m in messages:
         if m.role == "assistant":
             if parts:
@@ -70,7 +72,7 @@ def to_model_response(
     m: Message, *, usage: Usage | None = None, model: str | None = None, finish_reason: str | None = None
 ) -> pm.ModelResponse:
     """Our assistant message as a ``ModelResponse``."""
-    parts: list[Any] = []
+    parts: list[pm.ModelResponsePart] = []
     if m.content:
         parts.append(pm.TextPart(content=m.content))
     for c in m.tool_calls:
@@ -145,7 +147,7 @@ def from_model_response(response: pm.ModelResponse) -> tuple[Message, Usage, str
     return message, usage, response.model_name, finish
 
 
-def tool_call_arguments(part: pm.ToolCallPart) -> dict[str, Any]:
+def tool_call_arguments(part: pm.ToolCallPart) -> JSONObject:
     try:
         return part.args_as_dict(raise_if_invalid=True)
     except (ValueError, AssertionError):
@@ -193,13 +195,13 @@ def from_model_messages(messages: Sequence[pm.ModelMessage]) -> list[Message]:
     return out
 
 
-def tool_specs(params: ModelRequestParameters) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def tool_specs(params: ModelRequestParameters) -> tuple[list[JSONObject], JSONObject]:
     """The agent's request parameters as our tool specs (output tools marked
     ``"kind": "output"``) and the ``output`` note (``{"allow_text": bool}``)."""
-    specs: list[dict[str, Any]] = []
+    specs: list[JSONObject] = []
     for kind, defs in (("function", params.function_tools), ("output", params.output_tools)):
         for d in defs:
-            spec: dict[str, Any] = {
+            spec: JSONObject = {
                 "name": d.name,
                 "description": d.description or "",
                 "parameters": d.parameters_json_schema,
@@ -210,7 +212,7 @@ def tool_specs(params: ModelRequestParameters) -> tuple[list[dict[str, Any]], di
     return specs, {"allow_text": bool(params.allow_text_output)}
 
 
-def _text(content: Any) -> str:
+def _text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence):

@@ -30,8 +30,9 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from aaa_django.data.jsonvalue import JSONObject
 from aaa_django.runtime.retry import Backoff
 
 from .errors import REASONS, LLMCallError
@@ -143,14 +144,14 @@ async def call_with_retries(
     redact: Callable[[str], str],
     provider: str,
     model: str | None,
-    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-) -> tuple[R, list[dict[str, Any]]]:
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+) -> tuple[R, list[JSONObject]]:
     """Run ``attempt`` until it succeeds or fails for good; return its result and the
     attempt records. ``classify`` maps an exception to a :class:`Failure` (None: not
     a call failure -- a bug -- which propagates unchanged). ``timeout`` bounds each
     attempt. Before each retry the :data:`BEFORE_RETRY` hook, if set, is awaited (its
     :class:`StopAttempts` propagates). Raises :class:`LLMCallError`."""
-    records: list[dict[str, Any]] = []
+    records: list[JSONObject] = []
     before = BEFORE_RETRY.get()
     n = 0
     while True:
@@ -177,7 +178,7 @@ async def call_with_retries(
                     raise
                 failure = classified
             message = redact(shorten(failure.message))
-            record: dict[str, Any] = {
+            record: JSONObject = {
                 "attempt": n,
                 "status": failure.status,
                 "reason": failure.reason,

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from django.core.management.base import OutputWrapper
 
 
 class Progress:
@@ -24,7 +27,13 @@ class Progress:
     terminal; silent otherwise (``live`` says which)."""
 
     def __init__(
-        self, label: str, total: int | None = None, *, stream: IO[str] | Any = None, width: int = 30, every: float = 0.1
+        self,
+        label: str,
+        total: int | None = None,
+        *,
+        stream: IO[str] | OutputWrapper | None = None,
+        width: int = 30,
+        every: float = 0.1,
     ) -> None:
         self.label = label
         self.total = total
@@ -49,7 +58,7 @@ class Progress:
         self._draw(force=True)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def advance(self, n: int = 1) -> None:

@@ -50,6 +50,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,15 +58,18 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import (
     NonRecordingSpan,
+    Span,
     SpanContext,
     SpanKind,
     Status,
     StatusCode,
     TraceFlags,
 )
+from opentelemetry.util.types import AttributeValue
 
 from aaa_django.events import Event
 from aaa_django.llm import LLMHandler
+from aaa_django.runtime.engine_api import EngineAPI
 from aaa_django.runtime.event_types import (
     APPROVAL_GRANTED,
     LLM_COMPLETED,
@@ -118,7 +122,7 @@ class RunTrace:
         return out
 
     @classmethod
-    def from_headers(cls, headers: Mapping[str, Any]) -> RunTrace | None:
+    def from_headers(cls, headers: Mapping[str, str]) -> RunTrace | None:
         """What :meth:`headers` wrote, or None (missing or malformed)."""
         try:
             version, trace_id, span_id, flags = str(headers["traceparent"]).split("-")
@@ -151,7 +155,7 @@ class RoutesAgents(Protocol):
     """A model client that sends an agent's requests to the agent's own model
     (:class:`~aaa_django.llm.routes.AgentModels`)."""
 
-    def route(self, agent: str | None) -> Any: ...
+    def route(self, agent: str | None) -> object: ...
 
 
 def _ns(event: Event) -> int:
@@ -163,7 +167,12 @@ class OtelObserver(BaseObserver):
     Celery bus's carrier of a run's trace context (``headers`` / ``received``)."""
 
     def __init__(
-        self, engine: Any, *, tracer_provider: Any = None, meter_provider: Any = None, max_runs: int = 4096
+        self,
+        engine: EngineAPI,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        max_runs: int = 4096,
     ) -> None:
         from aaa_django import __version__
 
@@ -191,7 +200,7 @@ class OtelObserver(BaseObserver):
         self._runs: OrderedDict[str, RunTrace] = OrderedDict()
         self._lock = threading.Lock()
         #: request event id -> (its handler's span, the span's GenAI attributes)
-        self._open: dict[str, tuple[Any, dict[str, Any]]] = {}
+        self._open: dict[str, tuple[Span, dict[str, AttributeValue]]] = {}
         #: per model client (by id): (its provider's name, whether it names its model);
         #: whether it routes agents' requests
         self._providers: dict[int, tuple[str, bool]] = {}
@@ -216,7 +225,7 @@ class OtelObserver(BaseObserver):
         """What a delivery message of ``event`` carries: its run's trace context."""
         return self.run_trace(event.stream).headers()
 
-    def received(self, run_id: str, headers: Mapping[str, Any] | None) -> None:
+    def received(self, run_id: str, headers: Mapping[str, str] | None) -> None:
         """A delivery message of run ``run_id`` arrived with ``headers``."""
         rt = RunTrace.from_headers(headers or {})
         if rt is not None:
@@ -234,7 +243,7 @@ class OtelObserver(BaseObserver):
         finally:
             otel_context.detach(token)
 
-    def step(self, event: Event, algorithm: str) -> Any:
+    def step(self, event: Event, algorithm: str) -> AbstractContextManager[Span]:
         return self.tracer.start_as_current_span(
             f"aaa.step {algorithm}",
             kind=SpanKind.INTERNAL,
@@ -242,7 +251,7 @@ class OtelObserver(BaseObserver):
         )
 
     @contextlib.contextmanager
-    def handler(self, handler: Any, event: Event) -> Iterator[None]:
+    def handler(self, handler: object, event: Event) -> Iterator[None]:
         name, kind, genai = self._describe(handler, event)
         started = time.perf_counter()
         with self.tracer.start_as_current_span(
@@ -255,12 +264,12 @@ class OtelObserver(BaseObserver):
                 self._open.pop(event.id, None)
                 self.handler_duration.record(time.perf_counter() - started, {"aaa.event.type": event.type})
 
-    def _describe(self, handler: Any, event: Event) -> tuple[str, SpanKind, dict[str, Any]]:
+    def _describe(self, handler: object, event: Event) -> tuple[str, SpanKind, dict[str, AttributeValue]]:
         d = event.data
         if event.type == LLM_REQUESTED:
             client = self._client(handler, d.get("agent"))
             provider, default = self._names(client)
-            genai: dict[str, Any] = {
+            genai: dict[str, AttributeValue] = {
                 "gen_ai.operation.name": "chat",
                 "gen_ai.provider.name": provider,
                 "gen_ai.system": provider,
@@ -276,7 +285,7 @@ class OtelObserver(BaseObserver):
             return f"execute_tool {d.get('name')}", SpanKind.INTERNAL, genai
         return f"aaa.handle {event.type}", SpanKind.INTERNAL, {}
 
-    def _client(self, handler: Any, agent: Any) -> Any:
+    def _client(self, handler: object, agent: object) -> Any:
         """The model client that answers a request of ``agent`` (None: of no agent)."""
         client: Any = handler.client if isinstance(handler, LLMHandler) else None
         routes = self._routes.get(id(client))
@@ -353,7 +362,7 @@ class OtelObserver(BaseObserver):
         algorithm = str(started.data.get("algorithm"))
         rt = self.run_trace(e.stream)
         meta = await self.engine.meta(e.stream)
-        attributes = {
+        attributes: dict[str, AttributeValue] = {
             "aaa.run_id": e.stream,
             "aaa.algorithm": algorithm,
             "aaa.outcome": outcome,
@@ -382,11 +391,11 @@ class OtelObserver(BaseObserver):
         span.end(end_time=max(_ns(e), _ns(started)))
 
 
-def _event_attributes(event: Event) -> dict[str, Any]:
+def _event_attributes(event: Event) -> dict[str, AttributeValue]:
     return {"aaa.run_id": event.stream, "aaa.event.type": event.type, "aaa.event.seq": event.seq or 0}
 
 
-def _choose_ids(tracer: Any) -> bool:
+def _choose_ids(tracer: trace.Tracer) -> bool:
     """Wrap the id generator of ``tracer`` (this observer's own scope, from an SDK
     tracer provider) so a span started while :data:`_chosen` is set gets those ids: the
     run span, emitted at the run's end, with the id its children were given from the

@@ -13,7 +13,7 @@ import gzip
 import posixpath
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages
@@ -41,17 +41,18 @@ from aaa_django.store.faults import translate
 
 _SHARD_DEPTH = 1  # prefix/<namespace>/ab/<sha256>: few listdir calls per namespace
 
-M = TypeVar("M", bound=Callable[..., Any])
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
-def _translated(method: M) -> M:
+def _translated(method: Callable[P, T]) -> Callable[P, T]:
     """The storage's errors (an S3 ``ClientError``, a file system's ``OSError``) leave
     as :class:`~aaa_django.data.BlobStoreUnavailable`, transient or not (see
     :mod:`aaa_django.store.faults`), the driver's error as its cause. The store's own errors
     (a missing or corrupt blob, a malformed ref) pass as they are."""
 
     @functools.wraps(method)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return method(*args, **kwargs)
         except BlobError:
@@ -62,7 +63,7 @@ def _translated(method: M) -> M:
                 raise
             raise fault from exc
 
-    return call  # type: ignore[return-value]
+    return call
 
 
 class StorageBlobStore:

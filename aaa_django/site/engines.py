@@ -14,7 +14,7 @@ from django.utils.module_loading import import_string
 from aaa_django.algos.pydantic_agent import agent_tools
 from aaa_django.conf import aaa_settings
 from aaa_django.events import default_cache
-from aaa_django.llm import LLMHandler
+from aaa_django.llm import LLMHandler, LLMRequest, LLMResponse
 from aaa_django.llm.routes import AgentModels
 from aaa_django.runtime import Engine
 from aaa_django.store import wakeups
@@ -84,7 +84,7 @@ def site_blobs() -> StorageBlobStore | None:
 class NoModelClient:
     """The LLM client of a site that configured none: every request fails, clearly."""
 
-    async def complete(self, request: Any) -> Any:
+    async def complete(self, request: LLMRequest) -> LLMResponse:
         raise RuntimeError(
             "no model client is configured for this process: set AAA['LLM'] (a provider) "
             "or AAA['LLM_CLIENT'] (the dotted path of a factory returning an LLM client)"
@@ -142,7 +142,7 @@ def site_tools() -> list[Any]:
     return tools
 
 
-def load_agents() -> list[Any]:
+def load_agents() -> list[object]:
     """Import the ``AAA["AGENTS"]`` (at start-up, ``AaaConfig.ready``): a run's config
     names only agents the process has loaded, and the REST API or the admin may start
     one before any engine is wired. An entry that does not import is left to system

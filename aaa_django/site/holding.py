@@ -59,7 +59,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 from aaa_django.conf import aaa_settings
 from aaa_django.events import Event, StoreUnavailable
@@ -67,6 +67,9 @@ from aaa_django.runtime.event_types import RUN_COMPLETED
 from aaa_django.runtime.holding import holder_id, process_gone
 from aaa_django.runtime.observe import BaseObserver
 from aaa_django.store.leases import RunLeases
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 log = logging.getLogger("aaa_django.holding")
 
@@ -180,7 +183,7 @@ class RunKeeper:
 
     # -- statements on the keeper's thread ------------------------------------------------------
 
-    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(*args)`` on the keeper's thread, one statement at a time; waited for up
         to half a lease (past that, whatever it does, this process has stood down:
         the statement goes on, and the next call waits for it)."""
@@ -304,7 +307,7 @@ class RunKeeper:
         self._down = False
         return beat
 
-    def start(self, on_regained: Callable[[set[str]], Awaitable[Any]] | None = None) -> asyncio.Task:
+    def start(self, on_regained: Callable[[set[str]], Awaitable[object]] | None = None) -> asyncio.Task:
         """Start the heartbeat on the running loop (every :attr:`every` seconds; the
         first now). ``on_regained(runs)``: drive again the runs held across a stand-down
         and those :meth:`holds` said no for since the renewal before (``Beat.regained``
@@ -313,7 +316,7 @@ class RunKeeper:
         self._task = asyncio.ensure_future(self._heartbeat(on_regained))
         return self._task
 
-    async def _heartbeat(self, on_regained: Callable[[set[str]], Awaitable[Any]] | None) -> None:
+    async def _heartbeat(self, on_regained: Callable[[set[str]], Awaitable[object]] | None) -> None:
         clock = asyncio.get_running_loop().time
         while not self._stopping:
             began = clock()

@@ -32,8 +32,8 @@ import asyncio
 import contextvars
 import logging
 import threading
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, TypeAlias, TypeVar
 
 from aaa_django.conf import aaa_settings
 from aaa_django.runtime import Engine, InProcessBus
@@ -44,6 +44,9 @@ from .holding import Claims, RunKeeper
 log = logging.getLogger("aaa_django.host")
 
 R = TypeVar("R")
+
+#: work for the engine: ``fn(engine)``, a coroutine (it is run on the host's loop)
+EngineWork: TypeAlias = Callable[[Engine], Coroutine[Any, Any, R]]
 
 #: seconds a view waits for the engine by default
 DEFAULT_TIMEOUT = 30.0
@@ -251,7 +254,7 @@ class EngineHost:
 
     # -- work --------------------------------------------------------------------------
 
-    def call(self, fn: Callable[[Engine], Coroutine[Any, Any, R]], *, timeout: float | None = DEFAULT_TIMEOUT) -> R:
+    def call(self, fn: EngineWork[R], *, timeout: float | None = DEFAULT_TIMEOUT) -> R:
         """Run ``await fn(engine)`` on the host's loop; return its result (or raise
         its exception). Raises :class:`EngineUnavailable` after ``timeout`` seconds
         (the work itself goes on)."""
@@ -268,14 +271,14 @@ class EngineHost:
         except TimeoutError:
             raise EngineUnavailable(f"the engine did not answer within {timeout} s") from None
 
-    def resume(self, run_ids: Any = None, *, timeout: float | None = DEFAULT_TIMEOUT) -> list[str]:
+    def resume(self, run_ids: Iterable[str] | None = None, *, timeout: float | None = DEFAULT_TIMEOUT) -> list[str]:
         """Deliver the events of unfinished runs again here (``Engine.resume``). The host
         adopts the runs whose holder is gone by itself (see the module); this is for
         a run named by hand."""
         return self.call(lambda engine: engine.resume(run_ids), timeout=timeout)
 
 
-def on_request(sender: Any = None, **kwargs: Any) -> None:
+def on_request(sender: object = None, **kwargs: object) -> None:
     """``request_started``: the first request of a web process starts its engine host
     (on the in-process bus, with ``AAA["ADOPT"]``), which adopts the runs whose holder
     is gone. Connected by ``AaaConfig.ready``."""

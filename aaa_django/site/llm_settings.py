@@ -48,9 +48,10 @@ this dict from ``AAA_LLM_PROVIDER``, ``AAA_LLM_BASE_URL``, ``AAA_LLM_API_KEY`` a
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Unpack
 
+from django.apps import AppConfig
 from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
 
@@ -76,7 +77,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def _raw() -> Any:
+def _raw() -> object:
     """``AAA["LLM"]`` as the site gives it (None: not given)."""
     site = site_aaa()
     return site.get("LLM") if isinstance(site, dict) else None
@@ -188,7 +189,7 @@ def agent_clients(agents: Iterable[tuple[str, Any]]) -> dict[str, ProviderClient
     }
 
 
-def check_llm_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+def check_llm_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: object) -> list[Error]:
     """System check ``aaa.E060``: ``AAA["LLM"]`` is malformed, or its provider's SDK
     is not installed."""
     try:

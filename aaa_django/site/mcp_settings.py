@@ -22,11 +22,17 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from django.apps import AppConfig
 from django.core.checks import Error
 
 from aaa_django.conf import site_aaa
+
+if TYPE_CHECKING:
+    from aaa_django.tools import SchemaTool
+    from aaa_django.tools.mcp import MCPServer
 
 
 def mcp_config() -> dict[str, dict[str, Any]]:
@@ -34,7 +40,7 @@ def mcp_config() -> dict[str, dict[str, Any]]:
     return dict(raw or {})
 
 
-def mcp_servers() -> list[Any]:
+def mcp_servers() -> list[MCPServer]:
     """The configured servers (not connected yet)."""
     config = mcp_config()
     if not config:
@@ -44,12 +50,12 @@ def mcp_servers() -> list[Any]:
     return servers_from_settings(config)
 
 
-def mcp_tools() -> list[Any]:
+def mcp_tools() -> list[SchemaTool]:
     """Every configured server's tools (each server is asked once, now)."""
     return [t for server in mcp_servers() for t in server.tools()]
 
 
-def check_mcp_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+def check_mcp_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: object) -> list[Error]:
     """System check ``aaa.E040``."""
     site = site_aaa()
     if not isinstance(site, dict) or site.get("MCP_SERVERS") in (None, {}):

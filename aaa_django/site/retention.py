@@ -35,14 +35,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from asgiref.sync import async_to_sync, sync_to_async
 
 from aaa_django.conf import aaa_settings
 from aaa_django.data import BlobInventory
 from aaa_django.data.keys import namespace_segment, segment_namespace
-from aaa_django.runtime import InProcessBus
+from aaa_django.runtime import Engine, InProcessBus
 from aaa_django.runtime.outcome import OUTCOMES
 from aaa_django.store import DjangoEventStore
 from aaa_django.store.retention import (
@@ -57,6 +57,13 @@ from aaa_django.store.retention import (
 from .engines import build_engine
 
 log = logging.getLogger("aaa_django.retention")
+
+
+class Advances(Protocol):
+    """A progress bar (:class:`~aaa_django.management.progress.Progress`): ``n`` more done."""
+
+    def advance(self, n: int = 1) -> None: ...
+
 
 #: what a site puts in CELERY_BEAT_SCHEDULE to apply the policy every hour (on the
 #: Celery app's default queue, which ``celery -A proj worker`` takes)
@@ -103,7 +110,7 @@ class RetentionReport:
     orphans: list[tuple[str, str]] = field(default_factory=list)
     vacuumed: bool = False
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, int | bool]:
         return {
             "dry_run": self.dry_run,
             "runs": len(self.runs),
@@ -115,7 +122,7 @@ class RetentionReport:
 
 
 async def apply_retention(
-    engine: Any,
+    engine: Engine,
     *,
     policy: Policy | None = None,
     now: datetime | None = None,
@@ -125,7 +132,7 @@ async def apply_retention(
     orphans: bool = True,
     grace: float | None = None,
     vacuum: bool = True,
-    progress: Any = None,
+    progress: Advances | None = None,
 ) -> RetentionReport:
     """Erase the runs ``policy`` (default: the settings') says are due, then sweep
     orphaned blobs. ``engine`` must be over a :class:`~aaa_django.store.DjangoEventStore`
@@ -166,7 +173,7 @@ async def apply_retention(
 # -- which runs are due ---------------------------------------------------------------
 
 
-def database_of(engine: Any) -> str:
+def database_of(engine: Engine) -> str:
     """The database alias of ``engine``'s store: retention erases from the site's
     database (an engine of :func:`~aaa_django.site.engines.build_engine`)."""
     store = engine.base_store
@@ -190,7 +197,7 @@ def cutoffs(policy: Policy, now: datetime) -> dict[str, datetime]:
 
 
 async def sweep_orphans(
-    engine: Any, *, now: datetime | None = None, grace: float | None = None, dry_run: bool = False
+    engine: Engine, *, now: datetime | None = None, grace: float | None = None, dry_run: bool = False
 ) -> list[tuple[str, str]]:
     """Remove the blobs of ``engine.blobs`` that no event refers to and that are older
     than ``grace`` seconds (default ``AAA["ORPHAN_GRACE"]``); return them as

@@ -32,10 +32,10 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any
 
 from pydantic import ValidationError
 
+from aaa_django.data.jsonvalue import JSONObject, JSONValue
 from aaa_django.events import Event, derive_id
 from aaa_django.runtime import FAILED, Engine, Outcome
 from aaa_django.runtime.bus import ExclusiveLeases
@@ -92,7 +92,7 @@ class ToolHandler:
         pools: Mapping[str, int] | None = None,
         timeout: float | None = None,
         approval_expires: float | None = None,
-        pool_factory: Callable[[str, int], AbstractAsyncContextManager[Any]] | None = None,
+        pool_factory: Callable[[str, int], AbstractAsyncContextManager[object]] | None = None,
         uncertain: str = "reconcile",
     ) -> None:
         if uncertain not in POLICIES:
@@ -108,7 +108,7 @@ class ToolHandler:
         self._leases: ExclusiveLeases | None = None
         #: the bus's answer to "does this process still hold the run?" (detected once)
         self._holds: HoldsRuns | None = None
-        self._semaphores: dict[str, AbstractAsyncContextManager[Any]] = {}
+        self._semaphores: dict[str, AbstractAsyncContextManager[object]] = {}
         self._inflight: set[str] = set()
         #: run id -> request id -> the task running the tool
         self._running: dict[str, dict[str, asyncio.Task]] = {}
@@ -131,7 +131,7 @@ class ToolHandler:
     async def __call__(self, request: Event) -> None:
         await self.on_request(request)
 
-    def tool_specs(self) -> list[dict[str, Any]]:
+    def tool_specs(self) -> list[JSONObject]:
         """The JSON specs of the tools it runs: what a run's model is offered when its
         config names none (:mod:`aaa_django.runtime.offered`)."""
         return self.registry.specs()
@@ -368,7 +368,7 @@ class ToolHandler:
         if result_id(request.id) not in done and (again or gate_id(request.id) not in done):
             return False
         error = task.exception()
-        outcome: dict[str, Any] = (
+        outcome: JSONObject = (
             {"result": task.result()}
             if error is None
             else {
@@ -487,7 +487,7 @@ class ToolHandler:
             }
             await engine.answer([result_event(request, TOOL_COMPLETED, data)])
 
-    async def _invoke(self, tool: Tool, args: dict[str, Any], key: str) -> Any:
+    async def _invoke(self, tool: Tool, args: Mapping[str, object], key: str) -> JSONValue:
         pool = self._pool(tool.pool)
         async with pool if pool is not None else contextlib.nullcontext():
             timeout = tool.timeout if tool.timeout is not None else self.timeout
@@ -502,7 +502,7 @@ class ToolHandler:
                     raise _ToolTimeout(f"tool {tool.name!r} timed out after {timeout}s") from None
                 raise
 
-    def _pool(self, name: str | None) -> AbstractAsyncContextManager[Any] | None:
+    def _pool(self, name: str | None) -> AbstractAsyncContextManager[object] | None:
         if name is None or name not in self.pools:
             return None
         pool = self._semaphores.get(name)
@@ -510,7 +510,7 @@ class ToolHandler:
             pool = self._semaphores[name] = self.pool_factory(name, self.pools[name])
         return pool
 
-    async def _fail(self, request: Event, reason: str, error: str, **extra: Any) -> None:
+    async def _fail(self, request: Event, reason: str, error: str, **extra: object) -> None:
         data = {
             "call_id": request.data.get("call_id"),
             "name": request.data.get("name"),

@@ -34,10 +34,18 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .tool import GuardConfig, SchemaTool
+
+if TYPE_CHECKING:  # an optional dependency: imported where it is used
+    from mcp.client import Client
+    from mcp.client._transport import Transport
+    from mcp_types import ContentBlock, Tool
+
+T = TypeVar("T")
 
 log = logging.getLogger("aaa_django.tools")
 
@@ -50,7 +58,7 @@ class MCPConnectionError(Exception):
     """The server could not be reached, or it went away during the call."""
 
 
-def _import() -> Any:
+def _import() -> ModuleType:
     try:
         import mcp.client
     except ImportError:  # pragma: no cover - depends on the installation
@@ -64,7 +72,7 @@ class _Session:
 
     def __init__(self, server: MCPServer) -> None:
         self.server = server
-        self.client: Any = None
+        self.client: Client | None = None
         self.ready = asyncio.Event()
         #: set when the session ended (the server died, the connection dropped, closed)
         self.dead = asyncio.Event()
@@ -88,13 +96,13 @@ class _Session:
             self.dead.set()
             self.ready.set()
 
-    async def opened(self) -> Any:
+    async def opened(self) -> Client:
         await self.ready.wait()
         if self.client is None or self.dead.is_set():
             raise MCPConnectionError(f"MCP server {self.server.name!r}: {_describe(self.error)}")
         return self.client
 
-    async def run(self, coro: Any) -> Any:
+    async def run(self, coro: Awaitable[T]) -> T:
         """Await ``coro`` unless the session dies first (then :class:`MCPConnectionError`)."""
         call = asyncio.ensure_future(coro)
         death = asyncio.ensure_future(self.dead.wait())
@@ -188,7 +196,7 @@ class MCPServer:
         plus any keyword of the constructor."""
         return cls(name, **dict(config))
 
-    def target(self) -> Any:
+    def target(self) -> str | Transport:
         """What the SDK's ``Client`` connects to."""
         if self.url is not None:
             return self.url
@@ -215,7 +223,8 @@ class MCPServer:
     def tools(self) -> list[SchemaTool]:
         """:meth:`list_tools` from sync code (wiring an engine, a Django setting): on a
         loop of its own in a thread, whose session is closed after."""
-        result: list[Any] = []
+        result: list[SchemaTool] = []
+        failed: list[BaseException] = []
 
         def main() -> None:
             async def go() -> None:
@@ -227,19 +236,19 @@ class MCPServer:
             try:
                 asyncio.run(go())
             except BaseException as exc:
-                result.append(exc)
+                failed.append(exc)
 
         thread = threading.Thread(target=main, name=f"mcp-list-{self.name}", daemon=True)
         thread.start()
         thread.join()
-        if result and isinstance(result[-1], BaseException):
-            raise result[-1]
+        if failed:
+            raise failed[0]
         return result
 
-    def _tool(self, t: Any) -> SchemaTool:
+    def _tool(self, t: Tool) -> SchemaTool:
         remote = t.name
 
-        async def call(args: dict[str, Any], key: str | None) -> Any:
+        async def call(args: dict[str, object], key: str | None) -> object:
             return await self.call(remote, args)
 
         local = self.prefix + remote
@@ -257,7 +266,7 @@ class MCPServer:
             ),
         )
 
-    async def call(self, name: str, args: dict[str, Any]) -> Any:
+    async def call(self, name: str, args: dict[str, object]) -> object:
         """Call tool ``name`` (the server's own name): its structured content, else its
         text. Raises :class:`MCPToolError` (the tool failed) or
         :class:`MCPConnectionError` (no answer: the session is dropped, the next call
@@ -303,7 +312,7 @@ def _named(value: bool | Iterable[str], name: str) -> bool:
     return value if isinstance(value, bool) else name in set(value)
 
 
-def _text(content: Sequence[Any]) -> str:
+def _text(content: Sequence[ContentBlock]) -> str:
     """Text contents as they are; other kinds (images, resources) as their JSON."""
     from mcp_types import TextContent
 

@@ -31,7 +31,6 @@ logged as a warning.)
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from aaa_django.events import Event, derive_id
 from aaa_django.runtime import Engine
@@ -109,7 +108,7 @@ async def reconcile(
     *,
     by: str | None = None,
     reason: str | None = None,
-    result: Any = None,
+    result: object = None,
 ) -> bool:
     """Answer the reconciliation gate ``request_id`` (its ``aaa.approval.requested``
     id) of run ``run_id``: ``"ran"`` (``result``: what it returned, if no late outcome

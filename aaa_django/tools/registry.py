@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from aaa_django.data.jsonvalue import JSONObject
+
 from .tool import Tool, tool
 
 
@@ -43,7 +45,7 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return sorted(self._tools)
 
-    def specs(self, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    def specs(self, names: Iterable[str] | None = None) -> list[JSONObject]:
         """The JSON specs of the tools (all, or the named ones), sorted by name."""
         chosen = sorted(names) if names is not None else self.names()
         return [self._tools[n].spec() for n in chosen]

@@ -10,13 +10,18 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
+from aaa_django.data.jsonvalue import JSONObject, JSONValue
+
 _ANY = TypeAdapter(Any)
+
+#: how a :class:`SchemaTool` is run: ``call(args, idempotency_key)``, awaited
+SchemaCall = Callable[[dict[str, object], str | None], Awaitable[object]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +91,7 @@ class Tool:
             fields[p.name] = (annotation, Field(default, description=arg_docs.get(p.name)))
         return create_model(f"{self.name}_args", __config__=ConfigDict(extra="forbid"), **fields)
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> JSONObject:
         """The JSON tool spec sent to a model: name, description, parameters schema."""
         schema = self.parameters.model_json_schema()
         schema.pop("title", None)
@@ -94,12 +99,12 @@ class Tool:
             prop.pop("title", None)
         return {"name": self.name, "description": self.description, "parameters": schema}
 
-    def validate(self, args: dict[str, Any]) -> dict[str, Any]:
+    def validate(self, args: Mapping[str, object]) -> dict[str, object]:
         """Arguments checked and converted; raises pydantic ``ValidationError``."""
         model = self.parameters.model_validate(args)
         return {k: getattr(model, k) for k in type(model).model_fields}
 
-    async def invoke(self, args: dict[str, Any], *, idempotency_key: str | None = None) -> Any:
+    async def invoke(self, args: Mapping[str, object], *, idempotency_key: str | None = None) -> JSONValue:
         """Run the tool with validated ``args``; return a JSON-ready result."""
         kwargs = dict(args)
         if self._takes_key:
@@ -192,11 +197,11 @@ class SchemaTool(Tool):
     def __init__(
         self,
         name: str,
-        parameters: dict[str, Any],
-        call: Callable[[dict[str, Any], str | None], Any],
+        parameters: Mapping[str, JSONValue],
+        call: SchemaCall,
         *,
         description: str = "",
-        check: Callable[[dict[str, Any]], Any] | None = None,
+        check: Callable[[Mapping[str, object]], object] | None = None,
         timeout: float | None = None,
         pool: str | None = None,
         requires_approval: bool = False,
@@ -206,7 +211,7 @@ class SchemaTool(Tool):
         self.fn = call
         self.name = name
         self.description = description
-        self.schema = dict(parameters or {"type": "object", "properties": {}})
+        self.schema: JSONObject = dict(parameters or {"type": "object", "properties": {}})
         self.check = check
         self.timeout = timeout
         self.pool = pool
@@ -217,14 +222,14 @@ class SchemaTool(Tool):
         self.is_async = True
         self._takes_key = True
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> JSONObject:
         return {"name": self.name, "description": self.description, "parameters": self.schema}
 
-    def validate(self, args: dict[str, Any]) -> dict[str, Any]:
+    def validate(self, args: Mapping[str, object]) -> dict[str, object]:
         if self.check is not None:
             self.check(args)
         return dict(args)
 
-    async def invoke(self, args: dict[str, Any], *, idempotency_key: str | None = None) -> Any:
+    async def invoke(self, args: Mapping[str, object], *, idempotency_key: str | None = None) -> JSONValue:
         result = await self.fn(dict(args), idempotency_key)
         return result if isinstance(result, str) else _ANY.dump_python(result, mode="json")

@@ -11,7 +11,6 @@ of a key as ``list`` shows it (``aaa_xxxxxxxx``).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -35,10 +34,10 @@ class Command(BaseCommand):
         revoke = sub.add_parser("revoke", help="revoke a key by its prefix")
         revoke.add_argument("prefix")
 
-    def handle(self, *args: Any, action: str, **options: Any) -> None:
+    def handle(self, *args: object, action: str, **options: object) -> None:
         getattr(self, f"_{action}")(**options)
 
-    def _create(self, *, user: str, name: str, expires_days: int | None, **_: Any) -> None:
+    def _create(self, *, user: str, name: str, expires_days: int | None, **_: object) -> None:
         User = get_user_model()
         try:
             owner = User._default_manager.get_by_natural_key(user)
@@ -55,7 +54,7 @@ class Command(BaseCommand):
         )
         self.stdout.write(raw)
 
-    def _list(self, *, user: str | None, **_: Any) -> None:
+    def _list(self, *, user: str | None, **_: object) -> None:
         keys = ApiKey.objects.select_related("user").order_by("created_at")
         if user:
             keys = keys.filter(user__username=user)
@@ -63,7 +62,7 @@ class Command(BaseCommand):
             used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
             self.stdout.write(f"{k.prefix}  {k.user.get_username():<20} {k.state:<8} used {used:<16} {k.name}")
 
-    def _revoke(self, *, prefix: str, **_: Any) -> None:
+    def _revoke(self, *, prefix: str, **_: object) -> None:
         keys = list(ApiKey.objects.filter(prefix__startswith=prefix, revoked_at__isnull=True))
         if not keys:
             raise CommandError(f"no active key starts with {prefix!r}")

@@ -10,7 +10,6 @@ The run is stored in the site's database like any other, so it shows in the admi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandParser
@@ -63,7 +62,7 @@ class Command(BaseCommand):
         parser.add_argument("--task", default="How many people live in Lyon and Porto together?")
         parser.add_argument("--quiet", action="store_true", help="print the outcome only")
 
-    def handle(self, *args: Any, task: str, quiet: bool, **options: Any) -> None:
+    def handle(self, *args: object, task: str, quiet: bool, **options: object) -> None:
         client = client_from_settings()
         with Progress("events", stream=self.stderr) as bar:  # on a terminal only
             outcome, run_id, events = async_to_sync(self._run)(task, client, bar)

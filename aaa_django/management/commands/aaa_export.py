@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -31,7 +30,9 @@ class Command(BaseCommand):
         )
         parser.add_argument("--database", default="default", help="the database alias of the log")
 
-    def handle(self, *args: Any, run_id: str, output: str | None, blobs: str, database: str, **options: Any) -> None:
+    def handle(
+        self, *args: object, run_id: str, output: str | None, blobs: str, database: str, **options: object
+    ) -> None:
         if blobs == "beside" and not output:
             raise CommandError("--blobs beside needs --output FILE (the blobs go to FILE.blobs/)")
         path = Path(output) if output else None

@@ -9,7 +9,6 @@ one waits until something re-drives it (``aaa_sweep``, ``engine.resume``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -28,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--database", default="default", help="the database alias of the log")
 
     def handle(
-        self, *args: Any, file: str, owner: str | None, blobs: str | None, database: str, **options: Any
+        self, *args: object, file: str, owner: str | None, blobs: str | None, database: str, **options: object
     ) -> None:
         path = Path(file)
         owner_pk = None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -28,7 +27,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--output", type=Path, default=openapi.FILE, help="the file")
 
-    def handle(self, *args: Any, check: bool, output: Path, **options: Any) -> None:
+    def handle(self, *args: object, check: bool, output: Path, **options: object) -> None:
         doc = openapi.schema()
         version = doc["info"]["version"]
         if check:

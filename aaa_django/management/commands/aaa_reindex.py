@@ -9,8 +9,6 @@ index is derived data. On a terminal, a progress bar on stderr.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.core.management.base import BaseCommand, CommandParser
 
 from aaa_django.management.progress import Progress
@@ -24,7 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--run", action="append", dest="runs", default=None, help="only this run (repeatable)")
         parser.add_argument("--database", default="default", help="the database alias")
 
-    def handle(self, *args: Any, runs: list[str] | None, database: str, **options: Any) -> None:
+    def handle(self, *args: object, runs: list[str] | None, database: str, **options: object) -> None:
         with Progress("re-indexing", stream=self.stderr) as bar:  # on a terminal only
             counts = reindex(database, runs, progress=bar)
         self.stdout.write(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -36,7 +35,7 @@ class Command(BaseCommand):
             help="a module that registers algorithms (repeatable)",
         )
 
-    def handle(self, *args: Any, file: str, blobs: str | None, modules: list[str], **options: Any) -> None:
+    def handle(self, *args: object, file: str, blobs: str | None, modules: list[str], **options: object) -> None:
         setup = aaa_settings().get("WORKER_SETUP")
         for module in [*([setup.rpartition(".")[0]] if setup else []), *modules]:
             try:

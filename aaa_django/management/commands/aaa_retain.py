@@ -8,8 +8,6 @@ nothing. On a terminal, a progress bar on stderr counts the runs as they go.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from aaa_django.management.progress import Progress
@@ -36,14 +34,14 @@ class Command(BaseCommand):
 
     def handle(
         self,
-        *args: Any,
+        *args: object,
         dry_run: bool,
         database: str,
         limit: int | None,
         no_orphans: bool,
         grace: float | None,
         no_vacuum: bool,
-        **options: Any,
+        **options: object,
     ) -> None:
         if limit is not None and limit < 1:
             raise CommandError("--limit must be at least 1")

@@ -17,7 +17,6 @@ still going then are released, and a web process adopts them.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandParser
@@ -47,13 +46,13 @@ class Command(BaseCommand):
 
     def handle(
         self,
-        *args: Any,
+        *args: object,
         stall_after: float | None,
         database: str,
         dry_run: bool,
         limit: int,
         wait: float,
-        **options: Any,
+        **options: object,
     ) -> None:
         report = async_to_sync(self._sweep)(stall_after, database, dry_run, limit, wait)
         verb = "would re-drive" if dry_run else "re-drove"
