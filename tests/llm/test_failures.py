@@ -124,7 +124,10 @@ def test_a_slow_response_times_out_per_attempt(provider, server):
         held.set()
     assert error.reason == "timeout" and error.status is None
     assert [a["reason"] for a in error.attempts] == ["timeout", "timeout"]
-    assert len(server.requests) == 2  # each attempt was sent, and cut off
+    # Never more requests than attempts; the first was read by the server (it held it).
+    # The second may be cut off at its 0.3 s before the server's thread reads it on a
+    # loaded machine (seen once: one request recorded), so its arrival is not asserted.
+    assert 1 <= len(server.requests) <= 2
     assert "0.3s" in str(error)
 
 
