@@ -135,9 +135,10 @@ class RunRecord(models.Model):
     redriven_at = models.FloatField("last re-driven", null=True, blank=True)
     redrives = models.PositiveIntegerField("re-drives", default=0, db_default=0)
     #: the run's lease (``aaa_django.store.leases``): the process that drives it (its
-    #: holder id: host, pid namespace, pid, start time), and until when (seconds since
-    #: the epoch, the database's clock) unless that process renews it; another process
-    #: adopts the run once it lapses. Not derived from the log
+    #: holder id: host, pid namespace, pid, start time), and until when it was claimed
+    #: (seconds since the epoch, the database's clock): past that, it lives as long as
+    #: its holder's (:class:`HolderRecord`); another process adopts the run once both
+    #: have lapsed. Not derived from the log
     held_by = models.CharField("held by", max_length=200, null=True, blank=True)
     held_until = models.FloatField("held until", null=True, blank=True)
     #: when a process last adopted the run from a holder that was gone (seconds since
@@ -194,6 +195,22 @@ class RunRecord(models.Model):
     @property
     def tokens(self) -> int:
         return self.tokens_in + self.tokens_out
+
+
+class HolderRecord(models.Model):
+    """A process that holds run leases (:mod:`aaa_django.site.holding`): every lease of
+    its lives until ``alive_until`` (seconds since the epoch, the database's clock),
+    which it renews with one write however many runs it holds
+    (:meth:`aaa_django.store.leases.RunLeases.renew`). Not derived from the log."""
+
+    holder_id = models.CharField(primary_key=True, max_length=200)
+    alive_until = models.FloatField()
+
+    class Meta:
+        db_table = "aaa_holder"
+
+    def __str__(self) -> str:
+        return self.holder_id
 
 
 class ApiKeyQuerySet(models.QuerySet):

@@ -11,9 +11,9 @@ time its lease lapses (``held_until``, ``AAA["RUN_LEASE_TTL"]`` seconds on).
   appends a run's first event (or any event of a run it does not hold), a worker when
   a delivery of a run it does not hold begins. Claims that come at once share one
   statement; a run the process holds already costs nothing.
-- **Heartbeat.** Every quarter of the lease, one statement renews every lease the
-  process has (:meth:`RunKeeper.beat`), whatever the number of runs; its answer is the
-  set of runs the process still holds.
+- **Heartbeat.** Every quarter of the lease, one write renews every lease the
+  process has (:meth:`RunKeeper.beat`: its own row, whatever the number of runs); the
+  runs it still holds are read with it.
 - **Stand down.** A process whose last renewal began half a lease ago or more (its
   database is out of reach, the network is cut) stands down: :meth:`RunKeeper.holds`
   says False for every run, so its handlers make no model or tool call (the
@@ -257,7 +257,7 @@ class RunKeeper:
     # -- the heartbeat --------------------------------------------------------------------------
 
     async def beat(self) -> Beat:
-        """Renew every lease this process has (one statement); see :class:`Beat`."""
+        """Renew every lease this process has (one write); see :class:`Beat`."""
         started = time.monotonic()
         before, previous = set(self.held), self.renewed
         try:
