@@ -21,10 +21,11 @@ from aaa_django.store import site_store
 
 from .bus import DELIVER, SWEEP, _queues, coordinator, store_spec
 from .duty import TICK
+from .engines import cluster_bus
 from .failures import REDELIVERY, fault_of, give_up
 from .sweeper import duty
 from .sweeper import sweep as sweep_runs
-from .worker import cluster_bus, runtime
+from .worker import runtime
 
 RETAIN = "aaa.retain"
 

@@ -96,7 +96,7 @@ class PgEventStore(DjangoEventStore):
     connections (see the module); the others, and what these leave to the Django store
     (an append that is not the common case, a run's index row to catch up), run the
     sync methods by ``offload`` (default: Django's thread-sensitive executor; a Celery
-    worker's db threads, :func:`aaa_django.celery.worker.build_worker_engine`).
+    worker's db threads, :func:`aaa_django.celery.engines.build_worker_engine`).
     Where psycopg 3 does not reach the alias, every call is the Django store's.
     """
 
