@@ -32,9 +32,9 @@ import logging
 import os
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from celery.signals import worker_process_shutdown, worker_shutdown, worker_shutting_down
 from django.db import connections
@@ -51,6 +51,7 @@ from .bus import queue_for
 from .delivering import HANDED_OFF, TIMED, deliver_event
 from .engines import DB_THREADS, build_worker_engine, cluster_bus, share_pools, shared_pool
 from .failures import REDELIVERY, fault_of, give_up
+from .onloop import call_on, run_on
 from .slow import Leases
 
 #: (re-exported: their home is :mod:`~aaa_django.celery.delivering` and :mod:`~aaa_django.celery.engines`)
@@ -70,6 +71,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("aaa_django.bus")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -151,27 +154,17 @@ class WorkerRuntime:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def run(self, coro: Any) -> Any:
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop; return its result. An interruption of the waiting
-        thread (a soft time limit, a signal) cancels it on the loop, wherever it comes:
-        the future that stands for ``coro`` exists before ``coro`` is handed to the
-        loop, and the handing over is inside the ``try`` that cancels it
-        (``asyncio.run_coroutine_threadsafe`` returns its future only after scheduling
-        ``coro``: an interruption inside it left the delivery running on the loop,
-        unowned)."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        try:
-            self.loop.call_soon_threadsafe(_start, coro, future)
-            return future.result()
-        except BaseException:
-            future.cancel()  # (before the loop starts it: it never runs)
-            raise
+        thread (a soft time limit, a signal) cancels it on the loop
+        (:func:`~aaa_django.celery.onloop.run_on`)."""
+        return run_on(self.loop, coro)
 
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def call(self, fn: Callable[..., T], *args: object) -> T:
         """Run the sync ``fn(*args)`` on the loop's thread (a profiler, a probe); the loop
         runs meanwhile, so Django's ORM refuses to run there (a store's sync calls run
         on :attr:`db`)."""
-        return self.run(_call(fn, *args))
+        return call_on(self.loop, fn, *args)
 
     def deliver(
         self,
@@ -450,42 +443,6 @@ class WorkerRuntime:
         """This process's keeper of its leases on database ``using``, once an engine
         on it is built."""
         return self.keepers.get(using)
-
-
-async def _call(fn: Callable[..., Any], *args: Any) -> Any:
-    return fn(*args)
-
-
-def _start(coro: Any, future: concurrent.futures.Future) -> None:
-    """On the loop (:meth:`WorkerRuntime.run`): run ``coro`` as a task whose outcome
-    becomes ``future``'s; cancelling ``future`` cancels the task, and a ``future``
-    cancelled already never starts it."""
-    if future.cancelled():
-        coro.close()
-        return
-    loop = asyncio.get_running_loop()
-    try:
-        task = loop.create_task(coro)
-    except BaseException as exc:
-        with contextlib.suppress(concurrent.futures.InvalidStateError):
-            future.set_exception(exc)
-        raise
-
-    def settle(task: asyncio.Task) -> None:
-        with contextlib.suppress(concurrent.futures.InvalidStateError):  # (cancelled meanwhile)
-            if task.cancelled():
-                future.cancel()
-            elif task.exception() is not None:
-                future.set_exception(task.exception())
-            else:
-                future.set_result(task.result())
-
-    def cancel(done: concurrent.futures.Future) -> None:  # (on the thread that cancels it)
-        if done.cancelled() and not loop.is_closed():
-            loop.call_soon_threadsafe(task.cancel)
-
-    task.add_done_callback(settle)
-    future.add_done_callback(cancel)
 
 
 #: the process's runtime (a forked child makes its own)
