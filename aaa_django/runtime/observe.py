@@ -30,6 +30,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from aaa_django.events import Event
 
+from .logcontext import delivering
+
 log = logging.getLogger("aaa_django.runtime")
 
 
@@ -128,3 +130,18 @@ async def notify_appended(observers: Sequence[Observer], events: Sequence[Event]
             await observer.appended(events)
         except Exception:
             log.exception("observer %r failed on appended events", observer)
+
+
+def watching(observers: Sequence[Observer], event: Event) -> AbstractContextManager[None]:
+    """Around one event's delivery (the run's step and the handlers): log records
+    carry the event (:mod:`~aaa_django.runtime.logcontext`), the ``observers`` watch it
+    (their ``delivery(event)``)."""
+    if not observers:
+        return delivering(event)
+    return _watched(observers, event)
+
+
+@contextlib.contextmanager
+def _watched(observers: Sequence[Observer], event: Event) -> Iterator[None]:
+    with delivering(event), around(observers, lambda o: o.delivery(event)):
+        yield
