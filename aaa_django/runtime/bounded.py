@@ -10,10 +10,11 @@ runs). The bounds are read at each use: a test lowers them.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, TypeVar
+from typing import TypeVar
 
-#: a bounded map's key
+#: a bounded map's key, and its value
 K = TypeVar("K")
+V = TypeVar("V")
 
 #: runs whose hydrated ``aaa.run.started`` is kept
 STARTED_KEPT = 4096
@@ -33,7 +34,7 @@ COMPLETIONS_KEPT = 4096
 STEPPED_KEPT = 4096
 
 
-def keep(kept: OrderedDict[K, Any], key: K, value: Any, most: int) -> None:
+def keep(kept: OrderedDict[K, V], key: K, value: V, most: int) -> None:
     """``kept[key] = value`` as its newest entry; the oldest dropped past ``most``."""
     kept.pop(key, None)
     kept[key] = value

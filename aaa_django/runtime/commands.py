@@ -1,13 +1,13 @@
 """Commands: what a person (or a program acting for one) asks of a run.
 
-Start a run (its ``aaa.run.started``), cancel it, grant or deny a pending approval, erase runs that have ended. Each is
-recorded as an event with a deterministic id (a run's one ``aaa.cancel.requested``,
-an approval's one decision), so asking twice records once; what the run does about
-it is its step's to decide, from ``RUNMETA``, like anything else in its log. And
-adopt unfinished runs (``resume``: a process that takes over another's delivers
-their events again; every reaction is idempotent, so only what was left undone is
-done); and end a run ``failed`` when a bus gives up on a delivery of its events. The
-engine's public methods (:meth:`Engine.start <aaa_django.runtime.Engine.start>`,
+Start a run (its ``aaa.run.started``), cancel it, grant or deny a pending approval,
+erase runs that have ended. Each is recorded as an event with a deterministic id (a
+run's one start, its one ``aaa.cancel.requested``, an approval's one decision), so
+asking twice records once; what the run does about it is its step's to decide, from
+``RUNMETA``, like anything else in its log. And adopt unfinished runs (``resume``: a
+process that takes over another's delivers their events again; every reaction is
+idempotent, so only what was left undone is done), and end a run ``failed`` when a
+bus gives up on a delivery of its events. The engine's public methods (:meth:`Engine.start <aaa_django.runtime.Engine.start>`,
 ``describe``, ``fail``, ``cancel``, ``approve``, ``deny``, ``erase``, ``erase_runs``,
 ``resume``) are these.
 """
@@ -67,7 +67,7 @@ class Commands:
     async def start(
         self,
         algorithm: Any,
-        input: Any,
+        input: object,
         *,
         budget: Budget | Mapping[str, Any] | None = None,
         deadline: float | datetime | None = None,
@@ -143,7 +143,7 @@ class Commands:
         return bool(await self.decide(run_id, request_id, APPROVAL_DENIED, by=by, reason=reason))
 
     async def decide(
-        self, run_id: str, request_id: str, type: str, *, meta: RunMeta | None = None, **extra: Any
+        self, run_id: str, request_id: str, type: str, *, meta: RunMeta | None = None, **extra: object
     ) -> list[Event]:
         """Record the approval ``request_id``'s one decision (``type``; expired instead
         once past its expiry); the events appended (none: no such pending approval)."""

@@ -30,7 +30,7 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from aaa_django.data import DEFAULT_HOT_FIELDS, BlobStore, InMemoryBlobStore, NamespacedBlobStore
 from aaa_django.events import ErasesMany, Event, EventStore, FoldCache, InMemoryEventStore, Projection, default_cache
@@ -42,6 +42,7 @@ from .budget import Budget
 from .bus import Bus, InProcessBus, WatchesEnds
 from .children import Children
 from .commands import Commands
+from .ctx import TakesSteps
 from .delivery import Deliveries
 from .engine_api import ChecksStart, Handler, ServesTools, Stored
 from .event_types import RUN_COMPLETED, completion_id
@@ -59,6 +60,9 @@ from .wakeups import Hub, Wakeups
 
 #: a projection's state type
 S = TypeVar("S")
+#: a blob store call's parameters and result (:meth:`Engine._blob_call`)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 DEFAULT_CLAIM_THRESHOLD = 16_384
 #: attempts of one model call recorded abandoned before the run ends ``failed``
@@ -166,8 +170,8 @@ class Engine:
         self._started: OrderedDict[str, Event] = OrderedDict()
         self._hydrated: OrderedDict[str, Event] = OrderedDict()
         #: started event id -> its run's algorithm; (name, config JSON) -> the instance
-        self._algorithms: OrderedDict[str, Any] = OrderedDict()
-        self._built: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._algorithms: OrderedDict[str, TakesSteps] = OrderedDict()
+        self._built: OrderedDict[tuple[str, str], TakesSteps] = OrderedDict()
         #: runs whose end this engine delivered (``ENDED_KEPT``)
         self._ended: OrderedDict[str, None] = OrderedDict()
         #: run id -> the ``aaa.run.completed`` this engine appended (``COMPLETIONS_KEPT``)
@@ -193,7 +197,7 @@ class Engine:
     async def __aenter__(self) -> Engine:
         return self
 
-    async def __aexit__(self, exc_type: Any, *exc: Any) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         await self.close(drain=exc_type is None)
 
     async def close(self, *, drain: bool = True) -> None:
@@ -252,7 +256,7 @@ class Engine:
     async def start(
         self,
         algorithm: Any,
-        input: Any,
+        input: object,
         *,
         budget: Budget | Mapping[str, Any] | None = None,
         deadline: float | datetime | None = None,
@@ -428,7 +432,7 @@ class Engine:
         delivered (:meth:`.appends.Appends.answer`). Returns the new events."""
         return await self._appends.answer(events)
 
-    async def _blob_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def _blob_call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         # Blob stores are synchronous; only the in-memory one is safe to call inline.
         if isinstance(self.blobs, InMemoryBlobStore):
             return fn(*args, **kwargs)
@@ -473,7 +477,7 @@ class Engine:
         """The engine's reaction and the algorithm step (the caller serialises runs)."""
         await self._steps.react(event)
 
-    def algorithm(self, started: Event) -> Any:
+    def algorithm(self, started: Event) -> TakesSteps:
         """The run's algorithm, rebuilt from its started event through the registry;
         one instance per name and config, kept (:meth:`.steps.Steps.algorithm`)."""
         return self._steps.algorithm(started)

@@ -32,14 +32,13 @@ import json
 import logging
 import traceback
 from collections.abc import Callable
-from typing import Any
 
 from aaa_django.data import is_claimed
 from aaa_django.events import ConcurrencyError, Event, InfrastructureError, check_event
 
 from . import bounded, limits, registry
 from . import conversation as talk
-from .ctx import Ctx
+from .ctx import Ctx, TakesSteps
 from .engine_api import Handler, Stored
 from .event_types import (
     ATTEMPT_RECORDS,
@@ -290,7 +289,7 @@ class Steps:
                 raise  # not the output's fault
             await engine.complete(run_id, Outcome(FAILED, bad), cause=event)
 
-    def algorithm(self, started: Event) -> Any:
+    def algorithm(self, started: Event) -> TakesSteps:
         """The run's algorithm, rebuilt from its started event through the registry
         (:meth:`Engine.algorithm <aaa_django.runtime.Engine.algorithm>`).
 
