@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Sequence
-from typing import Any
+
+from celery import Celery
 
 from aaa_django.events.tail import TailCachedStore
 from aaa_django.runtime import Engine
@@ -31,7 +32,9 @@ from .coordination import SharedPool
 DB_THREADS = 8
 
 
-def build_worker_engine(spec: Sequence[Any], app: Any = None, db: concurrent.futures.Executor | None = None) -> Engine:
+def build_worker_engine(
+    spec: Sequence[str], app: Celery | None = None, db: concurrent.futures.Executor | None = None
+) -> Engine:
     """The engine a worker delivers with: the site's engine on ``spec``'s store, on a
     :class:`DistributedBus` that sends through the Celery ``app`` (default: the
     site's), with the site's handlers (as the web process's

@@ -36,6 +36,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from celery import Celery
 from celery.signals import worker_process_shutdown, worker_shutdown, worker_shutting_down
 from django.db import connections
 
@@ -258,7 +259,7 @@ class WorkerRuntime:
 
     async def _carry(
         self,
-        engine: Any,
+        engine: Engine,
         stream: str,
         seq: int,
         event_id: str,
@@ -321,7 +322,7 @@ class WorkerRuntime:
                 # one may have appended and not sent.
                 redelivered, wire, handed, event = True, None, None, None
 
-    def _track(self, coro: Any, context: contextvars.Context | None = None) -> asyncio.Task:
+    def _track(self, coro: Coroutine[Any, Any, str], context: contextvars.Context | None = None) -> asyncio.Task[str]:
         task = self.loop.create_task(coro, context=context)
         self.in_flight.add(task)
         task.add_done_callback(self._ended)
@@ -405,7 +406,7 @@ class WorkerRuntime:
         for keeper in self.keepers.values():
             keeper.close()
 
-    def engine(self, spec: Sequence[Any], app: Any = None) -> Engine:
+    def engine(self, spec: Sequence[str], app: Celery | None = None) -> Engine:
         """The engine for the store ``spec`` names (built on first use); ``app``: the
         Celery app that sends its deliveries (the delivering task's)."""
         key = tuple(spec)
@@ -469,7 +470,7 @@ def runtimes() -> list[WorkerRuntime]:
 
 
 @worker_shutting_down.connect
-def _stop_taking(**_: Any) -> None:
+def _stop_taking(**_: object) -> None:
     # In the main process, from its signal handler (the runtime of a solo or threads
     # pool; a prefork child hears of the shutdown when its pool closes).
     for rt in runtimes():
@@ -478,6 +479,6 @@ def _stop_taking(**_: Any) -> None:
 
 @worker_process_shutdown.connect  # a prefork child, as it exits
 @worker_shutdown.connect  # the main process, once its pool has stopped (solo, threads)
-def _drain(**_: Any) -> None:
+def _drain(**_: object) -> None:
     for rt in runtimes():
         rt.drain()
