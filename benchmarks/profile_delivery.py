@@ -6,9 +6,9 @@
     .venv/bin/python benchmarks/profile_delivery.py --async-commit   # without waiting for fsync
 
 It starts a durable PostgreSQL 15 and a Redis (as ``bench_celery.py`` does), builds
-the engine a worker builds (``aaa_django.celery.worker.build_worker_engine``: the tail cache,
+the engine a worker builds (``aaa_django.celery.engines.build_worker_engine``: the tail cache,
 the Celery bus with its Redis lock, the site's handlers from ``celery_site.setup``),
-and drives ToolLoop runs by calling :func:`aaa_django.celery.worker.deliver_event` for each
+and drives ToolLoop runs by calling :func:`aaa_django.celery.delivering.deliver_event` for each
 published event, the way the ``aaa.deliver`` task does, on one long-lived loop. The
 messages the bus would send to the broker are kept in a queue instead, and
 ``--engines 2`` hands them to two engines in turn (two workers, each with its own
@@ -105,7 +105,9 @@ def run(args) -> None:
     from django.db import connections
 
     from aaa_django.celery.bus import DistributedBus
-    from aaa_django.celery.worker import WorkerRuntime, build_worker_engine, deliver_event
+    from aaa_django.celery.delivering import deliver_event
+    from aaa_django.celery.engines import build_worker_engine
+    from aaa_django.celery.worker import WorkerRuntime
     from aaa_django.events import FoldCache
     from aaa_django.site.engines import build_engine
 

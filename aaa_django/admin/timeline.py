@@ -9,7 +9,7 @@ claim-checked event shows its hot fields and is marked for hydration on demand).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -184,11 +184,11 @@ def _row(id_: str, seq: int, type_: str, time_: datetime, causation: str | None,
 
 
 def summarize(
-    type_: str, data: dict[str, Any], *, claimed: bool = False, blobs: list[dict[str, Any]] | None = None
+    type_: str, data: dict[str, Any], *, claimed: bool = False, blobs: Sequence[Mapping[str, object]] | None = None
 ) -> str:
     """A readable line for an event: what happened, in the event type's own terms."""
     if claimed:
-        size = sum(int(b.get("size") or 0) for b in (blobs or []))
+        size = sum(n for b in (blobs or []) if isinstance(n := b.get("size"), int))
         hot = {k: v for k, v in data.items() if k != CLAIM_MARKER}
         line = f"payload claim-checked ({_bytes(size)})"
         if hot.get("name"):

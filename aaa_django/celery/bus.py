@@ -56,6 +56,7 @@ from functools import partial
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from celery import Celery
 from celery.app import app_or_default
 from celery.signals import task_postrun, task_prerun
 from django.db import transaction
@@ -65,6 +66,7 @@ from aaa_django.conf import aaa_settings, redis_url
 from aaa_django.events import Event, EventList, EventStore
 from aaa_django.events.tail import TailCachedStore
 from aaa_django.runtime import logcontext
+from aaa_django.runtime.bus import Work
 from aaa_django.runtime.engine_api import EngineAPI
 from aaa_django.runtime.event_types import (
     APPROVAL_DENIED,
@@ -74,6 +76,7 @@ from aaa_django.runtime.event_types import (
     RUN_COMPLETED,
     TOOL_REQUESTED,
 )
+from aaa_django.runtime.observe import TraceCarrier
 from aaa_django.site.holding import RunKeeper
 from aaa_django.store import DjangoEventStore
 from aaa_django.store.offload import Offload
@@ -101,7 +104,7 @@ KIND_OF = {
 }
 
 
-def _dumps(value: Any) -> str:
+def _dumps(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -124,7 +127,7 @@ def queue_for(event_type: str, names: dict[str, str] | None = None) -> str:
     return (names or _queues())[KIND_OF.get(event_type, "algorithms")]
 
 
-def celery_app() -> Any:
+def celery_app() -> Celery:
     """The site's Celery app: the calling thread's current app, which is the site's
     (Celery's Django fixup makes the site's app the default; a site without it calls
     ``app.set_default()``). A worker's engines are given the app of the task that
@@ -157,7 +160,7 @@ def coordinator() -> Coordinator:
 # -- stores by spec: how a message names the log ------------------------------------------
 
 
-def store_spec(store: EventStore) -> list[Any]:
+def store_spec(store: EventStore) -> list[str]:
     """A JSON description of ``store`` that a worker can open again: ``["django",
     alias, class]`` (the class too, so a worker keeps e.g. the run index in step as
     the web process does) or ``["redis", url, prefix]``."""
@@ -177,7 +180,7 @@ def store_spec(store: EventStore) -> list[Any]:
     raise TypeError(f"the Celery bus cannot deliver events of {store!r}: use the Django or Redis store")
 
 
-def open_store(spec: Sequence[Any], *, offload: Offload | None = None) -> DjangoEventStore | RedisEventStore:
+def open_store(spec: Sequence[str], *, offload: Offload | None = None) -> DjangoEventStore | RedisEventStore:
     """The store a :func:`store_spec` describes (``offload``: where a Django store's
     sync calls run for its async ones, see :mod:`aaa_django.store.offload`)."""
     if spec[0] == "django":
@@ -219,15 +222,15 @@ class DistributedBus:
         serialize: bool = True,
         queues: dict[str, str] | None = None,
         in_worker: bool = False,
-        app: Any = None,
+        app: Celery | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.serialize = serialize
         self.in_worker = in_worker
         self.engine: EngineAPI | None = None
-        self.spec: list[Any] | None = None
+        self.spec: list[str] | None = None
         self.queues = {**_queues(), **(queues or {})}
-        self._app: Any = app
+        self._app: Celery | None = app
         #: the publisher of each thread that sends (see :meth:`publisher`): held by the
         #: thread (a thread that ends drops its own, and its connection), seen here weakly
         self._fast = threading.local()
@@ -248,7 +251,7 @@ class DistributedBus:
         self._spawned: set[asyncio.Task] = set()
         self._listener: asyncio.Task | None = None
         #: what carries a run's trace context in the messages (OpenTelemetry), or None
-        self.trace: Any = None
+        self.trace: TraceCarrier | None = None
         #: the worker process's leases on the runs it drives (``WorkerRuntime``), or None:
         #: a process that only starts runs holds none
         self.holder: RunKeeper | None = None
@@ -274,7 +277,7 @@ class DistributedBus:
         finally:
             _published.reset(token)
 
-    def carry(self, carrier: Any) -> None:
+    def carry(self, carrier: TraceCarrier) -> None:
         """Carry a run's trace context in every delivery message (``carrier``: a
         :class:`~aaa_django.runtime.observe.TraceCarrier`, the OpenTelemetry observer)."""
         self.trace = carrier
@@ -326,11 +329,11 @@ class DistributedBus:
             # sent from any thread of the loop's executor, several at once.
             await asyncio.to_thread(self._send, messages, ended)
 
-    def _args(self, event: Event, batch: list[Event]) -> list[Any]:
+    def _args(self, event: Event, batch: list[Event]) -> list[object]:
         """A delivery's arguments: where the event is, and, for an event this process
         has just appended, the event itself with the id of the one before it (when it
         knows that id and the event is small)."""
-        args = [self.spec, event.stream, event.seq, event.id]
+        args: list[object] = [self.spec, event.stream, event.seq, event.id]
         assert self.engine is not None, "bind the bus to an engine first"
         tail = self.engine.tail
         if not tail.fresh(event.id):
@@ -440,7 +443,7 @@ class DistributedBus:
         :class:`~aaa_django.runtime.bus.ExclusiveLeases`; ``LEASE_TTL``)."""
         return self.coordination().lease("exclusive", name, 1)
 
-    def spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Work) -> None:
         """Run ``coro`` (an engine timer firing) on this loop; ``drain`` waits for it."""
         if self.closed:
             coro.close()
@@ -523,17 +526,17 @@ class DistributedBus:
 # Log records of a delivery carry its run id and seq (and its event type once read):
 # Celery's own lines about the task too (its "succeeded" line is written after the task
 # returns, before task_postrun). See aaa_django.runtime.logcontext.
-_log_tokens: dict[str, Any] = {}
+_log_tokens: dict[str, contextvars.Token[logcontext.Delivery | None]] = {}
 
 
 @task_prerun.connect
-def _enter_log_context(task_id: str = "", task: Any = None, args: Any = (), **_: Any) -> None:
+def _enter_log_context(task_id: str = "", task: Any = None, args: Sequence[Any] = (), **_: object) -> None:
     if task is not None and task.name == DELIVER and len(args) >= 3:
         _log_tokens[task_id] = logcontext.enter(logcontext.Delivery(args[1], args[2]))
 
 
 @task_postrun.connect
-def _leave_log_context(task_id: str = "", **_: Any) -> None:
+def _leave_log_context(task_id: str = "", **_: object) -> None:
     token = _log_tokens.pop(task_id, None)
     if token is not None:
         logcontext.leave(token)

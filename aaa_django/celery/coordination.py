@@ -28,7 +28,14 @@ import os
 import random
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis as AsyncRedis
+    from redis.asyncio.client import PubSub
+    from redis.commands.core import AsyncScript
 
 log = logging.getLogger("aaa_django.bus")
 
@@ -129,9 +136,11 @@ class Coordinator:
             **_KEEPALIVE,
         )
         self._tag = "{" + prefix + "}"
-        self._aclients: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._aclients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[AsyncRedis, dict[str, AsyncScript]]
+        ] = weakref.WeakKeyDictionary()
         self._local_locks: weakref.WeakValueDictionary[tuple, asyncio.Lock] = weakref.WeakValueDictionary()
-        self._loop_ends: weakref.WeakKeyDictionary[Any, _Ends] = weakref.WeakKeyDictionary()
+        self._loop_ends: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Ends] = weakref.WeakKeyDictionary()
         self._live = self.client.register_script(_LIVE)
 
     def __repr__(self) -> str:
@@ -143,7 +152,7 @@ class Coordinator:
     def channel(self, run_id: str) -> str:
         return f"{self.prefix}:ended:{run_id}"
 
-    def _async(self) -> tuple[Any, dict[str, Any]]:
+    def _async(self) -> tuple[AsyncRedis, dict[str, AsyncScript]]:
         """This loop's asyncio client and its scripts."""
         loop = asyncio.get_running_loop()
         entry = self._aclients.get(loop)
@@ -228,7 +237,7 @@ class Coordinator:
 
     async def _keep(
         self,
-        renew: Callable[[], Awaitable[Any]],
+        renew: Callable[[], Awaitable[object]],
         ttl: float,
         what: str,
         stop: asyncio.Event,
@@ -433,7 +442,7 @@ class _Ends:
             self.task = asyncio.ensure_future(self._listen())
 
 
-async def _drop(pubsub: Any) -> None:
+async def _drop(pubsub: PubSub) -> None:
     """Close a subscription's connection without a word to the server: after a
     cancelled read the connection may be mid-reply, and an UNSUBSCRIBE could wait for
     an answer that never comes. Closing it ends the subscription too."""
@@ -449,7 +458,7 @@ class SharedPool:
         self.coordinator = coordinator
         self.name = name
         self.size = size
-        self._held: dict[Any, Any] = {}
+        self._held: dict[asyncio.Task[object] | None, AbstractAsyncContextManager[None]] = {}
 
     def __repr__(self) -> str:
         return f"SharedPool({self.name!r}, {self.size})"
@@ -460,6 +469,8 @@ class SharedPool:
         self._held[asyncio.current_task()] = cm
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         cm = self._held.pop(asyncio.current_task())
-        await cm.__aexit__(*exc)
+        await cm.__aexit__(exc_type, exc, tb)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import bootsteps
+from celery import Celery, bootsteps
 from celery.signals import celeryd_init, worker_ready
 
 from aaa_django.conf import aaa_settings, redis_url
@@ -87,7 +87,7 @@ class QuietDuty(logging.Filter):
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
-def _release_the_dead(sender: Any = None, **kwargs: Any) -> None:
+def _release_the_dead(sender: object = None, **kwargs: object) -> None:
     """worker_ready (the main process): let the leases of this machine's processes that
     have ended lapse now (:func:`aaa_django.site.holding.process_gone`), so the next
     tick adopts their runs: a worker restarted after a crash does not wait for its
@@ -115,7 +115,7 @@ def _release_the_dead(sender: Any = None, **kwargs: Any) -> None:
         leases.close()
 
 
-def _add_step(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
+def _add_step(sender: object = None, instance: Any = None, **kwargs: object) -> None:
     # celeryd_init comes before the worker builds its blueprint from app.steps.
     conf = aaa_settings()
     if instance is not None and conf["BUS"] == "celery" and conf["DUTY_EVERY"]:
@@ -149,7 +149,7 @@ class Duty:
     #: seconds the main process waits for Redis at most (it runs the worker's loop)
     REDIS_TIMEOUT = 2.0
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Celery) -> None:
         conf = aaa_settings()
         self.app = app
         self.every = float(conf["DUTY_EVERY"])
@@ -180,7 +180,7 @@ class Duty:
             log.warning("the periodic duty could not take its turn; trying again in %.1f s", self.every, exc_info=True)
 
 
-def _check_queues(sender: Any = None, **kwargs: Any) -> None:
+def _check_queues(sender: Any = None, **kwargs: object) -> None:
     # worker_ready: ``sender`` is the worker's consumer.
     if aaa_settings()["BUS"] != "celery" or sender is None:
         return

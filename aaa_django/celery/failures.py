@@ -6,8 +6,8 @@ ends ``failed``, naming the cause). Celery's task and the worker's loop share th
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from aaa_django.runtime.engine_api import EngineAPI
 from aaa_django.runtime.retry import Redelivery
 from aaa_django.store.faults import translate
 
@@ -25,7 +25,7 @@ def fault_of(exc: BaseException) -> BaseException:
     return translate(exc) or exc
 
 
-async def give_up(engine: Any, stream: str, seq: int, event_id: str, exc: BaseException, attempts: int) -> bool:
+async def give_up(engine: EngineAPI, stream: str, seq: int, event_id: str, exc: BaseException, attempts: int) -> bool:
     """End the run ``failed``, naming the cause, because delivering its event at
     ``seq`` failed for good (:meth:`Engine.fail <aaa_django.runtime.Engine.fail>`).
     True if this ended it. A store that is down too leaves the run to the sweeper."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import signals
+from celery import Celery, signals
 from kombu.utils.uuid import uuid
 
 log = logging.getLogger("aaa_django.bus")
@@ -45,7 +45,7 @@ _WHERE = frozenset({"queue", "exchange", "routing_key", "exchange_type"})
 class FastPublisher:
     """Publishes task messages of ``app`` (see the module docstring)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Celery) -> None:
         self.app = app
         self._producer: Any = None
         #: queue name -> (kombu Queue, delivery_mode), or None: not plain, use send_task
@@ -106,7 +106,7 @@ class FastPublisher:
         return q, mode
 
     def send(
-        self, name: str, args: list[Any], queue: str, argsrepr: str, extra_headers: dict[str, str] | None = None
+        self, name: str, args: list[object], queue: str, argsrepr: str, extra_headers: dict[str, str] | None = None
     ) -> bool:
         """Publish task ``name`` with ``args`` to ``queue`` (and ``extra_headers``, as
         ``send_task(headers=...)`` adds them); False: not sent, use ``send_task``

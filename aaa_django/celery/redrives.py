@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from asgiref.sync import sync_to_async
 
+from aaa_django.events import EventStore
 from aaa_django.store import DjangoEventStore
 from aaa_django.store.redrives import claim_redrive, redriven
 
@@ -72,7 +73,7 @@ class Ledger(Protocol):
         ...
 
 
-def ledger_of(store: Any) -> Ledger:
+def ledger_of(store: EventStore) -> Ledger:
     """The ledger for runs in ``store`` (an engine's ``base_store``)."""
     if isinstance(store, DjangoEventStore):
         return DatabaseLedger(store.using)
@@ -102,14 +103,14 @@ class DatabaseLedger:
 class MemoryLedger:
     """The ledger of one store, in this process's memory."""
 
-    _ledgers: weakref.WeakKeyDictionary[Any, MemoryLedger] = weakref.WeakKeyDictionary()
+    _ledgers: weakref.WeakKeyDictionary[EventStore, MemoryLedger] = weakref.WeakKeyDictionary()
 
     def __init__(self) -> None:
         self.times: dict[str, float] = {}
         self.counts: dict[str, int] = {}
 
     @classmethod
-    def of(cls, store: Any) -> MemoryLedger:
+    def of(cls, store: EventStore) -> MemoryLedger:
         try:
             ledger = cls._ledgers.get(store)
             if ledger is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from typing import Any
 
 from aaa_django.conf import aaa_settings
@@ -50,9 +51,9 @@ class Leases:
         #: set when the holder gives its leases up: a guard then releases its lease
         self.given_up = asyncio.Event()
         #: the guards now running (each holds, or is taking, one run's lease)
-        self.guards: set[asyncio.Task] = set()
+        self.guards: set[asyncio.Task[object]] = set()
 
-    def guard(self, coro: Any) -> asyncio.Task:
+    def guard(self, coro: Coroutine[Any, Any, object]) -> asyncio.Task[object]:
         task = asyncio.ensure_future(coro)
         self.guards.add(task)
         task.add_done_callback(self.guards.discard)

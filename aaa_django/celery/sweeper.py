@@ -48,7 +48,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, TypedDict, runtime_checkable
 
 from aaa_django.conf import aaa_settings
 from aaa_django.events import EventStore
@@ -81,6 +81,22 @@ class DueIndex(Protocol):
         ...
 
 
+class SweepSummary(TypedDict):
+    """A sweep's or a duty pass's :class:`SweepReport` as JSON (the tasks' result):
+    how many runs of each kind, and the re-driven runs' ids."""
+
+    unfinished: int
+    active: int
+    busy: int
+    waiting: int
+    recent: int
+    redriven: int
+    fired: int
+    adopted: int
+    elsewhere: int
+    runs: list[str]
+
+
 @dataclass
 class SweepReport:
     """What one sweep saw and did."""
@@ -106,7 +122,7 @@ class SweepReport:
     #: another deployment's, on the same database; never re-driven or fired here
     elsewhere: list[str] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> SweepSummary:
         return {
             "unfinished": self.unfinished,
             "active": len(self.active),

@@ -21,10 +21,11 @@ from aaa_django.store import site_store
 
 from .bus import DELIVER, SWEEP, _queues, coordinator, store_spec
 from .duty import TICK
+from .engines import cluster_bus
 from .failures import REDELIVERY, fault_of, give_up
-from .sweeper import duty
+from .sweeper import SweepSummary, duty
 from .sweeper import sweep as sweep_runs
-from .worker import cluster_bus, runtime
+from .worker import runtime
 
 RETAIN = "aaa.retain"
 
@@ -32,7 +33,7 @@ log = logging.getLogger("aaa_django.bus")
 
 
 @shared_task(name=DELIVER, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wire: str | None = None) -> str:
+def deliver(self: Any, spec: list[str], stream: str, seq: int, event_id: str, wire: str | None = None) -> str:
     """Deliver one stored event to this worker's engine (``engine.handle``); ``wire``:
     the event itself, as :meth:`DistributedBus._args` writes it.
 
@@ -83,7 +84,7 @@ def deliver(self: Any, spec: list[Any], stream: str, seq: int, event_id: str, wi
 
 
 @shared_task(name=SWEEP, bind=True, ignore_result=True)
-def sweep(self: Any, stall_after: float | None = None, using: str = "default") -> dict[str, Any]:
+def sweep(self: Any, stall_after: float | None = None, using: str = "default") -> SweepSummary:
     """The sweeper as a Celery task (for a schedule of the site's own: the workers'
     duty, ``aaa.tick``, sweeps by itself): fire what is due, adopt the runs whose
     holder is gone, re-drive stalled runs; returns a summary."""
@@ -94,7 +95,7 @@ def sweep(self: Any, stall_after: float | None = None, using: str = "default") -
 
 
 @shared_task(name=TICK, bind=True, ignore_result=True)
-def tick(self: Any, using: str = "default") -> dict[str, Any]:
+def tick(self: Any, using: str = "default") -> SweepSummary:
     """One turn of the workers' duty: fire what has come due and adopt the runs whose
     holder is gone (:func:`~aaa_django.celery.sweeper.duty`), and (every
     ``STALL_AFTER / 2`` seconds, a turn of the cluster's own) sweep the stalled ones.
@@ -107,7 +108,7 @@ def tick(self: Any, using: str = "default") -> dict[str, Any]:
     return rt.run(duty(engine, rt.keeper(using), sweeping=sweeping)).summary()
 
 
-def duty_spec(using: str) -> list[Any]:
+def duty_spec(using: str) -> list[str]:
     """The store spec of the duty's engine: the site's store on ``using``, as the web
     process's messages name it (``site_store``: it keeps the run index in step), so a
     worker process drives a run with one engine, and one set of handlers, whichever

@@ -13,24 +13,12 @@ group commit); elsewhere the store's statements run on a few threads of the proc
 (:class:`~aaa_django.store.offload.OnThreads`). Either way the loop goes on while a
 commit waits.
 
-A delivery is the engine's own (:meth:`Engine.handle <aaa_django.runtime.Engine.handle>`)
-of the stored event the message names (:class:`~aaa_django.runtime.Stored`), with the
-worker's hooks: the event read from this worker's view of the run, which the message
-brings up to date when it carries the event that follows the view (or this process's
-own tail, for a local delivery), else with one read; the run's step (serialised by
-:meth:`DistributedBus.serial`, its appends guarded by the head of that view, run
-again when the log moved on); then the handlers, only while this process holds the
-run, a model or tool call handed off as it starts. Around it: the run's busy lease
-for a call that runs longer than ``SLOW_DELIVERY`` (tool work) or ``SLOW_CALL`` (a
-model call), held by a guard (:mod:`aaa_django.celery.slow`): the sweeper leaves the
-run alone; a dead worker's lease expires and the sweeper re-drives the run; tool work
-is cancelled when the run ends in another worker. After it: re-enqueueing what an
-interrupted earlier delivery of the same event may have left unenqueued, and the
-run's deadline or an approval's expiry already due when its event is delivered fired
-at once (later ones are the duty's, :mod:`aaa_django.celery.duty`: no message waits
-for a timer). A delivery that fails is tried again or given up on
-(:mod:`aaa_django.celery.failures`). See :mod:`aaa_django.celery.bus` for the bus
-itself.
+A delivery (:func:`~aaa_django.celery.delivering.deliver_event`) is the engine's own
+:meth:`Engine.handle <aaa_django.runtime.Engine.handle>` of the stored event the
+message names, with the worker's hooks (:mod:`aaa_django.celery.delivering`); the
+engine it delivers with is built once per store (:mod:`aaa_django.celery.engines`). A
+delivery that fails is tried again or given up on (:mod:`aaa_django.celery.failures`).
+See :mod:`aaa_django.celery.bus` for the bus itself.
 """
 
 from __future__ import annotations
@@ -40,57 +28,52 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
-import json
 import logging
 import os
 import random
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from celery import Celery
 from celery.signals import worker_process_shutdown, worker_shutdown, worker_shutting_down
 from django.db import connections
 
 import aaa_django.algos  # noqa: F401  (registers the built-in algorithms)
 from aaa_django.conf import aaa_settings
 from aaa_django.events import Event
-from aaa_django.events.tail import Tail, TailCachedStore
-from aaa_django.runtime import Engine, Stored
-from aaa_django.runtime.event_types import (
-    APPROVAL_DECISIONS,
-    APPROVAL_REQUESTED,
-    LLM_REQUESTED,
-    RUN_STARTED,
-    TOOL_REQUESTED,
-)
+from aaa_django.runtime import Engine
 from aaa_django.runtime.retry import transient
 from aaa_django.runtime.turns import for_delivery
-from aaa_django.site.engines import attach_site_handlers, build_engine
 from aaa_django.site.holding import RunKeeper
-from aaa_django.store.offload import OnThreads
-from aaa_django.tools.handler import ToolHandler
 
-from .bus import DistributedBus, coordinator, open_store, queue_for
-from .coordination import SharedPool
+from .bus import queue_for
+from .delivering import HANDED_OFF, TIMED, deliver_event
+from .engines import DB_THREADS, build_worker_engine, cluster_bus, share_pools, shared_pool
 from .failures import REDELIVERY, fault_of, give_up
-from .slow import SLOW_STEP, Leases, guard_slow, lease_after
+from .onloop import call_on, run_on
+from .slow import Leases
+
+#: (re-exported: their home is :mod:`~aaa_django.celery.delivering` and :mod:`~aaa_django.celery.engines`)
+__all__ = [
+    "DB_THREADS",
+    "HANDED_OFF",
+    "TIMED",
+    "Drain",
+    "WorkerRuntime",
+    "build_worker_engine",
+    "cluster_bus",
+    "deliver_event",
+    "runtime",
+    "runtimes",
+    "share_pools",
+    "shared_pool",
+]
 
 log = logging.getLogger("aaa_django.bus")
 
-#: events that set a timer (a deadline, an approval's expiry)
-TIMED = frozenset({RUN_STARTED, APPROVAL_REQUESTED})
-#: events whose handlers wait (a model call, a tool call), and a run's start (its input's
-#: validation): once the run's step is done their delivery is handed off, and its task
-#: returns (the message is acknowledged) while the handlers go on on the worker's loop.
-#: What makes that safe: the request is durable before the call starts, its result has
-#: a deterministic id (a second one is absorbed), a call past SLOW_DELIVERY holds its
-#: run's busy lease (renewed while held), and the sweeper re-drives a run that no live
-#: process holds. (A run's start: held by its task, a burst of starts would go through
-#: each pool slot one validation's commit at a time, 200 runs started at once 0.5-0.6 s
-#: on -c 2; benchmarks/bench_concurrency.py --lags.)
-HANDED_OFF = frozenset({RUN_STARTED, LLM_REQUESTED, TOOL_REQUESTED, *APPROVAL_DECISIONS})
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -172,27 +155,17 @@ class WorkerRuntime:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def run(self, coro: Any) -> Any:
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop; return its result. An interruption of the waiting
-        thread (a soft time limit, a signal) cancels it on the loop, wherever it comes:
-        the future that stands for ``coro`` exists before ``coro`` is handed to the
-        loop, and the handing over is inside the ``try`` that cancels it
-        (``asyncio.run_coroutine_threadsafe`` returns its future only after scheduling
-        ``coro``: an interruption inside it left the delivery running on the loop,
-        unowned)."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        try:
-            self.loop.call_soon_threadsafe(_start, coro, future)
-            return future.result()
-        except BaseException:
-            future.cancel()  # (before the loop starts it: it never runs)
-            raise
+        thread (a soft time limit, a signal) cancels it on the loop
+        (:func:`~aaa_django.celery.onloop.run_on`)."""
+        return run_on(self.loop, coro)
 
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def call(self, fn: Callable[..., T], *args: object) -> T:
         """Run the sync ``fn(*args)`` on the loop's thread (a profiler, a probe); the loop
         runs meanwhile, so Django's ORM refuses to run there (a store's sync calls run
         on :attr:`db`)."""
-        return self.run(_call(fn, *args))
+        return call_on(self.loop, fn, *args)
 
     def deliver(
         self,
@@ -286,7 +259,7 @@ class WorkerRuntime:
 
     async def _carry(
         self,
-        engine: Any,
+        engine: Engine,
         stream: str,
         seq: int,
         event_id: str,
@@ -349,7 +322,7 @@ class WorkerRuntime:
                 # one may have appended and not sent.
                 redelivered, wire, handed, event = True, None, None, None
 
-    def _track(self, coro: Any, context: contextvars.Context | None = None) -> asyncio.Task:
+    def _track(self, coro: Coroutine[Any, Any, str], context: contextvars.Context | None = None) -> asyncio.Task[str]:
         task = self.loop.create_task(coro, context=context)
         self.in_flight.add(task)
         task.add_done_callback(self._ended)
@@ -433,7 +406,7 @@ class WorkerRuntime:
         for keeper in self.keepers.values():
             keeper.close()
 
-    def engine(self, spec: Sequence[Any], app: Any = None) -> Engine:
+    def engine(self, spec: Sequence[str], app: Celery | None = None) -> Engine:
         """The engine for the store ``spec`` names (built on first use); ``app``: the
         Celery app that sends its deliveries (the delivering task's)."""
         key = tuple(spec)
@@ -475,42 +448,6 @@ class WorkerRuntime:
         return self.keepers.get(using)
 
 
-async def _call(fn: Callable[..., Any], *args: Any) -> Any:
-    return fn(*args)
-
-
-def _start(coro: Any, future: concurrent.futures.Future) -> None:
-    """On the loop (:meth:`WorkerRuntime.run`): run ``coro`` as a task whose outcome
-    becomes ``future``'s; cancelling ``future`` cancels the task, and a ``future``
-    cancelled already never starts it."""
-    if future.cancelled():
-        coro.close()
-        return
-    loop = asyncio.get_running_loop()
-    try:
-        task = loop.create_task(coro)
-    except BaseException as exc:
-        with contextlib.suppress(concurrent.futures.InvalidStateError):
-            future.set_exception(exc)
-        raise
-
-    def settle(task: asyncio.Task) -> None:
-        with contextlib.suppress(concurrent.futures.InvalidStateError):  # (cancelled meanwhile)
-            if task.cancelled():
-                future.cancel()
-            elif task.exception() is not None:
-                future.set_exception(task.exception())
-            else:
-                future.set_result(task.result())
-
-    def cancel(done: concurrent.futures.Future) -> None:  # (on the thread that cancels it)
-        if done.cancelled() and not loop.is_closed():
-            loop.call_soon_threadsafe(task.cancel)
-
-    task.add_done_callback(settle)
-    future.add_done_callback(cancel)
-
-
 #: the process's runtime (a forked child makes its own)
 _runtime: WorkerRuntime | None = None
 _runtime_lock = threading.Lock()
@@ -535,7 +472,7 @@ def runtimes() -> list[WorkerRuntime]:
 
 
 @worker_shutting_down.connect
-def _stop_taking(**_: Any) -> None:
+def _stop_taking(**_: object) -> None:
     # In the main process, from its signal handler (the runtime of a solo or threads
     # pool; a prefork child hears of the shutdown when its pool closes).
     for rt in runtimes():
@@ -544,223 +481,6 @@ def _stop_taking(**_: Any) -> None:
 
 @worker_process_shutdown.connect  # a prefork child, as it exits
 @worker_shutdown.connect  # the main process, once its pool has stopped (solo, threads)
-def _drain(**_: Any) -> None:
+def _drain(**_: object) -> None:
     for rt in runtimes():
         rt.drain()
-
-
-def build_worker_engine(spec: Sequence[Any], app: Any = None, db: concurrent.futures.Executor | None = None) -> Engine:
-    """The engine a worker delivers with: the site's engine on ``spec``'s store, on a
-    :class:`DistributedBus` that sends through the Celery ``app`` (default: the
-    site's), with the site's handlers (as the web process's
-    ``EngineHost`` attaches them: ``AAA["LLM_CLIENT"]``, ``AAA["TOOLS"]``,
-    ``AAA["WORKER_SETUP"]``) and their tool pools shared by the whole cluster.
-    ``db``: an executor whose threads make a Django store's sync calls, each on a
-    database connection of its own (:class:`~aaa_django.store.offload.OnThreads`;
-    default: Django's thread-sensitive executor). A
-    :class:`~aaa_django.store.postgres.PgEventStore` on PostgreSQL with psycopg 3 (the
-    store ``build_engine()`` gives the web process there) awaits the engine's calls on
-    the loop instead, on its own connections, with group commit: only what it leaves
-    to the Django store (erasing, the sweeper's and the duty's queries, an append that
-    is not the common case) goes to ``db``."""
-    using = spec[1] if spec[0] == "django" else "default"
-    offload = OnThreads(db, using) if db is not None and spec[0] == "django" else None
-    store = open_store(spec, offload=offload)
-    engine = build_engine(using=using, store=TailCachedStore(store), bus=DistributedBus(in_worker=True, app=app))
-    attach_site_handlers(engine)
-    share_pools(engine)
-    return engine
-
-
-#: threads that make a worker process's store calls, each on a database connection of
-#: its own: the loop goes on with other deliveries while a statement waits for the
-#: database (a commit's fsync), and concurrent commits share the server's flushes
-DB_THREADS = 8
-
-
-def shared_pool(name: str, size: int) -> SharedPool:
-    """A ``ToolHandler`` ``pool_factory`` whose pools hold across the whole cluster:
-    ``ToolHandler(registry, pools={"db": 2}, pool_factory=shared_pool)``."""
-    return coordinator().pool(name, size)
-
-
-def share_pools(engine: Engine) -> int:
-    """Make the pools of every ToolHandler on ``engine`` cluster-wide (workers do this
-    to the handlers ``WORKER_SETUP`` attached); returns how many handlers changed."""
-    handlers = {id(h): h for h in engine.tool_servers if isinstance(h, ToolHandler)}
-    coord = cluster_bus(engine).coordination()
-    for handler in handlers.values():
-        handler.pool_factory = coord.pool
-        getattr(handler, "_semaphores", {}).clear()  # none made yet; a worker starts fresh
-    return len(handlers)
-
-
-async def deliver_event(
-    engine: Engine,
-    stream: str,
-    seq: int,
-    event_id: str,
-    *,
-    redelivered: bool = False,
-    wire: str | None = None,
-    handed: asyncio.Future | None = None,
-    event: Event | None = None,
-    leases: Leases | None = None,
-) -> str:
-    """Deliver one stored event to ``engine`` as a worker does; returns what happened
-    (``"delivered"``, or ``"missing"`` when the log no longer holds that event).
-    ``wire``: the event itself from the message (see :meth:`DistributedBus._args`).
-    ``handed``: set once the step is done when the event is one whose handlers wait
-    (:data:`HANDED_OFF`), before they start: from then on the message is not needed
-    (see :meth:`WorkerRuntime.deliver`). ``event``: the event itself, when this
-    process has just appended it (:meth:`WorkerRuntime.take`). ``leases``: where the
-    run's busy lease, if the delivery takes one, is kept (a worker's
-    :attr:`WorkerRuntime.leases`, which its shutdown releases)."""
-    leases = leases if leases is not None else Leases()
-    keeper = cluster_bus(engine).holder
-    if keeper is not None and not await _hold(keeper, stream, local=event is not None):
-        # Not this process's to deliver, nor to drop: whoever drives the run now gets
-        # it through the broker (``take`` sends, not delivers, a fenced run's events).
-        log.info(
-            "run %s: seq %s sent to the broker, not delivered here: another process took the run while this one "
-            "stood down",
-            stream,
-            seq,
-        )
-        assert event is not None  # (only a local delivery is refused: one by message claims the run)
-        await engine.bus.publish([event])
-        return "not held"
-
-    def synced() -> bool:
-        # (asked by the engine in the delivery's scope, before it reads the event)
-        if event is not None and engine.tail.holds(event):
-            return True
-        # A first delivery whose message carries the event that follows this worker's
-        # cached view of the run: the view is current without a query. Not after a
-        # redelivery: the view may be old, and handlers would redo answered work.
-        return not redelivered and wire is not None and _accept(engine.tail, stream, seq, event_id, wire)
-
-    try:
-        with engine.tail.delivery():  # (what follows the step reads the run from the tail)
-            return await _deliver(engine, Stored(stream, seq, event_id), redelivered, synced, handed, leases)
-    finally:
-        engine.delivered(stream)
-
-
-async def _hold(keeper: RunKeeper, stream: str, *, local: bool) -> bool:
-    """Before a delivery of ``stream``: claim the run unless this process holds it (a
-    delivery by message takes it from whoever holds it: it is this process's work
-    now). False for a local delivery of a run another process adopted while this one
-    stood down: not this process's to deliver. (Whether its handlers may call out is
-    asked again after the step: :func:`_deliver`.)"""
-    if stream in keeper.fenced:
-        if local:
-            return False
-        await keeper.claim(stream)
-    elif stream not in keeper.held:
-        await keeper.claim(stream)
-    return True
-
-
-def cluster_bus(engine: Engine) -> DistributedBus:
-    """The engine's bus, the Celery bus (a worker's engine, see :func:`build_worker_engine`)."""
-    bus = engine.bus
-    if not isinstance(bus, DistributedBus):
-        raise TypeError(f"a worker delivers on the Celery bus, not on {bus!r}")
-    return bus
-
-
-def _accept(tail: Tail, stream: str, seq: int, event_id: str, wire: str) -> bool:
-    try:
-        prev, data, *rest = json.loads(wire)
-        event = Event.from_dict(data)
-        # the events before it (a young run's message) matter only to a cache without the run
-        new_to_us = rest and tail.cached(stream, 1) is None
-        earlier = [Event.from_dict(d) for d in rest[0]] if new_to_us else []
-    except (ValueError, TypeError, KeyError, AttributeError, IndexError):
-        log.warning("a delivery of %s %s carried an unreadable event; reading it", stream, seq)
-        return False
-    if (event.id, event.stream, event.seq) != (event_id, stream, seq):
-        return False
-    return tail.accept(event, prev, earlier)
-
-
-async def _deliver(
-    engine: Engine,
-    stored: Stored,
-    redelivered: bool,
-    synced: Callable[[], bool],
-    handed: asyncio.Future | None,
-    leases: Leases,
-) -> str:
-    """The engine's delivery of ``stored`` (:meth:`Engine.handle`), with the worker's
-    hooks: ``loaded`` tells the slow-delivery guard which event it guards; after the
-    step, the handlers run only while this process holds the run, and a model or tool
-    call is handed off (``calling``) before they start."""
-    bus = cluster_bus(engine)
-    stream = stored.stream
-    loop = asyncio.get_running_loop()
-    loaded: asyncio.Future = loop.create_future()
-    finished: asyncio.Future = loop.create_future()
-    guard: list[asyncio.Future] = []
-
-    def start_guard() -> None:
-        guard.append(leases.guard(guard_slow(engine, bus.coordination(), stream, loaded, finished, leases.given_up)))
-
-    def calling(event: Event) -> None:
-        # The step is done and a model or tool call starts: hand it off, and hold the
-        # run's lease if the call takes longer than SLOW_DELIVERY (tool work) or
-        # SLOW_CALL (a model call).
-        if handed is not None and not handed.done():
-            handed.set_result(None)
-        timers[0].cancel()
-        if not guard:
-            timers[0] = loop.call_later(lease_after(event, time.time()), start_guard)
-
-    def dispatching(event: Event) -> bool:
-        if not bus.holds(stream):
-            # stood down (or the run was taken) since the delivery began: no call
-            log.info(
-                "run %s: the handlers of seq %s not run here: this process does not hold the run now (it is driven "
-                "again after the next renewal of its leases)",
-                stream,
-                stored.seq,
-            )
-            return False
-        if event.type in HANDED_OFF:
-            calling(event)
-        return True
-
-    with bus.recording() as published:
-        # Most steps end well before SLOW_STEP, most calls before SLOW_DELIVERY: a
-        # timer starts the guard of the others, no task and no wait for the quick ones.
-        timers = [loop.call_later(SLOW_STEP, start_guard)]
-        try:
-            event = await engine.handle(stored, synced=synced, loaded=loaded.set_result, dispatching=dispatching)
-        finally:
-            timers[0].cancel()
-            if not loaded.done():  # (the delivery ended before its read: a cancellation)
-                loaded.set_result(None)
-            if not finished.done():
-                finished.set_result(None)
-            for g in guard:
-                await g
-        if event is None:
-            return "missing"  # erased (or erased and written again): nothing to do
-        # The step's read brought the tail's view of the run up to date, in the engine's
-        # delivery scope, now closed: in this one, too, the run is read from the tail.
-        engine.tail.holds(event)
-        if event.type in TIMED:  # a due time already past (an expiry of 0 s): at once
-            await engine.fire_due(stream)
-        if redelivered:
-            await _republish_caused(engine, event, published)
-    return "delivered"
-
-
-async def _republish_caused(engine: Engine, event: Event, published: set[str]) -> None:
-    """After a redelivery: events this one caused that are stored but were appended by
-    the earlier, interrupted delivery may never have been enqueued (it died between
-    commit and enqueue). Publish them again; delivering twice is harmless."""
-    caused = [e for e in await engine.read_after(event) if e.causation == event.id and e.id not in published]
-    if caused:
-        await engine.bus.publish(caused)

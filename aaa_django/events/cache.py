@@ -24,6 +24,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 #: a holder entry's key: (the store's cache_key, stream, projection key, version)
@@ -48,7 +49,7 @@ class Folded:
     unsaved: int = 0
     #: time of the event at the cursor: with the id, what proves a reader's log is the
     #: same log (an erased stream rewritten with the same ids has other times)
-    event_time: Any = None
+    event_time: datetime | None = None
 
 
 # Each field's slot, set directly (as ``events.event.stored_event`` does): a frozen
@@ -58,7 +59,7 @@ _SET = tuple(Folded.__dict__[name].__set__ for name in ("cursor", "event_id", "s
 _new = object.__new__
 
 
-def folded(cursor: int, event_id: str, state: Any, unsaved: int, event_time: Any) -> Folded:
+def folded(cursor: int, event_id: str, state: Any, unsaved: int, event_time: datetime | None) -> Folded:
     """``Folded(cursor, event_id, state, unsaved, event_time)``, in less time."""
     entry = _new(Folded)
     s_cursor, s_event_id, s_state, s_unsaved, s_event_time = _SET
@@ -118,7 +119,7 @@ class FoldCache:
         )
         #: loops with a look for idleness armed
         self._armed: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
-        self._running: set[Any] = set()
+        self._running: set[asyncio.Task[object]] = set()
         self._entries: OrderedDict[CacheKey, Folded] = OrderedDict()
         #: (cache_key, stream) -> its keys in ``_entries`` (forgetting a stream is cheap)
         self._streams: dict[tuple[str, str], set[CacheKey]] = {}
@@ -248,7 +249,7 @@ class FoldCache:
             await check()  # (its own read of the log is not through the holder: not work)
             done += 1
 
-    def spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, object]) -> None:
         """Run a self-check off the read path (kept referenced until it ends), in a
         context of its own: it is not part of the delivery whose read made it due (a
         store's per-delivery state, such as the engine's tail, does not follow it)."""
@@ -269,6 +270,11 @@ class FoldCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+#: a fold of events not yet appended, published once they are: ``(holder, key, entry)``
+#: (``EventList.pending``)
+Publication = tuple[FoldCache, CacheKey, Folded]
 
 
 def _stream_of(key: CacheKey) -> tuple:

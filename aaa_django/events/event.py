@@ -40,7 +40,7 @@ class Event:
     seq: int | None = None
     causation: str | None = None
     time: datetime = field(default_factory=utcnow)
-    blobs: tuple[Any, ...] = ()
+    blobs: tuple[BlobRef, ...] = ()
     tenant: str | None = None
 
     @classmethod
@@ -53,7 +53,7 @@ class Event:
         id: str | None = None,
         causation: str | None = None,
         tenant: str | None = None,
-        blobs: Iterable[Any] = (),
+        blobs: Iterable[BlobRef] = (),
     ) -> Event:
         """A root event with a fresh random id (or the given one)."""
         return cls(
@@ -137,7 +137,7 @@ def stored_event(
     data: dict[str, Any],
     causation: str | None,
     time: datetime,
-    blobs: tuple[Any, ...],
+    blobs: tuple[BlobRef, ...],
     tenant: str | None,
 ) -> Event:
     """``Event(...)`` of values a store has read (already checked when they were
@@ -162,7 +162,7 @@ def stored_event(
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def encode_json(value: Any) -> str:
+def encode_json(value: object) -> str:
     """Canonical JSON text of ``value``; raises ``InvalidEventError`` if it is not JSON."""
     try:
         return _ENCODER.encode(value)
@@ -170,16 +170,16 @@ def encode_json(value: Any) -> str:
         raise InvalidEventError(f"event data is not JSON-serialisable: {exc}") from None
 
 
-def decode_blobs(raw: Iterable[Any]) -> tuple[Any, ...]:
+def decode_blobs(raw: Iterable[BlobRef | Mapping[str, Any]]) -> tuple[BlobRef, ...]:
     """Blob refs from their JSON form (the blob layer owns the type)."""
     return tuple(r if isinstance(r, BlobRef) else BlobRef.from_dict(r) for r in raw)
 
 
-def encode_blobs(blobs: Iterable[Any]) -> list[dict[str, Any]]:
-    return [b.to_dict() if hasattr(b, "to_dict") else dict(b) for b in blobs]
+def encode_blobs(blobs: Iterable[BlobRef | Mapping[str, Any]]) -> list[Mapping[str, object]]:
+    return [b.to_dict() if isinstance(b, BlobRef) else dict(b) for b in blobs]
 
 
-def check_event(event: Any) -> str:
+def check_event(event: object) -> str:
     """Validate an event before it is stored; return its data encoded as JSON text.
 
     Every store calls this for every event of a batch before writing any of them, so

@@ -6,11 +6,11 @@ import copy as _copy
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeGuard, TypeVar
+from typing import Generic, TypeGuard, TypeVar
 
 from pydantic import TypeAdapter
 
-from .cache import CacheKey, FoldCache, Folded, folded
+from .cache import CacheKey, FoldCache, Folded, Publication, folded
 from .event import Event
 from .store import EventList, EventReader, EventStore, ReadsFromSnapshot, Snapshot, SnapshotStore
 
@@ -35,7 +35,7 @@ class Loaded(Generic[S]):
 
 
 #: :class:`Loaded`'s fields, in order
-_Info = tuple[Any, int, str, int, int]
+_Info = tuple[S, int, str, int, int]
 
 
 @dataclass
@@ -48,7 +48,7 @@ class _Base(Generic[S]):
     tail: list[Event]
     committed: bool
     #: the read's publications to make once its events are appended (``EventList.pending``)
-    pending: list[Any] | None = None
+    pending: list[Publication] | None = None
 
 
 class Projection(Generic[S]):
@@ -71,7 +71,7 @@ class Projection(Generic[S]):
         *,
         name: str | None = None,
         version: int = 1,
-        state_type: Any = None,
+        state_type: type[S] | None = None,
         every: int = 64,
         finalize: Callable[[S], S] | None = None,
     ) -> None:
@@ -177,7 +177,7 @@ class Projection(Generic[S]):
         """
         return Loaded(*await self._load(store, stream, cache, at))
 
-    async def _load(self, store: EventReader, stream: str, cache: FoldCache | None, at: int | None) -> _Info:
+    async def _load(self, store: EventReader, stream: str, cache: FoldCache | None, at: int | None) -> _Info[S]:
         """:meth:`load_info`'s fields, as a tuple (:meth:`load` wants only the state,
         once or twice per delivery)."""
         if not _keeps_snapshots(store):
@@ -239,8 +239,8 @@ class Projection(Generic[S]):
         prior: Folded,
         tail: Sequence[Event],
         committed: bool,
-        pending: list[Any] | None = None,
-    ) -> _Info:
+        pending: list[Publication] | None = None,
+    ) -> _Info[S]:
         state = self.fold(tail, self.copy(prior.state)) if tail else prior.state
         if tail:
             unsaved = prior.unsaved + len(tail)
@@ -332,7 +332,7 @@ class Projection(Generic[S]):
         except Exception:  # a failed save costs a longer fold later, nothing else
             log.warning("projection %s: saving a snapshot of %s failed", self.key, stream, exc_info=True)
 
-    async def _replay(self, reader: EventReader, stream: str, at: int | None) -> _Info:
+    async def _replay(self, reader: EventReader, stream: str, at: int | None) -> _Info[S]:
         """The whole-log fold (up to event ``at``) of a reader that only reads."""
         if at is not None and at < 0:
             raise ValueError("at must be a seq >= 0")
@@ -340,7 +340,7 @@ class Projection(Generic[S]):
         state = self.fold(tail)
         return self.result(state), (tail[-1].seq or 0) if tail else 0, "replay", 0, len(tail)
 
-    async def _load_at(self, store: EventStore, stream: str, at: int) -> _Info:
+    async def _load_at(self, store: EventStore, stream: str, at: int) -> _Info[S]:
         """Time travel: the state as of event ``at`` (from a snapshot at or before it)."""
         if at < 0:
             raise ValueError("at must be a seq >= 0")
@@ -396,7 +396,7 @@ def _committed(events: Sequence[Event]) -> bool:
     return not isinstance(events, EventList) or events.committed
 
 
-def _pending(events: Sequence[Event]) -> list[Any] | None:
+def _pending(events: Sequence[Event]) -> list[Publication] | None:
     """Where a fold of a view of events not yet appended leaves what to publish once
     they are (``EventList.pending``), or None."""
     return events.pending if isinstance(events, EventList) else None

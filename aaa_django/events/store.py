@@ -7,8 +7,9 @@ import threading
 from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
+from .cache import Publication
 from .errors import ClosedStreamError, ConcurrencyError, InvalidEventError
 from .event import Event, check_event, stored_event
 
@@ -56,7 +57,7 @@ class EventList(list[Event]):
     #: a view of events not yet appended (``TailCachedStore.staging``): where a fold of
     #: it leaves ``(cache, key, entry)`` to publish once they are appended as read
     #: (the engine does, ``Engine.answer``); None for any other read
-    pending: list[Any] | None = None
+    pending: list[Publication] | None = None
 
 
 @runtime_checkable

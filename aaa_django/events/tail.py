@@ -50,8 +50,9 @@ import contextlib
 import contextvars
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
+from .cache import Publication
 from .errors import ConcurrencyError
 from .event import Event
 from .store import (
@@ -107,7 +108,7 @@ class Staged:
 
     def __init__(self, stream: str, events: Sequence[Event]) -> None:
         self.stream, self.events = stream, events
-        self.folds: list[Any] = []
+        self.folds: list[Publication] = []
         self.snapshots: list[Snapshot] = []
 
     def __enter__(self) -> Staged:
@@ -186,7 +187,7 @@ class TailCachedStore:
         self._logs: OrderedDict[str, list[Event]] = OrderedDict()
         #: stream -> (name, version) -> the snapshot this store saved last (for the
         #: streams whose logs it keeps)
-        self._snapshots: dict[str, dict[tuple[str, int], Any]] = {}
+        self._snapshots: dict[str, dict[tuple[str, int], Snapshot]] = {}
         #: ids of events this store appended, until the bus publishes them (newest last)
         #: (a store that keeps its own, as DjangoEventStore does, answers ``fresh``)
         self._recent: RecentAppends | None = inner if isinstance(inner, RecentAppends) else None

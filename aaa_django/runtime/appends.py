@@ -57,7 +57,16 @@ class Appends:
 
     async def append(self, events: Iterable[Event]) -> list[Event]:
         """Claim-check, append (per stream, in order) and publish; return the new events
-        (see :meth:`Engine.append <aaa_django.runtime.Engine.append>`)."""
+        (:meth:`Engine.append <aaa_django.runtime.Engine.append>`).
+
+        Events already in the store (same id) are absorbed and not published again.
+        Nothing is appended after a run's ``aaa.run.completed``, nor to a run that was
+        erased or never started: the store refuses it (``ClosedStreamError``), and the
+        refused events are dropped here (a late result of an ended run). The bus is
+        given them as an :class:`~aaa_django.events.EventList` that says whether they
+        are all committed (not, when appended inside a caller's transaction: the
+        Celery bus then enqueues them at its commit).
+        """
         capture = self.capture.get()
         stored = EventList()
         for stream, group in groupby(events, key=lambda e: e.stream):
@@ -149,9 +158,23 @@ class Appends:
             await engine.bus.publish(stored)
 
     async def answer(self, events: Iterable[Event]) -> list[Event]:
-        """Append a handler's result to its run with, in the same append, what the
-        run's step on it writes (see :meth:`Engine.answer
-        <aaa_django.runtime.Engine.answer>`)."""
+        """Append a handler's result to its run (``events``: of one run, e.g. a model's
+        ``aaa.llm.completed``; :meth:`Engine.answer <aaa_django.runtime.Engine.answer>`)
+        and, in the same append, what the run's step on it
+        writes: the step runs first, under the run's serialisation, on the run's log
+        as this engine holds it with the result after it (``Tail.staging``: seen in
+        this context only, as not committed), its output is kept instead of appended,
+        and the result and the output go as one batch guarded by the held head. One
+        append, one commit, instead of two; the log is the same, event for event. The
+        result's delivery then skips the step (it was taken); its handlers run as
+        ever. Returns the new events, as :meth:`append`.
+
+        Only where the bus lets the step run here (:class:`~.bus.StepsInline`: the
+        in-process bus; the Celery bus in a worker that takes the result's queue) and
+        this engine holds the run's log; anything the step
+        would write elsewhere (another run), an append that finds the log moved on
+        or the run ended, or an output the store refuses: the result is appended
+        alone, as :meth:`append` does, and stepped on when it is delivered."""
         engine = self.engine
         events = list(events)
         inline = self.steps_inline

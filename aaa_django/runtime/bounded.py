@@ -10,10 +10,11 @@ runs). The bounds are read at each use: a test lowers them.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, TypeVar
+from typing import TypeVar
 
-#: a bounded map's key
+#: a bounded map's key, and its value
 K = TypeVar("K")
+V = TypeVar("V")
 
 #: runs in flight one engine keeps what it needs of (each map below that is per run is
 #: as large, as are the logs its tail keeps, ``aaa_django.events.tail.MAX_STREAMS``):
@@ -38,7 +39,7 @@ COMPLETIONS_KEPT = RUNS_KEPT
 STEPPED_KEPT = RUNS_KEPT
 
 
-def keep(kept: OrderedDict[K, Any], key: K, value: Any, most: int) -> None:
+def keep(kept: OrderedDict[K, V], key: K, value: V, most: int) -> None:
     """``kept[key] = value`` as its newest entry; the oldest dropped past ``most``."""
     kept.pop(key, None)
     kept[key] = value

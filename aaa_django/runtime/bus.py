@@ -18,7 +18,7 @@ import asyncio
 import logging
 import random
 import weakref
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import (
     Any,
@@ -34,6 +34,9 @@ from .retry import Redelivery, transient
 from .turns import for_delivery
 
 log = logging.getLogger("aaa_django.runtime")
+
+#: what a bus runs for the engine beside deliveries (a timer's work)
+Work = Coroutine[Any, Any, object]
 
 
 class Bus(Protocol):
@@ -55,9 +58,9 @@ class Bus(Protocol):
 
     def serial(
         self, key: str, *, contended: bool = False, synced: bool = False
-    ) -> AbstractAsyncContextManager[Any]: ...
+    ) -> AbstractAsyncContextManager[object]: ...
 
-    def spawn(self, coro: Any) -> None: ...
+    def spawn(self, coro: Work) -> None: ...
 
     async def drain(self, timeout: float | None = None) -> None: ...
 
@@ -124,7 +127,7 @@ class InProcessBus:
         *,
         duplicate: bool = False,
         redelivery: Redelivery | None = None,
-        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        sleep: Callable[[float], Awaitable[object]] | None = None,
     ) -> None:
         self.copies = 2 if duplicate else 1
         self.redelivery = redelivery or Redelivery()
@@ -200,14 +203,14 @@ class InProcessBus:
             self._locks[key] = lock
         return lock
 
-    def spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Work) -> None:
         """Run ``coro`` as a tracked task (timers use this: ``drain`` waits for it)."""
         if self.closed:
             coro.close()
             return
         self._spawn(coro)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Work) -> None:
         # A delivery of its own: it takes its own turn, queued by the stamp of the
         # work that caused it (see aaa_django.runtime.turns).
         task = asyncio.get_running_loop().create_task(coro, context=for_delivery())

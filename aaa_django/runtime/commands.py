@@ -1,34 +1,44 @@
 """Commands: what a person (or a program acting for one) asks of a run.
 
-Cancel a run, grant or deny a pending approval, erase runs that have ended. Each is
-recorded as an event with a deterministic id (a run's one ``aaa.cancel.requested``,
-an approval's one decision), so asking twice records once; what the run does about
-it is its step's to decide, from ``RUNMETA``, like anything else in its log. And
-adopt unfinished runs (``resume``: a process that takes over another's delivers
-their events again; every reaction is idempotent, so only what was left undone is
-done). The
-engine's public methods (:meth:`Engine.cancel <aaa_django.runtime.Engine.cancel>`,
-``approve``, ``deny``, ``erase``, ``erase_runs``, ``resume``) are these.
+Start a run (its ``aaa.run.started``), cancel it, grant or deny a pending approval,
+erase runs that have ended. Each is recorded as an event with a deterministic id (a
+run's one start, its one ``aaa.cancel.requested``, an approval's one decision), so
+asking twice records once; what the run does about it is its step's to decide, from
+``RUNMETA``, like anything else in its log. And adopt unfinished runs (``resume``: a
+process that takes over another's delivers their events again; every reaction is
+idempotent, so only what was left undone is done), and end a run ``failed`` when a
+bus gives up on a delivery of its events. The engine's public methods (:meth:`Engine.start <aaa_django.runtime.Engine.start>`,
+``describe``, ``fail``, ``cancel``, ``approve``, ``deny``, ``erase``, ``erase_runs``,
+``resume``) are these.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
-from aaa_django.events import Event, derive_id
+from aaa_django.events import Event, derive_id, new_id
 
+from . import conversation as talk
+from . import offered, registry
+from .budget import Budget
+from .ctx import _budget, _plain, absolute_deadline
 from .errors import RunNotEndedError
 from .event_types import (
     APPROVAL_DENIED,
     APPROVAL_EXPIRED,
     APPROVAL_GRANTED,
     CANCEL_REQUESTED,
+    RUN_STARTED,
     decision_id,
+    started_id,
 )
 from .facade import Facade
 from .meta import RunMeta
+from .outcome import FAILED, Outcome
+from .retry import failure
 
 
 class Commands:
@@ -36,6 +46,72 @@ class Commands:
 
     def __init__(self, engine: Facade) -> None:
         self.engine = engine
+
+    def describe(self, algorithm: Any) -> tuple[str, dict[str, Any]]:
+        """``(registered name, JSON config)`` of an algorithm instance, class or name;
+        a class not registered yet is registered."""
+        if isinstance(algorithm, str):
+            registry.get(algorithm)
+            return algorithm, {}
+        cls = algorithm if isinstance(algorithm, type) else type(algorithm)
+        name = getattr(cls, "name", None)
+        if not name:
+            raise TypeError(f"{cls.__qualname__} has no registered `name`")
+        try:
+            registry.get(name)
+        except registry.UnknownAlgorithmError:
+            registry.register(cls)
+        config = algorithm.config() if not isinstance(algorithm, type) else {}
+        return name, config
+
+    async def start(
+        self,
+        algorithm: Any,
+        input: object,
+        *,
+        budget: Budget | Mapping[str, Any] | None = None,
+        deadline: float | datetime | None = None,
+        parent: str | None = None,
+        owner: str | None = None,
+        run_id: str | None = None,
+        conversation: bool | Mapping[str, Any] | None = None,
+    ) -> str:
+        """Append a run's ``aaa.run.started``; return the run's id (see
+        :meth:`Engine.start <aaa_django.runtime.Engine.start>`)."""
+        engine = self.engine
+        name, config = self.describe(algorithm)
+        conversation_settings = talk.settings(conversation)
+        if conversation_settings is not None:
+            talk.check_algorithm(name, config)
+        run_id = run_id or f"run-{new_id()}"
+        data = {
+            "algorithm": name,
+            "config": offered.resolve(engine, name, config),
+            "input": _plain(input),
+            "budget": _budget(budget),
+            "deadline": absolute_deadline(deadline),
+            "parent": parent,
+            "owner": owner,
+        }
+        if conversation_settings is not None:
+            data["conversation"] = conversation_settings
+        await engine.append([Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data=data)])
+        return run_id
+
+    async def fail(self, run_id: str, exc: BaseException, *, event: Event | None = None, attempts: int = 1) -> bool:
+        """End a run ``failed`` because delivering ``event`` raised ``exc`` for good (see
+        :meth:`Engine.fail <aaa_django.runtime.Engine.fail>`); True if this ended it."""
+        engine = self.engine
+        meta = await engine.meta(run_id)
+        if not meta.started or meta.completed:
+            return False
+        value = failure(
+            exc,
+            event_id=event.id if event is not None else None,
+            event_type=event.type if event is not None else None,
+            attempts=attempts,
+        )
+        return await engine.complete(run_id, Outcome(FAILED, value), cause=event)
 
     async def cancel(self, run_id: str, *, reason: str | None = None, by: str | None = None) -> bool:
         """Ask for a run to end ``cancelled`` (its in-flight tool calls are cancelled).
@@ -67,7 +143,7 @@ class Commands:
         return bool(await self.decide(run_id, request_id, APPROVAL_DENIED, by=by, reason=reason))
 
     async def decide(
-        self, run_id: str, request_id: str, type: str, *, meta: RunMeta | None = None, **extra: Any
+        self, run_id: str, request_id: str, type: str, *, meta: RunMeta | None = None, **extra: object
     ) -> list[Event]:
         """Record the approval ``request_id``'s one decision (``type``; expired instead
         once past its expiry); the events appended (none: no such pending approval)."""
@@ -145,8 +221,13 @@ class Commands:
 
     async def resume(self, run_ids: Iterable[str] | None = None) -> list[str]:
         """Adopt unfinished runs found in the store (all, or these) and drive them to
-        the end; returns the adopted run ids (see :meth:`Engine.resume
-        <aaa_django.runtime.Engine.resume>`)."""
+        the end (:meth:`Engine.resume <aaa_django.runtime.Engine.resume>`).
+
+        For each run with a start and no completion its events are delivered again
+        (every reaction is idempotent, so this only does what was left undone), a
+        finished child's completion is delivered again to its waiting parent, and an
+        orphan whose parent has ended is cancelled. Returns the adopted run ids.
+        """
         engine = self.engine
         streams = list(run_ids) if run_ids is not None else await engine.store.streams()
         adopted = []

@@ -94,7 +94,7 @@ def conversational() -> list[str]:
     return [name for name in registry.names() if issubclass(registry.get(name), Converses)]
 
 
-def settings(conversation: Any) -> dict[str, Any] | None:
+def settings(conversation: object) -> dict[str, Any] | None:
     """A run's ``conversation`` as stored in its ``aaa.run.started``: None (not one), or
     ``{"idle": seconds or None}`` from ``True`` or ``{"idle": seconds}``."""
     if conversation is None or conversation is False:
@@ -163,7 +163,7 @@ def check_schema(schema: Mapping[str, Any]) -> None:
         raise ValueError(f"not a valid JSON schema: {exc.message}") from None
 
 
-def answer_errors(schema: Mapping[str, Any], value: Any) -> list[dict[str, Any]]:
+def answer_errors(schema: Mapping[str, Any], value: object) -> list[dict[str, Any]]:
     """Where ``value`` does not fit ``schema``: pydantic's error shape (``loc``, ``msg``,
     ``type``: the failed keyword), in the order of their place in the answer."""
     validator = Draft202012Validator(dict(schema))
@@ -429,7 +429,7 @@ async def closing(engine: EngineAPI, meta: RunMeta) -> Outcome:
     return Outcome(SUCCESS, {"text": text, "turns": meta.turns, "closed_by": (meta.close or {}).get("by")})
 
 
-async def answer(engine: EngineAPI, run_id: str, question_id: str, value: Any, *, by: str | None = None) -> Event:
+async def answer(engine: EngineAPI, run_id: str, question_id: str, value: object, *, by: str | None = None) -> Event:
     """Record the answer to an open question; return ``aaa.question.answered``. Raises
     :class:`ConversationError`: ``not_open`` (no such question waits), ``invalid_answer``
     (it does not fit the question's schema; nothing is recorded), ``expired`` (it
@@ -470,7 +470,7 @@ async def _asked(engine: EngineAPI, run_id: str, seq: int, question_id: str) -> 
     return await engine.hydrate(found[0])
 
 
-def _ending(meta: RunMeta, asked: Event, type: str, extra: dict[str, Any]) -> list[Event]:
+def _ending(meta: RunMeta, asked: Event, type: str, extra: Mapping[str, object]) -> list[Event]:
     """A question's answer or expiry, and for a tool's question the call's result."""
     d = asked.data
     data = {"request_id": asked.id, **extra, "waits": max(0, meta.waits - 1)}

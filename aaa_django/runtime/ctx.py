@@ -14,7 +14,7 @@ import hashlib
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aaa_django.events import Event, Projection, encode_json
 
@@ -36,6 +36,15 @@ from .outcome import Outcome
 S = TypeVar("S")
 
 
+class TakesSteps(Protocol):
+    """A run's algorithm as the engine uses it, rebuilt from its ``aaa.run.started``
+    through the registry: its step on each event of the run (an
+    :class:`~aaa_django.algos.Algorithm` is one; the engine reads its ``ignores`` and
+    ``Input`` where it has them)."""
+
+    async def step(self, ctx: Ctx, event: Event) -> None: ...
+
+
 class Ctx:
     """The context of one step of one run."""
 
@@ -45,7 +54,7 @@ class Ctx:
         started: Event,
         event: Event,
         meta: RunMeta,
-        algorithm: Any,
+        algorithm: TakesSteps,
     ) -> None:
         self.engine = engine
         #: the run's ``aaa.run.started`` (hydrated)
@@ -113,7 +122,7 @@ class Ctx:
 
     def llm(
         self,
-        messages: Iterable[Any],
+        messages: Iterable[object],
         *,
         tools: Iterable[Any] | None = None,
         tag: str | None = None,
@@ -167,7 +176,7 @@ class Ctx:
     def child(
         self,
         algorithm: Any,
-        input: Any,
+        input: object,
         *,
         key: object = None,
         budget: Budget | Mapping[str, Any] | None = None,
@@ -218,13 +227,13 @@ class Ctx:
         self._waits += 1
         return self.emit(QUESTION_ASKED, data, key=("question", key)).id
 
-    def complete(self, outcome: str | Outcome, value: Any = None) -> None:
+    def complete(self, outcome: str | Outcome, value: object = None) -> None:
         """End the run (``aaa.run.completed``); the first completion of a run wins."""
         o = outcome if isinstance(outcome, Outcome) else Outcome(outcome, value)
         self._out.append(self.engine.completion(self.run_id, o, cause=self.event))
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json", exclude_none=True)
     if isinstance(value, Mapping):

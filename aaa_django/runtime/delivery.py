@@ -43,8 +43,15 @@ class Deliveries:
         )
 
     async def meta(self, run_id: str, *, fresh: bool = False) -> RunMeta:
-        """The run's ``RUNMETA``: in a delivery to it, the one it read (see
-        :meth:`Engine.meta <aaa_django.runtime.Engine.meta>`)."""
+        """The engine's view of a run (``RUNMETA``); read-only (:meth:`Engine.meta
+        <aaa_django.runtime.Engine.meta>`).
+
+        While the run is being delivered to (:meth:`Engine.delivering
+        <aaa_django.runtime.Engine.delivering>`) it is read once and kept until this
+        engine appends to the run: the engine's step and the handlers of a delivery
+        decide from one fold. ``fresh``: read it again anyway (to see what other
+        processes appended since).
+        """
         delivering = (self.current.get() or {}).get(run_id)
         if delivering is not None and delivering not in self.running.get(run_id, ()):
             delivering = None  # inherited by a task from a delivery that has ended

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 from functools import reduce
-from typing import Any
 
 
 def split(path: str) -> tuple[str, str]:
@@ -23,7 +23,7 @@ def split(path: str) -> tuple[str, str]:
     return module, attr
 
 
-def loaded(path: str) -> Any:
+def loaded(path: str) -> object:
     """The object at ``path`` in a module this process has imported; ``ValueError``
     when the module is not loaded (nothing is imported) or has no such name."""
     module, attr = split(path)
@@ -35,12 +35,12 @@ def loaded(path: str) -> Any:
         raise ValueError(f"{path!r}: module {module} has no {attr}") from None
 
 
-def load(path: str) -> Any:
+def load(path: str) -> object:
     """The object at ``path``, its module imported if need be."""
     importlib.import_module(split(path)[0])
     return loaded(path)
 
 
-def path_of(obj: Any) -> str:
+def path_of(obj: type | Callable[..., object]) -> str:
     """The dotted path :func:`loaded` finds ``obj`` by (a class or a function)."""
     return f"{obj.__module__}:{obj.__qualname__}"

@@ -1,23 +1,15 @@
 """The engine: starts runs, reacts to their events, enforces limits, ends them.
 
 :class:`Engine` is the facade over parts that each own one concern, wired in its
-constructor:
-
-- the step function (:mod:`~aaa_django.runtime.steps`): :meth:`Engine.handle`, which
-  the bus calls for every appended event (of any run, in any process): the event
-  hydrated, the run's step (the engine's own reaction, decided from ``RUNMETA``, then
-  the run's algorithm step), then the handlers subscribed to the event's type; each
-  delivery reads the run's ``RUNMETA`` once (:mod:`~aaa_django.runtime.delivery`);
-- the appends (:mod:`~aaa_django.runtime.appends`): every write, :meth:`Engine.append`
-  (claim check, store append absorbing duplicates, publish of the new events only),
-  and :meth:`Engine.answer` (a handler's result and its run's step on it, in one
-  append);
-- the limits (:mod:`~aaa_django.runtime.limits`, pure), the timers that fire due
-  times (:mod:`~aaa_django.runtime.timers`), the commands people give runs (cancel,
-  approve, deny, erase: :mod:`~aaa_django.runtime.commands`), child runs
-  (:mod:`~aaa_django.runtime.children`) and the reads of a run besides its
-  ``RUNMETA`` (its start, a hydrated payload, its outcome, the wait for its end:
-  :mod:`~aaa_django.runtime.reads`).
+constructor (what they use of it: :mod:`~aaa_django.runtime.facade`): the step
+function, :meth:`Engine.handle`, which the bus calls for every appended event
+(:mod:`~aaa_django.runtime.steps`; one ``RUNMETA`` fold a delivery:
+:mod:`~aaa_django.runtime.delivery`); the appends, :meth:`Engine.append` and
+:meth:`Engine.answer` (:mod:`~aaa_django.runtime.appends`); the limits
+(:mod:`~aaa_django.runtime.limits`, pure); the timers that fire due times
+(:mod:`~aaa_django.runtime.timers`); starting runs and the commands people give them
+(:mod:`~aaa_django.runtime.commands`); child runs (:mod:`~aaa_django.runtime.children`);
+and the reads of a run besides its ``RUNMETA`` (:mod:`~aaa_django.runtime.reads`).
 
 What fails in a delivery is not the run's doing unless the algorithm raised (its run
 ends ``failed``): an :class:`~aaa_django.events.InfrastructureError` (a store or the
@@ -35,49 +27,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict, defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import (
-    Any,
-    TypeVar,
-)
+from typing import Any, ParamSpec, TypeVar
 
-from aaa_django.data import (
-    DEFAULT_HOT_FIELDS,
-    BlobStore,
-    InMemoryBlobStore,
-    NamespacedBlobStore,
-)
-from aaa_django.events import (
-    ErasesMany,
-    Event,
-    EventStore,
-    FoldCache,
-    InMemoryEventStore,
-    Projection,
-    default_cache,
-    new_id,
-)
+from aaa_django.data import DEFAULT_HOT_FIELDS, BlobStore, InMemoryBlobStore, NamespacedBlobStore
+from aaa_django.events import ErasesMany, Event, EventStore, FoldCache, InMemoryEventStore, Projection, default_cache
 from aaa_django.events.tail import Tail, TailCachedStore
 
-from . import conversation as talk
-from . import limits, offered, registry
+from . import limits
 from .appends import Appends
 from .budget import Budget
 from .bus import Bus, InProcessBus, WatchesEnds
 from .children import Children
 from .commands import Commands
-from .ctx import _budget, _plain, absolute_deadline
+from .ctx import TakesSteps
 from .delivery import Deliveries
 from .engine_api import ChecksStart, Handler, ServesTools, Stored
-from .event_types import RUN_COMPLETED, RUN_STARTED, completion_id, started_id
-from .logcontext import delivering
+from .event_types import RUN_COMPLETED, completion_id
 from .meta import RunMeta
-from .observe import Observer, around, check_observer
-from .outcome import FAILED, Outcome
+from .observe import Observer, check_observer, watching
+from .outcome import Outcome
 from .reads import Reads
-from .retry import failure
 from .run import Run
 from .steps import Steps
 from .timers import Timers
@@ -88,6 +60,9 @@ from .wakeups import Hub, Wakeups
 
 #: a projection's state type
 S = TypeVar("S")
+#: a blob store call's parameters and result (:meth:`Engine._blob_call`)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 DEFAULT_CLAIM_THRESHOLD = 16_384
 #: attempts of one model call recorded abandoned before the run ends ``failed``
@@ -100,14 +75,12 @@ class Engine:
 
     ``store`` defaults to an :class:`~aaa_django.events.InMemoryEventStore`; the engine
     reads and appends through a :class:`~aaa_django.events.tail.TailCachedStore` over
-    it (unless ``store`` is one already): it knows what it has just appended and
-    never reads it back; with
-    ``blobs`` (a :class:`~aaa_django.data.BlobStore`: spec 004's four methods suffice;
-    a :class:`~aaa_django.data.NamespacedBlobStore` keeps each run's payloads in a
-    namespace of its own) event data over
-    ``claim_threshold`` bytes of JSON is claim-checked (its stub keeps ``hot_fields``
-    and the fields ``RUNMETA`` folds, :data:`~aaa_django.runtime.meta.FOLDED`); ``bus``
-    defaults to an
+    it (unless ``store`` is one already): it knows what it has just appended and never
+    reads it back; with ``blobs`` (a :class:`~aaa_django.data.BlobStore`: spec 004's
+    four methods suffice; a :class:`~aaa_django.data.NamespacedBlobStore` keeps each
+    run's payloads in a namespace of its own) event data over ``claim_threshold`` bytes
+    of JSON is claim-checked (its stub keeps ``hot_fields`` and the fields ``RUNMETA``
+    folds, :data:`~aaa_django.runtime.meta.FOLDED`); ``bus`` defaults to an
     :class:`InProcessBus`; ``cache`` (the in-process fold holder) defaults to the
     process's shared ``aaa_django.events.default_cache``. A
     :class:`~aaa_django.validate.ValidationHandler` is attached unless
@@ -197,8 +170,8 @@ class Engine:
         self._started: OrderedDict[str, Event] = OrderedDict()
         self._hydrated: OrderedDict[str, Event] = OrderedDict()
         #: started event id -> its run's algorithm; (name, config JSON) -> the instance
-        self._algorithms: OrderedDict[str, Any] = OrderedDict()
-        self._built: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._algorithms: OrderedDict[str, TakesSteps] = OrderedDict()
+        self._built: OrderedDict[tuple[str, str], TakesSteps] = OrderedDict()
         #: runs whose end this engine delivered (``ENDED_KEPT``)
         self._ended: OrderedDict[str, None] = OrderedDict()
         #: run id -> the ``aaa.run.completed`` this engine appended (``COMPLETIONS_KEPT``)
@@ -224,7 +197,7 @@ class Engine:
     async def __aenter__(self) -> Engine:
         return self
 
-    async def __aexit__(self, exc_type: Any, *exc: Any) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         await self.close(drain=exc_type is None)
 
     async def close(self, *, drain: bool = True) -> None:
@@ -270,38 +243,20 @@ class Engine:
 
     def observing(self, event: Event) -> contextlib.AbstractContextManager[None]:
         """Around one event's delivery (the run's step and the handlers): log records
-        carry the event (:mod:`~aaa_django.runtime.logcontext`), the observers watch it."""
-        if not self.observers:
-            return delivering(event)
-        return self._observed(event)
-
-    @contextlib.contextmanager
-    def _observed(self, event: Event) -> Iterator[None]:
-        with delivering(event), around(self.observers, lambda o: o.delivery(event)):
-            yield
+        carry the event, the observers watch it (:func:`.observe.watching`)."""
+        return watching(self.observers, event)
 
     # -- starting and stopping runs -----------------------------------------------------
 
     def describe(self, algorithm: Any) -> tuple[str, dict[str, Any]]:
-        """``(registered name, JSON config)`` of an algorithm instance, class or name."""
-        if isinstance(algorithm, str):
-            registry.get(algorithm)
-            return algorithm, {}
-        cls = algorithm if isinstance(algorithm, type) else type(algorithm)
-        name = getattr(cls, "name", None)
-        if not name:
-            raise TypeError(f"{cls.__qualname__} has no registered `name`")
-        try:
-            registry.get(name)
-        except registry.UnknownAlgorithmError:
-            registry.register(cls)
-        config = algorithm.config() if not isinstance(algorithm, type) else {}
-        return name, config
+        """``(registered name, JSON config)`` of an algorithm instance, class or name
+        (:meth:`.commands.Commands.describe`)."""
+        return self._commands.describe(algorithm)
 
     async def start(
         self,
         algorithm: Any,
-        input: Any,
+        input: object,
         *,
         budget: Budget | Mapping[str, Any] | None = None,
         deadline: float | datetime | None = None,
@@ -320,23 +275,16 @@ class Engine:
         after each answer (:mod:`.conversation`; an algorithm that does not hold
         conversations raises :class:`~.conversation.ConversationError`).
         """
-        name, config = self.describe(algorithm)
-        conversation_settings = talk.settings(conversation)
-        if conversation_settings is not None:
-            talk.check_algorithm(name, config)
-        run_id = run_id or f"run-{new_id()}"
-        data = {
-            "algorithm": name,
-            "config": offered.resolve(self, name, config),
-            "input": _plain(input),
-            "budget": _budget(budget),
-            "deadline": absolute_deadline(deadline),
-            "parent": parent,
-            "owner": owner,
-        }
-        if conversation_settings is not None:
-            data["conversation"] = conversation_settings
-        await self.append([Event(id=started_id(run_id), stream=run_id, type=RUN_STARTED, data=data)])
+        run_id = await self._commands.start(
+            algorithm,
+            input,
+            budget=budget,
+            deadline=deadline,
+            parent=parent,
+            owner=owner,
+            run_id=run_id,
+            conversation=conversation,
+        )
         return Run(self, run_id)
 
     def run(self, run_id: str) -> Run:
@@ -364,30 +312,16 @@ class Engine:
         handler's bug): the outcome's value names the cause
         (:func:`~aaa_django.runtime.retry.failure`). A bus calls it when it gives up
         on a delivery. True if this ended the run."""
-        meta = await self.meta(run_id)
-        if not meta.started or meta.completed:
-            return False
-        value = failure(
-            exc,
-            event_id=event.id if event is not None else None,
-            event_type=event.type if event is not None else None,
-            attempts=attempts,
-        )
-        return await self.complete(run_id, Outcome(FAILED, value), cause=event)
+        return await self._commands.fail(run_id, exc, event=event, attempts=attempts)
 
     async def cancel(self, run_id: str, *, reason: str | None = None, by: str | None = None) -> bool:
-        """Ask for a run to end ``cancelled`` (its in-flight tool calls are cancelled).
-
-        Returns False if the run has ended (or was asked already).
-        """
+        """Ask for a run to end ``cancelled``; False if it has ended (or was asked
+        already) (:meth:`.commands.Commands.cancel`)."""
         return await self._commands.cancel(run_id, reason=reason, by=by)
 
     async def approve(self, run_id: str, request_id: str, *, by: str | None = None, reason: str | None = None) -> bool:
-        """Grant a pending approval (``request_id``: the ``aaa.approval.requested`` id).
-
-        Returns False if there is no such pending approval or it was decided already;
-        an approval given after its expiry records ``aaa.approval.expired`` instead.
-        """
+        """Grant a pending approval (``request_id``: the ``aaa.approval.requested`` id);
+        False if there is none or it was decided already (:meth:`.commands.Commands.approve`)."""
         return await self._commands.approve(run_id, request_id, by=by, reason=reason)
 
     async def deny(self, run_id: str, request_id: str, *, by: str | None = None, reason: str | None = None) -> bool:
@@ -395,28 +329,21 @@ class Engine:
         return await self._commands.deny(run_id, request_id, by=by, reason=reason)
 
     async def erase(self, run_id: str) -> int:
-        """Erase a run that has ended: its events, snapshots, blobs and in-process
-        cached state; returns the number of events erased. A run that has started and
-        not ended is refused (:class:`RunNotEndedError`: cancel it, then erase it).
-        Child runs are separate runs: erase them on their own
+        """Erase a run that has ended (its events, snapshots, blobs, cached state);
+        returns the events erased. A run not ended is refused
+        (:class:`RunNotEndedError`); child runs are erased on their own
         (:meth:`.commands.Commands.erase`)."""
         return await self._commands.erase(run_id)
 
     async def erase_runs(self, run_ids: Iterable[str]) -> int:
-        """Erase runs known to have ended, as :meth:`erase` does without reading each
-        to check, their logs in one transaction where the store can
-        (:class:`~aaa_django.events.ErasesMany`); returns the events erased
-        (:meth:`.commands.Commands.erase_runs`)."""
+        """Erase runs known to have ended, in one transaction where the store can
+        (:meth:`.commands.Commands.erase_runs`); returns the events erased."""
         return await self._commands.erase_runs(run_ids)
 
     async def resume(self, run_ids: Iterable[str] | None = None) -> list[str]:
-        """Adopt unfinished runs found in the store and drive them to the end.
-
-        For each run with a start and no completion its events are delivered again
-        (every reaction is idempotent, so this only does what was left undone), a
-        finished child's completion is delivered again to its waiting parent, and an
-        orphan whose parent has ended is cancelled. Returns the adopted run ids.
-        """
+        """Adopt unfinished runs found in the store (all, or these) and drive them to
+        the end: their events delivered again, which does only what was left undone
+        (:meth:`.commands.Commands.resume`). Returns the adopted run ids."""
         return await self._commands.resume(run_ids)
 
     adopt = resume
@@ -424,13 +351,9 @@ class Engine:
     # -- reading ------------------------------------------------------------------------
 
     async def meta(self, run_id: str, *, fresh: bool = False) -> RunMeta:
-        """The engine's view of a run (``RUNMETA``); read-only.
-
-        While the run is being delivered to (:meth:`delivering`) it is read once and
-        kept until this engine appends to the run: the engine's step and the handlers
-        of a delivery decide from one fold. ``fresh``: read it again anyway (to see
-        what other processes appended since).
-        """
+        """The engine's view of a run (``RUNMETA``); read-only. In a delivery to the run
+        (:meth:`delivering`), the one it read, kept until this engine appends to the run
+        (:meth:`.delivery.Deliveries.meta`); ``fresh``: read it again anyway."""
         return await self._deliveries.meta(run_id, fresh=fresh)
 
     def delivering(self, run_id: str) -> contextlib.AbstractContextManager[None]:
@@ -447,22 +370,11 @@ class Engine:
         return await self._reads.outcome(run_id)
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> Outcome:
-        """Wait for a run to end. The wait is a subscription to the run on
-        :attr:`wakeups`, woken at once when this engine ends the run, when a bus that
-        hears of other processes' ends does (:class:`~.bus.WatchesEnds`), and on the
-        site's PostgreSQL when any process ends it (not at each append: the
-        subscription is ``ends_only``); it reads the run's end when woken (an end this
-        engine appended it has, without a read), and polls for an end no one
-        announces, first after ``poll_interval``, then at intervals doubling up to
-        ``POLL_BACKOFF`` times it (:func:`poll_intervals`): a poll is a read of the
-        run, and a thousand runs waited on at once must not read their logs a
-        thousand times a second. A run this engine is driving (it holds its log, it
-        has not ended it) is not read when the wait begins: its end wakes the wait,
-        and the first poll, ``poll_interval`` later (even while the hub hears
-        everything: an end another process appended before the wait began woke
-        nobody), reads it. While the hub hears every process's changes
-        (``wakeups.reliable()``: the site's PostgreSQL listening), a poll is only a
-        safety net, at least ``RELIABLE_POLL`` apart."""
+        """Wait for a run to end; return its outcome. A subscription to the run on
+        :attr:`wakeups` (woken when this engine ends the run, when a bus that hears of
+        other processes' ends does, and on the site's PostgreSQL when any process
+        does), with polls that back off for an end no one announces
+        (:meth:`.reads.Reads.wait`)."""
         return await self._reads.wait(run_id, timeout=timeout)
 
     async def started(self, run_id: str) -> Event | None:
@@ -478,11 +390,8 @@ class Engine:
         return await self.store.read(event.stream, after=event.seq or 0)
 
     async def find_after(self, event: Event, ids: Iterable[str], *, page: int = 64) -> dict[str, Event]:
-        """Which of ``ids`` are in the event's stream after it (raw), by id.
-
-        Reads page by page and stops once all are found: a result usually follows its
-        request closely, so checking "answered already?" stays cheap in a long log.
-        """
+        """Which of ``ids`` are in the event's stream after it (raw), by id, read page
+        by page until all are found (:meth:`.reads.Reads.find_after`)."""
         return await self._reads.find_after(event, ids, page=page)
 
     async def over(self, event: Event) -> bool:
@@ -499,16 +408,10 @@ class Engine:
     # -- writing ------------------------------------------------------------------------
 
     async def append(self, events: Iterable[Event]) -> list[Event]:
-        """Claim-check, append (per stream, in order) and publish; return the new events.
-
-        Events already in the store (same id) are absorbed and not published again.
-        Nothing is appended after a run's ``aaa.run.completed``, nor to a run that was
-        erased or never started: the store refuses it (``ClosedStreamError``), and the
-        refused events are dropped here (a late result of an ended run). The bus is
-        given them as an :class:`~aaa_django.events.EventList` that says whether they
-        are all committed (not, when appended inside a caller's transaction: the
-        Celery bus then enqueues them at its commit).
-        """
+        """Claim-check, append (per stream, in order) and publish; return the new events
+        (:mod:`~aaa_django.runtime.appends`). Events already in the store (same id) are
+        absorbed and not published again; events the store refuses
+        (``ClosedStreamError``: after a run's end, an erased run) are dropped."""
         return await self._appends.append(events)
 
     async def append_at(self, events: Iterable[Event], head: int) -> list[Event]:
@@ -520,25 +423,16 @@ class Engine:
         return await self._appends.append_at(events, head)
 
     async def answer(self, events: Iterable[Event]) -> list[Event]:
-        """Append a handler's result to its run (``events``: of one run, e.g. a model's
-        ``aaa.llm.completed``) and, in the same append, what the run's step on it
-        writes: the step runs first, under the run's serialisation, on the run's log
-        as this engine holds it with the result after it (``Tail.staging``: seen in
-        this context only, as not committed), its output is kept instead of appended,
-        and the result and the output go as one batch guarded by the held head. One
-        append, one commit, instead of two; the log is the same, event for event. The
-        result's delivery then skips the step (it was taken); its handlers run as
-        ever. Returns the new events, as :meth:`append`.
-
-        Only where the bus lets the step run here (:class:`~.bus.StepsInline`: the
-        in-process bus; the Celery bus in a worker that takes the result's queue) and
-        this engine holds the run's log; anything the step
-        would write elsewhere (another run), an append that finds the log moved on
-        or the run ended, or an output the store refuses: the result is appended
-        alone, as :meth:`append` does, and stepped on when it is delivered."""
+        """Append a handler's result to its run (``events``: of one run) and, in the
+        same append, what the run's step on it writes: one append and one commit
+        instead of two, the same log, event for event; the result's delivery then skips
+        the step. Only where the bus lets the step run here
+        (:class:`~.bus.StepsInline`) and this engine holds the run's log; otherwise the
+        result is appended alone, as :meth:`append` does, and stepped on when it is
+        delivered (:meth:`.appends.Appends.answer`). Returns the new events."""
         return await self._appends.answer(events)
 
-    async def _blob_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def _blob_call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         # Blob stores are synchronous; only the in-memory one is safe to call inline.
         if isinstance(self.blobs, InMemoryBlobStore):
             return fn(*args, **kwargs)
@@ -554,22 +448,14 @@ class Engine:
         loaded: Callable[[Event | None], None] | None = None,
         dispatching: Callable[[Event], bool] | None = None,
     ) -> Event | None:
-        """React to one appended event: the engine, the run's algorithm, the handlers
-        (:mod:`~aaa_django.runtime.steps`); returns the event delivered (hydrated), or
-        None when the log no longer holds a stored event (erased) or the engine is closed.
-
-        ``event``: the event itself (the in-process bus), or the stored event a
-        message names (:class:`Stored`: the Celery worker), which is read first. For
-        a stored event, ``synced()`` is asked in the delivery's scope before the read
-        (True: the caller brought the tail's view of the run up to date, the read is
-        served from memory), and ``loaded(event)`` is told what the read found (None
-        too, and on errors). ``dispatching(event)``: asked after the step, before the
-        handlers; False, they are not run here.
-
-        Idempotent: delivering an event again (or an older one) writes nothing new.
-        Raises what a store or a handler raised (see the module docstring): the bus
-        delivers again or gives up (:meth:`fail`).
-        """
+        """React to one appended event (:mod:`~aaa_django.runtime.steps`: the engine,
+        the run's algorithm, the handlers); returns the event delivered (hydrated), or
+        None when the log no longer holds a stored event or the engine is closed.
+        ``event``: the event itself, or the stored event a message names
+        (:class:`Stored`), read first; ``synced``, ``loaded``, ``dispatching``: a bus's
+        hooks around that read and before the handlers (:meth:`.steps.Steps.handle`).
+        Idempotent; raises what a store or a handler raised (the bus delivers again or
+        gives up: :meth:`fail`)."""
         return await self._steps.handle(event, synced=synced, loaded=loaded, dispatching=dispatching)
 
     def waiting(self) -> AbstractAsyncContextManager[None]:
@@ -582,34 +468,23 @@ class Engine:
 
     async def step(self, event: Event, *, synced: bool = False) -> None:
         """The run's step for ``event`` (:meth:`react`), under the bus's serialisation
-        of the run, in a delivery (``store.delivery()``). Its appends to the run's
-        stream are guarded by the head of the view it read: when another process
-        appended meanwhile, nothing of the try is stored and the step runs again from
-        the log as it is now (from the second try on, ``contended``: a bus may then
-        take a stronger lock). ``synced``: the tail holds the run as it is, no read."""
+        of the run, guarded by the head of the log it read and run again when the log
+        moved on (:meth:`.steps.Steps.step`). ``synced``: the tail holds the run as it
+        is, no read."""
         await self._steps.step(event, synced=synced)
 
     async def react(self, event: Event) -> None:
         """The engine's reaction and the algorithm step (the caller serialises runs)."""
         await self._steps.react(event)
 
-    def algorithm(self, started: Event) -> Any:
-        """The run's algorithm, rebuilt from its started event through the registry.
-
-        A pure function of the registered name and the JSON config (never any run
-        state: algorithms hold none), so one instance serves every run started with
-        the same name and config (``ALGORITHMS_KEPT`` of them, and of runs), built
-        once: a ToolLoop builds its tools' schemas, a thousand runs of one agent do
-        not build them a thousand times.
-        """
+    def algorithm(self, started: Event) -> TakesSteps:
+        """The run's algorithm, rebuilt from its started event through the registry;
+        one instance per name and config, kept (:meth:`.steps.Steps.algorithm`)."""
         return self._steps.algorithm(started)
 
     async def dispatch(self, event: Event) -> None:
-        """Run the handlers subscribed to the event's type, concurrently (the last part
-        of a delivery: after a run's end, what this process kept of the run goes); then
-        raise what one of them raised (a failure retrying cannot mend first), so the
-        bus delivers the event again or gives up on it. Every handler runs either way:
-        one that fails does not stop the others."""
+        """Run the handlers subscribed to the event's type, concurrently; then raise
+        what one of them raised, after all have run (:meth:`.steps.Steps.dispatch`)."""
         await self._steps.dispatch(event)
 
     def delivered(self, run_id: str) -> None:
@@ -635,12 +510,10 @@ class Engine:
 
     async def fire_due(self, run_id: str, *, now: float | None = None) -> list[Event]:
         """Record what the run's due times call for at ``now`` (default: the clock):
-        the run ends ``timeout`` once its deadline has passed; otherwise each pending
-        approval past its expiry is recorded ``aaa.approval.expired``. Returns the
-        events appended. Their ids are deterministic (the run's one completion, an
-        approval's one decision), so firing twice, or in two processes, records once.
-        Whatever keeps a run's timer calls this when ``RunMeta.due`` comes: the
-        engine's loop timer, or the workers' periodic duty over the run index."""
+        its end ``timeout``, an approval's expiry... (:meth:`.timers.Timers.fire_due`);
+        returns the events appended. Their ids are deterministic: firing twice, or in
+        two processes, records once. The engine's loop timer calls it, or the workers'
+        periodic duty over the run index."""
         return await self._timers.fire_due(run_id, now=now)
 
     def timers(self) -> dict[str, float]:

@@ -23,7 +23,7 @@ from .wakeups import Wakeups
 S = TypeVar("S")
 
 #: a subscriber: called with every event of the types it subscribed to
-Handler = Callable[[Event], Awaitable[Any]]
+Handler = Callable[[Event], Awaitable[object]]
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class ChecksStart(Protocol):
     trip). The engine detects it once, when it subscribes (``Engine.subscribe``); the
     validation of a run's start asks it (``runtime.validation.start_errors``)."""
 
-    def start_errors(self, config: Any, budget: Any) -> list[dict[str, Any]]:
+    def start_errors(self, config: object, budget: object) -> list[dict[str, Any]]:
         """Why a run with ``config`` and ``budget`` cannot start (pydantic's error
         shape: ``loc``, ``type``, ``msg``); empty when it can."""
         ...

@@ -14,18 +14,23 @@ from __future__ import annotations
 import contextlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import ParamSpec, Protocol, TypeVar
 
 from aaa_django.data import BlobStore, NamespacedBlobStore
 from aaa_django.events import Event
 
 from .bus import Bus
+from .ctx import TakesSteps
 from .delivery import Deliveries
 from .engine_api import EngineAPI, Handler
 from .meta import RunMeta
 from .observe import Observer
 from .outcome import Outcome
 from .turns import Turns
+
+#: a blob store call's parameters and result (``_blob_call``)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class TimersPart(Protocol):
@@ -45,7 +50,7 @@ class CommandsPart(Protocol):
     """What the other parts ask of the commands (:class:`~.commands.Commands`)."""
 
     async def decide(
-        self, run_id: str, request_id: str, type: str, *, meta: RunMeta | None = None, **extra: Any
+        self, run_id: str, request_id: str, type: str, *, meta: RunMeta | None = None, **extra: object
     ) -> list[Event]: ...
 
 
@@ -77,8 +82,8 @@ class Facade(EngineAPI, Protocol):
     #: the per-run memories (:mod:`~.bounded`)
     _started: OrderedDict[str, Event]
     _hydrated: OrderedDict[str, Event]
-    _algorithms: OrderedDict[str, Any]
-    _built: OrderedDict[tuple[str, str], Any]
+    _algorithms: OrderedDict[str, TakesSteps]
+    _built: OrderedDict[tuple[str, str], TakesSteps]
     _ended: OrderedDict[str, None]
     _completions: OrderedDict[str, Event]
     _stepped: OrderedDict[str, None]
@@ -112,7 +117,7 @@ class Facade(EngineAPI, Protocol):
 
     async def dispatch(self, event: Event) -> None: ...
 
-    def algorithm(self, started: Event) -> Any: ...
+    def algorithm(self, started: Event) -> TakesSteps: ...
 
     def delivered(self, run_id: str) -> None: ...
 
@@ -122,4 +127,4 @@ class Facade(EngineAPI, Protocol):
 
     def delivering(self, run_id: str) -> contextlib.AbstractContextManager[None]: ...
 
-    async def _blob_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+    async def _blob_call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T: ...

@@ -41,6 +41,7 @@ from aaa_django.events import Event, derive_id, new_id
 from . import event_types, registry
 from .budget import Budget
 from .ctx import _budget, absolute_deadline
+from .engine_api import EngineAPI
 from .event_types import (
     CHILD_REQUESTED,
     RUN_COMPLETED,
@@ -81,7 +82,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 async def fork(
-    engine: Any,
+    engine: EngineAPI,
     run_id: str,
     at: int,
     *,
@@ -177,7 +178,7 @@ class _Translation:
         new = self._id(e)
         self.ids[e.id] = new
         causation = self.ids.get(e.causation, e.causation) if e.causation else None
-        return replace(e, id=new, stream=self.y, seq=None, data=self._data(e.data), causation=causation)
+        return replace(e, id=new, stream=self.y, seq=None, data=self._fields(e.data), causation=causation)
 
     def _id(self, e: Event) -> str:
         c = e.causation
@@ -197,7 +198,10 @@ class _Translation:
         # gives in the fork.
         return derive_id(self.y_started.id, FORK, e.id)
 
-    def _data(self, value: Any) -> Any:
+    def _fields(self, data: dict[str, object]) -> dict[str, object]:
+        return {k: self._data(v) for k, v in data.items()}
+
+    def _data(self, value: object) -> object:
         if isinstance(value, str):
             return self.ids.get(value) or self.runs.get(value) or value
         if isinstance(value, dict):

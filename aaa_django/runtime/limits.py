@@ -34,7 +34,11 @@ from .outcome import BUDGET_EXCEEDED, CANCELLED, FAILED, INVALID_INPUT, TIMEOUT,
 
 #: the ``reason`` of the result a run's end records for a call it cut off, by outcome
 #: (any other outcome: ``run_ended``)
-CUT_OFF_REASONS = {CANCELLED: "cancelled", TIMEOUT: "timeout", BUDGET_EXCEEDED: "budget_exceeded"}
+CUT_OFF_REASONS: dict[str | None, str] = {
+    CANCELLED: "cancelled",
+    TIMEOUT: "timeout",
+    BUDGET_EXCEEDED: "budget_exceeded",
+}
 
 
 def breach(meta: RunMeta, max_abandoned: int, now: float | None = None) -> Outcome | None:
@@ -107,7 +111,7 @@ def cut_off(batch: list[Event], meta: RunMeta, done: int = 0) -> list[Event]:
     return [*batch[:-1], *cut, completion]
 
 
-def cut_off_result(completion: Event, request_id: str, call: OpenCall, outcome: Any, value: Any) -> Event:
+def cut_off_result(completion: Event, request_id: str, call: OpenCall, outcome: str | None, value: object) -> Event:
     """The result a run's end (``completion``) records for a call it cut off."""
     abandoned = (
         outcome == FAILED

@@ -22,7 +22,6 @@ import datetime
 import json
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from aaa_django.events import Event
 
@@ -109,7 +108,7 @@ class JsonFormatter(logging.Formatter):
     fields the call gave (values JSON cannot hold are written as ``str``)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,

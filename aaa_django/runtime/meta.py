@@ -91,16 +91,17 @@ class Estimate(BaseModel):
     cost: float = 0.0
 
     @classmethod
-    def of(cls, d: Any) -> Estimate:
+    def of(cls, d: object) -> Estimate:
         d = d if isinstance(d, dict) else {}
-        usage = d.get("usage") if isinstance(d.get("usage"), dict) else {}
+        usage = d.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
         return cls(
             input_tokens=int(usage.get("input_tokens") or 0),
             output_tokens=int(usage.get("output_tokens") or 0),
             cost=float(d.get("cost") or 0.0),
         )
 
-    def data(self) -> dict[str, Any]:
+    def data(self) -> dict[str, object]:
         """As a result's ``usage`` and ``cost`` (what :func:`apply` tallies)."""
         return {"usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}, "cost": self.cost}
 
@@ -266,7 +267,7 @@ def due_time(e: Event) -> float | None:
     return None
 
 
-def after(e: Event, seconds: Any) -> float | None:
+def after(e: Event, seconds: object) -> float | None:
     """``seconds`` after the event's time (None when ``seconds`` is not a number): the
     expiries a step decides are relative, so a replay decides the same data."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from aaa_django.events import Event
+
+from .engine_api import Handler
+from .logcontext import delivering
 
 log = logging.getLogger("aaa_django.runtime")
 
@@ -37,11 +40,11 @@ log = logging.getLogger("aaa_django.runtime")
 class Observer(Protocol):
     """What an engine calls around its work (see the module docstring)."""
 
-    def delivery(self, event: Event) -> AbstractContextManager[Any]: ...
+    def delivery(self, event: Event) -> AbstractContextManager[object]: ...
 
-    def step(self, event: Event, algorithm: str) -> AbstractContextManager[Any]: ...
+    def step(self, event: Event, algorithm: str) -> AbstractContextManager[object]: ...
 
-    def handler(self, handler: Any, event: Event) -> AbstractContextManager[Any]: ...
+    def handler(self, handler: Handler, event: Event) -> AbstractContextManager[object]: ...
 
     async def appended(self, events: Sequence[Event]) -> None: ...
 
@@ -54,7 +57,7 @@ class TraceCarrier(Protocol):
 
     def headers(self, event: Event) -> dict[str, str]: ...
 
-    def received(self, run_id: str, headers: Any) -> None: ...
+    def received(self, run_id: str, headers: Mapping[str, str] | None) -> None: ...
 
 
 @runtime_checkable
@@ -67,20 +70,20 @@ class CarriesTrace(Protocol):
 class BaseObserver:
     """An observer that watches nothing: subclass it and override what you need."""
 
-    def delivery(self, event: Event) -> AbstractContextManager[Any]:
+    def delivery(self, event: Event) -> AbstractContextManager[object]:
         return contextlib.nullcontext()
 
-    def step(self, event: Event, algorithm: str) -> AbstractContextManager[Any]:
+    def step(self, event: Event, algorithm: str) -> AbstractContextManager[object]:
         return contextlib.nullcontext()
 
-    def handler(self, handler: Any, event: Event) -> AbstractContextManager[Any]:
+    def handler(self, handler: Handler, event: Event) -> AbstractContextManager[object]:
         return contextlib.nullcontext()
 
     async def appended(self, events: Sequence[Event]) -> None:
         return None
 
 
-def check_observer(observer: Any) -> Observer:
+def check_observer(observer: object) -> Observer:
     """``observer`` if it is an :class:`Observer`, else a TypeError saying so."""
     if not isinstance(observer, Observer):
         raise TypeError(
@@ -91,7 +94,7 @@ def check_observer(observer: Any) -> Observer:
 
 
 @contextlib.contextmanager
-def around(observers: Sequence[Observer], hook: Callable[[Observer], AbstractContextManager[Any]]) -> Iterator[None]:
+def around(observers: Sequence[Observer], hook: Callable[[Observer], AbstractContextManager[object]]) -> Iterator[None]:
     """Enter ``hook(observer)`` (e.g. ``lambda o: o.step(event, name)``) of each
     observer, in order, around the block; an observer that fails to enter or exit is
     logged and left out."""
@@ -105,7 +108,7 @@ def around(observers: Sequence[Observer], hook: Callable[[Observer], AbstractCon
 
 
 @contextlib.contextmanager
-def _guarded(cm: AbstractContextManager[Any], observer: Observer) -> Iterator[None]:
+def _guarded(cm: AbstractContextManager[object], observer: Observer) -> Iterator[None]:
     cm.__enter__()
     try:
         yield
@@ -128,3 +131,18 @@ async def notify_appended(observers: Sequence[Observer], events: Sequence[Event]
             await observer.appended(events)
         except Exception:
             log.exception("observer %r failed on appended events", observer)
+
+
+def watching(observers: Sequence[Observer], event: Event) -> AbstractContextManager[None]:
+    """Around one event's delivery (the run's step and the handlers): log records
+    carry the event (:mod:`~aaa_django.runtime.logcontext`), the ``observers`` watch it
+    (their ``delivery(event)``)."""
+    if not observers:
+        return delivering(event)
+    return _watched(observers, event)
+
+
+@contextlib.contextmanager
+def _watched(observers: Sequence[Observer], event: Event) -> Iterator[None]:
+    with delivering(event), around(observers, lambda o: o.delivery(event)):
+        yield

@@ -27,7 +27,7 @@ class ChoosesTools(Protocol):
     """An algorithm class whose config chooses the tools its model is offered."""
 
     @classmethod
-    def chosen_tools(cls, config: Mapping[str, Any]) -> Any:
+    def chosen_tools(cls, config: Mapping[str, Any]) -> object:
         """The config's choice: None (every tool the engine runs) or a list of tool
         names and JSON specs."""
         ...
@@ -47,7 +47,7 @@ def served(engine: EngineAPI) -> dict[str, dict[str, Any]]:
     return dict(sorted(specs.items()))
 
 
-def _choice(algorithm: str, config: Mapping[str, Any]) -> tuple[Any, Any]:
+def _choice(algorithm: str, config: Mapping[str, Any]) -> tuple[ChoosesTools | None, object]:
     """(the algorithm class if it chooses tools, its config's choice)."""
     if not registry.known(algorithm):
         return None, None
@@ -70,7 +70,7 @@ def resolve(engine: EngineAPI, algorithm: str, config: dict[str, Any]) -> dict[s
     return cls.with_tools(config, [specs.get(t, t) if isinstance(t, str) else t for t in chosen])
 
 
-def tool_errors(engine: EngineAPI, algorithm: str, config: Any, *, resolved: bool = False) -> list[dict[str, Any]]:
+def tool_errors(engine: EngineAPI, algorithm: str, config: object, *, resolved: bool = False) -> list[dict[str, Any]]:
     """Tool names in ``config`` that no tool handler of the engine serves, in
     pydantic's error shape (``loc`` ``["config", "tools", i]``, type ``unknown_tool``,
     a message naming the tools there are). ``resolved``: ``config`` is a started
@@ -95,7 +95,7 @@ def tool_errors(engine: EngineAPI, algorithm: str, config: Any, *, resolved: boo
     ]
 
 
-def names_chosen(algorithm: str, config: Any) -> list[str]:
+def names_chosen(algorithm: str, config: object) -> list[str]:
     """The tool names ``config`` gives (none for an algorithm that offers no tools)."""
     if not isinstance(config, Mapping):
         return []

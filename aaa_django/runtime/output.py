@@ -29,7 +29,7 @@ def output_model(path: str, *, trusted: bool = False) -> type[BaseModel]:
     return model
 
 
-def check(model: type[BaseModel], value: Any) -> tuple[Any, list[dict[str, Any]]]:
+def check(model: type[BaseModel], value: object) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """``(the value validated, as JSON; [])`` or ``(None, pydantic's errors)``. A string
     is read as JSON (a model that answers in text)."""
     try:

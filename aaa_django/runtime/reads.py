@@ -59,9 +59,12 @@ class Reads:
         return full
 
     async def find_after(self, event: Event, ids: Iterable[str], *, page: int = 64) -> dict[str, Event]:
-        """Which of ``ids`` are in the event's stream after it (raw), by id, read page
-        by page until all are found (see :meth:`Engine.find_after
-        <aaa_django.runtime.Engine.find_after>`)."""
+        """Which of ``ids`` are in the event's stream after it (raw), by id
+        (:meth:`Engine.find_after <aaa_django.runtime.Engine.find_after>`).
+
+        Reads page by page and stops once all are found: a result usually follows its
+        request closely, so checking "answered already?" stays cheap in a long log.
+        """
         want = set(ids)
         found: dict[str, Event] = {}
         after = event.seq or 0
@@ -82,7 +85,23 @@ class Reads:
         return Outcome.from_dict(e.data) if e is not None else None
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> Outcome:
-        """Wait for a run to end (see :meth:`Engine.wait <aaa_django.runtime.Engine.wait>`)."""
+        """Wait for a run to end (:meth:`Engine.wait <aaa_django.runtime.Engine.wait>`).
+        The wait is a subscription to the run on the engine's ``wakeups``, woken at
+        once when this engine ends the run, when a bus that hears of other processes'
+        ends does (:class:`~.bus.WatchesEnds`), and on the
+        site's PostgreSQL when any process ends it (not at each append: the
+        subscription is ``ends_only``); it reads the run's end when woken (an end this
+        engine appended it has, without a read), and polls for an end no one
+        announces, first after ``poll_interval``, then at intervals doubling up to
+        ``POLL_BACKOFF`` times it (:func:`poll_intervals`): a poll is a read of the
+        run, and a thousand runs waited on at once must not read their logs a
+        thousand times a second. A run this engine is driving (it holds its log, it
+        has not ended it) is not read when the wait begins: its end wakes the wait,
+        and the first poll, ``poll_interval`` later (even while the hub hears
+        everything: an end another process appended before the wait began woke
+        nobody), reads it. While the hub hears every process's changes
+        (``wakeups.reliable()``: the site's PostgreSQL listening), a poll is only a
+        safety net, at least ``RELIABLE_POLL`` apart."""
         engine = self.engine
         if engine._watch_ends is not None:
             engine._watch_ends()

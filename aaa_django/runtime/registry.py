@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from aaa_django.events import EventError
 
@@ -24,7 +24,15 @@ class UnknownAlgorithmError(EventError, LookupError):
     """No algorithm is registered under a name (import the module that defines it)."""
 
 
-def register(cls: A | None = None, *, name: str | None = None) -> Any:
+@overload
+def register(cls: A, *, name: str | None = None) -> A: ...
+
+
+@overload
+def register(cls: None = None, *, name: str | None = None) -> Callable[[A], A]: ...
+
+
+def register(cls: A | None = None, *, name: str | None = None) -> A | Callable[[A], A]:
     """Register an algorithm class under ``name`` (default: its ``name`` attribute).
 
     Usable bare (``@register``) or with a name (``@register(name="acme.summarise")``).

@@ -29,11 +29,12 @@ import json
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from aaa_django.data import is_claimed
 from aaa_django.events import Event, FoldCache, InMemoryEventStore
 
+from .bus import Work
 from .engine import Engine
 from .engine_api import EngineAPI
 from .event_types import (
@@ -118,7 +119,7 @@ class ReplayBus:
     def serial(self, key: str, *, contended: bool = False, synced: bool = False) -> asyncio.Lock:
         return asyncio.Lock()  # one delivery at a time already
 
-    def spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Work) -> None:
         coro.close()
 
     async def pump(self) -> None:
@@ -143,12 +144,20 @@ class ReplayEngine(Engine):
         return super().limit_breach(meta, self.clock if now is None else now)
 
 
-def decision(e: Event) -> dict[str, Any]:
+class Decision(TypedDict):
+    """A decided event as a replay compares it (:func:`decision`)."""
+
+    type: str
+    id: str
+    data: dict[str, Any]
+
+
+def decision(e: Event) -> Decision:
     """What is compared of a decided event: type, id and data (tracebacks dropped)."""
     return {"type": e.type, "id": e.id, "data": {k: v for k, v in e.data.items() if k != "traceback"}}
 
 
-def _key(d: dict[str, Any]) -> str:
+def _key(d: Decision) -> str:
     return json.dumps(d, sort_keys=True)
 
 
@@ -160,8 +169,8 @@ class Difference:
     have, the seq of the recorded event it was made after (its cause)."""
 
     seq: int | None
-    recorded: dict[str, Any] | None
-    replayed: dict[str, Any] | None
+    recorded: Decision | None
+    replayed: Decision | None
 
     def describe(self) -> str:
         where = f"event {self.seq}" if self.seq is not None else "an event"
@@ -192,21 +201,21 @@ class Replay:
     """The recorded decisions of a run and those the current code made."""
 
     run_id: str
-    recorded: list[dict[str, Any]]
-    replayed: list[dict[str, Any]]
+    recorded: list[Decision]
+    replayed: list[Decision]
     #: seq of each recorded decision, by id
     seqs: dict[str, int] = field(default_factory=dict)
     #: the recorded seq of what each replayed decision was made after, by id
     causes: dict[str, int | None] = field(default_factory=dict)
 
     @property
-    def missing(self) -> list[dict[str, Any]]:
+    def missing(self) -> list[Decision]:
         """Decisions in the recording that the current code did not make."""
         have = {_key(d) for d in self.replayed}
         return [d for d in self.recorded if _key(d) not in have]
 
     @property
-    def extra(self) -> list[dict[str, Any]]:
+    def extra(self) -> list[Decision]:
         """Decisions the current code made that the recording does not have."""
         have = {_key(d) for d in self.recorded}
         return [d for d in self.replayed if _key(d) not in have]

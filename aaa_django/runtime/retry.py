@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from aaa_django.events import ConcurrencyError, InfrastructureError
 
@@ -72,16 +72,31 @@ class Redelivery:
         return self.backoff.delay(retry, None, rand)
 
 
+class Failure(TypedDict):
+    """The value of a ``failed`` outcome a delivery's failure ends a run with
+    (:func:`failure`)."""
+
+    error: str
+    cause: str
+    service: str | None
+    transient: bool
+    attempts: int
+    event: str | None
+    event_type: str | None
+    #: where a bug raised (not for an infrastructure failure)
+    traceback: NotRequired[str]
+
+
 def failure(
     exc: BaseException, *, event_id: str | None = None, event_type: str | None = None, attempts: int = 1
-) -> dict[str, Any]:
+) -> Failure:
     """The value of the ``failed`` outcome of a run whose delivery of an event failed
     for good: ``error`` names the cause (the service that failed, the exception),
     ``transient`` whether it was an outage that outlasted the retries, ``attempts``
     how many deliveries were tried."""
     service = exc.service if isinstance(exc, InfrastructureError) else None
     what = f"the {service} failed: " if service else ""
-    value: dict[str, Any] = {
+    value: Failure = {
         "error": f"{what}{type(exc).__name__}: {exc}",
         "cause": type(exc).__name__,
         "service": service,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from aaa_django.events import Event
 
 from . import conversation as talk
@@ -53,7 +51,7 @@ class Run:
         """Send the conversation waiting for it a person's next message."""
         return (await talk.say(self.engine, self.run_id, content, by=by, key=key)).message
 
-    async def answer(self, question_id: str, value: Any, *, by: str | None = None) -> Event:
+    async def answer(self, question_id: str, value: object, *, by: str | None = None) -> Event:
         """Answer the run's open question ``question_id``."""
         return await talk.answer(self.engine, self.run_id, question_id, value, by=by)
 
@@ -61,6 +59,6 @@ class Run:
         """End a waiting conversation ``success``."""
         return await talk.close(self.engine, self.run_id, by=by)
 
-    async def cancel(self, reason: str | None = None, *, by: str | None = None) -> Any:
+    async def cancel(self, reason: str | None = None, *, by: str | None = None) -> bool:
         """Ask the engine to cancel the run (``cancelled`` unless it ended already)."""
         return await self.engine.cancel(self.run_id, reason=reason, by=by)

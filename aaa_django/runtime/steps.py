@@ -32,14 +32,13 @@ import json
 import logging
 import traceback
 from collections.abc import Callable
-from typing import Any
 
 from aaa_django.data import is_claimed
 from aaa_django.events import ConcurrencyError, Event, InfrastructureError, check_event
 
 from . import bounded, limits, registry
 from . import conversation as talk
-from .ctx import Ctx
+from .ctx import Ctx, TakesSteps
 from .engine_api import Handler, Stored
 from .event_types import (
     ATTEMPT_RECORDS,
@@ -76,10 +75,24 @@ class Steps:
         loaded: Callable[[Event | None], None] | None = None,
         dispatching: Callable[[Event], bool] | None = None,
     ) -> Event | None:
-        """React to one appended event, or to the stored event a message names: the
-        engine, the run's algorithm, the handlers (see :meth:`Engine.handle
-        <aaa_django.runtime.Engine.handle>`); returns the event delivered, None when the
-        log no longer holds it."""
+        """React to one appended event: the engine, the run's algorithm, the handlers
+        (:meth:`Engine.handle <aaa_django.runtime.Engine.handle>`); returns the event
+        delivered (hydrated), or None when the log no longer holds a stored event
+        (erased) or the engine is closed.
+
+        ``event``: the event itself (the in-process bus), or the stored event a
+        message names (:class:`Stored`: the Celery worker), which is read first. For
+        a stored event, ``synced()`` is asked in the delivery's scope before the read
+        (True: the caller brought the tail's view of the run up to date, the read is
+        served from memory), and ``loaded(event)`` is told what the read found (None
+        too, and on errors). ``dispatching(event)``: asked after the step, before the
+        handlers; False, they are not run here.
+
+        Idempotent: delivering an event again (or an older one) writes nothing new.
+        Raises what a store or a handler raised (see :mod:`aaa_django.runtime.engine`):
+        the bus delivers again or gives up (:meth:`Engine.fail
+        <aaa_django.runtime.Engine.fail>`).
+        """
         engine = self.engine
         if isinstance(event, Stored):
             return await self._handle_stored(event, synced, loaded, dispatching)
@@ -163,9 +176,13 @@ class Steps:
         await engine.dispatch(event)
 
     async def step(self, event: Event, *, synced: bool = False) -> None:
-        """The run's step for ``event`` (:meth:`react`), guarded by the head of the view
-        it read, tried again when the log moved on (see :meth:`Engine.step
-        <aaa_django.runtime.Engine.step>`)."""
+        """The run's step for ``event`` (:meth:`react`; :meth:`Engine.step
+        <aaa_django.runtime.Engine.step>`), under the bus's serialisation of the run, in
+        a delivery (``store.delivery()``). Its appends to the run's
+        stream are guarded by the head of the view it read: when another process
+        appended meanwhile, nothing of the try is stored and the step runs again from
+        the log as it is now (from the second try on, ``contended``: a bus may then
+        take a stronger lock). ``synced``: the tail holds the run as it is, no read."""
         engine = self.engine
         if event.id in engine._stepped:
             del engine._stepped[event.id]  # ``answer`` took it, before the event was appended
@@ -272,9 +289,16 @@ class Steps:
                 raise  # not the output's fault
             await engine.complete(run_id, Outcome(FAILED, bad), cause=event)
 
-    def algorithm(self, started: Event) -> Any:
+    def algorithm(self, started: Event) -> TakesSteps:
         """The run's algorithm, rebuilt from its started event through the registry
-        (see :meth:`Engine.algorithm <aaa_django.runtime.Engine.algorithm>`)."""
+        (:meth:`Engine.algorithm <aaa_django.runtime.Engine.algorithm>`).
+
+        A pure function of the registered name and the JSON config (never any run
+        state: algorithms hold none), so one instance serves every run started with
+        the same name and config (``ALGORITHMS_KEPT`` of them, and of runs), built
+        once: a ToolLoop builds its tools' schemas, a thousand runs of one agent do
+        not build them a thousand times.
+        """
         engine = self.engine
         algo = engine._algorithms.get(started.id)
         if algo is None:
@@ -288,9 +312,12 @@ class Steps:
         return algo
 
     async def dispatch(self, event: Event) -> None:
-        """Run the handlers subscribed to the event's type, concurrently; then raise
-        what one of them raised (see :meth:`Engine.dispatch
-        <aaa_django.runtime.Engine.dispatch>`)."""
+        """Run the handlers subscribed to the event's type, concurrently (:meth:`Engine.dispatch
+        <aaa_django.runtime.Engine.dispatch>`; the last part
+        of a delivery: after a run's end, what this process kept of the run goes); then
+        raise what one of them raised (a failure retrying cannot mend first), so the
+        bus delivers the event again or gives up on it. Every handler runs either way:
+        one that fails does not stop the others."""
         engine = self.engine
         handlers = engine._handlers.get(event.type) or []
         raised: list[BaseException | None] = []

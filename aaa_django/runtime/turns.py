@@ -38,7 +38,6 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable
-from typing import Any
 
 __all__ = ["HOLD", "WIDTH", "Turns", "for_delivery"]
 
@@ -235,7 +234,7 @@ class _Waiting:
             self.turns._drop(turn)
             self.given = turn
 
-    async def __aexit__(self, exc_type: Any, *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.turns.waits -= 1
         waited = self.turns.clock() - self.began
         stamp = _stamp.get()

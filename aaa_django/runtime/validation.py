@@ -91,7 +91,7 @@ class ValidationHandler:
         await engine.answer([verdict])
 
 
-def start_errors(engine: EngineAPI, config: Any, budget: Any) -> list[dict[str, Any]]:
+def start_errors(engine: EngineAPI, config: object, budget: object) -> list[dict[str, Any]]:
     """Why the engine's start checks (:class:`~aaa_django.runtime.engine_api.ChecksStart`:
     the model handler's) refuse a run with ``config`` and ``budget``, in pydantic's
     error shape: asked when the run starts, and by the REST API before it starts one."""
@@ -116,7 +116,7 @@ def compact(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def validate(algorithm: Any, data: Any) -> list[dict[str, Any]]:
+def validate(algorithm: object, data: object) -> list[dict[str, Any]]:
     """The validation errors of ``data`` against ``algorithm.Input`` (JSON-ready)."""
     schema = getattr(algorithm, "Input", None)
     if schema is None:

@@ -9,7 +9,6 @@ log, so the in-process holder may share states. The engine reads through one (it
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 from aaa_django.data import is_claimed
 from aaa_django.events import (
@@ -43,9 +42,11 @@ class HydratedView:
         #: the store, when it reads a snapshot and the log after it at once
         self._from_snapshot = store if isinstance(store, ReadsFromSnapshot) else None
 
-    async def read(self, stream: str, **kwargs: Any) -> list[Event]:
+    async def read(
+        self, stream: str, *, after: int = 0, limit: int | None = None, tenant: str | None = None
+    ) -> list[Event]:
         try:
-            return await self._hydrated(await self._store.read(stream, **kwargs))
+            return await self._hydrated(await self._store.read(stream, after=after, limit=limit, tenant=tenant))
         except InfrastructureError:
             raise  # translated by the store's adapter already
         except Exception as exc:  # a store no adapter translated, a missing blob...

@@ -46,9 +46,13 @@ import asyncio
 import os
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.db import connections
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg.rows import TupleRow
 
 #: alias -> the process's connections to it (one set, whatever the number of stores)
 _BY_ALIAS: dict[str, PgConnections] = {}
@@ -130,7 +134,7 @@ class PgConnections:
         #: a Django connection of the alias that never connects: the store builds its
         #: statements' parameters with its ``ops``, as the sync store does
         self.django = connections.create_connection(using)
-        self._idle: list[Any] = []
+        self._idle: list[AsyncConnection[TupleRow]] = []
         self._lock = threading.Lock()
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
@@ -167,7 +171,7 @@ class PgConnections:
                 slots = self._slots[loop] = asyncio.Semaphore(self.size)
             return slots
 
-    def _take(self) -> Any:
+    def _take(self) -> AsyncConnection[TupleRow] | None:
         with self._lock:
             if self._pid != os.getpid():
                 # A forked child (a prefork worker): the parent's connections are the
@@ -180,7 +184,7 @@ class PgConnections:
                     return conn
         return None
 
-    def _give(self, conn: Any, *, reusable: bool = True) -> None:
+    def _give(self, conn: AsyncConnection[TupleRow], *, reusable: bool = True) -> None:
         from psycopg.pq import TransactionStatus
 
         if not reusable or conn.closed or conn.pgconn.transaction_status != TransactionStatus.IDLE:
@@ -191,7 +195,7 @@ class PgConnections:
         with self._lock:
             self._idle.append(conn)
 
-    async def _open(self) -> Any:
+    async def _open(self) -> AsyncConnection[TupleRow]:
         import psycopg
         from psycopg import sql
 
@@ -259,7 +263,7 @@ class _Lease:
         self.conns = conns
         self.pipelined = pipelined
 
-    async def __aenter__(self) -> Any:
+    async def __aenter__(self) -> AsyncConnection[TupleRow]:
         conns = self.conns
         slot = self.slot = conns._slot()
         await slot.acquire()

@@ -13,7 +13,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from functools import cache, wraps
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from django.db import Error as DatabaseDriverError
 from django.db import IntegrityError, connections, transaction
@@ -100,7 +100,7 @@ def read_from_snapshot_sql(vendor: str, *, prepares: bool = True) -> str:
     return _READ_FROM_SNAPSHOT.format(events=event_columns(vendor, "e"), log=log)
 
 
-def snapshot_writes(snapshot: Snapshot, saved_at: Any) -> tuple[tuple[str, list], tuple[str, list]]:
+def snapshot_writes(snapshot: Snapshot, saved_at: object) -> tuple[tuple[str, list], tuple[str, list]]:
     """The conditional UPDATE and the INSERT of a snapshot's save, with their
     parameters (the sync store and the async one, ``aaa_django.store.postgres``, run these)."""
     key = [snapshot.stream, snapshot.name, snapshot.version]
@@ -113,7 +113,13 @@ def snapshot_writes(snapshot: Snapshot, saved_at: Any) -> tuple[tuple[str, list]
 _RETRIES = 20
 
 
-def _translated(*, reads: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+#: a store method's class, parameters and result (:func:`_translated`)
+DS = TypeVar("DS", bound="DjangoEventStore")
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _translated(*, reads: bool) -> Callable[[Callable[Concatenate[DS, P], T]], Callable[Concatenate[DS, P], T]]:
     """Method decorator: the database's errors leave as the core's
     :class:`~aaa_django.events.StoreUnavailable` (transient or not, see
     :mod:`aaa_django.store.faults`; the driver's error is its cause). A connection found
@@ -121,9 +127,9 @@ def _translated(*, reads: bool) -> Callable[[Callable[..., Any]], Callable[..., 
     the engine host's, outlives a database restart); ``reads``, which change nothing,
     are tried once more on the new connection."""
 
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(fn: Callable[Concatenate[DS, P], T]) -> Callable[Concatenate[DS, P], T]:
         @wraps(fn)
-        def call(self: DjangoEventStore, *args: Any, **kwargs: Any) -> Any:
+        def call(self: DS, *args: P.args, **kwargs: P.kwargs) -> T:
             try:
                 return fn(self, *args, **kwargs)
             except DatabaseDriverError as exc:

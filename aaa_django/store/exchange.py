@@ -44,7 +44,7 @@ from typing import Any
 
 from django.db import transaction
 
-from aaa_django.data import BlobRef, NamespacedBlobStore, hydrate, is_claimed
+from aaa_django.data import BlobRef, BlobStore, NamespacedBlobStore, hydrate, is_claimed
 from aaa_django.data.claims import STREAM_KEY
 from aaa_django.data.errors import BlobError
 from aaa_django.events import ConcurrencyError, Event
@@ -73,7 +73,7 @@ class ExchangeConflict(ExchangeError):
 # -- writing ----------------------------------------------------------------------------
 
 
-def _line(obj: Any) -> str:
+def _line(obj: object) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
@@ -131,7 +131,12 @@ def run_events(store: DjangoEventStore, run_id: str) -> Iterator[Event]:
 
 
 def export_run(
-    run_id: str, *, using: str = "default", blobs: Any = None, mode: str = "inline", beside: Path | None = None
+    run_id: str,
+    *,
+    using: str = "default",
+    blobs: BlobStore | None = None,
+    mode: str = "inline",
+    beside: Path | None = None,
 ) -> Iterator[str]:
     """The lines of the export of ``run_id`` from database ``using``, its blobs read
     from ``blobs`` (a BlobStore); ``beside``: the directory for ``mode="beside"``."""

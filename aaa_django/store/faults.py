@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from aaa_django.events import InfrastructureError
 
 F = TypeVar("F", bound=InfrastructureError)
+#: what a translated call returns
+T = TypeVar("T")
 
 #: PostgreSQL SQLSTATE classes and codes of an outage or a lost race: connection
 #: exceptions (08), insufficient resources (53), transaction rollbacks (40:
@@ -50,11 +52,11 @@ _S3_TRANSIENT = frozenset(
 
 
 async def translated(
-    call: Callable[[], Awaitable[Any]],
+    call: Callable[[], Awaitable[T]],
     fault_of: Callable[[BaseException], tuple[InfrastructureError | None, bool]],
     *,
     reads: bool,
-) -> Any:
+) -> T:
     """``await call()`` with a store's driver errors translated at its boundary:
     ``fault_of(exc)`` gives the core's error for ``exc`` (None: not the store's to
     translate, raised as it is) and whether the connection was lost; a read, which

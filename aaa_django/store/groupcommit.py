@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aaa_django.events import Event
 from aaa_django.events.store import caller_alone
@@ -41,6 +41,10 @@ from aaa_django.events.store import caller_alone
 from .appends import CATCH_UP, QUERY, Steps
 from .connections import PgConnections
 from .rows import prepares
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg.rows import TupleRow
 
 #: transactions in flight at once per event loop (of the 10 connections a loop may use: the
 #: other two serve reads and snapshots meanwhile)
@@ -172,7 +176,7 @@ class GroupCommit:
             return
         _settle(item, stored)
 
-    async def _rounds(self, conn: Any, group: list[_Append], steps: dict[int, Any]) -> None:
+    async def _rounds(self, conn: AsyncConnection[TupleRow], group: list[_Append], steps: dict[int, Steps]) -> None:
         """The group's transaction on ``conn``, in rounds: each round, the next
         statement of every append still going, pipelined (one round trip for them
         all), their results back to their steps. ``BEGIN`` goes with the first round,
@@ -210,9 +214,9 @@ class GroupCommit:
                     raise refused
                 nxt = {}
                 for item in group:
-                    cur = cursors.get(id(item))
-                    if cur is not None:
-                        result = (cur.rowcount, await cur.fetchone() if cur.description else None)
+                    done = cursors.get(id(item))
+                    if done is not None:
+                        result = (done.rowcount, await done.fetchone() if done.description else None)
                         nxt[id(item)] = _advance(item, steps[id(item)], result)
                 if last and any(step is not None for step in nxt.values()):
                     # (an insert is an append's last statement: never, but then alone)
@@ -277,7 +281,7 @@ class GroupCommit:
             _settle(item, item.stored)
 
 
-def _advance(item: _Append, steps: Any, result: Any) -> tuple[str, Any] | None:
+def _advance(item: _Append, steps: Steps, result: object) -> tuple[Any, Any] | None:
     """Send ``result`` (None: start) to an append's steps; its next statement, or None
     when it is done (``item.stored``: its events, or None: made again alone)."""
     try:
@@ -310,7 +314,7 @@ def _take(queue: list[_Append], most: int) -> tuple[list[_Append], list[_Append]
     return group, left
 
 
-def _settle(item: _Append, stored: Any = None, *, exc: BaseException | None = None) -> None:
+def _settle(item: _Append, stored: list[Event] | None = None, *, exc: BaseException | None = None) -> None:
     if item.future.done():
         return
     if exc is not None:

@@ -32,7 +32,7 @@ import datetime
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.db import connections
 
@@ -40,6 +40,9 @@ from aaa_django.events import StoreUnavailable
 from aaa_django.runtime.meta import OPEN_STATUSES
 
 from .faults import translate
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
 #: run ids per statement (SQLite's limit on a statement's parameters is 999 in old builds)
 CHUNK = 500
@@ -78,14 +81,14 @@ class RunLeases:
 
     def __init__(self, using: str = "default") -> None:
         self.using = using
-        self._conn: Any = None
+        self._conn: BaseDatabaseWrapper | None = None
 
     def __repr__(self) -> str:
         return f"RunLeases({self.using!r})"
 
     # -- the connection ----------------------------------------------------------------------
 
-    def connection(self) -> Any:
+    def connection(self) -> BaseDatabaseWrapper:
         """This object's Django connection to the alias (made on first use, on the
         calling thread), with keepalives and timeouts on PostgreSQL."""
         if self._conn is None:
@@ -109,7 +112,7 @@ class RunLeases:
         as a number in the statement)."""
         return _NOW.get(self.connection().vendor) or repr(float(time.time()))
 
-    def _run(self, sql: str, params: Sequence[Any], *, returns: bool = True) -> list[tuple]:
+    def _run(self, sql: str, params: Sequence[object], *, returns: bool = True) -> list[tuple]:
         """Run ``sql`` (``{now}`` stands for the database's clock). A driver's error
         leaves as :class:`~aaa_django.events.StoreUnavailable`."""
         conn = self.connection()
@@ -133,7 +136,7 @@ class RunLeases:
         vendor = self.connection().vendor
         return vendor == "postgresql" or (vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 35))
 
-    def _update(self, sets: str, where: str, params: Sequence[Any], where_params: Sequence[Any]) -> set[str]:
+    def _update(self, sets: str, where: str, params: Sequence[object], where_params: Sequence[object]) -> set[str]:
         """``UPDATE aaa_run SET {sets} WHERE {where}``; the run ids it changed. On
         PostgreSQL the rows are locked first, in run id order (the order the store's
         group commits lock their runs' rows in): a lease's statement and an append of
@@ -191,7 +194,7 @@ class RunLeases:
         for i in range(0, len(ids), CHUNK):
             chunk = ids[i : i + CHUNK]
             where = f"run_id IN ({', '.join(['%s'] * len(chunk))}) AND {_OPEN}"
-            where_params: list[Any] = list(chunk)
+            where_params: list[object] = list(chunk)
             if not force:
                 where += f" AND (held_by IS NULL OR held_by = %s OR ({_LAPSED}))"
                 where_params.append(holder)

@@ -19,7 +19,7 @@ import asyncio
 import concurrent.futures
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import InterfaceError, OperationalError, connections
@@ -27,15 +27,16 @@ from django.db import InterfaceError, OperationalError, connections
 __all__ = ["Offload", "OnThreads", "forget_queries", "in_django_executor"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class Offload(Protocol):
     """Runs the sync ``fn(*args, **kwargs)`` off the calling event loop; awaitable."""
 
-    def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Awaitable[T]: ...
+    def __call__(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Awaitable[T]: ...
 
 
-async def in_django_executor(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+async def in_django_executor(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """``fn(*args, **kwargs)`` in Django's thread-sensitive executor (the store's default
     :class:`Offload`)."""
     return await sync_to_async(fn, thread_sensitive=True)(*args, **kwargs)
@@ -54,11 +55,11 @@ class OnThreads:
     def __repr__(self) -> str:
         return f"OnThreads({self.executor!r}, using={self.using!r})"
 
-    async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        call = functools.partial(self._on_thread, fn, args, kwargs)
+    async def __call__(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        call = functools.partial(self._on_thread, fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self.executor, call)
 
-    def _on_thread(self, fn: Callable[..., T], args: tuple, kwargs: dict[str, Any]) -> T:
+    def _on_thread(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return fn(*args, **kwargs)
         except (InterfaceError, OperationalError):

@@ -25,9 +25,9 @@ the ``*_sync`` methods inside it, which join it as the Django store's do.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from django.db import IntegrityError
 from django.utils.timezone import now
@@ -50,6 +50,10 @@ from .offload import Offload
 from .rows import INSERT_CHUNK, EventList, prepares, select, to_events
 from .runindex import index_events
 
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg.rows import TupleRow
+
 __all__ = ["PgEventStore", "site_store"]
 
 _HEAD = "SELECT seq, id FROM aaa_event WHERE stream = %s ORDER BY seq DESC LIMIT 1"
@@ -64,14 +68,22 @@ _SNAPSHOT_UPSERT = (
 )
 
 
-def _translated(*, reads: bool) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+#: a store method's class, parameters and result (:func:`_translated`)
+PS = TypeVar("PS", bound="PgEventStore")
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _translated(
+    *, reads: bool
+) -> Callable[[Callable[Concatenate[PS, P], Awaitable[T]]], Callable[Concatenate[PS, P], Coroutine[Any, Any, T]]]:
     """Method decorator of the async methods: psycopg's errors leave as
     :class:`StoreUnavailable` (see the module); ``reads``, which change nothing, are
     tried once more when the connection was lost."""
 
-    def wrap(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    def wrap(fn: Callable[Concatenate[PS, P], Awaitable[T]]) -> Callable[Concatenate[PS, P], Coroutine[Any, Any, T]]:
         @wraps(fn)
-        async def call(self: PgEventStore, *args: Any, **kwargs: Any) -> Any:
+        async def call(self: PS, *args: P.args, **kwargs: P.kwargs) -> T:
             return await translated(lambda: fn(self, *args, **kwargs), self._fault_of, reads=reads)
 
         return call
@@ -96,7 +108,7 @@ class PgEventStore(DjangoEventStore):
     connections (see the module); the others, and what these leave to the Django store
     (an append that is not the common case, a run's index row to catch up), run the
     sync methods by ``offload`` (default: Django's thread-sensitive executor; a Celery
-    worker's db threads, :func:`aaa_django.celery.worker.build_worker_engine`).
+    worker's db threads, :func:`aaa_django.celery.engines.build_worker_engine`).
     Where psycopg 3 does not reach the alias, every call is the Django store's.
     """
 
@@ -193,7 +205,9 @@ class PgEventStore(DjangoEventStore):
             self.conns.django, stream, batch, texts, expected_seq, self._forget(stream), prepares=prepares
         )
 
-    async def _run(self, conn: Any, steps: Steps, *, in_group: list | None = None) -> list[Event] | None:
+    async def _run(
+        self, conn: AsyncConnection[TupleRow], steps: Steps, *, in_group: list | None = None
+    ) -> list[Event] | None:
         """Run an append's statements (see ``appends.Steps``) on ``conn``. Alone, a
         refused statement is the steps' to handle (autocommit: nothing to undo); in a
         group (``in_group``: where the rows to catch up go, after the commit) it raises
@@ -264,7 +278,7 @@ class PgEventStore(DjangoEventStore):
         rows = await self._fetch(_HEAD, [stream])
         return (rows[0][0], rows[0][1]) if rows else None
 
-    async def _fetch(self, sql: str, params: list[Any]) -> list[tuple]:
+    async def _fetch(self, sql: str, params: Sequence[object]) -> list[tuple]:
         async with self.conns.connection() as conn, conn.cursor() as cur:
             await cur.execute(sql, params)
             return await cur.fetchall()

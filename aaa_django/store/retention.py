@@ -137,7 +137,7 @@ def vacuum_tables(using: str) -> bool:
     return True
 
 
-def _json(raw: Any) -> Any:
+def _json(raw: object) -> Any:
     return json.loads(raw) if isinstance(raw, str) else raw
 
 

@@ -95,7 +95,7 @@ ROW_COLUMNS = (
 )
 
 
-def prepares(raw: Any) -> bool:
+def prepares(raw: object) -> bool:
     """Whether the driver's connection ``raw`` prepares the statements it runs often:
     psycopg 3's with a ``prepare_threshold`` (Django turns it off unless the alias's
     ``OPTIONS`` name one; the store's own connections set theirs,

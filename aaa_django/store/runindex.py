@@ -26,7 +26,7 @@ from collections import namedtuple
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
@@ -42,6 +42,9 @@ from aaa_django.runtime.meta import OPEN_STATUSES, RUNMETA, RunMeta
 
 from . import rows
 from .rows import ROW_COLUMNS
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
 log = logging.getLogger("aaa_django.runindex")
 
@@ -69,7 +72,18 @@ def forget(using: str, run_id: str) -> None:
     RunRecord.objects.using(using).filter(pk=run_id).delete()
 
 
-def reindex(using: str = "default", run_ids: Iterable[str] | None = None, *, progress: Any = None) -> dict[str, int]:
+class Advances(Protocol):
+    """What :func:`reindex` tells of its progress (a management command's
+    :class:`~aaa_django.management.progress.Progress`)."""
+
+    total: int | None
+
+    def advance(self) -> None: ...
+
+
+def reindex(
+    using: str = "default", run_ids: Iterable[str] | None = None, *, progress: Advances | None = None
+) -> dict[str, int]:
     """Rebuild rows from the log with a whole-log ``RUNMETA`` fold.
 
     All streams by default: rows of streams that no longer exist are deleted. The
@@ -220,7 +234,9 @@ _COMPARED = tuple((c, ROW_COLUMNS.index(c)) for c in _UPDATED if c not in _ALWAY
 _FOLDED_AT = tuple((c, ROW_COLUMNS.index(c)) for c in _UPDATED if c in ROW_COLUMNS)
 
 
-def row_update(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tuple[str, list, tuple] | None:
+def row_update(
+    conn: BaseDatabaseWrapper, row: Sequence[Any] | None, events: list[Event]
+) -> tuple[str, list, tuple] | None:
     """The common case, in plain SQL (every append folds its events into the run's
     row, and the ORM's query building cost more than the queries): the UPDATE that
     folds stored ``events`` into the row whose ``ROW_COLUMNS`` are ``row``, guarded
@@ -238,7 +254,7 @@ def row_update(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tup
     return _update_row(columns, ended is not None), [*values, r.run_id, r.last_seq], after
 
 
-def _fold_to_write(conn: Any, row: Sequence[Any] | None, events: list[Event]) -> tuple | None:
+def _fold_to_write(conn: BaseDatabaseWrapper, row: Sequence[Any] | None, events: list[Event]) -> tuple | None:
     """:func:`_fold_row`'s fold with what a write of it needs (:func:`row_update`'s
     UPDATE, :func:`append_event_call`'s call): the row, the folded fields, the row
     after, the columns of ``_COMPARED`` the fold changed, the run's end among the
@@ -266,7 +282,7 @@ _ENDS = 1 << len(_COMPARED)
 
 
 def append_event_call(
-    conn: Any, event_row: tuple, row: Sequence[Any] | None, events: list[Event]
+    conn: BaseDatabaseWrapper, event_row: tuple, row: Sequence[Any] | None, events: list[Event]
 ) -> tuple[str, list, tuple] | None:
     """:func:`row_update`'s fold as the call of the append function (migration 0009)
     that inserts ``event_row``, the row of the one stored event ``events``, and folds
@@ -344,7 +360,7 @@ _INSERTED = (
 _DATETIMES = frozenset(f.column for f in RunRecord._meta.concrete_fields if isinstance(f, models.DateTimeField))
 
 
-def row_insert(conn: Any, events: list[Event]) -> tuple[str, list, tuple] | None:
+def row_insert(conn: BaseDatabaseWrapper, events: list[Event]) -> tuple[str, list, tuple] | None:
     """A new run's row in plain SQL, folded from its first stored ``events`` (from seq
     1, ``aaa.run.started``): the INSERT (``RETURNING owner_id``), its parameters, and
     the row's ``ROW_COLUMNS`` after it (with the owner it asked for: the statement
@@ -548,7 +564,7 @@ def _due(meta: RunMeta, row: Any) -> float | None:
     return min(times, default=None)
 
 
-def owner_pk(owner: Any, using: str = "default") -> Any:
+def owner_pk(owner: object, using: str = "default") -> object:
     """The user pk named by a run's ``owner`` (``str(user.pk)``), or None."""
     pk = _owner_value(owner)
     if pk is None:
@@ -557,7 +573,7 @@ def owner_pk(owner: Any, using: str = "default") -> Any:
     return pk if User._default_manager.db_manager(using).filter(pk=pk).exists() else None
 
 
-def _owner_value(owner: Any) -> Any:
+def _owner_value(owner: object) -> object:
     """``owner`` as a value of the user model's pk, or None (not asking whether that
     user exists)."""
     if owner is None or owner == "":

@@ -53,11 +53,13 @@ busy lock is closed, the next call opens it again, and a read is tried once more
 from __future__ import annotations
 
 import asyncio
+import enum
 import os
+import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast
+from typing import Final, Literal, TypeVar, TypeVarTuple
 
 from django.db import Error as DatabaseDriverError
 from django.db import IntegrityError, InterfaceError, connections
@@ -83,6 +85,10 @@ __all__ = ["SqliteConnection", "SqliteEventStore", "close_all", "is_sqlite"]
 _READ = _qmark(f"{select('sqlite')} WHERE stream = %s AND seq > %s ORDER BY seq")
 _HEAD = "SELECT seq, id FROM aaa_event WHERE stream = ? ORDER BY seq DESC LIMIT 1"
 
+#: a call's result and its arguments after the connection (:meth:`SqliteConnection.run`)
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
 #: alias -> the process's connection to it (one, whatever the number of stores)
 _BY_ALIAS: dict[str, SqliteConnection] = {}
 _BY_ALIAS_LOCK = threading.Lock()
@@ -104,7 +110,7 @@ class SqliteConnection:
         #: store connects with, its ``ops`` for the statements' values, and its
         #: translation of the driver's errors (``wrap_database_errors``)
         self.django = connections.create_connection(using)
-        self.raw: Any = None
+        self.raw: sqlite3.Connection | None = None
         self.opened = 0  # connections opened so far (tests)
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
@@ -140,7 +146,7 @@ class SqliteConnection:
                 executor = self._executor
         return executor
 
-    def open(self) -> Any:
+    def open(self) -> sqlite3.Connection:
         """The connection, opened as Django opens the alias's (on a thread without a
         running event loop: Django's ``get_new_connection`` refuses one that has)."""
         with self._lock:
@@ -152,7 +158,7 @@ class SqliteConnection:
                 self.raw, self.opened = raw, self.opened + 1
             return self.raw
 
-    def _busy(self, raw: Any, ms: int) -> None:
+    def _busy(self, raw: sqlite3.Connection, ms: int) -> None:
         """(Holding the lock.) The connection's busy timeout made ``ms``, unless it is
         already: :meth:`append_here` takes the write lock with a timeout of 0 and
         leaves it so, and every other call sets the alias's back first. (Set and
@@ -162,7 +168,7 @@ class SqliteConnection:
             raw.execute(f"PRAGMA busy_timeout = {ms}")
             self._busy_now = ms
 
-    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def run(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
         """``fn(connection, *args)``, one call at a time, the driver's errors as
         Django's (the same classes as the sync store's, the driver's as the cause),
         with the alias's busy timeout."""
@@ -196,7 +202,7 @@ class SqliteConnection:
 
     def append_here(
         self, store: SqliteEventStore, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None
-    ) -> Any:
+    ) -> list[Event] | None | Literal[_NotNow.NOT_NOW]:
         """The one-transaction append of ``batch`` made on the calling thread, which
         waits for it (its commit's fsync included), if nothing else wants the
         connection or the database now: the store's thread has no append to make,
@@ -264,6 +270,7 @@ class SqliteConnection:
 
     def _append_group(self, group: list[_Append]) -> None:
         raw, errors = self.raw, self.django.wrap_database_errors
+        assert raw is not None  # (opened by the drain)
         try:
             with errors:
                 self._busy(raw, self.busy_ms)
@@ -272,7 +279,7 @@ class SqliteConnection:
             for item in group:
                 item.settle(None, exc)
             return
-        results: list[tuple[_Append, Any, BaseException | None]] = []
+        results: list[tuple[_Append, list[Event] | None, BaseException | None]] = []
         for item in group:
             try:
                 with errors:
@@ -345,8 +352,14 @@ class SqliteConnection:
 
 #: appends in one group commit at the most
 GROUP = 100
+
+
+class _NotNow(enum.Enum):
+    NOT_NOW = "not now"
+
+
 #: :meth:`SqliteConnection.append_here` did nothing: the thread makes the append
-NOT_NOW = object()
+NOT_NOW: Final = _NotNow.NOT_NOW
 
 
 class _Append:
@@ -367,9 +380,9 @@ class _Append:
         self.loop, self.future, self.store = loop, future, store
         self.stream, self.batch, self.texts, self.expected_seq = stream, batch, texts, expected_seq
         #: what the caller is told (:meth:`deliver`): the first :meth:`settle`'s
-        self.outcome: tuple[Any, BaseException | None] | None = None
+        self.outcome: tuple[list[Event] | None, BaseException | None] | None = None
 
-    def settle(self, stored: Any, exc: BaseException | None = None) -> None:
+    def settle(self, stored: list[Event] | None, exc: BaseException | None = None) -> None:
         """(On the thread.) What the caller will be told, if nothing was decided yet."""
         if self.outcome is None:
             self.outcome = (stored, exc)
@@ -385,7 +398,7 @@ class _Append:
             pass
 
 
-def _settle(future: asyncio.Future, stored: Any, exc: BaseException | None) -> None:
+def _settle(future: asyncio.Future[list[Event] | None], stored: list[Event] | None, exc: BaseException | None) -> None:
     if future.done():  # cancelled meanwhile
         return
     if exc is not None:
@@ -451,14 +464,14 @@ class SqliteEventStore(DjangoEventStore):
     def __repr__(self) -> str:
         return f"SqliteEventStore(using={self.using!r})"
 
-    async def _call(self, fn: Callable[..., Any], *args: Any, reads: bool) -> Any:
+    async def _call(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts, reads: bool) -> T:
         """``fn(connection, *args)`` on the store's connection, where ``own_thread``
         says; its database errors as :class:`StoreUnavailable` (a refused row's as
         they are), and ``reads``, which change nothing, tried once more on a new
         connection when the one they ran on was closed for a fault."""
         return await translated(lambda: self._on_connection(fn, *args), self._fault_of, reads=reads)
 
-    async def _on_connection(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _on_connection(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
         db = self.db
         assert db is not None
         if self.own_thread:
@@ -498,11 +511,7 @@ class SqliteEventStore(DjangoEventStore):
                         if self.here_when_alone and caller_alone.get()
                         else NOT_NOW
                     )
-                    stored = (
-                        await self.db.append(self, stream, batch, texts, expected_seq)
-                        if here is NOT_NOW
-                        else cast("list[Event] | None", here)
-                    )
+                    stored = await self.db.append(self, stream, batch, texts, expected_seq) if here is NOT_NOW else here
                 else:
                     stored = await self._on_connection(_append_now, self, stream, batch, texts, expected_seq)
             except DatabaseDriverError as exc:
@@ -565,18 +574,23 @@ class SqliteEventStore(DjangoEventStore):
         return await self._call(_save, writes, reads=False)
 
 
-def _opened_run(db: SqliteConnection, fn: Callable[..., Any], args: tuple) -> Any:
+def _opened_run(db: SqliteConnection, fn: Callable[[sqlite3.Connection, *Ts], T], args: tuple[*Ts]) -> T:
     if db.raw is None:
         db.open()
     return db.run(fn, *args)
 
 
-def _fetch(raw: Any, sql: str, params: list[Any]) -> list[tuple]:
+def _fetch(raw: sqlite3.Connection, sql: str, params: Sequence[object]) -> list[tuple]:
     return raw.execute(sql, params).fetchall()
 
 
 def _append_now(
-    raw: Any, store: SqliteEventStore, stream: str, batch: list[Event], texts: list[str], expected_seq: int | None
+    raw: sqlite3.Connection,
+    store: SqliteEventStore,
+    stream: str,
+    batch: list[Event],
+    texts: list[str],
+    expected_seq: int | None,
 ) -> list[Event] | None:
     """The one-transaction append of :mod:`aaa_django.store.appends` on ``raw``."""
     assert store.db is not None
@@ -587,7 +601,7 @@ def _append_now(
         cur.close()
 
 
-def _save(raw: Any, writes: tuple[tuple[str, list], tuple[str, list]]) -> bool:
+def _save(raw: sqlite3.Connection, writes: tuple[tuple[str, list], tuple[str, list]]) -> bool:
     raw.execute("BEGIN IMMEDIATE")
     try:
         saved = any(raw.execute(_qmark(sql), params).rowcount for sql, params in writes)

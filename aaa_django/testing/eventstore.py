@@ -101,8 +101,8 @@ def expected_tally(events: list[Event]) -> Tally:
     return state
 
 
-def _nested(depth: int) -> Any:
-    value: Any = {"leaf": 1}
+def _nested(depth: int) -> object:
+    value: object = {"leaf": 1}
     for i in range(depth - 1):
         value = [value] if i % 2 else {"k": value}
     return value
@@ -170,7 +170,7 @@ class EventStoreContract:
         return run(store.read(stream))
 
     @staticmethod
-    def append(store: EventStore, *events: Any, **kw: Any) -> list[Event]:
+    def append(store: EventStore, *events: Any, **kw: int | None) -> list[Event]:
         return run(store.append(list(events), **kw))
 
     def assert_unchanged(self, store: EventStore, before: list[Event], stream: str = "run-1") -> None:
@@ -374,7 +374,7 @@ class EventStoreContract:
     def test_data_that_is_not_json_raises_and_writes_nothing(self, store: EventStore, case: str) -> None:
         data: dict[Any, Any] = self.BAD_DATA[case]
         if case.startswith("deep nesting"):
-            nested: Any = []
+            nested: object = []
             for _ in range(100_000):
                 nested = [nested]
             data = {"deep": nested}

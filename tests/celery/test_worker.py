@@ -24,7 +24,9 @@ from django.db.backends.signals import connection_created
 
 from aaa_django.celery.bus import DistributedBus
 from aaa_django.celery.coordination import Coordinator
-from aaa_django.celery.worker import WorkerRuntime, build_worker_engine, deliver_event
+from aaa_django.celery.delivering import deliver_event
+from aaa_django.celery.engines import build_worker_engine
+from aaa_django.celery.worker import WorkerRuntime
 from aaa_django.events import Event, FoldCache
 from aaa_django.events.tail import TailCachedStore
 from aaa_django.models import RunRecord

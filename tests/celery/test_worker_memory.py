@@ -32,7 +32,8 @@ from django.test import override_settings
 
 from aaa_django.algos import ToolLoop
 from aaa_django.celery.bus import store_spec
-from aaa_django.celery.worker import DB_THREADS, WorkerRuntime
+from aaa_django.celery.engines import DB_THREADS
+from aaa_django.celery.worker import WorkerRuntime
 from aaa_django.events import Event, default_cache
 from aaa_django.llm import FakeLLMClient, LLMHandler
 from aaa_django.llm.fake import text

@@ -157,7 +157,7 @@ def test_in_a_delivery_a_short_synced_log_needs_no_snapshot():
 
 @pytest.mark.parametrize("wire", ["not json", "[1]", "[null, [1, 2]]", '[null, {"id": "x"}]', '"a"'])
 def test_an_unreadable_event_in_a_message_is_read_instead(wire):
-    from aaa_django.celery.worker import _accept
+    from aaa_django.celery.delivering import _accept
 
     store = TailCachedStore(InMemoryEventStore())
     (first,) = run(store.inner.append([ev()]))

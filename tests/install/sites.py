@@ -34,7 +34,9 @@ OPTIONAL = (
 NEEDS: dict[str, tuple[str, ...]] = {
     "celery": (
         "aaa_django.celery.bus",
+        "aaa_django.celery.delivering",
         "aaa_django.celery.duty",
+        "aaa_django.celery.engines",
         "aaa_django.celery.publish",
         "aaa_django.celery.tasks",
         "aaa_django.celery.wiring",
