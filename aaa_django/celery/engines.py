@@ -77,6 +77,5 @@ def share_pools(engine: Engine) -> int:
     handlers = {id(h): h for h in engine.tool_servers if isinstance(h, ToolHandler)}
     coord = cluster_bus(engine).coordination()
     for handler in handlers.values():
-        handler.pool_factory = coord.pool
-        getattr(handler, "_semaphores", {}).clear()  # none made yet; a worker starts fresh
+        handler.use_pools(coord.pool)
     return len(handlers)

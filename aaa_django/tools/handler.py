@@ -116,6 +116,12 @@ class ToolHandler:
             if t.pool is not None and t.pool not in self.pools:
                 log.warning("tool %r names pool %r, which has no size: unlimited", t.name, t.pool)
 
+    def use_pools(self, pool_factory: Callable[[str, int], AbstractAsyncContextManager[object]]) -> None:
+        """Build the pools' limiters with ``pool_factory`` from now on (a Celery worker's
+        cluster-wide pools); those made already are dropped."""
+        self.pool_factory = pool_factory
+        self._semaphores.clear()
+
     def attach(self, engine: Engine) -> ToolHandler:
         """Subscribe to tool requests, approval decisions and run completions."""
         self.engine = engine
