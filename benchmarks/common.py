@@ -233,15 +233,7 @@ def rss(pid: int | str = "self") -> int:
 def cpu_seconds(pids: list[int]) -> float:
     """CPU time (user + system) the processes ``pids`` have used so far, in seconds
     (Linux: /proc); a process gone meanwhile counts as 0."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total / os.sysconf("SC_CLK_TCK")
+    return sum(process_seconds(pids).values())
 
 
 def machine_busy() -> float:
@@ -262,7 +254,7 @@ def process_seconds(pids: list[int]) -> dict[int, float]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except (FileNotFoundError, ProcessLookupError):
             continue
-        out[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        out[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
     return out
 
 
