@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import gc
 import json
 import os
@@ -203,10 +204,23 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
             run = await engine.start(algo, {"task": f"run {i}"})
             return await run.result(), time.perf_counter() - t, run.run_id
 
+        async def census() -> None:  # --census: what the collector traverses, during the load
+            while True:
+                await asyncio.sleep(latency * 2.5)
+                kinds = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+                total = sum(kinds.values())
+                print(f"# census at {time.perf_counter() - t0:.0f} s: {total} tracked objects", file=sys.stderr)
+                for kind, n in kinds.most_common(12):
+                    print(f"#   {n / runs:8.1f} a run  {kind}", file=sys.stderr)
+
         with PeakRSS(lambda: [os.getpid()]) as mem, CPUWindow(**cpu_groups(row)) as machine:
             t0, c0 = time.perf_counter(), time.process_time()
+            if os.environ.get("AAA_BENCH_CENSUS"):
+                counted = asyncio.ensure_future(census())
             done = await asyncio.gather(*(one(i) for i in range(runs)))
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            if os.environ.get("AAA_BENCH_CENSUS"):
+                counted.cancel()
         assert {o.outcome for o, *_ in done} == {"success"}, done
     gc.callbacks.remove(gcwatch)
     out = {
@@ -477,6 +491,12 @@ def main() -> None:
         help="in-process and Celery rows: where the runs' time went, stretch by stretch, from their logs",
     )
     ap.add_argument(
+        "--census",
+        action="store_true",
+        help="in-process rows: count the objects the garbage collector tracks, by type, "
+        "halfway through the second model call, to standard error",
+    )
+    ap.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -539,6 +559,7 @@ def main() -> None:
                     **({"AAA_BENCH_WIDTH": str(args.width)} if args.width else {}),
                     "AAA_BENCH_GC": args.gc,
                     **({"AAA_BENCH_LAGS": "1"} if args.lags else {}),
+                    **({"AAA_BENCH_CENSUS": "1"} if args.census else {}),
                     **({"AAA_BENCH_GC_THRESHOLD": args.gc_threshold} if args.gc_threshold else {}),
                     "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
                 }
@@ -549,6 +570,9 @@ def main() -> None:
                 if proc.returncode:
                     print(f"# {row} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", file=sys.stderr)
                     continue
+                for line in proc.stderr.splitlines():  # (--census)
+                    if line.startswith("#"):
+                        print(line, file=sys.stderr)
                 result = json.loads(proc.stdout.strip().splitlines()[-1])
                 result["repetition"] = repetition
                 results.setdefault(name, []).append(result)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -71,6 +72,9 @@ class Tool:
         self.is_async = inspect.iscoroutinefunction(fn)
         self._takes_key = False
         self.parameters = self._model(arg_docs)
+        #: (the parameters model, its JSON schema as text): pydantic builds a schema in
+        #: about 0.1 ms, and every run that offers the tool asks for its spec
+        self._schema: tuple[type[BaseModel], str] | None = None
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
@@ -92,12 +96,15 @@ class Tool:
         return create_model(f"{self.name}_args", __config__=ConfigDict(extra="forbid"), **fields)
 
     def spec(self) -> JSONObject:
-        """The JSON tool spec sent to a model: name, description, parameters schema."""
-        schema = self.parameters.model_json_schema()
-        schema.pop("title", None)
-        for prop in schema.get("properties", {}).values():
-            prop.pop("title", None)
-        return {"name": self.name, "description": self.description, "parameters": schema}
+        """The JSON tool spec sent to a model: name, description, parameters schema
+        (a new dict each time: the caller may keep or change it)."""
+        if self._schema is None or self._schema[0] is not self.parameters:
+            schema = self.parameters.model_json_schema()
+            schema.pop("title", None)
+            for prop in schema.get("properties", {}).values():
+                prop.pop("title", None)
+            self._schema = (self.parameters, json.dumps(schema))
+        return {"name": self.name, "description": self.description, "parameters": json.loads(self._schema[1])}
 
     def validate(self, args: Mapping[str, object]) -> dict[str, object]:
         """Arguments checked and converted; raises pydantic ``ValidationError``."""

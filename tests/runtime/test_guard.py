@@ -225,3 +225,14 @@ def test_side_effect_runs_once_under_double_delivery(duplicate):
 
     assert arun(scenario()).ok
     assert len(calls) == 1
+
+
+def test_every_caller_of_a_kept_spec_gets_its_own_copy():
+    t = charge_tool(False, [])
+    first = t.spec()
+    first["parameters"]["properties"].clear()  # a caller that changes what it got
+    second = t.spec()
+    assert list(second["parameters"]["properties"]) == ["amount"]
+    assert second["parameters"] is not t.spec()["parameters"]
+    t.description = "charges a card"  # (a site may set it after the decorator)
+    assert t.spec()["description"] == "charges a card"
