@@ -11,7 +11,10 @@ already, or whose run has ended or is over a limit, is not sent.
 ``aaa.llm.attempted`` (``request_id``, ``attempt``, ``model``, and its
 :mod:`estimate <aaa_django.llm.attempts>`), its id deterministic per request and number,
 so two deliveries cannot both make one attempt (the one whose append is absorbed
-sends nothing). A client's own retries are attempts too (the
+sends nothing). Where this process takes the request (a bus without exclusive leases)
+the first attempt is recorded in the request's own append
+(:meth:`LLMHandler.with_request`: one durable commit a call, not two), and the
+request's delivery makes it. A client's own retries are attempts too (the
 :data:`~aaa_django.llm.retry.BEFORE_RETRY` hook records each before it goes). The
 result names the attempt it answers.
 
@@ -52,16 +55,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import random
 import traceback
 from collections import OrderedDict
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 from aaa_django.data.jsonvalue import JSONObject, JSONValue
 from aaa_django.events import Event, InvalidEventError, derive_id, encode_json
-from aaa_django.runtime import Engine
+from aaa_django.runtime import Engine, bounded
 from aaa_django.runtime.bus import ExclusiveLeases
 from aaa_django.runtime.event_types import (
     LLM_ABANDONED,
@@ -81,7 +86,7 @@ from aaa_django.runtime.retry import Redelivery, transient
 
 from .attempts import ASSUMED_MAX_TOKENS, Estimator
 from .client import LLMClient, PricedClient, StreamingLLMClient, TextSink
-from .conversation import conversation_of
+from .conversation import CONVERSATION, conversation_of
 from .deltas import DeltaSink, TokenDelta
 from .messages import LLMRequest, Message
 from .retry import BEFORE_RETRY, StopAttempts
@@ -113,7 +118,9 @@ class LLMHandler:
     ``deltas`` receives the reply's text as it streams (when ``client`` streams);
     ``assumed_max_tokens``: the reply limit an attempt's estimate assumes when neither
     the request nor the client sets one (:mod:`~aaa_django.llm.attempts`);
-    ``redelivery``: the waits between appends of a result that failed transiently."""
+    ``redelivery``: the waits between appends of a result that failed transiently;
+    ``attempt_with_request``: record a request's first attempt in the request's append
+    where this process takes the request (:meth:`with_request`)."""
 
     def __init__(
         self,
@@ -123,8 +130,10 @@ class LLMHandler:
         deltas: DeltaSink | None = None,
         assumed_max_tokens: int = ASSUMED_MAX_TOKENS,
         redelivery: Redelivery | None = None,
+        attempt_with_request: bool = True,
     ) -> None:
         self.client = client
+        self.attempt_with_request = attempt_with_request
         self.timeout = timeout
         self.deltas = deltas
         self.redelivery = redelivery or Redelivery()
@@ -148,6 +157,9 @@ class LLMHandler:
         self._replies: OrderedDict[str, Event] = OrderedDict()
         #: run id -> request id -> the task calling the client
         self._running: dict[str, dict[str, asyncio.Task]] = {}
+        #: requests whose first attempt this handler recorded with them
+        #: (``with_request``), not yet taken by their delivery
+        self._first: OrderedDict[str, bool] = OrderedDict()
 
     def attach(self, engine: Engine) -> LLMHandler:
         """Subscribe to ``aaa.llm.requested`` (and run ends, to cancel calls in flight)
@@ -158,6 +170,29 @@ class LLMHandler:
         engine.subscribe(LLM_REQUESTED, self)
         engine.subscribe(RUN_COMPLETED, self.on_run_completed)
         return self
+
+    async def with_request(self, batch: Sequence[Event], index: int) -> Event | None:
+        """The first attempt of the request ``batch[index]``, to append in the request's
+        commit (:class:`~aaa_django.runtime.engine_api.RecordsWithRequest`): one durable
+        commit a model call instead of two. Only where this process takes the request
+        (a bus without exclusive leases delivers every event of a run where it was
+        appended) and holds its run, and unless ``attempt_with_request=False``. The
+        request's delivery then calls the model for that attempt. Should this process end
+        in between, the attempt is abandoned as any other whose maker is gone (counted
+        at its estimate, which is computed here, from the conversation the log has up to
+        the request)."""
+        event = batch[index]
+        if not self.attempt_with_request or self._leases is not None or not self._holds(event.stream):
+            return None
+        if any(e.causation == event.id for e in batch[index + 1 :]):
+            return None  # a copy with its attempts and result (a fork): nothing to make
+        engine = self._engine()
+        state = copy.deepcopy(await engine.project(CONVERSATION, event.stream))
+        for e in batch[: index + 1]:  # (the same append's events up to the request)
+            state = CONVERSATION.apply(state, e)
+        attempted = self._attempted(event, self._request_of(event, state.request(event.id) or []), 1)
+        bounded.keep(self._first, event.id, True, bounded.RUNS_KEPT)
+        return attempted
 
     async def __call__(self, event: Event) -> None:
         if event.id in self._inflight:  # delivered again while we are on it
@@ -186,6 +221,15 @@ class LLMHandler:
         while lost < CLAIM_TRIES:
             call = await self._open(event, fresh=fresh)
             if call is None:
+                self._first.pop(event.id, None)
+                return
+            if self._first.pop(event.id, False) and self._recorded_first(call):
+                # Its first attempt, recorded with it here (``with_request``): make it.
+                if not self._holds(event.stream):
+                    log.info("run %s is no longer held here: model request %s not sent", event.stream, event.id)
+                    return
+                async with contextlib.AsyncExitStack() as held:
+                    await self._call(_Call(event, await self._request(event), 1, 1), held)
                 return
             if call.attempts and not fresh:
                 fresh = True  # asked before: decide from the database, not this view
@@ -229,6 +273,11 @@ class LLMHandler:
         log.warning(
             "model request %s of run %s: another delivery keeps deciding first; left to it", event.id, event.stream
         )
+
+    def _recorded_first(self, call: OpenCall) -> bool:
+        """Is ``call``'s only attempt the one this process recorded with its request, in
+        flight (none of its deliveries made it yet)?"""
+        return call.attempts == 1 and call.in_flight is not None and call.maker == self.maker
 
     async def _maker_gone(self, event: Event, call: OpenCall) -> bool:
         """Is the maker of the request's attempt in flight (``call.attempts``) gone? On a
@@ -291,9 +340,12 @@ class LLMHandler:
         return meta.calls.get(event.id)
 
     async def _request(self, event: Event) -> LLMRequest:
+        return self._request_of(event, await conversation_of(self._engine(), event))
+
+    def _request_of(self, event: Event, messages: list[Message]) -> LLMRequest:
         d = event.data
         return LLMRequest(
-            messages=await conversation_of(self._engine(), event),
+            messages=messages,
             tools=list(d.get("tools") or ()),
             model=d.get("model"),
             tag=d.get("tag"),

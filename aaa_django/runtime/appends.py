@@ -2,7 +2,9 @@
 
 Every event an engine writes goes through :meth:`Appends.append`: grouped by run,
 cut at the run's end (a step's output after it is not part of the run), a run's end
-preceded by a result for each call it cuts off (:func:`~.limits.cut_off`), big
+preceded by a result for each call it cuts off (:func:`~.limits.cut_off`), a
+request followed by what the handler that takes it here records with it
+(:class:`~.engine_api.RecordsWithRequest`: a model call's first attempt), big
 payloads claim-checked into the blob store, appended to the store (a duplicate id is
 absorbed; a closed stream refuses the batch, which is dropped), the due times stored
 armed (:mod:`~aaa_django.runtime.timers`), the observers told, a run's end and a
@@ -116,12 +118,15 @@ class Appends:
         """``batch`` (of ``stream``) claim-checked and appended; its due times kept, the
         observers told. A batch that ends the run records first what it cuts off
         (:func:`~.limits.cut_off`; ``folded``: the run's RUNMETA with the batch's first N
-        events, when the caller has it). Raises what the store raised."""
+        events, when the caller has it); any other gets what handlers record with its
+        requests (:meth:`with_requests`). Raises what the store raised."""
         engine = self.engine
         if batch and batch[-1].type == RUN_COMPLETED:
             # (in a step, the RUNMETA it decided from: no read)
             meta, done = folded if folded is not None else (await engine.meta(stream), 0)
             batch = limits.cut_off(batch, meta, done)
+        elif engine.records_with:
+            batch = await self.with_requests(batch)
         if engine.blobs is not None:
             batch = [await self.claim(e) for e in batch]
         engine._deliveries.appending(stream)
@@ -143,6 +148,22 @@ class Appends:
         if added and engine.observers:
             await notify_appended(engine.observers, added)
         return added
+
+    async def with_requests(self, batch: list[Event]) -> list[Event]:
+        """``batch`` with what the handlers that record with a request
+        (:class:`~.engine_api.RecordsWithRequest`: the model handler's first attempt)
+        record, each right after its request: in the request's commit."""
+        makers = self.engine.records_with
+        if not any(e.type in makers for e in batch):
+            return batch
+        out: list[Event] = []
+        for i, e in enumerate(batch):
+            out.append(e)
+            for maker in makers.get(e.type, ()):
+                record = await maker.with_request(batch, i)
+                if record is not None:
+                    out.append(record)
+        return out
 
     async def appended(self, stored: EventList) -> None:
         """After an append: a run's end kept and its waiters woken; the new events

@@ -44,7 +44,7 @@ from .children import Children
 from .commands import Commands
 from .ctx import TakesSteps
 from .delivery import Deliveries
-from .engine_api import ChecksStart, Handler, ServesTools, Stored
+from .engine_api import ChecksStart, Handler, RecordsWithRequest, ServesTools, Stored
 from .event_types import RUN_COMPLETED, completion_id
 from .meta import RunMeta
 from .observe import Observer, check_observer, watching
@@ -161,6 +161,9 @@ class Engine:
         #: the subscribed handlers that run tools (detected in ``subscribe``): a run's
         #: model is offered theirs (:mod:`~aaa_django.runtime.offered`)
         self.tool_servers: list[ServesTools] = []
+        #: by event type, the subscribed handlers that record with a request (detected
+        #: in ``subscribe``): their record joins the request's append
+        self.records_with: dict[str, list[RecordsWithRequest]] = {}
         #: what wakes this engine's waits (``wait``) when a run moves: its own hub
         #: unless given the process's (:mod:`aaa_django.runtime.wakeups`)
         self.wakeups: Wakeups = wakeups if wakeups is not None else Hub()
@@ -223,12 +226,16 @@ class Engine:
     def subscribe(self, type: str, handler: Handler) -> None:
         """Call ``await handler(event)`` for every event of ``type`` (hydrated). A
         handler that checks a run's start (:class:`~.engine_api.ChecksStart`) is asked
-        when each run starts, too."""
+        when each run starts, too; one that records with a request
+        (:class:`~.engine_api.RecordsWithRequest`) is asked as each event of ``type`` is
+        appended."""
         self._handlers[type].append(handler)
         if isinstance(handler, ChecksStart) and all(c is not handler for c in self.start_checks):
             self.start_checks.append(handler)
         if isinstance(handler, ServesTools) and all(s is not handler for s in self.tool_servers):
             self.tool_servers.append(handler)
+        if isinstance(handler, RecordsWithRequest):
+            self.records_with.setdefault(type, []).append(handler)
 
     def subscribers(self, type: str) -> list[Handler]:
         """The handlers subscribed to ``type``, in subscription order."""

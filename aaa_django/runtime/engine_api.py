@@ -9,7 +9,7 @@ implements it; the type checker holds it to that where the engine hands itself o
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -60,6 +60,23 @@ class ServesTools(Protocol):
         ...
 
 
+@runtime_checkable
+class RecordsWithRequest(Protocol):
+    """A handler that, when it will take a request in this process, records the first
+    thing it does with it in the same append as the request (the model handler: the
+    request's first attempt, ``aaa.llm.attempted``, which must be on the log before the
+    call is sent). One durable commit a request instead of two; the log is the same,
+    event for event. The engine detects it once, when it subscribes
+    (``Engine.subscribe``); :meth:`~.appends.Appends.append_stream` asks it for each
+    event of the types it subscribed to."""
+
+    async def with_request(self, batch: Sequence[Event], index: int) -> Event | None:
+        """The event to append right after ``batch[index]`` (a request about to be
+        appended, after ``batch[:index]``), or None: nothing (the request is then
+        handled as ever when it is delivered)."""
+        ...
+
+
 class EngineAPI(Protocol):
     """The engine's public interface (see :class:`~aaa_django.runtime.Engine`)."""
 
@@ -76,6 +93,9 @@ class EngineAPI(Protocol):
     start_checks: list[ChecksStart]
     #: the subscribed handlers that run tools (:class:`ServesTools`)
     tool_servers: list[ServesTools]
+    #: by event type, the subscribed handlers that record with a request
+    #: (:class:`RecordsWithRequest`)
+    records_with: dict[str, list[RecordsWithRequest]]
 
     def subscribe(self, type: str, handler: Handler) -> None: ...
 

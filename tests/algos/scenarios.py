@@ -538,7 +538,7 @@ EXPECTED: dict[str, Expected] = {
         "WorkflowGraph",
         "failed",
         STARTED
-        + ["aaa.llm.requested", "aaa.tool.requested", "aaa.llm.attempted", "aaa.tool.failed", "aaa.llm.failed"]
+        + ["aaa.llm.requested", "aaa.llm.attempted", "aaa.tool.requested", "aaa.tool.failed", "aaa.llm.failed"]
         + DONE,
     ),
     "wf_child": Expected(wf_child, "WorkflowGraph", "success", STARTED + CHILD + LLM + DONE),
