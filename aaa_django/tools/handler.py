@@ -51,6 +51,7 @@ from aaa_django.runtime.event_types import (
     TOOL_REQUESTED,
     TOOL_RETURNED,
     TOOL_STARTED,
+    decision_id,
     result_event,
     result_id,
 )
@@ -110,6 +111,9 @@ class ToolHandler:
         self._holds: HoldsRuns | None = None
         self._semaphores: dict[str, AbstractAsyncContextManager[object]] = {}
         self._inflight: set[str] = set()
+        #: request id -> a decision on it delivered while a delivery of the request was
+        #: in flight here: acted on once that delivery ends (never dropped)
+        self._decided: dict[str, Event] = {}
         #: run id -> request id -> the task running the tool
         self._running: dict[str, dict[str, asyncio.Task]] = {}
         for t in registry:
@@ -160,6 +164,11 @@ class ToolHandler:
             done = await self._progress(request)
             if result_id(request.id) in done or asked_id(request) in done:
                 return  # answered, or waiting for a person's answer
+            if gate_id(request.id) in done:  # found uncertain: a person decides
+                decided = done.get(decision_id(gate_id(request.id)))
+                if decided is not None:  # (decided, and the decision's delivery lost)
+                    await self._reconciled(await engine.hydrate(decided), request)
+                return
             tool = self.registry.get(request.data.get("name", ""))
             if tool is None:
                 await self._fail(request, "unknown_tool", f"no tool named {request.data.get('name')!r}")
@@ -168,7 +177,15 @@ class ToolHandler:
             else:
                 await self._execute(request, tool, done)
         finally:
-            self._inflight.discard(request.id)
+            await self._settled(request.id)
+
+    async def _settled(self, request_id: str) -> None:
+        """A delivery of the request ended here: a decision on it that came meanwhile is
+        acted on now."""
+        self._inflight.discard(request_id)
+        decision = self._decided.pop(request_id, None)
+        if decision is not None:
+            await self.on_decision(decision)
 
     async def on_decision(self, decision: Event) -> None:
         """An approval was granted (run the call), denied or expired (fail it)."""
@@ -179,7 +196,8 @@ class ToolHandler:
             log.error("approval %s names a tool request that is not in the log", d.get("request_id"))
             return
         request = await engine.hydrate(found[0])
-        if request.id in self._inflight:
+        if request.id in self._inflight:  # (its delivery may have read the log before it)
+            self._decided[request.id] = decision
             return
         self._inflight.add(request.id)
         try:
@@ -200,7 +218,7 @@ class ToolHandler:
                 why = d.get("reason")
                 await self._fail(request, reason, f"approval {reason}" + (f": {why}" if why else ""))
         finally:
-            self._inflight.discard(request.id)
+            await self._settled(request.id)
 
     async def on_run_completed(self, completion: Event) -> None:
         """The run ended: cancel its in-flight calls (each records ``cancelled``)."""
@@ -211,8 +229,8 @@ class ToolHandler:
 
     async def _progress(self, request: Event) -> dict[str, Event]:
         """The request's result, its question to a person (a tool that asks), and (for
-        a guarded tool) its intents, its reconciliation gate and its late outcome, if
-        they are in the log."""
+        a guarded tool) its intents, its reconciliation gate, the gate's decision and
+        its late outcome, if they are in the log."""
         ids = [result_id(request.id), asked_id(request)]
         tool = self.registry.get(request.data.get("name", ""))
         if tool is not None and tool.guard.side_effects:
@@ -220,6 +238,7 @@ class ToolHandler:
                 request.derive(TOOL_STARTED).id,
                 request.derive(TOOL_STARTED, key=AGAIN_KEY).id,
                 gate_id(request.id),
+                decision_id(gate_id(request.id)),
                 returned_id(request.id),
             ]
         return await self._engine().find_after(request, ids)

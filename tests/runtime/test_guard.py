@@ -9,6 +9,7 @@ import pytest
 
 from aaa_django.algos import ToolLoop
 from aaa_django.events import Event, InMemoryEventStore
+from aaa_django.runtime.event_types import decision_id
 from aaa_django.tools import ToolHandler, ToolRegistry, reconcile, tool
 
 from .helpers import CrashingStore, arun, make_engine, of_type, types, until
@@ -109,6 +110,97 @@ def test_not_idempotent_after_crash_is_never_run_twice_and_the_run_waits_for_a_p
     assert failed.data["reason"] == "not_run" and "ops" in failed.data["error"]
     assert of_type(log, "aaa.approval.denied")[0].seq < failed.seq
     assert outcome.ok and "did not run" in outcome.value["text"]
+
+
+def test_a_decision_delivered_while_the_call_is_driven_again_is_acted_on_after():
+    """A person answers the gate while a delivery of the call, driven again (a worker's
+    re-drive), is in flight here, having read the log before the decision: the
+    decision's own delivery does not drop it, it is acted on once that delivery ends
+    (the run does not wait for a person who has answered)."""
+    calls: list = []
+    registry = ToolRegistry([charge_tool(False, calls)])
+    model = call_once_then_report("charge", amount=5)
+
+    async def scenario():
+        store = InMemoryEventStore()
+        crashing = CrashingStore(store, limit=7)  # (as in crash_after_side_effect)
+        first = make_engine(model, registry, store=crashing)
+        await first.start(ToolLoop(registry), {"task": "pay"}, run_id=RUN)
+        await asyncio.wait_for(crashing.crashed.wait(), 5)
+        await first.close(drain=False)
+        second = make_engine(model, None, store=store)
+        handler = ToolHandler(registry).attach(second)
+        async with second:
+            await second.resume()
+            gate = await until_gate(second)
+            await second.drain(5)
+            (request,) = of_type(await store.read(RUN), "aaa.tool.requested")
+            read, release = asyncio.Event(), asyncio.Event()
+            find_after = second.find_after
+
+            async def reads_then_waits(event, ids, **kwargs):
+                found = await find_after(event, ids, **kwargs)
+                if not release.is_set():
+                    read.set()
+                    await release.wait()
+                return found
+
+            second.find_after = reads_then_waits
+            driving = asyncio.ensure_future(handler.on_request(await second.hydrate(request)))
+            await read.wait()  # the re-drive has read the log: the gate, no decision
+            assert await second.deny(RUN, gate.id, by="ops", reason="no charge on the card")
+            await second.drain(5)  # (the decision's delivery: while the re-drive is in flight)
+            release.set()
+            await driving
+            outcome = await second.run(RUN).result(timeout=10)
+            await second.drain(5)
+        return outcome, await store.read(RUN)
+
+    outcome, log = arun(scenario())
+    assert len(calls) == 1
+    (failed,) = of_type(log, "aaa.tool.failed")
+    assert failed.data["reason"] == "not_run" and "ops" in failed.data["error"]
+    assert outcome.ok and "did not run" in outcome.value["text"]
+
+
+def test_a_call_driven_again_after_its_gate_was_decided_acts_on_the_decision():
+    """The decision is on the log and its delivery was lost (its process died): a
+    delivery of the call itself (a re-drive) finds the decided gate and acts on it."""
+    calls: list = []
+    registry = ToolRegistry([charge_tool(False, calls)])
+    model = call_once_then_report("charge", amount=5)
+
+    async def scenario():
+        store = InMemoryEventStore()
+        crashing = CrashingStore(store, limit=7)  # (as in crash_after_side_effect)
+        first = make_engine(model, registry, store=crashing)
+        await first.start(ToolLoop(registry), {"task": "pay"}, run_id=RUN)
+        await asyncio.wait_for(crashing.crashed.wait(), 5)
+        await first.close(drain=False)
+        async with make_engine(model, registry, store=store) as second:
+            await second.resume()
+            gate = await until_gate(second)
+            await second.drain(5)
+        denied = Event(
+            id=decision_id(gate.id),
+            stream=RUN,
+            type="aaa.approval.denied",
+            data={**{k: gate.data[k] for k in ("tool_request_id", "tool_request_seq", "call_id", "name")}, "by": "ops"},
+            causation=gate.id,
+        )
+        assert await store.append([denied])  # (on the log; its delivery never ran)
+        third = make_engine(model, None, store=store)
+        handler = ToolHandler(registry).attach(third)
+        async with third:
+            (request,) = of_type(await store.read(RUN), "aaa.tool.requested")
+            await handler.on_request(await third.hydrate(request))
+            await third.drain(5)
+        return await store.read(RUN)
+
+    log = arun(scenario())
+    assert len(calls) == 1
+    (failed,) = of_type(log, "aaa.tool.failed")
+    assert failed.data["reason"] == "not_run" and "ops" in failed.data["error"]
 
 
 def test_an_uncertain_call_a_person_says_ran_is_recorded_with_what_they_give():
