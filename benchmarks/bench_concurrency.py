@@ -184,12 +184,22 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
             gc.disable()
         if os.environ.get("AAA_BENCH_GC_THRESHOLD"):  # --gc-threshold
             gc.set_threshold(*map(int, os.environ["AAA_BENCH_GC_THRESHOLD"].split(",")))
+        census_on = bool(os.environ.get("AAA_BENCH_CENSUS"))
         # the collector's passes during the load, by generation: [count, seconds, collected]
         gcstats = {0: [0, 0.0, 0], 1: [0, 0.0, 0], 2: [0, 0.0, 0]}
         gcstart = [0.0]
 
+        # --census: what the young collections promote (gen 1's objects as a collection
+        # of it starts: they have survived one already), every 10th of them
+        promoted: collections.Counter = collections.Counter()
+        sampled = [0]
+
         def gcwatch(phase, info):
             if phase == "start":
+                if census_on and info["generation"] == 1:
+                    sampled[0] += 1
+                    if sampled[0] % 10 == 0:
+                        promoted.update(type(o).__qualname__ for o in gc.get_objects(generation=1))
                 gcstart[0] = time.perf_counter()
             else:
                 st = gcstats[info["generation"]]
@@ -215,12 +225,16 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
 
         with PeakRSS(lambda: [os.getpid()]) as mem, CPUWindow(**cpu_groups(row)) as machine:
             t0, c0 = time.perf_counter(), time.process_time()
-            if os.environ.get("AAA_BENCH_CENSUS"):
+            if census_on:
                 counted = asyncio.ensure_future(census())
             done = await asyncio.gather(*(one(i) for i in range(runs)))
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            if os.environ.get("AAA_BENCH_CENSUS"):
+            if census_on:
                 counted.cancel()
+                every = sum(promoted.values()) * 10 / (runs * turns)
+                print(f"# promoted by the young collections: about {every:.0f} objects a turn", file=sys.stderr)
+                for kind, n in promoted.most_common(30):
+                    print(f"#   {n * 10 / (runs * turns):8.1f} a turn  {kind}", file=sys.stderr)
         assert {o.outcome for o, *_ in done} == {"success"}, done
     gc.callbacks.remove(gcwatch)
     out = {
@@ -379,8 +393,9 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
                 # machine the workers share more than the workers do.
                 async with build_engine(poll_interval=30) as engine:
                     warm = [await engine.start(algo, {"task": script(turns)}) for _ in range(2 * concurrency)]
-                    for run in warm:
-                        await run.result(timeout=120)
+                    # (waited for together: a run that ended before its wait began is
+                    # found by the wait's first poll, poll_interval (30 s) later)
+                    await asyncio.gather(*(run.result(timeout=120) for run in warm))
                     task = script(turns, latency)
                     workers_then = pids()
                     c0 = cpu_seconds(workers_then)
