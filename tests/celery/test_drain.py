@@ -21,6 +21,9 @@ from collections import Counter
 
 from aaa_django.celery.sweeper import sweep
 from aaa_django.runtime.event_types import (
+    LLM_ATTEMPTED,
+    LLM_COMPLETED,
+    LLM_FAILED,
     LLM_REQUESTED,
     RUN_COMPLETED,
     TOOL_REQUESTED,
@@ -46,6 +49,25 @@ DRAIN = re.compile(
 def _drains(worker) -> list[tuple[int, ...]]:
     """The drain records a worker's processes logged as they shut down."""
     return [tuple(map(int, m.groups())) for m in DRAIN.finditer(worker.log_file.read_text(errors="replace"))]
+
+
+def _makers_in_flight() -> set[int]:
+    """The pids of the processes making the model attempts in flight (recorded, with no
+    result yet). In a thread of the loop's executor, as ``_calls``."""
+    from django.db import connections
+
+    try:
+        with connections["postgres"].cursor() as cur:
+            cur.execute(
+                "SELECT a.data::jsonb->>'by' FROM aaa_event a WHERE a.type = %s AND NOT EXISTS ("
+                "SELECT 1 FROM aaa_event c WHERE c.stream = a.stream AND c.type IN (%s, %s) "
+                "AND c.causation = a.data::jsonb->>'request_id')",
+                [LLM_ATTEMPTED, LLM_COMPLETED, LLM_FAILED],
+            )
+            makers = [by.split("|") for (by,) in cur.fetchall() if by]
+        return {int(parts[3]) for parts in makers if len(parts) == 6}
+    finally:
+        connections["postgres"].close()
 
 
 def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
@@ -95,6 +117,10 @@ def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
             # after SLOW_CALL): what a drain past its bound gives up
             leased = lambda: sum(map(coordinator().is_busy, ids))  # noqa: E731
             while await asyncio.to_thread(leased) < 1:
+                await asyncio.sleep(0.1)
+            # ...and some of them are the stopped worker's (with a second worker running,
+            # it may hold none: its drain then has nothing to wait for, and logs nothing)
+            while not await asyncio.to_thread(_makers_in_flight) & set(worker.children()):
                 await asyncio.sleep(0.1)
 
             # Warm shutdown; far longer than the drain's bound (a worker that had to be
