@@ -56,13 +56,10 @@ def test_intent_is_recorded_before_the_call_and_the_key_is_passed():
     assert calls == [intent.data["idempotency_key"]]
 
 
-async def crash_after_side_effect(idempotent: bool, calls: list, *, answer=None, uncertain: str = "reconcile"):
-    """The tool runs, then the process dies before its result is written; another
-    engine adopts the run. ``answer(engine, gate)``: what a person says then (the run
-    waits for it)."""
+async def died_after_side_effect(registry: ToolRegistry, model) -> InMemoryEventStore:
+    """The store of run RUN, whose process died once its tool ran, before the tool's
+    result was written."""
     store = InMemoryEventStore()
-    registry = ToolRegistry([charge_tool(idempotent, calls)])
-    model = call_once_then_report("charge", amount=5)
     # started, validated, llm.requested, llm.attempted, llm.completed, tool.requested, tool.started
     crashing = CrashingStore(store, limit=7)
     first = make_engine(model, registry, store=crashing)
@@ -70,6 +67,16 @@ async def crash_after_side_effect(idempotent: bool, calls: list, *, answer=None,
     await asyncio.wait_for(crashing.crashed.wait(), 5)
     await first.close(drain=False)
     assert types(await store.read(RUN))[-1] == "aaa.tool.started"
+    return store
+
+
+async def crash_after_side_effect(idempotent: bool, calls: list, *, answer=None, uncertain: str = "reconcile"):
+    """The tool runs, then the process dies before its result is written; another
+    engine adopts the run. ``answer(engine, gate)``: what a person says then (the run
+    waits for it)."""
+    registry = ToolRegistry([charge_tool(idempotent, calls)])
+    model = call_once_then_report("charge", amount=5)
+    store = await died_after_side_effect(registry, model)
     second = make_engine(model, None, store=store)
     ToolHandler(registry, uncertain=uncertain).attach(second)
     async with second:
@@ -122,12 +129,7 @@ def test_a_decision_delivered_while_the_call_is_driven_again_is_acted_on_after()
     model = call_once_then_report("charge", amount=5)
 
     async def scenario():
-        store = InMemoryEventStore()
-        crashing = CrashingStore(store, limit=7)  # (as in crash_after_side_effect)
-        first = make_engine(model, registry, store=crashing)
-        await first.start(ToolLoop(registry), {"task": "pay"}, run_id=RUN)
-        await asyncio.wait_for(crashing.crashed.wait(), 5)
-        await first.close(drain=False)
+        store = await died_after_side_effect(registry, model)
         second = make_engine(model, None, store=store)
         handler = ToolHandler(registry).attach(second)
         async with second:
@@ -171,12 +173,7 @@ def test_a_call_driven_again_after_its_gate_was_decided_acts_on_the_decision():
     model = call_once_then_report("charge", amount=5)
 
     async def scenario():
-        store = InMemoryEventStore()
-        crashing = CrashingStore(store, limit=7)  # (as in crash_after_side_effect)
-        first = make_engine(model, registry, store=crashing)
-        await first.start(ToolLoop(registry), {"task": "pay"}, run_id=RUN)
-        await asyncio.wait_for(crashing.crashed.wait(), 5)
-        await first.close(drain=False)
+        store = await died_after_side_effect(registry, model)
         async with make_engine(model, registry, store=store) as second:
             await second.resume()
             gate = await until_gate(second)
