@@ -250,3 +250,28 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
             if connections[alias].vendor == "postgresql":
                 stack.enter_context(connections[alias].execute_wrapper(LockFirst()))
         return (yield)
+
+
+#: lines of a failed test's captured output the digest keeps (its head and its tail)
+DIGEST_HEAD, DIGEST_TAIL = 30, 10
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """A failed test's digest for bin/test (AAA_TEST_FAILURES: a file it prints after
+    every leg has run): the test, the error's message and its captured output's head
+    and tail. CI keeps the head and the tail of the whole output, so a failure in the
+    first leg was cut to its traceback's first lines and what the test printed (a hung
+    run's last events, say) was lost. Written by the process that reports (xdist's
+    controller, not its workers)."""
+    path = os.environ.get("AAA_TEST_FAILURES")
+    if not path or not report.failed or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    crash = getattr(report.longrepr, "reprcrash", None)
+    lines = [f"=== {report.nodeid} ({report.when})", (crash.message if crash else str(report.longrepr))[-3000:]]
+    for title, text in report.sections:
+        out = text.splitlines()
+        if len(out) > DIGEST_HEAD + DIGEST_TAIL:
+            out = [*out[:DIGEST_HEAD], f"[... {len(out) - DIGEST_HEAD - DIGEST_TAIL} lines ...]", *out[-DIGEST_TAIL:]]
+        lines += [f"--- {title}", *out]
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
