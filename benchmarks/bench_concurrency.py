@@ -199,7 +199,7 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
                 if census_on and info["generation"] == 1:
                     sampled[0] += 1
                     if sampled[0] % 10 == 0:
-                        promoted.update(type(o).__qualname__ for o in gc.get_objects(generation=1))
+                        promoted.update(_kind(o) for o in gc.get_objects(generation=1))
                 gcstart[0] = time.perf_counter()
             else:
                 st = gcstats[info["generation"]]
@@ -213,6 +213,18 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
             t = time.perf_counter()
             run = await engine.start(algo, {"task": f"run {i}"})
             return await run.result(), time.perf_counter() - t, run.run_id
+
+        def _kind(o: object) -> str:  # (coroutines and functions by name: which ones outlive a turn)
+            t = type(o).__name__
+            if t == "coroutine":
+                return f"coroutine {o.cr_code.co_qualname}"
+            if t == "method":
+                return f"method {o.__func__.__qualname__}"
+            if t == "builtin_function_or_method":
+                return f"builtin {o.__qualname__} of {type(o.__self__).__name__}"
+            if t == "function":
+                return f"function {o.__qualname__}"
+            return type(o).__qualname__
 
         async def census() -> None:  # --census: what the collector traverses, during the load
             while True:
@@ -233,8 +245,13 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
                 counted.cancel()
                 every = sum(promoted.values()) * 10 / (runs * turns)
                 print(f"# promoted by the young collections: about {every:.0f} objects a turn", file=sys.stderr)
-                for kind, n in promoted.most_common(30):
-                    print(f"#   {n * 10 / (runs * turns):8.1f} a turn  {kind}", file=sys.stderr)
+                kinds = collections.Counter()
+                for kind, n in promoted.items():
+                    kinds[kind.split()[0]] += n
+                for title, counts in (("by type", kinds), ("by type and name", promoted)):
+                    print(f"# {title}:", file=sys.stderr)
+                    for kind, n in counts.most_common(30):
+                        print(f"#   {n * 10 / (runs * turns):8.1f} a turn  {kind}", file=sys.stderr)
         assert {o.outcome for o, *_ in done} == {"success"}, done
     gc.callbacks.remove(gcwatch)
     out = {

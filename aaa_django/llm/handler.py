@@ -62,7 +62,6 @@ import traceback
 from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 
 from aaa_django.data.jsonvalue import JSONObject, JSONValue
 from aaa_django.events import Event, InvalidEventError, derive_id, encode_json
@@ -103,14 +102,43 @@ CLAIM_TRIES = 3
 MAKER_POLL = 0.5
 
 
-@dataclass
 class _Call:
-    """One call of the client for a request: the attempts it made (log numbers)."""
+    """One call of the client for a request: the attempts it made (log numbers), and
+    where the leases on them go (released once the result is appended). It is the
+    client's retry hook for the call (:data:`~aaa_django.llm.retry.BEFORE_RETRY`):
+    one object for the call's whole wait on the model, not a closure and its cells
+    (docs/engine.md: what outlives the collector's young generations)."""
 
-    request: Event
-    llm_request: LLMRequest
-    first: int
-    last: int
+    __slots__ = ("handler", "request", "llm_request", "first", "last", "held")
+
+    def __init__(
+        self,
+        handler: LLMHandler,
+        request: Event,
+        llm_request: LLMRequest,
+        attempt: int,
+        held: contextlib.AsyncExitStack,
+    ) -> None:
+        self.handler = handler
+        self.request = request
+        self.llm_request = llm_request
+        self.first = self.last = attempt
+        self.held = held
+
+    async def __call__(self, n: int) -> None:
+        """Before the client's attempt ``n`` (2, 3...) of this call: recorded first."""
+        handler, event, held = self.handler, self.request, self.held
+        attempt = self.first + n - 1
+        if await handler._open(event, fresh=True) is None or not handler._holds(event.stream):
+            raise StopAttempts(f"model request {event.id}: answered, ended or not held here")
+        if handler._leases is not None:
+            lease, _ = await handler._lease(event, attempt)
+            if lease is None:
+                raise StopAttempts(f"model request {event.id}: attempt {attempt} made elsewhere")
+            held.push_async_exit(lease)
+        if not await handler._engine().append([handler._attempted(event, self.llm_request, attempt)]):
+            raise StopAttempts(f"model request {event.id}: attempt {attempt} made elsewhere")
+        self.last = attempt
 
 
 class LLMHandler:
@@ -229,7 +257,7 @@ class LLMHandler:
                     log.info("run %s is no longer held here: model request %s not sent", event.stream, event.id)
                     return
                 async with contextlib.AsyncExitStack() as held:
-                    await self._call(_Call(event, await self._request(event), 1, 1), held)
+                    await self._call(_Call(self, event, await self._request(event), 1, held))
                 return
             if call.attempts and not fresh:
                 fresh = True  # asked before: decide from the database, not this view
@@ -266,7 +294,7 @@ class LLMHandler:
                         continue
                 request = await self._request(event)
                 if await engine.append([self._attempted(event, request, attempt)]):
-                    await self._call(_Call(event, request, attempt, attempt), held)
+                    await self._call(_Call(self, event, request, attempt, held))
                     return
             fresh = True  # another delivery made that attempt: it calls
             lost += 1
@@ -394,27 +422,12 @@ class LLMHandler:
 
     # -- calling --------------------------------------------------------------------------
 
-    async def _call(self, call: _Call, held: contextlib.AsyncExitStack) -> None:
-        """Call the client for the attempt just recorded; append the result. ``held``:
-        where the leases on its attempts go (released once the result is appended)."""
+    async def _call(self, call: _Call) -> None:
+        """Call the client for the attempt just recorded; append the result."""
         engine = self._engine()
         event, request = call.request, call.llm_request
         base = {"request_id": event.id, "tag": event.data.get("tag"), "thread": event.data.get("thread") or "main"}
-
-        async def retrying(n: int) -> None:  # before the client's attempt n (2, 3...) of this call
-            attempt = call.first + n - 1
-            if await self._open(event, fresh=True) is None or not self._holds(event.stream):
-                raise StopAttempts(f"model request {event.id}: answered, ended or not held here")
-            if self._leases is not None:
-                lease, _ = await self._lease(event, attempt)
-                if lease is None:
-                    raise StopAttempts(f"model request {event.id}: attempt {attempt} made elsewhere")
-                held.push_async_exit(lease)
-            if not await engine.append([self._attempted(event, request, attempt)]):
-                raise StopAttempts(f"model request {event.id}: attempt {attempt} made elsewhere")
-            call.last = attempt
-
-        token = BEFORE_RETRY.set(retrying)
+        token = BEFORE_RETRY.set(call)
         try:
             client_call = (
                 self.client.complete(request)

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 from aaa_django.events import InfrastructureError
 
 F = TypeVar("F", bound=InfrastructureError)
 #: what a translated call returns
 T = TypeVar("T")
+P = ParamSpec("P")
 
 #: PostgreSQL SQLSTATE classes and codes of an outage or a lost race: connection
 #: exceptions (08), insufficient resources (53), transaction rollbacks (40:
@@ -52,19 +53,25 @@ _S3_TRANSIENT = frozenset(
 
 
 async def translated(
-    call: Callable[[], Awaitable[T]],
     fault_of: Callable[[BaseException], tuple[InfrastructureError | None, bool]],
-    *,
     reads: bool,
+    fn: Callable[P, Awaitable[T]],
+    /,
+    *args: P.args,
+    **kwargs: P.kwargs,
 ) -> T:
-    """``await call()`` with a store's driver errors translated at its boundary:
-    ``fault_of(exc)`` gives the core's error for ``exc`` (None: not the store's to
-    translate, raised as it is) and whether the connection was lost; a read, which
-    changes nothing, is tried once more after a lost connection. The async stores'
-    one error boundary (:mod:`aaa_django.store.postgres`, :mod:`aaa_django.store.sqlite`)."""
+    """``await fn(*args, **kwargs)`` with a store's driver errors translated at its
+    boundary: ``fault_of(exc)`` gives the core's error for ``exc`` (None: not the
+    store's to translate, raised as it is) and whether the connection was lost;
+    ``reads``, which change nothing, are tried once more after a lost connection. The
+    async stores' one error boundary (:mod:`aaa_django.store.postgres`,
+    :mod:`aaa_django.store.sqlite`). The function and its arguments, not a closure
+    over them: a store call that waits (a group commit, a pool) outlives the
+    collector's young generations, and each object it holds is one more that the
+    full collections traverse (docs/engine.md)."""
     for last in (False, True):
         try:
-            return await call()
+            return await fn(*args, **kwargs)
         except Exception as exc:
             fault, lost = fault_of(exc)
             if fault is None:

@@ -84,7 +84,7 @@ def _translated(
     def wrap(fn: Callable[Concatenate[PS, P], Awaitable[T]]) -> Callable[Concatenate[PS, P], Coroutine[Any, Any, T]]:
         @wraps(fn)
         async def call(self: PS, *args: P.args, **kwargs: P.kwargs) -> T:
-            return await translated(lambda: fn(self, *args, **kwargs), self._fault_of, reads=reads)
+            return await translated(self._fault_of, reads, fn, self, *args, **kwargs)
 
         return call
 

@@ -469,7 +469,7 @@ class SqliteEventStore(DjangoEventStore):
         says; its database errors as :class:`StoreUnavailable` (a refused row's as
         they are), and ``reads``, which change nothing, tried once more on a new
         connection when the one they ran on was closed for a fault."""
-        return await translated(lambda: self._on_connection(fn, *args), self._fault_of, reads=reads)
+        return await translated(self._fault_of, reads, lambda: self._on_connection(fn, *args))
 
     async def _on_connection(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
         db = self.db
