@@ -72,8 +72,8 @@ def _makers_in_flight() -> set[int]:
 
 def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
     """Start RUNS runs, SIGTERM a worker while it holds model calls; ``other``: "running"
-    (a second worker was there from the start) or "restarted" (the only worker; another
-    starts once it is gone, and the sweeper runs). Returns (drain records, runs busy
+    (a second worker is started once the first holds them, and runs before it stops) or
+    "restarted" (another starts once it is gone, and the sweeper runs). Returns (drain records, runs busy
     once the worker was gone, runs re-driven by the sweeper, outcomes, logs)."""
     import threading
 
@@ -82,8 +82,12 @@ def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
     from aaa_django.celery.bus import coordinator
 
     sweeper = other == "restarted"
+    # One worker at first, in both cases: the calls held are all its own. (With a second
+    # worker running from the start, that one could take every call; the stopped
+    # worker's drain then had nothing to wait for, and no call of its own came while
+    # the calls were held: the test waited out its bound in CI.)
     cluster = new_cluster(
-        1 if sweeper else 2,
+        1,
         suffix=f"-drain{drain_seconds}",
         concurrency=2,
         env={"AAA_TEST_DRAIN_SECONDS": drain_seconds},
@@ -118,10 +122,11 @@ def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
             leased = lambda: sum(map(coordinator().is_busy, ids))  # noqa: E731
             while await asyncio.to_thread(leased) < 1:
                 await asyncio.sleep(0.1)
-            # ...and some of them are the stopped worker's (with a second worker running,
-            # it may hold none: its drain then has nothing to wait for, and logs nothing)
+            # ...and they are the worker's (its pool's processes make them)
             while not await asyncio.to_thread(_makers_in_flight) & set(worker.children()):
                 await asyncio.sleep(0.1)
+            if not sweeper:  # the other worker, running before this one stops
+                await asyncio.to_thread(cluster.start, 1, concurrency=2)
 
             # Warm shutdown; far longer than the drain's bound (a worker that had to be
             # killed logs no record, and the test fails on that)

@@ -32,6 +32,8 @@ from django.db import connections
 
 from aaa_django.events import derive_id
 from aaa_django.runtime.event_types import (
+    APPROVAL_DECISIONS,
+    APPROVAL_REQUESTED,
     LLM_COMPLETED,
     LLM_FAILED,
     LLM_REQUESTED,
@@ -142,9 +144,10 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_clus
                 for r in runs:
                     events = await r.events()
                     if not any(e.type == RUN_COMPLETED for e in events):
-                        stuck.append((r.run_id, [(e.seq, e.type, e.time.strftime("%H:%M:%S.%f")) for e in events[-4:]]))
-                print(f"\nkills: {kills}\nstuck: {stuck}\n{cluster.logs()}")
-                raise
+                        stuck.append((r.run_id, _unanswered(events), [_brief(e) for e in events[-6:]]))
+                stuck_lines = "\n".join(map(str, stuck))
+                print(f"\nkills: {kills}\nanswered gates: {answered}\nstuck runs:\n{stuck_lines}\n{cluster.logs()}")
+                raise AssertionError(f"{len(stuck)} runs hung: {stuck_lines[:2000]}") from None
             finally:
                 stop.set()
                 await asyncio.gather(*helpers, return_exceptions=True)
@@ -175,6 +178,19 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_clus
             ran = executions.get(key, 0)
             assert ran <= 1, f"the guarded tool ran {ran} times for one call"
             _as_it_happened(result, ran)
+
+
+def _brief(e) -> tuple:
+    """An event in a hung run's report: its seq, type, id and cause, and when."""
+    return (e.seq, e.type, e.id[:12], (e.causation or "")[:12], e.time.strftime("%H:%M:%S.%f"))
+
+
+def _unanswered(events) -> list[tuple]:
+    """A hung run's requests (model, tool, approval) without a result in its log."""
+    results = {*APPROVAL_DECISIONS, *(t for pair in REQUEST_TYPES.values() for t in pair)}
+    caused = {e.causation for e in events if e.type in results}
+    kinds = (*REQUEST_TYPES, APPROVAL_REQUESTED)
+    return [_brief(e) for e in events if e.type in kinds and e.id not in caused]
 
 
 def _as_it_happened(result, ran: int) -> None:
