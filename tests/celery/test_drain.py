@@ -21,9 +21,6 @@ from collections import Counter
 
 from aaa_django.celery.sweeper import sweep
 from aaa_django.runtime.event_types import (
-    LLM_ATTEMPTED,
-    LLM_COMPLETED,
-    LLM_FAILED,
     LLM_REQUESTED,
     RUN_COMPLETED,
     TOOL_REQUESTED,
@@ -51,30 +48,12 @@ def _drains(worker) -> list[tuple[int, ...]]:
     return [tuple(map(int, m.groups())) for m in DRAIN.finditer(worker.log_file.read_text(errors="replace"))]
 
 
-def _makers_in_flight() -> set[int]:
-    """The pids of the processes making the model attempts in flight (recorded, with no
-    result yet). In a thread of the loop's executor, as ``_calls``."""
-    from django.db import connections
-
-    try:
-        with connections["postgres"].cursor() as cur:
-            cur.execute(
-                "SELECT a.data::jsonb->>'by' FROM aaa_event a WHERE a.type = %s AND NOT EXISTS ("
-                "SELECT 1 FROM aaa_event c WHERE c.stream = a.stream AND c.type IN (%s, %s) "
-                "AND c.causation = a.data::jsonb->>'request_id')",
-                [LLM_ATTEMPTED, LLM_COMPLETED, LLM_FAILED],
-            )
-            makers = [by.split("|") for (by,) in cur.fetchall() if by]
-        return {int(parts[3]) for parts in makers if len(parts) == 6}
-    finally:
-        connections["postgres"].close()
-
-
 def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
     """Start RUNS runs, SIGTERM a worker while it holds model calls; ``other``: "running"
     (a second worker is started once the first holds them, and runs before it stops) or
-    "restarted" (another starts once it is gone, and the sweeper runs). Returns (drain records, runs busy
-    once the worker was gone, runs re-driven by the sweeper, outcomes, logs)."""
+    "restarted" (another starts once it is gone, and the sweeper runs). Returns (drain
+    records, runs busy once the worker was gone, runs re-driven by the sweeper,
+    outcomes, logs)."""
     import threading
 
     import redis as redis_py
@@ -121,9 +100,6 @@ def _stop_holding_calls(new_cluster, arun, *, drain_seconds: str, other: str):
             # after SLOW_CALL): what a drain past its bound gives up
             leased = lambda: sum(map(coordinator().is_busy, ids))  # noqa: E731
             while await asyncio.to_thread(leased) < 1:
-                await asyncio.sleep(0.1)
-            # ...and they are the worker's (its pool's processes make them)
-            while not await asyncio.to_thread(_makers_in_flight) & set(worker.children()):
                 await asyncio.sleep(0.1)
             if not sweeper:  # the other worker, running before this one stops
                 await asyncio.to_thread(cluster.start, 1, concurrency=2)
