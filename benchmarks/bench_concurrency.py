@@ -267,6 +267,9 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
     }
     out["turns"] = {"queued": engine.turns.queued, "forfeited": engine.turns.forfeited}
     out["reliable wake-ups"] = engine.wakeups.reliable()  # (else every wait polls its run)
+    polls = engine._reads.polls  # the waits' polls, in batches (aaa_django.runtime.reads.Polls)
+    if polls is not None:
+        out["polls"] = [polls.queries, polls.answered]
     if os.environ.get("AAA_BENCH_LAGS"):
         out["lags"] = await lags(engine.store, [r for _, _, r in done])
     group = getattr(store, "group", None)
@@ -529,6 +532,12 @@ def main() -> None:
         "halfway through the second model call, to standard error",
     )
     ap.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="in-process rows: a cProfile of each row (its warm-up and load), to "
+        "DIR/<row>-<repetition>.prof (pstats; it slows the row, so its figures are not the row's)",
+    )
+    ap.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -557,6 +566,8 @@ def main() -> None:
     ideal = args.turns * args.latency
     started = time.perf_counter()
     results = {}
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
     with workdir() as tmp, postgres(tmp) as pg:
         variants = [None, *args.without]  # as shipped, then without each switch
         for repetition in range(args.repeat):  # the rows in turn, each time (the machine's noise spread)
@@ -592,6 +603,15 @@ def main() -> None:
                     "AAA_BENCH_GC": args.gc,
                     **({"AAA_BENCH_LAGS": "1"} if args.lags else {}),
                     **({"AAA_BENCH_CENSUS": "1"} if args.census else {}),
+                    **(
+                        {
+                            "AAA_BENCH_PROFILE": os.path.join(
+                                os.path.abspath(args.profile), f"{name.replace(' ', '-')}-{repetition}.prof"
+                            )
+                        }
+                        if args.profile
+                        else {}
+                    ),
                     **({"AAA_BENCH_GC_THRESHOLD": args.gc_threshold} if args.gc_threshold else {}),
                     "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
                 }
@@ -695,6 +715,12 @@ def main() -> None:
             )
             for name, (p50, p90, most) in r["lags"].items():
                 print(f"#   {name:8s} {p50:8.1f} {p90:8.1f} {most:8.1f}")
+        if "polls" in r:
+            queries, answered = r["polls"]
+            print(
+                f"# {label(row)}: the waits' polls: {answered} in {queries} queries of which runs still go "
+                f"(the median repetition)"
+            )
         if "groups" in r:
             print(
                 f"# {label(row)}: {r['grouped']} appends in {r['groups']} group commits "

@@ -118,6 +118,21 @@ class ErasesMany(Protocol):
 
 
 @runtime_checkable
+class KnowsRunning(Protocol):
+    """A store that says in one query which of many runs are still going: started, and
+    their log's newest event not their end (the run index of ``DjangoEventStore``).
+    Waits for runs' ends poll it for every run they look at within a moment, rather than
+    read each run's log (``aaa_django.runtime.reads.Polls``). Detected once, by the
+    engine."""
+
+    async def running(self, streams: Sequence[str]) -> set[str]:
+        """Those of ``streams`` whose run has started and not ended. A stream not
+        named in the answer has ended, or was erased, or never was a run: the caller
+        reads it to know which."""
+        ...
+
+
+@runtime_checkable
 class EventReader(Protocol):
     """What a projection needs of a log at the least: its events (spec 002's
     store-agnostic reader). ``Projection.load`` folds from any reader; one that is

@@ -11,12 +11,13 @@ announces).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 
 from aaa_django.data import hydrate, is_claimed
 from aaa_django.data.errors import BlobError
-from aaa_django.events import Event
+from aaa_django.events import Event, KnowsRunning
 
 from . import bounded
 from .event_types import RUN_STARTED
@@ -24,12 +25,76 @@ from .facade import Facade
 from .outcome import Outcome
 from .wakeups import RELIABLE_POLL, poll_intervals
 
+#: seconds a wait's poll waits for the polls of other waits, to ask the store of them
+#: all in one query (:class:`Polls`): a poll is a safety net, half a second apart at the
+#: least; three thousand waits that poll one by one are three thousand reads
+POLL_BATCH = 0.05
+
+
+class Polls:
+    """The polls of an engine's waits, asked of a store that says which of many runs
+    still go (:class:`~aaa_django.events.KnowsRunning`) in one query for all the waits
+    that poll within ``POLL_BATCH`` seconds: ``await polls.running(run_id)``. Only a
+    run that no longer goes is then read (its end, or nothing: erased, never started).
+    One batch a loop at a time (an engine's waits may run on several loops)."""
+
+    def __init__(self, ask: Callable[[Sequence[str]], Awaitable[set[str]]], *, batch: float = POLL_BATCH) -> None:
+        self.ask = ask
+        self.batch = batch
+        #: per loop, the polls waiting for the next query: run id -> their futures
+        self._pending: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, list[asyncio.Future[bool]]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._asking: set[asyncio.Task[None]] = set()
+        #: queries made, and the polls they answered (tests, benchmarks)
+        self.queries = 0
+        self.answered = 0
+
+    async def running(self, run_id: str) -> bool:
+        """Does run ``run_id`` still go (started, not ended), as the store says within
+        ``batch`` seconds? Raises what the store's query raised."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        pending = self._pending.get(loop)
+        if pending is None:
+            pending = self._pending[loop] = {}
+            loop.call_later(self.batch, self._start, loop)
+        pending.setdefault(run_id, []).append(future)
+        return await future
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        pending = self._pending.pop(loop, None)
+        if pending:
+            task = loop.create_task(self._answer(pending))
+            self._asking.add(task)
+            task.add_done_callback(self._asking.discard)
+
+    async def _answer(self, pending: dict[str, list[asyncio.Future[bool]]]) -> None:
+        self.queries += 1
+        try:
+            going = await self.ask(list(pending))
+        except Exception as exc:  # every poll of the batch raises it (as its read would)
+            for futures in pending.values():
+                for f in futures:
+                    if not f.done():
+                        f.set_exception(exc)
+            return
+        for run_id, futures in pending.items():
+            for f in futures:
+                if not f.done():  # (a wait cancelled meanwhile is not answered)
+                    self.answered += 1
+                    f.set_result(run_id in going)
+
 
 class Reads:
     """An engine's reads of its runs."""
 
     def __init__(self, engine: Facade) -> None:
         self.engine = engine
+        base = engine.base_store
+        #: the waits' polls, asked of the store in batches when it can say which runs
+        #: still go (detected once, on the site's store); else each poll reads its run
+        self.polls: Polls | None = Polls(base.running) if isinstance(base, KnowsRunning) else None
 
     async def started(self, run_id: str) -> Event | None:
         """The run's hydrated ``aaa.run.started`` (immutable, so cached)."""
@@ -93,9 +158,12 @@ class Reads:
         subscription is ``ends_only``); it reads the run's end when woken (an end this
         engine appended it has, without a read), and polls for an end no one
         announces, first after ``poll_interval``, then at intervals doubling up to
-        ``POLL_BACKOFF`` times it (:func:`poll_intervals`): a poll is a read of the
-        run, and a thousand runs waited on at once must not read their logs a
-        thousand times a second. A run this engine is driving (it holds its log, it
+        ``POLL_BACKOFF`` times it (:func:`poll_intervals`): a thousand runs waited on
+        at once must not read their logs a thousand times a second. On a store that
+        says which runs still go (:class:`~aaa_django.events.KnowsRunning`: the
+        site's database), a poll asks that, in one query with the other waits' polls
+        of the next ``POLL_BATCH`` seconds (:class:`Polls`), and reads only a run that
+        no longer goes; elsewhere a poll reads its run. A run this engine is driving (it holds its log, it
         has not ended it) is not read when the wait begins: its end wakes the wait,
         and the first poll, ``poll_interval`` later (even while the hub hears
         everything: an end another process appended before the wait began woke
@@ -112,20 +180,25 @@ class Reads:
         # it is driving: its end wakes the wait, so the first look reads nothing (a
         # read racing the run's own appends, on a store of one writer, delays them).
         driving = run_id not in engine._completions and engine.tail.held(run_id) is not None
+        polls = self.polls
 
         async def loop() -> Outcome:
             first = driving
+            woken = True  # (the first look, and a look the hub woke, read the run at once)
             for interval in poll_intervals(engine.poll_interval):
                 sub.clear()  # (before the read: what moves the run after it wakes us)
                 if first:  # (the first poll then comes after poll_interval, whatever the hub)
                     first = False
                 else:
-                    outcome = await engine.outcome(run_id)
-                    if outcome is not None:
-                        return outcome
+                    # A poll asks first whether the run still goes, with the other waits'
+                    # polls (one query), and reads only a run that does not.
+                    if woken or polls is None or run_id in engine._completions or not await polls.running(run_id):
+                        outcome = await engine.outcome(run_id)
+                        if outcome is not None:
+                            return outcome
                     if engine.wakeups.reliable():
                         interval = max(interval, RELIABLE_POLL)
-                await sub.until(interval)
+                woken = await sub.until(interval)
             raise AssertionError("unreachable")  # (poll_intervals never ends)
 
         try:

@@ -217,6 +217,9 @@ class DjangoEventStore(StatementAppends):
     async def due(self, now: float, limit: int = 500) -> list[tuple[str, int]]:
         return await self.offload(self.due_sync, now, limit)
 
+    async def running(self, streams: Sequence[str]) -> set[str]:
+        return await self.offload(self.running_sync, streams)
+
     async def settle_due(self, run_id: str, seq: int, due: float | None) -> bool:
         return await self.offload(self.settle_due_sync, run_id, seq, due)
 
@@ -353,6 +356,15 @@ class DjangoEventStore(StatementAppends):
         from .runindex import unfinished
 
         return unfinished(self.using)
+
+    @_translated(reads=True)
+    def running_sync(self, streams: Sequence[str]) -> set[str]:
+        """Those of ``streams`` whose run has started and not ended, in one query of the
+        run index (:class:`~aaa_django.events.KnowsRunning`;
+        :func:`~aaa_django.store.runindex.running`)."""
+        from .runindex import running
+
+        return running(self.using, streams)
 
     @_translated(reads=True)
     def due_sync(self, now: float, limit: int = 500) -> list[tuple[str, int]]:

@@ -48,7 +48,7 @@ from .faults import connection_lost, translate, translated
 from .groupcommit import GroupCommit
 from .offload import Offload
 from .rows import INSERT_CHUNK, EventList, prepares, select, to_events
-from .runindex import index_events
+from .runindex import index_events, running_queries
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -277,6 +277,18 @@ class PgEventStore(DjangoEventStore):
     async def _head(self, stream: str) -> tuple[int, str] | None:
         rows = await self._fetch(_HEAD, [stream])
         return (rows[0][0], rows[0][1]) if rows else None
+
+    async def running(self, streams: Sequence[str]) -> set[str]:
+        if self.pg is None:
+            return await super().running(streams)
+        return await self._running(streams)
+
+    @_translated(reads=True)
+    async def _running(self, streams: Sequence[str]) -> set[str]:
+        out: set[str] = set()
+        for sql, params in running_queries(streams, pg=True):
+            out.update(row[0] for row in await self._fetch(sql, params))
+        return out
 
     async def _fetch(self, sql: str, params: Sequence[object]) -> list[tuple]:
         async with self.conns.connection() as conn, conn.cursor() as cur:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import namedtuple
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 from itertools import groupby
 from typing import TYPE_CHECKING, Any, Protocol
@@ -164,6 +164,42 @@ def unfinished_query(using: str) -> models.QuerySet:
         .annotate(last=Subquery(newest.values("time")[:1]), last_type=Subquery(newest.values("type")[:1]))
         .values_list("run_id", "last", "last_type")
     )
+
+
+#: which of the runs named still go (``KnowsRunning``): a row not completed whose log's
+#: newest event is not the run's end (the log decides: a row caught up after its commit
+#: may be behind it, as in :func:`unfinished`). ``{}``: the test on the run id
+_RUNNING = (
+    "SELECT r.run_id FROM aaa_run r WHERE r.run_id {} AND r.status <> 'completed' "
+    "AND (SELECT e.type FROM aaa_event e WHERE e.stream = r.run_id ORDER BY e.seq DESC LIMIT 1) <> %s"
+)
+
+
+def running_queries(streams: Sequence[str], *, pg: bool) -> Iterator[tuple[str, list[object]]]:
+    """The statements that say which of ``streams`` are runs started and not ended
+    (:func:`running`): one on PostgreSQL, one per ``rows.SQLITE_CHUNK`` run ids on
+    SQLite. Their rows are the run ids."""
+    streams = list(dict.fromkeys(streams))
+    if pg:
+        if streams:
+            yield _RUNNING.format("= ANY(%s)"), [streams, RUN_COMPLETED]
+        return
+    for i in range(0, len(streams), rows.SQLITE_CHUNK):
+        chunk = streams[i : i + rows.SQLITE_CHUNK]
+        yield _RUNNING.format(f"IN ({', '.join(['%s'] * len(chunk))})"), [*chunk, RUN_COMPLETED]
+
+
+def running(using: str, streams: Sequence[str]) -> set[str]:
+    """Those of ``streams`` whose run has started and not ended, asked of the run index
+    (``DjangoEventStore.running``, the :class:`~aaa_django.events.KnowsRunning` protocol):
+    what the waits for runs' ends poll, for many runs in one query."""
+    conn = connections[using]
+    out: set[str] = set()
+    with conn.cursor() as cur:
+        for sql, params in running_queries(streams, pg=conn.vendor == "postgresql"):
+            cur.execute(sql, params)
+            out.update(row[0] for row in cur.fetchall())
+    return out
 
 
 def due_runs(using: str, now: float, limit: int) -> list[tuple[str, int]]:

@@ -79,6 +79,7 @@ from .database import (
 from .faults import contention, translate, translated
 from .offload import Offload
 from .rows import SQLITE_CHUNK, EventList, closed_refusal, select, to_events
+from .runindex import running_queries
 
 __all__ = ["SqliteConnection", "SqliteEventStore", "close_all", "is_sqlite"]
 
@@ -550,6 +551,14 @@ class SqliteEventStore(DjangoEventStore):
             return await super().head(stream)
         rows = await self._call(_fetch, _HEAD, [stream], reads=True)
         return (rows[0][0], rows[0][1]) if rows else None
+
+    async def running(self, streams: Sequence[str]) -> set[str]:
+        if self.db is None:
+            return await super().running(streams)
+        out: set[str] = set()
+        for sql, params in running_queries(streams, pg=False):
+            out.update(row[0] for row in await self._call(_fetch, _qmark(sql), params, reads=True))
+        return out
 
     # -- snapshots ----------------------------------------------------------------
 

@@ -14,10 +14,14 @@ import asyncio
 import pytest
 from django.db import connections
 
+from aaa_django.events import Event, KnowsRunning
+from aaa_django.models import RunRecord
 from aaa_django.store import DjangoEventStore
 from aaa_django.store.postgres import PgEventStore
 from aaa_django.store.sqlite import SqliteEventStore
+from aaa_django.store.rows import SQLITE_CHUNK
 from aaa_django.testing.eventstore import Concurrently, EventStoreContract, run
+from tests.api.test_runindex import log_of
 
 
 class DjangoStoreContract(EventStoreContract):
@@ -35,6 +39,36 @@ class DjangoStoreContract(EventStoreContract):
     @pytest.fixture
     def concurrently(self, transactional_db):
         return Concurrently(self.thread_done)
+
+    # -- which runs still go (KnowsRunning: what the waits for runs' ends poll) -------
+
+    def test_running_names_the_runs_started_and_not_ended(self, store):
+        assert isinstance(store, KnowsRunning)
+        done, going, starting = log_of("run-done", None), log_of("run-going", None), log_of("run-starting", None)
+        for events in (done, going[:6], starting[:1]):
+            run(store.append(events))
+        run(store.append([Event.new("not-a-run", "test.e", {})]))
+        run(store.append(log_of("run-erased", None)[:3]))
+        run(store.erase("run-erased"))
+        asked = ["run-done", "run-going", "run-starting", "not-a-run", "run-erased", "run-never", "run-going"]
+        assert run(store.running(asked)) == {"run-going", "run-starting"}
+        assert run(store.running([])) == set()
+
+    def test_running_is_asked_of_more_runs_than_one_sqlite_statement_takes(self, store):
+        for i in range(3):
+            run(store.append(log_of(f"run-{i}", None)[:2]))
+        asked = [f"run-none-{i}" for i in range(2 * SQLITE_CHUNK + 7)] + [f"run-{i}" for i in range(3)]
+        assert run(store.running(asked)) == {"run-0", "run-1", "run-2"}
+
+    def test_a_row_behind_its_log_does_not_keep_an_ended_run_going(self, store):
+        """A row is caught up after the commit when it moved meanwhile: the log's newest
+        event decides, as for the sweeper's question."""
+        run(store.append(log_of("run-ended", None)))
+        run(store.append(log_of("run-on", None)[:8]))
+        RunRecord.objects.using(self.alias).filter(pk__in=["run-ended", "run-on"]).update(
+            status="running", outcome=None, ended_at=None, last_seq=3
+        )
+        assert run(store.running(["run-ended", "run-on"])) == {"run-on"}
 
 
 @pytest.mark.django_db(databases=["default"])
