@@ -80,7 +80,10 @@ class Subscription:
     async def until(self, timeout: float) -> bool:
         assert self._aflag is not None, "subscribed without a loop"
         try:
-            await asyncio.wait_for(self._aflag.wait(), timeout)
+            # (a timeout on this task: no task of its own for the wait, as wait_for
+            # makes on Python 3.11, for each of a thousand waits' every poll)
+            async with asyncio.timeout(timeout):
+                await self._aflag.wait()
         except TimeoutError:
             return False
         return True
