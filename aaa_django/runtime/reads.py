@@ -11,6 +11,7 @@ announces).
 from __future__ import annotations
 
 import asyncio
+import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
@@ -45,6 +46,7 @@ class Polls:
         self._pending: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, list[asyncio.Future[bool]]]] = (
             weakref.WeakKeyDictionary()
         )
+        self._lock = threading.Lock()
         self._asking: set[asyncio.Task[None]] = set()
         #: queries made, and the polls they answered (tests, benchmarks)
         self.queries = 0
@@ -55,15 +57,17 @@ class Polls:
         ``batch`` seconds? Raises what the store's query raised."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
-        pending = self._pending.get(loop)
-        if pending is None:
-            pending = self._pending[loop] = {}
-            loop.call_later(self.batch, self._start, loop)
+        with self._lock:  # (each loop its own batch; the loops' threads share the map)
+            pending = self._pending.get(loop)
+            if pending is None:
+                pending = self._pending[loop] = {}
+                loop.call_later(self.batch, self._start, loop)
         pending.setdefault(run_id, []).append(future)
         return await future
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
-        pending = self._pending.pop(loop, None)
+        with self._lock:
+            pending = self._pending.pop(loop, None)
         if pending:
             task = loop.create_task(self._answer(pending))
             self._asking.add(task)
