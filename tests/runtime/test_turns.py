@@ -155,8 +155,12 @@ def test_a_turn_inside_a_turn_is_the_same_turn():
 
 
 @tool
-def noop() -> str:
-    """Does nothing."""
+async def noop() -> str:
+    """Does nothing, and waits a turn of the loop doing it: a wait (as a tool's call
+    is), made of loop turns alone. (A sync tool runs in a thread, whose result comes
+    back whenever the thread gets the GIL: the order the test asserts then depended on
+    the thread's timing, and failed once in 50-400 runs.)"""
+    await asyncio.sleep(0)
     return "ok"
 
 
