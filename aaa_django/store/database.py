@@ -333,9 +333,7 @@ class DjangoEventStore(StatementAppends):
         pg = conn.vendor == "postgresql"
         deleted = 0
         with transaction.atomic(using=self.using), conn.cursor() as cur:
-            for i in range(0, len(streams), SQLITE_CHUNK):
-                chunk = streams[i : i + SQLITE_CHUNK]
-                where, params = ("= ANY(%s)", [chunk]) if pg else (f"IN ({', '.join(['%s'] * len(chunk))})", chunk)
+            for where, params in rows.among(streams, pg=pg):
                 cur.execute(f"DELETE FROM aaa_snapshot WHERE stream {where}", params)
                 cur.execute(f"DELETE FROM aaa_event WHERE stream {where}", params)
                 deleted += cur.rowcount

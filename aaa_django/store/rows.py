@@ -7,7 +7,7 @@ queries cost more than the database work itself (``benchmarks/bench_eventlog.py`
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -59,6 +59,17 @@ def select(vendor: str) -> str:
 HEAD = "SELECT seq FROM aaa_event WHERE stream = %s ORDER BY seq DESC LIMIT 1"
 # SQLite caps the variables of one statement; ids are checked in chunks of this many.
 SQLITE_CHUNK = 500
+
+
+def among(keys: Sequence[str], *, pg: bool) -> Iterator[tuple[str, list[object]]]:
+    """``(test, params)`` for a column being one of ``keys``, chunk by chunk of
+    ``SQLITE_CHUNK``: ``= ANY(%s)`` on PostgreSQL (one array parameter), ``IN (%s, ...)``
+    on SQLite (one parameter a key, under its cap)."""
+    for i in range(0, len(keys), SQLITE_CHUNK):
+        chunk = list(keys[i : i + SQLITE_CHUNK])
+        yield ("= ANY(%s)", [chunk]) if pg else (f"IN ({', '.join(['%s'] * len(chunk))})", list(chunk))
+
+
 #: how the triggers' refusals of a closed stream begin (migration 0006): the store
 #: raises ``ClosedStreamError`` for them, and no retry
 CLOSED = "aaa_event stream closed"

@@ -177,16 +177,9 @@ _RUNNING = (
 
 def running_queries(streams: Sequence[str], *, pg: bool) -> Iterator[tuple[str, list[object]]]:
     """The statements that say which of ``streams`` are runs started and not ended
-    (:func:`running`): one on PostgreSQL, one per ``rows.SQLITE_CHUNK`` run ids on
-    SQLite. Their rows are the run ids."""
-    streams = list(dict.fromkeys(streams))
-    if pg:
-        if streams:
-            yield _RUNNING.format("= ANY(%s)"), [streams, RUN_COMPLETED]
-        return
-    for i in range(0, len(streams), rows.SQLITE_CHUNK):
-        chunk = streams[i : i + rows.SQLITE_CHUNK]
-        yield _RUNNING.format(f"IN ({', '.join(['%s'] * len(chunk))})"), [*chunk, RUN_COMPLETED]
+    (:func:`running`), one per ``rows.SQLITE_CHUNK`` run ids. Their rows are the run ids."""
+    for where, params in rows.among(streams, pg=pg):
+        yield _RUNNING.format(where), [*params, RUN_COMPLETED]
 
 
 def running(using: str, streams: Sequence[str]) -> set[str]:
