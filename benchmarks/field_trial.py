@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.chdir(ROOT)
 
+from aaa_django.runtime.event_types import LLM_FAILED, TOOL_FAILED  # noqa: E402
 from tests.field.model_server import answer  # noqa: E402
 from tests.field.services import free_port, wait_port  # noqa: E402
 from tests.field.site import Site  # noqa: E402
@@ -207,6 +208,7 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel
             spy.wait()
         logs = {run_id: events(client, run_id) for run_id in started.values()}
         wrong = []
+        why: Counter[str] = Counter()
         stopped: list[float] = []  # seconds from a cancel asked for to the run's end
         for i, run_id in started.items():
             run = client.call("GET", f"/runs/{run_id}")[1]
@@ -217,6 +219,13 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel
                 continue
             if (run["outcome"], run["value"]) != ("success", {"text": answer(tasks[i], POPULATIONS)}):
                 wrong.append(run_id)
+                # why, as the log says it: the failures of its calls, else its outcome
+                failures = [
+                    f"{e['type']}: {e['data'].get('reason')}: {e['data'].get('error', '')[:160]}"
+                    for e in logs[run_id]
+                    if e["type"] in (LLM_FAILED, TOOL_FAILED)
+                ]
+                why.update(failures or [f"outcome {run['outcome']}"])
             check_log(run_id, logs[run_id])
         redriven = {
             run_id
@@ -238,6 +247,7 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel
             "cpu": cpu,
             "web": web,
             "wrong": wrong,
+            "why": why,
             "stopped": sorted(stopped),
             "lacked": lacked,
             "stretches": stretches(logs),
@@ -301,7 +311,12 @@ def main() -> None:
                         f"    {name:52s} p50 {1000 * values[len(values) // 2]:8.1f} ms  "
                         f"p90 {1000 * values[int(len(values) * 0.9)]:8.1f} ms  max {1000 * values[-1]:8.1f} ms"
                     )
-                assert not out["wrong"], out["wrong"]
+                if out["wrong"]:
+                    print(
+                        f"    why the {len(out['wrong'])} wrong outcomes ended so:"
+                        + "".join(f"\n      {n:5d} x {line}" for line, n in out["why"].most_common(8))
+                    )
+                assert not out["wrong"], out["wrong"][:10]
         finally:
             moto.terminate()
             moto.wait()

@@ -26,9 +26,12 @@ test's own process instead (``server.requests``).
 It counts the calls it receives, as a provider bills them: ``GET /calls`` lists each
 request, in the order they came, with the time it came (``at``, epoch seconds), its
 ``turn`` (1 before any tool result, then 2), the caller's address (``peer``) and,
-when the caller is a process of this machine's network namespace, its PID (``pid``):
-how many times a run's request was paid for, and by whom. ``--host`` is the address
-it listens on (``0.0.0.0``: every one, for a test's network namespace).
+with ``--pids``, when the caller is a process of this machine's network namespace,
+its PID (``pid``; else None): how many times a run's request was paid for, and by
+whom. ``--host`` is the address it listens on (``0.0.0.0``: every one, for a test's
+network namespace). It takes as many connections at once as a load opens (a backlog
+of 4,096) and answers each in a thread of its own: a thousand calls of 1 s take about
+1 s (``--pids`` scans /proc for every call, and serialises such a load).
 """
 
 from __future__ import annotations
@@ -235,6 +238,14 @@ def seen(path: str, body: dict[str, Any], turn: Turn) -> dict[str, Any]:
 # -- the server ------------------------------------------------------------------------------------
 
 
+class _Server(ThreadingHTTPServer):
+    # A provider takes every connection a load opens at once; the standard library's
+    # backlog of 5 drops the SYNs of a thousand runs' calls, and each connect then waits
+    # out the kernel's retransmits (1 s, 3 s, 7 s, ...) or fails: the harness's limit,
+    # not the app's.
+    request_queue_size = 4096
+
+
 class ModelServer:
     """The server on ``port`` (0: a free one), in a daemon thread (``with ModelServer() as s``)
     or in the foreground (:meth:`serve_forever`). ``requests``: what it was asked
@@ -249,14 +260,18 @@ class ModelServer:
         hold: Path | None = None,
         log: Path | None = None,
         host: str = "127.0.0.1",
+        pids: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
+        #: look up each caller's PID (:func:`caller_pid`: a scan of /proc for every
+        #: request, which serialises a load of hundreds of calls: only where a test reads it)
+        self.pids = pids
         self.latency = latency
         self.hold = hold
         self.log = log
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self.httpd = _Server((host, port), _handler(self))
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
 
@@ -272,7 +287,7 @@ class ModelServer:
         how long to think."""
         entry = {**seen(path, body, turn), "at": time.time(), "turn": 1 + bool(turn.results)}
         if caller is not None:
-            entry.update(peer=caller[0], pid=caller_pid(caller[1]))
+            entry.update(peer=caller[0], pid=caller_pid(caller[1]) if self.pids else None)
         with self.lock:
             self.requests.append(entry)
             if self.log is not None:
@@ -391,9 +406,16 @@ def main() -> None:
     parser.add_argument("--hold", type=Path, default=None)
     parser.add_argument("--log", type=Path, default=None)
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every one)")
+    parser.add_argument("--pids", action="store_true", help="each call's caller's PID (a scan of /proc a call)")
     args = parser.parse_args()
     server = ModelServer(
-        args.port, latency=tuple(args.latency), seed=args.seed, hold=args.hold, log=args.log, host=args.host
+        args.port,
+        latency=tuple(args.latency),
+        seed=args.seed,
+        hold=args.hold,
+        log=args.log,
+        host=args.host,
+        pids=args.pids,
     )
     print("ready", flush=True)
     server.serve_forever()

@@ -47,8 +47,11 @@ class Site:
         db: str = "postgres",
         env: dict[str, str] | None = None,
         listen: str | None = None,
+        model_pids: bool = False,
     ) -> None:
         self.tmp = tmp
+        #: the model server notes each caller's PID (``--pids``: slow under a large load)
+        self.model_pids = model_pids
         #: AAA["LLM"]["PROVIDER"] when ``model``: the model server speaks each one's format
         self.provider = provider
         self.stream_tokens = stream_tokens
@@ -165,6 +168,7 @@ class Site:
                 str(self.model_log),
                 *latency,
                 *host,
+                *(["--pids"] if self.model_pids else []),
             )
         if self.stream_tokens:
             self.env["AAA_STREAM_TOKENS"] = "1"

@@ -40,7 +40,9 @@ BOUND = 50
 
 def test_a_worker_sigkilled_with_50_runs_in_flight_costs_seconds(tmp_path, s3_endpoint):
     tasks = [task_text(i, 300 + i) for i in range(RUNS)]
-    with Site(tmp_path, s3_endpoint, bus="celery", workers=2, model=True, model_latency=(LATENCY, LATENCY)) as site:
+    with Site(
+        tmp_path, s3_endpoint, bus="celery", workers=2, model=True, model_latency=(LATENCY, LATENCY), model_pids=True
+    ) as site:
         client = site.client
         site.hold_model()
         ids = site.start_runs(tasks, {"tools": TOOLS, "max_turns": 4}, "kill")
