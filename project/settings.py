@@ -100,6 +100,10 @@ if env("AAA_DB", "sqlite") == "postgres":
             "NAME": env("AAA_PG_NAME", "aaa"),
             "USER": env("AAA_PG_USER", "postgres"),
             "PASSWORD": env("AAA_PG_PASSWORD"),
+            # A connection kept for a minute by each server thread (checked before a
+            # request reuses it): not opened (a PostgreSQL backend started) per request.
+            "CONN_MAX_AGE": int(env("AAA_PG_CONN_MAX_AGE", "60")),
+            "CONN_HEALTH_CHECKS": True,
         }
     }
 else:
