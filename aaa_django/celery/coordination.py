@@ -13,6 +13,13 @@
   that a run has ended, so a tool call running in another worker is cancelled, and
   (:meth:`Coordinator.ended_notices`) a waiting web process wakes at once.
 
+A lock's or lease's token names its holder (:func:`aaa_django.runtime.holding.holder_id`):
+one held by a process of this machine that has ended (killed, crashed: its pid gone,
+or another process's now) is taken by the next that waits for it at once, not after
+its TTL (:func:`_gone`): a worker restarted after a crash makes the calls its
+predecessor held without waiting out their leases. One of another machine lapses with
+its TTL.
+
 Time in leases is the Redis server's clock (``TIME`` inside the scripts), so workers
 with skewed clocks still agree on what has expired. A coordinator uses a synchronous
 client (thread-safe, any caller) and one asyncio client per event loop, of at most
@@ -27,7 +34,7 @@ import logging
 import os
 import random
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -36,6 +43,8 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis as AsyncRedis
     from redis.asyncio.client import PubSub
     from redis.commands.core import AsyncScript
+
+from aaa_django.runtime.holding import holder_id, process_gone
 
 log = logging.getLogger("aaa_django.bus")
 
@@ -99,8 +108,33 @@ def _keepalive_options() -> dict[int, int]:
     return {getattr(socket, n): v for n, v in names if hasattr(socket, n)}
 
 
+#: (pid, holder id) of this process (a forked child makes its own)
+_holder: tuple[int, str] | None = None
+#: seconds between two looks, by one waiter, for a holder that has ended
+GONE_EVERY = 1.0
+
+
 def _token() -> str:
-    return f"{os.getpid()}-{os.urandom(8).hex()}"
+    """A new token: this process's holder id, ``#``, a random part."""
+    global _holder
+    pid = os.getpid()
+    if _holder is None or _holder[0] != pid:
+        _holder = (pid, holder_id("lease"))
+    return f"{_holder[1]}#{os.urandom(8).hex()}"
+
+
+def _gone(tokens: Iterable[object]) -> list[bytes | str]:
+    """The tokens among ``tokens`` (Redis's answer: bytes) whose holder is a process of
+    this machine that has ended (:func:`~aaa_django.runtime.holding.process_gone`)."""
+    out: list[bytes | str] = []
+    for token in tokens:
+        if not isinstance(token, bytes | str):
+            continue
+        text = token.decode(errors="replace") if isinstance(token, bytes) else token
+        holder, mark, _ = text.rpartition("#")
+        if mark and process_gone(holder):
+            out.append(token)
+    return out
 
 
 class Coordinator:
@@ -195,7 +229,16 @@ class Coordinator:
             key, token = self.key("lock", run_id), _token()
             ttl_ms = int(self.lock_ttl * 1000)
             delay = 0.001
+            look = 0.0  # (when to look for a holder that has ended: at once, then every GONE_EVERY)
+            clock = asyncio.get_running_loop().time
             while not await client.set(key, token, nx=True, px=ttl_ms):
+                if clock() >= look:
+                    look = clock() + GONE_EVERY
+                    holder = await client.get(key)
+                    if holder is not None and _gone([holder]):
+                        log.info("took %s from a process that has ended", key)
+                        await scripts["unlock"](keys=[key], args=[holder])
+                        continue
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.05)
             # Most steps take milliseconds: renew from a timer (nothing to start or to
@@ -282,7 +325,13 @@ class Coordinator:
         key, token = self.key(kind, name), _token()
         ttl_ms = int(self.lease_ttl * 1000)
         delay = poll
+        look = 0.0  # (when to look for holders that have ended: at once, then every GONE_EVERY)
+        clock = asyncio.get_running_loop().time
         while not await scripts["acquire"](keys=[key], args=[int(size), ttl_ms, token]):
+            if clock() >= look:
+                look = clock() + GONE_EVERY
+                if await self._clear_gone(client, key):
+                    continue
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 1.5, 0.2)
         stop = asyncio.Event()
@@ -301,6 +350,14 @@ class Coordinator:
             with contextlib.suppress(Exception):  # an unreleased lease expires anyway
                 await client.zrem(key, token)
 
+    async def _clear_gone(self, client: AsyncRedis, key: str) -> int:
+        """Let go of the leases on ``key`` whose holders have ended; how many."""
+        gone = _gone(await client.zrange(key, 0, -1))
+        if gone:
+            log.info("took %d of %s from processes that have ended", len(gone), key)
+            await client.zrem(key, *gone)
+        return len(gone)
+
     def pool(self, name: str, size: int) -> SharedPool:
         """A semaphore of ``size`` shared by every worker, usable as ``async with``."""
         return SharedPool(self, name, size)
@@ -311,11 +368,21 @@ class Coordinator:
 
     def is_busy(self, run_id: str) -> bool:
         """Whether a live worker is delivering an event of ``run_id`` (sync)."""
-        return bool(self._live(keys=[self.key("busy", run_id)]))
+        key = self.key("busy", run_id)
+        self._clear_gone_sync(key)
+        return bool(self._live(keys=[key]))
 
     def in_use(self, name: str) -> int:
         """Leases held now in pool ``name`` (sync)."""
-        return int(self._live(keys=[self.key("pool", name)]))
+        key = self.key("pool", name)
+        self._clear_gone_sync(key)
+        return int(self._live(keys=[key]))
+
+    def _clear_gone_sync(self, key: str) -> None:
+        """:meth:`_clear_gone`, on the synchronous client."""
+        gone = _gone(self.client.zrange(key, 0, -1))
+        if gone:
+            self.client.zrem(key, *gone)
 
     # -- run-ended notices ----------------------------------------------------------------
 
