@@ -101,6 +101,10 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _at(event: dict) -> float:
+    return dt.datetime.fromisoformat(event["time"].replace("Z", "+00:00")).timestamp()
+
+
 def stretches(logs: dict[str, list[dict]]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for log in logs.values():
@@ -241,7 +245,25 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel
                 found = re.search(r"(WARNING|ERROR|CRITICAL)(/[^\]]*)?\] (.*)", line)
                 if found:
                     said[f"{name}: {found.group(1)} {re.sub(r'run-[0-9a-f-]{36}', 'run-…', found.group(3))[:140]}"] += 1
+
+        # the run that took longest, as its log and the processes' logs tell it
+        def took(log: list[dict]) -> float:
+            return _at(log[-1]) - _at(log[0])
+
+        slowest = max(logs, key=lambda r: took(logs[r]))
+        told = [
+            f"{name}: {line.strip()[:200]}"
+            for name, p in site.procs.items()
+            for line in p.text().splitlines()
+            if slowest in line
+        ]
         return {
+            "slowest": (
+                slowest,
+                took(logs[slowest]),
+                [(e["type"], _at(e) - _at(logs[slowest][0])) for e in logs[slowest]],
+                told,
+            ),
             "api": api,
             "wall": wall,
             "cpu": cpu,
@@ -261,6 +283,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--tries", type=int, default=1)
     ap.add_argument("--kill", action="store_true")
+    ap.add_argument(
+        "--slowest", action="store_true", help="print the slowest run's log and what the processes logged of it"
+    )
     ap.add_argument("--cancel", action="store_true", help="cancel every other run over the API, 1.5 s in")
     ap.add_argument(
         "--bus",
@@ -310,6 +335,13 @@ def main() -> None:
                     print(
                         f"    {name:52s} p50 {1000 * values[len(values) // 2]:8.1f} ms  "
                         f"p90 {1000 * values[int(len(values) * 0.9)]:8.1f} ms  max {1000 * values[-1]:8.1f} ms"
+                    )
+                if args.slowest:
+                    run_id, took, timeline, told = out["slowest"]
+                    print(
+                        f"    the slowest run, {run_id}, {took:.1f} s:"
+                        + "".join(f"\n      {at:7.2f} s {kind}" for kind, at in timeline)
+                        + "".join(f"\n      {line}" for line in told[:20])
                     )
                 if out["wrong"]:
                     print(
