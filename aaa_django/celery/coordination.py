@@ -2,9 +2,9 @@
 
 - :meth:`Coordinator.lock`: the per-run lock that serialises algorithm steps across
   processes (``SET NX PX`` with a token, renewed while held; a killed worker's lock
-  frees itself after its TTL).
+  frees itself after its TTL, or at once for a waiter of its machine: below).
 - :meth:`Coordinator.pool`: a named semaphore shared by every worker (a sorted set of
-  leases scored by their expiry; a killed worker's leases expire).
+  leases scored by their expiry; a killed worker's leases expire, or are taken: below).
 - :meth:`Coordinator.busy`: a lease saying "a delivery of this run is in progress",
   so the sweeper never re-drives a run that a live worker is still working on.
 - :meth:`Coordinator.take_turn`: the cluster's turn at a periodic duty (the first
