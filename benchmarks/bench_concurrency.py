@@ -29,7 +29,11 @@ Rows (each in a process of its own, on the same durable databases, in one run):
   awaits on psycopg's async connections, with group commit), the model and tool
   handlers in the same process; ``inprocess-pg-django`` (the Django store: every call
   through Django's thread-sensitive executor) and ``inprocess-pg-nogroup`` (the async
-  store without group commit) measure the same in the same run;
+  store without group commit) measure the same in the same run; ``inprocess-pg-x2``:
+  ``inprocess-pg``'s engine in each of two processes (the web processes of the
+  embedded default, one a core), half the runs each, started together once both have
+  warmed up (their memory, CPU and collector summed; the machine's CPU from the start
+  to the last run's end);
 - ``celery``: the README's one-worker command for every queue, ``celery worker -Q
   aaa.algorithms,aaa.llm,aaa.tools -c C`` (prefork, ``--celery-concurrency``, 2 by
   default: two worker processes), on PostgreSQL and Redis; runs started by a driver
@@ -87,6 +91,7 @@ ROWS = [
     "inprocess-pg-django",
     "inprocess-pg-nogroup",
     "inprocess-pg",
+    "inprocess-pg-x2",
     "celery",
     "langgraph",
     "inprocess-memory",
@@ -211,7 +216,7 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
 
         async def one(i: int):
             t = time.perf_counter()
-            run = await engine.start(algo, {"task": f"run {i}"})
+            run = await engine.start(algo, {"task": f"run {i} of {os.getpid()}"})
             return await run.result(), time.perf_counter() - t, run.run_id
 
         def _kind(o: object) -> str:  # (coroutines and functions by name: which ones outlive a turn)
@@ -235,12 +240,17 @@ async def inprocess(row: str, runs: int, turns: int, latency: float) -> dict:
                 for kind, n in kinds.most_common(12):
                     print(f"#   {n / runs:8.1f} a run  {kind}", file=sys.stderr)
 
+        if os.environ.get("AAA_BENCH_GO"):  # one of several engines (inprocess-pg-x2): all start together
+            print("ready", flush=True)
+            await asyncio.to_thread(sys.stdin.readline)
         with PeakRSS(lambda: [os.getpid()]) as mem, CPUWindow(**cpu_groups(row)) as machine:
             t0, c0 = time.perf_counter(), time.process_time()
             if census_on:
                 counted = asyncio.ensure_future(census())
             done = await asyncio.gather(*(one(i) for i in range(runs)))
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            if os.environ.get("AAA_BENCH_GO"):
+                print("done", flush=True)
             if census_on:
                 counted.cancel()
                 every = sum(promoted.values()) * 10 / (runs * turns)
@@ -458,6 +468,63 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
             return async_to_sync(drive)()
 
 
+def engines(args, n: int) -> dict:
+    """The ``inprocess-pg`` row's engine in each of ``n`` processes of its own (the web
+    processes of the embedded default, one a core), each starting ``runs / n`` of the
+    runs, all at once once every one has warmed up; the machine's CPU and the wall time
+    from that moment to the last run's end."""
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "inprocess-pg",
+        "--turns",
+        str(args.turns),
+        "--latency",
+        str(args.latency),
+    ]
+    share = [args.runs // n + (k < args.runs % n) for k in range(n)]
+    tmp = Path(os.environ["AAA_BENCH_TMP"])
+    setup_django(tmp, json.loads(os.environ["AAA_BENCH_PG"]))  # (migrated once, not by each at once)
+    for k in range(n):
+        (tmp / f"engine-{k}").mkdir()
+    procs = [
+        subprocess.Popen(
+            [*cmd, "--runs", str(share[k])],
+            env={**os.environ, "AAA_BENCH_GO": "1", "AAA_BENCH_TMP": str(tmp / f"engine-{k}")},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(n)
+    ]
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready", p.poll()
+    pids = [p.pid for p in procs]
+    with CPUWindow(**cpu_groups("inprocess-pg", engines=lambda: pids)) as machine:
+        t0 = time.perf_counter()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in procs:  # (the window ends with the loads, the processes and their backends alive)
+            assert p.stdout.readline().strip() == "done", p.poll()
+        wall = time.perf_counter() - t0
+    outs = [p.communicate()[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), [p.returncode for p in procs]
+    rows = [json.loads(o.strip().splitlines()[-1]) for o in outs]
+    return {
+        "wall": wall,
+        "cpu": sum(r["cpu"] for r in rows),
+        "machine": machine.machine,
+        "parts": machine.parts(),  # ("this process": the driver, which only waits)
+        "memory": sum(r["memory"] for r in rows),  # (each engine's peak during its load)
+        "processes": n,
+        "runs": [t for r in rows for t in r["runs"]],
+        "gc": {g: [sum(r["gc"][str(g)][i] for r in rows) for i in range(3)] for g in (0, 1, 2)},
+        "walls": [r["wall"] for r in rows],
+    }
+
+
 def child(args) -> None:
     """One row, in this process; prints its result as JSON on the last line."""
     pg = json.loads(os.environ["AAA_BENCH_PG"])
@@ -465,6 +532,8 @@ def child(args) -> None:
     load = os.getloadavg()[0]
     if args.child == "celery":
         out = celery_row(pg, args.runs, args.turns, args.latency, args.celery_concurrency, tmp)
+    elif args.child == "inprocess-pg-x2":
+        out = engines(args, 2)
     elif args.child == "langgraph":
         out = asyncio.run(langgraph(pg, args.runs, args.turns, args.latency, args.pool))
     else:
@@ -641,6 +710,7 @@ def main() -> None:
         "inprocess-pg-django": "in-process bus, PostgreSQL, Django store (before)",
         "inprocess-pg-nogroup": "in-process bus, PostgreSQL, async store, no group commit",
         "inprocess-pg": "in-process bus, PostgreSQL (async store, group commit)",
+        "inprocess-pg-x2": "in-process bus, PostgreSQL, an engine in each of two processes, half the runs each",
         "inprocess-memory": "in-process bus, the memory store (no database: the engine's own work)",
         "celery": f"Celery, one worker -c {args.celery_concurrency} (prefork), PostgreSQL",
         "langgraph": f"LangGraph, AsyncPostgresSaver (pool {args.pool}), durability=sync",
