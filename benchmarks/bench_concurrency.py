@@ -509,7 +509,11 @@ def engines(args, n: int) -> dict:
         for p in procs:  # (the window ends with the loads, the processes and their backends alive)
             assert p.stdout.readline().strip() == "done", p.poll()
         wall = time.perf_counter() - t0
-    outs = [p.communicate()[0] for p in procs]
+    outs = []
+    for p in procs:  # (read through the same buffer as the lines above: communicate() would skip it)
+        p.stdin.close()
+        outs.append(p.stdout.read())
+        p.wait()
     assert all(p.returncode == 0 for p in procs), [p.returncode for p in procs]
     rows = [json.loads(o.strip().splitlines()[-1]) for o in outs]
     return {
