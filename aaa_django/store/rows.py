@@ -62,12 +62,16 @@ SQLITE_CHUNK = 500
 
 
 def among(keys: Sequence[str], *, pg: bool) -> Iterator[tuple[str, list[object]]]:
-    """``(test, params)`` for a column being one of ``keys``, chunk by chunk of
-    ``SQLITE_CHUNK``: ``= ANY(%s)`` on PostgreSQL (one array parameter), ``IN (%s, ...)``
-    on SQLite (one parameter a key, under its cap)."""
+    """``(test, params)`` for a column being one of ``keys`` (none for no keys): on
+    PostgreSQL one ``= ANY(%s)`` (one array parameter, however many keys); on SQLite
+    ``IN (%s, ...)`` chunk by chunk of ``SQLITE_CHUNK`` (one parameter a key, under its cap)."""
+    if pg:
+        if keys:
+            yield "= ANY(%s)", [list(keys)]
+        return
     for i in range(0, len(keys), SQLITE_CHUNK):
-        chunk = list(keys[i : i + SQLITE_CHUNK])
-        yield ("= ANY(%s)", [chunk]) if pg else (f"IN ({', '.join(['%s'] * len(chunk))})", list(chunk))
+        chunk: list[object] = list(keys[i : i + SQLITE_CHUNK])
+        yield f"IN ({', '.join(['%s'] * len(chunk))})", chunk
 
 
 #: how the triggers' refusals of a closed stream begin (migration 0006): the store

@@ -177,7 +177,8 @@ _RUNNING = (
 
 def running_queries(streams: Sequence[str], *, pg: bool) -> Iterator[tuple[str, list[object]]]:
     """The statements that say which of ``streams`` are runs started and not ended
-    (:func:`running`), one per ``rows.SQLITE_CHUNK`` run ids. Their rows are the run ids."""
+    (:func:`running`): one on PostgreSQL, one per ``rows.SQLITE_CHUNK`` run ids on
+    SQLite. Their rows are the run ids."""
     for where, params in rows.among(streams, pg=pg):
         yield _RUNNING.format(where), [*params, RUN_COMPLETED]
 
