@@ -218,4 +218,4 @@ async def _republish_caused(engine: Engine, event: Event, published: set[str]) -
     commit and enqueue). Publish them again; delivering twice is harmless."""
     caused = [e for e in await engine.read_after(event) if e.causation == event.id and e.id not in published]
     if caused:
-        await engine.bus.publish(engine.to_deliver(caused))
+        await engine.bus.publish(caused)

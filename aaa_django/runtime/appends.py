@@ -9,7 +9,7 @@ payloads claim-checked into the blob store, appended to the store (a duplicate i
 absorbed; a closed stream refuses the batch, which is dropped), the due times stored
 armed (:mod:`~aaa_django.runtime.timers`), the observers told, a run's end and a
 wait for a person announced to the waiters, and the new events, only those,
-published on the bus (those that something reacts to: :meth:`Appends.to_deliver`).
+published on the bus.
 
 A handler's result goes through :meth:`Appends.answer`: where the bus lets the run's
 step run here (:class:`~aaa_django.runtime.bus.StepsInline`), the step on the
@@ -34,7 +34,7 @@ from aaa_django.events.tail import Staged
 
 from . import bounded, limits
 from .bus import StepsInline
-from .event_types import MESSAGE_SENT, QUESTION_ASKED, RUN_COMPLETED, UNDELIVERED
+from .event_types import MESSAGE_SENT, QUESTION_ASKED, RUN_COMPLETED
 from .facade import Facade
 from .meta import FOLDED, RunMeta
 from .observe import notify_appended
@@ -52,8 +52,6 @@ class Appends:
         #: the bus, when a result may be stepped on before its append, with the step's
         #: output (``answer``; asked for, and the bus says where, ``StepsInline``)
         self.steps_inline: StepsInline | None = bus if answers and isinstance(bus, StepsInline) else None
-        #: the bus, when it says which events it delivers in this process (``to_deliver``)
-        self.delivers_here: StepsInline | None = bus if isinstance(bus, StepsInline) else None
         #: the run, and the output kept, of a step on a result not yet appended (``answer``)
         self.capture: contextvars.ContextVar[tuple[str, list[Event]] | None] = contextvars.ContextVar(
             f"aaa_capture_{id(engine):x}", default=None
@@ -178,36 +176,7 @@ class Appends:
             elif e.type in (MESSAGE_SENT, QUESTION_ASKED):  # it may wait for a person now
                 engine.wake(e.stream)
         if stored:
-            await engine.bus.publish(self.to_deliver(stored))
-
-    def to_deliver(self, events: EventList) -> EventList:
-        """The events of ``events`` to deliver: all but those whose delivery would do
-        nothing, unless a handler is subscribed to their type: a handler's results
-        whose run's step was taken here before their append (:meth:`answer`), which
-        their delivery would skip (it is done: the step's output is in the same
-        append), and the records nothing reacts to (:data:`~.event_types.UNDELIVERED`:
-        a model attempt's) where the bus would deliver them in this process
-        (:class:`~.bus.StepsInline`: the in-process bus, a Celery worker for the queues
-        it takes; elsewhere the message is how other workers learn of the event
-        without a read)."""
-        engine = self.engine
-        handlers, stepped, here = engine._handlers, engine._stepped, self.delivers_here
-        if not any(
-            (e.id in stepped or (e.type in UNDELIVERED and here is not None)) and not handlers.get(e.type)
-            for e in events
-        ):
-            return events
-        out = EventList()
-        out.committed = events.committed
-        for e in events:
-            if handlers.get(e.type):
-                out.append(e)
-            elif e.id in stepped:
-                del stepped[e.id]  # (what its delivery would have done)
-                engine.delivered(e.stream)
-            elif e.type not in UNDELIVERED or here is None or not here.steps_here(e):
-                out.append(e)
-        return out
+            await engine.bus.publish(stored)
 
     async def answer(self, events: Iterable[Event]) -> list[Event]:
         """Append a handler's result to its run (``events``: of one run, e.g. a model's

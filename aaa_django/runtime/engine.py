@@ -33,16 +33,7 @@ from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 from aaa_django.data import DEFAULT_HOT_FIELDS, BlobStore, InMemoryBlobStore, NamespacedBlobStore
-from aaa_django.events import (
-    ErasesMany,
-    Event,
-    EventList,
-    EventStore,
-    FoldCache,
-    InMemoryEventStore,
-    Projection,
-    default_cache,
-)
+from aaa_django.events import ErasesMany, Event, EventStore, FoldCache, InMemoryEventStore, Projection, default_cache
 from aaa_django.events.tail import Tail, TailCachedStore
 
 from . import limits
@@ -437,11 +428,6 @@ class Engine:
         when something was appended since (decide again), and what the store raised
         (``ClosedStreamError``: the run has ended). Returns the new events, published."""
         return await self._appends.append_at(events, head)
-
-    def to_deliver(self, events: Iterable[Event]) -> EventList:
-        """The events of ``events`` the bus delivers: all but those nothing reacts to
-        unless a handler is subscribed to their type (:meth:`.appends.Appends.to_deliver`)."""
-        return self._appends.to_deliver(events if isinstance(events, EventList) else EventList(events))
 
     async def answer(self, events: Iterable[Event]) -> list[Event]:
         """Append a handler's result to its run (``events``: of one run) and, in the

@@ -29,12 +29,6 @@ LLM_ABANDONED = "aaa.llm.abandoned"
 #: the model handler's records of its attempts: the engine reacts to them (spend,
 #: limits), the run's algorithm is not stepped on them
 ATTEMPT_RECORDS = frozenset({LLM_ATTEMPTED, LLM_ABANDONED})
-#: events nothing of the engine's reacts to, so not delivered unless a handler is
-#: subscribed to their type: a model attempt's record (the run's step skips it, and
-#: it changes nothing a limit checks, only its call's attempts, estimate and maker:
-#: delivered, it was a turn and a RUNMETA fold for nothing, one a model call; an
-#: abandoned attempt's record is delivered, its estimate counts towards the budget)
-UNDELIVERED = frozenset({LLM_ATTEMPTED})
 LLM_COMPLETED = "aaa.llm.completed"
 LLM_FAILED = "aaa.llm.failed"
 

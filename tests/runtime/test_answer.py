@@ -72,54 +72,6 @@ def test_a_result_goes_with_what_the_step_on_it_writes():
     assert all(len(batch) == 1 for batch in alone if batch[0] != "aaa.llm.requested")
 
 
-class Delivered(InProcessBus):
-    """The in-process bus, recording the types of the events it was given to deliver."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.types: list[str] = []
-
-    async def publish(self, events) -> None:
-        events = list(events)
-        self.types += [e.type for e in events]
-        await super().publish(events)
-
-
-def test_only_what_something_reacts_to_is_delivered():
-    """A model attempt's record (nothing reacts to it), and a result whose run's step
-    went with its append, are not delivered: their deliveries would do nothing. A
-    handler subscribed to their type gets them as any other event."""
-
-    async def main(answers: bool, listen: bool) -> tuple[list[str], list[str]]:
-        bus, heard = Delivered(), []
-
-        async def listener(event: Event) -> None:
-            heard.append(event.type)
-
-        async with make_engine(add_then_answer, ToolRegistry([add]), bus=bus, answers=answers) as engine:
-            if listen:
-                for kind in ("aaa.llm.attempted", "aaa.llm.completed", "aaa.tool.completed", "aaa.input.validated"):
-                    engine.subscribe(kind, listener)
-            run = await engine.start(ToolLoop(ToolRegistry([add])), {"task": "add 1 and 2"}, run_id="run-q")
-            assert (await run.result(timeout=10)).outcome == "success"
-            await engine.drain(5)
-            assert engine.errors == [] and bus.errors == [] and not engine._stepped
-        return bus.types, heard
-
-    requests = ["aaa.llm.requested", "aaa.tool.requested", "aaa.llm.requested"]
-    assert arun(main(True, False)) == (["aaa.run.started", *requests, "aaa.run.completed"], [])
-    # results appended alone are stepped on when delivered
-    delivered, _ = arun(main(False, False))
-    assert "aaa.llm.attempted" not in delivered and delivered.count("aaa.llm.completed") == 2
-    assert delivered.count("aaa.tool.completed") == delivered.count("aaa.input.validated") == 1
-    # a handler of their own: delivered
-    delivered, heard = arun(main(True, True))
-    assert sorted(heard) == sorted(
-        ["aaa.input.validated"] + ["aaa.llm.attempted", "aaa.llm.completed"] * 2 + ["aaa.tool.completed"]
-    )
-    assert sorted(delivered) == sorted(["aaa.run.started", *requests, "aaa.run.completed", *heard])
-
-
 class Foreign:
     """A model that, while it answers, has another process append to its run (an event
     this engine's tail does not hold): the held head is old when the result comes."""
