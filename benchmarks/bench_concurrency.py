@@ -498,22 +498,28 @@ def engines(args, n: int) -> dict:
         )
         for k in range(n)
     ]
-    for p in procs:
-        assert p.stdout.readline().strip() == "ready", p.poll()
-    pids = [p.pid for p in procs]
-    with CPUWindow(**cpu_groups("inprocess-pg", engines=lambda: pids)) as machine:
-        t0 = time.perf_counter()
+    try:
         for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        for p in procs:  # (the window ends with the loads, the processes and their backends alive)
-            assert p.stdout.readline().strip() == "done", p.poll()
-        wall = time.perf_counter() - t0
-    outs = []
-    for p in procs:  # (read through the same buffer as the lines above: communicate() would skip it)
-        p.stdin.close()
-        outs.append(p.stdout.read())
-        p.wait()
+            assert p.stdout.readline().strip() == "ready", p.poll()
+        pids = [p.pid for p in procs]
+        with CPUWindow(**cpu_groups("inprocess-pg", engines=lambda: pids)) as machine:
+            t0 = time.perf_counter()
+            for p in procs:
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            for p in procs:  # (the window ends with the loads, the processes and their backends alive)
+                assert p.stdout.readline().strip() == "done", p.poll()
+            wall = time.perf_counter() - t0
+        outs = []
+        for p in procs:  # (read through the same buffer as the lines above: communicate() would skip it)
+            p.stdin.close()
+            outs.append(p.stdout.read())
+            p.wait()
+    finally:  # one that failed: the others are not left to start their loads when stdin closes
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     assert all(p.returncode == 0 for p in procs), [p.returncode for p in procs]
     rows = [json.loads(o.strip().splitlines()[-1]) for o in outs]
     return {
