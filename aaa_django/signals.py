@@ -39,7 +39,6 @@ from django.dispatch import Signal
 
 from .events import Event
 from .runtime.event_types import APPROVAL_REQUESTED, RUN_COMPLETED, RUN_STARTED
-from .runtime.observe import BaseObserver
 from .runtime.outcome import Outcome
 
 log = logging.getLogger("aaa_django.signals")
@@ -52,9 +51,11 @@ event_appended = Signal()
 SIGNALS = (run_started, run_ended, approval_requested, event_appended)
 
 
-class SignalSender(BaseObserver):
+class SignalSender:
     """The engine observer that sends the signals above for ``engine``'s appends to
-    the database alias ``using`` (None: a store without transactions, e.g. Redis)."""
+    the database alias ``using`` (None: a store without transactions, e.g. Redis).
+    Told of appends only (an :class:`~aaa_django.runtime.observe.AppendObserver`):
+    nothing is entered around the engine's deliveries for it."""
 
     def __init__(self, engine: object, using: str | None = "default") -> None:
         self.engine = engine

@@ -47,7 +47,7 @@ from .delivery import Deliveries
 from .engine_api import ChecksStart, Handler, RecordsWithRequest, ServesTools, Stored
 from .event_types import RUN_COMPLETED, completion_id
 from .meta import RunMeta
-from .observe import Observer, check_observer, watching
+from .observe import AppendObserver, Observer, check_observer, watchers, watching
 from .outcome import Outcome
 from .reads import Reads
 from .run import Run
@@ -63,6 +63,8 @@ S = TypeVar("S")
 #: a blob store call's parameters and result (:meth:`Engine._blob_call`)
 P = ParamSpec("P")
 T = TypeVar("T")
+#: an observer (:meth:`Engine.observe` returns the one it was given)
+Obs = TypeVar("Obs", bound=AppendObserver)
 
 DEFAULT_CLAIM_THRESHOLD = 16_384
 #: attempts of one model call recorded abandoned before the run ends ``failed``
@@ -84,8 +86,9 @@ class Engine:
     :class:`InProcessBus`; ``cache`` (the in-process fold holder) defaults to the
     process's shared ``aaa_django.events.default_cache``. A
     :class:`~aaa_django.validate.ValidationHandler` is attached unless
-    ``validate=False``. ``observers`` (:class:`~aaa_django.runtime.observe.Observer`)
-    watch its work: signals, tracing (more with :meth:`observe`). ``wakeups``
+    ``validate=False``. ``observers`` (:class:`~aaa_django.runtime.observe.Observer`,
+    or :class:`~aaa_django.runtime.observe.AppendObserver` for one told of appends
+    only) watch its work: signals, tracing (more with :meth:`observe`). ``wakeups``
     (:class:`~aaa_django.runtime.wakeups.Wakeups`): the hub its waits subscribe to,
     shared with the process's other waiters (the site's: its database's, which hears
     other processes' appends on PostgreSQL); by default one of its own. ``answers``:
@@ -110,7 +113,7 @@ class Engine:
         hot_fields: Iterable[str] = DEFAULT_HOT_FIELDS,
         close_timeout: float = 2.0,
         poll_interval: float = 0.5,
-        observers: Iterable[Observer] = (),
+        observers: Iterable[AppendObserver] = (),
         wakeups: Wakeups | None = None,
         turns: Turns | None = None,
         answers: bool = True,
@@ -182,8 +185,10 @@ class Engine:
         #: ids of results stepped on before their append (``STEPPED_KEPT``)
         self._stepped: OrderedDict[str, None] = OrderedDict()
         self._closed = False
-        #: what watches this engine's work (see :mod:`aaa_django.runtime.observe`)
-        self.observers: list[Observer] = [check_observer(o) for o in observers]
+        #: what is told of this engine's appends, and of those what watches its work
+        #: around it (see :mod:`aaa_django.runtime.observe`)
+        self.observers: list[AppendObserver] = [check_observer(o) for o in observers]
+        self.watchers: list[Observer] = watchers(self.observers)
         # The parts (each gets the engine; see the module docstring).
         self._deliveries = Deliveries(self)
         self._appends = Appends(self, answers=answers)
@@ -241,17 +246,19 @@ class Engine:
         """The handlers subscribed to ``type``, in subscription order."""
         return list(self._handlers.get(type, ()))
 
-    def observe(self, observer: Observer) -> Observer:
-        """Add ``observer`` (an :class:`~aaa_django.runtime.observe.Observer`): it is
-        called around this engine's deliveries, steps and handlers, and after its
-        appends. Returns it."""
+    def observe(self, observer: Obs) -> Obs:
+        """Add ``observer``: it is told of this engine's appends, and an
+        :class:`~aaa_django.runtime.observe.Observer` is also called around its
+        deliveries, steps and handlers (an
+        :class:`~aaa_django.runtime.observe.AppendObserver` is not). Returns it."""
         self.observers.append(check_observer(observer))
+        self.watchers = watchers(self.observers)
         return observer
 
     def observing(self, event: Event) -> contextlib.AbstractContextManager[None]:
         """Around one event's delivery (the run's step and the handlers): log records
         carry the event, the observers watch it (:func:`.observe.watching`)."""
-        return watching(self.observers, event)
+        return watching(self.watchers, event)
 
     # -- starting and stopping runs -----------------------------------------------------
 

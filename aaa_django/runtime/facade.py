@@ -24,7 +24,7 @@ from .ctx import TakesSteps
 from .delivery import Deliveries
 from .engine_api import EngineAPI, Handler
 from .meta import RunMeta
-from .observe import Observer
+from .observe import AppendObserver, Observer
 from .outcome import Outcome
 from .turns import Turns
 
@@ -73,7 +73,8 @@ class Facade(EngineAPI, Protocol):
     blobs: BlobStore | None
     claim_threshold: int
     hot_fields: tuple[str, ...]
-    observers: list[Observer]
+    observers: list[AppendObserver]
+    watchers: list[Observer]
     turns: Turns
     guard_steps: bool
     errors: list[BaseException]

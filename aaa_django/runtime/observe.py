@@ -1,16 +1,24 @@
 """Watching an engine: the observers it calls around its work (pure core).
 
 An engine has a list of observers, wired once (``Engine(observers=[...])`` or
-``engine.observe(observer)``; each checked against :class:`Observer` there). It calls
-them around what it does, in every process that delivers (the web process, a
-command, a Celery worker):
+``engine.observe(observer)``; each checked there). It calls them in every process
+that delivers (the web process, a command, a Celery worker):
 
-- ``delivery(event)``: around one event's delivery (the run's step and the handlers);
-- ``step(event, algorithm)``: around the algorithm's step for that event;
-- ``handler(handler, event)``: around each handler's call (a model call for
-  ``aaa.llm.requested``, a tool call for ``aaa.tool.requested``, ...);
 - ``await appended(events)``: after the store took new events (one stream's batch, in
-  the order they were stored), before they are published.
+  the order they were stored), before they are published: every observer has it
+  (:class:`AppendObserver`);
+- and of an :class:`Observer` (one that also watches the work: tracing), around what
+  the engine does: ``delivery(event)``, around one event's delivery (the run's step
+  and the handlers); ``step(event, algorithm)``, around the algorithm's step for that
+  event; ``handler(handler, event)``, around each handler's call (a model call for
+  ``aaa.llm.requested``, a tool call for ``aaa.tool.requested``, ...).
+
+Which kind an observer is is found once, when it is wired (``isinstance`` of the
+protocols); one that only needs appends (the Django signals, a process's run claims)
+implements ``appended`` alone, and the engine's deliveries, steps and handlers pay
+nothing for it: no context managers entered around each (on a Celery worker carrying
+3,000 runs, entering the site's signal sender's three no-op hooks was 4% of py-spy's
+samples of the worker's loop, ``benchmarks/bench_concurrency.py``).
 
 Django signals (:mod:`aaa_django.observe.signals`) and OpenTelemetry
 (:mod:`aaa_django.observe.otel`) are observers. Observers must not raise: what they
@@ -37,8 +45,16 @@ log = logging.getLogger("aaa_django.runtime")
 
 
 @runtime_checkable
-class Observer(Protocol):
-    """What an engine calls around its work (see the module docstring)."""
+class AppendObserver(Protocol):
+    """What an engine tells of its appends (see the module docstring)."""
+
+    async def appended(self, events: Sequence[Event]) -> None: ...
+
+
+@runtime_checkable
+class Observer(AppendObserver, Protocol):
+    """What an engine calls around its work, and tells of its appends (see the module
+    docstring)."""
 
     def delivery(self, event: Event) -> AbstractContextManager[object]: ...
 
@@ -83,14 +99,21 @@ class BaseObserver:
         return None
 
 
-def check_observer(observer: object) -> Observer:
-    """``observer`` if it is an :class:`Observer`, else a TypeError saying so."""
-    if not isinstance(observer, Observer):
+def check_observer(observer: object) -> AppendObserver:
+    """``observer`` if it is an :class:`AppendObserver` (an :class:`Observer` is one),
+    else a TypeError saying so."""
+    if not isinstance(observer, AppendObserver):
         raise TypeError(
-            f"{observer!r} is not an engine observer: it needs delivery, step, handler "
-            "and an async appended (subclass aaa_django.runtime.observe.BaseObserver)"
+            f"{observer!r} is not an engine observer: it needs an async appended, and to "
+            "watch the work delivery, step and handler too (subclass "
+            "aaa_django.runtime.observe.BaseObserver)"
         )
     return observer
+
+
+def watchers(observers: Sequence[AppendObserver]) -> list[Observer]:
+    """Those of ``observers`` that watch the work (:class:`Observer`), in order."""
+    return [o for o in observers if isinstance(o, Observer)]
 
 
 @contextlib.contextmanager
@@ -124,7 +147,7 @@ def _guarded(cm: AbstractContextManager[object], observer: Observer) -> Iterator
         log.exception("observer %r failed", observer)
 
 
-async def notify_appended(observers: Sequence[Observer], events: Sequence[Event]) -> None:
+async def notify_appended(observers: Sequence[AppendObserver], events: Sequence[Event]) -> None:
     """``await observer.appended(events)`` for each observer; errors logged."""
     for observer in observers:
         try:

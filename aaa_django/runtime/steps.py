@@ -248,9 +248,9 @@ class Steps:
             if event.type in getattr(algorithm, "ignores", ()):
                 return
             ctx = Ctx(engine, started, event, meta, algorithm)
-            if engine.observers:
+            if engine.watchers:
                 name = started.data["algorithm"]
-                with around(engine.observers, lambda o: o.step(event, name)):
+                with around(engine.watchers, lambda o: o.step(event, name)):
                     await algorithm.step(ctx, event)
             else:
                 await algorithm.step(ctx, event)
@@ -337,8 +337,8 @@ class Steps:
     async def _call(self, handler: Handler, event: Event) -> BaseException | None:
         engine = self.engine
         try:
-            if engine.observers:
-                with around(engine.observers, lambda o: o.handler(handler, event)):
+            if engine.watchers:
+                with around(engine.watchers, lambda o: o.handler(handler, event)):
                     await handler(event)
             else:
                 await handler(event)

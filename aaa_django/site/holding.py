@@ -65,7 +65,6 @@ from aaa_django.conf import aaa_settings
 from aaa_django.events import Event, StoreUnavailable
 from aaa_django.runtime.event_types import RUN_COMPLETED
 from aaa_django.runtime.holding import holder_id, process_gone
-from aaa_django.runtime.observe import BaseObserver
 from aaa_django.store.leases import RunLeases
 
 P = ParamSpec("P")
@@ -410,12 +409,13 @@ class RunKeeper:
         self.adopted += len(taken)
 
 
-class Claims(BaseObserver):
+class Claims:
     """An engine observer that claims each run the engine appends to, before the new
     events are published (the engine host's: on the in-process bus a run's events are
     delivered where they are appended). A fenced run is not claimed back: another
     process adopted it. A claim that fails is logged: the run goes on unclaimed (a
-    process adopts it once it has been idle for ``STALL_AFTER``)."""
+    process adopts it once it has been idle for ``STALL_AFTER``). Told of appends only
+    (an :class:`~aaa_django.runtime.observe.AppendObserver`)."""
 
     def __init__(self, keeper: RunKeeper) -> None:
         self.keeper = keeper

@@ -20,7 +20,6 @@ from aaa_django.llm import FakeLLMClient, LLMClient, LLMHandler, LLMRequest, LLM
 from aaa_django.llm.fake import text, tool_call
 from aaa_django.management.progress import Progress
 from aaa_django.runtime import InProcessBus, Outcome
-from aaa_django.runtime.observe import BaseObserver
 from aaa_django.site.engines import build_engine
 from aaa_django.site.llm_settings import client_from_settings
 from aaa_django.tools import ToolHandler, ToolRegistry, tool
@@ -45,7 +44,7 @@ def _scripted_model(request: LLMRequest) -> LLMResponse:
     return text(f"Lyon and Porto have {total:,} inhabitants together.")
 
 
-class _Counted(BaseObserver):
+class _Counted:
     """Advances the progress bar by each event the run appends."""
 
     def __init__(self, bar: Progress) -> None:
