@@ -595,9 +595,9 @@ def main() -> None:
     ap.add_argument(
         "--gc-threshold",
         metavar="G0,G1,G2",
-        help="in-process rows: gc.set_threshold(G0, G1, G2) for the load, as a site "
-        "that carries many runs in one process may (README: many runs in one "
-        "process)",
+        help="in-process rows, and the Celery row's worker processes: "
+        "gc.set_threshold(G0, G1, G2) for the load, as a site that carries many runs "
+        "in one process may (docs/engine.md: many runs in one process)",
     )
     ap.add_argument(
         "--lags",
