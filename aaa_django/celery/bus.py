@@ -72,6 +72,7 @@ from aaa_django.runtime.event_types import (
     APPROVAL_DENIED,
     APPROVAL_EXPIRED,
     APPROVAL_GRANTED,
+    LLM_ATTEMPTED,
     LLM_REQUESTED,
     RUN_COMPLETED,
     TOOL_REQUESTED,
@@ -241,13 +242,17 @@ class DistributedBus:
         self.errors: list[BaseException] = []
         #: messages sent (one per event)
         self.sent = 0
-        #: ``local(engine, event) -> bool``: a worker's runtime delivering ``event`` on
-        #: its own loop instead of sending it (see ``WorkerRuntime.take``); None: send all
+        #: ``local(engine, event, made_here=False) -> bool``: a worker's runtime
+        #: delivering ``event`` on its own loop instead of sending it (see
+        #: ``WorkerRuntime.take``); None: send all
         self.local: Any = None
         #: ``local_steps(event) -> bool``: may a run's step on ``event`` be taken in this
         #: process (a worker's runtime that takes the event's queue, see
         #: ``WorkerRuntime.steps_here``); None: nowhere but on delivery
         self.local_steps: Callable[[Event], bool] | None = None
+        #: ``local_takes(event) -> bool``: would ``local`` take ``event``, appended now
+        #: (see ``WorkerRuntime.takes``); None: nothing is taken here
+        self.local_takes: Callable[[Event], bool] | None = None
         self._spawned: set[asyncio.Task] = set()
         self._listener: asyncio.Task | None = None
         #: what carries a run's trace context in the messages (OpenTelemetry), or None
@@ -309,7 +314,10 @@ class DistributedBus:
             seen.update(e.id for e in events)
         ended = [e.stream for e in events if e.type == RUN_COMPLETED]
         if self.local is not None:  # a worker's loop delivers what it can itself
-            events = [e for e in events if not self.local(self.engine, e)]
+            # (a model request with its first attempt, recorded here with it: the
+            # attempt's lease is this process's, so is the call)
+            made_here = {e.causation for e in events if e.type == LLM_ATTEMPTED}
+            events = [e for e in events if not self.local(self.engine, e, made_here=e.id in made_here)]
         carrier = self.trace
         messages = [
             (queue_for(e.type, self.queues), self._args(e, events), carrier.headers(e) if carrier is not None else None)
@@ -437,6 +445,14 @@ class DistributedBus:
         In a worker that takes its queue: the step is guarded as every step is, and
         the result's delivery, taken on this loop, skips it. Elsewhere, no."""
         return self.local_steps is not None and self.local_steps(event)
+
+    def delivers_here(self, event: Event) -> bool:
+        """Will ``event``, appended now by this process, be delivered here, on this
+        worker's loop, without a message (:class:`~aaa_django.runtime.bus.DeliversHere`)?
+        In a worker that takes its queue, has room and is not shutting down; elsewhere,
+        no. (What it says holds for the moment it is asked: a delivery sent after all
+        is made where it lands, from the log.)"""
+        return self.local_takes is not None and self.local_takes(event)
 
     def exclusive(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
         """``async with``: the one cluster-wide lease on ``name`` (see

@@ -218,25 +218,17 @@ class WorkerRuntime:
         self.handed_off += 1
         return "handed off"
 
-    def take(self, engine: Engine, event: Event) -> bool:
+    def take(self, engine: Engine, event: Event, *, made_here: bool = False) -> bool:
         """On the loop, from ``engine``'s bus: deliver ``event``, which this process has
         just appended, here (as a delivery of its own on the loop) rather than through
         the broker, when this worker takes the event's queue and the loop has room.
         The run's log is in this process's tail: the step reads nothing. If the
         process dies meanwhile, the sweeper re-drives the run, as for any delivery
         that no live process holds (a call past ``SLOW_DELIVERY`` holds the run's
-        busy lease). False: send it."""
-        bus = cluster_bus(engine)
-        if (
-            self.draining
-            or event.seq is None
-            or len(self.in_flight) >= self.max_in_flight
-            or self._waiting
-            or queue_for(event.type, bus.queues) not in self.local_queues
-            or (bus.holder is not None and event.stream in bus.holder.fenced)
-        ):
-            # (a run adopted by another process while this one stood down: its event
-            # goes to whoever drives it now)
+        busy lease). ``made_here``: a model request whose first attempt this process
+        recorded with it (and holds the lease of): taken with or without room, its
+        call is this process's to make. False: send it."""
+        if event.seq is None or not self.takes(engine, event, room=not made_here):
             return False
         # A context of its own: not the publishing delivery's (its tail state, its
         # record of what it published); its turn queues with the stamp of the work
@@ -247,6 +239,20 @@ class WorkerRuntime:
         )
         self.taken += 1
         return True
+
+    def takes(self, engine: Engine, event: Event, *, room: bool = True) -> bool:
+        """Would :meth:`take` deliver ``event`` here, were it appended now: this worker
+        takes its queue, the loop has room (unless ``room`` is False: not asked), and
+        the process is not shutting down nor fenced off the run."""
+        bus = cluster_bus(engine)
+        # (a run adopted by another process while this one stood down: its event goes
+        # to whoever drives it now)
+        return not (
+            self.draining
+            or (room and (len(self.in_flight) >= self.max_in_flight or self._waiting))
+            or queue_for(event.type, bus.queues) not in self.local_queues
+            or (bus.holder is not None and event.stream in bus.holder.fenced)
+        )
 
     def steps_here(self, engine: Engine, event: Event) -> bool:
         """May the run's step on ``event`` (a handler's result this process is about to
@@ -423,6 +429,7 @@ class WorkerRuntime:
                         self.local_queues = frozenset(app.amqp.queues.consume_from or ())
                         cluster_bus(engine).local = self.take
                         cluster_bus(engine).local_steps = functools.partial(self.steps_here, engine)
+                        cluster_bus(engine).local_takes = functools.partial(self.takes, engine)
                     self.engines[key] = engine
         return engine
 

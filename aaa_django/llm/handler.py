@@ -11,8 +11,9 @@ already, or whose run has ended or is over a limit, is not sent.
 ``aaa.llm.attempted`` (``request_id``, ``attempt``, ``model``, and its
 :mod:`estimate <aaa_django.llm.attempts>`), its id deterministic per request and number,
 so two deliveries cannot both make one attempt (the one whose append is absorbed
-sends nothing). Where this process takes the request (a bus without exclusive leases)
-the first attempt is recorded in the request's own append
+sends nothing). Where this process takes the request (a bus without exclusive leases;
+one with them that says the request is delivered here, holding the attempt's lease
+from before the append) the first attempt is recorded in the request's own append
 (:meth:`LLMHandler.with_request`: one durable commit a call, not two), and the
 request's delivery makes it. A client's own retries are attempts too (the
 :data:`~aaa_django.llm.retry.BEFORE_RETRY` hook records each before it goes). The
@@ -66,7 +67,7 @@ from contextlib import AbstractAsyncContextManager
 from aaa_django.data.jsonvalue import JSONObject, JSONValue
 from aaa_django.events import Event, InvalidEventError, derive_id, encode_json
 from aaa_django.runtime import Engine, bounded
-from aaa_django.runtime.bus import ExclusiveLeases
+from aaa_django.runtime.bus import DeliversHere, ExclusiveLeases
 from aaa_django.runtime.event_types import (
     LLM_ABANDONED,
     LLM_ATTEMPTED,
@@ -100,6 +101,37 @@ CLAIM_TRIES = 3
 #: seconds between looks at the log while waiting for another process's attempt (its
 #: lease): is the request answered, or its maker's process ended?
 MAKER_POLL = 0.5
+#: seconds the lease of a first attempt recorded with its request (on a bus with
+#: leases) waits for the request's delivery here to take it over; past them (the
+#: request's append did not happen, or its delivery went elsewhere after all) it is
+#: let go, and whoever delivers the request decides from the log
+RESERVED_FOR = 30.0
+#: seconds the lease of a first attempt to record with its request is waited for,
+#: before the request's append (it is free unless another delivery of the same
+#: request is under way: then the first attempt is not recorded with it)
+RESERVE_WAIT = 1.0
+
+
+class _Reserved:
+    """The lease on a request's first attempt, taken before the request's append
+    (:meth:`LLMHandler.with_request`, on a bus with leases), until the request's
+    delivery here takes it over (:meth:`claim`) or :data:`RESERVED_FOR` passes."""
+
+    __slots__ = ("lease", "timer", "claimed")
+
+    def __init__(self, lease: AbstractAsyncContextManager[None]) -> None:
+        self.lease = lease
+        self.claimed = False
+        self.timer: asyncio.TimerHandle | None = None
+
+    def claim(self) -> AbstractAsyncContextManager[None] | None:
+        """The lease, now the caller's to release; None if it was let go already."""
+        if self.claimed:
+            return None
+        self.claimed = True
+        if self.timer is not None:
+            self.timer.cancel()
+        return self.lease
 
 
 class _Call:
@@ -186,8 +218,14 @@ class LLMHandler:
         #: run id -> request id -> the task calling the client
         self._running: dict[str, dict[str, asyncio.Task]] = {}
         #: requests whose first attempt this handler recorded with them
-        #: (``with_request``), not yet taken by their delivery
-        self._first: OrderedDict[str, bool] = OrderedDict()
+        #: (``with_request``), not yet taken by their delivery: True, or on a bus with
+        #: leases the attempt's lease, held since before the request's append
+        self._first: OrderedDict[str, bool | _Reserved] = OrderedDict()
+        #: the bus, when it says where an event appended here will be delivered
+        #: (detected once, in ``attach``)
+        self._here: DeliversHere | None = None
+        #: reserved leases being let go (their tasks, kept until done)
+        self._letting_go: set[asyncio.Task] = set()
 
     def attach(self, engine: Engine) -> LLMHandler:
         """Subscribe to ``aaa.llm.requested`` (and run ends, to cancel calls in flight)
@@ -195,6 +233,7 @@ class LLMHandler:
         self.engine = engine
         self._holder = engine.bus if isinstance(engine.bus, HoldsRuns) else None
         self._leases = engine.bus if isinstance(engine.bus, ExclusiveLeases) else None
+        self._here = engine.bus if isinstance(engine.bus, DeliversHere) else None
         engine.subscribe(LLM_REQUESTED, self)
         engine.subscribe(RUN_COMPLETED, self.on_run_completed)
         return self
@@ -203,24 +242,91 @@ class LLMHandler:
         """The first attempt of the request ``batch[index]``, to append in the request's
         commit (:class:`~aaa_django.runtime.engine_api.RecordsWithRequest`): one durable
         commit a model call instead of two. Only where this process takes the request
-        (a bus without exclusive leases delivers every event of a run where it was
-        appended) and holds its run, and unless ``attempt_with_request=False``. The
-        request's delivery then calls the model for that attempt. Should this process end
-        in between, the attempt is abandoned as any other whose maker is gone (counted
-        at its estimate, which is computed here, from the conversation the log has up to
-        the request)."""
+        and holds its run, and unless ``attempt_with_request=False``: a bus without
+        exclusive leases delivers every event of a run where it was appended; one with
+        them (the Celery bus) must say that this process will
+        (:class:`~aaa_django.runtime.bus.DeliversHere`: a worker that takes the
+        request's queue), and the attempt's lease is taken first, before the append, and
+        held until the request's delivery here has the result appended (a second
+        delivery of the request, elsewhere, waits for it as for any live maker). The
+        request's delivery then calls the model for that attempt. Should this process
+        end in between, the attempt is abandoned as any other whose maker is gone
+        (counted at its estimate, which is computed here, from the conversation the log
+        has up to the request)."""
         event = batch[index]
-        if not self.attempt_with_request or self._leases is not None or not self._holds(event.stream):
+        if not self.attempt_with_request or not self._holds(event.stream):
+            return None
+        if self._leases is not None and (self._here is None or not self._here.delivers_here(event)):
             return None
         if any(e.causation == event.id for e in batch[index + 1 :]):
             return None  # a copy with its attempts and result (a fork): nothing to make
+        first: bool | _Reserved = True
+        if self._leases is not None:
+            prior = self._first.get(event.id)
+            if isinstance(prior, _Reserved) and not prior.claimed:
+                first = prior  # (the same step again, its append refused: still held)
+            else:
+                reserved = await self._reserve(event)
+                if reserved is None:
+                    return None
+                first = reserved
         engine = self._engine()
         state = copy.deepcopy(await engine.project(CONVERSATION, event.stream))
         for e in batch[: index + 1]:  # (the same append's events up to the request)
             state = CONVERSATION.apply(state, e)
         attempted = self._attempted(event, self._request_of(event, state.request(event.id) or []), 1)
-        bounded.keep(self._first, event.id, True, bounded.RUNS_KEPT)
+        bounded.keep(self._first, event.id, first, bounded.RUNS_KEPT)
         return attempted
+
+    async def _reserve(self, event: Event) -> _Reserved | None:
+        """The lease on the first attempt of the request ``event`` (not appended yet),
+        taken within :data:`RESERVE_WAIT`, and let go after :data:`RESERVED_FOR` unless
+        the request's delivery here claims it first; None if it could not be taken (a
+        delivery of the same request elsewhere holds it, or the leases' store failed:
+        the request is then handled as ever when it is delivered)."""
+        assert self._leases is not None
+        lease = self._leases.exclusive(attempt_id(event.id, 1))
+        taking = asyncio.ensure_future(lease.__aenter__())
+        done, _ = await asyncio.wait({taking}, timeout=RESERVE_WAIT)
+        if not done:
+            taking.cancel()
+            await asyncio.wait({taking})
+        if taking.cancelled():
+            return None
+        failure = taking.exception()
+        if failure is not None:
+            log.warning(
+                "model request %s of run %s: its first attempt's lease could not be taken (%s: %s); it is recorded "
+                "when the request is delivered",
+                event.id,
+                event.stream,
+                type(failure).__name__,
+                failure,
+            )
+            return None
+        if not done:  # taken as it was cancelled
+            await lease.__aexit__(None, None, None)
+            return None
+        reserved = _Reserved(lease)
+        reserved.timer = asyncio.get_running_loop().call_later(RESERVED_FOR, self._let_go, reserved)
+        return reserved
+
+    def _let_go(self, reserved: _Reserved) -> None:
+        """:data:`RESERVED_FOR` has passed and no delivery here claimed the lease."""
+        lease = reserved.claim()
+        if lease is None:
+            return
+        for request_id, first in list(self._first.items()):
+            if first is reserved:
+                del self._first[request_id]
+        task = asyncio.ensure_future(lease.__aexit__(None, None, None))
+        self._letting_go.add(task)
+        task.add_done_callback(self._let_go_done)
+
+    def _let_go_done(self, task: asyncio.Task) -> None:
+        self._letting_go.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # (an unreleased lease expires anyway)
+            log.warning("letting go of a model attempt's lease failed: %s", task.exception())
 
     async def __call__(self, event: Event) -> None:
         if event.id in self._inflight:  # delivered again while we are on it
@@ -239,6 +345,19 @@ class LLMHandler:
     # -- deciding -------------------------------------------------------------------------
 
     async def _handle(self, event: Event) -> None:
+        first = self._first.pop(event.id, None)
+        # (on a bus with leases, the first attempt's lease, held since before the
+        # request's append: this delivery's to release from here on)
+        reserved = first.claim() if isinstance(first, _Reserved) else None
+        async with contextlib.AsyncExitStack() as held:
+            if reserved is not None:
+                held.push_async_exit(reserved)
+            await self._decide(event, first is not None, held)
+
+    async def _decide(self, event: Event, first: bool, reserved: contextlib.AsyncExitStack) -> None:
+        """Make the request's call, or not (see :meth:`_handle`); ``first``: its first
+        attempt was recorded with it here (``with_request``), and ``reserved`` holds
+        that attempt's lease if the bus has leases."""
         engine = self._engine()
         kept = self._replies.get(result_id(event.id))
         if kept is not None:  # a reply in hand: append it, never ask again
@@ -249,16 +368,19 @@ class LLMHandler:
         while lost < CLAIM_TRIES:
             call = await self._open(event, fresh=fresh)
             if call is None:
-                self._first.pop(event.id, None)
                 return
-            if self._first.pop(event.id, False) and self._recorded_first(call):
+            if first and self._recorded_first(call):
                 # Its first attempt, recorded with it here (``with_request``): make it.
                 if not self._holds(event.stream):
                     log.info("run %s is no longer held here: model request %s not sent", event.stream, event.id)
                     return
                 async with contextlib.AsyncExitStack() as held:
+                    held.push_async_exit(reserved.pop_all())  # (the lease goes when the result is appended)
                     await self._call(_Call(self, event, await self._request(event), 1, held))
                 return
+            if first:
+                first = False
+                await reserved.aclose()  # not the attempt this process recorded: let go
             if call.attempts and not fresh:
                 fresh = True  # asked before: decide from the database, not this view
                 continue

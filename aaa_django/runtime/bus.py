@@ -82,6 +82,19 @@ class ExclusiveLeases(Protocol):
 
 
 @runtime_checkable
+class DeliversHere(Protocol):
+    """A bus with :class:`ExclusiveLeases` that can say, before an event is appended in
+    this process, that its delivery will be taken here, on this process's loop,
+    without a message (the Celery bus in a worker that takes the event's queue and has
+    room): the model handler then records a request's first attempt in the request's
+    own append, holding the attempt's lease from before that append, as it does on
+    the in-process bus (which delivers everything where it was appended, and need not
+    say). ``delivers_here(event)``: will it be taken here, if appended now?"""
+
+    def delivers_here(self, event: Event) -> bool: ...
+
+
+@runtime_checkable
 class WatchesEnds(Protocol):
     """A bus that hears of runs ended by other processes (the Celery bus): the engine
     calls ``watch_ends()`` when it first waits, and the bus calls ``engine.wake``."""

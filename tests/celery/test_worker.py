@@ -415,7 +415,10 @@ def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(
     (``WorkerRuntime.take``) and steps on a handler's result before appending it
     (``WorkerRuntime.steps_here``, ``Engine.answer``): a turn is two appends, as
     in-process, and no message is sent; the log is the one a run of results appended
-    alone writes, id for id."""
+    alone writes, id for id. Told that a request appended here is delivered here
+    (``WorkerRuntime.takes``, as a worker's bus is), it records each model call's first
+    attempt in the request's append, holding the attempt's lease from before it: the
+    same log again, a model call's append fewer, and no lease left held."""
     from aaa_django.algos import ToolLoop
     from aaa_django.llm import FakeLLMClient, LLMHandler
     from aaa_django.tools import ToolHandler, ToolRegistry
@@ -423,7 +426,7 @@ def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(
 
     rt, engine, sent = worker
 
-    def one_run(answers: bool) -> tuple[list[str], list[tuple[str, str]], int]:
+    def one_run(answers: bool, takes: bool = False) -> tuple[list[str], list[tuple[str, str]], int]:
         store = db_thread.store(pg_alias)
         counted = count_calls(store)
         mine = build_engine(
@@ -437,6 +440,8 @@ def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(
         rt.local_queues = frozenset(mine.bus.queues.values())
         mine.bus.local = rt.take
         mine.bus.local_steps = lambda e: rt.steps_here(mine, e)
+        if takes:
+            mine.bus.local_takes = lambda e: rt.takes(mine, e)
         registry = ToolRegistry([noop])
         LLMHandler(FakeLLMClient(model)).attach(mine)
         ToolHandler(registry).attach(mine)
@@ -454,7 +459,7 @@ def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(
         async def go():
             ended = mine.observe(Ended())
             run = await mine.start(
-                ToolLoop(registry, max_turns=TURNS + 1), {"task": "count"}, run_id=f"run-local-{answers}"
+                ToolLoop(registry, max_turns=TURNS + 1), {"task": "count"}, run_id=f"run-local-{answers}-{takes}"
             )
             await asyncio.wait_for(ended.ended.wait(), 30)
             calls = list(counted)
@@ -469,14 +474,23 @@ def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(
 
     answered, answered_log, sent_answered = one_run(True)
     alone, alone_log, sent_alone = one_run(False)
-    assert sent_answered == sent_alone == 0  # every delivery taken on the loop
+    taken, taken_log, sent_taken = one_run(True, takes=True)
+    assert sent_answered == sent_alone == sent_taken == 0  # every delivery taken on the loop
     # the start; the verdict with the first request; two a turn; the last reply with the
     # end; and each model call's attempt, before it is sent
     assert answered.count("append") == 1 + 1 + 2 * (TURNS - 1) + 1 + TURNS, answered
     assert alone.count("append") == 2 + 4 * TURNS - 2 + 1 + TURNS, alone
+    # ... or in its request's append
+    assert taken.count("append") == 1 + 1 + 2 * (TURNS - 1) + 1, taken
     assert set(answered) <= {"append", "save_snapshot"}, answered
-    assert [t for t, _ in answered_log] == [t for t, _ in alone_log]
+    assert [t for t, _ in answered_log] == [t for t, _ in alone_log] == [t for t, _ in taken_log]
     assert len({i for _, i in answered_log}) == len(answered_log)
+    # each attempt right after its request, as it was appended with it
+    for i, (t, _) in enumerate(taken_log):
+        if t == LLM_ATTEMPTED:
+            assert taken_log[i - 1][0] == LLM_REQUESTED
+    coordinator = engine.bus.coordination()
+    assert coordinator.client.keys(coordinator.key("exclusive", "*")) == []  # every lease let go
 
 
 def test_a_re_drive_of_an_ended_run_leaves_nothing_of_it_in_the_worker(worker):

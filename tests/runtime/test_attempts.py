@@ -590,13 +590,34 @@ class Leasing(InProcessBus):
         return lock
 
 
+class LeasingHere(Leasing):
+    """:class:`Leasing` that says a request appended here is delivered here
+    (``DeliversHere``, as a Celery worker's bus does for the queues it takes): the
+    model handler records a call's first attempt with its request, holding the
+    attempt's lease from before the append. ``away``: requests appended here are
+    delivered elsewhere after all (the worker's loop was full: sent)."""
+
+    def __init__(self, held: dict, *, away: bool = False) -> None:
+        super().__init__(held)
+        self.away = away
+
+    def delivers_here(self, event: Event) -> bool:
+        return True
+
+    async def publish(self, events) -> None:
+        await super().publish([e for e in events if not (self.away and e.type == "aaa.llm.requested")])
+
+
+@pytest.mark.parametrize("here", [False, True], ids=["attempt-appended-alone", "attempt-with-request"])
 @pytest.mark.parametrize("maker", ["lives", "dies"])
-def test_a_delivery_in_another_process_waits_for_the_calls_maker_then_decides(maker):
+def test_a_delivery_in_another_process_waits_for_the_calls_maker_then_decides(maker, here):
     """Two processes (two engines over one log, their leases shared): the second gets
     the request while the first makes its call. It waits for the first's lease; if the
     first answers, nothing more is made; if the first dies with its call, the second
-    records it abandoned and calls again."""
-    from aaa_django.runtime.bus import ExclusiveLeases
+    records it abandoned and calls again. The same where the first recorded its first
+    attempt with the request (its bus says the request is delivered there): the lease
+    was held from before the request's append."""
+    from aaa_django.runtime.bus import DeliversHere, ExclusiveLeases
 
     held: dict = {}
     release = asyncio.Event()
@@ -613,12 +634,22 @@ def test_a_delivery_in_another_process_waits_for_the_calls_maker_then_decides(ma
 
     async def main():
         store = InMemoryEventStore()
-        one = engine_on(store, FakeLLMClient(model("first")), bus=Leasing(held))
+        batches: list[list[str]] = []
+        append = store.append
+
+        async def recording(events, **kw):
+            batches.append([e.type for e in events])
+            return await append(events, **kw)
+
+        store.append = recording  # type: ignore[method-assign]
+        one = engine_on(store, FakeLLMClient(model("first")), bus=LeasingHere(held) if here else Leasing(held))
         two = engine_on(store, FakeLLMClient(model("second")), bus=Leasing(held))
-        assert isinstance(one.bus, ExclusiveLeases)
+        assert isinstance(one.bus, ExclusiveLeases) and isinstance(one.bus, DeliversHere) == here
         await one.start(ToolLoop(ADD), {"task": "add 1 and 2"}, run_id=RUN)
         await until(_called(calls), timeout=5)
         (request,) = of_type(await store.read(RUN), "aaa.llm.requested")
+        # (recorded with the request: in its append, right after it)
+        assert any(b[-2:] == ["aaa.llm.requested", LLM_ATTEMPTED] for b in batches) == here
         waiting = asyncio.ensure_future(two.handle(request))  # the request again, elsewhere
         for _ in range(20):
             await asyncio.sleep(0)
@@ -649,6 +680,55 @@ def test_a_delivery_in_another_process_waits_for_the_calls_maker_then_decides(ma
         assert of_type(log, "aaa.llm.abandoned") == [] and attempts_of(log)[0] == (first_request, 1)
         assert calls == {"first": 2, "second": 0}
     assert calls["first"] + calls["second"] == len(of_type(log, LLM_ATTEMPTED))
+    reads_whole(log)
+
+
+def test_a_first_attempt_recorded_with_its_request_that_no_delivery_here_takes_is_let_go(monkeypatch):
+    """A request appended with its first attempt, by a process whose bus said it would
+    deliver it, but was delivered elsewhere after all: the attempt's lease is let go
+    after RESERVED_FOR, and the other process, which waited for it, records the attempt
+    abandoned (never sent: counted at its estimate, on the log) and makes the call."""
+    from aaa_django.llm import handler as llm_handler
+
+    monkeypatch.setattr(llm_handler, "RESERVED_FOR", 0.3)
+    held: dict = {}
+    calls = {"first": 0, "second": 0}
+
+    def model(who: str):
+        async def answer(request):
+            calls[who] += 1
+            return add_then_answer(request)
+
+        return answer
+
+    async def main():
+        store = InMemoryEventStore()
+        one = engine_on(store, FakeLLMClient(model("first")), bus=LeasingHere(held, away=True))
+        two = engine_on(store, FakeLLMClient(model("second")), bus=Leasing(held))
+        await one.start(ToolLoop(ADD), {"task": "add 1 and 2"}, run_id=RUN)
+
+        async def requested() -> bool:
+            return bool(of_type(await store.read(RUN), "aaa.llm.requested"))
+
+        await until(requested, timeout=5)
+        (request,) = of_type(await store.read(RUN), "aaa.llm.requested")
+        lease = held[attempt_id(request.id, 1)]
+        assert lease.locked()  # held by the first, which will not deliver it
+        await asyncio.wait_for(two.handle(request), 5)  # waits, then decides
+        assert not lease.locked()
+        outcome = await two.run(RUN).result(timeout=10)
+        await two.drain(5)
+        log = await store.read(RUN)
+        for engine in (one, two):
+            await engine.close(drain=False)
+        return outcome, log
+
+    outcome, log = arun(main())
+    first_request = of_type(log, "aaa.llm.requested")[0].id
+    assert outcome.ok
+    assert [e.data["attempt"] for e in of_type(log, "aaa.llm.abandoned")] == [1]
+    assert attempts_of(log)[:2] == [(first_request, 1), (first_request, 2)]
+    assert calls["first"] == 0 and calls["second"] == len(of_type(log, LLM_ATTEMPTED)) - 1
     reads_whole(log)
 
 
