@@ -260,16 +260,17 @@ class LLMHandler:
             return None
         if any(e.causation == event.id for e in batch[index + 1 :]):
             return None  # a copy with its attempts and result (a fork): nothing to make
+        if event.id in self._first:
+            # Recorded with an earlier append of the request here, stored (one that was
+            # not is let go: ``not_recorded``), its delivery still to come: this append
+            # of the request again (a second delivery's step) is absorbed, as it would be.
+            return None
         first: bool | _Reserved = True
         if self._leases is not None:
-            prior = self._first.get(event.id)
-            if isinstance(prior, _Reserved) and not prior.claimed:
-                first = prior  # (the same step again, its append refused: still held)
-            else:
-                reserved = await self._reserve(event)
-                if reserved is None:
-                    return None
-                first = reserved
+            reserved = await self._reserve(event)
+            if reserved is None:
+                return None
+            first = reserved
         engine = self._engine()
         state = copy.deepcopy(await engine.project(CONVERSATION, event.stream))
         for e in batch[: index + 1]:  # (the same append's events up to the request)
@@ -277,6 +278,22 @@ class LLMHandler:
         attempted = self._attempted(event, self._request_of(event, state.request(event.id) or []), 1)
         bounded.keep(self._first, event.id, first, bounded.RUNS_KEPT)
         return attempted
+
+    async def not_recorded(self, records: Sequence[Event]) -> None:
+        """First attempts :meth:`with_request` made that their append did not store
+        (:class:`~aaa_django.runtime.engine_api.RecordsWithRequest`): no delivery here
+        follows from it, so their leases go now, not after :data:`RESERVED_FOR` (a
+        delivery of the request elsewhere, which appended it alone, may be waiting for
+        the lease to record the attempt itself)."""
+        for record in records:
+            request_id = record.causation or ""
+            first = self._first.get(request_id)
+            if first is None:
+                continue
+            del self._first[request_id]
+            lease = first.claim() if isinstance(first, _Reserved) else None
+            if lease is not None:
+                await lease.__aexit__(None, None, None)
 
     async def _reserve(self, event: Event) -> _Reserved | None:
         """The lease on the first attempt of the request ``event`` (not appended yet),

@@ -34,6 +34,7 @@ from aaa_django.events.tail import Staged
 
 from . import bounded, limits
 from .bus import StepsInline
+from .engine_api import RecordsWithRequest
 from .event_types import MESSAGE_SENT, QUESTION_ASKED, RUN_COMPLETED
 from .facade import Facade
 from .meta import FOLDED, RunMeta
@@ -121,16 +122,18 @@ class Appends:
         events, when the caller has it); any other gets what handlers record with its
         requests (:meth:`with_requests`). Raises what the store raised."""
         engine = self.engine
+        made: list[tuple[RecordsWithRequest, Event]] = []
         if batch and batch[-1].type == RUN_COMPLETED:
             # (in a step, the RUNMETA it decided from: no read)
             meta, done = folded if folded is not None else (await engine.meta(stream), 0)
             batch = limits.cut_off(batch, meta, done)
         elif engine.records_with:
-            batch = await self.with_requests(batch)
+            batch, made = await self.with_requests(batch)
         if engine.blobs is not None:
             batch = [await self.claim(e) for e in batch]
         engine._deliveries.appending(stream)
         alone = caller_alone.set(engine.turns.alone())  # (a hint to the store: see caller_alone)
+        added: list[Event] = []
         try:
             added = await (
                 engine.store.append(batch)
@@ -140,6 +143,8 @@ class Appends:
         finally:
             caller_alone.reset(alone)
             engine._deliveries.appending(stream)  # (a read meanwhile may have kept the log before it)
+            if made:  # (also when the append failed: nothing of it was stored)
+                await _not_recorded(made, added)
         if added and engine._timers.keeps:
             # As soon as a due time is stored, as the run index's ``due_at`` is
             # (in the append's transaction): never a moment when the log says a
@@ -149,21 +154,24 @@ class Appends:
             await notify_appended(engine.observers, added)
         return added
 
-    async def with_requests(self, batch: list[Event]) -> list[Event]:
+    async def with_requests(self, batch: list[Event]) -> tuple[list[Event], list[tuple[RecordsWithRequest, Event]]]:
         """``batch`` with what the handlers that record with a request
         (:class:`~.engine_api.RecordsWithRequest`: the model handler's first attempt)
-        record, each right after its request: in the request's commit."""
+        record, each right after its request: in the request's commit; and who made
+        which record (told after the append of those it did not store)."""
         makers = self.engine.records_with
         if not any(e.type in makers for e in batch):
-            return batch
+            return batch, []
         out: list[Event] = []
+        made: list[tuple[RecordsWithRequest, Event]] = []
         for i, e in enumerate(batch):
             out.append(e)
             for maker in makers.get(e.type, ()):
                 record = await maker.with_request(batch, i)
                 if record is not None:
                     out.append(record)
-        return out
+                    made.append((maker, record))
+        return out, made
 
     async def appended(self, stored: EventList) -> None:
         """After an append: a run's end kept and its waiters woken; the new events
@@ -303,6 +311,22 @@ class NotInline(BaseException):
     """A step on a result not yet appended (``Engine.answer``) would append to another
     run: it is taken when the result is delivered instead. (Not an ``Exception``: it
     passes the step's own error boundary.)"""
+
+
+async def _not_recorded(made: list[tuple[RecordsWithRequest, Event]], added: Iterable[Event]) -> None:
+    """Tell each handler that recorded with a request which of its records the append
+    did not store (:meth:`~.engine_api.RecordsWithRequest.not_recorded`); its error is
+    logged, never raised over the append's own outcome."""
+    stored = {e.id for e in added}
+    makers: dict[int, tuple[RecordsWithRequest, list[Event]]] = {}
+    for maker, record in made:
+        if record.id not in stored:
+            makers.setdefault(id(maker), (maker, []))[1].append(record)
+    for maker, records in makers.values():
+        try:
+            await maker.not_recorded(records)
+        except Exception:
+            log.exception("%r failed letting go of what it held for %d records not appended", maker, len(records))
 
 
 def through_completion(events: Iterable[Event]) -> list[Event]:

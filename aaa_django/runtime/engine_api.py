@@ -76,6 +76,12 @@ class RecordsWithRequest(Protocol):
         handled as ever when it is delivered)."""
         ...
 
+    async def not_recorded(self, records: Sequence[Event]) -> None:
+        """Of what :meth:`with_request` returned, the events the append did not store
+        (it failed, was refused, or found them stored already): no delivery of their
+        requests follows from it, so what the handler holds for them goes now."""
+        ...
+
 
 class EngineAPI(Protocol):
     """The engine's public interface (see :class:`~aaa_django.runtime.Engine`)."""

@@ -732,6 +732,44 @@ def test_a_first_attempt_recorded_with_its_request_that_no_delivery_here_takes_i
     reads_whole(log)
 
 
+def test_a_first_attempt_whose_append_is_refused_lets_its_lease_go_at_once():
+    """The step's append of a request with its first attempt is refused (the log moved
+    on: another process's step appended first): the attempt's lease, taken before it,
+    goes at once, not after RESERVED_FOR, so a delivery of the request elsewhere that
+    appended it alone records the attempt itself without waiting. Appended again, it is
+    recorded again, under a lease taken anew."""
+    from dataclasses import replace
+
+    from aaa_django.events import ConcurrencyError
+
+    held: dict = {}
+
+    async def main():
+        store = InMemoryEventStore()
+        one = engine_on(store, FakeLLMClient(add_then_answer), bus=LeasingHere(held, away=True))
+        await one.start(ToolLoop(ADD), {"task": "add 1 and 2"}, run_id=RUN)
+
+        async def requested() -> bool:
+            return bool(of_type(await store.read(RUN), "aaa.llm.requested"))
+
+        await until(requested, timeout=5)
+        log = await store.read(RUN)
+        (request,) = of_type(log, "aaa.llm.requested")
+        again = replace(request, id="another-request", seq=None)
+        lease = held.setdefault(attempt_id(again.id, 1), asyncio.Lock())
+        with pytest.raises(ConcurrencyError):
+            await one.append_at([again], head=log[-1].seq - 1)  # the log moved on
+        refused_then = lease.locked()
+        stored = await one.append_at([again], head=log[-1].seq)
+        held_now = lease.locked()
+        await one.close(drain=False)
+        return refused_then, [e.type for e in stored], held_now
+
+    refused_then, stored, held_now = arun(main())
+    assert refused_then is False  # let go with the refused append
+    assert stored == ["aaa.llm.requested", LLM_ATTEMPTED] and held_now  # recorded with it, held for its delivery
+
+
 def _called(calls: dict):
     async def check() -> bool:
         return calls["first"] == 1
