@@ -117,9 +117,10 @@ class _Reserved:
     (:meth:`LLMHandler.with_request`, on a bus with leases), until the request's
     delivery here takes it over (:meth:`claim`) or :data:`RESERVED_FOR` passes."""
 
-    __slots__ = ("lease", "timer", "claimed")
+    __slots__ = ("request_id", "lease", "timer", "claimed")
 
-    def __init__(self, lease: AbstractAsyncContextManager[None]) -> None:
+    def __init__(self, request_id: str, lease: AbstractAsyncContextManager[None]) -> None:
+        self.request_id = request_id
         self.lease = lease
         self.claimed = False
         self.timer: asyncio.TimerHandle | None = None
@@ -132,6 +133,15 @@ class _Reserved:
         if self.timer is not None:
             self.timer.cancel()
         return self.lease
+
+
+async def _stop_taking(taking: asyncio.Future, lease: AbstractAsyncContextManager[None]) -> None:
+    """Stop ``taking`` (a lease's ``__aenter__`` under way) and, if it took the lease
+    as it was cancelled, let the lease go."""
+    taking.cancel()
+    await asyncio.wait({taking})
+    if not taking.cancelled() and taking.exception() is None:
+        await lease.__aexit__(None, None, None)
 
 
 class _Call:
@@ -306,9 +316,7 @@ class LLMHandler:
         taking = asyncio.ensure_future(lease.__aenter__())
         done, _ = await asyncio.wait({taking}, timeout=RESERVE_WAIT)
         if not done:
-            taking.cancel()
-            await asyncio.wait({taking})
-        if taking.cancelled():
+            await _stop_taking(taking, lease)
             return None
         failure = taking.exception()
         if failure is not None:
@@ -321,10 +329,7 @@ class LLMHandler:
                 failure,
             )
             return None
-        if not done:  # taken as it was cancelled
-            await lease.__aexit__(None, None, None)
-            return None
-        reserved = _Reserved(lease)
+        reserved = _Reserved(event.id, lease)
         reserved.timer = asyncio.get_running_loop().call_later(RESERVED_FOR, self._let_go, reserved)
         return reserved
 
@@ -333,9 +338,8 @@ class LLMHandler:
         lease = reserved.claim()
         if lease is None:
             return
-        for request_id, first in list(self._first.items()):
-            if first is reserved:
-                del self._first[request_id]
+        if self._first.get(reserved.request_id) is reserved:
+            del self._first[reserved.request_id]
         task = asyncio.ensure_future(lease.__aexit__(None, None, None))
         self._letting_go.add(task)
         task.add_done_callback(self._let_go_done)
@@ -488,10 +492,7 @@ class LLMHandler:
                         break
         finally:
             if not taking.done():
-                taking.cancel()
-                await asyncio.wait({taking})
-                if not taking.cancelled() and taking.exception() is None:  # (taken as it was cancelled)
-                    await lease.__aexit__(None, None, None)
+                await _stop_taking(taking, lease)
         return None, waited
 
     async def _open(self, event: Event, *, fresh: bool) -> OpenCall | None:
