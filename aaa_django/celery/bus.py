@@ -66,6 +66,7 @@ from aaa_django.conf import aaa_settings, redis_url
 from aaa_django.events import Event, EventList, EventStore
 from aaa_django.events.tail import TailCachedStore
 from aaa_django.runtime import logcontext
+from aaa_django.runtime.appends import not_delivered_here
 from aaa_django.runtime.bus import Work
 from aaa_django.runtime.engine_api import EngineAPI
 from aaa_django.runtime.event_types import (
@@ -316,8 +317,13 @@ class DistributedBus:
         if self.local is not None:  # a worker's loop delivers what it can itself
             # (a model request with its first attempt, recorded here with it: the
             # attempt's lease is this process's, so is the call)
-            made_here = {e.causation for e in events if e.type == LLM_ATTEMPTED}
+            made_here = {e.causation: e for e in events if e.type == LLM_ATTEMPTED}
             events = [e for e in events if not self.local(self.engine, e, made_here=e.id in made_here)]
+            if made_here and self.engine is not None:
+                # Sent after all (the worker began shutting down, or was fenced off the
+                # run, since ``delivers_here`` said it would take them): the attempts'
+                # leases go now, and whoever takes a request finds its maker gone.
+                await not_delivered_here(self.engine, [made_here[e.id] for e in events if e.id in made_here])
         carrier = self.trace
         messages = [
             (queue_for(e.type, self.queues), self._args(e, events), carrier.headers(e) if carrier is not None else None)

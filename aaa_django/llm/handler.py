@@ -102,9 +102,10 @@ CLAIM_TRIES = 3
 #: lease): is the request answered, or its maker's process ended?
 MAKER_POLL = 0.5
 #: seconds the lease of a first attempt recorded with its request (on a bus with
-#: leases) waits for the request's delivery here to take it over; past them (the
-#: request's append did not happen, or its delivery went elsewhere after all) it is
-#: let go, and whoever delivers the request decides from the log
+#: leases) waits for the request's delivery here to take it over; past them it is let
+#: go, and whoever delivers the request decides from the log. (A fallback: an append
+#: that does not store the attempt, and a bus that sends the request elsewhere after
+#: all, let it go at once: ``not_delivered_here``.)
 RESERVED_FOR = 30.0
 #: seconds the lease of a first attempt to record with its request is waited for,
 #: before the request's append (it is free unless another delivery of the same
@@ -272,7 +273,7 @@ class LLMHandler:
             return None  # a copy with its attempts and result (a fork): nothing to make
         if event.id in self._first:
             # Recorded with an earlier append of the request here, stored (one that was
-            # not is let go: ``not_recorded``), its delivery still to come: this append
+            # not is let go: ``not_delivered_here``), its delivery still to come: this append
             # of the request again (a second delivery's step) is absorbed, as it would be.
             return None
         first: bool | _Reserved = True
@@ -289,12 +290,13 @@ class LLMHandler:
         bounded.keep(self._first, event.id, first, bounded.RUNS_KEPT)
         return attempted
 
-    async def not_recorded(self, records: Sequence[Event]) -> None:
-        """First attempts :meth:`with_request` made that their append did not store
-        (:class:`~aaa_django.runtime.engine_api.RecordsWithRequest`): no delivery here
-        follows from it, so their leases go now, not after :data:`RESERVED_FOR` (a
-        delivery of the request elsewhere, which appended it alone, may be waiting for
-        the lease to record the attempt itself)."""
+    async def not_delivered_here(self, records: Sequence[Event]) -> None:
+        """First attempts :meth:`with_request` made whose requests this process will
+        not deliver (:class:`~aaa_django.runtime.engine_api.RecordsWithRequest`): their
+        append did not store them, or the bus sent the requests elsewhere after all.
+        Their leases go now, not after :data:`RESERVED_FOR`: a delivery of the request
+        elsewhere may be waiting for the lease (to record the attempt itself, or to
+        find its maker gone and record it abandoned)."""
         for record in records:
             request_id = record.causation or ""
             first = self._first.get(request_id)

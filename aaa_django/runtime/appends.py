@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from itertools import groupby
 
@@ -34,7 +34,7 @@ from aaa_django.events.tail import Staged
 
 from . import bounded, limits
 from .bus import StepsInline
-from .engine_api import RecordsWithRequest
+from .engine_api import EngineAPI, RecordsWithRequest
 from .event_types import MESSAGE_SENT, QUESTION_ASKED, RUN_COMPLETED
 from .facade import Facade
 from .meta import FOLDED, RunMeta
@@ -315,18 +315,38 @@ class NotInline(BaseException):
 
 async def _not_recorded(made: list[tuple[RecordsWithRequest, Event]], added: Iterable[Event]) -> None:
     """Tell each handler that recorded with a request which of its records the append
-    did not store (:meth:`~.engine_api.RecordsWithRequest.not_recorded`); its error is
-    logged, never raised over the append's own outcome."""
+    did not store (:meth:`~.engine_api.RecordsWithRequest.not_delivered_here`)."""
     stored = {e.id for e in added}
     makers: dict[int, tuple[RecordsWithRequest, list[Event]]] = {}
     for maker, record in made:
         if record.id not in stored:
             makers.setdefault(id(maker), (maker, []))[1].append(record)
     for maker, records in makers.values():
-        try:
-            await maker.not_recorded(records)
-        except Exception:
-            log.exception("%r failed letting go of what it held for %d records not appended", maker, len(records))
+        await _tell(maker, records)
+
+
+async def not_delivered_here(engine: EngineAPI, records: Sequence[Event]) -> None:
+    """For a bus: ``records``, stored with their requests by handlers of ``engine``
+    (:class:`~.engine_api.RecordsWithRequest`) because the bus said the requests would
+    be delivered in this process (:class:`~.bus.DeliversHere`), are not: the bus sends
+    the requests elsewhere after all (this process began shutting down, or was fenced
+    off the run, between the step and the append). What the handlers hold for them
+    (the model handler: the attempt's lease) goes now; the process that takes a
+    request finds its maker gone."""
+    if not records:
+        return
+    makers = {id(m): m for ms in engine.records_with.values() for m in ms}
+    for maker in makers.values():
+        await _tell(maker, records)
+
+
+async def _tell(maker: RecordsWithRequest, records: Sequence[Event]) -> None:
+    """``maker.not_delivered_here(records)``; its error is logged, never raised over the
+    append's or the publication's own outcome."""
+    try:
+        await maker.not_delivered_here(records)
+    except Exception:
+        log.exception("%r failed letting go of what it held for %d records not delivered here", maker, len(records))
 
 
 def through_completion(events: Iterable[Event]) -> list[Event]:

@@ -76,10 +76,12 @@ class RecordsWithRequest(Protocol):
         handled as ever when it is delivered)."""
         ...
 
-    async def not_recorded(self, records: Sequence[Event]) -> None:
-        """Of what :meth:`with_request` returned, the events the append did not store
-        (it failed, was refused, or found them stored already): no delivery of their
-        requests follows from it, so what the handler holds for them goes now."""
+    async def not_delivered_here(self, records: Sequence[Event]) -> None:
+        """Of what :meth:`with_request` returned, the events whose requests this process
+        will not deliver after all: the append did not store them (it failed, was
+        refused, or found them stored already), or the bus sends their requests
+        elsewhere (:func:`~.appends.not_delivered_here`); what the handler holds for
+        them goes now."""
         ...
 
 

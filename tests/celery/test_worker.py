@@ -493,6 +493,81 @@ def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(
     assert coordinator.client.keys(coordinator.key("exclusive", "*")) == []  # every lease let go
 
 
+def test_a_request_recorded_with_its_attempt_but_sent_after_all_lets_the_lease_go_at_once(
+    worker, pg_alias, redis_url, db_thread
+):
+    """A worker's bus says a model request, appended now, is delivered on the loop
+    (``WorkerRuntime.takes``): its first attempt is recorded with it, under a lease
+    taken before the append. Between the step and the publication the worker begins
+    shutting down, so the request is sent after all: the lease goes at once
+    (``not_delivered_here``), not after RESERVED_FOR, and the worker that takes the
+    request finds the attempt's maker gone: it records the attempt abandoned (never
+    sent) and makes the call, and the run ends as ever."""
+    from aaa_django.algos import ToolLoop
+    from aaa_django.llm import FakeLLMClient, LLMHandler
+    from aaa_django.runtime.event_types import LLM_ABANDONED
+    from aaa_django.tools import ToolHandler, ToolRegistry
+    from tests.runtime.test_store_calls import model, noop
+
+    rt, engine, sent = worker
+    coordinator = engine.bus.coordination()
+    leases = coordinator.key("exclusive", "*")
+    registry = ToolRegistry([noop])
+
+    def worker_engine():
+        built = build_engine(
+            using=pg_alias,
+            store=TailCachedStore(db_thread.store(pg_alias)),
+            cache=FoldCache(),
+            bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
+        )
+        built.bus._send = engine.bus._send
+        LLMHandler(FakeLLMClient(model)).attach(built)
+        ToolHandler(registry).attach(built)
+        return built
+
+    mine, other = worker_engine(), worker_engine()
+    rt.local_queues = frozenset(mine.bus.queues.values())
+    held_as_sent: list[list] = []
+
+    def local(engine, event, made_here=False):
+        if event.type == LLM_REQUESTED:
+            rt.draining = True  # (the worker is told to shut down, after the step)
+        return rt.take(engine, event, made_here=made_here)
+
+    def send(messages, ended, *, swallow=True):
+        held_as_sent.append(coordinator.client.keys(leases))
+        engine.bus._send(messages, ended, swallow=swallow)
+
+    mine.bus.local = local
+    mine.bus.local_takes = lambda e: rt.takes(mine, e)
+    mine.bus._send = send
+    run_id = f"run-sent-after-all-{uuid.uuid4().hex[:8]}"
+    try:
+        rt.run(mine.start(ToolLoop(registry, max_turns=11), {"task": "count"}, run_id=run_id))
+        # the first step, on the loop, appended the request and sent it
+        rt.run(_until(lambda: any(s["messages"] for s in sent)))
+        first = rt.run(mine.store.read(run_id))
+        assert [e.type for e in first[-2:]] == [LLM_REQUESTED, LLM_ATTEMPTED]  # recorded with it
+        assert held_as_sent[-1] == [] and coordinator.client.keys(leases) == []  # let go before it was sent
+        drive(rt, other, sent)  # the other worker takes it, and the rest of the run
+        outcome = rt.run(other.outcome(run_id))
+        log = rt.run(other.store.read(run_id))
+    finally:
+        rt.run(mine.close())
+        rt.run(other.close())
+    assert outcome.outcome == "success"
+    request = first[-2]
+    assert [(e.data["request_id"], e.data["attempt"]) for e in log if e.type == LLM_ABANDONED] == [(request.id, 1)]
+    assert [e.data["attempt"] for e in log if e.type == LLM_ATTEMPTED and e.data["request_id"] == request.id] == [1, 2]
+
+
+async def _until(check, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
 def test_a_re_drive_of_an_ended_run_leaves_nothing_of_it_in_the_worker(worker):
     rt, engine, sent = worker
     run_id = rt.run(_start(engine))

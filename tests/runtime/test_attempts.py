@@ -595,17 +595,25 @@ class LeasingHere(Leasing):
     (``DeliversHere``, as a Celery worker's bus does for the queues it takes): the
     model handler records a call's first attempt with its request, holding the
     attempt's lease from before the append. ``away``: requests appended here are
-    delivered elsewhere after all (the worker's loop was full: sent)."""
+    delivered elsewhere after all (the worker began shutting down: sent); ``tells``:
+    the bus then says so (``not_delivered_here``, as the Celery bus does)."""
 
-    def __init__(self, held: dict, *, away: bool = False) -> None:
+    def __init__(self, held: dict, *, away: bool = False, tells: bool = False) -> None:
         super().__init__(held)
         self.away = away
+        self.tells = tells
 
     def delivers_here(self, event: Event) -> bool:
         return True
 
     async def publish(self, events) -> None:
-        await super().publish([e for e in events if not (self.away and e.type == "aaa.llm.requested")])
+        from aaa_django.runtime.appends import not_delivered_here
+
+        events = list(events)
+        away = {e.id for e in events if self.away and e.type == "aaa.llm.requested"}
+        if self.tells:
+            await not_delivered_here(self.engine, [e for e in events if e.causation in away])
+        await super().publish([e for e in events if e.id not in away])
 
 
 @pytest.mark.parametrize("here", [False, True], ids=["attempt-appended-alone", "attempt-with-request"])
@@ -683,14 +691,18 @@ def test_a_delivery_in_another_process_waits_for_the_calls_maker_then_decides(ma
     reads_whole(log)
 
 
-def test_a_first_attempt_recorded_with_its_request_that_no_delivery_here_takes_is_let_go(monkeypatch):
+@pytest.mark.parametrize("told", [True, False], ids=["bus-tells", "bus-silent"])
+def test_a_first_attempt_recorded_with_its_request_that_no_delivery_here_takes_is_let_go(monkeypatch, told):
     """A request appended with its first attempt, by a process whose bus said it would
-    deliver it, but was delivered elsewhere after all: the attempt's lease is let go
-    after RESERVED_FOR, and the other process, which waited for it, records the attempt
-    abandoned (never sent: counted at its estimate, on the log) and makes the call."""
+    deliver it, but was delivered elsewhere after all: the attempt's lease is let go,
+    at once when the bus says it sent the request (``not_delivered_here``: RESERVED_FOR
+    is left at its 30 s), else after RESERVED_FOR, and the other process, which waited
+    for it, records the attempt abandoned (never sent: counted at its estimate, on the
+    log) and makes the call."""
     from aaa_django.llm import handler as llm_handler
 
-    monkeypatch.setattr(llm_handler, "RESERVED_FOR", 0.3)
+    if not told:
+        monkeypatch.setattr(llm_handler, "RESERVED_FOR", 0.3)
     held: dict = {}
     calls = {"first": 0, "second": 0}
 
@@ -703,7 +715,7 @@ def test_a_first_attempt_recorded_with_its_request_that_no_delivery_here_takes_i
 
     async def main():
         store = InMemoryEventStore()
-        one = engine_on(store, FakeLLMClient(model("first")), bus=LeasingHere(held, away=True))
+        one = engine_on(store, FakeLLMClient(model("first")), bus=LeasingHere(held, away=True, tells=told))
         two = engine_on(store, FakeLLMClient(model("second")), bus=Leasing(held))
         await one.start(ToolLoop(ADD), {"task": "add 1 and 2"}, run_id=RUN)
 
@@ -713,7 +725,14 @@ def test_a_first_attempt_recorded_with_its_request_that_no_delivery_here_takes_i
         await until(requested, timeout=5)
         (request,) = of_type(await store.read(RUN), "aaa.llm.requested")
         lease = held[attempt_id(request.id, 1)]
-        assert lease.locked()  # held by the first, which will not deliver it
+        if told:  # let go by the first, which will not deliver it, long before RESERVED_FOR
+
+            async def let_go() -> bool:
+                return not lease.locked()
+
+            await until(let_go, timeout=5)
+        else:
+            assert lease.locked()  # held by the first, which will not deliver it
         await asyncio.wait_for(two.handle(request), 5)  # waits, then decides
         assert not lease.locked()
         outcome = await two.run(RUN).result(timeout=10)
