@@ -21,6 +21,7 @@ recorded as run exactly when it ran.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -72,7 +73,8 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_clus
         concurrency=2,
         env={**broker.env, "AAA_TEST_STALL_AFTER": "3", "AAA_TEST_MAX_ABANDONED": limit},
     )
-    rng = random.Random(int(os.environ.get("AAA_FAULT_SEED", time.time_ns() % 10_000)))
+    seed = int(os.environ.get("AAA_FAULT_SEED", time.time_ns() % 10_000))
+    rng = random.Random(seed)
     kills: list[str] = []
     restarts: list[asyncio.Future] = []
     # The model calls are held in flight until the killer has made its first MIN_KILLS
@@ -111,16 +113,25 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_clus
                 restarts.append(asyncio.ensure_future(asyncio.to_thread(cluster.start, 1, concurrency=2)))
             if len(kills) >= MIN_KILLS:
                 redis.delete(hold)
-        # Done killing: the runs need live workers to end on. The replacements come up
-        # (one that fails to is replaced) until two are.
+        # Done killing: the runs need live workers to end on. Until they have ended, a
+        # worker that dies is replaced, as a supervisor would: one whose child was
+        # killed as its pool started can die after the killing stopped (Celery gives it
+        # up, "Could not start worker processes"). Once two such deaths came just after
+        # the last kill, when two workers still counted as live: the killer stopped
+        # replacing, and with none left the runs waited out HANG.
         await asyncio.gather(*restarts, return_exceptions=True)
-        for attempt in range(5):
+        failed = 0
+        while not stop.is_set():
             if len(cluster.live()) >= 2:
-                return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.2)  # (a supervisor's look: no bound)
+                continue
             try:
                 await asyncio.to_thread(cluster.start, 1, concurrency=2)
+                failed = 0
             except RuntimeError:
-                if attempt == 4:
+                failed += 1
+                if failed == 5:
                     raise  # (a worker that never comes up: its log says why)
 
     answered: dict[str, str] = {}
@@ -146,7 +157,9 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, new_clus
                     if not any(e.type == RUN_COMPLETED for e in events):
                         stuck.append((r.run_id, _unanswered(events), [_brief(e) for e in events[-6:]]))
                 stuck_lines = "\n".join(map(str, stuck))
-                print(f"\nkills: {kills}\nanswered gates: {answered}\nstuck runs:\n{stuck_lines}\n{cluster.logs()}")
+                print(
+                    f"\nAAA_FAULT_SEED={seed}\nkills: {kills}\nlive workers: {len(cluster.live())}\nanswered gates: {answered}\nstuck runs:\n{stuck_lines}\n{cluster.logs()}"
+                )
                 raise AssertionError(f"{len(stuck)} runs hung: {stuck_lines[:2000]}") from None
             finally:
                 stop.set()
