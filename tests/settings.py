@@ -17,6 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import django
+
 if os.environ.get("AAA_TEST_TMPDIR"):
     TMP_DIR = Path(os.environ["AAA_TEST_TMPDIR"])
     TMP_DIR.mkdir(parents=True, exist_ok=True)
@@ -105,3 +107,8 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "static/"
+
+if django.VERSION >= (6, 1):
+    # Django 6.1 configures email with MAILERS (sending mail without it is deprecated);
+    # the test runner makes every mailer the in-memory one (``mail.outbox``).
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
