@@ -105,6 +105,21 @@ def worker(pg_alias, redis_url, db_thread):
         rt.close()
 
 
+def beside(engine, store, pg_alias: str, *, cache: FoldCache | None = None, **kw):
+    """Another worker's engine, built as the ``worker`` fixture's is, on ``store`` (a
+    Django store): its bus shares the fixture's coordinator (Redis leases and locks)
+    and records what it sends with the fixture's sends."""
+    built = build_engine(
+        using=pg_alias,
+        store=TailCachedStore(store),
+        cache=cache if cache is not None else FoldCache(),
+        bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
+        **kw,
+    )
+    built.bus._send = engine.bus._send
+    return built
+
+
 def drive(rt, engine, sent, each=None) -> int:
     """Deliver every message sent, in order, as the workers would; returns how many.
     ``each(seq)`` is called before each delivery."""
@@ -300,14 +315,8 @@ def test_two_workers_taking_turns_never_read(worker, pg_alias, redis_url, db_thr
     first event too (a young run's messages carry the events before them), so no
     delivery reads the log and each appends in one statement."""
     rt, engine, sent = worker
-    other = build_engine(
-        using=pg_alias,
-        store=TailCachedStore(db_thread.store(pg_alias)),
-        cache=FoldCache(),
-        bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
-    )
+    other = beside(engine, db_thread.store(pg_alias), pg_alias)
     site.attach(other)
-    other.bus._send = engine.bus._send
     statements: dict[int, list[str]] = {}
     current: list[int] = []
 
@@ -386,13 +395,7 @@ def test_a_toolloop_turn_in_a_worker_is_its_appends_and_no_read_of_them(worker, 
     rt, engine, sent = worker
     store = db_thread.store(pg_alias)
     counted = count_calls(store)
-    mine = build_engine(
-        using=pg_alias,
-        store=TailCachedStore(store),
-        cache=FoldCache(check_every=0),
-        bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
-    )
-    mine.bus._send = engine.bus._send
+    mine = beside(engine, store, pg_alias, cache=FoldCache(check_every=0))
     registry = ToolRegistry([noop])
     LLMHandler(FakeLLMClient(model)).attach(mine)
     ToolHandler(registry).attach(mine)
@@ -429,14 +432,7 @@ def test_a_worker_that_takes_its_runs_deliveries_appends_a_result_with_its_step(
     def one_run(answers: bool, takes: bool = False) -> tuple[list[str], list[tuple[str, str]], int]:
         store = db_thread.store(pg_alias)
         counted = count_calls(store)
-        mine = build_engine(
-            using=pg_alias,
-            store=TailCachedStore(store),
-            cache=FoldCache(check_every=0),
-            bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
-            answers=answers,
-        )
-        mine.bus._send = engine.bus._send
+        mine = beside(engine, store, pg_alias, cache=FoldCache(check_every=0), answers=answers)
         rt.local_queues = frozenset(mine.bus.queues.values())
         mine.bus.local = rt.take
         mine.bus.local_steps = lambda e: rt.steps_here(mine, e)
@@ -515,13 +511,7 @@ def test_a_request_recorded_with_its_attempt_but_sent_after_all_lets_the_lease_g
     registry = ToolRegistry([noop])
 
     def worker_engine():
-        built = build_engine(
-            using=pg_alias,
-            store=TailCachedStore(db_thread.store(pg_alias)),
-            cache=FoldCache(),
-            bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
-        )
-        built.bus._send = engine.bus._send
+        built = beside(engine, db_thread.store(pg_alias), pg_alias)
         LLMHandler(FakeLLMClient(model)).attach(built)
         ToolHandler(registry).attach(built)
         return built
@@ -774,13 +764,7 @@ def test_a_model_call_is_handed_off_its_task_returns_while_it_waits(worker, pg_a
         await gate[-1].wait()
         return text("done")
 
-    mine = build_engine(
-        using=pg_alias,
-        store=TailCachedStore(db_thread.store(pg_alias)),
-        cache=FoldCache(),
-        bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
-    )
-    mine.bus._send = engine.bus._send
+    mine = beside(engine, db_thread.store(pg_alias), pg_alias)
     LLMHandler(FakeLLMClient(model)).attach(mine)
 
     async def start():
@@ -834,13 +818,7 @@ def test_a_handed_off_call_that_fails_is_retried_or_given_up_on_the_loop(worker,
     from aaa_django.tools import ToolRegistry
 
     rt, engine, sent = worker
-    mine = build_engine(
-        using=pg_alias,
-        store=TailCachedStore(db_thread.store(pg_alias)),
-        cache=FoldCache(),
-        bus=DistributedBus(in_worker=True, coordinator=engine.bus.coordinator),
-    )
-    mine.bus._send = engine.bus._send
+    mine = beside(engine, db_thread.store(pg_alias), pg_alias)
     client = FakeLLMClient(lambda request: text("done"))
     LLMHandler(client, redelivery=Redelivery(retries=0)).attach(mine)
     refused: list[str] = []
