@@ -587,10 +587,13 @@ def main() -> None:
     )
     ap.add_argument(
         "--gc",
-        choices=["default", "freeze", "off"],
+        choices=["default", "freeze", "off", "site"],
         default="default",
         help="in-process rows: the garbage collector as it is, gc.freeze() after the "
-        "warm-up, or off during the load (to see what it costs)",
+        "warm-up, or off during the load (to see what it costs); site: as the example "
+        "site sets its web and worker processes (project/collector.py: its thresholds, "
+        "and gc.freeze() once started), in the in-process rows and the Celery row's "
+        "worker processes",
     )
     ap.add_argument(
         "--gc-threshold",
@@ -635,6 +638,10 @@ def main() -> None:
     )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.gc == "site":  # the example site's collector (project/collector.py)
+        from project.collector import THRESHOLD
+
+        args.gc, args.gc_threshold = "freeze", args.gc_threshold or ",".join(map(str, THRESHOLD))
     if args.child:
         child(args)
         return

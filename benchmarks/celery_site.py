@@ -162,12 +162,15 @@ def _trace_in_pool_process(**kwargs):
     # in the pool's process, after the fork: the exporters' threads and connections are its own
     if OTLP:
         _stop_tracing.append(trace_exports(OTLP))
-    # bench_concurrency.py --gc-threshold: the collector as a site carrying many runs
-    # a worker process may set it (docs/engine.md, many runs in one process)
-    if os.environ.get("AAA_BENCH_GC_THRESHOLD"):
-        import gc
+    # bench_concurrency.py --gc-threshold (and --gc site): the collector as a site carrying
+    # many runs a worker process may set it (docs/engine.md, many runs in one process;
+    # project/collector.py)
+    import gc
 
+    if os.environ.get("AAA_BENCH_GC_THRESHOLD"):
         gc.set_threshold(*map(int, os.environ["AAA_BENCH_GC_THRESHOLD"].split(",")))
+    if os.environ.get("AAA_BENCH_GC") == "freeze":
+        gc.freeze()
 
 
 @worker_process_shutdown.connect

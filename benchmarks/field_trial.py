@@ -114,7 +114,9 @@ def stretches(logs: dict[str, list[dict]]) -> dict[str, list[float]]:
     return out
 
 
-def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel: bool = False) -> dict:
+def trial(
+    tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel: bool = False, gc: str | None = None
+) -> dict:
     with Site(
         tmp,
         s3,
@@ -124,6 +126,7 @@ def trial(tmp: Path, s3: str, runs: int, kill: bool, bus: str = "celery", cancel
         web_workers=2,
         stall_after=15,
         model_latency=(LATENCY, LATENCY),
+        env={"AAA_GC_THRESHOLD": gc} if gc else None,
     ) as site:
         client = site.client
         patient(client)
@@ -293,6 +296,11 @@ def main() -> None:
         default="celery",
         help="inprocess: the embedded default (the runs run in the web processes)",
     )
+    ap.add_argument(
+        "--gc",
+        help="AAA_GC_THRESHOLD of the site's processes (project/collector.py): G0,G1,G2, or python "
+        "(Python's own); default: the site's",
+    )
     args = ap.parse_args()
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="aaa-trial-") as tmp:
@@ -306,7 +314,13 @@ def main() -> None:
             for n in range(args.tries):
                 (Path(tmp) / f"try{n}").mkdir()
                 out = trial(
-                    Path(tmp) / f"try{n}", f"http://127.0.0.1:{port}", args.runs, args.kill, args.bus, args.cancel
+                    Path(tmp) / f"try{n}",
+                    f"http://127.0.0.1:{port}",
+                    args.runs,
+                    args.kill,
+                    args.bus,
+                    args.cancel,
+                    args.gc,
                 )
                 print(
                     f"try {n + 1}: {args.runs} runs started over the API in {out['api']:.1f} s; all ended "

@@ -25,10 +25,15 @@ blobs on disk under var/blobs. Environment variables switch on the cluster parts
   AAA_EXTRA_TOOLS      more tools (dotted paths of @tool functions, comma-separated)
   AAA_S3_BUCKET        blobs in S3 (django-storages) when set, with AAA_S3_ENDPOINT,
                        AAA_S3_ACCESS_KEY, AAA_S3_SECRET_KEY, AAA_S3_REGION
+  AAA_GC_THRESHOLD     the garbage collector's thresholds in the site's web and worker
+                       processes (default 10000,10,10; "python": Python's own;
+                       project/collector.py)
 """
 
 import os
 from pathlib import Path
+
+from project.collector import threshold as collector_threshold
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -179,6 +184,10 @@ if env("AAA_EXTRA_TOOLS"):  # more @tool functions (dotted paths, comma-separate
 # there is a Redis (else each process counts alone: system check aaa.W020 outside DEBUG).
 if env("AAA_REDIS_URL"):
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": env("AAA_REDIS_URL")}}
+
+# The garbage collector of the site's web and worker processes, which carry many runs
+# at once (project/collector.py; read here, so a wrong value stops every command).
+GC_THRESHOLD = collector_threshold(env("AAA_GC_THRESHOLD"))
 
 # Celery (used when AAA_BUS=celery): `celery -A project worker`.
 CELERY_BROKER_URL = env("AAA_REDIS_URL", "memory://")

@@ -68,3 +68,51 @@ def test_serve_setup_migrates_and_makes_the_demo_user_idempotently(tmp_path):
         **db,
     )
     assert login.stdout.strip().splitlines()[-1:] == ["True"], login.stdout + login.stderr
+
+
+def collector_after(code: str, **env: str) -> subprocess.CompletedProcess:
+    """What a fresh process of the example site reports of its collector after ``code``."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AAA_"))}
+    script = f"import gc\n{code}\nprint(*gc.get_threshold(), gc.get_freeze_count() > 0)"
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "project.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+ENTRY_POINTS = {
+    "wsgi": "import project.wsgi",
+    "asgi": "import project.asgi",
+    # Celery's worker, in its main process and in each pool process as it starts
+    "celery worker": "from project.celery import app\n"
+    "from celery.signals import worker_init\n"
+    "assert gc.get_threshold()[0] == 700, 'set before the worker starts'\n"
+    "worker_init.send(sender=None)",
+    "celery pool process": "from project.celery import app\n"
+    "from celery.signals import worker_process_init\n"
+    "worker_process_init.send(sender=None)",
+}
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_the_site_processes_raise_the_collectors_threshold_and_freeze_what_they_loaded(entry):
+    tuned = collector_after(ENTRY_POINTS[entry])
+    assert tuned.returncode == 0, tuned.stderr
+    assert tuned.stdout.split() == ["10000", "10", "10", "True"]
+
+    chosen = collector_after(ENTRY_POINTS[entry], AAA_GC_THRESHOLD="5000,20,5")
+    assert chosen.stdout.split() == ["5000", "20", "5", "True"], chosen.stderr
+
+    left = collector_after(ENTRY_POINTS[entry], AAA_GC_THRESHOLD="python")
+    assert left.stdout.split() == ["700", "10", "10", "False"], left.stderr
+
+
+@pytest.mark.parametrize("value", ["10000,10", "many", "0,10,10", "10000,-1,10"])
+def test_a_wrong_collector_threshold_stops_every_command_with_its_reason(value):
+    result = manage("check", AAA_GC_THRESHOLD=value)
+    assert result.returncode != 0
+    assert f"AAA_GC_THRESHOLD={value!r}: three whole numbers G0,G1,G2" in result.stderr
