@@ -6,6 +6,7 @@ as a user would: what the suite's in-process figures do not show.
     .venv/bin/python benchmarks/field_trial.py --runs 50 --tries 5
     .venv/bin/python benchmarks/field_trial.py --bus inprocess  # the embedded default
     .venv/bin/python benchmarks/field_trial.py --cancel         # cancel every other run, 1.5 s in
+    .venv/bin/python benchmarks/field_trial.py --gc python      # Python's own collector (project/collector.py)
 
 It starts what tests/field/site.py starts: a PostgreSQL cluster and a Redis server of
 its own, S3 (moto), the site's web server (gunicorn, two processes), one Celery worker

@@ -40,7 +40,7 @@ def threshold(value: str | None) -> tuple[int, int, int] | None:
             f"AAA_GC_THRESHOLD={value!r}: three whole numbers G0,G1,G2 (G0 at least 1), e.g. "
             f"{','.join(map(str, THRESHOLD))}; or 'python' to leave the collector as Python set it"
         )
-    return parts  # type: ignore[return-value]
+    return parts[0], parts[1], parts[2]
 
 
 def tune() -> tuple[int, int, int] | None:
