@@ -10,13 +10,16 @@ have started, freeze what they loaded: :func:`tune`, called by ``project/wsgi.py
 
 This is the site's choice, not the app's: ``aaa_django`` never changes the collector of
 the process it runs in. ``AAA_GC_THRESHOLD`` sets the thresholds (``G0,G1,G2``), or
-``python`` leaves the collector as Python set it; the settings read it
-(``GC_THRESHOLD``), so a wrong value stops every command with its reason.
+``python`` leaves the collector as Python set it. The site's settings read it too, so a
+wrong value stops every command with its reason; :func:`tune` reads it from the
+environment, not from the settings, as the site's entry points may be served with
+other settings (the test suite serves ``project/asgi.py`` with its own).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -44,12 +47,10 @@ def threshold(value: str | None) -> tuple[int, int, int] | None:
 
 
 def tune() -> tuple[int, int, int] | None:
-    """Set this process's collector as the settings' ``GC_THRESHOLD`` says (see the
-    module), and freeze what the process holds now (the collector no longer walks it):
-    call it once the process has loaded the site. The thresholds set, or None."""
-    from django.conf import settings
-
-    chosen = settings.GC_THRESHOLD
+    """Set this process's collector as ``AAA_GC_THRESHOLD`` says (see the module), and
+    freeze what the process holds now (the collector no longer walks it): call it once
+    the process has loaded the site. The thresholds set, or None."""
+    chosen = threshold(os.environ.get("AAA_GC_THRESHOLD"))
     if chosen is None:
         return None
     gc.set_threshold(*chosen)

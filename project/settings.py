@@ -186,8 +186,9 @@ if env("AAA_REDIS_URL"):
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": env("AAA_REDIS_URL")}}
 
 # The garbage collector of the site's web and worker processes, which carry many runs
-# at once (project/collector.py; read here, so a wrong value stops every command).
-GC_THRESHOLD = collector_threshold(env("AAA_GC_THRESHOLD"))
+# at once (project/collector.py sets it; read here too, so that a wrong value stops
+# every command with its reason).
+collector_threshold(env("AAA_GC_THRESHOLD"))
 
 # Celery (used when AAA_BUS=celery): `celery -A project worker`.
 CELERY_BROKER_URL = env("AAA_REDIS_URL", "memory://")

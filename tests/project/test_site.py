@@ -87,6 +87,10 @@ def collector_after(code: str, **env: str) -> subprocess.CompletedProcess:
 ENTRY_POINTS = {
     "wsgi": "import project.wsgi",
     "asgi": "import project.asgi",
+    # served with other settings than the site's (as the suite serves it)
+    "asgi, the suite's settings": "import os\n"
+    "os.environ['DJANGO_SETTINGS_MODULE'] = 'tests.settings'\n"
+    "import project.asgi",
     # Celery's worker, in its main process and in each pool process as it starts
     "celery worker": "from project.celery import app\n"
     "from celery.signals import worker_init\n"
