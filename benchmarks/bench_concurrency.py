@@ -589,11 +589,11 @@ def main() -> None:
         "--gc",
         choices=["default", "freeze", "off", "site"],
         default="default",
-        help="in-process rows: the garbage collector as it is, gc.freeze() after the "
-        "warm-up, or off during the load (to see what it costs); site: as the example "
-        "site sets its web and worker processes (project/collector.py: its thresholds, "
-        "and gc.freeze() once started), in the in-process rows and the Celery row's "
-        "worker processes",
+        help="the garbage collector as it is; gc.freeze() after the warm-up (and in the "
+        "Celery row's pool processes once started); off during the in-process rows' load "
+        "(to see what it costs); site: as the example site sets its web and worker "
+        "processes (project/collector.py: its thresholds, and gc.freeze() once started), "
+        "in the in-process rows and the Celery row's pool processes",
     )
     ap.add_argument(
         "--gc-threshold",
