@@ -23,7 +23,7 @@ import os
 
 from django.core.exceptions import ImproperlyConfigured
 
-#: the collector's thresholds for the site's processes (Python's own: 700, 10, 10)
+#: the collector's thresholds for the site's processes (Python's own: 700, 10, 10; on 3.13 2000, 10, 10)
 THRESHOLD = (10_000, 10, 10)
 
 
