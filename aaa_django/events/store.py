@@ -193,6 +193,12 @@ class LearnsAppends(Protocol):
         """``events`` of one stream, committed by someone else: learn them."""
         ...
 
+    def forget_hint(self, stream: str) -> None:
+        """The engine over this store keeps nothing of ``stream`` now (its run ended,
+        or waits for a person): what the store remembers of it goes (the next append to
+        it asks first)."""
+        ...
+
 
 def prepare_batch(events: Iterable[Event]) -> tuple[str, list[Event], list[str]]:
     """Validate a batch for ``append``: one stream, every event valid.

@@ -301,9 +301,12 @@ class TailCachedStore:
         return Staged(stream, events)
 
     def forget(self, stream: str) -> None:
-        """Drop ``stream``'s log (its run ended): the next read of it reads it whole."""
+        """Drop ``stream``'s log (its run ended): the next read of it reads it whole;
+        and the store's hint of it, if it keeps one (:class:`LearnsAppends`)."""
         self._drop(stream)
         self.stale(stream)
+        if self._learner is not None:
+            self._learner.forget_hint(stream)
 
     def fresh(self, event_id: str) -> bool:
         """Was ``event_id`` appended by this store just now, and not asked about yet?

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import IntegrityError
 
 from aaa_django.events import ConcurrencyError, Event
+from aaa_django.events.tail import MAX_STREAMS
 from aaa_django.runtime.event_types import RUN_STARTED
 
 from .rows import (
@@ -103,8 +104,13 @@ _HEAD_KNOWN_AND_ROW_SQLITE = (
 #: where a row's owner is in ``ROW_COLUMNS`` (a new run's statement returns it)
 _OWNER = ROW_COLUMNS.index("owner_id")
 #: streams whose head and run row a store remembers (the most recently used; a hint
-#: of a stream not kept costs its next append one query)
-HINTS_KEPT = 1024
+#: of a stream not kept costs its next append one query, and its group commit a round
+#: trip): as many as an engine keeps the logs of (``aaa_django.events.tail``), so that
+#: every run an engine carries appends without asking. (Kept to 1,024 streams, 3,000
+#: runs in flight made four of a run's seven appends ask: 12,000 queries, each planned
+#: anew by the server, in ``bench_concurrency.py``'s 3,000-run row.) A run's hint goes
+#: when its log does, once its end is delivered (:meth:`StatementAppends.forget_hint`).
+HINTS_KEPT = MAX_STREAMS
 
 
 class StatementAppends:
@@ -418,6 +424,17 @@ class StatementAppends:
     def _forget(self, stream: str) -> tuple[int, tuple | None] | None:
         with self._seen_lock:
             return self._seen.pop(stream, None)
+
+    def hint(self, stream: str) -> tuple[int, tuple | None] | None:
+        """The head and run row remembered for ``stream``, if any (diagnostics, tests)."""
+        with self._seen_lock:
+            return self._seen.get(stream)
+
+    def forget_hint(self, stream: str) -> None:
+        """The engine over this store keeps nothing of ``stream`` now (``Tail.forget``:
+        its run ended, or waits for a person): its hint goes too, so the hints hold the
+        runs in flight, not every run served."""
+        self._forget(stream)
 
     def observe(self, events: Sequence[Event]) -> None:
         """Committed ``events`` of one stream, learnt without reading them (a worker

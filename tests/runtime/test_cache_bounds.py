@@ -63,6 +63,16 @@ def test_a_store_remembers_the_heads_of_hints_kept_streams(monkeypatch):
     assert [s for s in STREAMS if store._forget(s) is not None] == ["run-2", "run-3", "run-4"]
 
 
+def test_a_store_keeps_the_hints_of_as_many_streams_as_an_engine_keeps_the_logs_of():
+    """Every run an engine carries appends from its hint, without asking the database:
+    with hints for 1,024 streams, 3,000 runs in flight made four of a run's seven
+    appends ask (benchmarks/bench_concurrency.py)."""
+    from aaa_django.events.tail import MAX_STREAMS
+
+    assert appends.HINTS_KEPT >= MAX_STREAMS
+    assert appends.HINTS_KEPT >= bounded.RUNS_KEPT
+
+
 def test_an_engine_keeps_the_started_events_and_algorithms_of_its_newest_runs(monkeypatch):
     monkeypatch.setattr(bounded, "STARTED_KEPT", 3)
     monkeypatch.setattr(bounded, "ALGORITHMS_KEPT", 2)
