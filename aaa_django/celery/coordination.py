@@ -152,8 +152,8 @@ class _Batch:
     its own command's answer or error. A worker's loop takes and lets go of a model
     request's lease for every call, hundreds in one pass at 3,000 runs in flight: with
     each command sent alone (redis-py's client work for a command and its round trip)
-    and a renewal's task each, a lease cost 0.23-0.31 ms of the process's CPU; batched,
-    with a renewal's task only past a third of the TTL, 0.07-0.11 ms
+    and a renewal's task each, a lease cost 0.21-0.31 ms of the process's CPU; batched,
+    with a renewal's task only past a third of the TTL, 0.07-0.14 ms
     (``benchmarks/bench_leases.py``). A script goes as ``EVAL`` (Redis keeps it
     compiled, by its digest), so a pipeline needs no ``SCRIPT LOAD`` first. Used on its
     loop only."""
