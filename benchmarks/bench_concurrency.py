@@ -373,6 +373,13 @@ async def langgraph(pg: dict, runs: int, turns: int, latency: float, pool_size: 
     }
 
 
+def messages_sent(client) -> int:
+    """The messages the broker (Redis) has been given so far: kombu's Redis transport
+    sends each with an LPUSH to its queue's list (a delivery a worker takes on its own
+    loop sends none)."""
+    return int(client.info("commandstats").get("cmdstat_lpush", {}).get("calls", 0))
+
+
 def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int, tmp: Path) -> dict:
     """Workers as the README starts them (one command, every queue), driven from here."""
     from bench_celery import redis_server, workers
@@ -437,12 +444,15 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
                         return await run.result(timeout=3600), time.perf_counter() - t, run.run_id
 
                     started_at: list[float] = []
-                    redis_pid = redis.Redis.from_url(broker).info("server")["process_id"]
+                    broker_client = redis.Redis.from_url(broker)
+                    redis_pid = broker_client.info("server")["process_id"]
                     groups = cpu_groups("celery", workers=pids, redis=lambda: [redis_pid])
+                    sent0 = messages_sent(broker_client)
                     with PeakRSS(pids, every=0.1) as mem, CPUWindow(**groups) as machine:
                         t0 = time.perf_counter()
                         done = await asyncio.gather(*(one() for _ in range(runs)))
                         wall = time.perf_counter() - t0
+                    sent = messages_sent(broker_client) - sent0
                     # the workers' CPU for the 200 runs (the same processes: prefork keeps its children)
                     cpu = cpu_seconds(workers_then) - c0
                     assert {o.outcome for o, *_ in done} == {"success"}, done
@@ -454,6 +464,7 @@ def celery_row(pg: dict, runs: int, turns: int, latency: float, concurrency: int
                         "memory": mem.peak - mem.base,
                         "processes": len(pids()),
                         "runs": [t for _, t, _ in done],
+                        "messages": sent,
                     }
                     if os.environ.get("AAA_BENCH_LAGS"):
                         out["lags"] = await lags(engine.store, [r for *_, r in done])
@@ -807,6 +818,11 @@ def main() -> None:
             print(
                 f"# {label(row)}: the waits' polls: {answered} in {queries} queries of which runs still go "
                 f"(the median repetition)"
+            )
+        if "messages" in r:
+            print(
+                f"# {label(row)}: {med([x['messages'] / turns_done for x in rs]):.2f} messages through the "
+                f"broker a turn (medians; the others delivered on the loop of the worker that appended them)"
             )
         if "groups" in r:
             print(
