@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis as AsyncRedis
@@ -146,6 +146,22 @@ def _unheard(answer: asyncio.Future[object]) -> None:
         )
 
 
+class _Queued(NamedTuple):
+    """A command of a :class:`_Batch`: its words, its caller's answer, and what undoes it."""
+
+    command: tuple[object, ...]
+    answer: asyncio.Future[object]
+    undo: tuple[object, ...] | None
+
+
+def _not_undone(answer: asyncio.Future[object]) -> None:
+    """An undo's answer, when nobody waits for it: a failure said."""
+    if not answer.cancelled() and answer.exception() is not None:
+        log.warning(
+            "a lease taken for a taker cancelled meanwhile was not let go of (%s); it expires", answer.exception()
+        )
+
+
 class _Batch:
     """The lease commands one event loop asks for in one pass, sent to Redis together:
     one pipeline (not a transaction), one round trip for them all, each caller given
@@ -160,51 +176,64 @@ class _Batch:
 
     def __init__(self, client: AsyncRedis) -> None:
         self.client = client
-        self.queued: list[tuple[tuple[object, ...], asyncio.Future[object]]] = []
+        self.queued: list[_Queued] = []
         #: pipelines sent, and the commands they carried (tests, benchmarks)
         self.pipelines = 0
         self.commands = 0
+        #: commands undone because their waiter was cancelled while they were on their way
+        self.undone = 0
         #: the pipelines under way (their tasks, kept until done)
         self._sending: set[asyncio.Task[None]] = set()
 
-    def send(self, *command: object) -> asyncio.Future[object]:
+    def send(self, *command: object, undo: tuple[object, ...] | None = None) -> asyncio.Future[object]:
         """Queue ``command`` for this pass's pipeline; its answer, as a future. A waiter
-        that is cancelled leaves the command to go (or not) with its pipeline."""
+        that is cancelled leaves the command to go with its pipeline, unless it gives
+        ``undo``: the command that undoes what this one did, when its answer is true (a
+        lease's acquire, whose ``undo`` lets the lease go). Such a command whose waiter
+        was cancelled before its pipeline went is not sent, and one whose waiter was
+        cancelled while it was on its way is undone if it took something: a taker that
+        stopped waiting (a model request's first attempt is reserved for at most
+        ``RESERVE_WAIT``) leaves no lease held by no one until its TTL runs out."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[object] = loop.create_future()
-        self.queued.append((command, answer))
+        self.queued.append(_Queued(command, answer, undo))
         if len(self.queued) == 1:
             loop.call_soon(self._flush)
         return answer
 
     def _flush(self) -> None:
-        batch, self.queued = self.queued, []
+        batch = [q for q in self.queued if q.undo is None or not q.answer.cancelled()]
+        self.queued = []
         if batch:
             task = asyncio.ensure_future(self._send(batch))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 
-    async def _send(self, batch: list[tuple[tuple[object, ...], asyncio.Future[object]]]) -> None:
+    async def _send(self, batch: list[_Queued]) -> None:
         self.pipelines += 1
         self.commands += len(batch)
         try:
             async with self.client.pipeline(transaction=False) as pipe:
-                for command, _ in batch:
-                    pipe.execute_command(*command)
+                for queued in batch:
+                    pipe.execute_command(*queued.command)
                 answers = await pipe.execute(raise_on_error=False)
         except BaseException as exc:  # (Redis away: every caller gets the error, as alone)
-            for _, answer in batch:
-                if not answer.done():
-                    answer.set_exception(exc if isinstance(exc, Exception) else ConnectionError(repr(exc)))
+            for queued in batch:
+                if not queued.answer.done():
+                    queued.answer.set_exception(exc if isinstance(exc, Exception) else ConnectionError(repr(exc)))
             if not isinstance(exc, Exception):
                 raise
             return
-        for (_, answer), got in zip(batch, answers, strict=True):
+        for queued, got in zip(batch, answers, strict=True):
+            answer = queued.answer
             if not answer.done():
                 if isinstance(got, Exception):
                     answer.set_exception(got)
                 else:
                     answer.set_result(got)
+            elif answer.cancelled() and queued.undo is not None and got and not isinstance(got, Exception):
+                self.undone += 1
+                self.send(*queued.undo).add_done_callback(_not_undone)
 
 
 class Coordinator:
@@ -409,7 +438,9 @@ class Coordinator:
         look = 0.0  # (when to look for holders that have ended: at once, then every GONE_EVERY)
         loop = asyncio.get_running_loop()
         clock = loop.time
-        while not await batch.send("EVAL", _ACQUIRE, 1, key, int(size), ttl_ms, token):
+        # (a taker cancelled while its command is on its way: the lease it took, if
+        # it took it, is let go of when the answer comes, see _Batch.send)
+        while not await batch.send("EVAL", _ACQUIRE, 1, key, int(size), ttl_ms, token, undo=("ZREM", key, token)):
             if clock() >= look:
                 look = clock() + GONE_EVERY
                 if await self._clear_gone(client, key):

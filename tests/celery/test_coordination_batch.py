@@ -172,3 +172,37 @@ def test_a_run_ended_notice_sent_on_a_loop_goes_with_its_batch_and_a_redis_away_
     with caplog.at_level(logging.WARNING, logger="aaa_django.bus"):
         sent, sent_away = asyncio.run(asyncio.wait_for(main(), 60))  # (a hang guard)
     assert (sent, sent_away) == (1, 1)
+
+
+@pytest.mark.parametrize("passes", [0, 1, 2, 3, 5])
+def test_a_taker_cancelled_before_or_while_its_acquire_goes_leaves_no_lease_held(redis_url, passes):
+    """A taker that stops waiting (a model request's first attempt is reserved for at
+    most a second) after ``passes`` passes of the loop: before its command is queued,
+    before its pipeline goes (the command is not sent), or while the pipeline is on
+    its way (the lease it took is let go of when the answer comes). Whichever, no
+    lease is left held by no one until its TTL (here ten minutes) runs out."""
+    coord = coordinator(redis_url, lease_ttl=600)
+    key = coord.key("exclusive", "request-1")
+
+    async def main():
+        async def hold() -> None:
+            async with coord.lease("exclusive", "request-1", 1):
+                await asyncio.Event().wait()  # (held until cancelled)
+
+        taker = asyncio.ensure_future(hold())
+        for _ in range(passes):
+            await asyncio.sleep(0)
+        taker.cancel()
+        await asyncio.gather(taker, return_exceptions=True)
+        batch = coord.batch()
+        while batch.queued or batch._sending:  # (every pipeline answered, an undo's too)
+            await asyncio.sleep(0.01)
+        return taker.cancelled(), batch.commands, batch.undone
+
+    cancelled, commands, undone = asyncio.run(asyncio.wait_for(main(), 30))  # (a hang guard)
+    assert redis.Redis.from_url(redis_url).zcard(key) == 0
+    if cancelled:
+        # sent: then taken, and undone (an acquire and its ZREM); or not sent at all
+        assert (commands, undone) in ((0, 0), (2, 1)), (commands, undone)
+    else:  # (held before the cancel came: let go of by the lease's own exit)
+        assert (commands, undone) == (2, 0)
